@@ -1,0 +1,82 @@
+"""The ``pipesim`` command line: a thin layer over the library API.
+
+Every sub-command lives in a module of this package with a ``register(subparsers)`` function that
+adds its parser and sets ``func`` (called with the parsed arguments, returning the exit code).
+Errors pipesim raises on purpose (:class:`pipesim.errors.PipesimError`) and unreadable files
+become one line on stderr and exit code 2; nothing the user can type produces a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Callable, Sequence
+from importlib import import_module
+
+from pipesim.errors import PipesimError
+
+__all__ = ["EXIT_OK", "EXIT_USAGE", "main"]
+
+EXIT_OK = 0
+EXIT_USAGE = 2
+"""Exit code for bad input of any kind (argparse uses 2 too)."""
+
+_COMMAND_MODULES = ("pipesim.cli.catalog",)
+"""Modules that each register one or more sub-commands, in the order ``--help`` lists them."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose errors go through the same path as every other bad input."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.print_usage(sys.stderr)
+        raise SystemExit(_fail(f"{self.prog}: {message}"))
+
+
+def _fail(message: str) -> int:
+    print(f"pipesim: error: {message}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Build the full ``pipesim`` argument parser with every sub-command registered."""
+    from pipesim import __version__
+
+    parser = _Parser(
+        prog="pipesim",
+        description="Simulate and plan pipeline + data parallel training of large models.",
+    )
+    parser.add_argument("--version", action="version", version=f"pipesim {__version__}")
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="log more (-vv: debug)")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    subparsers.required = True
+    for name in _COMMAND_MODULES:
+        register: Callable[[argparse._SubParsersAction], None] = import_module(name).register  # type: ignore[type-arg]
+        register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI with ``argv`` (default: ``sys.argv[1:]``) and return the exit code.
+
+    Returns:
+        0 on success, 2 on any bad input (unknown name, malformed file, impossible plan).
+    """
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version, or a usage error already reported
+        return int(exc.code) if isinstance(exc.code, int) else EXIT_USAGE
+    level = logging.WARNING - 10 * min(int(args.verbose), 2)
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    func: Callable[[argparse.Namespace], int] = args.func
+    try:
+        return func(args)
+    except PipesimError as exc:
+        return _fail(str(exc))
+    except OSError as exc:
+        where = f" {exc.filename!r}" if getattr(exc, "filename", None) else ""
+        return _fail(f"cannot access{where}: {exc.strerror or exc}")
+    except KeyboardInterrupt:
+        return _fail("interrupted")

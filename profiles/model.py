@@ -1,0 +1,348 @@
+"""Model profiles: the per-layer costs every planner and the simulator start from."""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from pipesim.errors import InputError, invalid
+
+__all__ = ["DTYPES", "DTYPE_BYTES", "BatchPoint", "Cut", "Layer", "ModelProfile"]
+
+DTYPE_BYTES: dict[str, int] = {"float32": 4, "float16": 2, "bfloat16": 2}
+"""Bytes per element of each dtype a profile may declare."""
+DTYPES: tuple[str, ...] = tuple(DTYPE_BYTES)
+"""The dtypes a profile may declare."""
+
+
+def _check_nonneg(name: str, value: float) -> None:
+    if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
+        raise invalid(name, value, "must be a finite number >= 0")
+
+
+def _check_optional_nonneg(name: str, value: float | None) -> None:
+    if value is not None:
+        _check_nonneg(name, value)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Layer:
+    """One layer (or block, or graph node) of a model, measured at the profile batch size.
+
+    Attributes:
+        name: the layer's name, unique within its profile.
+        fwd_time_s: forward time for the whole profile batch on the reference device, seconds.
+        bwd_time_s: backward time (input and weight gradients) for the profile batch, seconds.
+        activation_bytes: bytes of the layer's output activation for the profile batch; this is
+            what crosses a stage boundary placed after the layer.
+        parameter_bytes: bytes of the layer's parameters (in the profile's dtype).
+        saved_activation_bytes: bytes the layer keeps for its backward pass for the profile batch
+            (saved tensors). ``None`` means "same as ``activation_bytes``", the PipeDream/DAPPLE
+            convention.
+        fwd_flop: forward FLOP for the profile batch, or ``None`` when unknown.
+        bwd_flop: backward FLOP for the profile batch, or ``None`` when unknown.
+        fwd_memory_bytes: bytes moved to and from device memory by the forward for the profile
+            batch (for roofline re-targeting), or ``None`` when unknown.
+        bwd_memory_bytes: likewise for the backward, or ``None``.
+        wgrad_fraction: the share of ``bwd_time_s`` spent on weight gradients (zero-bubble
+            schedules split B into input-gradient and weight-gradient parts), or ``None`` for the
+            default (half of the backward for a layer with parameters, none for one without).
+
+    Raises:
+        InputError: a time, byte count or FLOP count is negative or not finite, the name is
+            empty, or ``wgrad_fraction`` is outside [0, 1].
+    """
+
+    name: str
+    fwd_time_s: float
+    bwd_time_s: float
+    activation_bytes: int
+    parameter_bytes: int
+    saved_activation_bytes: int | None = None
+    fwd_flop: float | None = None
+    bwd_flop: float | None = None
+    fwd_memory_bytes: float | None = None
+    bwd_memory_bytes: float | None = None
+    wgrad_fraction: float | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise invalid("name", self.name, "must be a non-empty string")
+        _check_nonneg(f"{self.name}.fwd_time_s", self.fwd_time_s)
+        _check_nonneg(f"{self.name}.bwd_time_s", self.bwd_time_s)
+        for attr in ("activation_bytes", "parameter_bytes", "saved_activation_bytes"):
+            value = getattr(self, attr)
+            if value is None:
+                continue
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise invalid(f"{self.name}.{attr}", value, "must be an integer >= 0")
+        for attr in ("fwd_flop", "bwd_flop", "fwd_memory_bytes", "bwd_memory_bytes"):
+            _check_optional_nonneg(f"{self.name}.{attr}", getattr(self, attr))
+        if self.wgrad_fraction is not None:
+            _check_nonneg(f"{self.name}.wgrad_fraction", self.wgrad_fraction)
+            if self.wgrad_fraction > 1:
+                raise invalid(f"{self.name}.wgrad_fraction", self.wgrad_fraction, "must be <= 1")
+
+    @property
+    def stashed_bytes(self) -> int:
+        """Bytes kept for backward for the profile batch (``saved_activation_bytes`` or output)."""
+        if self.saved_activation_bytes is None:
+            return self.activation_bytes
+        return self.saved_activation_bytes
+
+    @property
+    def weight_grad_fraction(self) -> float:
+        """The share of the backward spent on weight gradients (see ``wgrad_fraction``)."""
+        if self.wgrad_fraction is not None:
+            return self.wgrad_fraction
+        return 0.5 if self.parameter_bytes > 0 else 0.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BatchPoint:
+    """Per-layer measurements of a profile at one more batch size (for interpolation).
+
+    Attributes:
+        batch_size: samples in the measured batch.
+        fwd_time_s: forward time of each layer at this batch, seconds (one entry per layer).
+        bwd_time_s: backward time of each layer at this batch, seconds.
+        activation_bytes: output activation bytes of each layer at this batch.
+        saved_activation_bytes: bytes kept for backward per layer at this batch, or ``None``
+            to scale the profile's own saved bytes linearly.
+
+    Raises:
+        InputError: a value is negative, or the lists have different lengths.
+    """
+
+    batch_size: int
+    fwd_time_s: tuple[float, ...]
+    bwd_time_s: tuple[float, ...]
+    activation_bytes: tuple[int, ...]
+    saved_activation_bytes: tuple[int, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.batch_size, int) or self.batch_size < 1:
+            raise invalid("batch_size", self.batch_size, "must be an integer >= 1")
+        n = len(self.fwd_time_s)
+        lists: list[tuple[str, Sequence[float] | None]] = [
+            ("bwd_time_s", self.bwd_time_s),
+            ("activation_bytes", self.activation_bytes),
+            ("saved_activation_bytes", self.saved_activation_bytes),
+        ]
+        for name, values in lists:
+            if values is not None and len(values) != n:
+                raise invalid(
+                    f"batch_points[batch_size={self.batch_size}].{name}",
+                    f"{len(values)} entries",
+                    f"must have one entry per layer ({n})",
+                )
+        for name, values in [("fwd_time_s", self.fwd_time_s), *lists]:
+            for v in values or ():
+                _check_nonneg(f"batch_points[batch_size={self.batch_size}].{name}", v)
+
+
+@dataclass(frozen=True, slots=True)
+class Cut:
+    """A legal place to split a model into two pipeline stages.
+
+    Attributes:
+        after: index of the last layer of the first part (layers ``0..after`` go before the cut).
+        crossing_bytes: bytes of all tensors that cross the cut for the profile batch, each
+            tensor counted once however many later layers read it.
+    """
+
+    after: int
+    crossing_bytes: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelProfile:
+    """A model as an ordered list of layers, measured at one batch size on a reference device.
+
+    For branching models (a DAG) ``layers`` is a topological order and ``edges`` lists the data
+    dependencies as ``(producer index, consumer index)`` pairs; for a chain ``edges`` is ``None``.
+    Any prefix of a topological order is a legal first stage, so planners treat every model as
+    a chain whose boundaries cost :meth:`cuts` bytes.
+
+    Attributes:
+        name: the model's name.
+        layers: the layers in execution (topological) order.
+        profile_batch_size: the batch size the layer figures are for, samples.
+        reference_device: the catalog name of the device the times are for, e.g. ``"V100-SXM2-16GB"``.
+        dtype: the training dtype, one of :data:`DTYPES`.
+        edges: DAG edges between layer indices, or ``None`` for a chain.
+        batch_points: measurements at other batch sizes, sorted by batch size; empty means
+            everything scales linearly with the batch.
+        seq_len: tokens per sample for sequence models, or ``None``.
+        description: free text (source, calibration).
+
+    Raises:
+        InputError: no layers, duplicate layer names, a bad dtype or batch size, an edge that
+            is not between known layers or goes backwards in the order, or batch points that do
+            not match the layers.
+    """
+
+    name: str
+    layers: tuple[Layer, ...]
+    profile_batch_size: int
+    reference_device: str = "V100-SXM2-16GB"
+    dtype: str = "float32"
+    edges: tuple[tuple[int, int], ...] | None = None
+    batch_points: tuple[BatchPoint, ...] = ()
+    seq_len: int | None = None
+    description: str = ""
+    _cuts: tuple[Cut, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise invalid("name", self.name, "must be a non-empty string")
+        if not self.layers:
+            raise invalid("layers", [], "a profile needs at least one layer")
+        if not isinstance(self.profile_batch_size, int) or self.profile_batch_size < 1:
+            raise invalid("profile_batch_size", self.profile_batch_size, "must be an integer >= 1")
+        if self.dtype not in DTYPE_BYTES:
+            raise invalid("dtype", self.dtype, f"must be one of {', '.join(DTYPES)}")
+        if self.seq_len is not None and (not isinstance(self.seq_len, int) or self.seq_len < 1):
+            raise invalid("seq_len", self.seq_len, "must be an integer >= 1 or absent")
+        seen: set[str] = set()
+        for layer in self.layers:
+            if layer.name in seen:
+                raise invalid("layers.name", layer.name, "layer names must be unique")
+            seen.add(layer.name)
+        n = len(self.layers)
+        if self.edges is not None:
+            for src, dst in self.edges:
+                if not (0 <= src < n and 0 <= dst < n):
+                    raise invalid("edges", (src, dst), f"both ends must be layer indices in 0..{n - 1}")
+                if src >= dst:
+                    raise invalid(
+                        "edges", (src, dst), "must go forward in the layer order (a topological order)"
+                    )
+        sizes = [p.batch_size for p in self.batch_points]
+        if sizes != sorted(set(sizes)):
+            raise invalid("batch_points", sizes, "batch sizes must be distinct and ascending")
+        if self.profile_batch_size in sizes:
+            raise invalid("batch_points", self.profile_batch_size, "must not repeat the profile batch size")
+        for point in self.batch_points:
+            if len(point.fwd_time_s) != n:
+                raise invalid(
+                    f"batch_points[batch_size={point.batch_size}].fwd_time_s",
+                    f"{len(point.fwd_time_s)} entries",
+                    f"must have one entry per layer ({n})",
+                )
+        object.__setattr__(self, "_cuts", self._compute_cuts())
+
+    # ----------------------------------------------------------------------------------------
+    # Structure
+    @property
+    def num_layers(self) -> int:
+        """Number of layers."""
+        return len(self.layers)
+
+    @property
+    def is_chain(self) -> bool:
+        """True when every layer feeds only the next one (no DAG edges given)."""
+        return self.edges is None
+
+    @property
+    def parameter_bytes(self) -> int:
+        """Total parameter bytes."""
+        return sum(layer.parameter_bytes for layer in self.layers)
+
+    @property
+    def parameter_count(self) -> int:
+        """Total number of parameters (parameter bytes over the dtype's element size)."""
+        return self.parameter_bytes // DTYPE_BYTES[self.dtype]
+
+    def cuts(self) -> tuple[Cut, ...]:
+        """The legal cut points, one after each layer but the last.
+
+        Returns:
+            ``num_layers - 1`` cuts; cut ``k`` separates layers ``0..k`` from ``k+1..``. Its
+            ``crossing_bytes`` is the sum of the output activations of every layer before the cut
+            that some layer after the cut consumes (for a chain, the output of layer ``k``).
+        """
+        return self._cuts
+
+    def _compute_cuts(self) -> tuple[Cut, ...]:
+        n = len(self.layers)
+        if self.edges is None:
+            return tuple(Cut(k, self.layers[k].activation_bytes) for k in range(n - 1))
+        last_consumer = [-1] * n
+        for src, dst in self.edges:
+            last_consumer[src] = max(last_consumer[src], dst)
+        # A tensor produced at i crosses cut k (i <= k < last_consumer[i]); sweep with a difference array.
+        delta = [0] * (n + 1)
+        for i, last in enumerate(last_consumer):
+            if last > i:
+                delta[i] += self.layers[i].activation_bytes
+                delta[last] -= self.layers[i].activation_bytes
+        cuts: list[Cut] = []
+        running = 0
+        for k in range(n - 1):
+            running += delta[k]
+            cuts.append(Cut(k, running))
+        return tuple(cuts)
+
+    # ----------------------------------------------------------------------------------------
+    # Batch scaling
+    def _interpolate(self, batch_size: float, at_profile: Sequence[float], attr: str) -> list[float]:
+        if not self.batch_points:
+            ratio = batch_size / self.profile_batch_size
+            return [v * ratio for v in at_profile]
+        points: list[tuple[int, Sequence[float]]] = [(self.profile_batch_size, at_profile)]
+        for p in self.batch_points:
+            values = getattr(p, attr)
+            if values is None:
+                values = [v * p.batch_size / self.profile_batch_size for v in at_profile]
+            points.append((p.batch_size, values))
+        points.sort(key=lambda bp: bp[0])
+        xs = [bp[0] for bp in points]
+        if batch_size <= xs[0]:
+            # Below the smallest measurement: scale the smallest one linearly towards zero.
+            return [v * batch_size / xs[0] for v in points[0][1]]
+        if batch_size >= xs[-1]:
+            # Above the largest: extrapolate along the last measured segment's per-sample slope
+            # (a single point would not give one, but batch_points guarantees two or more here).
+            (x0, v0), (x1, v1) = points[-2], points[-1]
+        else:
+            j = bisect.bisect_right(xs, batch_size)
+            (x0, v0), (x1, v1) = points[j - 1], points[j]
+        w = (batch_size - x0) / (x1 - x0)
+        return [max(0.0, a + (b - a) * w) for a, b in zip(v0, v1, strict=True)]
+
+    def fwd_times_s(self, batch_size: float) -> list[float]:
+        """Forward time of each layer for ``batch_size`` samples, seconds.
+
+        Linear in the batch size unless the profile has ``batch_points``; then piecewise-linear
+        between measured sizes (and along the last segment beyond the largest one).
+
+        Raises:
+            InputError: ``batch_size`` is not > 0.
+        """
+        self._check_batch(batch_size)
+        return self._interpolate(batch_size, [lay.fwd_time_s for lay in self.layers], "fwd_time_s")
+
+    def bwd_times_s(self, batch_size: float) -> list[float]:
+        """Backward time of each layer for ``batch_size`` samples, seconds (see :meth:`fwd_times_s`)."""
+        self._check_batch(batch_size)
+        return self._interpolate(batch_size, [lay.bwd_time_s for lay in self.layers], "bwd_time_s")
+
+    def activation_bytes(self, batch_size: float) -> list[float]:
+        """Output activation bytes of each layer for ``batch_size`` samples (see :meth:`fwd_times_s`)."""
+        self._check_batch(batch_size)
+        values = [float(lay.activation_bytes) for lay in self.layers]
+        return self._interpolate(batch_size, values, "activation_bytes")
+
+    def stashed_bytes(self, batch_size: float) -> list[float]:
+        """Bytes each layer keeps for backward for ``batch_size`` samples (see :meth:`fwd_times_s`)."""
+        self._check_batch(batch_size)
+        values = [float(lay.stashed_bytes) for lay in self.layers]
+        return self._interpolate(batch_size, values, "saved_activation_bytes")
+
+    @staticmethod
+    def _check_batch(batch_size: float) -> None:
+        if not (isinstance(batch_size, (int, float)) and math.isfinite(batch_size) and batch_size > 0):
+            raise InputError(f"batch_size={batch_size!r}: must be a finite number > 0")
