@@ -20,6 +20,20 @@ _EXPORTS: dict[str, str] = {
     "FormatError": "pipesim.errors",
     "Layer": "pipesim.profiles",
     "ModelProfile": "pipesim.profiles",
+    "Cluster": "pipesim.profiles",
+    "load_model": "pipesim.api",
+    "load_cluster": "pipesim.api",
+    "make_plan": "pipesim.api",
+    "simulate": "pipesim.api",
+    "Plan": "pipesim.plan",
+    "StagePlan": "pipesim.plan",
+    "Estimate": "pipesim.plan",
+    "load_plan": "pipesim.plan",
+    "save_plan": "pipesim.plan",
+    "SimOptions": "pipesim.simulator",
+    "SimulationResult": "pipesim.simulator",
+    "make_schedule": "pipesim.schedules",
+    "schedule_names": "pipesim.schedules",
 }
 
 __all__ = ["__version__", *sorted(_EXPORTS)]

@@ -3,6 +3,55 @@
 This layer imports no other pipesim layer (only :mod:`pipesim.errors` and :mod:`pipesim.units`).
 """
 
+from pipesim.profiles.cluster import (
+    Cluster,
+    cluster_names,
+    cluster_to_dict,
+    describe_cluster,
+    get_cluster,
+    load_cluster,
+    with_overrides,
+)
+from pipesim.profiles.fileformat import load_profile_file, profile_from_dict, profile_to_dict, save_profile
+from pipesim.profiles.hardware import DeviceSpec, LinkSpec, device_names, get_device, get_link, link_names
+from pipesim.profiles.loader import convert_torchgraph, load_model
 from pipesim.profiles.model import DTYPE_BYTES, DTYPES, BatchPoint, Cut, Layer, ModelProfile
+from pipesim.profiles.topology import Link, LinkKind, Topology
+from pipesim.profiles.torchgraph import load_torchgraph, parse_torchgraph
+from pipesim.profiles.zoo import zoo_descriptions, zoo_model, zoo_names
 
-__all__ = ["DTYPES", "DTYPE_BYTES", "BatchPoint", "Cut", "Layer", "ModelProfile"]
+__all__ = [
+    "DTYPES",
+    "DTYPE_BYTES",
+    "BatchPoint",
+    "Cluster",
+    "Cut",
+    "DeviceSpec",
+    "Layer",
+    "Link",
+    "LinkKind",
+    "LinkSpec",
+    "ModelProfile",
+    "Topology",
+    "cluster_names",
+    "cluster_to_dict",
+    "convert_torchgraph",
+    "describe_cluster",
+    "device_names",
+    "get_cluster",
+    "get_device",
+    "get_link",
+    "link_names",
+    "load_cluster",
+    "load_model",
+    "load_profile_file",
+    "load_torchgraph",
+    "parse_torchgraph",
+    "profile_from_dict",
+    "profile_to_dict",
+    "save_profile",
+    "with_overrides",
+    "zoo_descriptions",
+    "zoo_model",
+    "zoo_names",
+]

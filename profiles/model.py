@@ -18,8 +18,17 @@ DTYPES: tuple[str, ...] = tuple(DTYPE_BYTES)
 
 
 def _check_nonneg(name: str, value: float) -> None:
-    if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
+    if not (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value >= 0
+    ):
         raise invalid(name, value, "must be a finite number >= 0")
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _check_optional_nonneg(name: str, value: float | None) -> None:
@@ -76,7 +85,7 @@ class Layer:
             value = getattr(self, attr)
             if value is None:
                 continue
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            if not _is_int(value) or value < 0:
                 raise invalid(f"{self.name}.{attr}", value, "must be an integer >= 0")
         for attr in ("fwd_flop", "bwd_flop", "fwd_memory_bytes", "bwd_memory_bytes"):
             _check_optional_nonneg(f"{self.name}.{attr}", getattr(self, attr))
@@ -123,7 +132,7 @@ class BatchPoint:
     saved_activation_bytes: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.batch_size, int) or self.batch_size < 1:
+        if not _is_int(self.batch_size) or self.batch_size < 1:
             raise invalid("batch_size", self.batch_size, "must be an integer >= 1")
         n = len(self.fwd_time_s)
         lists: list[tuple[str, Sequence[float] | None]] = [
@@ -177,11 +186,14 @@ class ModelProfile:
             everything scales linearly with the batch.
         seq_len: tokens per sample for sequence models, or ``None``.
         description: free text (source, calibration).
+        stage_ids: a stage assignment that came with the profile (one stage index per layer,
+            e.g. the ``stage_id=`` suffixes of a PipeDream TorchGraph file), or ``None``. It is
+            kept as data for comparison; planners make their own.
 
     Raises:
         InputError: no layers, duplicate layer names, a bad dtype or batch size, an edge that
-            is not between known layers or goes backwards in the order, or batch points that do
-            not match the layers.
+            is not a pair of layer indices or goes backwards in the order, batch points that do
+            not match the layers, or ``stage_ids`` of the wrong length or with a negative entry.
     """
 
     name: str
@@ -193,18 +205,19 @@ class ModelProfile:
     batch_points: tuple[BatchPoint, ...] = ()
     seq_len: int | None = None
     description: str = ""
+    stage_ids: tuple[int, ...] | None = None
     _cuts: tuple[Cut, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        if not self.name:
+        if not isinstance(self.name, str) or not self.name:
             raise invalid("name", self.name, "must be a non-empty string")
         if not self.layers:
             raise invalid("layers", [], "a profile needs at least one layer")
-        if not isinstance(self.profile_batch_size, int) or self.profile_batch_size < 1:
+        if not _is_int(self.profile_batch_size) or self.profile_batch_size < 1:
             raise invalid("profile_batch_size", self.profile_batch_size, "must be an integer >= 1")
         if self.dtype not in DTYPE_BYTES:
             raise invalid("dtype", self.dtype, f"must be one of {', '.join(DTYPES)}")
-        if self.seq_len is not None and (not isinstance(self.seq_len, int) or self.seq_len < 1):
+        if self.seq_len is not None and (not _is_int(self.seq_len) or self.seq_len < 1):
             raise invalid("seq_len", self.seq_len, "must be an integer >= 1 or absent")
         seen: set[str] = set()
         for layer in self.layers:
@@ -213,7 +226,10 @@ class ModelProfile:
             seen.add(layer.name)
         n = len(self.layers)
         if self.edges is not None:
-            for src, dst in self.edges:
+            for edge in self.edges:
+                if len(edge) != 2 or not all(_is_int(end) for end in edge):
+                    raise invalid("edges", edge, "each edge must be a pair of integer layer indices")
+                src, dst = edge
                 if not (0 <= src < n and 0 <= dst < n):
                     raise invalid("edges", (src, dst), f"both ends must be layer indices in 0..{n - 1}")
                 if src >= dst:
@@ -232,6 +248,14 @@ class ModelProfile:
                     f"{len(point.fwd_time_s)} entries",
                     f"must have one entry per layer ({n})",
                 )
+        if self.stage_ids is not None:
+            if len(self.stage_ids) != n:
+                raise invalid(
+                    "stage_ids", f"{len(self.stage_ids)} entries", f"must have one entry per layer ({n})"
+                )
+            for i, stage in enumerate(self.stage_ids):
+                if not _is_int(stage) or stage < 0:
+                    raise invalid(f"stage_ids[{i}]", stage, "must be an integer >= 0")
         object.__setattr__(self, "_cuts", self._compute_cuts())
 
     # ----------------------------------------------------------------------------------------
@@ -300,6 +324,9 @@ class ModelProfile:
             points.append((p.batch_size, values))
         points.sort(key=lambda bp: bp[0])
         xs = [bp[0] for bp in points]
+        for x, values in points:
+            if batch_size == x:  # a measured size: return the measurement exactly
+                return [float(v) for v in values]
         if batch_size <= xs[0]:
             # Below the smallest measurement: scale the smallest one linearly towards zero.
             return [v * batch_size / xs[0] for v in points[0][1]]

@@ -22,7 +22,11 @@ EXIT_OK = 0
 EXIT_USAGE = 2
 """Exit code for bad input of any kind (argparse uses 2 too)."""
 
-_COMMAND_MODULES = ("pipesim.cli.catalog",)
+_COMMAND_MODULES = (
+    "pipesim.cli.catalog",
+    "pipesim.cli.schedule",
+    "pipesim.cli.simulate",
+)
 """Modules that each register one or more sub-commands, in the order ``--help`` lists them."""
 
 

@@ -1,0 +1,185 @@
+"""``pipesim simulate``: run one training iteration of a plan and report what happened."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from pipesim.cli._common import add_cluster_arg, add_model_args, format_table, positive_int, print_json
+from pipesim.errors import invalid
+from pipesim.units import GIB, MS
+
+__all__ = ["register", "result_json", "DEFAULTS"]
+
+DEFAULTS = {
+    "model": "bert48",
+    "cluster": "dapple-2x8-v100",
+    "gbs": 256,
+    "microbatches": 32,
+    "stages": 4,
+    "replicas": [4, 4, 4, 4],
+}
+"""The built-in default case (also the simulator's benchmark (a))."""
+DEFAULT_CASE = "bert48 on dapple-2x8-v100, 4 stages x 4 replicas, global batch 256 in 32 micro-batches"
+_CASE_KEYS = ("model", "cluster", "gbs", "microbatches", "stages", "split", "plan", "replicas")
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of integers") from None
+    if not values:
+        raise argparse.ArgumentTypeError("the list is empty")
+    return values
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Add ``simulate``."""
+    p = subparsers.add_parser(
+        "simulate",
+        help="simulate one training iteration of a plan",
+        description="Simulate one iteration of a pipeline + data parallel plan on a cluster. "
+        f"With no model, cluster or plan arguments it runs the built-in default case: {DEFAULT_CASE}.",
+    )
+    add_model_args(p, required=False)
+    add_cluster_arg(p, required=False)
+    p.add_argument("--gbs", type=positive_int, help="global batch size, samples (required unless --plan)")
+    p.add_argument("--microbatches", type=positive_int, help="micro-batches per iteration (required unless --plan)")
+    how = p.add_mutually_exclusive_group()
+    how.add_argument("--stages", type=positive_int, help="number of stages, balanced by layer time")
+    how.add_argument("--split", type=_int_list, help="layers per stage, e.g. 10,14,24")
+    how.add_argument("--plan", help="a plan file written by `pipesim plan -o`")
+    p.add_argument("--replicas", type=_int_list, help="replicas per stage, e.g. 2,2,4 (default 1 each)")
+    p.add_argument("--schedule", default=None, help="schedule name (default dapple; see `pipesim schedule show`)")
+    p.add_argument("--chunks", type=positive_int, default=1, help="model chunks per device (interleaved)")
+    p.add_argument("--optimizer", default="adam", choices=("sgd", "momentum", "adam"))
+    p.add_argument("--recompute", action="store_true", help="recompute activations in the backward")
+    p.add_argument("--allreduce", default="auto", choices=("auto", "ring", "hierarchical"))
+    p.add_argument("--jitter", type=float, default=0.0, help="coefficient of variation of op times (needs --seed)")
+    p.add_argument("--seed", type=int, default=None, help="random seed for --jitter")
+    p.add_argument("--free-links", action="store_true", help="zero-latency, infinite-bandwidth links")
+    p.add_argument("--gantt", help="write a Gantt chart (.png, .svg or .pdf)")
+    p.add_argument("--trace", help="write a Chrome/Perfetto trace (.json)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=_run)
+
+
+def result_json(result: Any) -> dict[str, Any]:
+    """The ``simulate --json`` document for a SimulationResult."""
+    stage_of: dict[int, int] = {}
+    for d in result.devices:
+        stage_of[d.device] = d.stages[0]
+    return {
+        "schedule": result.schedule,
+        "iteration_time_s": result.iteration_time_s,
+        "throughput_samples_per_s": result.throughput_samples_per_s,
+        "bubble_fraction": result.bubble_fraction,
+        "exposed_allreduce_time_s": result.exposed_allreduce_time_s,
+        "peak_memory_bytes": result.peak_memory_bytes,
+        "fits": result.fits,
+        "num_stages": result.num_stages,
+        "num_microbatches": result.num_microbatches,
+        "global_batch_size": result.global_batch_size,
+        "stage_peak_memory_bytes": list(result.stage_peak_memory_bytes),
+        "devices": [
+            {
+                "device": d.device,
+                "stage": d.stages[0],
+                "stages": list(d.stages),
+                "busy_time_s": d.busy_time_s,
+                "comm_wait_time_s": d.comm_wait_time_s,
+                "bubble_time_s": d.bubble_time_s,
+                "allreduce_time_s": d.allreduce_time_s,
+                "static_memory_bytes": d.static_memory_bytes,
+                "peak_memory_bytes": d.peak_memory_bytes,
+                "memory_capacity_bytes": d.memory_capacity_bytes,
+                "fits": d.fits,
+            }
+            for d in result.devices
+        ],
+    }
+
+
+def _run(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from pipesim.api import load_cluster, load_model, make_plan
+    from pipesim.plan import load_plan
+    from pipesim.simulator import SimOptions, simulate
+
+    if all(getattr(args, key) is None for key in _CASE_KEYS):
+        for key, value in DEFAULTS.items():
+            setattr(args, key, value)
+    if args.model is None:
+        raise invalid("--model", None, "is required (a zoo name or a profile file)")
+    if args.cluster is None:
+        raise invalid("--cluster", None, "is required (a preset name or a cluster TOML file)")
+    if args.stages is None and args.split is None and args.plan is None:
+        raise invalid("--stages/--split/--plan", None, "give one of them to say how to split the model")
+    profile = load_model(args.model, pbs=args.pbs)
+    cluster = load_cluster(args.cluster)
+    if args.plan:
+        plan = load_plan(args.plan)
+        if args.schedule:
+            plan = replace(plan, schedule=args.schedule)
+    else:
+        if args.gbs is None:
+            raise invalid("--gbs", None, "is required unless --plan is given")
+        if args.microbatches is None:
+            raise invalid("--microbatches", None, "is required unless --plan is given")
+        plan = make_plan(
+            profile,
+            global_batch_size=args.gbs,
+            num_microbatches=args.microbatches,
+            stages=args.stages,
+            split=args.split,
+            replicas=args.replicas,
+            schedule=args.schedule or "dapple",
+            chunks=args.chunks,
+            optimizer=args.optimizer,
+            recompute=args.recompute,
+            allreduce=args.allreduce,
+        )
+    options = SimOptions(free_links=args.free_links, jitter=args.jitter, seed=args.seed)
+    result = simulate(plan, profile, cluster, options)
+    if args.gantt:
+        from pipesim.simulator.gantt import write_gantt
+
+        write_gantt(result, args.gantt, title=f"{profile.name} on {cluster.name}: {result.schedule}")
+    if args.trace:
+        from pipesim.simulator.chrome import write_chrome_trace
+
+        write_chrome_trace(result, args.trace, server_of=cluster.server_of)
+    if args.json:
+        print_json(result_json(result))
+        return 0
+    print(
+        f"{profile.name} on {cluster.name}: {plan.num_stages} stages, "
+        f"replicas {','.join(str(s.replicas) for s in plan.stages[: plan.num_ranks])}, "
+        f"{plan.num_microbatches} micro-batches of {plan.global_batch_size // plan.num_microbatches}, "
+        f"schedule {result.schedule}"
+    )
+    print(
+        f"iteration {result.iteration_time_s / MS:.2f} ms, {result.throughput_samples_per_s:.1f} samples/s, "
+        f"bubble {result.bubble_fraction:.1%}, exposed all-reduce {result.exposed_allreduce_time_s / MS:.2f} ms"
+    )
+    rows = [
+        (
+            d.device,
+            ",".join(str(s) for s in d.stages),
+            f"{d.busy_time_s / MS:.2f}",
+            f"{d.comm_wait_time_s / MS:.2f}",
+            f"{d.bubble_time_s / MS:.2f}",
+            f"{d.peak_memory_bytes / GIB:.2f}",
+            "yes" if d.fits else "NO",
+        )
+        for d in result.devices
+    ]
+    print(format_table(["device", "stage", "busy ms", "comm wait ms", "bubble ms", "peak GiB", "fits"], rows))
+    if not result.fits:
+        print("warning: the plan does not fit in device memory on at least one device")
+    for path in (args.gantt, args.trace):
+        if path:
+            print(f"wrote {path}")
+    return 0

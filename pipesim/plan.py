@@ -1,0 +1,617 @@
+"""The parallel plan: how a model is split into stages, replicated and placed, and how it is scheduled.
+
+One type shared by the planner (which proposes plans with an :class:`Estimate`) and the simulator
+(which executes them). It may import only the base modules, ``pipesim.profiles`` and
+``pipesim.schedules``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pipesim.errors import FormatError, Infeasible, InputError, invalid
+from pipesim.profiles.fileformat import atomic_write_text
+from pipesim.profiles.model import ModelProfile
+
+__all__ = [
+    "OPTIMIZERS",
+    "OPTIMIZER_STATE_MULTIPLIER",
+    "ALLREDUCE_ALGORITHMS",
+    "Estimate",
+    "Plan",
+    "StagePlan",
+    "load_plan",
+    "plan_from_dict",
+    "plan_to_dict",
+    "save_plan",
+    "split_samples",
+    "stage_activation_bytes",
+    "static_memory_multiplier",
+]
+
+OPTIMIZERS: tuple[str, ...] = ("sgd", "momentum", "adam")
+"""Optimizers whose state the memory model knows."""
+ALLREDUCE_ALGORITHMS: tuple[str, ...] = ("auto", "ring", "hierarchical")
+"""Gradient all-reduce algorithms among a stage's replicas."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StagePlan:
+    """One pipeline stage: a contiguous range of layers, replicated over some devices.
+
+    Attributes:
+        first_layer: index of the stage's first layer.
+        last_layer: index of its last layer (inclusive).
+        replicas: how many devices run the stage; each takes an equal share of every
+            micro-batch (DAPPLE's data parallelism inside a stage).
+        devices: the device ids, one per replica, or ``None`` to place automatically (the first
+            free devices in the cluster's order).
+
+    Raises:
+        InputError: a negative or reversed layer range, ``replicas < 1``, or a device list whose
+            length differs from ``replicas`` or repeats a device.
+    """
+
+    first_layer: int
+    last_layer: int
+    replicas: int = 1
+    devices: tuple[int, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if self.first_layer < 0:
+            raise invalid("first_layer", self.first_layer, "must be >= 0")
+        if self.last_layer < self.first_layer:
+            raise invalid(
+                "last_layer", self.last_layer, f"must be >= first_layer ({self.first_layer})"
+            )
+        if self.replicas < 1:
+            raise invalid("replicas", self.replicas, "must be >= 1")
+        if self.devices is not None:
+            if len(self.devices) != self.replicas:
+                raise invalid(
+                    "devices",
+                    list(self.devices),
+                    f"must list one device per replica ({self.replicas} replicas)",
+                )
+            if len(set(self.devices)) != len(self.devices):
+                raise invalid("devices", list(self.devices), "must not repeat a device")
+            if any(d < 0 for d in self.devices):
+                raise invalid("devices", list(self.devices), "device ids must be >= 0")
+
+    @property
+    def num_layers(self) -> int:
+        """Number of layers in the stage."""
+        return self.last_layer - self.first_layer + 1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Estimate:
+    """A planner's analytic prediction for a plan.
+
+    Attributes:
+        iteration_time_s: predicted time of one training iteration, seconds.
+        throughput_samples_per_s: global batch over iteration time.
+        peak_memory_bytes: predicted peak allocation of the fullest device, bytes.
+        speedup_vs_single: throughput relative to one device running the whole batch (with
+            gradient accumulation where needed), or ``None``.
+        speedup_vs_dp: throughput relative to the best pure data-parallel plan, or ``None``.
+        device_peak_memory_bytes: predicted peak per device id, bytes (may be empty).
+    """
+
+    iteration_time_s: float
+    throughput_samples_per_s: float
+    peak_memory_bytes: float
+    speedup_vs_single: float | None = None
+    speedup_vs_dp: float | None = None
+    device_peak_memory_bytes: Mapping[int, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Plan:
+    """A complete parallel plan for one training iteration.
+
+    Attributes:
+        stages: the pipeline stages in order; together they must cover the model's layers
+            exactly once. For interleaved schedules with ``chunks = v`` these are the ``p * v``
+            virtual stages, virtual stage ``s`` on the devices of stage ``s mod p``.
+        global_batch_size: samples per iteration.
+        num_microbatches: micro-batches the global batch is cut into (each of
+            ``global_batch_size / num_microbatches`` samples).
+        schedule: the schedule name (see ``pipesim.schedules``).
+        schedule_options: extra options for the schedule generator (e.g. ``warmup``).
+        chunks: model chunks per device for interleaved schedules (1 otherwise).
+        optimizer: ``"sgd"``, ``"momentum"`` or ``"adam"`` (sets optimizer-state memory).
+        recompute: keep only each stage's input per in-flight micro-batch and recompute the rest
+            during the backward.
+        allreduce: gradient all-reduce algorithm among a stage's replicas.
+        microbatch_sizes: per-micro-batch sample counts for variable-size micro-batches (they must
+            sum to ``global_batch_size``), or ``None`` for equal micro-batches.
+        estimate: the planner's prediction, if the plan came from a planner.
+        planner: the name of the planner that made the plan, if any.
+
+    Raises:
+        InputError: no stages, stages that are not contiguous from layer 0, a bad batch or
+            micro-batch count, an unknown optimizer or all-reduce algorithm, a device on two
+            stages, or micro-batch sizes that do not add up.
+    """
+
+    stages: tuple[StagePlan, ...]
+    global_batch_size: int
+    num_microbatches: int
+    schedule: str = "dapple"
+    schedule_options: Mapping[str, Any] = field(default_factory=dict)
+    chunks: int = 1
+    optimizer: str = "adam"
+    recompute: bool = False
+    allreduce: str = "auto"
+    microbatch_sizes: tuple[int, ...] | None = None
+    estimate: Estimate | None = None
+    planner: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.stages:
+            raise invalid("stages", [], "a plan needs at least one stage")
+        expected = 0
+        for index, stage in enumerate(self.stages):
+            if stage.first_layer != expected:
+                raise invalid(
+                    f"stages[{index}].first_layer",
+                    stage.first_layer,
+                    f"stages must be contiguous from layer 0; expected {expected}",
+                )
+            expected = stage.last_layer + 1
+        if self.global_batch_size < 1:
+            raise invalid("global_batch_size", self.global_batch_size, "must be >= 1")
+        if self.num_microbatches < 1:
+            raise invalid("num_microbatches", self.num_microbatches, "must be >= 1")
+        if self.chunks < 1:
+            raise invalid("chunks", self.chunks, "must be >= 1")
+        if len(self.stages) % self.chunks:
+            raise invalid(
+                "chunks",
+                self.chunks,
+                f"must divide the number of (virtual) stages ({len(self.stages)})",
+            )
+        if self.optimizer not in OPTIMIZERS:
+            raise invalid("optimizer", self.optimizer, f"must be one of {', '.join(OPTIMIZERS)}")
+        if self.allreduce not in ALLREDUCE_ALGORITHMS:
+            raise invalid(
+                "allreduce", self.allreduce, f"must be one of {', '.join(ALLREDUCE_ALGORITHMS)}"
+            )
+        if self.microbatch_sizes is None:
+            if self.global_batch_size % self.num_microbatches:
+                raise invalid(
+                    "num_microbatches",
+                    self.num_microbatches,
+                    f"must divide the global batch size ({self.global_batch_size}) into equal "
+                    "micro-batches",
+                )
+        else:
+            if len(self.microbatch_sizes) != self.num_microbatches:
+                raise invalid(
+                    "microbatch_sizes",
+                    list(self.microbatch_sizes),
+                    f"must have one entry per micro-batch ({self.num_microbatches})",
+                )
+            if any(s < 1 for s in self.microbatch_sizes):
+                raise invalid("microbatch_sizes", list(self.microbatch_sizes), "entries must be >= 1")
+            if sum(self.microbatch_sizes) != self.global_batch_size:
+                raise invalid(
+                    "microbatch_sizes",
+                    list(self.microbatch_sizes),
+                    f"must sum to the global batch size ({self.global_batch_size})",
+                )
+        self._check_chunk_placement()
+        placed: dict[int, int] = {}
+        for rank, stage in enumerate(self.stages[: self.num_ranks]):
+            for device in stage.devices or ():
+                if device in placed:
+                    raise invalid(
+                        f"stages[{rank}].devices",
+                        list(stage.devices or ()),
+                        f"device {device} is already used by stage {placed[device]}",
+                    )
+                placed[device] = rank
+
+    def _check_chunk_placement(self) -> None:
+        p = self.num_ranks
+        for s in range(p, len(self.stages)):
+            base, stage = self.stages[s % p], self.stages[s]
+            if stage.replicas != base.replicas or stage.devices != base.devices:
+                raise invalid(
+                    f"stages[{s}]",
+                    f"replicas={stage.replicas}, devices={stage.devices}",
+                    f"virtual stage {s} runs on the devices of stage {s % p}: replicas and devices "
+                    "must match",
+                )
+
+    @property
+    def num_stages(self) -> int:
+        """Number of (virtual) stages."""
+        return len(self.stages)
+
+    @property
+    def num_ranks(self) -> int:
+        """Number of pipeline ranks (device groups): stages over chunks."""
+        return len(self.stages) // self.chunks
+
+    @property
+    def num_devices(self) -> int:
+        """Devices the plan uses."""
+        return sum(stage.replicas for stage in self.stages[: self.num_ranks])
+
+    @property
+    def num_layers(self) -> int:
+        """Layers the plan covers."""
+        return self.stages[-1].last_layer + 1
+
+    def microbatch_samples(self) -> tuple[int, ...]:
+        """Samples in each micro-batch."""
+        if self.microbatch_sizes is not None:
+            return self.microbatch_sizes
+        size = self.global_batch_size // self.num_microbatches
+        return (size,) * self.num_microbatches
+
+    def check_against(self, num_layers: int, num_devices: int) -> None:
+        """Check that the plan fits a model of ``num_layers`` layers and a cluster of ``num_devices``.
+
+        Raises:
+            Infeasible: the plan has more stages than the model has layers, or needs more
+                devices than the cluster has.
+            InputError: the stages do not end at the model's last layer, a device id is not in
+                the cluster, or a micro-batch cannot be split over a stage's replicas.
+        """
+        if self.num_stages > num_layers:
+            raise Infeasible(
+                f"stages={self.num_stages}: a plan cannot have more stages than the model has "
+                f"layers ({num_layers})"
+            )
+        if self.num_layers != num_layers:
+            raise invalid(
+                "stages",
+                f"layers 0..{self.num_layers - 1}",
+                f"must cover the model's layers 0..{num_layers - 1} exactly",
+            )
+        if self.num_devices > num_devices:
+            raise Infeasible(
+                f"plan needs {self.num_devices} devices (sum of replicas) but the cluster has "
+                f"{num_devices}"
+            )
+        for index, stage in enumerate(self.stages):
+            for device in stage.devices or ():
+                if device >= num_devices:
+                    raise invalid(
+                        f"stages[{index}].devices",
+                        list(stage.devices or ()),
+                        f"device {device} is not in the cluster (ids 0..{num_devices - 1})",
+                    )
+            smallest = min(self.microbatch_samples())
+            if smallest < stage.replicas:
+                raise Infeasible(
+                    f"stages[{index}].replicas={stage.replicas}: a micro-batch of {smallest} "
+                    f"samples cannot be split over {stage.replicas} replicas"
+                )
+
+    def placement(self, num_devices: int) -> tuple[tuple[int, ...], ...]:
+        """Device ids of each rank's replicas: the listed ones, else the next free ids in order.
+
+        Raises:
+            Infeasible: more devices are needed than ``num_devices``.
+        """
+        used = {d for stage in self.stages[: self.num_ranks] for d in stage.devices or ()}
+        free = (d for d in range(num_devices) if d not in used)
+        result: list[tuple[int, ...]] = []
+        for stage in self.stages[: self.num_ranks]:
+            if stage.devices is not None:
+                result.append(stage.devices)
+                continue
+            chosen = tuple(next(free, -1) for _ in range(stage.replicas))
+            if -1 in chosen:
+                raise Infeasible(
+                    f"plan needs {self.num_devices} devices but the cluster has {num_devices}"
+                )
+            result.append(chosen)
+        return tuple(result)
+
+
+def split_samples(samples: int, parts: int) -> tuple[tuple[int, int], ...]:
+    """Split ``samples`` into ``parts`` contiguous ranges as evenly as possible.
+
+    The first ``samples % parts`` ranges get one sample more. Returns ``(start, stop)`` pairs.
+
+    Raises:
+        InputError: ``parts < 1`` or ``samples < parts``.
+    """
+    if parts < 1:
+        raise invalid("parts", parts, "must be >= 1")
+    if samples < parts:
+        raise InputError(f"samples={samples}: cannot split into {parts} non-empty parts")
+    base, extra = divmod(samples, parts)
+    ranges = []
+    start = 0
+    for k in range(parts):
+        stop = start + base + (1 if k < extra else 0)
+        ranges.append((start, stop))
+        start = stop
+    return tuple(ranges)
+
+
+# --------------------------------------------------------------------------------------------
+# The plan file format (JSON)
+
+PLAN_FORMAT = "pipesim-plan"
+PLAN_VERSION = 1
+
+
+def plan_to_dict(plan: Plan) -> dict[str, Any]:
+    """Serialise a plan to the JSON-ready ``pipesim-plan`` form (units in key names)."""
+    data: dict[str, Any] = {
+        "format": PLAN_FORMAT,
+        "version": PLAN_VERSION,
+        "stages": [
+            {
+                "layers": [s.first_layer, s.last_layer],
+                "replicas": s.replicas,
+                **({"devices": list(s.devices)} if s.devices is not None else {}),
+            }
+            for s in plan.stages
+        ],
+        "global_batch_size": plan.global_batch_size,
+        "microbatches": plan.num_microbatches,
+        "schedule": plan.schedule,
+        "schedule_options": dict(plan.schedule_options),
+        "chunks": plan.chunks,
+        "optimizer": plan.optimizer,
+        "recompute": plan.recompute,
+        "allreduce": plan.allreduce,
+    }
+    if plan.microbatch_sizes is not None:
+        data["microbatch_sizes"] = list(plan.microbatch_sizes)
+    if plan.planner is not None:
+        data["planner"] = plan.planner
+    if plan.estimate is not None:
+        e = plan.estimate
+        data["estimate"] = {
+            "iteration_time_s": e.iteration_time_s,
+            "throughput_samples_per_s": e.throughput_samples_per_s,
+            "peak_memory_bytes": e.peak_memory_bytes,
+            "speedup_vs_single": e.speedup_vs_single,
+            "speedup_vs_dp": e.speedup_vs_dp,
+        }
+    return data
+
+
+def _get(data: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where: str, path: str | None) -> Any:
+    if key not in data:
+        raise FormatError(path, None, f"missing key {where}{key}")
+    value = data[key]
+    if not isinstance(value, kind) or isinstance(value, bool) and kind is int:
+        names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+        raise FormatError(path, None, f"{where}{key}={value!r}: expected {names}")
+    return value
+
+
+def plan_from_dict(data: Mapping[str, Any], *, source: str | None = None) -> Plan:
+    """Build a plan from its ``pipesim-plan`` dictionary (see :func:`plan_to_dict`).
+
+    Accepts the output of ``pipesim plan --json`` too (a list is not accepted: pass one element).
+
+    Raises:
+        FormatError: a missing key or a value of the wrong type (names the file and key).
+        InputError: a value breaks a plan rule.
+    """
+    if not isinstance(data, Mapping):
+        raise FormatError(source, None, "a plan must be a JSON object")
+    stages_raw = _get(data, "stages", list, "", source)
+    stages = []
+    for i, raw in enumerate(stages_raw):
+        where = f"stages[{i}]."
+        if not isinstance(raw, Mapping):
+            raise FormatError(source, None, f"stages[{i}]: expected an object")
+        layers = _get(raw, "layers", list, where, source)
+        if len(layers) != 2 or not all(isinstance(x, int) for x in layers):
+            raise FormatError(source, None, f"{where}layers={layers!r}: expected [first, last] integers")
+        devices = raw.get("devices")
+        if devices is not None and (
+            not isinstance(devices, list) or not all(isinstance(d, int) for d in devices)
+        ):
+            raise FormatError(source, None, f"{where}devices={devices!r}: expected a list of integers")
+        stages.append(
+            StagePlan(
+                first_layer=layers[0],
+                last_layer=layers[1],
+                replicas=raw.get("replicas", 1),
+                devices=None if devices is None else tuple(devices),
+            )
+        )
+    estimate = None
+    if isinstance(data.get("estimate"), Mapping):
+        e = data["estimate"]
+        estimate = Estimate(
+            iteration_time_s=float(e.get("iteration_time_s", 0.0)),
+            throughput_samples_per_s=float(e.get("throughput_samples_per_s", 0.0)),
+            peak_memory_bytes=float(e.get("peak_memory_bytes", 0.0)),
+            speedup_vs_single=e.get("speedup_vs_single"),
+            speedup_vs_dp=e.get("speedup_vs_dp"),
+        )
+    sizes = data.get("microbatch_sizes")
+    try:
+        return Plan(
+            stages=tuple(stages),
+            global_batch_size=_get(data, "global_batch_size", int, "", source),
+            num_microbatches=_get(data, "microbatches", int, "", source),
+            schedule=str(data.get("schedule", "dapple")),
+            schedule_options=dict(data.get("schedule_options") or {}),
+            chunks=int(data.get("chunks", 1)),
+            optimizer=str(data.get("optimizer", "adam")),
+            recompute=bool(data.get("recompute", False)),
+            allreduce=str(data.get("allreduce", "auto")),
+            microbatch_sizes=None if sizes is None else tuple(int(s) for s in sizes),
+            estimate=estimate,
+            planner=data.get("planner"),
+        )
+    except InputError as exc:
+        if source is None:
+            raise
+        raise InputError(f"{source}: {exc}") from exc
+
+
+def save_plan(plan: Plan, path: str | Path) -> None:
+    """Write a plan as JSON, atomically (a temporary file renamed into place).
+
+    Raises:
+        OSError: the file cannot be written.
+    """
+    atomic_write_text(path, json.dumps(plan_to_dict(plan), indent=2) + "\n")
+
+
+def load_plan(path: str | Path) -> Plan:
+    """Read a plan written by :func:`save_plan` or ``pipesim plan -o``.
+
+    Raises:
+        FormatError: the file is not valid JSON or not a plan.
+        OSError: the file cannot be read.
+    """
+    text = Path(path).read_text(encoding="utf-8")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise FormatError(path, exc.lineno, f"invalid JSON: {exc.msg}") from exc
+    if isinstance(data, list):
+        if not data:
+            raise FormatError(path, None, "an empty list holds no plan")
+        data = data[0]
+    return plan_from_dict(data, source=str(path))
+
+
+def stage_ranges(split: Sequence[int], num_layers: int) -> list[tuple[int, int]]:
+    """Turn stage sizes in layers (``--split 10,14,24``) into inclusive layer ranges.
+
+    Raises:
+        InputError: a size < 1, or the sizes do not add up to ``num_layers``.
+    """
+    if any(n < 1 for n in split):
+        raise invalid("split", list(split), "every stage needs at least one layer")
+    if sum(split) != num_layers:
+        raise invalid("split", list(split), f"must add up to the model's {num_layers} layers")
+    ranges = []
+    start = 0
+    for n in split:
+        ranges.append((start, start + n - 1))
+        start += n
+    return ranges
+
+
+def balanced_split(stage_times_s: Sequence[float], num_stages: int) -> list[int]:
+    """Cut a chain of layer times into ``num_stages`` contiguous stages minimising the slowest one.
+
+    An exact dynamic program over prefix sums (O(S n^2) worst case, n layers): among splits with
+    the smallest maximum stage time it returns the one that is lexicographically smallest in
+    stage sizes from the end (later stages get more layers), so results are deterministic.
+
+    Args:
+        stage_times_s: time of each layer (forward + backward), seconds.
+        num_stages: stages wanted.
+
+    Returns:
+        The number of layers in each stage.
+
+    Raises:
+        Infeasible: more stages than layers.
+        InputError: ``num_stages < 1``.
+    """
+    n = len(stage_times_s)
+    if num_stages < 1:
+        raise invalid("stages", num_stages, "must be >= 1")
+    if num_stages > n:
+        raise Infeasible(f"stages={num_stages}: a model with {n} layers has at most {n} stages")
+    prefix = [0.0]
+    for t in stage_times_s:
+        prefix.append(prefix[-1] + t)
+    inf = float("inf")
+    # best[k][i]: smallest max-stage time covering layers i..n-1 with k stages
+    best = [[inf] * (n + 1) for _ in range(num_stages + 1)]
+    choice = [[0] * (n + 1) for _ in range(num_stages + 1)]
+    best[0][n] = 0.0
+    for k in range(1, num_stages + 1):
+        for i in range(n - k, -1, -1):
+            for j in range(i + 1, n - k + 2):
+                value = max(prefix[j] - prefix[i], best[k - 1][j])
+                if value < best[k][i]:
+                    best[k][i] = value
+                    choice[k][i] = j
+    sizes = []
+    i = 0
+    for k in range(num_stages, 0, -1):
+        j = choice[k][i]
+        sizes.append(j - i)
+        i = j
+    return sizes
+
+
+# --------------------------------------------------------------------------------------------
+# The memory model shared by the planner's estimates and the simulator
+
+OPTIMIZER_STATE_MULTIPLIER: dict[tuple[str, bool], float] = {
+    # (optimizer, mixed precision) -> optimizer-state bytes per parameter byte in the training
+    # dtype. fp32: momentum 1 buffer, Adam m and v. Mixed precision (fp16/bf16 weights): the fp32
+    # master copy (2) plus fp32 momentum (2) or Adam m and v (4). Mixed-precision Adam is then
+    # 2 + 2 + 12 = 16 bytes per parameter, the figure of Rajbhandari et al., "ZeRO: Memory
+    # Optimizations Toward Training Trillion Parameter Models" (SC'20), Sec. 3.1.
+    ("sgd", False): 0.0,
+    ("momentum", False): 1.0,
+    ("adam", False): 2.0,
+    ("sgd", True): 2.0,
+    ("momentum", True): 4.0,
+    ("adam", True): 6.0,
+}
+"""Optimizer-state bytes per parameter byte, by (optimizer, mixed precision)."""
+
+
+def static_memory_multiplier(dtype: str, optimizer: str) -> float:
+    """Bytes of weights + gradients + optimizer state per parameter byte (see the table above).
+
+    Raises:
+        InputError: unknown optimizer.
+    """
+    key = (optimizer, dtype != "float32")
+    if key not in OPTIMIZER_STATE_MULTIPLIER:
+        raise invalid("optimizer", optimizer, f"must be one of {', '.join(OPTIMIZERS)}")
+    return 2.0 + OPTIMIZER_STATE_MULTIPLIER[key]
+
+
+def stage_activation_bytes(
+    profile: ModelProfile, first_layer: int, last_layer: int, samples: float, recompute: bool
+) -> tuple[float, float]:
+    """Activation memory of one replica of a stage for one micro-batch share of ``samples``, bytes.
+
+    Returns ``(stash, work)``: ``stash`` is kept from the forward until the backward ends (the
+    stage's received input, the cut's crossing bytes, plus every layer's saved bytes; with
+    ``recompute`` only the input), ``work`` is the transient working set of the backward (the
+    largest layer output; with ``recompute`` the re-materialised saved bytes). A device holding
+    ``K`` micro-batches in flight peaks at ``static + K * stash + work``.
+
+    Args:
+        profile: the :class:`~pipesim.profiles.model.ModelProfile`.
+        first_layer: the stage's first layer.
+        last_layer: its last layer (inclusive).
+        samples: samples of the replica's share of a micro-batch (> 0).
+        recompute: activation recomputation.
+
+    Raises:
+        InputError: ``samples`` is not > 0.
+    """
+    layers = range(first_layer, last_layer + 1)
+    stashed = profile.stashed_bytes(samples)
+    inputs = 0.0
+    if first_layer > 0:
+        inputs = profile.cuts()[first_layer - 1].crossing_bytes / profile.profile_batch_size * samples
+    saved = sum(stashed[i] for i in layers)
+    if recompute:
+        return inputs, saved
+    acts = profile.activation_bytes(samples)
+    return inputs + saved, max(acts[i] for i in layers)

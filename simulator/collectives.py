@@ -1,0 +1,445 @@
+"""Collectives: gradient all-reduce among a stage's replicas, built from real network transfers.
+
+Two algorithms, both made of :meth:`Network.transfer` calls over the routes the caller gives, so
+link sharing (with each other and with any other traffic) shows up by itself:
+
+* **ring** over n members (in the given order): 2(n - 1) steps; in each step every member sends a
+  chunk of S/n bytes to the next member, and the step ends when all n chunks have arrived
+  (reduce-scatter, then all-gather). On equal, uncontended links of bandwidth B and per-hop
+  latency a it takes ``2(n - 1) a + 2 (n - 1)/n * S / B``.
+* **hierarchical** over k servers of g members each (members grouped by ``server_of``, servers
+  in order of first appearance, members in their given order): an intra-server ring
+  reduce-scatter (g - 1 steps of S/g bytes, every server at once, each server's ring at its own
+  pace), then g concurrent inter-server ring all-reduces of the S/g shard, one per local rank j
+  among the members with local rank j (2(k - 1) steps of S/(g k) bytes), then an intra-server
+  ring all-gather (g - 1 steps of S/g bytes). Phases are separated by a barrier (exact: each
+  inter-server ring needs every server's reduce-scatter, each all-gather every ring). Uncontended::
+
+      2 (g - 1) (a_intra + S / (g B_intra))  +  2 (k - 1) (a_inter + S / (g k B_inter))
+
+  where B_inter is the rate one inter-server ring gets per hop (NIC bandwidth divided by the
+  rings sharing the NIC). **Uneven servers** (different member counts per server) fall back to a
+  ring over the members ordered by server, as do k == 1 and g == 1, where both algorithms are the
+  same ring.
+
+``auto`` chooses per call: ring when hierarchical does not apply (no ``server_of``, uneven
+servers, one server, one member per server); otherwise whichever has the smaller
+:func:`estimate_allreduce_time_s`, a cheap analytic estimate on the actual routes (per step, each
+chunk's rate is its route's tightest ``capacity / chunks of this step on the link``; ties go to
+ring).
+
+One member (or none) costs zero time. Every function here takes plain callables for routing, so it
+does not depend on the cluster type: ``route(src_device, dst_device) -> tuple[int, ...]`` and
+``server_of(device) -> int``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Generator, Sequence
+from enum import Enum
+from typing import Any
+
+import simpy
+
+from pipesim.errors import UnknownNameError, invalid
+from pipesim.simulator.network import Network
+
+__all__ = [
+    "AllReduceAlgorithm",
+    "Route",
+    "ServerOf",
+    "allreduce",
+    "choose_allreduce_algorithm",
+    "estimate_allreduce_time_s",
+    "hierarchical_allreduce",
+    "hierarchical_allreduce_time_s",
+    "ring_allreduce",
+    "ring_allreduce_time_s",
+]
+
+Route = Callable[[int, int], tuple[int, ...]]
+"""``route(src_device, dst_device)``: the link indices a transfer between two devices uses."""
+ServerOf = Callable[[int], int]
+"""``server_of(device)``: the server (node) a device sits in."""
+Process = Generator[simpy.Event, Any, None]
+"""A SimPy process body: run it with ``env.process(...)`` or ``yield from`` it."""
+
+
+class AllReduceAlgorithm(str, Enum):
+    """How a stage's replicas all-reduce their gradients."""
+
+    RING = "ring"
+    HIERARCHICAL = "hierarchical"
+    AUTO = "auto"
+
+    @classmethod
+    def parse(cls, name: str | AllReduceAlgorithm) -> AllReduceAlgorithm:
+        """The algorithm called ``name``.
+
+        Raises:
+            UnknownNameError: ``name`` is not ``ring``, ``hierarchical`` or ``auto``.
+        """
+        if isinstance(name, AllReduceAlgorithm):
+            return name
+        try:
+            return cls(name)
+        except ValueError:
+            raise UnknownNameError("all-reduce algorithm", str(name), [a.value for a in cls]) from None
+
+
+# ---------------------------------------------------------------------- closed forms
+def ring_allreduce_time_s(n: int, nbytes: float, bandwidth_bytes_per_s: float, latency_s: float) -> float:
+    """Ring all-reduce time on n members over equal, uncontended links, seconds.
+
+    ``2 (n - 1) latency_s + 2 (n - 1) / n * nbytes / bandwidth_bytes_per_s``; 0 for n <= 1.
+    (Patarasuk and Yuan, "Bandwidth optimal all-reduce algorithms for clusters of workstations",
+    JPDC 2009: the ring's 2(n - 1) steps of S/n bytes.)
+
+    Raises:
+        InputError: n < 1, negative bytes or latency, or bandwidth <= 0.
+    """
+    _check_count("n", n)
+    _check_nonneg("nbytes", nbytes)
+    _check_nonneg("latency_s", latency_s)
+    _check_positive("bandwidth_bytes_per_s", bandwidth_bytes_per_s)
+    if n <= 1:
+        return 0.0
+    return 2 * (n - 1) * (latency_s + nbytes / n / bandwidth_bytes_per_s)
+
+
+def hierarchical_allreduce_time_s(
+    n_servers: int,
+    gpus_per_server: int,
+    nbytes: float,
+    *,
+    intra_bandwidth_bytes_per_s: float,
+    intra_latency_s: float,
+    inter_bandwidth_bytes_per_s: float,
+    inter_latency_s: float,
+) -> float:
+    """Hierarchical all-reduce time (see the module docstring), seconds, uncontended links.
+
+    ``2 (g - 1) (a_intra + S / (g B_intra)) + 2 (k - 1) (a_inter + S / (g k B_inter))`` with
+    k = ``n_servers``, g = ``gpus_per_server``. ``inter_bandwidth_bytes_per_s`` is the rate one
+    of the g concurrent inter-server rings gets per hop: divide a shared NIC's bandwidth by the
+    number of rings crossing it.
+
+    Raises:
+        InputError: a count < 1, negative bytes or latency, or a bandwidth <= 0.
+    """
+    _check_count("n_servers", n_servers)
+    _check_count("gpus_per_server", gpus_per_server)
+    _check_nonneg("nbytes", nbytes)
+    _check_nonneg("intra_latency_s", intra_latency_s)
+    _check_nonneg("inter_latency_s", inter_latency_s)
+    _check_positive("intra_bandwidth_bytes_per_s", intra_bandwidth_bytes_per_s)
+    _check_positive("inter_bandwidth_bytes_per_s", inter_bandwidth_bytes_per_s)
+    k, g = n_servers, gpus_per_server
+    shard = nbytes / g
+    intra = 2 * (g - 1) * (intra_latency_s + shard / intra_bandwidth_bytes_per_s)
+    inter = 2 * (k - 1) * (inter_latency_s + shard / k / inter_bandwidth_bytes_per_s)
+    return intra + inter
+
+
+# ---------------------------------------------------------------------- processes
+def ring_allreduce(
+    env: simpy.Environment,
+    network: Network,
+    members: Sequence[int],
+    nbytes: float,
+    route: Route,
+    *,
+    tag: object = None,
+) -> Process:
+    """Ring all-reduce of ``nbytes`` among ``members`` (device ids, ring in the given order).
+
+    Inputs are checked now; the returned generator is the SimPy process body (wrap it in
+    ``env.process`` or ``yield from`` it); it ends when the last chunk of the last step arrives.
+
+    Args:
+        env: the SimPy environment.
+        network: the network that carries the chunks.
+        members: distinct device ids, at least one.
+        nbytes: bytes each member contributes (the gradient size), >= 0.
+        route: ``route(src, dst)`` link indices between two devices.
+        tag: passed to every chunk transfer.
+
+    Raises:
+        InputError: no members, duplicate members, or bad ``nbytes``.
+    """
+    order = _check_members(members)
+    _check_nonneg("nbytes", nbytes)
+    n = len(order)
+    routes = [route(order[i], order[(i + 1) % n]) for i in range(n)] if n > 1 else []
+    return _ring_steps(env, network, [routes], nbytes / n, 2 * (n - 1), tag)
+
+
+def hierarchical_allreduce(
+    env: simpy.Environment,
+    network: Network,
+    members: Sequence[int],
+    nbytes: float,
+    route: Route,
+    server_of: ServerOf,
+    *,
+    tag: object = None,
+) -> Process:
+    """Hierarchical all-reduce (intra-server reduce-scatter, inter-server rings, intra all-gather).
+
+    Uneven servers fall back to a ring over the members ordered by server (module docstring).
+    Inputs are checked now; the returned generator is the SimPy process body.
+
+    Args:
+        env: the SimPy environment.
+        network: the network that carries the chunks.
+        members: distinct device ids, at least one.
+        nbytes: bytes each member contributes, >= 0.
+        route: ``route(src, dst)`` link indices between two devices.
+        server_of: ``server_of(device)`` server id of a device.
+        tag: passed to every chunk transfer.
+
+    Raises:
+        InputError: no members, duplicate members, or bad ``nbytes``.
+    """
+    _check_members(members)
+    _check_nonneg("nbytes", nbytes)
+    groups = _group_by_server(members, server_of)
+    if not _is_even(groups):
+        flat = [m for group in groups for m in group]
+        return ring_allreduce(env, network, flat, nbytes, route, tag=tag)
+    k, g = len(groups), len(groups[0])
+    intra = [[route(grp[i], grp[(i + 1) % g]) for i in range(g)] for grp in groups] if g > 1 else []
+    inter = (
+        [[route(groups[s][j], groups[(s + 1) % k][j]) for s in range(k)] for j in range(g)] if k > 1 else []
+    )
+    return _hierarchical_body(env, network, intra, inter, nbytes, k, g, tag)
+
+
+def allreduce(
+    env: simpy.Environment,
+    network: Network,
+    members: Sequence[int],
+    nbytes: float,
+    route: Route,
+    *,
+    server_of: ServerOf | None = None,
+    algorithm: str | AllReduceAlgorithm = AllReduceAlgorithm.AUTO,
+    tag: object = None,
+) -> Process:
+    """All-reduce with the named algorithm (``auto`` resolved by :func:`choose_allreduce_algorithm`).
+
+    Args:
+        env, network, members, nbytes, route, tag: as in :func:`ring_allreduce`.
+        server_of: ``server_of(device)``; required for ``hierarchical``; without it ``auto``
+            means ring.
+        algorithm: ``"ring"``, ``"hierarchical"`` or ``"auto"`` (default).
+
+    Returns:
+        The SimPy process body.
+
+    Raises:
+        UnknownNameError: unknown algorithm.
+        InputError: bad members or bytes, or ``hierarchical`` without ``server_of``.
+    """
+    algo = AllReduceAlgorithm.parse(algorithm)
+    if algo is AllReduceAlgorithm.AUTO:
+        algo = choose_allreduce_algorithm(network, members, nbytes, route, server_of=server_of)
+    if algo is AllReduceAlgorithm.HIERARCHICAL:
+        if server_of is None:
+            raise invalid("server_of", None, "is required for the hierarchical all-reduce")
+        return hierarchical_allreduce(env, network, members, nbytes, route, server_of, tag=tag)
+    return ring_allreduce(env, network, members, nbytes, route, tag=tag)
+
+
+# ---------------------------------------------------------------------- estimates
+def estimate_allreduce_time_s(
+    network: Network,
+    members: Sequence[int],
+    nbytes: float,
+    route: Route,
+    *,
+    server_of: ServerOf | None = None,
+    algorithm: str | AllReduceAlgorithm = AllReduceAlgorithm.RING,
+) -> float:
+    """Cheap analytic all-reduce time on the network's actual routes, seconds (for planners).
+
+    Each step takes the slowest of its chunks, a chunk taking its route's latency (plus the
+    network's overhead) plus ``chunk / min over its links of (bandwidth / chunks of this step on
+    the link)``. Exact for equal chunks on a bottleneck that only they share (so for the closed
+    forms); contention with other traffic is not seen. ``auto`` gives the smaller of the two.
+
+    Raises:
+        UnknownNameError: unknown algorithm.
+        InputError: bad members or bytes, or ``hierarchical`` without ``server_of``.
+    """
+    algo = AllReduceAlgorithm.parse(algorithm)
+    order = _check_members(members)
+    _check_nonneg("nbytes", nbytes)
+    if algo is AllReduceAlgorithm.AUTO:
+        algo = choose_allreduce_algorithm(network, order, nbytes, route, server_of=server_of)
+    n = len(order)
+    if n <= 1:
+        return 0.0
+    if algo is AllReduceAlgorithm.HIERARCHICAL:
+        if server_of is None:
+            raise invalid("server_of", None, "is required for the hierarchical all-reduce")
+        groups = _group_by_server(order, server_of)
+        if _is_even(groups):
+            return _hierarchical_estimate(network, groups, nbytes, route)
+        order = [m for group in groups for m in group]
+    ring = [route(order[i], order[(i + 1) % n]) for i in range(n)]
+    return 2 * (n - 1) * _step_time_s(network, ring, nbytes / n)
+
+
+def choose_allreduce_algorithm(
+    network: Network,
+    members: Sequence[int],
+    nbytes: float,
+    route: Route,
+    *,
+    server_of: ServerOf | None = None,
+) -> AllReduceAlgorithm:
+    """The algorithm ``auto`` runs: ring or hierarchical (the rule is in the module docstring).
+
+    Raises:
+        InputError: bad members or bytes.
+    """
+    order = _check_members(members)
+    _check_nonneg("nbytes", nbytes)
+    if server_of is None:
+        return AllReduceAlgorithm.RING
+    groups = _group_by_server(order, server_of)
+    if not _is_even(groups) or len(groups) == 1 or len(groups[0]) == 1:
+        return AllReduceAlgorithm.RING
+    n = len(order)
+    ring = [route(order[i], order[(i + 1) % n]) for i in range(n)]
+    ring_time = 2 * (n - 1) * _step_time_s(network, ring, nbytes / n)
+    hier_time = _hierarchical_estimate(network, groups, nbytes, route)
+    return AllReduceAlgorithm.HIERARCHICAL if hier_time < ring_time else AllReduceAlgorithm.RING
+
+
+# ---------------------------------------------------------------------- internals
+def _ring_steps(
+    env: simpy.Environment,
+    network: Network,
+    rings: list[list[tuple[int, ...]]],
+    chunk: float,
+    steps: int,
+    tag: object,
+) -> Process:
+    """``steps`` ring steps on each ring of routes; each ring waits only for its own chunks."""
+    if len(rings) == 1:
+        routes = rings[0]
+        for _ in range(steps):
+            yield _all_of(env, [network.transfer(r, chunk, tag=tag) for r in routes])
+    elif rings:
+        yield _all_of(env, [env.process(_ring_steps(env, network, [r], chunk, steps, tag)) for r in rings])
+
+
+def _hierarchical_body(
+    env: simpy.Environment,
+    network: Network,
+    intra: list[list[tuple[int, ...]]],
+    inter: list[list[tuple[int, ...]]],
+    nbytes: float,
+    k: int,
+    g: int,
+    tag: object,
+) -> Process:
+    if g > 1:
+        yield from _ring_steps(env, network, intra, nbytes / g, g - 1, tag)  # reduce-scatter
+    if k > 1:
+        yield from _ring_steps(env, network, inter, nbytes / g / k, 2 * (k - 1), tag)
+    if g > 1:
+        yield from _ring_steps(env, network, intra, nbytes / g, g - 1, tag)  # all-gather
+
+
+def _all_of(env: simpy.Environment, events: list[Any]) -> Any:
+    """An event that succeeds once every event in ``events`` has (lighter than ``simpy.AllOf``)."""
+    done = simpy.Event(env)
+    left = [len(events)]
+    if not events:
+        done.succeed()
+        return done
+
+    def count(_ev: Any) -> None:
+        left[0] -= 1
+        if left[0] == 0:
+            done.succeed()
+
+    for ev in events:
+        if ev.callbacks is None:  # already processed
+            count(ev)
+        else:
+            ev.callbacks.append(count)
+    return done
+
+
+def _step_time_s(network: Network, routes: list[tuple[int, ...]], chunk: float) -> float:
+    """Estimated time of one step where a chunk of ``chunk`` bytes goes over each route at once."""
+    if network.free_links:
+        return 0.0
+    uses: dict[int, int] = {}
+    for r in routes:
+        for link in set(r):
+            uses[link] = uses.get(link, 0) + 1
+    worst = 0.0
+    for r in routes:
+        if not r:
+            continue
+        rate = min((network.bandwidth_bytes_per_s(link) / uses[link] for link in set(r)), default=math.inf)
+        t = network.route_latency_s(r) + (chunk / rate if chunk > 0 else 0.0)
+        worst = max(worst, t)
+    return worst
+
+
+def _hierarchical_estimate(
+    network: Network, groups: list[list[int]], nbytes: float, route: Route
+) -> float:
+    k, g = len(groups), len(groups[0])
+    total = 0.0
+    if g > 1:
+        intra = [route(grp[i], grp[(i + 1) % g]) for grp in groups for i in range(g)]
+        total += 2 * (g - 1) * _step_time_s(network, intra, nbytes / g)
+    if k > 1:
+        inter = [route(groups[s][j], groups[(s + 1) % k][j]) for j in range(g) for s in range(k)]
+        total += 2 * (k - 1) * _step_time_s(network, inter, nbytes / g / k)
+    return total
+
+
+def _group_by_server(members: Sequence[int], server_of: ServerOf) -> list[list[int]]:
+    groups: dict[int, list[int]] = {}
+    for m in members:
+        groups.setdefault(server_of(m), []).append(m)
+    return list(groups.values())
+
+
+def _is_even(groups: list[list[int]]) -> bool:
+    return len({len(g) for g in groups}) == 1
+
+
+def _check_members(members: Sequence[int]) -> list[int]:
+    order = list(members)
+    if not order:
+        raise invalid("members", order, "must name at least one device")
+    if len(set(order)) != len(order):
+        raise invalid("members", order, "must be distinct device ids")
+    return order
+
+
+def _check_count(field: str, value: int) -> None:
+    if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+        raise invalid(field, value, "must be an integer >= 1")
+
+
+def _check_nonneg(field: str, value: float) -> None:
+    if not (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+            and value >= 0):
+        raise invalid(field, value, "must be a finite number >= 0")
+
+
+def _check_positive(field: str, value: float) -> None:
+    if not (isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+            and not math.isnan(value)):
+        raise invalid(field, value, "must be a number > 0")

@@ -1,0 +1,592 @@
+"""Gantt charts of simulated iterations: per-device timelines with memory curves, and memory bars.
+
+Each device is one row. Its compute stream (F / B / I / W bars, micro-batch numbers on the bars
+wide enough to hold them) sits on a light grey band, so idle time shows as the grey background;
+its communication stream (sends and the gradient all-reduce) is a thinner lane under it. Under
+the timeline a memory panel has one band per device, in the same order, with the device's
+allocation over time as a filled step curve and its capacity as a dashed line; all bands share one
+scale, and the peak and capacity in GiB are printed at the right.
+
+Figures are built on :class:`matplotlib.figure.Figure` directly (no pyplot, no global state, no
+display needed); the writers pick PNG, SVG or PDF from the file extension and write atomically.
+Row heights shrink with the number of devices, so 32 devices x 64 micro-batches stays readable.
+
+Colours: the Okabe-Ito colour-blind-safe palette (Okabe & Ito, "Color Universal Design", 2008),
+plus indigo from Paul Tol's qualitative scheme for the all-reduce.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+from matplotlib.collections import PolyCollection
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
+from matplotlib.transforms import blended_transform_factory
+
+from pipesim.errors import invalid
+from pipesim.simulator.chrome import atomic_write_bytes
+from pipesim.simulator.trace import EventKind, SimulationResult
+from pipesim.units import GIB, MS
+
+__all__ = [
+    "FORMATS",
+    "compare_gantt_figure",
+    "gantt_figure",
+    "memory_bar_figure",
+    "save_figure",
+    "write_compare_gantt",
+    "write_gantt",
+    "write_memory_bar",
+]
+
+log = logging.getLogger(__name__)
+
+FORMATS: dict[str, str] = {".png": "png", ".svg": "svg", ".pdf": "pdf"}
+"""File extension -> matplotlib format for the chart writers."""
+
+# group -> (legend label, face colour, text colour on the bar)
+_STYLE: dict[str, tuple[str, str, str]] = {
+    "F": ("forward (F)", "#0072B2", "white"),
+    "B": ("backward (B)", "#E69F00", "black"),
+    "I": ("input grad (I)", "#D55E00", "white"),
+    "W": ("weight grad (W)", "#009E73", "white"),
+    "send": ("send", "#CC79A7", "white"),
+    "allreduce": ("all-reduce", "#332288", "white"),
+}
+_GROUP_OF: dict[EventKind, str] = {
+    EventKind.FORWARD: "F",
+    EventKind.BACKWARD: "B",
+    EventKind.INPUT_GRAD: "I",
+    EventKind.WEIGHT_GRAD: "W",
+    EventKind.SEND_ACTIVATION: "send",
+    EventKind.SEND_GRADIENT: "send",
+    EventKind.ALL_REDUCE: "allreduce",
+}
+_IDLE = "#E6E6E6"
+_MEMORY_FILL = "#8FB3D9"
+_MEMORY_LINE = "#1F4E79"
+_OVER_FILL = "#F4A582"
+_OVER_TEXT = "#B2182B"
+_RESULT_COLOURS = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000")
+
+# vertical layout of a timeline row, in row units around the row centre (y grows downwards)
+_COMPUTE_LANE = (-0.42, 0.10)  # top, bottom offsets when the row has a comm lane
+_COMM_LANE = (0.16, 0.42)
+_FULL_LANE = (-0.42, 0.42)
+_MEMORY_BAND = 0.84  # share of a memory row the scale's maximum fills
+_CAPACITY_SHOWN = 2.0  # draw the capacity line when it is at most this multiple of the peak
+
+# sizes in inches / points
+_WIDTH_IN = 14.0
+_LEFT_IN, _RIGHT_IN = 1.25, 1.45
+_LEGEND_IN, _TITLE_IN, _HEADER_IN, _BOTTOM_IN = 0.4, 0.4, 0.3, 0.55
+_GAP_IN, _ENTRY_GAP_IN = 0.12, 0.5
+_CHAR_WIDTH_EM = 0.62  # average digit width in DejaVu Sans, in font sizes (for label fitting)
+
+
+def _row_height_in(num_devices: int) -> float:
+    """Timeline row height: roomy for a few devices, down to 0.2 in for 30 and more."""
+    return min(0.42, max(0.2, 6.0 / max(num_devices, 1)))
+
+
+def _devices(result: SimulationResult) -> list[int]:
+    found = {d.device for d in result.devices} | set(result.memory)
+    found |= {e.device for e in result.events if e.device is not None and e.kind in _GROUP_OF}
+    return sorted(found)
+
+
+def _device_label(result: SimulationResult, device: int) -> str:
+    stages = next((d.stages for d in result.devices if d.device == device), ())
+    if not stages:
+        return f"gpu{device}"
+    shown = ",".join(str(s) for s in stages[:3]) + (",…" if len(stages) > 3 else "")
+    return f"gpu{device} · s{shown}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Geometry:
+    """Where one panel lies in the figure, in inches, and the figure's size."""
+
+    fig_w: float
+    fig_h: float
+    top: float  # inches from the figure's top edge to the panel's top
+    height: float
+
+    def rect(self) -> tuple[float, float, float, float]:
+        left = _LEFT_IN / self.fig_w
+        width = (self.fig_w - _LEFT_IN - _RIGHT_IN) / self.fig_w
+        bottom = (self.fig_h - self.top - self.height) / self.fig_h
+        return (left, bottom, width, self.height / self.fig_h)
+
+    @property
+    def width_pt(self) -> float:
+        return (self.fig_w - _LEFT_IN - _RIGHT_IN) * 72.0
+
+
+def _draw_timeline(
+    ax: Any, result: SimulationResult, devices: list[int], geo: _Geometry, x_max_ms: float
+) -> None:
+    row_of = {d: i for i, d in enumerate(devices)}
+    n = len(devices)
+    has_comm = any(e.kind in _GROUP_OF and not e.kind.is_compute for e in result.events)
+    compute_lane = _COMPUTE_LANE if has_comm else _FULL_LANE
+    end_ms = result.iteration_time_s / MS
+    ax.add_collection(
+        PolyCollection(
+            [_box(0.0, end_ms, i + compute_lane[0], i + compute_lane[1]) for i in range(n)],
+            facecolors=_IDLE,
+            edgecolors="none",
+            zorder=1,
+        )
+    )
+    boxes: dict[str, list[list[tuple[float, float]]]] = {g: [] for g in _STYLE}
+    labels: list[tuple[float, float, float, str, str]] = []  # x0, x1, y, text, group
+    for event in result.events:
+        group = _GROUP_OF.get(event.kind)
+        device = event.device
+        if group is None or device is None or device not in row_of:
+            continue
+        row = row_of[device]
+        top, bottom = compute_lane if event.kind.is_compute else _COMM_LANE
+        x0, x1 = event.start_s / MS, event.end_s / MS
+        boxes[group].append(_box(x0, x1, row + top, row + bottom))
+        if event.kind.is_compute and event.microbatch is not None:
+            labels.append((x0, x1, row + (top + bottom) / 2, str(event.microbatch), group))
+    for group, verts in boxes.items():
+        if verts:
+            ax.add_collection(
+                PolyCollection(
+                    verts, facecolors=_STYLE[group][1], edgecolors="white", linewidths=0.3, zorder=2
+                )
+            )
+    # label the bars that hold their number: bar width and lane height measured in points
+    pt_per_ms = geo.width_pt / x_max_ms
+    lane_pt = (compute_lane[1] - compute_lane[0]) * geo.height * 72.0 / max(n, 1)
+    fontsize = min(8.0, lane_pt * 0.62)
+    if fontsize >= 4.5:
+        for x0, x1, y, text, group in labels:
+            if (x1 - x0) * pt_per_ms >= len(text) * _CHAR_WIDTH_EM * fontsize + 3.0:
+                style = {"fontsize": fontsize, "color": _STYLE[group][2], "zorder": 3, "clip_on": True}
+                ax.text((x0 + x1) / 2, y, text, ha="center", va="center", **style)
+    ax.set_ylim(n - 0.5, -0.5)
+    ax.set_xlim(0.0, x_max_ms)
+    ax.set_yticks(range(n))
+    ax.set_yticklabels([_device_label(result, d) for d in devices], fontsize=_tick_fontsize(geo, n))
+    ax.tick_params(axis="y", length=0)
+    ax.axvline(end_ms, color="black", linewidth=0.8, linestyle=":", zorder=4)
+    ax.grid(axis="x", color="#BBBBBB", linewidth=0.4, zorder=0)
+    ax.set_axisbelow(True)
+    ax.set_label("timeline")
+
+
+def _box(x0: float, x1: float, y0: float, y1: float) -> list[tuple[float, float]]:
+    return [(x0, y0), (x1, y0), (x1, y1), (x0, y1)]
+
+
+def _tick_fontsize(geo: _Geometry, n: int) -> float:
+    return max(5.0, min(9.0, geo.height * 72.0 / max(n, 1) * 0.62))
+
+
+def _draw_memory(
+    ax: Any,
+    result: SimulationResult,
+    devices: list[int],
+    geo: _Geometry,
+    x_max_ms: float,
+    band_bytes: tuple[float, float],
+) -> None:
+    bottom, top = band_bytes
+
+    def level(row: int, nbytes: float) -> float:
+        share = min(max((nbytes - bottom) / (top - bottom), 0.0), 1.0 / _MEMORY_BAND)
+        return row + _MEMORY_BAND / 2 - _MEMORY_BAND * share
+
+    n = len(devices)
+    capacity = {d.device: d.memory_capacity_bytes for d in result.devices}
+    to_right = blended_transform_factory(ax.transAxes, ax.transData)
+    fontsize = _tick_fontsize(geo, n)
+    right = {"ha": "left", "fontsize": fontsize, "clip_on": False}
+    for row, device in enumerate(devices):
+        base = row + _MEMORY_BAND / 2
+        curve = result.memory.get(device)
+        peak = curve.peak_bytes if curve is not None else 0.0
+        cap = capacity.get(device, 0.0)
+        over = cap > 0 and peak > cap
+        if curve is not None and curve.times_s:
+            xs, values = _steps(curve.times_s, curve.bytes, result.iteration_time_s)
+            ys = [level(row, b) for b in values]
+            fill = _OVER_FILL if over else _MEMORY_FILL
+            ax.fill_between(xs, base, ys, step="post", facecolor=fill, edgecolor="none", zorder=2)
+            ax.step(xs, ys, where="post", color=_MEMORY_LINE, linewidth=0.6, zorder=3)
+        if bottom <= cap <= top * 1.0000001:
+            ax.hlines(
+                level(row, cap), 0.0, x_max_ms, colors="black", linestyles="--", linewidth=0.7, zorder=4
+            )
+        text = f"{peak / GIB:.3g} / {cap / GIB:.3g} GiB" if cap > 0 else f"{peak / GIB:.3g} GiB"
+        colour = _OVER_TEXT if over else "black"
+        ax.text(1.008, row, text, transform=to_right, va="center", color=colour, **right)
+    band = f"band {bottom / GIB:.3g}-{top / GIB:.3g} GiB"
+    ax.text(1.008, 1.0, band, transform=ax.transAxes, va="bottom", color="#555555", **right)
+    for row in range(1, n):
+        ax.axhline(row - 0.5, color="#CCCCCC", linewidth=0.4, zorder=1)
+    ax.set_ylim(n - 0.5, -0.5)
+    ax.set_xlim(0.0, x_max_ms)
+    ax.set_yticks(range(n))
+    ax.set_yticklabels([f"gpu{d}" for d in devices], fontsize=fontsize)
+    ax.tick_params(axis="y", length=0)
+    ax.set_label("memory")
+
+
+def _memory_range(results: Sequence[SimulationResult]) -> tuple[float, float]:
+    """The bytes at the bottom and top of every memory band (shared by all ``results``).
+
+    The top is the highest peak, raised to the smallest capacity when that is at most twice as far
+    above the bottom as the peak (so the dashed capacity line shows; a far-off capacity would
+    squash the curves flat, and is only printed at the right). The bottom is the lowest allocation
+    of any device (its static memory) when that is over a quarter of the top, else 0, so the part
+    that changes over the iteration fills the band.
+    """
+    curves = [c for r in results for c in r.memory.values() if c.bytes]
+    top = max([c.peak_bytes for c in curves] + [1.0])
+    low = min((min(c.bytes) for c in curves), default=0.0)
+    capacities = [d.memory_capacity_bytes for r in results for d in r.devices if d.memory_capacity_bytes > 0]
+    cap = min(capacities, default=0.0)
+    bottom = low if low > 0.25 * top else 0.0
+    if 0 < cap <= bottom + _CAPACITY_SHOWN * (top - bottom):
+        top = max(top, cap)
+        bottom = min(bottom, cap * 0.98)
+    if top <= bottom:
+        top = bottom + 1.0
+    return bottom, top
+
+
+def _steps(
+    times_s: Sequence[float], values: Sequence[float], end_s: float
+) -> tuple[list[float], list[float]]:
+    """A step curve in ms with one point per time (the last change at a time wins), held to ``end_s``."""
+    points: dict[float, float] = {}
+    for t, v in zip(times_s, values, strict=False):
+        points[t] = v
+    xs = [t / MS for t in points]
+    ys = list(points.values())
+    xs.append(max(end_s, times_s[-1]) / MS)
+    ys.append(ys[-1])
+    return xs, ys
+
+
+def _header(name: str | None, result: SimulationResult) -> str:
+    parts = [
+        name or result.schedule,
+        f"{result.num_stages} stages x {result.num_microbatches} micro-batches",
+        f"iteration {result.iteration_time_s / MS:.2f} ms",
+        f"bubble {result.bubble_fraction:.1%}",
+        f"peak memory {result.peak_memory_bytes / GIB:.2f} GiB",
+    ]
+    return "   ·   ".join(parts)
+
+
+def _compose(
+    entries: Sequence[tuple[str | None, SimulationResult]],
+    *,
+    title: str | None,
+    show_memory: bool,
+    width_in: float,
+) -> Figure:
+    if not entries:
+        raise invalid("results", [], "must hold at least one result")
+    if not width_in >= 6.0:
+        raise invalid("width_in", width_in, "must be >= 6 inches")
+    device_lists = [_devices(r) for _, r in entries]
+    row_in = _row_height_in(max(len(ds) for ds in device_lists))
+    mem_row_in = row_in * 0.7
+    x_max_ms = max(max((r.iteration_time_s for _, r in entries), default=0.0) / MS, 1e-9)
+    band_bytes = _memory_range([r for _, r in entries])
+    top_in = 0.15 + (_TITLE_IN if title else 0.0) + _LEGEND_IN
+    plan: list[tuple[float, float, float | None]] = []  # (timeline top, height, memory height)
+    cursor = top_in
+    for devices in device_lists:
+        cursor += _HEADER_IN
+        timeline_h = max(len(devices), 1) * row_in
+        memory_h = max(len(devices), 1) * mem_row_in if show_memory else None
+        plan.append((cursor, timeline_h, memory_h))
+        cursor += timeline_h + (_GAP_IN + memory_h if memory_h is not None else 0.0) + _ENTRY_GAP_IN
+    fig_h = cursor - _ENTRY_GAP_IN + _BOTTOM_IN
+    fig = Figure(figsize=(width_in, fig_h))
+    present: set[str] = set()
+    first: Any = None
+    bottom_ax: Any = None
+    for (name, result), devices, (t_top, t_h, m_h) in zip(entries, device_lists, plan, strict=True):
+        present |= {_GROUP_OF[e.kind] for e in result.events if e.kind in _GROUP_OF}
+        geo = _Geometry(fig_w=width_in, fig_h=fig_h, top=t_top, height=t_h)
+        ax = fig.add_axes(geo.rect(), sharex=first)
+        first = first or ax
+        _draw_timeline(ax, result, devices, geo, x_max_ms)
+        ax.set_title(_header(name, result), loc="left", fontsize=9, pad=4)
+        bottom_ax = ax
+        if m_h is not None:
+            mgeo = _Geometry(fig_w=width_in, fig_h=fig_h, top=t_top + t_h + _GAP_IN, height=m_h)
+            max_ax = fig.add_axes(mgeo.rect(), sharex=first)
+            _draw_memory(max_ax, result, devices, mgeo, x_max_ms, band_bytes)
+            ax.tick_params(axis="x", labelbottom=False)
+            bottom_ax = max_ax
+        bottom_ax.tick_params(axis="x", labelsize=8)
+    if bottom_ax is not None:  # the last entry's lowest panel carries the axis label
+        bottom_ax.set_xlabel("time (ms)", fontsize=9)
+    handles: list[Any] = [
+        Patch(facecolor=_STYLE[g][1], edgecolor="white", label=_STYLE[g][0]) for g in _STYLE if g in present
+    ]
+    handles.append(Patch(facecolor=_IDLE, edgecolor="#999999", linewidth=0.5, label="idle"))
+    if show_memory:
+        handles.append(Patch(facecolor=_MEMORY_FILL, edgecolor=_MEMORY_LINE, linewidth=0.6, label="memory"))
+        handles.append(Line2D([], [], color="black", linestyle="--", linewidth=0.8, label="capacity"))
+    legend_y = 1.0 - (0.15 + (_TITLE_IN if title else 0.0) + _LEGEND_IN / 2) / fig_h
+    legend = {
+        "ncol": len(handles),
+        "frameon": False,
+        "fontsize": 9,
+        "handlelength": 1.6,
+        "columnspacing": 1.4,
+    }
+    fig.legend(handles=handles, loc="center", bbox_to_anchor=(0.5, legend_y), **legend)
+    if title:
+        fig.text(0.5, 1.0 - (0.15 + _TITLE_IN / 2) / fig_h, title, ha="center", va="center", fontsize=12)
+    return fig
+
+
+def gantt_figure(
+    result: SimulationResult,
+    *,
+    title: str | None = None,
+    show_memory: bool = True,
+    width_in: float = _WIDTH_IN,
+) -> Figure:
+    """The Gantt chart of one simulated iteration, with each device's memory curve beneath.
+
+    The figure has one timeline Axes (label ``"timeline"``, one row per device, device 0 on top)
+    and, when ``show_memory``, one memory Axes (label ``"memory"``) with a band per device.
+
+    Args:
+        result: the simulation result.
+        title: a title over the chart; ``None`` for none (the panel header always names the
+            schedule, iteration time, bubble and peak memory).
+        show_memory: draw the memory panel.
+        width_in: figure width in inches (>= 6); the height follows from the number of devices.
+
+    Returns:
+        A :class:`matplotlib.figure.Figure` (not attached to pyplot).
+
+    Raises:
+        InputError: ``width_in`` is below 6.
+    """
+    return _compose([(None, result)], title=title, show_memory=show_memory, width_in=width_in)
+
+
+def compare_gantt_figure(
+    results: Sequence[tuple[str, SimulationResult]],
+    *,
+    title: str | None = None,
+    show_memory: bool = True,
+    width_in: float = _WIDTH_IN,
+) -> Figure:
+    """Gantt charts of several results stacked on one shared time axis, e.g. GPipe vs DAPPLE.
+
+    Each result gets a header with its name and figures, its timeline and (when ``show_memory``)
+    its memory panel; all panels share the time axis, which runs to the longest iteration, so
+    shorter iterations end early (a dotted line marks each one's end).
+
+    Args:
+        results: ``(name, result)`` pairs, drawn top to bottom.
+        title: a title over the figure, or ``None``.
+        show_memory: draw each result's memory panel.
+        width_in: figure width in inches (>= 6).
+
+    Returns:
+        A :class:`matplotlib.figure.Figure`.
+
+    Raises:
+        InputError: ``results`` is empty or ``width_in`` is below 6.
+    """
+    return _compose(list(results), title=title, show_memory=show_memory, width_in=width_in)
+
+
+def memory_bar_figure(rows: Sequence[tuple[str, SimulationResult]], *, title: str | None = None) -> Figure:
+    """Peak memory per device for one or more results, as grouped bars with the capacity dashed.
+
+    Each device has a group of bars, one per result (colour = result); the hatched lower part of a
+    bar is the device's static memory (weights, gradients, optimizer state), the rest its peak
+    activations. The device's capacity is a dashed line across each bar. GiB on the y axis.
+
+    Args:
+        rows: ``(name, result)`` pairs.
+        title: a title, or ``None``.
+
+    Returns:
+        A :class:`matplotlib.figure.Figure`.
+
+    Raises:
+        InputError: ``rows`` is empty.
+    """
+    if not rows:
+        raise invalid("rows", [], "must hold at least one result")
+    devices = sorted({d.device for _, r in rows for d in r.devices})
+    k = len(rows)
+    width_in = min(24.0, max(8.0, 1.8 + len(devices) * (0.16 * k + 0.12)))
+    fig = Figure(figsize=(width_in, 4.6))
+    ax = fig.add_axes((0.9 / width_in, 0.7 / 4.6, 1.0 - 1.2 / width_in, 3.2 / 4.6))
+    bar_w = 0.8 / k
+    column = {d: i for i, d in enumerate(devices)}
+    handles: list[Any] = []
+    for j, (name, result) in enumerate(rows):
+        colour = _RESULT_COLOURS[j % len(_RESULT_COLOURS)]
+        xs = [column[d.device] - 0.4 + (j + 0.5) * bar_w for d in result.devices]
+        ax.bar(
+            xs,
+            [d.peak_memory_bytes / GIB for d in result.devices],
+            width=bar_w,
+            color=colour,
+            edgecolor="white",
+            linewidth=0.4,
+            zorder=2,
+        )
+        ax.bar(
+            xs,
+            [d.static_memory_bytes / GIB for d in result.devices],
+            width=bar_w,
+            color=colour,
+            hatch="////",
+            edgecolor="white",
+            linewidth=0.0,
+            zorder=3,
+        )
+        handles.append(
+            Patch(facecolor=colour, label=f"{name} (max {result.peak_memory_bytes / GIB:.3g} GiB)")
+        )
+        caps = [(x, d.memory_capacity_bytes / GIB) for x, d in zip(xs, result.devices, strict=True)]
+        caps = [(x, c) for x, c in caps if c > 0]
+        if caps:
+            ax.hlines(
+                [c for _, c in caps],
+                [x - bar_w / 2 for x, _ in caps],
+                [x + bar_w / 2 for x, _ in caps],
+                colors="black",
+                linestyles="--",
+                linewidth=0.9,
+                zorder=4,
+            )
+    handles.append(
+        Patch(facecolor="#999999", hatch="////", edgecolor="white", label="static (weights, grads, opt.)")
+    )
+    handles.append(Line2D([], [], color="black", linestyle="--", linewidth=0.9, label="capacity"))
+    ax.set_xticks(range(len(devices)))
+    ax.set_xticklabels([f"gpu{d}" for d in devices], fontsize=8, rotation=90 if len(devices) > 16 else 0)
+    ax.set_xlim(-0.6, len(devices) - 0.4)
+    ax.set_ylabel("peak memory (GiB)", fontsize=9)
+    ax.grid(axis="y", color="#DDDDDD", linewidth=0.5, zorder=0)
+    ax.set_axisbelow(True)
+    ax.set_label("memory_bars")
+    legend = {"ncol": min(len(handles), 4), "frameon": False, "fontsize": 8}
+    fig.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 1.0 - 0.08 / 4.6), **legend)
+    if title:
+        ax.set_title(title, fontsize=11, pad=4)
+    return fig
+
+
+def save_figure(fig: Figure, path: str | os.PathLike[str], *, dpi: float = 110.0) -> Path:
+    """Save ``fig`` atomically as PNG, SVG or PDF, chosen by the extension of ``path``.
+
+    SVG and PDF are written without a creation date and with a fixed SVG id salt, so the same
+    figure gives the same bytes.
+
+    Args:
+        fig: the figure.
+        path: the target file; the extension (case-insensitive) picks the format.
+        dpi: resolution for PNG, dots per inch.
+
+    Returns:
+        The path written.
+
+    Raises:
+        InputError: the extension is not ``.png``, ``.svg`` or ``.pdf``.
+        OSError: the file cannot be written.
+    """
+    target = Path(path)
+    fmt = _format_of(target)
+    metadata: dict[str, Any] = {"svg": {"Date": None}, "pdf": {"CreationDate": None}}.get(fmt, {})
+    buffer = io.BytesIO()
+    with matplotlib.rc_context({"svg.hashsalt": "pipesim"}):
+        fig.savefig(buffer, format=fmt, dpi=dpi, metadata=metadata)
+    atomic_write_bytes(target, buffer.getvalue())
+    log.debug("wrote %s (%d bytes)", target, buffer.tell())
+    return target
+
+
+def _format_of(path: str | os.PathLike[str]) -> str:
+    suffix = Path(path).suffix.lower()
+    if suffix not in FORMATS:
+        raise invalid("path", str(path), f"extension {suffix or '(none)'} is not one of {', '.join(FORMATS)}")
+    return FORMATS[suffix]
+
+
+def write_gantt(
+    result: SimulationResult, path: str | os.PathLike[str], *, dpi: float = 110.0, **kw: Any
+) -> Path:
+    """Draw :func:`gantt_figure` of ``result`` and save it (PNG, SVG or PDF by extension).
+
+    Args:
+        result: the simulation result.
+        path: the target file.
+        dpi: PNG resolution.
+        **kw: passed to :func:`gantt_figure` (``title``, ``show_memory``, ``width_in``).
+
+    Returns:
+        The path written.
+
+    Raises:
+        InputError: bad extension (checked before drawing) or bad figure arguments.
+        OSError: the file cannot be written.
+    """
+    _format_of(path)
+    return save_figure(gantt_figure(result, **kw), path, dpi=dpi)
+
+
+def write_compare_gantt(
+    results: Sequence[tuple[str, SimulationResult]],
+    path: str | os.PathLike[str],
+    *,
+    dpi: float = 110.0,
+    **kw: Any,
+) -> Path:
+    """Draw :func:`compare_gantt_figure` and save it (PNG, SVG or PDF by extension).
+
+    Raises:
+        InputError: bad extension (checked before drawing), no results, or bad figure arguments.
+        OSError: the file cannot be written.
+    """
+    _format_of(path)
+    return save_figure(compare_gantt_figure(results, **kw), path, dpi=dpi)
+
+
+def write_memory_bar(
+    rows: Sequence[tuple[str, SimulationResult]],
+    path: str | os.PathLike[str],
+    *,
+    dpi: float = 110.0,
+    **kw: Any,
+) -> Path:
+    """Draw :func:`memory_bar_figure` and save it (PNG, SVG or PDF by extension).
+
+    Raises:
+        InputError: bad extension (checked before drawing) or no rows.
+        OSError: the file cannot be written.
+    """
+    _format_of(path)
+    return save_figure(memory_bar_figure(rows, **kw), path, dpi=dpi)

@@ -1,0 +1,684 @@
+"""Network: flow-level transfers over directed links shared max-min fairly, on a SimPy clock.
+
+The model
+---------
+A cluster's interconnect is a set of *directed* links, each with an effective bandwidth (bytes/s,
+per direction: the two directions of a cable are two links) and a latency (seconds). A transfer
+sends ``nbytes`` along a *route*, a tuple of link indices, and takes::
+
+    overhead_s + sum(latency_s[l] for l in route)  +  the time its bytes take to flow
+
+The latency (and the optional fixed per-transfer software overhead) is paid once, before any byte
+flows; the bytes then flow over every link of the route at once (a fluid, cut-through model: no
+store-and-forward per hop). While bytes flow, the transfer is a *flow*, and the concurrent flows
+share each link *max-min fairly*: rates are the progressive-filling allocation (raise every rate
+together, freeze the flows of a link when the link fills, go on with the rest), re-computed
+whenever a flow starts or ends. Two equal flows on one link therefore take twice as long as one.
+
+Special cases: a transfer with an empty route (same device) completes after zero time (no
+overhead either); a zero-byte transfer completes after the route's latency plus the overhead;
+links of infinite bandwidth never constrain a rate; ``free_links=True`` makes every transfer
+complete after zero time (closed-form checks of compute-only timelines).
+
+Speed
+-----
+Flows interact only through shared links, so when flows start or end only the connected
+component of flows sharing links with them (transitively) is re-filled. Starts and ends at one
+simulated instant are batched into one re-fill that runs after every other event of that instant.
+Each flow keeps its remaining bytes, updated lazily when its rate changes; one SimPy timer is
+pending at any time, for the earliest completion (stale timers are ignored through a version
+counter). Ties are broken by transfer id, so a run is deterministic.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import simpy
+
+from pipesim.errors import invalid
+
+__all__ = ["LinkInterval", "Network", "NetworkStats", "TransferRecord"]
+
+logger = logging.getLogger(__name__)
+
+_FLUSH_PRIORITY = 2
+"""SimPy event priority of the rate re-fill: after the URGENT (0) and NORMAL (1) events of the
+same instant, so every flow that starts or ends at that instant joins one re-fill."""
+
+_MAX_LOCAL_ROUNDS = 4
+"""Rounds of local re-fill (growing the region) before re-filling the whole component."""
+
+_REL_TOL = 1e-9
+"""Relative tolerance of the bottleneck checks (saturation, "nobody faster")."""
+
+_FINISH_ULPS = 4.0
+"""A flow whose finish time is within this many ulps of ``now`` is complete: SimPy computes the
+timer's time as ``now + (finish - now)``, which may round one ulp either way."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TransferRecord:
+    """One delivered transfer, as given to the ``on_transfer`` callback.
+
+    Attributes:
+        transfer_id: sequence number of the transfer, from 0, in the order ``transfer`` was called.
+        route: the link indices the transfer used (``()`` for same device).
+        nbytes: bytes delivered.
+        start_s: simulated time the transfer was requested, seconds.
+        end_s: simulated time the last byte arrived, seconds.
+        tag: the caller's tag, passed through untouched.
+    """
+
+    transfer_id: int
+    route: tuple[int, ...]
+    nbytes: float
+    start_s: float
+    end_s: float
+    tag: object
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LinkInterval:
+    """A stretch of time during which one link carried a constant total rate > 0.
+
+    Attributes:
+        link: the link index.
+        start_s: start of the stretch, seconds.
+        end_s: end of the stretch, seconds (> ``start_s``).
+        bytes_per_s: the summed rate of the flows on the link during the stretch.
+    """
+
+    link: int
+    start_s: float
+    end_s: float
+    bytes_per_s: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NetworkStats:
+    """Counters of the work a :class:`Network` did (for benchmarks).
+
+    Attributes:
+        transfers: transfers requested.
+        flows: transfers that became flows (non-empty route, bytes > 0, a finite-bandwidth link).
+        refills: max-min re-fills run.
+        refilled_flows: flows re-rated, summed over all re-fills (the cost driver).
+        region_growths: local re-fill rounds that had to grow their region.
+        component_refills: re-fills that fell back to the whole connected component.
+        active_flows: flows moving bytes now.
+    """
+
+    transfers: int
+    flows: int
+    refills: int
+    refilled_flows: int
+    region_growths: int
+    component_refills: int
+    active_flows: int
+
+
+class _Flow:
+    """Mutable state of one transfer while its bytes flow (internal)."""
+
+    __slots__ = (
+        "bott",
+        "done",
+        "event",
+        "finish",
+        "fixed",
+        "id",
+        "links",
+        "mark",
+        "nbytes",
+        "new_bott",
+        "new_rate",
+        "rate",
+        "remaining",
+        "route",
+        "start_s",
+        "t_last",
+        "tag",
+        "version",
+    )
+
+    def __init__(
+        self,
+        flow_id: int,
+        route: tuple[int, ...],
+        links: tuple[int, ...],
+        nbytes: float,
+        start_s: float,
+        tag: object,
+        event: Any,
+    ) -> None:
+        self.id = flow_id
+        self.route = route
+        self.links = links
+        self.nbytes = nbytes
+        self.remaining = float(nbytes)
+        self.start_s = start_s
+        self.tag = tag
+        self.event = event
+        self.rate = 0.0
+        self.new_rate = 0.0
+        self.t_last = 0.0
+        self.finish = math.inf
+        self.version = 0
+        self.mark = -1
+        self.fixed = -1
+        self.done = False
+        self.bott = -1
+        self.new_bott = -1
+
+
+def _check_rate_list(field: str, values: Sequence[float], *, allow_inf: bool, positive: bool) -> list[float]:
+    out: list[float] = []
+    for i, v in enumerate(values):
+        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and not math.isnan(v)
+        ok = ok and (math.isfinite(v) or (allow_inf and v > 0))
+        ok = ok and (v > 0 if positive else v >= 0)
+        if not ok:
+            rule = "must be > 0 (inf allowed)" if positive else "must be a finite number >= 0"
+            raise invalid(f"{field}[{i}]", v, rule)
+        out.append(float(v))
+    return out
+
+
+class Network:
+    """Directed links shared max-min fairly by concurrent transfers, driven by a SimPy environment.
+
+    Args:
+        env: the SimPy environment whose clock (seconds) the network runs on.
+        bandwidth_bytes_per_s: effective bandwidth of each directed link, bytes/s, > 0
+            (``math.inf`` allowed: such a link never limits a rate).
+        latency_s: latency of each link, seconds, finite and >= 0; same length.
+        link_names: optional display names of the links (for traces); default ``link<i>``.
+        overhead_s: fixed software overhead added to every transfer over a non-empty route,
+            seconds, >= 0; default 0.
+        free_links: if true, every transfer completes after zero time (infinite bandwidth, zero
+            latency, no overhead).
+        on_transfer: called with a :class:`TransferRecord` when each transfer is delivered.
+        on_link_interval: called with a :class:`LinkInterval` each time a link's total rate
+            changes after being > 0 (per-link utilisation tracks). Costs one pass over the
+            re-filled links per re-fill; leave ``None`` when not needed.
+
+    Raises:
+        InputError: a bandwidth, latency or the overhead breaks its rule, the lengths differ, or
+            ``link_names`` has the wrong length.
+    """
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        bandwidth_bytes_per_s: Sequence[float],
+        latency_s: Sequence[float],
+        *,
+        link_names: Sequence[str] | None = None,
+        overhead_s: float = 0.0,
+        free_links: bool = False,
+        on_transfer: Callable[[TransferRecord], None] | None = None,
+        on_link_interval: Callable[[LinkInterval], None] | None = None,
+    ) -> None:
+        self._env = env
+        self._cap = _check_rate_list("bandwidth_bytes_per_s", bandwidth_bytes_per_s, allow_inf=True, positive=True)
+        self._lat = _check_rate_list("latency_s", latency_s, allow_inf=False, positive=False)
+        if len(self._lat) != len(self._cap):
+            raise invalid(
+                "latency_s", f"<{len(self._lat)} values>", f"must have one value per link ({len(self._cap)})"
+            )
+        n_links = len(self._cap)
+        if link_names is None:
+            self._names = tuple(f"link{i}" for i in range(n_links))
+        else:
+            self._names = tuple(str(s) for s in link_names)
+            if len(self._names) != n_links:
+                raise invalid("link_names", f"<{len(self._names)} names>", f"must name each of {n_links} links")
+        if not (isinstance(overhead_s, (int, float)) and math.isfinite(overhead_s) and overhead_s >= 0):
+            raise invalid("overhead_s", overhead_s, "must be a finite number >= 0")
+        self._overhead = float(overhead_s)
+        self._free = bool(free_links)
+        self._on_transfer = on_transfer
+        self._on_link = on_link_interval
+
+        self._link_flows: list[dict[int, _Flow]] = [{} for _ in range(n_links)]
+        self._link_mark = [-1] * n_links
+        self._link_rate = [0.0] * n_links
+        self._link_since = [0.0] * n_links
+        # route -> (latency incl. overhead, links that constrain the rate: finite, deduplicated)
+        self._routes: dict[tuple[int, ...], tuple[float, tuple[int, ...]]] = {}
+        self._heap: list[tuple[float, int, int, _Flow]] = []
+        self._dirty: set[int] = set()
+        self._flush_pending = False
+        self._armed_at = math.inf
+        self._timer_version = 0
+        self._gen = 0
+        self._next_id = 0
+        self._n_flows = 0
+        self._n_active = 0
+        self._n_refills = 0
+        self._n_refilled = 0
+        self._n_grown = 0
+        self._n_component = 0
+
+    # ------------------------------------------------------------------ queries
+    @property
+    def env(self) -> simpy.Environment:
+        """The SimPy environment the network runs on."""
+        return self._env
+
+    @property
+    def n_links(self) -> int:
+        """Number of directed links."""
+        return len(self._cap)
+
+    @property
+    def free_links(self) -> bool:
+        """Whether transfers are free (complete after zero time)."""
+        return self._free
+
+    @property
+    def overhead_s(self) -> float:
+        """Fixed per-transfer software overhead, seconds."""
+        return self._overhead
+
+    def bandwidth_bytes_per_s(self, link: int) -> float:
+        """Bandwidth of link ``link``, bytes/s (``inf`` under ``free_links``)."""
+        return math.inf if self._free else self._cap[link]
+
+    def latency_s(self, link: int) -> float:
+        """Latency of link ``link``, seconds (0 under ``free_links``)."""
+        return 0.0 if self._free else self._lat[link]
+
+    def link_name(self, link: int) -> str:
+        """Display name of link ``link``."""
+        return self._names[link]
+
+    def route_latency_s(self, route: tuple[int, ...]) -> float:
+        """Time a transfer over ``route`` waits before its bytes flow: link latencies plus the
+        overhead, seconds; 0 for an empty route or under ``free_links``.
+
+        Raises:
+            InputError: a link index is out of range.
+        """
+        if not route or self._free:
+            return 0.0
+        return self._route_info(route)[0]
+
+    def route_bandwidth_bytes_per_s(self, route: tuple[int, ...]) -> float:
+        """Bandwidth of the route's slowest link, bytes/s, when alone (``inf`` for an empty route).
+
+        Raises:
+            InputError: a link index is out of range.
+        """
+        if not route or self._free:
+            return math.inf
+        links = self._route_info(route)[1]
+        return min((self._cap[link] for link in links), default=math.inf)
+
+    def active_flows(self) -> list[tuple[int, tuple[int, ...], float]]:
+        """The flows moving bytes now, as ``(transfer_id, route, rate_bytes_per_s)`` sorted by id.
+
+        Rates are those of the last re-fill (re-fills run at the end of each simulated instant).
+        """
+        seen: dict[int, _Flow] = {}
+        for flows in self._link_flows:
+            seen.update(flows)
+        return [(f.id, f.route, f.rate) for _, f in sorted(seen.items())]
+
+    @property
+    def stats(self) -> NetworkStats:
+        """Work counters so far."""
+        return NetworkStats(
+            transfers=self._next_id,
+            flows=self._n_flows,
+            refills=self._n_refills,
+            refilled_flows=self._n_refilled,
+            region_growths=self._n_grown,
+            component_refills=self._n_component,
+            active_flows=self._n_active,
+        )
+
+    # ------------------------------------------------------------------ transfers
+    def transfer(self, route: tuple[int, ...], nbytes: float, *, tag: object = None) -> simpy.Event:
+        """Start sending ``nbytes`` over ``route`` now; the returned event succeeds on delivery.
+
+        Call it when the data exists: the transfer starts at the current simulated time.
+
+        Args:
+            route: link indices from source to destination (``()`` for the same device).
+            nbytes: bytes to send, finite and >= 0.
+            tag: any object, passed back in the :class:`TransferRecord`.
+
+        Returns:
+            A SimPy event (value ``None``) that succeeds when the last byte has arrived.
+
+        Raises:
+            InputError: ``nbytes`` is negative or not finite, or a link index is out of range.
+        """
+        if not (isinstance(nbytes, (int, float)) and nbytes >= 0 and math.isfinite(nbytes)):
+            raise invalid("nbytes", nbytes, "must be a finite number >= 0")
+        env = self._env
+        tid = self._next_id
+        self._next_id = tid + 1
+        event = simpy.Event(env)
+        if not route or self._free:
+            if route:
+                self._route_info(route)
+            self._deliver_now(event, tid, route, nbytes, env.now, tag)
+            return event
+        latency, links = self._route_info(route)
+        if nbytes == 0 or not links:
+            if latency > 0:
+                start = env.now
+                timer = simpy.Timeout(env, latency)
+                timer.callbacks.append(lambda _ev: self._deliver_now(event, tid, route, nbytes, start, tag))
+            else:
+                self._deliver_now(event, tid, route, nbytes, env.now, tag)
+            return event
+        flow = _Flow(tid, route, links, nbytes, env.now, tag, event)
+        self._n_flows += 1
+        if latency > 0:
+            simpy.Timeout(env, latency, flow).callbacks.append(self._on_latency_done)
+        else:
+            self._start_flow(flow)
+        return event
+
+    def _route_info(self, route: tuple[int, ...]) -> tuple[float, tuple[int, ...]]:
+        info = self._routes.get(route)
+        if info is None:
+            n = len(self._cap)
+            for link in route:
+                if not (isinstance(link, int) and 0 <= link < n):
+                    raise invalid("route", route, f"link indices must be integers in [0, {n})")
+            latency = sum(self._lat[link] for link in route) + self._overhead
+            links = tuple(link for link in dict.fromkeys(route) if math.isfinite(self._cap[link]))
+            info = (latency, links)
+            self._routes[tuple(route)] = info
+        return info
+
+    def _deliver_now(
+        self, event: Any, tid: int, route: tuple[int, ...], nbytes: float, start: float, tag: object
+    ) -> None:
+        if self._on_transfer is not None:
+            self._on_transfer(
+                TransferRecord(
+                    transfer_id=tid,
+                    route=tuple(route),
+                    nbytes=nbytes,
+                    start_s=start,
+                    end_s=self._env.now,
+                    tag=tag,
+                )
+            )
+        event.succeed()
+
+    def _on_latency_done(self, timer: Any) -> None:
+        self._start_flow(timer.value)
+
+    def _start_flow(self, flow: _Flow) -> None:
+        fid = flow.id
+        link_flows = self._link_flows
+        for link in flow.links:
+            link_flows[link][fid] = flow
+        flow.t_last = self._env.now
+        self._n_active += 1
+        self._dirty.update(flow.links)
+        self._schedule_flush()
+
+    def _schedule_flush(self) -> None:
+        if not self._flush_pending:
+            self._flush_pending = True
+            # A succeeded event scheduled at a priority after NORMAL: the re-fill runs once, after
+            # every other event of this instant (SimPy orders by time, priority, insertion).
+            ev = simpy.Event(self._env)
+            ev._ok = True
+            ev._value = None
+            ev.callbacks.append(self._flush)
+            self._env.schedule(ev, _FLUSH_PRIORITY)
+
+    # ------------------------------------------------------------------ max-min re-fill
+    def _flush(self, _ev: Any) -> None:
+        """Re-fill the rates around the links whose flows changed, then re-arm the timer.
+
+        Exact local re-fill: the *region* starts as the changed links; the flows on it are
+        re-filled while every other flow keeps its rate (their share of the region flows' other
+        links is subtracted from those links' capacity). The result is the max-min allocation
+        if every flow still has a bottleneck (a saturated link on which no flow is faster);
+        only links outside the region touched by re-filled flows can break that, and those that
+        do join the region for another round. After ``_MAX_LOCAL_ROUNDS`` rounds the whole
+        connected component is re-filled instead.
+        """
+        self._flush_pending = False
+        now: float = self._env.now
+        region = set(self._dirty)
+        self._dirty.clear()
+        flows: list[_Flow] = []
+        for _ in range(_MAX_LOCAL_ROUNDS):
+            flows, grow = self._fill(sorted(region))
+            if not grow:
+                break
+            self._n_grown += 1
+            region.update(grow)
+        else:
+            self._n_component += 1
+            flows, _ = self._fill(self._component(sorted(region)))
+
+        # Apply the new rates lazily: only flows whose rate changed get new finish times.
+        heap = self._heap
+        for f in flows:
+            f.bott = f.new_bott
+            rate = f.new_rate
+            if rate != f.rate:
+                if f.rate > 0.0:
+                    left = f.remaining - f.rate * (now - f.t_last)
+                    f.remaining = left if left > 0.0 else 0.0
+                f.t_last = now
+                f.rate = rate
+                f.version += 1
+                if rate > 0.0:
+                    f.finish = now + f.remaining / rate
+                    heapq.heappush(heap, (f.finish, f.id, f.version, f))
+                else:
+                    f.finish = math.inf
+        self._n_refills += 1
+        self._n_refilled += len(flows)
+
+        if self._on_link is not None:
+            self._record_links(region, flows, now)
+        if len(heap) > 64 and len(heap) > 4 * self._n_active:
+            self._compact_heap()
+        self._arm()
+
+    def _component(self, links: list[int]) -> list[int]:
+        """All links connected to ``links`` through shared flows."""
+        self._gen += 1
+        gen = self._gen
+        link_flows = self._link_flows
+        link_mark = self._link_mark
+        out: list[int] = []
+        stack: list[int] = []
+        for link in links:
+            link_mark[link] = gen
+            stack.append(link)
+        while stack:
+            link = stack.pop()
+            out.append(link)
+            for f in link_flows[link].values():
+                if f.mark != gen:
+                    f.mark = gen
+                    for other in f.links:
+                        if link_mark[other] != gen:
+                            link_mark[other] = gen
+                            stack.append(other)
+        return out
+
+    def _fill(self, region: list[int]) -> tuple[list[_Flow], list[int]]:
+        """Progressive filling of the flows on ``region`` (others fixed); returns those flows
+        (``new_rate``/``new_bott`` set) and the outside links where the result is not max-min."""
+        self._gen += 1
+        gen = self._gen
+        cap = self._cap
+        link_flows = self._link_flows
+        link_mark = self._link_mark
+        flows: list[_Flow] = []
+        for link in region:
+            link_mark[link] = gen
+            for f in link_flows[link].values():
+                if f.mark != gen:
+                    f.mark = gen
+                    flows.append(f)
+        rem: dict[int, float] = {}
+        cnt: dict[int, int] = {}
+        queue: list[tuple[float, int]] = []
+        for link in region:
+            n = len(link_flows[link])
+            if n:
+                rem[link] = cap[link]
+                cnt[link] = n
+                queue.append((cap[link] / n, link))
+        outside: list[int] = []
+        for f in flows:
+            for link in f.links:
+                if link_mark[link] != gen:
+                    link_mark[link] = gen
+                    outside.append(link)
+                    left = cap[link]
+                    n = 0
+                    for g in link_flows[link].values():
+                        if g.mark == gen:
+                            n += 1
+                        else:
+                            left -= g.rate
+                    if left < 0.0:
+                        left = 0.0
+                    rem[link] = left
+                    cnt[link] = n
+                    queue.append((left / n, link))
+
+        # Progressive filling: repeatedly take the link with the smallest fair share of its
+        # remaining capacity and freeze its unfrozen flows at that share. Freezing flows at the
+        # smallest share never lowers another link's share, so a queued key can only be too
+        # small: a popped link whose share grew goes back in with its current share.
+        heapq.heapify(queue)
+        heappop = heapq.heappop
+        heappush = heapq.heappush
+        while queue:
+            key, link = heappop(queue)
+            c = cnt[link]
+            if c == 0:
+                continue
+            share = rem[link] / c
+            if share > key:
+                heappush(queue, (share, link))
+                continue
+            if share < 0.0:
+                share = 0.0  # rounding
+            for f in link_flows[link].values():
+                if f.mark == gen and f.fixed != gen:
+                    f.fixed = gen
+                    f.new_rate = share
+                    f.new_bott = link
+                    for other in f.links:
+                        cnt[other] -= 1
+                        rem[other] -= share
+
+        # Outside links: every flow there must keep a bottleneck (saturated, nobody faster).
+        grow: list[int] = []
+        for link in outside:
+            total = 0.0
+            fastest_in = 0.0
+            fastest_out = 0.0
+            for g in link_flows[link].values():
+                if g.mark == gen:
+                    x = g.new_rate
+                    if x > fastest_in:
+                        fastest_in = x
+                else:
+                    x = g.rate
+                    if x > fastest_out:
+                        fastest_out = x
+                total += x
+            saturated = total >= cap[link] * (1.0 - _REL_TOL)
+            fastest = max(fastest_in, fastest_out)
+            for g in link_flows[link].values():
+                if g.mark == gen:
+                    bad = g.new_bott == link and fastest_out > g.new_rate * (1.0 + _REL_TOL)
+                else:
+                    bad = g.bott == link and (not saturated or g.rate < fastest * (1.0 - _REL_TOL))
+                if bad:
+                    grow.append(link)
+                    break
+        return flows, grow
+
+    def _record_links(self, region: set[int], flows: list[_Flow], now: float) -> None:
+        assert self._on_link is not None
+        links = set(region)
+        for f in flows:
+            links.update(f.links)
+        link_flows = self._link_flows
+        for link in sorted(links):
+            total = math.fsum(f.rate for f in link_flows[link].values())
+            old = self._link_rate[link]
+            if total != old:
+                since = self._link_since[link]
+                if old > 0.0 and now > since:
+                    self._on_link(LinkInterval(link=link, start_s=since, end_s=now, bytes_per_s=old))
+                self._link_rate[link] = total
+                self._link_since[link] = now
+
+    def _compact_heap(self) -> None:
+        self._heap = [e for e in self._heap if not e[3].done and e[3].version == e[2]]
+        heapq.heapify(self._heap)
+
+    # ------------------------------------------------------------------ completion timer
+    def _arm(self) -> None:
+        heap = self._heap
+        while heap and (heap[0][3].done or heap[0][3].version != heap[0][2]):
+            heapq.heappop(heap)
+        if not heap:
+            return
+        when = heap[0][0]
+        if when < self._armed_at:
+            self._armed_at = when
+            self._timer_version += 1
+            now = self._env.now
+            delay = when - now if when > now else 0.0
+            simpy.Timeout(self._env, delay, self._timer_version).callbacks.append(self._on_timer)
+
+    def _on_timer(self, timer: Any) -> None:
+        if timer.value != self._timer_version:
+            return  # superseded by an earlier timer
+        self._armed_at = math.inf
+        now: float = self._env.now
+        heap = self._heap
+        finished: list[_Flow] = []
+        while heap:
+            when, _, version, f = heap[0]
+            if f.done or f.version != version:
+                heapq.heappop(heap)
+                continue
+            if when - now > _FINISH_ULPS * math.ulp(when):
+                break
+            heapq.heappop(heap)
+            finished.append(f)
+        if not finished:
+            self._arm()
+            return
+        link_flows = self._link_flows
+        for f in finished:  # in (finish, id) order
+            f.done = True
+            f.remaining = 0.0
+            fid = f.id
+            for link in f.links:
+                del link_flows[link][fid]
+            self._dirty.update(f.links)
+            self._n_active -= 1
+        self._schedule_flush()
+        for f in finished:
+            self._deliver_now(f.event, f.id, f.route, f.nbytes, f.start_s, f.tag)

@@ -1,0 +1,371 @@
+"""Tests of the analytic model zoo (pipesim.profiles.zoo)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pipesim.profiles.model import ModelProfile
+from pipesim.profiles.zoo import GptSpec, parse_gpt_spec, zoo_descriptions, zoo_model, zoo_names
+from pipesim.profiles.zoo import _build as zoo_cache
+from pipesim.profiles.zoo.roofline import KERNEL_OVERHEAD_S, LayerCost, Roofline, roofline_for
+
+from pipesim.errors import InputError, UnknownNameError
+
+FIXED_MODELS = ("amoebanet36", "bert48", "gnmt16", "resnet50", "vgg19", "xlnet36")
+
+
+def _total_time_s(profile: ModelProfile) -> float:
+    return sum(layer.fwd_time_s + layer.bwd_time_s for layer in profile.layers)
+
+
+# ------------------------------------------------------------------------------------------------
+# Registry and API
+
+
+def test_names_include_every_model_and_gpt() -> None:
+    assert zoo_names() == ("amoebanet36", "bert48", "gnmt16", "gpt", "resnet50", "vgg19", "xlnet36")
+
+
+def test_names_are_case_insensitive() -> None:
+    assert zoo_model(" BERT48 ") == zoo_model("bert48")
+
+
+def test_unknown_name_lists_valid_names() -> None:
+    with pytest.raises(UnknownNameError, match=r"unknown model 'bert96'.*bert48, gnmt16, gpt") as info:
+        zoo_model("bert96")
+    assert info.value.valid == zoo_names()
+
+
+def test_parameters_only_for_gpt() -> None:
+    with pytest.raises(InputError, match=r"model='vgg19:layers=3': vgg19 takes no parameters"):
+        zoo_model("vgg19:layers=3")
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float64", ""])
+def test_bad_dtype(dtype: str) -> None:
+    with pytest.raises(InputError, match=r"dtype=.*must be one of float32, float16"):
+        zoo_model("resnet50", dtype=dtype)
+
+
+@pytest.mark.parametrize("batch", [0, -3, 2.5, True])
+def test_bad_batch(batch: object) -> None:
+    with pytest.raises(InputError, match=r"batch_size=.*must be an integer >= 1"):
+        zoo_model("resnet50", batch_size=batch)  # type: ignore[arg-type]
+
+
+def test_descriptions_one_line_each() -> None:
+    rows = zoo_descriptions()
+    assert [name for name, _ in rows] == list(zoo_names())
+    text = dict(rows)
+    assert text["bert48"].endswith("638.5M params, seq 384, pbs 6")
+    assert text["vgg19"].endswith("143.7M params, pbs 32")
+    assert "gpt:layers=24,hidden=2048,heads=16,seq=2048,vocab=50257" in text["gpt"]
+    assert all("\n" not in line for line in text.values())
+
+
+# ------------------------------------------------------------------------------------------------
+# Parameter counts against published sizes
+
+
+@pytest.mark.parametrize(
+    ("name", "published", "tolerance"),
+    [
+        ("vgg19", 143.7e6, 0.03),  # Simonyan & Zisserman 2015 / torchvision: 143,667,240
+        ("resnet50", 25.6e6, 0.03),  # He et al. 2016 / torchvision: 25,557,032
+        ("bert48", 637e6, 0.03),  # BERT-large 24 -> 48 layers (DAPPLE BERT-48)
+        ("gnmt16", 291e6, 0.05),  # PipeDream / DAPPLE GNMT-16
+        ("xlnet36", 501e6, 0.05),  # DAPPLE XLNet-36
+        ("amoebanet36", 933e6, 0.05),  # DAPPLE AmoebaNet-36
+    ],
+)
+def test_parameter_counts_near_published(name: str, published: float, tolerance: float) -> None:
+    count = zoo_model(name).parameter_count
+    assert abs(count - published) / published <= tolerance
+
+
+def test_parameter_counts_exact_closed_forms() -> None:
+    h = 1024
+    # torchvision's counts
+    assert zoo_model("vgg19").parameter_count == 143_667_240
+    assert zoo_model("resnet50").parameter_count == 25_557_032
+    # BERT: embeddings (30522 + 512 + 2 rows, layer norm) + 48 layers + pooler, NSP, MLM head
+    bert_layer = 4 * (h * h + h) + 2 * (h * 4 * h) + 4 * h + h + 4 * h
+    bert = (30522 + 512 + 2) * h + 2 * h + 48 * bert_layer + (h * h + h) + (2 * h + 2) + (h * h + h) + 2 * h
+    assert bert_layer == 12_596_224
+    assert zoo_model("bert48").parameter_count == bert + 30522
+    # XLNet: 5 projections without bias, 3 biases + segment embedding, 2 layer norms, FFN
+    xlnet_layer = 5 * h * h + 3 * h + 2 * h + 4 * h + (h * 4 * h + 4 * h) + (4 * h * h + h)
+    assert zoo_model("xlnet36").parameter_count == (32000 + 1) * h + 36 * xlnet_layer + 32000
+    # GNMT (PipeDream gnmt_large): LSTM = 4h x (in + h) weights + two 4h biases
+    def lstm(fan_in: int) -> int:
+        return 4 * h * (fan_in + h) + 8 * h
+
+    v = 32320
+    gnmt = 2 * v * h + 2 * lstm(h) + lstm(2 * h) + 6 * lstm(h)  # embeddings, encoder
+    gnmt += lstm(h) + 2 * h * h + 2 * h + 1 + 7 * lstm(2 * h) + h * v + v  # decoder, classifier
+    assert zoo_model("gnmt16").parameter_count == gnmt == 277_718_593
+
+
+def test_gpt_parameter_count_closed_form() -> None:
+    spec = GptSpec(layers=3, hidden=128, heads=8, seq=64, vocab=1000)
+    per_block = 12 * 128 * 128 + 13 * 128
+    expected = 1000 * 128 + 64 * 128 + 3 * per_block + 2 * 128  # tied head: counted once
+    assert zoo_model(spec.text()).parameter_count == expected
+
+
+def test_parameter_count_same_in_both_dtypes() -> None:
+    for name in FIXED_MODELS:
+        fp32, fp16 = zoo_model(name), zoo_model(name, dtype="float16")
+        assert fp32.parameter_count == fp16.parameter_count
+        assert fp16.parameter_bytes * 2 == fp32.parameter_bytes
+
+
+# ------------------------------------------------------------------------------------------------
+# Kernel costing by hand
+
+
+def _unit_roofline(dtype: str = "float32") -> Roofline:
+    return Roofline(device="test", dtype=dtype, matmul_flop_per_s=1e12, memory_bytes_per_s=1e11,
+                    winograd_speedup=2.0, kernel_overhead_s=1e-6)
+
+
+def test_gemm_flop_bytes_and_time_by_hand() -> None:
+    lc = LayerCost("g", _unit_roofline())
+    lc.gemm(100, 200, 300)
+    flop, moved = 2 * 100 * 200 * 300, 4 * (100 * 300 + 300 * 200 + 100 * 200)
+    assert lc.fwd.flop == flop
+    assert lc.bwd.flop == 2 * flop
+    assert lc.fwd.bytes_moved == moved
+    one = max(flop / 1e12, moved / 1e11) + 1e-6
+    assert lc.fwd.time_s == pytest.approx(one)
+    assert lc.bwd.time_s == pytest.approx(2 * one)
+    layer = lc.build(output_elements=100 * 200)
+    assert layer.wgrad_fraction == pytest.approx(0.5)
+    assert layer.activation_bytes == 4 * 100 * 200
+
+
+def test_memory_bound_kernel_uses_bandwidth() -> None:
+    lc = LayerCost("e", _unit_roofline("float16"))
+    lc.eltwise(1000, fwd_passes=3, bwd_passes=0)
+    assert lc.fwd.bytes_moved == 2 * 1000 * 3
+    assert lc.fwd.time_s == pytest.approx(6000 / 1e11 + 1e-6)
+    assert lc.bwd.time_s == 0
+
+
+def test_conv_winograd_applies_to_3x3_stride_1_only() -> None:
+    rl = _unit_roofline()
+    a, b = LayerCost("a", rl), LayerCost("b", rl)
+    a.conv(8, 64, 64, 3, 3, 56, 56, 56, 56)
+    b.conv(8, 64, 64, 3, 3, 28, 28, 56, 56, stride=2)
+    flop_a = 2 * 8 * 64 * 56 * 56 * 64 * 9
+    assert a.fwd.flop == flop_a
+    assert a.fwd.time_s == pytest.approx(flop_a / 2e12 + 1e-6)
+    assert b.fwd.time_s == pytest.approx(flop_a / 4 / 1e12 + 1e-6)
+    assert a.params == b.params == 64 * 64 * 9
+
+
+def test_vgg_conv_layer_flop_by_hand() -> None:
+    profile = zoo_model("vgg19", batch_size=1)
+    conv12 = profile.layers[1]
+    assert conv12.name == "conv1_2"
+    # 3x3 convolution 64 -> 64 on 224x224 plus one FLOP per ReLU element
+    assert conv12.fwd_flop == 2 * 224 * 224 * 64 * 64 * 9 + 64 * 224 * 224
+    assert conv12.parameter_bytes == 4 * (64 * 64 * 9 + 64)
+    assert conv12.activation_bytes == 4 * 64 * 224 * 224
+
+
+def test_model_flop_matches_published_totals() -> None:
+    # Forward multiply-adds per image: VGG-19 19.6G, ResNet-50 v1.5 4.1G (torchvision / NVIDIA).
+    vgg = sum(layer.fwd_flop or 0 for layer in zoo_model("vgg19", batch_size=1).layers)
+    assert vgg == pytest.approx(2 * 19.6e9, rel=0.03)
+    resnet = sum(layer.fwd_flop or 0 for layer in zoo_model("resnet50", batch_size=1).layers)
+    assert resnet == pytest.approx(2 * 4.1e9, rel=0.05)
+
+
+def test_transformer_layer_flop_near_closed_form() -> None:
+    b, s, h = 6, 384, 1024
+    layer = zoo_model("bert48").layers[1]
+    gemm_flop = 24 * b * s * h * h + 4 * b * s * s * h  # Narayanan et al. 2021, per layer forward
+    assert layer.fwd_flop == pytest.approx(gemm_flop, rel=0.01)
+    assert layer.bwd_flop == pytest.approx(2 * gemm_flop, rel=0.01)
+
+
+@pytest.mark.parametrize(("dtype", "sbh_bytes", "as2b_bytes"), [("float16", 34, 5), ("float32", 66, 9)])
+def test_transformer_saved_bytes_korthikanti(dtype: str, sbh_bytes: int, as2b_bytes: int) -> None:
+    b, s, h, a = 6, 384, 1024, 16
+    layer = zoo_model("bert48", dtype=dtype).layers[5]
+    assert layer.saved_activation_bytes == s * b * h * sbh_bytes + a * s * s * b * as2b_bytes
+
+
+# ------------------------------------------------------------------------------------------------
+# Plausible V100 times
+
+
+def test_bert_layer_time_in_band_of_v100_measurement() -> None:
+    # DAPPLE authors' TorchGraph profile, V100, BERT-large layer at batch 6, seq 384, fp32:
+    # 8.07 ms forward, 13.4 ms backward. The roofline must land within +-25%.
+    layer = zoo_model("bert48").layers[10]
+    assert 0.75 * 8.07e-3 <= layer.fwd_time_s <= 1.25 * 8.07e-3
+    assert 0.75 * 13.4e-3 <= layer.bwd_time_s <= 1.25 * 13.4e-3
+
+
+@pytest.mark.parametrize(("dtype", "published"), [("float32", 367.0), ("float16", 1200.0)])
+def test_resnet50_throughput_near_nvidia_figures(dtype: str, published: float) -> None:
+    # NVIDIA DeepLearningExamples ResNet-50 v1.5 PyTorch, 1 x V100 16GB: 367 img/s FP32, 1200 AMP.
+    profile = zoo_model("resnet50", dtype=dtype)
+    throughput = profile.profile_batch_size / _total_time_s(profile)
+    assert 0.7 * published <= throughput <= 1.3 * published
+
+
+@pytest.mark.parametrize("name", [*FIXED_MODELS, "gpt"])
+def test_times_positive_and_backward_about_twice_forward(name: str) -> None:
+    profile = zoo_model(name)
+    for layer in profile.layers:
+        assert layer.fwd_time_s > 0
+        assert layer.bwd_time_s > 0
+        assert 0.0 <= layer.weight_grad_fraction <= 1.0
+        if layer.parameter_bytes == 0:
+            assert layer.weight_grad_fraction == 0.0
+    fwd = sum(layer.fwd_time_s for layer in profile.layers)
+    bwd = sum(layer.bwd_time_s for layer in profile.layers)
+    assert 1.5 <= bwd / fwd <= 2.5
+
+
+@pytest.mark.parametrize("name", [*FIXED_MODELS, "gpt"])
+def test_fp16_faster_with_half_the_activation_bytes(name: str) -> None:
+    fp32, fp16 = zoo_model(name), zoo_model(name, dtype="float16")
+    assert _total_time_s(fp16) < 0.7 * _total_time_s(fp32)
+    for a, b in zip(fp32.layers, fp16.layers, strict=True):
+        assert b.activation_bytes * 2 == a.activation_bytes
+        assert b.stashed_bytes <= a.stashed_bytes  # 1-byte dropout masks do not shrink
+    assert sum(x.stashed_bytes for x in fp16.layers) < 0.6 * sum(x.stashed_bytes for x in fp32.layers)
+
+
+def test_batch_size_override_scales_times() -> None:
+    base, double = zoo_model("bert48"), zoo_model("bert48", batch_size=12)
+    assert double.profile_batch_size == 12
+    assert _total_time_s(double) == pytest.approx(2 * _total_time_s(base), rel=0.05)
+    assert double.layers[3].activation_bytes == 2 * base.layers[3].activation_bytes
+
+
+def test_kernel_overhead_is_small_at_default_batch() -> None:
+    layer = zoo_model("bert48").layers[1]
+    assert 0.02 * layer.fwd_time_s > KERNEL_OVERHEAD_S * 40
+
+
+# ------------------------------------------------------------------------------------------------
+# Structure: chains and DAGs
+
+
+def test_chain_models_have_no_edges() -> None:
+    for name in ("vgg19", "resnet50", "bert48", "xlnet36", "gpt"):
+        assert zoo_model(name).is_chain
+
+
+def test_layer_granularity() -> None:
+    assert zoo_model("vgg19").num_layers == 16 + 5 + 3
+    assert zoo_model("resnet50").num_layers == 1 + 16 + 1
+    assert zoo_model("bert48").num_layers == 1 + 48 + 1
+    assert zoo_model("xlnet36").num_layers == 1 + 36 + 1
+    assert zoo_model("gnmt16").num_layers == 2 + 8 + 8 + 1
+    assert zoo_model("amoebanet36").num_layers == 1 + 2 + 36 + 2 + 1
+    assert zoo_model("gpt:layers=7").num_layers == 9
+
+
+def test_amoebanet_cells_read_the_two_previous_cells() -> None:
+    profile = zoo_model("amoebanet36")
+    assert profile.edges is not None
+    edges = set(profile.edges)
+    n = profile.num_layers
+    assert all((i - 1, i) in edges and (i - 2, i) in edges for i in range(2, n - 1))
+    assert (n - 3, n - 1) not in edges  # the head reads only the last cell
+    cut = profile.cuts()[10]
+    assert cut.crossing_bytes == profile.layers[10].activation_bytes + profile.layers[9].activation_bytes
+
+
+def test_gnmt_dag_cuts() -> None:
+    profile = zoo_model("gnmt16")
+    names = [layer.name for layer in profile.layers]
+    assert names[9] == "tgt_embed"
+    assert names[10] == "dec0"
+    cuts = profile.cuts()
+    out = {layer.name: layer.activation_bytes for layer in profile.layers}
+    assert cuts[4].crossing_bytes == out["enc3"]  # inside the encoder: one tensor
+    assert cuts[9].crossing_bytes == out["enc7"] + out["tgt_embed"]
+    assert cuts[13].crossing_bytes == out["dec3"] + out["dec0"]  # the attention context rides along
+
+
+# ------------------------------------------------------------------------------------------------
+# GPT specs
+
+
+def test_gpt_defaults_and_partial_specs() -> None:
+    assert parse_gpt_spec("gpt") == GptSpec(layers=24, hidden=2048, heads=16, seq=2048, vocab=50257)
+    assert parse_gpt_spec("GPT: Layers = 4 , seq=128") == GptSpec(layers=4, seq=128)
+    profile = zoo_model("gpt:layers=4,seq=128")
+    assert profile.name == "gpt:layers=4,hidden=2048,heads=16,seq=128,vocab=50257"
+    assert profile.seq_len == 128
+    assert profile.profile_batch_size == 1
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("gpt:depth=3", r"gpt\.depth='3': unknown key; valid keys: layers, hidden, heads, seq, vocab"),
+        ("gpt:layers=0", r"gpt\.layers=0: must be an integer in 1\.\.1048576"),
+        ("gpt:hidden=-5", r"gpt\.hidden=-5: must be an integer in"),
+        ("gpt:seq=1k", r"gpt\.seq='1k': must be an integer"),
+        ("gpt:hidden=1000,heads=16", r"gpt\.hidden=1000: must be a multiple of heads \(16\)"),
+        ("gpt:layers", r"gpt='layers': each item must be key=value"),
+        ("gpt:layers=2,layers=3", r"gpt\.layers='3': given twice"),
+        ("gpt:layers=2,", r"gpt='': each item must be key=value"),
+    ],
+)
+def test_gpt_spec_errors(spec: str, message: str) -> None:
+    with pytest.raises(InputError, match=message):
+        zoo_model(spec)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    layers=st.integers(1, 8),
+    heads=st.integers(1, 8),
+    head_dim=st.integers(1, 32),
+    seq=st.integers(1, 64),
+    vocab=st.integers(1, 500),
+)
+def test_gpt_spec_round_trip_and_counts(layers: int, heads: int, head_dim: int, seq: int, vocab: int) -> None:
+    spec = GptSpec(layers=layers, hidden=heads * head_dim, heads=heads, seq=seq, vocab=vocab)
+    assert parse_gpt_spec(spec.text()) == spec
+    profile = zoo_model(spec.text(), dtype="float16", batch_size=2)
+    h = spec.hidden
+    assert profile.parameter_count == vocab * h + seq * h + layers * (12 * h * h + 13 * h) + 2 * h
+    assert profile.num_layers == layers + 2
+    assert all(layer.activation_bytes == 2 * 2 * seq * h for layer in profile.layers[:-1])
+
+
+# ------------------------------------------------------------------------------------------------
+# Determinism and speed
+
+
+def test_deterministic_rebuild() -> None:
+    first = {name: zoo_model(name) for name in zoo_names()}
+    zoo_cache.cache_clear()
+    for name in zoo_names():
+        again = zoo_model(name)
+        assert again is not first[name]
+        assert again == first[name]
+
+
+@pytest.mark.parametrize(
+    "spec", [*FIXED_MODELS, "gpt", "gpt:layers=64,hidden=4096,heads=32,seq=2048,vocab=50257"]
+)
+def test_build_is_fast(spec: str) -> None:
+    zoo_cache.cache_clear()
+    roofline_for("float32")  # warm the catalog import
+    start = time.perf_counter()
+    zoo_model(spec)
+    assert time.perf_counter() - start < 0.05

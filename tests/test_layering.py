@@ -1,0 +1,129 @@
+"""The import direction between pipesim's layers (DEVELOPERS.md) holds for every module."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# directory -> the dotted package it installs as
+PACKAGES = {
+    "pipesim": "pipesim",
+    "profiles": "pipesim.profiles",
+    "schedules": "pipesim.schedules",
+    "simulator": "pipesim.simulator",
+    "planner": "pipesim.planner",
+}
+BASE = {"pipesim.errors", "pipesim.units"}
+# layer -> the layers it may import (besides itself and the base modules)
+ALLOWED: dict[str, set[str]] = {
+    "base": set(),
+    "pipesim.schedules": set(),
+    "pipesim.profiles": set(),
+    "pipesim.plan": {"pipesim.profiles", "pipesim.schedules"},
+    "pipesim.simulator": {"pipesim.profiles", "pipesim.schedules", "pipesim.plan"},
+    "pipesim.planner": {"pipesim.profiles", "pipesim.schedules", "pipesim.plan"},
+    "pipesim": {"*"},
+}
+LAYER_NAMES = (
+    "pipesim.profiles",
+    "pipesim.schedules",
+    "pipesim.simulator",
+    "pipesim.planner",
+    "pipesim.plan",
+)
+
+
+def layer_of(module: str) -> str:
+    """The layer a dotted module name belongs to."""
+    if module in BASE:
+        return "base"
+    for layer in LAYER_NAMES:
+        if module == layer or module.startswith(layer + "."):
+            return layer
+    return "pipesim"
+
+
+def modules() -> list[tuple[str, Path]]:
+    found = []
+    for directory, package in PACKAGES.items():
+        for path in sorted((ROOT / directory).rglob("*.py")):
+            rel = path.relative_to(ROOT / directory).with_suffix("")
+            parts = [p for p in rel.parts if p != "__init__"]
+            found.append((".".join([package, *parts]), path))
+    return found
+
+
+def imported_modules(path: Path, module: str) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    is_package = path.name == "__init__.py"
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = module.split(".")
+                base = base if is_package else base[:-1]
+                base = base[: len(base) - (node.level - 1)]
+                target = ".".join([*base, node.module] if node.module else base)
+            else:
+                target = node.module or ""
+            names.add(target)
+            names.update(f"{target}.{alias.name}" for alias in node.names)
+    return names
+
+
+def violations(module: str, path: Path) -> list[str]:
+    """The imports of one module that break the layering rules."""
+    layer = layer_of(module)
+    allowed = ALLOWED[layer]
+    found = []
+    for name in sorted(imported_modules(path, module)):
+        root = name.split(".")[0]
+        if root in ("simulator", "planner", "profiles", "schedules"):
+            found.append(f"{module} imports bare {name}: use pipesim.{name}")
+            continue
+        if root != "pipesim" or "*" in allowed:
+            continue
+        if name == "pipesim":
+            found.append(f"{module} ({layer}) imports the top-level package")
+            continue
+        if any(name.startswith(b + ".") for b in BASE):
+            continue  # `from pipesim.errors import X` also shows as `pipesim.errors.X`
+        target = layer_of(name)
+        if target in ("base", layer) or target in allowed:
+            continue
+        found.append(f"{module} ({layer}) imports {name} ({target})")
+    return found
+
+
+def test_every_layer_imports_only_downwards() -> None:
+    found = [v for module, path in modules() for v in violations(module, path)]
+    assert not found, "layering violations:\n" + "\n".join(found)
+
+
+def test_layer_of_classifies() -> None:
+    assert layer_of("pipesim.errors") == "base"
+    assert layer_of("pipesim.profiles.model") == "pipesim.profiles"
+    assert layer_of("pipesim.planner") == "pipesim.planner"
+    assert layer_of("pipesim.cli") == "pipesim"
+    assert layer_of("pipesim.plan") == "pipesim.plan"
+
+
+def test_checker_catches_violations(tmp_path: Path) -> None:
+    bad = tmp_path / "x.py"
+    bad.write_text(
+        "from pipesim.simulator import engine\n"
+        "import simulator.engine\n"
+        "from pipesim import plan_and_simulate\n"
+        "from pipesim.errors import InputError\n"
+        "from pipesim.profiles.model import Layer\n"
+    )
+    found = violations("pipesim.planner.x", bad)
+    assert any("imports pipesim.simulator" in v for v in found)
+    assert any("bare simulator.engine" in v for v in found)
+    assert any("pipesim.plan_and_simulate" in v for v in found)
+    assert not any("errors" in v or "profiles" in v for v in found)
+    assert violations("pipesim.schedules.x", bad)[0].startswith("pipesim.schedules.x")
