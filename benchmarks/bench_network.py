@@ -3,7 +3,9 @@
 Scenarios (all seeded, deterministic):
 
 * ``random``: N flows (default 5,000) over L links (default 1,000), routes of 1-3 random links,
-  sizes 1-100 MB, arrivals spread over one second, 10-100 GB/s links with 1-5 us latency.
+  sizes 1-100 MB, arrivals spread over ``--window`` seconds (default 0.01: about 2,600 flows at
+  once, which on random links form one big component, the hard case), 10-100 GB/s links with
+  1-5 us latency.
 * ``pipeline``: the traffic of benchmark (b) without compute: 128 servers x 8 GPUs, 16 stages x 64
   replicas (stage i on servers 8i..8i+7), 64 micro-batches, GPipe order with real dependencies
   (1 ms forward, 2 ms backward per micro-batch; an 8 MB activation or gradient crosses each
@@ -11,7 +13,7 @@ Scenarios (all seeded, deterministic):
   of 1 GB among its 64 replicas. Per GPU an
   up and a down NVLink-switch link (300 GB/s), per server a NIC up and down (25 GB/s).
 
-Usage: ``python benchmarks/bench_network.py [random|pipeline|all] [--flows N] [--links L]``
+Usage: ``python benchmarks/bench_network.py [random|pipeline|all] [--flows N] [--links L] [--window S]``
 """
 
 from __future__ import annotations
@@ -36,7 +38,11 @@ def bench_random(n_flows: int, n_links: int, window_s: float = 0.01, seed: int =
     lats = [rng.uniform(1e-6, 5e-6) for _ in range(n_links)]
     net = Network(env, caps, lats)
     jobs = sorted(
-        (rng.uniform(0.0, window_s), tuple(rng.sample(range(n_links), rng.randint(1, 3))), rng.uniform(1e6, 1e8))
+        (
+            rng.uniform(0.0, window_s),
+            tuple(rng.sample(range(n_links), rng.randint(1, 3))),
+            rng.uniform(1e6, 1e8),
+        )
         for _ in range(n_flows)
     )
 
@@ -125,7 +131,8 @@ def _report(name: str, wall: float, net: Network) -> None:
     print(
         f"{name}: wall {wall:.3f} s, {st.transfers} transfers, {st.flows} flows, "
         f"{st.flows / wall:,.0f} flows/s, {st.refills} re-fills, "
-        f"{st.refilled_flows / max(st.refills, 1):.1f} flows per re-fill, sim end {net.env.now:.6f} s"
+        f"{st.refilled_flows / max(st.refills, 1):.1f} flows per re-fill, "
+        f"peak {st.peak_active_flows} concurrent flows, sim end {net.env.now:.6f} s"
     )
 
 
@@ -135,9 +142,10 @@ def main() -> None:
     parser.add_argument("scenario", nargs="?", default="all", choices=["random", "pipeline", "all"])
     parser.add_argument("--flows", type=int, default=5000)
     parser.add_argument("--links", type=int, default=1000)
+    parser.add_argument("--window", type=float, default=0.01, help="arrival window, seconds")
     args = parser.parse_args()
     if args.scenario in ("random", "all"):
-        wall, net = bench_random(args.flows, args.links)
+        wall, net = bench_random(args.flows, args.links, args.window)
         _report("random", wall, net)
     if args.scenario in ("pipeline", "all"):
         wall, net = bench_pipeline()

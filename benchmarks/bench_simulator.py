@@ -30,20 +30,35 @@ def run_case(case: str) -> dict[str, float | str]:
     if case == "a":
         profile = zoo_model("bert48")
         cluster = get_cluster("dapple-2x8-v100")
-        plan = make_plan(profile, global_batch_size=256, num_microbatches=32, stages=4,
-                         replicas=[4, 4, 4, 4], schedule="dapple")
+        plan = make_plan(
+            profile,
+            global_batch_size=256,
+            num_microbatches=32,
+            stages=4,
+            replicas=[4, 4, 4, 4],
+            schedule="dapple",
+        )
         options = SimOptions()
     elif case == "b":
         profile = zoo_model("gpt:layers=64,hidden=4096,heads=32,seq=2048,vocab=51200")
         cluster = with_overrides(get_cluster("dapple-2x8-v100"), {"servers": 128})
-        plan = make_plan(profile, global_batch_size=64 * 64, num_microbatches=64, stages=16,
-                         replicas=[64] * 16, schedule="1f1b", allreduce="hierarchical")
+        plan = make_plan(
+            profile,
+            global_batch_size=64 * 64,
+            num_microbatches=64,
+            stages=16,
+            replicas=[64] * 16,
+            schedule="1f1b",
+            allreduce="hierarchical",
+        )
         options = SimOptions()
     else:
         profile = ModelProfile(
             name="bare16",
-            layers=tuple(Layer(name=f"l{i}", fwd_time_s=1e-3, bwd_time_s=2e-3, activation_bytes=1,
-                               parameter_bytes=0) for i in range(16)),
+            layers=tuple(
+                Layer(name=f"l{i}", fwd_time_s=1e-3, bwd_time_s=2e-3, activation_bytes=1, parameter_bytes=0)
+                for i in range(16)
+            ),
             profile_batch_size=1,
         )
         cluster = with_overrides(get_cluster("dapple-2x8-v100"), {"servers": 2})
@@ -71,7 +86,9 @@ def main() -> int:
         return 0
     failed = False
     for case in cases:
-        out = subprocess.run([sys.executable, __file__, f"--one={case}"], capture_output=True, text=True, check=True)
+        out = subprocess.run(
+            [sys.executable, __file__, f"--one={case}"], capture_output=True, text=True, check=True
+        )
         row = json.loads(out.stdout.strip().splitlines()[-1])
         ok = row["wall_s"] <= row["target_s"]
         failed |= not ok

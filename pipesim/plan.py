@@ -18,9 +18,9 @@ from pipesim.profiles.fileformat import atomic_write_text
 from pipesim.profiles.model import ModelProfile
 
 __all__ = [
+    "ALLREDUCE_ALGORITHMS",
     "OPTIMIZERS",
     "OPTIMIZER_STATE_MULTIPLIER",
-    "ALLREDUCE_ALGORITHMS",
     "Estimate",
     "Plan",
     "StagePlan",
@@ -65,9 +65,7 @@ class StagePlan:
         if self.first_layer < 0:
             raise invalid("first_layer", self.first_layer, "must be >= 0")
         if self.last_layer < self.first_layer:
-            raise invalid(
-                "last_layer", self.last_layer, f"must be >= first_layer ({self.first_layer})"
-            )
+            raise invalid("last_layer", self.last_layer, f"must be >= first_layer ({self.first_layer})")
         if self.replicas < 1:
             raise invalid("replicas", self.replicas, "must be >= 1")
         if self.devices is not None:
@@ -179,16 +177,13 @@ class Plan:
         if self.optimizer not in OPTIMIZERS:
             raise invalid("optimizer", self.optimizer, f"must be one of {', '.join(OPTIMIZERS)}")
         if self.allreduce not in ALLREDUCE_ALGORITHMS:
-            raise invalid(
-                "allreduce", self.allreduce, f"must be one of {', '.join(ALLREDUCE_ALGORITHMS)}"
-            )
+            raise invalid("allreduce", self.allreduce, f"must be one of {', '.join(ALLREDUCE_ALGORITHMS)}")
         if self.microbatch_sizes is None:
             if self.global_batch_size % self.num_microbatches:
                 raise invalid(
                     "num_microbatches",
                     self.num_microbatches,
-                    f"must divide the global batch size ({self.global_batch_size}) into equal "
-                    "micro-batches",
+                    f"must divide the global batch size ({self.global_batch_size}) into equal micro-batches",
                 )
         else:
             if len(self.microbatch_sizes) != self.num_microbatches:
@@ -278,8 +273,7 @@ class Plan:
             )
         if self.num_devices > num_devices:
             raise Infeasible(
-                f"plan needs {self.num_devices} devices (sum of replicas) but the cluster has "
-                f"{num_devices}"
+                f"plan needs {self.num_devices} devices (sum of replicas) but the cluster has {num_devices}"
             )
         for index, stage in enumerate(self.stages):
             for device in stage.devices or ():
@@ -311,9 +305,7 @@ class Plan:
                 continue
             chosen = tuple(next(free, -1) for _ in range(stage.replicas))
             if -1 in chosen:
-                raise Infeasible(
-                    f"plan needs {self.num_devices} devices but the cluster has {num_devices}"
-                )
+                raise Infeasible(f"plan needs {self.num_devices} devices but the cluster has {num_devices}")
             result.append(chosen)
         return tuple(result)
 
@@ -385,11 +377,13 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
     return data
 
 
-def _get(data: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where: str, path: str | None) -> Any:
+def _get(
+    data: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where: str, path: str | None
+) -> Any:
     if key not in data:
         raise FormatError(path, None, f"missing key {where}{key}")
     value = data[key]
-    if not isinstance(value, kind) or isinstance(value, bool) and kind is int:
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is int):
         names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
         raise FormatError(path, None, f"{where}{key}={value!r}: expected {names}")
     return value

@@ -1,1 +1,24 @@
-"""planner layer."""
+"""Planners that propose parallel plans with analytic estimates: DAPPLE and the dp, GPipe and
+PipeDream baselines (see ``docs/planner.md``).
+
+This layer imports only ``pipesim.errors``, ``pipesim.units``, ``pipesim.profiles``,
+``pipesim.schedules`` and ``pipesim.plan``; it never imports the simulator.
+"""
+
+from pipesim.planner.costs import CostModel, pipeline_time_s
+from pipesim.planner.dapple import dapple_search, replica_candidates
+from pipesim.planner.placement import Placement, device_order, parse_placement
+from pipesim.planner.search import estimate_plan, plan, planner_names
+
+__all__ = [
+    "CostModel",
+    "Placement",
+    "dapple_search",
+    "device_order",
+    "estimate_plan",
+    "parse_placement",
+    "pipeline_time_s",
+    "plan",
+    "planner_names",
+    "replica_candidates",
+]

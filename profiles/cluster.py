@@ -17,6 +17,7 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from pipesim.errors import UnknownNameError, invalid
 from pipesim.profiles.hardware import DeviceSpec, LinkSpec, get_device, get_link
 from pipesim.profiles.topology import (
     Link,
@@ -25,8 +26,6 @@ from pipesim.profiles.topology import (
     build_links,
     build_server_fabric,
 )
-
-from pipesim.errors import UnknownNameError, invalid
 
 __all__ = [
     "MAX_DEVICES",

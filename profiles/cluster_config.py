@@ -28,12 +28,11 @@ import math
 from collections.abc import Callable, Mapping
 from typing import TypeVar
 
+from pipesim.errors import InputError, UnknownNameError
 from pipesim.profiles.cluster import Cluster
 from pipesim.profiles.hardware import DeviceSpec, LinkSpec, get_device, get_link, link_names
 from pipesim.profiles.model import DTYPES
 from pipesim.profiles.topology import Topology
-
-from pipesim.errors import InputError, UnknownNameError
 from pipesim.units import GB, GBIT, GIB, TERA
 
 __all__ = [

@@ -15,6 +15,7 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
+from pipesim.errors import FormatError, InputError, UnknownNameError
 from pipesim.profiles.cluster import Cluster, cluster_names, get_cluster
 from pipesim.profiles.cluster_config import (
     PARTS,
@@ -23,8 +24,6 @@ from pipesim.profiles.cluster_config import (
     cluster_to_config,
     flatten_config,
 )
-
-from pipesim.errors import FormatError, InputError, UnknownNameError
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -26,9 +26,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pipesim.profiles.model import DTYPES, BatchPoint, Layer, ModelProfile
-
 from pipesim.errors import FormatError, InputError, invalid
+from pipesim.profiles.model import DTYPES, BatchPoint, Layer, ModelProfile
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -16,9 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from pipesim.profiles.model import DTYPES
-
 from pipesim.errors import UnknownNameError, invalid
+from pipesim.profiles.model import DTYPES
 from pipesim.units import GB, GBIT, GIB, TERA
 
 __all__ = [

@@ -10,11 +10,10 @@ from importlib import import_module
 from pathlib import Path
 from typing import cast
 
+from pipesim.errors import InputError, UnknownNameError, invalid
 from pipesim.profiles.fileformat import PROFILE_EXTENSIONS, load_profile_file, save_profile
 from pipesim.profiles.model import ModelProfile
 from pipesim.profiles.torchgraph import load_torchgraph
-
-from pipesim.errors import InputError, UnknownNameError, invalid
 
 __all__ = ["convert_torchgraph", "load_model"]
 

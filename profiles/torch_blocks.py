@@ -63,7 +63,8 @@ def require_torch() -> ModuleType:
         import torch
     except ImportError:
         raise InputError(TORCH_MISSING) from None
-    return torch
+    module: ModuleType = torch
+    return module
 
 
 # --------------------------------------------------------------------------------------------

@@ -30,9 +30,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipesim.profiles.model import Layer, ModelProfile
-
 from pipesim.errors import FormatError, InputError, invalid
+from pipesim.profiles.model import Layer, ModelProfile
 from pipesim.units import MS
 
 __all__ = [

@@ -4,18 +4,41 @@ Charts (:mod:`pipesim.simulator.gantt`) and Chrome traces (:mod:`pipesim.simulat
 imported from their modules, so that simulating does not load matplotlib.
 """
 
+from pipesim.simulator.collectives import (
+    AllReduceAlgorithm,
+    allreduce,
+    choose_allreduce_algorithm,
+    estimate_allreduce_time_s,
+    hierarchical_allreduce,
+    hierarchical_allreduce_time_s,
+    ring_allreduce,
+    ring_allreduce_time_s,
+)
 from pipesim.simulator.engine import SimOptions, simulate
 from pipesim.simulator.memory import OPTIMIZER_STATE_MULTIPLIER, static_memory_bytes
+from pipesim.simulator.network import LinkInterval, Network, NetworkStats, TransferRecord
 from pipesim.simulator.trace import DeviceMetrics, EventKind, MemoryCurve, SimulationResult, TraceEvent
 
 __all__ = [
     "OPTIMIZER_STATE_MULTIPLIER",
+    "AllReduceAlgorithm",
     "DeviceMetrics",
     "EventKind",
+    "LinkInterval",
     "MemoryCurve",
+    "Network",
+    "NetworkStats",
     "SimOptions",
     "SimulationResult",
     "TraceEvent",
+    "TransferRecord",
+    "allreduce",
+    "choose_allreduce_algorithm",
+    "estimate_allreduce_time_s",
+    "hierarchical_allreduce",
+    "hierarchical_allreduce_time_s",
+    "ring_allreduce",
+    "ring_allreduce_time_s",
     "simulate",
     "static_memory_bytes",
 ]

@@ -394,9 +394,7 @@ def _step_time_s(network: Network, routes: list[tuple[int, ...]], chunk: float) 
     return worst
 
 
-def _hierarchical_estimate(
-    network: Network, groups: list[list[int]], nbytes: float, route: Route
-) -> float:
+def _hierarchical_estimate(network: Network, groups: list[list[int]], nbytes: float, route: Route) -> float:
     k, g = len(groups), len(groups[0])
     total = 0.0
     if g > 1:
@@ -434,12 +432,20 @@ def _check_count(field: str, value: int) -> None:
 
 
 def _check_nonneg(field: str, value: float) -> None:
-    if not (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-            and value >= 0):
+    if not (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value >= 0
+    ):
         raise invalid(field, value, "must be a finite number >= 0")
 
 
 def _check_positive(field: str, value: float) -> None:
-    if not (isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
-            and not math.isnan(value)):
+    if not (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and value > 0
+        and not math.isnan(value)
+    ):
         raise invalid(field, value, "must be a number > 0")

@@ -17,6 +17,7 @@ from pipesim.profiles.cluster import Cluster
 from pipesim.profiles.model import ModelProfile
 from pipesim.schedules import Schedule, make_schedule
 from pipesim.simulator.collectives import allreduce
+from pipesim.simulator.costs import MicrobatchCosts
 from pipesim.simulator.memory import static_memory_bytes
 from pipesim.simulator.network import Network
 from pipesim.simulator.trace import (
@@ -113,12 +114,19 @@ class _Stage:
     stash_bytes: list[list[float]]  # kept per in-flight micro-batch
     work_bytes: list[list[float]]  # transient during the backward
     out_bytes_per_sample: float  # activation bytes crossing to the next stage per sample
+    out_bytes_per_sample_mb: list[float] | None = None  # per micro-batch, with explicit costs
     # per micro-batch, per replica: (receiving replica of the next/previous stage, samples)
     act_out: list[list[list[tuple[int, int]]]] = field(default_factory=list)
     grad_out: list[list[list[tuple[int, int]]]] = field(default_factory=list)
     # per micro-batch, per replica: pieces that must arrive before F (act) or B/I (grad)
     act_in: list[list[int]] = field(default_factory=list)
     grad_in: list[list[int]] = field(default_factory=list)
+
+    def out_per_sample(self, mb: int) -> float:
+        """Activation bytes per sample crossing to the next stage for micro-batch ``mb``."""
+        if self.out_bytes_per_sample_mb is not None:
+            return self.out_bytes_per_sample_mb[mb]
+        return self.out_bytes_per_sample
 
 
 def _overlaps(
@@ -141,20 +149,45 @@ def _overlaps(
 class _Run:
     """One simulation: state shared by the device processes."""
 
-    def __init__(self, plan: Plan, profile: ModelProfile, cluster: Cluster, options: SimOptions) -> None:
+    def __init__(
+        self,
+        plan: Plan,
+        profile: ModelProfile,
+        cluster: Cluster,
+        options: SimOptions,
+        schedule: Schedule | None = None,
+        costs: MicrobatchCosts | None = None,
+    ) -> None:
         plan.check_against(profile.num_layers, cluster.num_devices)
         self.plan = plan
         self.profile = profile
         self.cluster = cluster
         self.options = options
         self.env = simpy.Environment()
-        self.schedule: Schedule = make_schedule(
-            plan.schedule,
-            num_ranks=plan.num_ranks,
-            num_microbatches=plan.num_microbatches,
-            chunks=plan.chunks,
-            **dict(plan.schedule_options),
-        )
+        if costs is not None:
+            costs.check_shape(plan.num_stages, plan.num_microbatches)
+        self.costs = costs
+        if schedule is None:
+            schedule = make_schedule(
+                plan.schedule,
+                num_ranks=plan.num_ranks,
+                num_microbatches=plan.num_microbatches,
+                chunks=plan.chunks,
+                **dict(plan.schedule_options),
+            )
+        elif (schedule.num_ranks, schedule.num_stages, schedule.num_microbatches) != (
+            plan.num_ranks,
+            plan.num_stages,
+            plan.num_microbatches,
+        ):
+            raise invalid(
+                "schedule",
+                f"{schedule.num_ranks} ranks, {schedule.num_stages} stages, {schedule.num_microbatches} "
+                "micro-batches",
+                f"must match the plan's {plan.num_ranks} ranks, {plan.num_stages} stages, "
+                f"{plan.num_microbatches} micro-batches",
+            )
+        self.schedule: Schedule = schedule.compute_only()
         self.placement = plan.placement(cluster.num_devices)
         self.stages = [self._stage(s) for s in range(plan.num_stages)]
         self._link_pieces()
@@ -164,6 +197,7 @@ class _Run:
             [link.latency_s for link in cluster.links],
             link_names=[link.name for link in cluster.links],
             free_links=options.free_links,
+            contention=options.contention,
         )
         self.events: list[TraceEvent] = []
         self.arrivals: dict[tuple[str, int, int, int], _Arrival] = {}
@@ -214,10 +248,29 @@ class _Run:
                 cache[samples] = (sum(fwd[i] for i in layers), sum(bwd[i] for i in layers), stash, work)
             return cache[samples]
 
-        table = [[costs(stop - start) for start, stop in mb] for mb in shares]
+        out_mb: list[float] | None = None
+        if self.costs is None:
+            table = [[costs(stop - start) for start, stop in mb] for mb in shares]
+        else:  # explicit per-micro-batch costs, shared among replicas by sample count
+            c = self.costs
+            table = [
+                [
+                    (
+                        c.fwd_time_s[s][k] * (stop - start) / n,
+                        c.bwd_time_s[s][k] * (stop - start) / n,
+                        c.stash_bytes[s][k] * (stop - start) / n,
+                        c.work_bytes[s][k] * (stop - start) / n,
+                    )
+                    for start, stop in mb
+                ]
+                for k, (mb, n) in enumerate(zip(shares, plan.microbatch_samples(), strict=True))
+            ]
+            out_mb = [c.out_bytes[s][k] / n for k, n in enumerate(plan.microbatch_samples())]
         weights = [profile.layers[i].parameter_bytes for i in layers]
         bwd_total = [profile.layers[i].bwd_time_s for i in layers]
-        w_time = sum(b * profile.layers[i].weight_grad_fraction for b, i in zip(bwd_total, layers, strict=True))
+        w_time = sum(
+            b * profile.layers[i].weight_grad_fraction for b, i in zip(bwd_total, layers, strict=True)
+        )
         wgrad_fraction = w_time / sum(bwd_total) if sum(bwd_total) > 0 else (0.5 if sum(weights) else 0.0)
         return _Stage(
             index=s,
@@ -231,15 +284,16 @@ class _Run:
             stash_bytes=[[c[2] for c in row] for row in table],
             work_bytes=[[c[3] for c in row] for row in table],
             out_bytes_per_sample=out_per_sample,
+            out_bytes_per_sample_mb=out_mb,
         )
 
     def _link_pieces(self) -> None:
         """Pre-compute how each micro-batch's tensors are cut between neighbouring stages."""
         cache: dict[tuple[object, object], tuple[list[list[tuple[int, int]]], list[int]]] = {}
 
-        def overlaps(a: tuple[tuple[int, int], ...], b: tuple[tuple[int, int], ...]) -> tuple[
-            list[list[tuple[int, int]]], list[int]
-        ]:
+        def overlaps(
+            a: tuple[tuple[int, int], ...], b: tuple[tuple[int, int], ...]
+        ) -> tuple[list[list[tuple[int, int]]], list[int]]:
             if (a, b) not in cache:
                 cache[(a, b)] = _overlaps(a, b)
             return cache[(a, b)]
@@ -249,7 +303,9 @@ class _Run:
             nxt = self.stages[stage.index + 1] if stage.index + 1 < len(self.stages) else None
             prev = self.stages[stage.index - 1] if stage.index > 0 else None
             stage.act_out = [overlaps(stage.shares[mb], nxt.shares[mb])[0] if nxt else [] for mb in range(m)]
-            stage.grad_out = [overlaps(stage.shares[mb], prev.shares[mb])[0] if prev else [] for mb in range(m)]
+            stage.grad_out = [
+                overlaps(stage.shares[mb], prev.shares[mb])[0] if prev else [] for mb in range(m)
+            ]
             stage.act_in = [overlaps(prev.shares[mb], stage.shares[mb])[1] if prev else [] for mb in range(m)]
             stage.grad_in = [overlaps(nxt.shares[mb], stage.shares[mb])[1] if nxt else [] for mb in range(m)]
 
@@ -292,10 +348,10 @@ class _Run:
         src_device = src_stage.devices[replica]
         if kind == "act":
             pieces = src_stage.act_out[mb][replica]
-            per_sample = src_stage.out_bytes_per_sample
+            per_sample = src_stage.out_per_sample(mb)
         else:
             pieces = src_stage.grad_out[mb][replica]
-            per_sample = dst_stage.out_bytes_per_sample
+            per_sample = dst_stage.out_per_sample(mb)
         produced = self.env.now
         free = self.options.free_links
         for k, samples in pieces:
@@ -475,7 +531,9 @@ class _Run:
             for device in stage.devices:
                 device_layers.setdefault(device, []).extend(stage.layers)
                 device_stages.setdefault(device, []).append(stage.index)
-        static = {d: static_memory_bytes(profile, layers, plan.optimizer) for d, layers in device_layers.items()}
+        static = {
+            d: static_memory_bytes(profile, layers, plan.optimizer) for d, layers in device_layers.items()
+        }
         for device, value in static.items():
             self.memory_now[device] = value
             self.memory_log[device] = [(0.0, value)]
@@ -510,9 +568,7 @@ class _Run:
                     memory_capacity_bytes=capacity,
                 )
             )
-        stage_peak = tuple(
-            max(memory[d].peak_bytes for d in stage.devices) for stage in self.stages
-        )
+        stage_peak = tuple(max(memory[d].peak_bytes for d in stage.devices) for stage in self.stages)
         events = sorted(self.events, key=lambda e: (e.start_s, e.resource, e.end_s))
         return SimulationResult(
             iteration_time_s=iteration,
@@ -539,7 +595,13 @@ def _lognormal(rng: np.random.Generator, cv: float) -> float:
 
 
 def simulate(
-    plan: Plan, profile: ModelProfile, cluster: Cluster, options: SimOptions | None = None
+    plan: Plan,
+    profile: ModelProfile,
+    cluster: Cluster,
+    options: SimOptions | None = None,
+    *,
+    schedule: Schedule | None = None,
+    costs: MicrobatchCosts | None = None,
 ) -> SimulationResult:
     """Simulate one training iteration of ``plan`` for ``profile`` on ``cluster``.
 
@@ -554,6 +616,11 @@ def simulate(
             micro-batch).
         cluster: devices and links.
         options: what-if knobs (see :class:`SimOptions`).
+        schedule: run this explicit schedule (its compute actions) instead of the one
+            ``plan.schedule`` names; it must have the plan's ranks, stages and micro-batches.
+        costs: per-stage, per-micro-batch costs (:class:`~pipesim.simulator.costs.MicrobatchCosts`)
+            that replace the ones derived from the profile's layers (variable-length micro-batches);
+            the profile still gives parameters, optimizer state and weight-gradient fractions.
 
     Returns:
         The trace and metrics of the iteration.
@@ -561,6 +628,6 @@ def simulate(
     Raises:
         Infeasible: the plan needs more devices than the cluster has, or more stages than layers.
         InputError: the plan does not match the model or the cluster, an unknown schedule, or a
-            schedule that deadlocks.
+            schedule that deadlocks; a ``schedule`` or ``costs`` whose shape differs from the plan's.
     """
-    return _Run(plan, profile, cluster, options or SimOptions()).run()
+    return _Run(plan, profile, cluster, options or SimOptions(), schedule, costs).run()

@@ -22,12 +22,14 @@ complete after zero time (closed-form checks of compute-only timelines).
 
 Speed
 -----
-Flows interact only through shared links, so when flows start or end only the connected
-component of flows sharing links with them (transitively) is re-filled. Starts and ends at one
-simulated instant are batched into one re-fill that runs after every other event of that instant.
-Each flow keeps its remaining bytes, updated lazily when its rate changes; one SimPy timer is
-pending at any time, for the earliest completion (stale timers are ignored through a version
-counter). Ties are broken by transfer id, so a run is deterministic.
+Flows interact only through shared links. When flows start or end, the re-fill starts from the
+links they use and keeps every other flow's rate, growing the region only where a kept rate is
+no longer max-min (see ``Network._flush``); after a few rounds it re-fills the whole connected
+component. Starts and ends at one simulated instant share one re-fill, run after every other
+event of that instant. Each flow's remaining bytes are updated lazily when its rate changes;
+one SimPy timer is pending at a time, for the earliest completion (stale timers are ignored
+through a version counter). Ties are broken by transfer id, so a run is deterministic. Cost per
+re-fill is about the number of flows re-rated; on dense random traffic that is the component.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import simpy
+from simpy.events import EventPriority
 
 from pipesim.errors import invalid
 
@@ -47,11 +50,11 @@ __all__ = ["LinkInterval", "Network", "NetworkStats", "TransferRecord"]
 
 logger = logging.getLogger(__name__)
 
-_FLUSH_PRIORITY = 2
+_FLUSH_PRIORITY = EventPriority(2)
 """SimPy event priority of the rate re-fill: after the URGENT (0) and NORMAL (1) events of the
 same instant, so every flow that starts or ends at that instant joins one re-fill."""
 
-_MAX_LOCAL_ROUNDS = 4
+_MAX_LOCAL_ROUNDS = 3
 """Rounds of local re-fill (growing the region) before re-filling the whole component."""
 
 _REL_TOL = 1e-9
@@ -112,6 +115,7 @@ class NetworkStats:
         region_growths: local re-fill rounds that had to grow their region.
         component_refills: re-fills that fell back to the whole connected component.
         active_flows: flows moving bytes now.
+        peak_active_flows: the most flows that moved bytes at once.
     """
 
     transfers: int
@@ -121,31 +125,17 @@ class NetworkStats:
     region_growths: int
     component_refills: int
     active_flows: int
+    peak_active_flows: int
 
 
 class _Flow:
     """Mutable state of one transfer while its bytes flow (internal)."""
 
-    __slots__ = (
-        "bott",
-        "done",
-        "event",
-        "finish",
-        "fixed",
-        "id",
-        "links",
-        "mark",
-        "nbytes",
-        "new_bott",
-        "new_rate",
-        "rate",
-        "remaining",
-        "route",
-        "start_s",
-        "t_last",
-        "tag",
-        "version",
-    )
+    # fmt: off
+    __slots__ = ("bott", "done", "event", "finish", "fixed", "id", "links", "mark", "nbytes",
+                 "new_bott", "new_rate", "rate", "remaining", "route", "start_s", "t_last", "tag",
+                 "version")
+    # fmt: on
 
     def __init__(
         self,
@@ -155,7 +145,7 @@ class _Flow:
         nbytes: float,
         start_s: float,
         tag: object,
-        event: Any,
+        event: simpy.Event,
     ) -> None:
         self.id = flow_id
         self.route = route
@@ -203,6 +193,9 @@ class Network:
             seconds, >= 0; default 0.
         free_links: if true, every transfer completes after zero time (infinite bandwidth, zero
             latency, no overhead).
+        contention: if false, links are not shared: every transfer gets its route's bottleneck
+            bandwidth whatever else is in flight (the contention-free model of the analytic
+            evaluator in :mod:`pipesim.schedules`); default true (max-min fair sharing).
         on_transfer: called with a :class:`TransferRecord` when each transfer is delivered.
         on_link_interval: called with a :class:`LinkInterval` each time a link's total rate
             changes after being > 0 (per-link utilisation tracks). Costs one pass over the
@@ -222,11 +215,14 @@ class Network:
         link_names: Sequence[str] | None = None,
         overhead_s: float = 0.0,
         free_links: bool = False,
+        contention: bool = True,
         on_transfer: Callable[[TransferRecord], None] | None = None,
         on_link_interval: Callable[[LinkInterval], None] | None = None,
     ) -> None:
         self._env = env
-        self._cap = _check_rate_list("bandwidth_bytes_per_s", bandwidth_bytes_per_s, allow_inf=True, positive=True)
+        self._cap = _check_rate_list(
+            "bandwidth_bytes_per_s", bandwidth_bytes_per_s, allow_inf=True, positive=True
+        )
         self._lat = _check_rate_list("latency_s", latency_s, allow_inf=False, positive=False)
         if len(self._lat) != len(self._cap):
             raise invalid(
@@ -238,11 +234,14 @@ class Network:
         else:
             self._names = tuple(str(s) for s in link_names)
             if len(self._names) != n_links:
-                raise invalid("link_names", f"<{len(self._names)} names>", f"must name each of {n_links} links")
+                raise invalid(
+                    "link_names", f"<{len(self._names)} names>", f"must name each of {n_links} links"
+                )
         if not (isinstance(overhead_s, (int, float)) and math.isfinite(overhead_s) and overhead_s >= 0):
             raise invalid("overhead_s", overhead_s, "must be a finite number >= 0")
         self._overhead = float(overhead_s)
         self._free = bool(free_links)
+        self._contention = bool(contention)
         self._on_transfer = on_transfer
         self._on_link = on_link_interval
 
@@ -250,6 +249,8 @@ class Network:
         self._link_mark = [-1] * n_links
         self._link_rate = [0.0] * n_links
         self._link_since = [0.0] * n_links
+        self._rem = [0.0] * n_links  # scratch of _fill: capacity left per link
+        self._cnt = [0] * n_links  # scratch of _fill: unfrozen region flows per link
         # route -> (latency incl. overhead, links that constrain the rate: finite, deduplicated)
         self._routes: dict[tuple[int, ...], tuple[float, tuple[int, ...]]] = {}
         self._heap: list[tuple[float, int, int, _Flow]] = []
@@ -264,6 +265,7 @@ class Network:
         self._n_refills = 0
         self._n_refilled = 0
         self._n_grown = 0
+        self._peak_active = 0
         self._n_component = 0
 
     # ------------------------------------------------------------------ queries
@@ -342,6 +344,7 @@ class Network:
             region_growths=self._n_grown,
             component_refills=self._n_component,
             active_flows=self._n_active,
+            peak_active_flows=self._peak_active,
         )
 
     # ------------------------------------------------------------------ transfers
@@ -363,6 +366,8 @@ class Network:
         """
         if not (isinstance(nbytes, (int, float)) and nbytes >= 0 and math.isfinite(nbytes)):
             raise invalid("nbytes", nbytes, "must be a finite number >= 0")
+        if type(route) is not tuple:
+            route = tuple(route)
         env = self._env
         tid = self._next_id
         self._next_id = tid + 1
@@ -373,6 +378,12 @@ class Network:
             self._deliver_now(event, tid, route, nbytes, env.now, tag)
             return event
         latency, links = self._route_info(route)
+        if not self._contention and links:
+            rate = min(self._cap[link] for link in links)
+            start = env.now
+            timer = simpy.Timeout(env, latency + nbytes / rate)
+            timer.callbacks.append(lambda _ev: self._deliver_now(event, tid, route, nbytes, start, tag))
+            return event
         if nbytes == 0 or not links:
             if latency > 0:
                 start = env.now
@@ -399,20 +410,20 @@ class Network:
             latency = sum(self._lat[link] for link in route) + self._overhead
             links = tuple(link for link in dict.fromkeys(route) if math.isfinite(self._cap[link]))
             info = (latency, links)
-            self._routes[tuple(route)] = info
+            self._routes[route] = info
         return info
 
     def _deliver_now(
-        self, event: Any, tid: int, route: tuple[int, ...], nbytes: float, start: float, tag: object
+        self, event: simpy.Event, tid: int, route: tuple[int, ...], nbytes: float, start: float, tag: object
     ) -> None:
         if self._on_transfer is not None:
             self._on_transfer(
                 TransferRecord(
                     transfer_id=tid,
-                    route=tuple(route),
+                    route=route,
                     nbytes=nbytes,
-                    start_s=start,
-                    end_s=self._env.now,
+                    start_s=float(start),
+                    end_s=float(self._env.now),
                     tag=tag,
                 )
             )
@@ -428,6 +439,8 @@ class Network:
             link_flows[link][fid] = flow
         flow.t_last = self._env.now
         self._n_active += 1
+        if self._n_active > self._peak_active:
+            self._peak_active = self._n_active
         self._dirty.update(flow.links)
         self._schedule_flush()
 
@@ -533,14 +546,14 @@ class Network:
                 if f.mark != gen:
                     f.mark = gen
                     flows.append(f)
-        rem: dict[int, float] = {}
-        cnt: dict[int, int] = {}
+        rem = self._rem
+        cnt = self._cnt
         queue: list[tuple[float, int]] = []
         for link in region:
             n = len(link_flows[link])
+            cnt[link] = n
             if n:
                 rem[link] = cap[link]
-                cnt[link] = n
                 queue.append((cap[link] / n, link))
         outside: list[int] = []
         for f in flows:

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
-__all__ = ["EventKind", "MemoryCurve", "SimulationResult", "DeviceMetrics", "TraceEvent"]
+__all__ = ["DeviceMetrics", "EventKind", "MemoryCurve", "SimulationResult", "TraceEvent"]
 
 
 class EventKind(str, Enum):

@@ -26,6 +26,9 @@ _COMMAND_MODULES = (
     "pipesim.cli.catalog",
     "pipesim.cli.schedule",
     "pipesim.cli.simulate",
+    "pipesim.cli.plan",
+    "pipesim.cli.profile",
+    "pipesim.cli.strategy",
 )
 """Modules that each register one or more sub-commands, in the order ``--help`` lists them."""
 

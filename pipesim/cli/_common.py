@@ -4,11 +4,27 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["add_model_args", "add_cluster_arg", "print_json", "format_table", "positive_int"]
+from pipesim.errors import invalid
+from pipesim.profiles.cluster import Cluster
+from pipesim.profiles.hardware import get_device
+from pipesim.profiles.model import ModelProfile
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "add_cluster_arg",
+    "add_model_args",
+    "format_table",
+    "parse_overrides",
+    "positive_int",
+    "print_json",
+    "resolve_inputs",
+]
 
 
 def positive_int(text: str) -> int:
@@ -22,15 +38,16 @@ def positive_int(text: str) -> int:
     return value
 
 
-def add_model_args(parser: argparse.ArgumentParser, *, required: bool = True, default: str | None = None) -> None:
+def add_model_args(
+    parser: argparse.ArgumentParser, *, required: bool = True, default: str | None = None
+) -> None:
     """Add ``--model`` (zoo name, gpt:..., or profile file) and ``--pbs``."""
     parser.add_argument(
         "--model",
         required=required,
         default=default,
         help="zoo model name (see `pipesim models`), gpt:layers=..,hidden=.., or a profile file "
-        "(pipesim JSON/TOML or TorchGraph .txt)"
-        + (f" (default: {default})" if default else ""),
+        "(pipesim JSON/TOML or TorchGraph .txt)" + (f" (default: {default})" if default else ""),
     )
     parser.add_argument(
         "--pbs",
@@ -40,7 +57,9 @@ def add_model_args(parser: argparse.ArgumentParser, *, required: bool = True, de
     )
 
 
-def add_cluster_arg(parser: argparse.ArgumentParser, *, required: bool = True, default: str | None = None) -> None:
+def add_cluster_arg(
+    parser: argparse.ArgumentParser, *, required: bool = True, default: str | None = None
+) -> None:
     """Add ``--cluster`` (preset name or cluster TOML file)."""
     parser.add_argument(
         "--cluster",
@@ -49,6 +68,62 @@ def add_cluster_arg(parser: argparse.ArgumentParser, *, required: bool = True, d
         help="cluster preset (see `pipesim clusters`) or a cluster TOML file"
         + (f" (default: {default})" if default else ""),
     )
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="what-if change to the cluster, repeatable: device=A100-80GB, nic=100GbE, servers=4, "
+        "gpus_per_server=8, intra=nvswitch, nic_latency_us=5, ... (see docs/hardware.md); a new "
+        "device re-targets the model profile to it with a per-layer roofline",
+    )
+
+
+def parse_overrides(items: Sequence[str]) -> dict[str, object]:
+    """Turn ``["nic=100GbE", "servers=4"]`` into ``{"nic": "100GbE", "servers": 4}``.
+
+    Values that read as integers or floats become numbers; everything else stays a string.
+
+    Raises:
+        InputError: an item without ``=`` or with an empty key.
+    """
+    out: dict[str, object] = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise invalid("--set", item, "must be KEY=VALUE, e.g. nic=100GbE")
+        value: object = text.strip()
+        for kind in (int, float):
+            try:
+                value = kind(text)
+                break
+            except ValueError:
+                continue
+        out[key] = value
+    return out
+
+
+def resolve_inputs(args: argparse.Namespace) -> tuple[ModelProfile, Cluster]:
+    """Load ``--model``/``--pbs`` and ``--cluster``/``--set``; re-target the model to the device.
+
+    Raises:
+        PipesimError: an unknown name, a malformed file, or a bad override.
+    """
+    from pipesim.profiles.cluster import load_cluster, with_overrides
+    from pipesim.profiles.loader import load_model
+    from pipesim.profiles.retarget import retarget
+
+    profile = load_model(args.model, pbs=getattr(args, "pbs", None))
+    cluster = load_cluster(args.cluster)
+    overrides = parse_overrides(getattr(args, "overrides", None) or [])
+    if overrides:
+        cluster = with_overrides(cluster, overrides)
+    if get_device(profile.reference_device).name != cluster.device.name:
+        log.info("re-targeting %s from %s to %s", profile.name, profile.reference_device, cluster.device.name)
+        profile = retarget(profile, cluster.device)
+    return profile, cluster
 
 
 def print_json(data: Any) -> None:
@@ -57,7 +132,9 @@ def print_json(data: Any) -> None:
     sys.stdout.write("\n")
 
 
-def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]], *, align: str | None = None) -> str:
+def format_table(
+    headers: Sequence[str], rows: Sequence[Sequence[object]], *, align: str | None = None
+) -> str:
     """Format rows as a plain-text table; ``align`` has one ``l``/``r`` per column (default: r)."""
     cells = [[str(h) for h in headers], *[[str(c) for c in row] for row in rows]]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]

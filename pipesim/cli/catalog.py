@@ -38,7 +38,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "convert", help="convert a TorchGraph profile to pipesim's JSON (or TOML) format"
     )
     convert.add_argument("source", help="TorchGraph text file")
-    convert.add_argument("--pbs", type=positive_int, help="profile batch size (default: from -pbs-N in the name)")
+    convert.add_argument(
+        "--pbs", type=positive_int, help="profile batch size (default: from -pbs-N in the name)"
+    )
     convert.add_argument("-o", "--output", required=True, help="output file (.json or .toml)")
     convert.set_defaults(func=_convert)
 
@@ -107,7 +109,9 @@ def _show_model(args: argparse.Namespace) -> int:
         )
     fwd = sum(layer.fwd_time_s for layer in profile.layers)
     bwd = sum(layer.bwd_time_s for layer in profile.layers)
-    rows.append(("", "total", f"{fwd / MS:.3f}", f"{bwd / MS:.3f}", "", f"{profile.parameter_bytes / MIB:.2f}"))
+    rows.append(
+        ("", "total", f"{fwd / MS:.3f}", f"{bwd / MS:.3f}", "", f"{profile.parameter_bytes / MIB:.2f}")
+    )
     print(format_table(["#", "layer", "fwd ms", "bwd ms", "act MiB", "params MiB"], rows, align="rlrrrr"))
     if not profile.is_chain:
         print(f"branching graph: {len(profile.edges or ())} edges; cut bytes count every crossing tensor")
@@ -142,5 +146,8 @@ def _convert(args: argparse.Namespace) -> int:
     from pipesim.profiles.loader import convert_torchgraph
 
     profile = convert_torchgraph(args.source, args.output, pbs=args.pbs)
-    print(f"wrote {args.output}: {profile.name}, {profile.num_layers} layers, profile batch {profile.profile_batch_size}")
+    print(
+        f"wrote {args.output}: {profile.name}, {profile.num_layers} layers, "
+        f"profile batch {profile.profile_batch_size}"
+    )
     return 0

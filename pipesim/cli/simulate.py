@@ -5,11 +5,18 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from pipesim.cli._common import add_cluster_arg, add_model_args, format_table, positive_int, print_json
+from pipesim.cli._common import (
+    add_cluster_arg,
+    add_model_args,
+    format_table,
+    positive_int,
+    print_json,
+    resolve_inputs,
+)
 from pipesim.errors import invalid
 from pipesim.units import GIB, MS
 
-__all__ = ["register", "result_json", "DEFAULTS"]
+__all__ = ["DEFAULTS", "register", "result_json"]
 
 DEFAULTS = {
     "model": "bert48",
@@ -45,18 +52,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     add_model_args(p, required=False)
     add_cluster_arg(p, required=False)
     p.add_argument("--gbs", type=positive_int, help="global batch size, samples (required unless --plan)")
-    p.add_argument("--microbatches", type=positive_int, help="micro-batches per iteration (required unless --plan)")
+    p.add_argument(
+        "--microbatches", type=positive_int, help="micro-batches per iteration (required unless --plan)"
+    )
     how = p.add_mutually_exclusive_group()
     how.add_argument("--stages", type=positive_int, help="number of stages, balanced by layer time")
     how.add_argument("--split", type=_int_list, help="layers per stage, e.g. 10,14,24")
     how.add_argument("--plan", help="a plan file written by `pipesim plan -o`")
     p.add_argument("--replicas", type=_int_list, help="replicas per stage, e.g. 2,2,4 (default 1 each)")
-    p.add_argument("--schedule", default=None, help="schedule name (default dapple; see `pipesim schedule show`)")
+    p.add_argument(
+        "--schedule", default=None, help="schedule name (default dapple; see `pipesim schedule show`)"
+    )
     p.add_argument("--chunks", type=positive_int, default=1, help="model chunks per device (interleaved)")
     p.add_argument("--optimizer", default="adam", choices=("sgd", "momentum", "adam"))
     p.add_argument("--recompute", action="store_true", help="recompute activations in the backward")
     p.add_argument("--allreduce", default="auto", choices=("auto", "ring", "hierarchical"))
-    p.add_argument("--jitter", type=float, default=0.0, help="coefficient of variation of op times (needs --seed)")
+    p.add_argument(
+        "--jitter", type=float, default=0.0, help="coefficient of variation of op times (needs --seed)"
+    )
     p.add_argument("--seed", type=int, default=None, help="random seed for --jitter")
     p.add_argument("--free-links", action="store_true", help="zero-latency, infinite-bandwidth links")
     p.add_argument("--gantt", help="write a Gantt chart (.png, .svg or .pdf)")
@@ -104,7 +117,7 @@ def result_json(result: Any) -> dict[str, Any]:
 def _run(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from pipesim.api import load_cluster, load_model, make_plan
+    from pipesim.api import make_plan
     from pipesim.plan import load_plan
     from pipesim.simulator import SimOptions, simulate
 
@@ -117,8 +130,7 @@ def _run(args: argparse.Namespace) -> int:
         raise invalid("--cluster", None, "is required (a preset name or a cluster TOML file)")
     if args.stages is None and args.split is None and args.plan is None:
         raise invalid("--stages/--split/--plan", None, "give one of them to say how to split the model")
-    profile = load_model(args.model, pbs=args.pbs)
-    cluster = load_cluster(args.cluster)
+    profile, cluster = resolve_inputs(args)
     if args.plan:
         plan = load_plan(args.plan)
         if args.schedule:
@@ -162,7 +174,8 @@ def _run(args: argparse.Namespace) -> int:
     )
     print(
         f"iteration {result.iteration_time_s / MS:.2f} ms, {result.throughput_samples_per_s:.1f} samples/s, "
-        f"bubble {result.bubble_fraction:.1%}, exposed all-reduce {result.exposed_allreduce_time_s / MS:.2f} ms"
+        f"bubble {result.bubble_fraction:.1%}, "
+        f"exposed all-reduce {result.exposed_allreduce_time_s / MS:.2f} ms"
     )
     rows = [
         (

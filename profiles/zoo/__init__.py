@@ -31,6 +31,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import lru_cache
 
+from pipesim.errors import UnknownNameError, invalid
 from pipesim.profiles.model import ModelProfile
 from pipesim.profiles.zoo.amoebanet import AMOEBANET36_BATCH, amoebanet36
 from pipesim.profiles.zoo.gnmt import GNMT16_BATCH, gnmt16
@@ -46,8 +47,6 @@ from pipesim.profiles.zoo.transformers import (
     xlnet36,
 )
 from pipesim.profiles.zoo.vision import RESNET50_BATCH, VGG19_BATCH, resnet50, vgg19
-
-from pipesim.errors import UnknownNameError, invalid
 
 __all__ = ["GptSpec", "parse_gpt_spec", "zoo_descriptions", "zoo_model", "zoo_names"]
 

@@ -21,10 +21,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pipesim.errors import invalid
 from pipesim.profiles.hardware import get_device
 from pipesim.profiles.model import DTYPE_BYTES, Layer
-
-from pipesim.errors import invalid
 from pipesim.units import US
 
 __all__ = [

@@ -23,10 +23,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pipesim.errors import invalid
 from pipesim.profiles.model import Layer, ModelProfile
 from pipesim.profiles.zoo.roofline import REFERENCE_DEVICE, LayerCost, Roofline
-
-from pipesim.errors import invalid
 
 __all__ = [
     "BERT48_BATCH",

@@ -58,12 +58,14 @@ def test_show_model_json_has_the_documented_keys(capsys: pytest.CaptureFixture[s
 def test_show_model_table(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, "show", "model", "gpt:layers=2,hidden=256,heads=4,seq=128,vocab=1000")
     assert code == 0
-    assert "fwd ms" in out and "total" in out
+    assert "fwd ms" in out
+    assert "total" in out
 
 
 def test_show_cluster_text_and_json(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, "show", "cluster", "dapple-2x8-v100")
-    assert code == 0 and "GB/s" in out
+    assert code == 0
+    assert "GB/s" in out
     code, out, _ = run(capsys, "show", "cluster", "dapple-2x8-v100", "--json")
     data = json.loads(out)
     assert data["name"] == "dapple-2x8-v100"
@@ -80,7 +82,8 @@ def test_convert_torchgraph_and_show_the_result(tmp_path: Path, capsys: pytest.C
     assert data["profile_batch_size"] == 4
     assert [layer["fwd_time_s"] for layer in data["layers"]] == [0.0, 0.0015, 0.0005]
     code, out, _ = run(capsys, "show", "model", str(out_file), "--json")
-    assert code == 0 and json.loads(out)["num_layers"] == 3
+    assert code == 0
+    assert json.loads(out)["num_layers"] == 3
 
 
 @pytest.mark.parametrize(

@@ -36,8 +36,23 @@ def test_default_case_runs_and_reports(capsys: pytest.CaptureFixture[str]) -> No
 
 def test_json_has_the_documented_keys(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(
-        capsys, "simulate", "--model", "bert48", "--cluster", "dgx1-v100", "--gbs", "32",
-        "--microbatches", "8", "--stages", "4", "--replicas", "2,2,2,2", "--schedule", "gpipe", "--json",
+        capsys,
+        "simulate",
+        "--model",
+        "bert48",
+        "--cluster",
+        "dgx1-v100",
+        "--gbs",
+        "32",
+        "--microbatches",
+        "8",
+        "--stages",
+        "4",
+        "--replicas",
+        "2,2,2,2",
+        "--schedule",
+        "gpipe",
+        "--json",
     )
     assert code == 0
     data = json.loads(out)
@@ -52,10 +67,23 @@ def test_json_has_the_documented_keys(capsys: pytest.CaptureFixture[str]) -> Non
 
 def test_gantt_and_trace_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     gantt, trace = tmp_path / "g.png", tmp_path / "t.json"
-    code, out, err = run(
-        capsys, "simulate", "--model", "gpt:layers=4,hidden=256,heads=4,seq=128,vocab=1000",
-        "--cluster", "dgx1-v100", "--gbs", "8", "--microbatches", "4", "--split", "2,2,2",
-        "--gantt", str(gantt), "--trace", str(trace),
+    code, _out, err = run(
+        capsys,
+        "simulate",
+        "--model",
+        "gpt:layers=4,hidden=256,heads=4,seq=128,vocab=1000",
+        "--cluster",
+        "dgx1-v100",
+        "--gbs",
+        "8",
+        "--microbatches",
+        "4",
+        "--split",
+        "2,2,2",
+        "--gantt",
+        str(gantt),
+        "--trace",
+        str(trace),
     )
     assert code == 0, err
     assert gantt.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -67,7 +95,9 @@ def test_saved_plan_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     plan = pipesim.make_plan(profile, global_batch_size=16, num_microbatches=4, stages=2, replicas=[2, 2])
     path = tmp_path / "plan.json"
     save_plan(plan, path)
-    code, out, _ = run(capsys, "simulate", "--model", "bert48", "--cluster", "dgx1-v100", "--plan", str(path), "--json")
+    code, out, _ = run(
+        capsys, "simulate", "--model", "bert48", "--cluster", "dgx1-v100", "--plan", str(path), "--json"
+    )
     assert code == 0
     assert len(json.loads(out)["devices"]) == 4
 
@@ -75,22 +105,121 @@ def test_saved_plan_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--model", "bert48", "--cluster", "dgx1-v100", "--gbs", "8", "--microbatches", "3", "--stages", "2"],
-         r"num_microbatches=3: must divide the global batch size \(8\)"),
-        (["--model", "bert48", "--cluster", "dgx1-v100", "--gbs", "8", "--microbatches", "2", "--stages", "60"],
-         "at most"),
-        (["--model", "bert48", "--cluster", "dgx1-v100", "--gbs", "64", "--microbatches", "2", "--stages", "2",
-          "--replicas", "8,8"], r"16 devices.*cluster has 8"),
-        (["--model", "bert48", "--cluster", "dgx1-v100", "--gbs", "64", "--microbatches", "2", "--stages", "2",
-          "--replicas", "1,2,3"], r"replicas=\[1, 2, 3\]: must give one count per pipeline rank \(2\)"),
-        (["--model", "bert48", "--cluster", "dgx1-v100", "--gbs", "8", "--microbatches", "2", "--split", "1,1"],
-         "must add up to the model's"),
-        (["--model", "bert48", "--cluster", "dgx1-v100", "--gbs", "8", "--microbatches", "2", "--stages", "2",
-          "--schedule", "nosuch"], "unknown schedule 'nosuch'"),
+        (
+            [
+                "--model",
+                "bert48",
+                "--cluster",
+                "dgx1-v100",
+                "--gbs",
+                "8",
+                "--microbatches",
+                "3",
+                "--stages",
+                "2",
+            ],
+            r"num_microbatches=3: must divide the global batch size \(8\)",
+        ),
+        (
+            [
+                "--model",
+                "bert48",
+                "--cluster",
+                "dgx1-v100",
+                "--gbs",
+                "8",
+                "--microbatches",
+                "2",
+                "--stages",
+                "60",
+            ],
+            "at most",
+        ),
+        (
+            [
+                "--model",
+                "bert48",
+                "--cluster",
+                "dgx1-v100",
+                "--gbs",
+                "64",
+                "--microbatches",
+                "2",
+                "--stages",
+                "2",
+                "--replicas",
+                "8,8",
+            ],
+            r"16 devices.*cluster has 8",
+        ),
+        (
+            [
+                "--model",
+                "bert48",
+                "--cluster",
+                "dgx1-v100",
+                "--gbs",
+                "64",
+                "--microbatches",
+                "2",
+                "--stages",
+                "2",
+                "--replicas",
+                "1,2,3",
+            ],
+            r"replicas=\[1, 2, 3\]: must give one count per pipeline rank \(2\)",
+        ),
+        (
+            [
+                "--model",
+                "bert48",
+                "--cluster",
+                "dgx1-v100",
+                "--gbs",
+                "8",
+                "--microbatches",
+                "2",
+                "--split",
+                "1,1",
+            ],
+            "must add up to the model's",
+        ),
+        (
+            [
+                "--model",
+                "bert48",
+                "--cluster",
+                "dgx1-v100",
+                "--gbs",
+                "8",
+                "--microbatches",
+                "2",
+                "--stages",
+                "2",
+                "--schedule",
+                "nosuch",
+            ],
+            "unknown schedule 'nosuch'",
+        ),
         (["--model", "bert48", "--cluster", "dgx1-v100", "--gbs", "8"], "give one of them"),
         (["--model", "bert48", "--cluster", "dgx1-v100", "--plan", "missing.json"], "missing.json"),
-        (["--model", "bert48", "--cluster", "dgx1-v100", "--gbs", "8", "--microbatches", "2", "--stages", "2",
-          "--jitter", "0.1"], "seed"),
+        (
+            [
+                "--model",
+                "bert48",
+                "--cluster",
+                "dgx1-v100",
+                "--gbs",
+                "8",
+                "--microbatches",
+                "2",
+                "--stages",
+                "2",
+                "--jitter",
+                "0.1",
+            ],
+            "seed",
+        ),
     ],
 )
 def test_bad_input_exit_2(capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:
@@ -102,10 +231,18 @@ def test_bad_input_exit_2(capsys: pytest.CaptureFixture[str], argv: list[str], m
 
 def test_plan_file_with_unknown_device(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "plan.json"
-    path.write_text(json.dumps({
-        "stages": [{"layers": [0, 10], "replicas": 1, "devices": [99]}, {"layers": [11, 49], "replicas": 1}],
-        "global_batch_size": 8, "microbatches": 2,
-    }))
+    path.write_text(
+        json.dumps(
+            {
+                "stages": [
+                    {"layers": [0, 10], "replicas": 1, "devices": [99]},
+                    {"layers": [11, 49], "replicas": 1},
+                ],
+                "global_batch_size": 8,
+                "microbatches": 2,
+            }
+        )
+    )
     code, _, err = run(capsys, "simulate", "--model", "bert48", "--cluster", "dgx1-v100", "--plan", str(path))
     assert code == 2
     assert "device 99 is not in the cluster" in err

@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from pipesim.errors import FormatError, InputError, UnknownNameError
 from pipesim.profiles.cluster import (
     Cluster,
     cluster_names,
@@ -24,8 +26,6 @@ from pipesim.profiles.cluster_config import cluster_from_config, cluster_to_conf
 from pipesim.profiles.cluster_file import cluster_to_toml, load_cluster_file, save_cluster
 from pipesim.profiles.hardware import get_device, get_link
 from pipesim.profiles.topology import DGX1_NVLINKS, LinkKind, Topology
-
-from pipesim.errors import FormatError, InputError, UnknownNameError
 
 
 def check_routes(cluster: Cluster) -> None:

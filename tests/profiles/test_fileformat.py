@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+from pipesim.errors import FormatError, InputError
 from pipesim.profiles.fileformat import (
     FORMAT_NAME,
     FORMAT_VERSION,
@@ -21,8 +23,6 @@ from pipesim.profiles.fileformat import (
     save_profile,
 )
 from pipesim.profiles.model import DTYPES, BatchPoint, Layer, ModelProfile
-
-from pipesim.errors import FormatError, InputError
 
 if sys.version_info >= (3, 11):
     import tomllib

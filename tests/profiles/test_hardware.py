@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+
+from pipesim.errors import InputError, UnknownNameError
 from pipesim.profiles.hardware import (
     DeviceSpec,
     LinkSpec,
@@ -13,8 +15,6 @@ from pipesim.profiles.hardware import (
     get_link,
     link_names,
 )
-
-from pipesim.errors import InputError, UnknownNameError
 
 GIB = 1024**3
 

@@ -7,11 +7,11 @@ from importlib import import_module
 from pathlib import Path
 
 import pytest
+
+from pipesim.errors import FormatError, InputError, UnknownNameError
 from pipesim.profiles.fileformat import load_profile_file, save_profile
 from pipesim.profiles.loader import convert_torchgraph, load_model
 from pipesim.profiles.model import Layer, ModelProfile
-
-from pipesim.errors import FormatError, InputError, UnknownNameError
 
 GRAPH = (
     "n1 -- Input -- forward_compute_time=1.0, backward_compute_time=0.0, activation_size=64.0, "

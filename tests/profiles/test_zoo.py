@@ -7,12 +7,12 @@ import time
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from pipesim.errors import InputError, UnknownNameError
 from pipesim.profiles.model import ModelProfile
 from pipesim.profiles.zoo import GptSpec, parse_gpt_spec, zoo_descriptions, zoo_model, zoo_names
 from pipesim.profiles.zoo import _build as zoo_cache
 from pipesim.profiles.zoo.roofline import KERNEL_OVERHEAD_S, LayerCost, Roofline, roofline_for
-
-from pipesim.errors import InputError, UnknownNameError
 
 FIXED_MODELS = ("amoebanet36", "bert48", "gnmt16", "resnet50", "vgg19", "xlnet36")
 

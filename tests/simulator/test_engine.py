@@ -32,7 +32,9 @@ def test_closed_form_makespan_with_free_links(schedule: str, p: int, m: int) -> 
     t_f, t_b = 1.0, 2.0
     result = simulate(one_layer_per_stage(p, m, schedule=schedule), equal_profile(p), DGX1, FREE)
     assert rel(result.iteration_time_s, (m + p - 1) * (t_f + t_b)) < 1e-9
-    assert rel(result.bubble_fraction, (p - 1) / (m + p - 1)) < 1e-9 if p > 1 else result.bubble_fraction < 1e-12
+    assert (
+        rel(result.bubble_fraction, (p - 1) / (m + p - 1)) < 1e-9 if p > 1 else result.bubble_fraction < 1e-12
+    )
 
 
 @pytest.mark.parametrize(("p", "m"), [(2, 4), (4, 8), (4, 4)])
@@ -79,7 +81,8 @@ def check_invariants(result: SimulationResult, plan: Plan) -> None:
     for s in range(plan.num_stages):
         for mb in range(plan.num_microbatches):
             ops = ops_per_stage[(s, mb)]
-            assert "F" in ops and ("B" in ops or {"I", "W"} <= ops)
+            assert "F" in ops
+            assert ("B" in ops or {"I", "W"} <= ops)
     # dependencies: F(s, mb) after F(s-1, mb) ended (on at least the first replica that feeds it);
     # a backward after the forward of the same micro-batch on the same device
     f_first_end: dict[tuple[int, int], float] = {}
@@ -126,7 +129,8 @@ def test_same_seed_same_trace_and_jitter_changes_it() -> None:
     a = simulate(plan, profile, BIG, SimOptions(jitter=0.1, seed=7))
     b = simulate(plan, profile, BIG, SimOptions(jitter=0.1, seed=7))
     c = simulate(plan, profile, BIG, SimOptions(jitter=0.1, seed=8))
-    assert a.events == b.events and a.iteration_time_s == b.iteration_time_s
+    assert a.events == b.events
+    assert a.iteration_time_s == b.iteration_time_s
     assert c.iteration_time_s != a.iteration_time_s
 
 
@@ -199,7 +203,7 @@ def test_device_id_not_in_cluster() -> None:
 
 
 def test_gbs_must_divide_into_microbatches() -> None:
-    with pytest.raises(InputError, match="num_microbatches=3.*divide the global batch size"):
+    with pytest.raises(InputError, match=r"num_microbatches=3.*divide the global batch size"):
         Plan(stages=(StagePlan(first_layer=0, last_layer=0),), global_batch_size=8, num_microbatches=3)
 
 
@@ -256,7 +260,8 @@ def test_two_transfers_sharing_a_nic_take_twice_as_long() -> None:
     )
     two = [e for e in simulate(shared, profile, BIG).events if e.kind is EventKind.SEND_ACTIVATION]
     one = [e for e in simulate(alone, profile, BIG).events if e.kind is EventKind.SEND_ACTIVATION]
-    assert len(two) == 2 and len(one) == 1
+    assert len(two) == 2
+    assert len(one) == 1
     latency = BIG.route_latency_s(0, 8)
     nbytes = activation  # each replica sends its 4 samples: the bytes of one profile batch
     bandwidth = BIG.route_bandwidth_bytes_per_s(0, 8)

@@ -1,0 +1,167 @@
+"""``pipesim plan`` (ranked plans with estimates) and ``pipesim verify`` (estimate vs simulation)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from pipesim.cli._common import add_cluster_arg, add_model_args, format_table, positive_int, print_json
+from pipesim.plan import Plan, plan_to_dict
+from pipesim.units import GIB, MS
+
+__all__ = ["plan_json", "register"]
+
+
+def _bytes(text: str) -> float:
+    """argparse type: a byte count > 0 (``17179869184``, ``16GiB``, ``1.5e10``)."""
+    raw = text.strip()
+    scale = 1.0
+    for suffix, factor in (("GiB", GIB), ("MiB", 2.0**20), ("GB", 1e9), ("MB", 1e6)):
+        if raw.endswith(suffix):
+            raw, scale = raw[: -len(suffix)], float(factor)
+            break
+    try:
+        value = float(raw) * scale
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a byte count (e.g. 17179869184 or 16GiB)") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be > 0")
+    return value
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    from pipesim.planner import planner_names
+
+    add_model_args(p)
+    add_cluster_arg(p)
+    p.add_argument("--gbs", type=positive_int, required=True, help="global batch size, samples")
+    p.add_argument("--planner", default="dapple", choices=planner_names(), help="planner (default dapple)")
+    p.add_argument("--top", type=positive_int, default=None, help="plans to show")
+    p.add_argument("--memory-limit", type=_bytes, default=None, help="per-device memory limit, bytes (or 16GiB)")
+    p.add_argument("--optimizer", default="adam", choices=("sgd", "momentum", "adam"))
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Add ``plan`` and ``verify``."""
+    p = subparsers.add_parser(
+        "plan",
+        help="propose ranked parallel plans with estimates",
+        description="Search stage cuts, replicas, placement and micro-batch count (DAPPLE) or run a "
+        "baseline planner; print the plans with their estimated iteration time and memory.",
+    )
+    _common(p)
+    p.add_argument("-o", "--output", help="write the best plan to this file (for `pipesim simulate --plan`)")
+    p.set_defaults(func=_run_plan, top=None)
+    v = subparsers.add_parser(
+        "verify",
+        help="plan, simulate, and compare the estimate with the simulation",
+        description="Plan, simulate each plan and print the estimate, the simulation and their "
+        "relative error (time and peak memory).",
+    )
+    _common(v)
+    v.set_defaults(func=_run_verify)
+
+
+def _plans(args: argparse.Namespace, default_top: int) -> tuple[list[Plan], Any, Any]:
+    from pipesim.api import load_cluster, load_model
+    from pipesim.planner import plan as make_plans
+
+    profile = load_model(args.model, pbs=args.pbs)
+    cluster = load_cluster(args.cluster)
+    plans = make_plans(
+        profile,
+        cluster,
+        args.gbs,
+        planner=args.planner,
+        top=args.top or default_top,
+        memory_limit_bytes=args.memory_limit,
+        optimizer=args.optimizer,
+    )
+    return plans, profile, cluster
+
+
+def plan_json(plan: Plan) -> dict[str, Any]:
+    """The ``plan --json`` form of one plan: the plan file keys plus devices and the estimate."""
+    data = plan_to_dict(plan)
+    est = plan.estimate
+    if est is not None:
+        data["estimate"] = {
+            "iteration_time_s": est.iteration_time_s,
+            "throughput_samples_per_s": est.throughput_samples_per_s,
+            "speedup_vs_single": est.speedup_vs_single,
+            "speedup_vs_dp": est.speedup_vs_dp,
+            "peak_memory_bytes": est.peak_memory_bytes,
+        }
+    return data
+
+
+def _layout(plan: Plan) -> str:
+    return " | ".join(f"{s.first_layer}-{s.last_layer}x{s.replicas}" for s in plan.stages)
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def _run_plan(args: argparse.Namespace) -> int:
+    from pipesim.plan import save_plan
+
+    plans, _, _ = _plans(args, 5)
+    if args.output:
+        save_plan(plans[0], args.output)
+    if args.json:
+        print_json([plan_json(p) for p in plans])
+        return 0
+    rows = []
+    for rank, p in enumerate(plans, start=1):
+        est = p.estimate
+        assert est is not None
+        rows.append(
+            [
+                rank,
+                p.num_stages,
+                p.num_devices,
+                p.num_microbatches,
+                p.schedule,
+                f"{est.iteration_time_s / MS:.2f}",
+                f"{est.throughput_samples_per_s:.1f}",
+                _fmt(est.speedup_vs_dp),
+                _fmt(est.speedup_vs_single),
+                f"{est.peak_memory_bytes / GIB:.2f}",
+                _layout(p),
+            ]
+        )
+    headers = ["#", "stages", "gpus", "M", "schedule", "time ms", "samples/s", "vs dp", "vs 1", "peak GiB",
+               "layers x replicas"]
+    print(format_table(headers, rows, align="rrrrlrrrrrl"))
+    if args.output:
+        print(f"best plan written to {args.output}")
+    return 0
+
+
+def _run_verify(args: argparse.Namespace) -> int:
+    from pipesim.verify import verify
+
+    plans, profile, cluster = _plans(args, 1)
+    reports = [verify(p, cluster, profile=profile) for p in plans]
+    if args.json:
+        print_json([{**plan_json(r.plan), **r.to_dict()} for r in reports])
+        return 0
+    rows = [
+        [
+            rank,
+            _layout(r.plan),
+            r.plan.num_microbatches,
+            f"{r.estimated_iteration_time_s / MS:.2f}",
+            f"{r.simulated_iteration_time_s / MS:.2f}",
+            f"{100 * r.relative_error:+.2f}%",
+            f"{r.estimated_peak_memory_bytes / GIB:.2f}",
+            f"{r.simulated_peak_memory_bytes / GIB:.2f}",
+            f"{100 * r.peak_memory_relative_error:+.2f}%",
+        ]
+        for rank, r in enumerate(reports, start=1)
+    ]
+    headers = ["#", "layers x replicas", "M", "est ms", "sim ms", "time err", "est GiB", "sim GiB", "mem err"]
+    print(format_table(headers, rows, align="rlrrrrrrr"))
+    return 0

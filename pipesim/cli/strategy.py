@@ -1,0 +1,146 @@
+"""The ``strategy`` sub-command: PaSE's per-layer parallelization strategy for a built-in graph.
+
+``pipesim strategy -g GRAPH -p PROCS -b BATCH [-m MODEL_SIZE] [--flops TFLOPS] [--bw GBPS]
+[--dump-graph FILE.dot] [--json] [--simulate [--cluster NAME]] [--device NAME --link NAME]``;
+flags and defaults as PaSE's ``scheduler.py`` (p 32, batch 128, 10 TFLOP/s, 16 GB/s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from pipesim.cli._common import format_table, print_json
+from pipesim.errors import invalid
+
+__all__ = ["register"]
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Add ``strategy``."""
+    from pipesim.planner.pase import graph_names
+
+    p = subparsers.add_parser(
+        "strategy",
+        help="per-layer (data/model/hybrid) parallelization strategy by PaSE's dynamic program",
+        description=(
+            "Split every layer's iteration space across PROCS devices (PaSE, Elango, IPDPS 2021), "
+            "minimising compute, intra-layer all-reduces and inter-layer re-distribution; print "
+            "each layer's split factors and the cost against pure data parallelism. Costs are in "
+            "PaSE's FLOP-equivalent units (FLOP + r x words, r = FLOP/s per word/s) and seconds."
+        ),
+    )
+    p.add_argument("-g", "--graph", default="alexnet", help=f"graph: {', '.join(graph_names())} (default: alexnet)")
+    p.add_argument("-p", "--procs", type=int, default=32, help="number of devices (default: 32)")
+    p.add_argument("-b", "--batch", type=int, default=128, help="global batch size (default: 128)")
+    p.add_argument(
+        "-m", "--model", type=int, default=None,
+        help="model size: Transformer embedding width or RNN units (default: PaSE's graph sizes)",
+    )
+    p.add_argument("--flops", type=float, default=10.0, help="peak TFLOP/s of each device (default: 10.0)")
+    p.add_argument("--bw", type=float, default=16.0, help="peak interconnect bandwidth, GB/s (default: 16.0)")
+    p.add_argument("--dump-graph", metavar="FILE.dot", default=None, help="write the layer graph in dot format")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument("--simulate", action="store_true", help="simulate the strategy and data parallelism on --cluster")
+    p.add_argument("--cluster", default=None, help="cluster preset or TOML file for --simulate (default: dgx-h100-x4)")
+    p.add_argument("--device", default=None, help="catalog device to express the cost in seconds (with --link)")
+    p.add_argument("--link", default=None, help="catalog link to express the cost in seconds (with --device)")
+    p.set_defaults(func=_run)
+
+
+def _write_atomic(path: str, text: str) -> None:
+    target = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=target.parent if str(target.parent) else ".", prefix=".tmp-", suffix=".dot")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _split_text(split: dict[str, int]) -> str:
+    parts = [f"{k}={v}" for k, v in split.items() if v > 1]
+    return " ".join(parts) if parts else "-"
+
+
+def _run(args: argparse.Namespace) -> int:
+    from pipesim.planner.pase import CostParams
+    from pipesim.profiles.cluster import load_cluster
+    from pipesim.profiles.hardware import get_device, get_link
+    from pipesim.strategy import bottleneck_bandwidth, estimate_seconds, plan_strategy, simulate_plan
+
+    if (args.device is None) != (args.link is None):
+        raise invalid("--device/--link", (args.device, args.link), "give both or neither")
+    if args.cluster is not None and not args.simulate:
+        raise invalid("--cluster", args.cluster, "needs --simulate")
+    params = CostParams.from_pase_flags(args.flops, args.bw)
+    plan = plan_strategy(args.graph, args.procs, args.batch, model_size=args.model, params=params)
+    if args.dump_graph:
+        _write_atomic(args.dump_graph, plan.graph.to_dot())
+    out: dict[str, Any] = {
+        "graph": plan.graph.name,
+        "procs": plan.graph.n_procs,
+        "batch": plan.graph.batch,
+        "model_size": args.model,
+        "flops_tflops": args.flops,
+        "bw_gbps": args.bw,
+        "flop_per_word": params.flop_per_word,
+        "total_cost": plan.result.cost,
+        "data_parallel_cost": plan.data_parallel_cost,
+        "total_cost_s": params.seconds(plan.result.cost),
+        "data_parallel_cost_s": params.seconds(plan.data_parallel_cost),
+        "speedup_over_data_parallel": plan.speedup,
+        "search_time_s": plan.search_time_s,
+        "layers": plan.layers(),
+    }
+    if args.device is not None:
+        dev, link = get_device(args.device), get_link(args.link)
+        bw = link.effective_bandwidth_bytes_per_s
+        out["catalog"] = {
+            "device": dev.name,
+            "link": link.name,
+            "total_cost_s": estimate_seconds(plan.graph, plan.result.choice, dev, bw),
+            "data_parallel_cost_s": estimate_seconds(plan.graph, plan.data_parallel, dev, bw),
+        }
+    if args.simulate:
+        cluster = load_cluster(args.cluster or "dgx-h100-x4")
+        sim = simulate_plan(plan, cluster)
+        sim_dp = simulate_plan(plan, cluster, data_parallel=True)
+        bw = bottleneck_bandwidth(cluster, plan.graph.n_procs)
+        out["simulation"] = {
+            "cluster": cluster.name,
+            "estimate_s": estimate_seconds(plan.graph, plan.result.choice, cluster.device, bw),
+            "step_time_s": sim.step_time_s,
+            "compute_s": sim.compute_s,
+            "communication_s": sim.communication_s,
+            "data_parallel_estimate_s": estimate_seconds(plan.graph, plan.data_parallel, cluster.device, bw),
+            "data_parallel_step_time_s": sim_dp.step_time_s,
+        }
+    if args.json:
+        print_json(out)
+        return 0
+    rows = [(lay["name"], lay["kind"], lay["devices"], _split_text(lay["split"])) for lay in out["layers"]]
+    print(f"PaSE strategy for {out['graph']} on p={out['procs']}, batch {out['batch']} "
+          f"({args.flops:g} TFLOP/s, {args.bw:g} GB/s; r = {params.flop_per_word:g} FLOP/word)")
+    print(format_table(("layer", "kind", "devices", "split"), rows, align="llrl"))
+    print(f"total cost          {out['total_cost']:.4g}  ({out['total_cost_s'] * 1e3:.3f} ms)")
+    print(f"data parallel cost  {out['data_parallel_cost']:.4g}  ({out['data_parallel_cost_s'] * 1e3:.3f} ms)")
+    print(f"speedup over data parallelism  {plan.speedup:.3f}x   (search {plan.search_time_s:.2f} s)")
+    if "catalog" in out:
+        cat = out["catalog"]
+        print(f"on {cat['device']} + {cat['link']}: {cat['total_cost_s'] * 1e3:.3f} ms "
+              f"(data parallel {cat['data_parallel_cost_s'] * 1e3:.3f} ms)")
+    if "simulation" in out:
+        sim_out = out["simulation"]
+        print(f"simulated on {sim_out['cluster']}: {sim_out['step_time_s'] * 1e3:.3f} ms per step "
+              f"(estimate {sim_out['estimate_s'] * 1e3:.3f} ms); data parallel "
+              f"{sim_out['data_parallel_step_time_s'] * 1e3:.3f} ms (estimate "
+              f"{sim_out['data_parallel_estimate_s'] * 1e3:.3f} ms)")
+    if args.dump_graph:
+        print(f"graph written to {args.dump_graph}")
+    return 0

@@ -1,0 +1,278 @@
+"""Per-layer parallelization strategies (PaSE): plan, express in seconds, and simulate.
+
+Glue between :mod:`pipesim.planner.pase` (graphs, costs, the search) and
+:mod:`pipesim.simulator.strategy` (bulk-synchronous execution on a cluster): it lowers a chosen
+strategy to neutral steps (per-device compute seconds, re-distribution transfers, collectives
+among device groups) and runs them.
+
+Placement: a layer whose configuration is ``(c_1, ..., c_n)`` runs on devices ``0 .. prod(c) - 1``,
+device ``i`` at the row-major coordinate of ``i`` in the ``c_1 x ... x c_n`` grid. A tensor block
+a device needs but does not hold comes from a device holding it (among several replicas, replica
+``t mod count`` for target ``t``, which spreads the load); the gradient goes back the same way.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from pipesim.errors import Infeasible
+from pipesim.planner.pase import (
+    CostParams,
+    PaseGraph,
+    SearchResult,
+    Vertex,
+    build_graph,
+    data_parallel_choice,
+    search,
+)
+from pipesim.planner.pase.graph import TensorMap
+from pipesim.profiles.cluster import Cluster
+from pipesim.profiles.hardware import DeviceSpec
+from pipesim.simulator.strategy import (
+    CollectiveSpec,
+    StrategySimResult,
+    StrategyStep,
+    TransferSpec,
+    simulate_strategy,
+)
+
+__all__ = [
+    "StrategyPlan",
+    "bottleneck_bandwidth",
+    "estimate_seconds",
+    "lower_strategy",
+    "plan_strategy",
+    "simulate_plan",
+]
+
+_DTYPE = "float32"
+"""PaSE models fp32 training (one word = one fp32 value)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StrategyPlan:
+    """A PaSE strategy and its baseline.
+
+    Attributes:
+        graph: the layer graph.
+        params: the machine of the cost model.
+        result: the search's optimal strategy.
+        data_parallel: configuration indices of pure data parallelism.
+        data_parallel_cost: its FLOP-equivalent cost.
+        search_time_s: wall-clock seconds the search took.
+    """
+
+    graph: PaseGraph
+    params: CostParams
+    result: SearchResult
+    data_parallel: tuple[int, ...]
+    data_parallel_cost: float
+    search_time_s: float
+
+    @property
+    def speedup(self) -> float:
+        """Data-parallel cost over the strategy's cost."""
+        return self.data_parallel_cost / self.result.cost if self.result.cost > 0 else 1.0
+
+    def layers(self, choice: tuple[int, ...] | None = None) -> list[dict[str, Any]]:
+        """Per layer: name, kind, iteration space and split factors (default: the strategy's)."""
+        choice = self.result.choice if choice is None else choice
+        out = []
+        for v in self.graph.vertices:
+            cfg = v.configs[choice[v.id]]
+            out.append(
+                {
+                    "name": v.name,
+                    "kind": v.kind,
+                    "dims": dict(zip(v.dim_names, v.dom, strict=True)),
+                    "split": {n: int(c) for n, c in zip(v.dim_names, cfg, strict=True)},
+                    "devices": int(np.prod(cfg)),
+                }
+            )
+        return out
+
+
+def plan_strategy(
+    graph: str,
+    n_procs: int,
+    batch: int,
+    *,
+    model_size: int | None = None,
+    params: CostParams | None = None,
+) -> StrategyPlan:
+    """Find PaSE's strategy for a built-in graph and price pure data parallelism beside it.
+
+    Args:
+        graph: built-in graph name (``alexnet``, ``resnet101``, ``inception3``, ``rnnlm``,
+            ``transformer``).
+        n_procs: devices, >= 1.
+        batch: global batch size.
+        model_size: Transformer embedding width / RNN units (default: PaSE's).
+        params: the cost model's machine (default: PaSE's 10 TFLOP/s, 16 GB/s).
+
+    Raises:
+        UnknownNameError: unknown graph.
+        InputError: bad ``n_procs``/``batch``/``model_size``, or a batch too small to split
+            ``n_procs`` ways.
+        Infeasible: the search's tables would be too large.
+    """
+    params = params or CostParams()
+    pase_graph = build_graph(graph, n_procs, batch, model_size=model_size)
+    dp = data_parallel_choice(pase_graph)
+    r = params.flop_per_word
+    start = time.perf_counter()
+    result = search(pase_graph, r)
+    elapsed = time.perf_counter() - start
+    return StrategyPlan(
+        graph=pase_graph,
+        params=params,
+        result=result,
+        data_parallel=dp,
+        data_parallel_cost=pase_graph.total_cost(dp, r),
+        search_time_s=elapsed,
+    )
+
+
+def estimate_seconds(
+    graph: PaseGraph, choice: tuple[int, ...], device: DeviceSpec, bandwidth_bytes_per_s: float, bytes_per_word: int = 4
+) -> float:
+    """PaSE's cost of a strategy in seconds on a real device and link.
+
+    Compute at the device's achievable fp32 FLOP/s (peak x ``compute_efficiency``); every word
+    PaSE counts as sent at ``bandwidth_bytes_per_s``.
+    """
+    flop_per_s = device.achievable_flop_per_s(_DTYPE)
+    compute = sum(float(v.compute_flop[choice[v.id]]) for v in graph.vertices)
+    words = sum(float(v.comm_words[choice[v.id]]) for v in graph.vertices)
+    words += sum(float(e.words[choice[e.src], choice[e.dst]]) for e in graph.edges)
+    return compute / flop_per_s + words * bytes_per_word / bandwidth_bytes_per_s
+
+
+def bottleneck_bandwidth(cluster: Cluster, n_devices: int) -> float:
+    """Smallest route bandwidth between any two of the first ``n_devices`` devices, bytes/s."""
+    best = math.inf
+    for a in range(n_devices):
+        for b in range(n_devices):
+            if a != b:
+                best = min(best, cluster.route_bandwidth_bytes_per_s(a, b))
+    return best if math.isfinite(best) else cluster.nic.effective_bandwidth_bytes_per_s
+
+
+# --------------------------------------------------------------------------------- lowering
+def _tile_index(coords: np.ndarray, cfg: np.ndarray, tmap: TensorMap) -> tuple[np.ndarray, np.ndarray]:
+    """Per device (rows of ``coords``) and tensor axis: block index and block count."""
+    idx = np.zeros((len(coords), len(tmap)), dtype=np.int64)
+    cnt = np.ones(len(tmap), dtype=np.int64)
+    for a, dims in enumerate(tmap):
+        for d in dims:
+            idx[:, a] = idx[:, a] * cfg[d] + coords[:, d]
+            cnt[a] *= cfg[d]
+    return idx, cnt
+
+
+def _boxes(shape: tuple[int, ...], idx: np.ndarray, cnt: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    size = np.asarray(shape, dtype=np.int64)
+    return idx * size // cnt, (idx + 1) * size // cnt
+
+
+def _grid(v: Vertex, k: int) -> tuple[np.ndarray, np.ndarray]:
+    cfg = v.configs[k]
+    q = int(np.prod(cfg))
+    coords = np.stack(np.unravel_index(np.arange(q), tuple(int(c) for c in cfg)), axis=1) if q else np.zeros((0, 0))
+    return cfg, coords
+
+
+def _groups(coords: np.ndarray, group_dims: tuple[int, ...]) -> list[tuple[int, ...]]:
+    others = [d for d in range(coords.shape[1]) if d not in set(group_dims)]
+    buckets: dict[tuple[int, ...], list[int]] = {}
+    for dev, row in enumerate(coords):
+        buckets.setdefault(tuple(int(row[d]) for d in others), []).append(dev)
+    return [tuple(m) for m in buckets.values()]
+
+
+def lower_strategy(
+    graph: PaseGraph, choice: tuple[int, ...], device: DeviceSpec, bytes_per_word: int = 4
+) -> list[StrategyStep]:
+    """Lower a strategy to simulator steps: one forward step per layer, one backward step per
+    layer with incoming re-distributions (their gradients), in reverse order.
+
+    The forward step of a layer holds its input re-distributions, all its compute (PaSE does not
+    split forward from backward compute) at the device's achievable fp32 FLOP/s, and its
+    all-reduces and exchanges (each all-reduce group: the devices that differ only in the
+    coordinates of the split dimensions being reduced).
+    """
+    flop_per_s = device.achievable_flop_per_s(_DTYPE)
+    grids = [_grid(v, choice[v.id]) for v in graph.vertices]
+    fwd: dict[int, list[TransferSpec]] = {v.id: [] for v in graph.vertices}
+    bwd: dict[int, list[TransferSpec]] = {v.id: [] for v in graph.vertices}
+    for e in graph.edges:
+        src, dst = graph.vertices[e.src], graph.vertices[e.dst]
+        s_cfg, s_coords = grids[e.src]
+        d_cfg, d_coords = grids[e.dst]
+        s_idx, s_cnt = _tile_index(s_coords, s_cfg, src.out_maps[e.src_out])
+        d_idx, d_cnt = _tile_index(d_coords, d_cfg, dst.in_maps[e.dst_in])
+        s_lo, s_hi = _boxes(e.shape, s_idx, s_cnt)
+        d_lo, d_hi = _boxes(e.shape, d_idx, d_cnt)
+        holders: dict[tuple[int, ...], list[int]] = {}
+        for dev, row in enumerate(s_idx):
+            holders.setdefault(tuple(int(x) for x in row), []).append(dev)
+        tiles = list(holders)
+        t_lo = np.array([s_lo[holders[t][0]] for t in tiles])
+        t_hi = np.array([s_hi[holders[t][0]] for t in tiles])
+        for t in range(len(d_coords)):
+            extent = np.clip(np.minimum(t_hi, d_hi[t]) - np.maximum(t_lo, d_lo[t]), 0, None)
+            volume = np.prod(extent, axis=1)
+            for j in np.flatnonzero(volume > 0):
+                owners = holders[tiles[j]]
+                if t in owners:
+                    continue
+                owner = owners[t % len(owners)]
+                nbytes = float(volume[j]) * bytes_per_word
+                fwd[dst.id].append(TransferSpec(src=owner, dst=t, nbytes=nbytes))
+                bwd[dst.id].append(TransferSpec(src=t, dst=owner, nbytes=nbytes))
+    steps = []
+    for v in graph.vertices:
+        k = choice[v.id]
+        cfg, coords = grids[v.id]
+        sec = float(v.compute_flop[k]) / flop_per_s
+        colls = []
+        for term in v.comm:
+            payload = float(term.payload_words[k]) * bytes_per_word
+            if payload <= 0 or float(term.words[k]) <= 0:
+                continue
+            for members in _groups(coords, term.group_dims):
+                if len(members) > 1:
+                    colls.append(CollectiveSpec(kind=term.kind, members=members, nbytes=payload))
+        steps.append(
+            StrategyStep(
+                name=v.name,
+                compute_s={d: sec for d in range(len(coords))},
+                transfers=tuple(fwd[v.id]),
+                collectives=tuple(colls),
+            )
+        )
+    for v in reversed(graph.vertices):
+        if bwd[v.id]:
+            steps.append(StrategyStep(name=f"{v.name}.grad", transfers=tuple(bwd[v.id])))
+    return steps
+
+
+def simulate_plan(plan: StrategyPlan, cluster: Cluster, *, data_parallel: bool = False) -> StrategySimResult:
+    """Simulate the plan's strategy (or its data-parallel baseline) on ``cluster``.
+
+    Raises:
+        Infeasible: the cluster has fewer devices than the plan's ``n_procs``.
+    """
+    if cluster.num_devices < plan.graph.n_procs:
+        raise Infeasible(
+            f"cluster {cluster.name!r} has {cluster.num_devices} devices; the strategy needs "
+            f"p={plan.graph.n_procs}"
+        )
+    choice = plan.data_parallel if data_parallel else plan.result.choice
+    steps = lower_strategy(plan.graph, choice, cluster.device, plan.params.bytes_per_word)
+    return simulate_strategy(steps, cluster)

@@ -1,0 +1,76 @@
+"""Closed forms of the planner's cost model."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import pytest
+
+from pipesim.errors import InputError
+from pipesim.planner.costs import (
+    backward_end_times,
+    ending_with_sharing,
+    list_schedule,
+    pipeline_time_s,
+)
+from pipesim.schedules import make_schedule
+
+
+def _orders(name: str, p: int, m: int) -> list[list[tuple[str, int, int]]]:
+    sched = make_schedule(name, num_ranks=p, num_microbatches=m).compute_only()
+    return [[(a.op.value, a.stage, a.microbatch) for a in rank] for rank in sched.ranks]
+
+
+@pytest.mark.parametrize("schedule", ["dapple", "1f1b", "gpipe"])
+@pytest.mark.parametrize(("p", "m"), [(1, 1), (1, 5), (4, 1), (4, 8), (3, 2), (6, 16)])
+def test_equal_stages_closed_form(schedule: str, p: int, m: int) -> None:
+    f, b = Fraction(3), Fraction(5)
+    got = pipeline_time_s([f] * p, [b] * p, [0] * p, m, schedule)  # type: ignore[list-item]
+    assert got == (m + p - 1) * (f + b)
+
+
+@pytest.mark.parametrize("schedule", ["dapple", "gpipe"])
+@pytest.mark.parametrize(("p", "m"), [(2, 4), (4, 8), (5, 3)])
+def test_gpipe_link_closed_form(schedule: str, p: int, m: int) -> None:
+    # stages interleaved with transfer pseudo-stages c_f, c_b (cheaper than compute)
+    tf, tb, cf, cb = Fraction(4), Fraction(7), Fraction(1), Fraction(2)
+    fwd, bwd = [], []
+    for s in range(p):
+        if s:
+            fwd.append(cf)
+            bwd.append(cb)
+        fwd.append(tf)
+        bwd.append(tb)
+    got = pipeline_time_s(fwd, bwd, [0] * len(fwd), m, schedule)  # type: ignore[arg-type]
+    assert got == (m + p - 1) * (tf + tb) + (p - 1) * (cf + cb)
+
+
+@pytest.mark.parametrize("schedule", ["dapple", "gpipe"])
+def test_list_schedule_matches_closed_form_for_equal_stages(schedule: str) -> None:
+    p, m = 4, 6
+    makespan, last_b = list_schedule(_orders(schedule, p, m), [2.0] * p, [3.0] * p, [0.5] * 3, [0.25] * 3)
+    assert makespan == pytest.approx((m + p - 1) * 5.0 + (p - 1) * 0.75)
+    assert last_b[0] == pytest.approx(makespan)
+
+
+def test_allreduce_ending_and_pivot() -> None:
+    # one stage: F + (M-1)(F+B) + B + AR
+    assert pipeline_time_s([1.0], [2.0], [10.0], 3) == pytest.approx(1 + 2 * 3 + 2 + 10)
+    ends = backward_end_times([1.0, 1.0], [2.0, 2.0], 2, "dapple")
+    assert ends == [pytest.approx(9.0), pytest.approx(7.0)]
+
+
+def test_ending_with_sharing_processor_shares_a_nic() -> None:
+    link = frozenset({7})
+    assert ending_with_sharing([(0.0, 1.0, link), (0.0, 1.0, link)]) == pytest.approx(2.0)
+    assert ending_with_sharing([(0.0, 1.0, link), (0.0, 1.0, frozenset({8}))]) == pytest.approx(1.0)
+    # the second starts half-way: 0.5 alone, then both at half speed
+    assert ending_with_sharing([(0.0, 1.0, link), (0.5, 1.0, link)]) == pytest.approx(2.0)
+    assert ending_with_sharing([]) == 0.0
+
+
+def test_errors() -> None:
+    with pytest.raises(InputError, match="schedule"):
+        pipeline_time_s([1.0], [1.0], [0.0], 1, "zb-h1")
+    with pytest.raises(InputError, match="num_microbatches"):
+        pipeline_time_s([1.0], [1.0], [0.0], 0)
