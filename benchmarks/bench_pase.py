@@ -47,19 +47,29 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--batch", type=int, default=128)
-    parser.add_argument("--cases", default="alexnet:8,resnet101:8,inception3:8,rnnlm:8,transformer:8,"
-                        "alexnet:32,resnet101:32,inception3:32,transformer:32,transformer:64")
+    parser.add_argument(
+        "--cases",
+        default="alexnet:8,resnet101:8,inception3:8,rnnlm:8,transformer:8,"
+        "alexnet:32,resnet101:32,inception3:32,transformer:32,transformer:64",
+    )
     args = parser.parse_args()
-    print(f"{'graph':12} {'p':>3} {'vertices':>8} {'build s':>8} {'search s':>9} {'max table':>11} {'target':>8}")
+    header = ("graph", "p", "vertices", "build s", "search s", "max table", "target")
+    widths = (3, 8, 8, 9, 11, 8)
+    print(f"{header[0]:12} " + " ".join(f"{h:>{w}}" for h, w in zip(header[1:], widths, strict=True)))
     for case in args.cases.split(","):
         name, procs_text = case.split(":")
         procs = int(procs_text)
         row = bench_case(name, procs, max(args.batch, 4 * procs), args.repeats)
         target = TARGETS_S.get((name, procs))
-        verdict = "" if target is None else (f"<{target:g} ok" if row["build_s"] + row["search_s"] < target
-                                             else f"<{target:g} MISS")
-        print(f"{name:12} {procs:>3} {int(row['vertices']):>8} {row['build_s']:>8.3f} {row['search_s']:>9.3f} "
-              f"{int(row['max_table']):>11,} {verdict:>8}")
+        verdict = (
+            ""
+            if target is None
+            else (f"<{target:g} ok" if row["build_s"] + row["search_s"] < target else f"<{target:g} MISS")
+        )
+        print(
+            f"{name:12} {procs:>3} {int(row['vertices']):>8} {row['build_s']:>8.3f} {row['search_s']:>9.3f} "
+            f"{int(row['max_table']):>11,} {verdict:>8}"
+        )
 
 
 if __name__ == "__main__":

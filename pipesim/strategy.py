@@ -139,7 +139,11 @@ def plan_strategy(
 
 
 def estimate_seconds(
-    graph: PaseGraph, choice: tuple[int, ...], device: DeviceSpec, bandwidth_bytes_per_s: float, bytes_per_word: int = 4
+    graph: PaseGraph,
+    choice: tuple[int, ...],
+    device: DeviceSpec,
+    bandwidth_bytes_per_s: float,
+    bytes_per_word: int = 4,
 ) -> float:
     """PaSE's cost of a strategy in seconds on a real device and link.
 
@@ -183,7 +187,11 @@ def _boxes(shape: tuple[int, ...], idx: np.ndarray, cnt: np.ndarray) -> tuple[np
 def _grid(v: Vertex, k: int) -> tuple[np.ndarray, np.ndarray]:
     cfg = v.configs[k]
     q = int(np.prod(cfg))
-    coords = np.stack(np.unravel_index(np.arange(q), tuple(int(c) for c in cfg)), axis=1) if q else np.zeros((0, 0))
+    coords = (
+        np.stack(np.unravel_index(np.arange(q), tuple(int(c) for c in cfg)), axis=1)
+        if q
+        else np.zeros((0, 0))
+    )
     return cfg, coords
 
 
@@ -238,7 +246,7 @@ def lower_strategy(
     steps = []
     for v in graph.vertices:
         k = choice[v.id]
-        cfg, coords = grids[v.id]
+        coords = grids[v.id][1]
         sec = float(v.compute_flop[k]) / flop_per_s
         colls = []
         for term in v.comm:
@@ -251,7 +259,7 @@ def lower_strategy(
         steps.append(
             StrategyStep(
                 name=v.name,
-                compute_s={d: sec for d in range(len(coords))},
+                compute_s=dict.fromkeys(range(len(coords)), sec),
                 transfers=tuple(fwd[v.id]),
                 collectives=tuple(colls),
             )

@@ -19,7 +19,7 @@ from pipesim.schedules import Schedule, make_schedule
 from pipesim.simulator.collectives import allreduce
 from pipesim.simulator.costs import MicrobatchCosts
 from pipesim.simulator.memory import static_memory_bytes
-from pipesim.simulator.network import Network
+from pipesim.simulator.network import LinkInterval, Network
 from pipesim.simulator.trace import (
     DeviceMetrics,
     EventKind,
@@ -54,7 +54,11 @@ class SimOptions:
         seed: seed of the jitter's random generator (required when jitter is on).
         allreduce_overlap: ``"after_backward"`` starts a stage's gradient all-reduce as soon as
             all its replicas finished their last backward (DAPPLE); ``"end"`` waits for the whole
-            pipeline to drain first.
+            pipeline to drain first; ``"bucketed"`` cuts a stage's gradients into buckets of
+            ``bucket_bytes`` (in backward order, as PyTorch DDP does) and all-reduces each bucket,
+            one after another, as soon as every replica's last backward has produced it.
+        bucket_bytes: bucket size for ``"bucketed"``, bytes (default 25 MiB, DDP's default
+            ``bucket_cap_mb``).
         record_trace: keep every trace event (set ``False`` for big sweeps).
     """
 
@@ -64,6 +68,7 @@ class SimOptions:
     jitter: float | Mapping[str, float] = 0.0
     seed: int | None = None
     allreduce_overlap: str = "after_backward"
+    bucket_bytes: float = 25 * 1024**2
     record_trace: bool = True
 
     def __post_init__(self) -> None:
@@ -78,8 +83,12 @@ class SimOptions:
                 raise invalid(f"jitter[{op}]", cv, "must be a finite number >= 0")
         if any(v > 0 for v in jitter.values()) and self.seed is None:
             raise invalid("seed", None, "jitter needs an explicit seed (same seed, same result)")
-        if self.allreduce_overlap not in ("after_backward", "end"):
-            raise invalid("allreduce_overlap", self.allreduce_overlap, "must be after_backward or end")
+        if self.allreduce_overlap not in ("after_backward", "end", "bucketed"):
+            raise invalid(
+                "allreduce_overlap", self.allreduce_overlap, "must be after_backward, end or bucketed"
+            )
+        if not (math.isfinite(self.bucket_bytes) and self.bucket_bytes > 0):
+            raise invalid("bucket_bytes", self.bucket_bytes, "must be a finite number > 0")
 
     def jitter_for(self, op: str) -> float:
         """The coefficient of variation for op ``"F"``, ``"B"``, ``"I"`` or ``"W"``."""
@@ -198,6 +207,7 @@ class _Run:
             link_names=[link.name for link in cluster.links],
             free_links=options.free_links,
             contention=options.contention,
+            on_link_interval=self._on_link_interval if options.record_trace else None,
         )
         self.events: list[TraceEvent] = []
         self.arrivals: dict[tuple[str, int, int, int], _Arrival] = {}
@@ -210,7 +220,7 @@ class _Run:
         self.num_ops = 0  # compute ops and transfers simulated
         self.end_time = 0.0
         self.backward_left: dict[int, int] = {}  # stage -> replicas still running its backwards
-        self.allreduce_done: list[simpy.Event] = []
+        self.bucket_state: dict[int, tuple[list[int], list[simpy.Event]]] = {}
         self.drained = self.env.event()
         self.ranks_running = sum(len(devs) for devs in self.placement)
         self._apply_jitter()
@@ -399,6 +409,18 @@ class _Run:
 
         return callback
 
+    def _on_link_interval(self, interval: LinkInterval) -> None:
+        if interval.end_s > interval.start_s:
+            self.events.append(
+                TraceEvent(
+                    resource=self.cluster.links[interval.link].name,
+                    kind=EventKind.LINK,
+                    start_s=interval.start_s,
+                    end_s=interval.end_s,
+                    nbytes=interval.bytes_per_s * (interval.end_s - interval.start_s),
+                )
+            )
+
     @staticmethod
     def _delivered(target: _Arrival) -> None:
         target.pending -= 1
@@ -414,6 +436,7 @@ class _Run:
         stages = self.stages
         last = len(stages) - 1
         record = self.options.record_trace
+        bucketed = self.options.allreduce_overlap == "bucketed"
         steps = [(a.op.value, stages[a.stage], a.microbatch or 0) for a in actions]  # compute-only
         last_backward_index: dict[int, int] = {}
         for i, (op, stage, _) in enumerate(steps):
@@ -445,6 +468,8 @@ class _Run:
             else:  # W
                 duration = stage.bwd_s[mb][replica] * stage.wgrad_fraction
             start = env.now
+            if bucketed and last_backward_index.get(stage.index) == i and len(stage.devices) > 1:
+                env.process(self._buckets_ready(stage, duration))
             if duration > 0:
                 yield env.timeout(duration)
             busy += duration
@@ -486,41 +511,82 @@ class _Run:
     def _backward_finished(self, stage: _Stage) -> None:
         left = self.backward_left.get(stage.index, len(stage.devices)) - 1
         self.backward_left[stage.index] = left
-        if left == 0 and len(stage.devices) > 1:
-            self.allreduce_done.append(self.env.process(self.allreduce_process(stage)))
+        if left == 0 and len(stage.devices) > 1 and self.options.allreduce_overlap != "bucketed":
+            grad_bytes = float(sum(self.profile.layers[i].parameter_bytes for i in stage.layers))
+            self.env.process(self.allreduce_process(stage, [(grad_bytes, None)]))
 
-    def allreduce_process(self, stage: _Stage) -> Generator[simpy.Event, Any, None]:
+    def _buckets(self, stage: _Stage) -> list[tuple[float, float]]:
+        """(bytes, fraction of the backward after which the bucket's gradients exist), in order."""
+        layers = self.profile.layers
+        total_bwd = sum(layers[i].bwd_time_s for i in stage.layers)
+        buckets: list[tuple[float, float]] = []
+        size = 0.0
+        done = 0.0
+        for i in reversed(stage.layers):  # the backward runs from the stage's last layer down
+            size += layers[i].parameter_bytes
+            done += layers[i].bwd_time_s
+            if size >= self.options.bucket_bytes:
+                buckets.append((size, done / total_bwd if total_bwd > 0 else 1.0))
+                size = 0.0
+        if size > 0 or not buckets:
+            buckets.append((size, 1.0))
+        return buckets
+
+    def _buckets_ready(self, stage: _Stage, duration: float) -> Generator[simpy.Event, Any, None]:
+        """On one replica: mark each bucket ready as its part of the last backward completes."""
+        state = self.bucket_state.get(stage.index)
+        if state is None:
+            buckets = self._buckets(stage)
+            events = [self.env.event() for _ in buckets]
+            state = self.bucket_state[stage.index] = ([len(stage.devices)] * len(buckets), events)
+            self.env.process(self.allreduce_process(stage, list(zip([b for b, _ in buckets], events, strict=True))))
+        waiting, events = state
+        elapsed = 0.0
+        for k, (_, fraction) in enumerate(self._buckets(stage)):
+            if fraction * duration > elapsed:
+                yield self.env.timeout(fraction * duration - elapsed)
+                elapsed = fraction * duration
+            waiting[k] -= 1
+            if waiting[k] == 0:
+                events[k].succeed()
+
+    def allreduce_process(
+        self, stage: _Stage, buckets: list[tuple[float, simpy.Event | None]]
+    ) -> Generator[simpy.Event, Any, None]:
+        """All-reduce a stage's gradient buckets among its replicas, one after another."""
         if self.options.allreduce_overlap == "end" and not self.drained.processed:
             yield self.drained
-        start = self.env.now
-        grad_bytes = float(sum(self.profile.layers[i].parameter_bytes for i in stage.layers))
-        yield self.env.process(
-            allreduce(
-                self.env,
-                self.network,
-                list(stage.devices),
-                grad_bytes,
-                self.cluster.route,
-                server_of=self.cluster.server_of,
-                algorithm=self.plan.allreduce,
-            )
-        )
-        end = self.env.now
-        for device in stage.devices:
-            self.allreduce_time[device] = self.allreduce_time.get(device, 0.0) + (end - start)
-            if self.options.record_trace:
-                self.events.append(
-                    TraceEvent(
-                        resource=f"gpu{device}.comm",
-                        kind=EventKind.ALL_REDUCE,
-                        start_s=start,
-                        end_s=end,
-                        device=device,
-                        stage=stage.index,
-                        nbytes=grad_bytes,
-                    )
+        for nbytes, ready in buckets:
+            if ready is not None and not ready.processed:
+                yield ready
+            start = self.env.now
+            yield self.env.process(
+                allreduce(
+                    self.env,
+                    self.network,
+                    list(stage.devices),
+                    nbytes,
+                    self.cluster.route,
+                    server_of=self.cluster.server_of,
+                    algorithm=self.plan.allreduce,
                 )
-        self.end_time = max(self.end_time, end)
+            )
+            end = self.env.now
+            for device in stage.devices:
+                self.allreduce_time[device] = self.allreduce_time.get(device, 0.0) + (end - start)
+                if self.options.record_trace:
+                    self.events.append(
+                        TraceEvent(
+                            resource=f"gpu{device}.comm",
+                            kind=EventKind.ALL_REDUCE,
+                            start_s=start,
+                            end_s=end,
+                            device=device,
+                            stage=stage.index,
+                            nbytes=nbytes,
+                        )
+                    )
+            self.end_time = max(self.end_time, end)
 
     # ---------------------------------------------------------------------------------------
     def run(self) -> SimulationResult:

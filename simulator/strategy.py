@@ -28,7 +28,14 @@ from pipesim.profiles.cluster import Cluster
 from pipesim.simulator.collectives import AllReduceAlgorithm, allreduce
 from pipesim.simulator.network import Network
 
-__all__ = ["CollectiveSpec", "StepTiming", "StrategySimResult", "StrategyStep", "TransferSpec", "simulate_strategy"]
+__all__ = [
+    "CollectiveSpec",
+    "StepTiming",
+    "StrategySimResult",
+    "StrategyStep",
+    "TransferSpec",
+    "simulate_strategy",
+]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -154,7 +161,9 @@ def simulate_strategy(
         used += [m for c in step.collectives for m in c.members]
         bad = [d for d in used if not (isinstance(d, int) and 0 <= d < n_dev)]
         if bad:
-            raise invalid(f"{step.name}.device", bad[0], f"must be a device id in 0..{n_dev - 1} of {cluster.name}")
+            raise invalid(
+                f"{step.name}.device", bad[0], f"must be a device id in 0..{n_dev - 1} of {cluster.name}"
+            )
     env = simpy.Environment()
     network = Network(
         env,
@@ -166,7 +175,11 @@ def simulate_strategy(
     def run() -> Any:
         for step in steps:
             t0 = env.now
-            events = [network.transfer(cluster.route(t.src, t.dst), t.nbytes) for t in step.transfers if t.src != t.dst]
+            events = [
+                network.transfer(cluster.route(t.src, t.dst), t.nbytes)
+                for t in step.transfers
+                if t.src != t.dst
+            ]
             if events:
                 yield simpy.AllOf(env, events)
             t1 = env.now
@@ -174,14 +187,19 @@ def simulate_strategy(
             if longest > 0:
                 yield env.timeout(longest)
             t2 = env.now
-            procs = []
+            procs: list[simpy.Event] = []
             for coll in step.collectives:
                 if len(coll.members) < 2 or coll.nbytes == 0:
                     continue
                 if coll.kind == "allreduce":
                     body = allreduce(
-                        env, network, coll.members, coll.nbytes, cluster.route,
-                        server_of=cluster.server_of, algorithm=allreduce_algorithm,
+                        env,
+                        network,
+                        coll.members,
+                        coll.nbytes,
+                        cluster.route,
+                        server_of=cluster.server_of,
+                        algorithm=allreduce_algorithm,
                     )
                     procs.append(env.process(body))
                 else:
@@ -191,7 +209,9 @@ def simulate_strategy(
                         procs.append(network.transfer(cluster.route(src, dst), coll.nbytes))
             if procs:
                 yield simpy.AllOf(env, procs)
-            timings.append(StepTiming(name=step.name, transfer_s=t1 - t0, compute_s=t2 - t1, collective_s=env.now - t2))
+            timings.append(
+                StepTiming(name=step.name, transfer_s=t1 - t0, compute_s=t2 - t1, collective_s=env.now - t2)
+            )
 
     env.process(run())
     env.run()

@@ -153,7 +153,12 @@ def _run(args: argparse.Namespace) -> int:
             recompute=args.recompute,
             allreduce=args.allreduce,
         )
-    options = SimOptions(free_links=args.free_links, jitter=args.jitter, seed=args.seed)
+    options = SimOptions(
+        free_links=args.free_links,
+        jitter=args.jitter,
+        seed=args.seed,
+        allreduce_overlap=args.allreduce_overlap,
+    )
     result = simulate(plan, profile, cluster, options)
     if args.gantt:
         from pipesim.simulator.gantt import write_gantt

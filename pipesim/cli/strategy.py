@@ -33,27 +33,42 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
             "PaSE's FLOP-equivalent units (FLOP + r x words, r = FLOP/s per word/s) and seconds."
         ),
     )
-    p.add_argument("-g", "--graph", default="alexnet", help=f"graph: {', '.join(graph_names())} (default: alexnet)")
+    p.add_argument(
+        "-g", "--graph", default="alexnet", help=f"graph: {', '.join(graph_names())} (default: alexnet)"
+    )
     p.add_argument("-p", "--procs", type=int, default=32, help="number of devices (default: 32)")
     p.add_argument("-b", "--batch", type=int, default=128, help="global batch size (default: 128)")
     p.add_argument(
-        "-m", "--model", type=int, default=None,
+        "-m",
+        "--model",
+        type=int,
+        default=None,
         help="model size: Transformer embedding width or RNN units (default: PaSE's graph sizes)",
     )
     p.add_argument("--flops", type=float, default=10.0, help="peak TFLOP/s of each device (default: 10.0)")
     p.add_argument("--bw", type=float, default=16.0, help="peak interconnect bandwidth, GB/s (default: 16.0)")
-    p.add_argument("--dump-graph", metavar="FILE.dot", default=None, help="write the layer graph in dot format")
+    p.add_argument(
+        "--dump-graph", metavar="FILE.dot", default=None, help="write the layer graph in dot format"
+    )
     p.add_argument("--json", action="store_true", help="print the result as JSON")
-    p.add_argument("--simulate", action="store_true", help="simulate the strategy and data parallelism on --cluster")
-    p.add_argument("--cluster", default=None, help="cluster preset or TOML file for --simulate (default: dgx-h100-x4)")
-    p.add_argument("--device", default=None, help="catalog device to express the cost in seconds (with --link)")
+    p.add_argument(
+        "--simulate", action="store_true", help="simulate the strategy and data parallelism on --cluster"
+    )
+    p.add_argument(
+        "--cluster", default=None, help="cluster preset or TOML file for --simulate (default: dgx-h100-x4)"
+    )
+    p.add_argument(
+        "--device", default=None, help="catalog device to express the cost in seconds (with --link)"
+    )
     p.add_argument("--link", default=None, help="catalog link to express the cost in seconds (with --device)")
     p.set_defaults(func=_run)
 
 
 def _write_atomic(path: str, text: str) -> None:
     target = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=target.parent if str(target.parent) else ".", prefix=".tmp-", suffix=".dot")
+    fd, tmp = tempfile.mkstemp(
+        dir=target.parent if str(target.parent) else ".", prefix=".tmp-", suffix=".dot"
+    )
     try:
         with os.fdopen(fd, "w") as fh:
             fh.write(text)
@@ -125,22 +140,30 @@ def _run(args: argparse.Namespace) -> int:
         print_json(out)
         return 0
     rows = [(lay["name"], lay["kind"], lay["devices"], _split_text(lay["split"])) for lay in out["layers"]]
-    print(f"PaSE strategy for {out['graph']} on p={out['procs']}, batch {out['batch']} "
-          f"({args.flops:g} TFLOP/s, {args.bw:g} GB/s; r = {params.flop_per_word:g} FLOP/word)")
+    print(
+        f"PaSE strategy for {out['graph']} on p={out['procs']}, batch {out['batch']} "
+        f"({args.flops:g} TFLOP/s, {args.bw:g} GB/s; r = {params.flop_per_word:g} FLOP/word)"
+    )
     print(format_table(("layer", "kind", "devices", "split"), rows, align="llrl"))
     print(f"total cost          {out['total_cost']:.4g}  ({out['total_cost_s'] * 1e3:.3f} ms)")
-    print(f"data parallel cost  {out['data_parallel_cost']:.4g}  ({out['data_parallel_cost_s'] * 1e3:.3f} ms)")
+    print(
+        f"data parallel cost  {out['data_parallel_cost']:.4g}  ({out['data_parallel_cost_s'] * 1e3:.3f} ms)"
+    )
     print(f"speedup over data parallelism  {plan.speedup:.3f}x   (search {plan.search_time_s:.2f} s)")
     if "catalog" in out:
         cat = out["catalog"]
-        print(f"on {cat['device']} + {cat['link']}: {cat['total_cost_s'] * 1e3:.3f} ms "
-              f"(data parallel {cat['data_parallel_cost_s'] * 1e3:.3f} ms)")
+        print(
+            f"on {cat['device']} + {cat['link']}: {cat['total_cost_s'] * 1e3:.3f} ms "
+            f"(data parallel {cat['data_parallel_cost_s'] * 1e3:.3f} ms)"
+        )
     if "simulation" in out:
         sim_out = out["simulation"]
-        print(f"simulated on {sim_out['cluster']}: {sim_out['step_time_s'] * 1e3:.3f} ms per step "
-              f"(estimate {sim_out['estimate_s'] * 1e3:.3f} ms); data parallel "
-              f"{sim_out['data_parallel_step_time_s'] * 1e3:.3f} ms (estimate "
-              f"{sim_out['data_parallel_estimate_s'] * 1e3:.3f} ms)")
+        print(
+            f"simulated on {sim_out['cluster']}: {sim_out['step_time_s'] * 1e3:.3f} ms per step "
+            f"(estimate {sim_out['estimate_s'] * 1e3:.3f} ms); data parallel "
+            f"{sim_out['data_parallel_step_time_s'] * 1e3:.3f} ms (estimate "
+            f"{sim_out['data_parallel_estimate_s'] * 1e3:.3f} ms)"
+        )
     if args.dump_graph:
         print(f"graph written to {args.dump_graph}")
     return 0

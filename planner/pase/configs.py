@@ -70,9 +70,7 @@ def split_configs(
         InputError: a bad size, ``n_procs`` or ``cutoff``.
     """
     fixed_set = set(fixed)
-    choices = [
-        [1] if i in fixed_set else allowed_factors(int(d), n_procs, cutoff) for i, d in enumerate(dom)
-    ]
+    choices = [[1] if i in fixed_set else allowed_factors(int(d), n_procs, cutoff) for i, d in enumerate(dom)]
     rows = [c for c in itertools.product(*choices) if math.prod(c) <= n_procs]
     return np.array(rows, dtype=np.int64).reshape(len(rows), len(dom))
 
@@ -96,4 +94,5 @@ def contiguous_configs(dom: Sequence[int], configs: np.ndarray) -> np.ndarray:
         while k < len(dom) and int(dom[k]) == int(row[k]):
             k += 1
         keep.append(all(int(c) == 1 for c in row[k + 1 :]))
-    return configs[np.array(keep, dtype=bool)]
+    kept: np.ndarray = configs[np.array(keep, dtype=bool)]
+    return kept

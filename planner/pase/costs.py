@@ -150,7 +150,8 @@ def area_needed(
     tgt_area = np.prod(tgt_per_proc, axis=-1)
     overlap = np.prod(np.minimum(tgt_per_proc, src_per_proc), axis=-1)
     intersection = np.where(tgt_procs > src_procs, 0.0, overlap)
-    return np.clip(tgt_area - intersection, 0.0, None)
+    needed: np.ndarray = np.clip(tgt_area - intersection, 0.0, None)
+    return needed
 
 
 def edge_words(shape: tuple[int, ...], src_cfgs: np.ndarray, tgt_cfgs: np.ndarray) -> np.ndarray:
@@ -173,4 +174,5 @@ def edge_words(shape: tuple[int, ...], src_cfgs: np.ndarray, tgt_cfgs: np.ndarra
     src_procs = np.prod(src_cfgs, axis=1)
     tgt_procs = np.prod(tgt_cfgs, axis=1)
     words = area_needed(src_pp[:, None, :], tgt_pp[None, :, :], src_procs[:, None], tgt_procs[None, :])
-    return 2.0 * words
+    doubled: np.ndarray = 2.0 * words
+    return doubled

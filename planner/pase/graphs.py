@@ -67,7 +67,9 @@ def _resnet101(g: GraphBuilder, b: int, _m: int | None) -> None:
 
 
 def _inception3(g: GraphBuilder, b: int, _m: int | None) -> None:
-    def conv(x: Tensor, fltr: tuple[int, int, int, int], stride: int = 1, pad: int | tuple[int, int] = 0) -> Tensor:
+    def conv(
+        x: Tensor, fltr: tuple[int, int, int, int], stride: int = 1, pad: int | tuple[int, int] = 0
+    ) -> Tensor:
         return g.batch_norm(g.conv(x, fltr, stride=stride, pad=pad))
 
     def block_a(x: Tensor, cin: int, pool_features: int) -> Tensor:

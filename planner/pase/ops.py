@@ -37,7 +37,9 @@ def _ident(rank: int, offset: int = 0) -> TensorMap:
     return tuple((i + offset,) for i in range(rank))
 
 
-def _conv_size(h: int, w: int, r: int, s: int, stride: tuple[int, int], pad: tuple[int, int]) -> tuple[int, int]:
+def _conv_size(
+    h: int, w: int, r: int, s: int, stride: tuple[int, int], pad: tuple[int, int]
+) -> tuple[int, int]:
     return (h - r + 2 * pad[0]) // stride[0] + 1, (w - s + 2 * pad[1]) // stride[1] + 1
 
 
@@ -136,7 +138,12 @@ class GraphBuilder:
 
     @staticmethod
     def _gemm(
-        configs: np.ndarray, batch: Sequence[_GemmAxis], m: _GemmAxis, n: _GemmAxis, k: _GemmAxis, pw_op_cnt: int
+        configs: np.ndarray,
+        batch: Sequence[_GemmAxis],
+        m: _GemmAxis,
+        n: _GemmAxis,
+        k: _GemmAxis,
+        pw_op_cnt: int,
     ) -> tuple[np.ndarray, list[CommTerm]]:
         """PaSE ``ComputeGemmCosts``: batched GEMM compute and its three all-reduces."""
 
@@ -178,10 +185,19 @@ class GraphBuilder:
         h_o, w_o = _conv_size(h, w, r, s, _pair(stride), _pair(pad))
         dom = (b, c, h_o, w_o, r, s, n)
         configs = self._configs(dom, fixed=(2, 3))
-        compute, comm = self._gemm(configs, (), (b * h_o * w_o, (0, 2, 3)), (n, (6,)), (c * r * s, (1, 4, 5)), pw_op_cnt)
+        compute, comm = self._gemm(
+            configs, (), (b * h_o * w_o, (0, 2, 3)), (n, (6,)), (c * r * s, (1, 4, 5)), pw_op_cnt
+        )
         return self._add(
-            kind="conv", name=name, dom=dom, dim_names=("b", "c", "h", "w", "r", "s", "n"), batch_dim=0,
-            configs=configs, compute=compute, comm=comm, inputs=[(img, _ident(4))],
+            kind="conv",
+            name=name,
+            dom=dom,
+            dim_names=("b", "c", "h", "w", "r", "s", "n"),
+            batch_dim=0,
+            configs=configs,
+            compute=compute,
+            comm=comm,
+            inputs=[(img, _ident(4))],
             outputs=[((b, n, h_o, w_o), ((0,), (6,), (2,), (3,)))],
         )[0]
 
@@ -212,8 +228,16 @@ class GraphBuilder:
         ghost = (np.prod(hw, axis=1) - np.prod(tsr_pp[:, 2:4], axis=1)) * tsr_pp[:, 0] * tsr_pp[:, 1]
         halo = CommTerm(kind="exchange", group_dims=(2, 3), words=ghost, payload_words=ghost)
         return self._add(
-            kind="pool", name=name, dom=dom, dim_names=("b", "c", "h", "w"), batch_dim=0, configs=configs,
-            compute=compute, comm=[halo], inputs=[(img, _ident(4))], outputs=[(dom, _ident(4))],
+            kind="pool",
+            name=name,
+            dom=dom,
+            dim_names=("b", "c", "h", "w"),
+            batch_dim=0,
+            configs=configs,
+            compute=compute,
+            comm=[halo],
+            inputs=[(img, _ident(4))],
+            outputs=[(dom, _ident(4))],
         )[0]
 
     def fc(self, x: Tensor, n_units: int, *, pw_op_cnt: int = 0, name: str | None = None) -> Tensor:
@@ -223,16 +247,36 @@ class GraphBuilder:
         configs = self._configs(dom)
         lead = tuple(range(rank - 1))
         compute, comm = self._gemm(
-            configs, (), (math.prod(x.shape[:-1]), lead), (n_units, (rank - 1,)), (x.shape[-1], (rank,)), pw_op_cnt
+            configs,
+            (),
+            (math.prod(x.shape[:-1]), lead),
+            (n_units, (rank - 1,)),
+            (x.shape[-1], (rank,)),
+            pw_op_cnt,
         )
-        names = tuple(f"b{i}" if i else "b" for i in lead) + ("out", "in")
+        names = (*(f"b{i}" if i else "b" for i in lead), "out", "in")
         return self._add(
-            kind="fc", name=name, dom=dom, dim_names=names, batch_dim=0, configs=configs, compute=compute,
-            comm=comm, inputs=[(x, (*_ident(rank - 1), (rank,)))], outputs=[(dom[:-1], _ident(rank))],
+            kind="fc",
+            name=name,
+            dom=dom,
+            dim_names=names,
+            batch_dim=0,
+            configs=configs,
+            compute=compute,
+            comm=comm,
+            inputs=[(x, (*_ident(rank - 1), (rank,)))],
+            outputs=[(dom[:-1], _ident(rank))],
         )[0]
 
     def einsum(
-        self, eq: str, t1: Tensor, t2: Tensor, *, pw_op_cnt: int = 0, batch_letter: str = "b", name: str | None = None
+        self,
+        eq: str,
+        t1: Tensor,
+        t2: Tensor,
+        *,
+        pw_op_cnt: int = 0,
+        batch_letter: str = "b",
+        name: str | None = None,
     ) -> Tensor:
         """Tensor contraction ``eq`` (PaSE ``Einsum``), space: output letters then contracted ones.
 
@@ -251,9 +295,9 @@ class GraphBuilder:
                     raise invalid("einsum.shapes", (t1.shape, t2.shape), f"disagree on {ch!r} in {eq!r}")
         common = set(in1) & set(in2)
         red = [ch for ch in in1 + in2 if ch in common and ch not in out]
-        letters = list(out) + list(dict.fromkeys(red))
-        pos = {ch: i for i, ch in enumerate(letters)}
-        dom = tuple(sizes[ch] for ch in letters)
+        space = list(out) + list(dict.fromkeys(red))
+        pos = {ch: i for i, ch in enumerate(space)}
+        dom = tuple(sizes[ch] for ch in space)
         configs = self._configs(dom)
 
         def axis(chars: Sequence[str]) -> _GemmAxis:
@@ -264,8 +308,14 @@ class GraphBuilder:
         n = axis([ch for ch in out if ch in in2 and ch not in common])
         compute, comm = self._gemm(configs, batch, m, n, axis(list(dict.fromkeys(red))), pw_op_cnt)
         return self._add(
-            kind="einsum", name=name, dom=dom, dim_names=tuple(letters), batch_dim=pos.get(batch_letter),
-            configs=configs, compute=compute, comm=comm,
+            kind="einsum",
+            name=name,
+            dom=dom,
+            dim_names=tuple(space),
+            batch_dim=pos.get(batch_letter),
+            configs=configs,
+            compute=compute,
+            comm=comm,
             inputs=[(t1, tuple((pos[ch],) for ch in in1)), (t2, tuple((pos[ch],) for ch in in2))],
             outputs=[(tuple(sizes[ch] for ch in out), tuple((pos[ch],) for ch in out))],
         )[0]
@@ -274,7 +324,7 @@ class GraphBuilder:
         """Embedding lookup as a one-hot GEMM (PaSE ``Embedding``): ``(..., vocab) x (vocab, dim)``."""
         rank = len(ids.shape)
         letters = "abcdefgh"[: rank + 2]
-        eq = f"{letters[:rank + 1]},{letters[rank:rank + 2]}->{letters[:rank]}{letters[rank + 1]}"
+        eq = f"{letters[: rank + 1]},{letters[rank : rank + 2]}->{letters[:rank]}{letters[rank + 1]}"
         one_hot = self.input((*ids.shape, vocab))
         return self.einsum(eq, one_hot, self.input((vocab, dim)), batch_letter="a", name=name or "embedding")
 
@@ -287,8 +337,14 @@ class GraphBuilder:
         compute = (1 + pw_op_cnt) * np.prod(np.asarray(dom, dtype=np.float64) / configs, axis=1)
         rank = len(dom)
         return self._add(
-            kind="add", name=name, dom=dom, dim_names=tuple(f"d{i}" for i in range(rank)), batch_dim=0,
-            configs=configs, compute=compute, inputs=[(t1, _ident(rank)), (t2, _ident(rank))],
+            kind="add",
+            name=name,
+            dom=dom,
+            dim_names=tuple(f"d{i}" for i in range(rank)),
+            batch_dim=0,
+            configs=configs,
+            compute=compute,
+            inputs=[(t1, _ident(rank)), (t2, _ident(rank))],
             outputs=[(dom, _ident(rank))],
         )[0]
 
@@ -308,14 +364,29 @@ class GraphBuilder:
         stats = elems / pp[:, axis]
         rest = np.prod(configs[:, list(others)], axis=1) if others else np.ones(len(configs))
         comm = [
-            CommTerm(kind="allreduce", group_dims=(axis,), words=4.0 * allreduce_words(stats, configs[:, axis]),
-                     payload_words=4.0 * stats),
-            CommTerm(kind="allreduce", group_dims=others, words=4.0 * allreduce_words(pp[:, axis], rest),
-                     payload_words=4.0 * pp[:, axis]),
+            CommTerm(
+                kind="allreduce",
+                group_dims=(axis,),
+                words=4.0 * allreduce_words(stats, configs[:, axis]),
+                payload_words=4.0 * stats,
+            ),
+            CommTerm(
+                kind="allreduce",
+                group_dims=others,
+                words=4.0 * allreduce_words(pp[:, axis], rest),
+                payload_words=4.0 * pp[:, axis],
+            ),
         ]
         return self._add(
-            kind=kind, name=name, dom=dom, dim_names=tuple(f"d{i}" for i in range(rank)), batch_dim=0,
-            configs=configs, compute=16.0 * elems, comm=comm, inputs=[(x, _ident(rank))],
+            kind=kind,
+            name=name,
+            dom=dom,
+            dim_names=tuple(f"d{i}" for i in range(rank)),
+            batch_dim=0,
+            configs=configs,
+            compute=16.0 * elems,
+            comm=comm,
+            inputs=[(x, _ident(rank))],
             outputs=[(dom, _ident(rank))],
         )[0]
 
@@ -331,11 +402,19 @@ class GraphBuilder:
         words = np.prod(np.asarray(dom, dtype=np.float64) / configs, axis=1)
         procs = np.prod(configs[:, list(axes)], axis=1)
         keep = tuple(i for i in range(rank) if i not in set(axes))
-        term = CommTerm(kind="allreduce", group_dims=tuple(axes), words=allreduce_words(words, procs),
-                        payload_words=words)
+        term = CommTerm(
+            kind="allreduce", group_dims=tuple(axes), words=allreduce_words(words, procs), payload_words=words
+        )
         return self._add(
-            kind="mean", name=name, dom=dom, dim_names=tuple(f"d{i}" for i in range(rank)), batch_dim=0,
-            configs=configs, compute=0.0, comm=[term], inputs=[(x, _ident(rank))],
+            kind="mean",
+            name=name,
+            dom=dom,
+            dim_names=tuple(f"d{i}" for i in range(rank)),
+            batch_dim=0,
+            configs=configs,
+            compute=0.0,
+            comm=[term],
+            inputs=[(x, _ident(rank))],
             outputs=[(tuple(dom[i] for i in keep) or (1,), tuple((i,) for i in keep) or ((),))],
         )[0]
 
@@ -351,10 +430,19 @@ class GraphBuilder:
         compute = 4.0 * total + total * dom[axis]
         procs = configs[:, axis]
         words = 2.0 * allreduce_words(elems, procs) + allreduce_words(elems * dom[axis], procs)
-        term = CommTerm(kind="allreduce", group_dims=(axis,), words=words, payload_words=elems * (2.0 + dom[axis]))
+        term = CommTerm(
+            kind="allreduce", group_dims=(axis,), words=words, payload_words=elems * (2.0 + dom[axis])
+        )
         return self._add(
-            kind="softmax", name=name, dom=dom, dim_names=tuple(f"d{i}" for i in range(rank)), batch_dim=0,
-            configs=configs, compute=compute, comm=[term], inputs=[(x, _ident(rank))],
+            kind="softmax",
+            name=name,
+            dom=dom,
+            dim_names=tuple(f"d{i}" for i in range(rank)),
+            batch_dim=0,
+            configs=configs,
+            compute=compute,
+            comm=[term],
+            inputs=[(x, _ident(rank))],
             outputs=[(dom, _ident(rank))],
         )[0]
 
@@ -370,12 +458,23 @@ class GraphBuilder:
         pp = np.asarray(dom, dtype=np.float64) / configs
         batch = np.prod(pp[:, :-1], axis=1)
         split = configs[:, -1] > 1
-        term = CommTerm(kind="allreduce", group_dims=(rank - 1,), words=np.where(split, 2.0 * batch, 0.0),
-                        payload_words=np.where(split, batch, 0.0))
+        term = CommTerm(
+            kind="allreduce",
+            group_dims=(rank - 1,),
+            words=np.where(split, 2.0 * batch, 0.0),
+            payload_words=np.where(split, batch, 0.0),
+        )
         return self._add(
-            kind="xent", name=name or "loss", dom=dom, dim_names=tuple(f"d{i}" for i in range(rank)), batch_dim=0,
-            configs=configs, compute=4.0 * np.prod(pp, axis=1) + 2.0 * batch, comm=[term],
-            inputs=[(x, _ident(rank))], outputs=[(dom, _ident(rank))],
+            kind="xent",
+            name=name or "loss",
+            dom=dom,
+            dim_names=tuple(f"d{i}" for i in range(rank)),
+            batch_dim=0,
+            configs=configs,
+            compute=4.0 * np.prod(pp, axis=1) + 2.0 * batch,
+            comm=[term],
+            inputs=[(x, _ident(rank))],
+            outputs=[(dom, _ident(rank))],
         )[0]
 
     def reshape(self, x: Tensor, shape: Sequence[int], *, name: str | None = None) -> Tensor:
@@ -393,8 +492,15 @@ class GraphBuilder:
             tsr = x if not flat else flat[0]
             out_shape = (math.prod(dom),) if step == "ravel" else dom
             flat = self._add(
-                kind=step, name=f"{base}.{step}", dom=dom, dim_names=tuple(f"d{i}" for i in range(len(dom))),
-                batch_dim=0, configs=configs, compute=0.0, inputs=[(tsr, src_map)], outputs=[(out_shape, dst_map)],
+                kind=step,
+                name=f"{base}.{step}",
+                dom=dom,
+                dim_names=tuple(f"d{i}" for i in range(len(dom))),
+                batch_dim=0,
+                configs=configs,
+                compute=0.0,
+                inputs=[(tsr, src_map)],
+                outputs=[(out_shape, dst_map)],
             )
         return flat[0]
 
@@ -407,8 +513,14 @@ class GraphBuilder:
         dom[axis] = 1
         configs = self._configs(dom)
         return self._add(
-            kind="concat", name=name, dom=dom, dim_names=tuple(f"d{i}" for i in range(rank)), batch_dim=0,
-            configs=configs, compute=0.0, inputs=[(t, _ident(rank)) for t in xs],
+            kind="concat",
+            name=name,
+            dom=dom,
+            dim_names=tuple(f"d{i}" for i in range(rank)),
+            batch_dim=0,
+            configs=configs,
+            compute=0.0,
+            inputs=[(t, _ident(rank)) for t in xs],
             outputs=[(tuple(out), _ident(rank))],
         )[0]
 
@@ -418,8 +530,14 @@ class GraphBuilder:
         dom = (1, *xs[0].shape)
         configs = self._configs(dom)
         return self._add(
-            kind="stack", name=name, dom=dom, dim_names=tuple(f"d{i}" for i in range(rank + 1)), batch_dim=1,
-            configs=configs, compute=0.0, inputs=[(t, _ident(rank, 1)) for t in xs],
+            kind="stack",
+            name=name,
+            dom=dom,
+            dim_names=tuple(f"d{i}" for i in range(rank + 1)),
+            batch_dim=1,
+            configs=configs,
+            compute=0.0,
+            inputs=[(t, _ident(rank, 1)) for t in xs],
             outputs=[((len(xs), *xs[0].shape), _ident(rank + 1))],
         )[0]
 
@@ -430,8 +548,15 @@ class GraphBuilder:
         configs = self._configs(dom)
         outs = [(tuple(x.shape[1:]), _ident(rank - 1, 1)) for _ in range(x.shape[0])]
         return self._add(
-            kind="unstack", name=name, dom=dom, dim_names=tuple(f"d{i}" for i in range(rank)), batch_dim=1,
-            configs=configs, compute=0.0, inputs=[(x, _ident(rank))], outputs=outs,
+            kind="unstack",
+            name=name,
+            dom=dom,
+            dim_names=tuple(f"d{i}" for i in range(rank)),
+            batch_dim=1,
+            configs=configs,
+            compute=0.0,
+            inputs=[(x, _ident(rank))],
+            outputs=outs,
         )
 
     def lstm(self, x: Tensor, units: int, layers: int, *, name: str | None = None) -> Tensor:
@@ -456,7 +581,14 @@ class GraphBuilder:
         words = layers * seq * words
         comm.append(CommTerm(kind="exchange", group_dims=(2, 3, 4), words=words, payload_words=words))
         return self._add(
-            kind="lstm", name=name, dom=dom, dim_names=("layer", "seq", "b", "n", "k"), batch_dim=2,
-            configs=configs, compute=compute, comm=comm, inputs=[(x, ((2,), (1,), (4,)))],
+            kind="lstm",
+            name=name,
+            dom=dom,
+            dim_names=("layer", "seq", "b", "n", "k"),
+            batch_dim=2,
+            configs=configs,
+            compute=compute,
+            comm=comm,
+            inputs=[(x, ((2,), (1,), (4,)))],
             outputs=[(x.shape, ((2,), (1,), (3,)))],
         )[0]

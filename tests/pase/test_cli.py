@@ -22,11 +22,30 @@ def test_json_output(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_text_simulate_and_dump(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     dot = tmp_path / "g.dot"
-    code = main(["strategy", "-g", "rnnlm", "-p", "4", "-b", "32", "--simulate", "--cluster", "dgx1-v100",
-                 "--device", "v100", "--link", "NVLink2", "--dump-graph", str(dot)])
+    code = main(
+        [
+            "strategy",
+            "-g",
+            "rnnlm",
+            "-p",
+            "4",
+            "-b",
+            "32",
+            "--simulate",
+            "--cluster",
+            "dgx1-v100",
+            "--device",
+            "v100",
+            "--link",
+            "NVLink2",
+            "--dump-graph",
+            str(dot),
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 0
-    assert "speedup over data parallelism" in out and "simulated on dgx1-v100" in out
+    assert "speedup over data parallelism" in out
+    assert "simulated on dgx1-v100" in out
     assert dot.read_text().startswith('digraph "rnnlm"')
 
 
@@ -34,7 +53,8 @@ def test_json_simulation_keys(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["strategy", "-g", "alexnet", "-p", "4", "-b", "32", "--json", "--simulate"]) == 0
     sim = json.loads(capsys.readouterr().out)["simulation"]
     assert sim["cluster"] == "dgx-h100-x4"
-    assert sim["step_time_s"] > 0 and sim["estimate_s"] > 0
+    assert sim["step_time_s"] > 0
+    assert sim["estimate_s"] > 0
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,14 @@ import numpy as np
 import pytest
 
 from pipesim.errors import InputError, UnknownNameError
-from pipesim.planner.pase import CostParams, GraphBuilder, allowed_factors, build_graph, graph_names, split_configs
+from pipesim.planner.pase import (
+    CostParams,
+    GraphBuilder,
+    allowed_factors,
+    build_graph,
+    graph_names,
+    split_configs,
+)
 from pipesim.planner.pase.configs import contiguous_configs
 from pipesim.planner.pase.costs import allreduce_words, edge_words
 
@@ -81,7 +88,8 @@ def test_conv_keeps_image_unsplit_and_shapes() -> None:
     out = g.conv(g.input((32, 3, 227, 227)), (96, 3, 11, 11), stride=4)
     v = g.build().vertices[0]
     assert out.shape == (32, 96, 55, 55)
-    assert set(v.configs[:, 2].tolist()) == {1} and set(v.configs[:, 3].tolist()) == {1}
+    assert set(v.configs[:, 2].tolist()) == {1}
+    assert set(v.configs[:, 3].tolist()) == {1}
 
 
 def test_builtin_graphs_build() -> None:
@@ -90,7 +98,9 @@ def test_builtin_graphs_build() -> None:
         g = build_graph(name, 4, 16)
         sizes[name] = len(g.vertices)
         assert g.edges
-        assert all(e.words.shape == (g.vertices[e.src].n_configs, g.vertices[e.dst].n_configs) for e in g.edges)
+        assert all(
+            e.words.shape == (g.vertices[e.src].n_configs, g.vertices[e.dst].n_configs) for e in g.edges
+        )
     assert sizes["alexnet"] == 14
     assert sizes["rnnlm"] == 4
     alex = build_graph("alexnet", 4, 16)

@@ -33,7 +33,9 @@ def test_transfer_then_compute() -> None:
 def test_ring_allreduce_matches_closed_form() -> None:
     # two GPUs on one NVSwitch: every hop the same bandwidth and latency
     nbytes = 4e8
-    step = StrategyStep(name="ar", collectives=(CollectiveSpec(kind="allreduce", members=(0, 1), nbytes=nbytes),))
+    step = StrategyStep(
+        name="ar", collectives=(CollectiveSpec(kind="allreduce", members=(0, 1), nbytes=nbytes),)
+    )
     res = simulate_strategy([step], CLUSTER)
     bw = CLUSTER.route_bandwidth_bytes_per_s(0, 1)
     lat = CLUSTER.route_latency_s(0, 1)
@@ -52,7 +54,8 @@ def test_plan_lowering_and_estimate_agree_roughly() -> None:
     steps = lower_strategy(plan.graph, plan.result.choice, CLUSTER.device)
     assert [s.name for s in steps[: len(plan.graph.vertices)]] == [v.name for v in plan.graph.vertices]
     # data-parallel convolutions need no re-distribution: conv2's step has no transfers
-    assert steps[2].name == "conv2" and steps[2].transfers == ()
+    assert steps[2].name == "conv2"
+    assert steps[2].transfers == ()
     sim = simulate_plan(plan, CLUSTER)
     bw = CLUSTER.route_bandwidth_bytes_per_s(0, 1)
     est = estimate_seconds(plan.graph, plan.result.choice, CLUSTER.device, bw)

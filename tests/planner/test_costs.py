@@ -13,7 +13,7 @@ from pipesim.planner.costs import (
     list_schedule,
     pipeline_time_s,
 )
-from pipesim.schedules import make_schedule
+from pipesim.schedules import evaluate, make_schedule
 
 
 def _orders(name: str, p: int, m: int) -> list[list[tuple[str, int, int]]]:
@@ -45,12 +45,23 @@ def test_gpipe_link_closed_form(schedule: str, p: int, m: int) -> None:
     assert got == (m + p - 1) * (tf + tb) + (p - 1) * (cf + cb)
 
 
-@pytest.mark.parametrize("schedule", ["dapple", "gpipe"])
-def test_list_schedule_matches_closed_form_for_equal_stages(schedule: str) -> None:
+def test_list_schedule_matches_closed_form_for_gpipe() -> None:
     p, m = 4, 6
-    makespan, last_b = list_schedule(_orders(schedule, p, m), [2.0] * p, [3.0] * p, [0.5] * 3, [0.25] * 3)
+    makespan, last_b = list_schedule(_orders("gpipe", p, m), [2.0] * p, [3.0] * p, [0.5] * 3, [0.25] * 3)
     assert makespan == pytest.approx((m + p - 1) * 5.0 + (p - 1) * 0.75)
     assert last_b[0] == pytest.approx(makespan)
+
+
+@pytest.mark.parametrize("schedule", ["dapple", "gpipe", "1f1b"])
+def test_list_schedule_matches_the_analytic_evaluator(schedule: str) -> None:
+    # transfers shorter than compute never queue, so FIFO links equal independent transfers
+    p, m = 4, 7
+    fwd, bwd = [2.0, 3.0, 2.5, 1.0], [4.0, 5.0, 6.0, 2.0]
+    cf, cb = [0.5, 0.25, 0.75], [0.25, 0.5, 0.125]
+    sched = make_schedule(schedule, num_ranks=p, num_microbatches=m).compute_only()
+    timeline = evaluate(sched, fwd_time_s=fwd, bwd_time_s=bwd, fwd_comm_time_s=cf, bwd_comm_time_s=cb)
+    makespan, _ = list_schedule(_orders(schedule, p, m), fwd, bwd, cf, cb)
+    assert makespan == pytest.approx(float(timeline.makespan))
 
 
 def test_allreduce_ending_and_pivot() -> None:

@@ -268,3 +268,35 @@ def test_two_transfers_sharing_a_nic_take_twice_as_long() -> None:
     assert rel(one[0].duration_s, latency + nbytes / bandwidth) < 1e-9
     for e in two:
         assert rel(e.duration_s - latency, 2 * (one[0].duration_s - latency)) < 1e-9
+
+
+def test_bucketed_allreduce_overlaps_the_last_backward() -> None:
+    profile = equal_profile(8, parameter_bytes=32 << 20)
+    plan = Plan(
+        stages=(
+            StagePlan(first_layer=0, last_layer=3, replicas=4),
+            StagePlan(first_layer=4, last_layer=7, replicas=4),
+        ),
+        global_batch_size=64,
+        num_microbatches=4,
+        schedule="dapple",
+    )
+    whole = simulate(plan, profile, BIG)
+    bucketed = simulate(plan, profile, BIG, SimOptions(allreduce_overlap="bucketed", bucket_bytes=32 << 20))
+    at_end = simulate(plan, profile, BIG, SimOptions(allreduce_overlap="end"))
+    assert bucketed.exposed_allreduce_time_s < whole.exposed_allreduce_time_s <= at_end.exposed_allreduce_time_s
+    reduced = [e for e in bucketed.events if e.kind is EventKind.ALL_REDUCE and e.device == 0]
+    assert len(reduced) == 4  # one bucket per layer of stage 0
+    assert sum(e.nbytes for e in reduced) == 4 * (32 << 20)
+    for a, b in itertools.pairwise(reduced):
+        assert a.end_s <= b.start_s  # buckets go one after another
+
+
+def test_link_tracks_are_recorded() -> None:
+    profile = equal_profile(2, parameter_bytes=1 << 20)
+    plan = one_layer_per_stage(2, 2, schedule="dapple", replicas=2)
+    result = simulate(plan, profile, BIG)
+    links = [e for e in result.events if e.kind is EventKind.LINK]
+    assert links
+    assert all(e.resource in result.link_names for e in links)
+    assert all(e.end_s > e.start_s and e.nbytes > 0 for e in links)

@@ -1,0 +1,1 @@
+"""Compatibility shims that let scripts written for other planners run on pipesim unchanged."""
