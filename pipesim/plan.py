@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from pipesim.errors import FormatError, Infeasible, InputError, invalid
-from pipesim.profiles.fileformat import atomic_write_text
+from pipesim.fileio import atomic_write_text
 from pipesim.profiles.model import ModelProfile
 
 __all__ = [

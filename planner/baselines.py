@@ -2,8 +2,8 @@
 
 * ``dp``: one stage replicated over ``r`` devices; a replica that cannot hold its share of the
   batch accumulates gradients over micro-batches (``M`` = accumulation steps, the smallest
-  divisor of the batch that fits in memory). ``r`` is every replica count of
-  :func:`pipesim.planner.dapple.replica_candidates` for one sample plus all devices.
+  divisor of the batch that fits in memory). ``r`` is every power of two up to the device
+  count, and the device count.
 * ``single``: ``dp`` on one device (the reference of ``speedup_vs_single``).
 * ``gpipe``: Huang et al., "GPipe" (NeurIPS 2019) as torchgpipe partitions it: one device per
   stage, no replication, the chain cut so the slowest stage is as fast as possible by time
@@ -79,8 +79,12 @@ def dp_plans(model: CostModel, global_batch_size: int, memory_limit_bytes: float
     Raises:
         Infeasible: no replica count fits in memory.
     """
+    key = ("dp_plans", global_batch_size, memory_limit_bytes)
+    cached = model.memo.get(key)
+    if isinstance(cached, list):
+        return list(cached)
     cluster = model.cluster
-    counts = {r for r in range(1, cluster.num_devices + 1) if r & (r - 1) == 0 or r % cluster.gpus_per_server == 0}
+    counts = {r for r in range(1, cluster.num_devices + 1) if r & (r - 1) == 0}
     counts.add(cluster.num_devices)
     plans = [
         p
@@ -95,6 +99,7 @@ def dp_plans(model: CostModel, global_batch_size: int, memory_limit_bytes: float
             f"{memory_limit_bytes / 2**30:.3g} GiB per device, even with one sample per micro-batch"
         )
     plans.sort(key=_time)
+    model.memo[key] = list(plans)
     return plans
 
 

@@ -137,7 +137,10 @@ def _search_one(
                     lines = xfer.get(key)
                     if lines is None:
                         old = devices(q - rf, rf)
-                        lines = xfer[key] = (model.transfer_lines(new_devs, old), model.transfer_lines(old, new_devs))
+                        lines = xfer[key] = (
+                            model.transfer_lines(new_devs, old),
+                            model.transfer_lines(old, new_devs),
+                        )
                     nbytes = b * cut[i - 1]
                     t_f = eval_lines(lines[0], nbytes)
                     t_b = eval_lines(lines[1], nbytes)
@@ -212,6 +215,7 @@ def dapple_search(
     microbatch_counts: Sequence[int] | None = None,
     memory_limit_bytes: float | None = None,
     top: int = 5,
+    slack: float = 0.1,
 ) -> list[SearchResult]:
     """The best plan for each (micro-batch count, placement) pair, best first, at most ``top``.
 
@@ -222,6 +226,8 @@ def dapple_search(
         microbatch_counts: ``M`` values to try (default: every divisor of the global batch).
         memory_limit_bytes: per-device limit (default: the device's memory).
         top: how many results to keep.
+        slack: also prune whatever is more than ``slack`` (relative) slower than the best plan
+            found so far, even when fewer than ``top`` results are kept (the best stays exact).
 
     Returns:
         Up to ``top`` results, fastest first (ties: fewer micro-batches, then policy order).
@@ -241,15 +247,16 @@ def dapple_search(
             continue
         for policy in placements:
             threshold = math.inf
+            if results:
+                threshold = min(r.time_s for r in results) * (1.0 + slack)
             if len(results) >= top:
-                threshold = sorted(r.time_s for r in results)[top - 1]
+                threshold = min(threshold, sorted(r.time_s for r in results)[top - 1])
             found = _search_one(model, global_batch_size, m, policy, limit, threshold)
             if found is not None:
                 results.append(found)
     if not results:
         raise Infeasible(
-            f"no DAPPLE plan for global batch {global_batch_size} fits in "
-            f"{limit / 2**30:.3g} GiB per device"
+            f"no DAPPLE plan for global batch {global_batch_size} fits in {limit / 2**30:.3g} GiB per device"
         )
     order = {p: i for i, p in enumerate(Placement)}
     results.sort(key=lambda r: (r.time_s, r.num_microbatches, order[r.placement]))
@@ -267,7 +274,8 @@ def to_plan(result: SearchResult, global_batch_size: int, *, optimizer: str, all
     """Turn a search result into a :class:`Plan` (schedule ``dapple``, planner ``dapple``)."""
     return Plan(
         stages=tuple(
-            StagePlan(first_layer=f, last_layer=last, replicas=len(d), devices=d) for f, last, d in result.stages
+            StagePlan(first_layer=f, last_layer=last, replicas=len(d), devices=d)
+            for f, last, d in result.stages
         ),
         global_batch_size=global_batch_size,
         num_microbatches=result.num_microbatches,

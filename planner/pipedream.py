@@ -110,7 +110,9 @@ def pipedream_plans(model: CostModel, global_batch_size: int, memory_limit_bytes
     cut_bytes = [float(cuts[bounds[b + 1] - 1].crossing_bytes) for b in range(blocks - 1)] + [0.0]
     weights = [0.0]
     for b in range(blocks):
-        weights.append(weights[-1] + sum(profile.layers[i].parameter_bytes for i in range(bounds[b], bounds[b + 1])))
+        weights.append(
+            weights[-1] + sum(profile.layers[i].parameter_bytes for i in range(bounds[b], bounds[b + 1]))
+        )
     compute = [[0.0] * blocks for _ in range(blocks)]
     for i in range(blocks):
         acc = 0.0
@@ -137,7 +139,9 @@ def pipedream_plans(model: CostModel, global_batch_size: int, memory_limit_bytes
         for f1, l1, r1 in inner:
             devs = tuple((server + k) * g + gpu + x for k in range(m) for x in range(r1))
             stages.append(
-                StagePlan(first_layer=bounds[f1], last_layer=bounds[l1 + 1] - 1, replicas=len(devs), devices=devs)
+                StagePlan(
+                    first_layer=bounds[f1], last_layer=bounds[l1 + 1] - 1, replicas=len(devs), devices=devs
+                )
             )
             gpu += r1
         server += m

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import replace
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 
 from pipesim.errors import Infeasible, UnknownNameError, invalid
 from pipesim.plan import Estimate, Plan
@@ -28,12 +28,21 @@ _Planner = Callable[[CostModel, int, float, int, Sequence[Placement], Sequence[i
 
 
 def _dapple(
-    model: CostModel, gbs: int, limit: float, top: int, placements: Sequence[Placement], ms: Sequence[int] | None
+    model: CostModel,
+    gbs: int,
+    limit: float,
+    top: int,
+    placements: Sequence[Placement],
+    ms: Sequence[int] | None,
 ) -> list[Plan]:
     # The DP is exact for DAPPLE's closed-form latency; re-rank a wider shortlist by the full
     # estimate (list-scheduled timeline, NIC sharing in the ending phase).
     results = dapple_search(
-        model, gbs, placements=placements, microbatch_counts=ms, memory_limit_bytes=limit,
+        model,
+        gbs,
+        placements=placements,
+        microbatch_counts=ms,
+        memory_limit_bytes=limit,
         top=max(3 * top, RERANK_SHORTLIST),
     )
     plans = [to_plan(r, gbs, optimizer=model.optimizer, allreduce=model.allreduce) for r in results]
@@ -138,11 +147,14 @@ def plan(
         for m in microbatch_counts:
             if not isinstance(m, int) or m < 1 or global_batch_size % m:
                 raise invalid(
-                    "microbatch_counts", list(microbatch_counts),
+                    "microbatch_counts",
+                    list(microbatch_counts),
                     f"each must be an integer >= 1 dividing the global batch ({global_batch_size})",
                 )
     policies = tuple(parse_placement(p) for p in placements) if placements is not None else tuple(Placement)
-    limit = float(memory_limit_bytes) if memory_limit_bytes is not None else float(cluster.device.memory_bytes)
+    limit = (
+        float(memory_limit_bytes) if memory_limit_bytes is not None else float(cluster.device.memory_bytes)
+    )
     model = CostModel(profile, cluster, optimizer=optimizer, recompute=recompute, allreduce=allreduce)
     plans = _PLANNERS[planner](model, global_batch_size, limit, top, policies, microbatch_counts)
     single = single_plan(model, global_batch_size, limit)
@@ -153,14 +165,16 @@ def plan(
     except Infeasible:
         dp_s = None
     finished = [_finish(p, model, single_s, dp_s) for p in plans[:top]]
-    log.info("planner %s: %d plans, best %.6g s", planner, len(finished),
-             finished[0].estimate.iteration_time_s if finished[0].estimate else math.nan)
+    log.info(
+        "planner %s: %d plans, best %.6g s",
+        planner,
+        len(finished),
+        finished[0].estimate.iteration_time_s if finished[0].estimate else math.nan,
+    )
     return finished
 
 
-def estimate_plan(
-    plan: Plan, profile: ModelProfile, cluster: Cluster
-) -> Estimate:
+def estimate_plan(plan: Plan, profile: ModelProfile, cluster: Cluster) -> Estimate:
     """The planner's analytic estimate of any dapple/1f1b/gpipe plan (no speedups filled in).
 
     Raises:

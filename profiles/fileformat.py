@@ -15,18 +15,17 @@ with ``repr``, which reads back to the same float in both formats.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
 import re
 import sys
-import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from pipesim.errors import FormatError, InputError, invalid
+from pipesim.fileio import atomic_write_text
 from pipesim.profiles.model import DTYPES, BatchPoint, Layer, ModelProfile
 
 if sys.version_info >= (3, 11):
@@ -38,7 +37,6 @@ __all__ = [
     "FORMAT_NAME",
     "FORMAT_VERSION",
     "PROFILE_EXTENSIONS",
-    "atomic_write_text",
     "dump_profile",
     "load_profile_file",
     "profile_from_dict",
@@ -230,29 +228,6 @@ def _format_of(path: Path) -> str:
             f"expected one of {', '.join(PROFILE_EXTENSIONS)}"
         )
     return ext[1:]
-
-
-def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
-    """Write ``text`` (UTF-8) to ``path`` atomically: a temporary file beside it, then ``os.replace``.
-
-    A failure at any point leaves ``path`` as it was (absent or with its old content) and no
-    temporary file behind.
-
-    Raises:
-        OSError: the directory is not writable, the disk is full, ...
-    """
-    target = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent or Path("."))
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
 
 
 def save_profile(profile: ModelProfile, path: str | os.PathLike[str]) -> None:

@@ -294,19 +294,35 @@ def _build(canonical: str, dtype: str, hidden: int, heads: int, max_seq: int) ->
     layers = []
     for layer in profile.layers:
         if _BLOCK_NAME.fullmatch(layer.name):
-            layers.append(LayerSeqCost(name=layer.name, fwd_time_s=fitted[0], bwd_time_s=fitted[1],
-                                       saved_bytes=fitted[2], output_bytes=fitted[3], is_block=True))
+            layers.append(
+                LayerSeqCost(
+                    name=layer.name,
+                    fwd_time_s=fitted[0],
+                    bwd_time_s=fitted[1],
+                    saved_bytes=fitted[2],
+                    output_bytes=fitted[3],
+                    is_block=True,
+                )
+            )
         else:
-            layers.append(LayerSeqCost(
-                name=layer.name,
-                fwd_time_s=_linear(layer.fwd_time_s, tokens),
-                bwd_time_s=_linear(layer.bwd_time_s, tokens),
-                saved_bytes=_linear(float(layer.stashed_bytes), tokens),
-                output_bytes=_linear(float(layer.activation_bytes), tokens),
-                is_block=False,
-            ))
-    return SeqCostModel(model=canonical, dtype=dtype, layers=tuple(layers), max_seq_len=max_seq,
-                        calibration_batch=batch, calibration_seq_len=seq)
+            layers.append(
+                LayerSeqCost(
+                    name=layer.name,
+                    fwd_time_s=_linear(layer.fwd_time_s, tokens),
+                    bwd_time_s=_linear(layer.bwd_time_s, tokens),
+                    saved_bytes=_linear(float(layer.stashed_bytes), tokens),
+                    output_bytes=_linear(float(layer.activation_bytes), tokens),
+                    is_block=False,
+                )
+            )
+    return SeqCostModel(
+        model=canonical,
+        dtype=dtype,
+        layers=tuple(layers),
+        max_seq_len=max_seq,
+        calibration_batch=batch,
+        calibration_seq_len=seq,
+    )
 
 
 def seq_cost_model(spec: str, *, dtype: str = "float32") -> SeqCostModel:

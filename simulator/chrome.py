@@ -27,12 +27,12 @@ import json
 import logging
 import os
 import re
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from pipesim.errors import invalid
+from pipesim.fileio import atomic_write_bytes
 from pipesim.simulator.trace import EventKind, SimulationResult, TraceEvent
 from pipesim.units import MIB
 
@@ -342,21 +342,3 @@ def write_chrome_trace(
     return target
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file in the same directory and ``os.replace``.
-
-    Raises:
-        OSError: the directory does not exist or cannot be written.
-    """
-    fd, tmp = tempfile.mkstemp(
-        dir=path.parent if str(path.parent) else ".", prefix=f".{path.name}.", suffix=".tmp"
-    )
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        # mkstemp makes the file 0600; give it the usual mode of a new file (or keep the old one's)
-        os.chmod(tmp, path.stat().st_mode & 0o777 if path.exists() else 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

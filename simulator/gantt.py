@@ -33,7 +33,7 @@ from matplotlib.patches import Patch
 from matplotlib.transforms import blended_transform_factory
 
 from pipesim.errors import invalid
-from pipesim.simulator.chrome import atomic_write_bytes
+from pipesim.fileio import atomic_write_bytes
 from pipesim.simulator.trace import EventKind, SimulationResult
 from pipesim.units import GIB, MS
 

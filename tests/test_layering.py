@@ -15,7 +15,7 @@ PACKAGES = {
     "simulator": "pipesim.simulator",
     "planner": "pipesim.planner",
 }
-BASE = {"pipesim.errors", "pipesim.units"}
+BASE = {"pipesim.errors", "pipesim.units", "pipesim.fileio"}
 # layer -> the layers it may import (besides itself and the base modules)
 ALLOWED: dict[str, set[str]] = {
     "base": set(),

@@ -24,7 +24,9 @@ EXIT_USAGE = 2
 
 _COMMAND_MODULES = (
     "pipesim.cli.catalog",
+    "pipesim.cli.dynamic",
     "pipesim.cli.schedule",
+    "pipesim.cli.compare",
     "pipesim.cli.simulate",
     "pipesim.cli.plan",
     "pipesim.cli.profile",

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from pipesim.errors import invalid
+from pipesim.errors import UnknownNameError, invalid
 from pipesim.profiles.cluster import Cluster
 from pipesim.profiles.hardware import get_device
 from pipesim.profiles.model import ModelProfile
@@ -120,8 +120,19 @@ def resolve_inputs(args: argparse.Namespace) -> tuple[ModelProfile, Cluster]:
     overrides = parse_overrides(getattr(args, "overrides", None) or [])
     if overrides:
         cluster = with_overrides(cluster, overrides)
-    if get_device(profile.reference_device).name != cluster.device.name:
-        log.info("re-targeting %s from %s to %s", profile.name, profile.reference_device, cluster.device.name)
+    try:
+        measured_on = get_device(profile.reference_device).name
+    except UnknownNameError:
+        log.warning(
+            "profile %s was measured on %r, which is not in the device catalog: its times are used as "
+            "they are on %s",
+            profile.name,
+            profile.reference_device,
+            cluster.device.name,
+        )
+        return profile, cluster
+    if measured_on != cluster.device.name:
+        log.info("re-targeting %s from %s to %s", profile.name, measured_on, cluster.device.name)
         profile = retarget(profile, cluster.device)
     return profile, cluster
 

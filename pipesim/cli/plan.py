@@ -23,7 +23,9 @@ def _bytes(text: str) -> float:
     try:
         value = float(raw) * scale
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a byte count (e.g. 17179869184 or 16GiB)") from None
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a byte count (e.g. 17179869184 or 16GiB)"
+        ) from None
     if not value > 0:
         raise argparse.ArgumentTypeError(f"{text!r} must be > 0")
     return value
@@ -37,7 +39,9 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gbs", type=positive_int, required=True, help="global batch size, samples")
     p.add_argument("--planner", default="dapple", choices=planner_names(), help="planner (default dapple)")
     p.add_argument("--top", type=positive_int, default=None, help="plans to show")
-    p.add_argument("--memory-limit", type=_bytes, default=None, help="per-device memory limit, bytes (or 16GiB)")
+    p.add_argument(
+        "--memory-limit", type=_bytes, default=None, help="per-device memory limit, bytes (or 16GiB)"
+    )
     p.add_argument("--optimizer", default="adam", choices=("sgd", "momentum", "adam"))
     p.add_argument("--json", action="store_true", help="print JSON")
 
@@ -132,8 +136,19 @@ def _run_plan(args: argparse.Namespace) -> int:
                 _layout(p),
             ]
         )
-    headers = ["#", "stages", "gpus", "M", "schedule", "time ms", "samples/s", "vs dp", "vs 1", "peak GiB",
-               "layers x replicas"]
+    headers = [
+        "#",
+        "stages",
+        "gpus",
+        "M",
+        "schedule",
+        "time ms",
+        "samples/s",
+        "vs dp",
+        "vs 1",
+        "peak GiB",
+        "layers x replicas",
+    ]
     print(format_table(headers, rows, align="rrrrlrrrrrl"))
     if args.output:
         print(f"best plan written to {args.output}")

@@ -68,6 +68,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--recompute", action="store_true", help="recompute activations in the backward")
     p.add_argument("--allreduce", default="auto", choices=("auto", "ring", "hierarchical"))
     p.add_argument(
+        "--allreduce-overlap",
+        default="after_backward",
+        choices=("after_backward", "bucketed", "end"),
+        help="when a stage's gradient all-reduce starts (default after_backward, as DAPPLE)",
+    )
+    p.add_argument(
         "--jitter", type=float, default=0.0, help="coefficient of variation of op times (needs --seed)"
     )
     p.add_argument("--seed", type=int, default=None, help="random seed for --jitter")

@@ -73,10 +73,7 @@ class Conductor:
         best = self.plans[0]
         assert best.estimate is not None
         speedup = best.estimate.speedup_vs_dp if best.estimate.speedup_vs_dp is not None else 1.0
-        stages = [
-            (s.first_layer, s.last_layer + 1, s.replicas, sorted(s.devices or ()))
-            for s in best.stages
-        ]
+        stages = [(s.first_layer, s.last_layer + 1, s.replicas, sorted(s.devices or ())) for s in best.stages]
         return speedup, stages
 
 

@@ -21,7 +21,6 @@ instruction tasks with targets for ``flan-like``), not fitted to the real data s
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -67,7 +66,11 @@ class LengthBatch:
                 raise invalid(f"lengths[{i}]", n, "must be an integer >= 1 (tokens)")
         if self.targets is not None:
             if len(self.targets) != len(self.inputs):
-                raise invalid("targets", f"{len(self.targets)} entries", f"must have one per sample ({len(self.inputs)})")
+                raise invalid(
+                    "targets",
+                    f"{len(self.targets)} entries",
+                    f"must have one per sample ({len(self.inputs)})",
+                )
             for i, n in enumerate(self.targets):
                 if not isinstance(n, int) or isinstance(n, bool) or n < 0:
                     raise invalid(f"targets[{i}]", n, "must be an integer >= 0 (tokens)")
@@ -96,7 +99,11 @@ def check_lengths(batch: LengthBatch, max_len: int, *, model: str = "the model")
     """
     for i, n in enumerate(batch.tokens):
         if n > max_len:
-            raise invalid(f"lengths[{i}]", n, f"sample is longer than {model}'s maximum sequence length ({max_len} tokens)")
+            raise invalid(
+                f"lengths[{i}]",
+                n,
+                f"sample is longer than {model}'s maximum sequence length ({max_len} tokens)",
+            )
 
 
 def _int(text: str, path: str | None, line: int | None) -> int:
@@ -109,7 +116,7 @@ def _int(text: str, path: str | None, line: int | None) -> int:
 def _from_json(data: Any, path: str | None) -> LengthBatch:
     if isinstance(data, dict):
         if "lengths" not in data:
-            raise FormatError(path, None, "a JSON object must have a \"lengths\" member")
+            raise FormatError(path, None, 'a JSON object must have a "lengths" member')
         data = data["lengths"]
     if not isinstance(data, list):
         raise FormatError(path, None, "expected a list of lengths or of [input, target] pairs")
@@ -119,13 +126,19 @@ def _from_json(data: Any, path: str | None) -> LengthBatch:
         return LengthBatch(inputs=tuple(data), source=path or "")
     pairs = []
     for i, item in enumerate(data):
-        ok = isinstance(item, list) and len(item) == 2 and all(
-            isinstance(x, int) and not isinstance(x, bool) for x in item
+        ok = (
+            isinstance(item, list)
+            and len(item) == 2
+            and all(isinstance(x, int) and not isinstance(x, bool) for x in item)
         )
         if not ok:
-            raise FormatError(path, None, f"entry {i} = {item!r}: expected an integer or an [input, target] pair")
+            raise FormatError(
+                path, None, f"entry {i} = {item!r}: expected an integer or an [input, target] pair"
+            )
         pairs.append((item[0], item[1]))
-    return LengthBatch(inputs=tuple(a for a, _ in pairs), targets=tuple(b for _, b in pairs), source=path or "")
+    return LengthBatch(
+        inputs=tuple(a for a, _ in pairs), targets=tuple(b for _, b in pairs), source=path or ""
+    )
 
 
 def parse_lengths(text: str, *, source: str | None = None) -> LengthBatch:
@@ -203,11 +216,34 @@ MIXES: dict[str, tuple[Task, ...]] = {
         Task(name="paragraph-qa", weight=1.0, input_median=160, input_sigma=0.5),
     ),
     "flan-like": (
-        Task(name="classification", weight=4.0, input_median=64, input_sigma=0.6, target_median=2, target_sigma=0.4),
+        Task(
+            name="classification",
+            weight=4.0,
+            input_median=64,
+            input_sigma=0.6,
+            target_median=2,
+            target_sigma=0.4,
+        ),
         Task(name="qa", weight=3.0, input_median=180, input_sigma=0.7, target_median=12, target_sigma=0.8),
-        Task(name="translation", weight=2.0, input_median=48, input_sigma=0.5, target_median=48, target_sigma=0.5),
-        Task(name="summarisation", weight=1.5, input_median=600, input_sigma=0.5, target_median=60, target_sigma=0.5),
-        Task(name="dialogue", weight=1.0, input_median=300, input_sigma=0.8, target_median=40, target_sigma=0.8),
+        Task(
+            name="translation",
+            weight=2.0,
+            input_median=48,
+            input_sigma=0.5,
+            target_median=48,
+            target_sigma=0.5,
+        ),
+        Task(
+            name="summarisation",
+            weight=1.5,
+            input_median=600,
+            input_sigma=0.5,
+            target_median=60,
+            target_sigma=0.5,
+        ),
+        Task(
+            name="dialogue", weight=1.0, input_median=300, input_sigma=0.8, target_median=40, target_sigma=0.8
+        ),
     ),
     "long-tail": (
         Task(name="short", weight=8.0, input_median=40, input_sigma=0.6),
@@ -223,7 +259,9 @@ def mix_names() -> tuple[str, ...]:
     return tuple(sorted(MIXES))
 
 
-def _draw(rng: np.random.Generator, median: float, sigma: float, count: int, low: int, high: int) -> np.ndarray:  # type: ignore[type-arg]
+def _draw(
+    rng: np.random.Generator, median: float, sigma: float, count: int, low: int, high: int
+) -> np.ndarray:  # type: ignore[type-arg]
     values = median * np.exp(sigma * rng.standard_normal(count))
     return np.clip(np.rint(values), low, high).astype(np.int64)
 
@@ -276,7 +314,3 @@ def generate_mix(name: str, samples: int, *, seed: int = 0, max_len: int | None 
             source=f"mix {key} (seed {seed})",
         )
     return LengthBatch(inputs=tuple(int(x) for x in inputs), source=f"mix {key} (seed {seed})")
-
-
-def _sequence(values: Sequence[int]) -> tuple[int, ...]:
-    return tuple(int(v) for v in values)

@@ -7,7 +7,7 @@ from fractions import Fraction
 import pytest
 
 from pipesim.errors import InputError
-from pipesim.planner.costs import (
+from pipesim.planner.latency import (
     backward_end_times,
     ending_with_sharing,
     list_schedule,

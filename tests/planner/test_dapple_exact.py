@@ -68,8 +68,12 @@ def _brute_force(model: CostModel, gbs: int, limit: float) -> float:
                             continue
                         plan = Plan(
                             stages=tuple(
-                                StagePlan(first_layer=bounds[k], last_layer=bounds[k + 1] - 1,
-                                          replicas=reps[k], devices=devs[k])
+                                StagePlan(
+                                    first_layer=bounds[k],
+                                    last_layer=bounds[k + 1] - 1,
+                                    replicas=reps[k],
+                                    devices=devs[k],
+                                )
                                 for k in range(stages)
                             ),
                             global_batch_size=gbs,
@@ -98,8 +102,10 @@ def test_dp_equals_brute_force(seed: int) -> None:
     assert found.time_s == pytest.approx(expected, rel=1e-9)
     # the plan it reports has exactly that estimate
     plan = Plan(
-        stages=tuple(StagePlan(first_layer=f, last_layer=last, replicas=len(d), devices=d)
-                     for f, last, d in found.stages),
+        stages=tuple(
+            StagePlan(first_layer=f, last_layer=last, replicas=len(d), devices=d)
+            for f, last, d in found.stages
+        ),
         global_batch_size=gbs,
         num_microbatches=found.num_microbatches,
     )

@@ -1,0 +1,125 @@
+"""Benchmark of the planners (wall time of ``pipesim.planner.plan``, best plan of each run).
+
+Scenarios:
+
+* ``bert``: the 65 DAPPLE plans of bert48 on dapple-2x8-v100 for global batch sizes 32, 64, 128,
+  192, ..., 4096 (target: under 10 s together).
+* ``large``: gnmt16 and a 64-layer GPT (``gpt:layers=64,hidden=4096,heads=32,seq=2048``) on
+  1024 GPUs (dapple-2x8-v100 with 128 servers), DAPPLE planner (target: each under 10 s).
+* ``branching``: a ResNet-101-sized branching graph (340 nodes: a stem, then 33 bottleneck
+  blocks of 10 nodes, each with a skip edge around its 3 convolutions, and a head) on 16 GPUs,
+  DAPPLE and PipeDream planners (target: each under 0.5 s).
+
+Usage: ``python benchmarks/bench_planner.py [bert|large|branching|all]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from pipesim.plan import Plan
+from pipesim.planner import plan
+from pipesim.profiles import get_cluster, with_overrides, zoo_model
+from pipesim.profiles.model import Layer, ModelProfile
+
+
+def _describe(p: Plan) -> str:
+    assert p.estimate is not None
+    stages = ",".join(str(s.replicas) for s in p.stages)
+    return f"{p.num_stages} stages (replicas {stages}), M={p.num_microbatches}, {p.estimate.iteration_time_s:.4g} s"
+
+
+def bench_bert() -> float:
+    profile = zoo_model("bert48")
+    cluster = get_cluster("dapple-2x8-v100")
+    sizes = [32, *range(64, 4097, 64)]
+    start = time.perf_counter()
+    for gbs in sizes:
+        plan(profile, cluster, gbs, top=1)
+    total = time.perf_counter() - start
+    print(f"bert: {len(sizes)} bert48 plans on dapple-2x8-v100: {total:.2f} s ({total / len(sizes) * 1e3:.0f} ms each)")
+    return total
+
+
+def bench_large() -> dict[str, float]:
+    cluster = with_overrides(get_cluster("dapple-2x8-v100"), {"servers": 128})
+    out = {}
+    for name, gbs in (("gnmt16", 4096), ("gpt:layers=64,hidden=4096,heads=32,seq=2048", 1024)):
+        profile = zoo_model(name)
+        start = time.perf_counter()
+        best = plan(profile, cluster, gbs, top=1)[0]
+        out[name] = wall = time.perf_counter() - start
+        print(f"large: {name} gbs {gbs} on {cluster.num_devices} GPUs: {wall:.2f} s; {_describe(best)}")
+    return out
+
+
+def branching_profile() -> ModelProfile:
+    """A ResNet-101-sized DAG (340 nodes), V100-like per-node costs at batch 32."""
+    layers: list[Layer] = []
+    edges: list[tuple[int, int]] = []
+
+    def add(name: str, fwd_ms: float, act_mb: float, param_mb: float) -> int:
+        layers.append(
+            Layer(
+                name=name,
+                fwd_time_s=fwd_ms * 1e-3,
+                bwd_time_s=2 * fwd_ms * 1e-3,
+                activation_bytes=int(act_mb * 2**20),
+                parameter_bytes=int(param_mb * 2**20),
+            )
+        )
+        if len(layers) > 1:
+            edges.append((len(layers) - 2, len(layers) - 1))
+        return len(layers) - 1
+
+    add("stem_conv", 4.0, 392, 0.04)
+    add("stem_pool", 0.5, 98, 0)
+    counts = (3, 4, 23, 3)  # ResNet-101's bottleneck blocks per stage
+    widths = (256, 512, 1024, 2048)
+    sizes = (56, 28, 14, 7)
+    for stage, (count, width, side) in enumerate(zip(counts, widths, sizes, strict=True)):
+        act = 32 * width * side * side * 4 / 2**20
+        params = (width // 4) * width * 4 * 3 / 2**20
+        for b in range(count):
+            entry = len(layers) - 1
+            for k, (kind, ms) in enumerate(
+                (("conv1", 1.0), ("bn1", 0.2), ("relu1", 0.1), ("conv2", 1.6), ("bn2", 0.2), ("relu2", 0.1),
+                 ("conv3", 1.0), ("bn3", 0.3))
+            ):
+                add(f"s{stage}b{b}.{kind}", ms, act if k >= 6 else act / 4, params / 3 if kind.startswith("conv") else 0)
+            add_node = add(f"s{stage}b{b}.add", 0.2, act, 0)
+            edges.append((entry, add_node))  # the skip connection
+            add(f"s{stage}b{b}.relu", 0.1, act, 0)
+    while len(layers) < 339:
+        add(f"head{len(layers)}", 0.05, 0.25, 0.5)
+    add("fc", 0.3, 0.01, 8)
+    return ModelProfile(name="resnet101-dag", layers=tuple(layers), profile_batch_size=32, edges=tuple(sorted(set(edges))))
+
+
+def bench_branching() -> dict[str, float]:
+    profile = branching_profile()
+    cluster = get_cluster("dapple-2x8-v100")
+    out = {}
+    for planner in ("dapple", "pipedream"):
+        start = time.perf_counter()
+        best = plan(profile, cluster, 256, planner=planner, top=1)[0]
+        out[planner] = wall = time.perf_counter() - start
+        print(f"branching: {profile.num_layers}-node DAG, {planner}, gbs 256 on 16 GPUs: {wall:.3f} s; {_describe(best)}")
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("scenario", nargs="?", default="all", choices=("bert", "large", "branching", "all"))
+    args = parser.parse_args()
+    if args.scenario in ("bert", "all"):
+        bench_bert()
+    if args.scenario in ("branching", "all"):
+        bench_branching()
+    if args.scenario in ("large", "all"):
+        bench_large()
+
+
+if __name__ == "__main__":
+    main()

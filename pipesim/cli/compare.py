@@ -1,0 +1,112 @@
+"""``pipesim compare``: which schedule, on which plan and hardware? One table, charts and traces."""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from pipesim.cli._common import (
+    add_cluster_arg,
+    add_model_args,
+    format_table,
+    positive_int,
+    print_json,
+    resolve_inputs,
+)
+from pipesim.units import GIB, MS
+
+__all__ = ["register", "DEFAULT_MODEL", "DEFAULT_CLUSTER", "DEFAULT_GBS"]
+
+DEFAULT_MODEL = "bert48"
+DEFAULT_CLUSTER = "dapple-2x8-v100"
+DEFAULT_GBS = 128
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Add ``compare``."""
+    p = subparsers.add_parser(
+        "compare",
+        help="compare pipeline schedules on a planned plan (the main job)",
+        description="Plan the model on the cluster, then simulate the best plan under each schedule. "
+        f"With no arguments: {DEFAULT_MODEL} on {DEFAULT_CLUSTER}, global batch {DEFAULT_GBS}, "
+        "GPipe vs DAPPLE early-backward on the DAPPLE plan.",
+    )
+    add_model_args(p, required=False, default=DEFAULT_MODEL)
+    add_cluster_arg(p, required=False, default=DEFAULT_CLUSTER)
+    p.add_argument(
+        "--gbs", type=positive_int, default=DEFAULT_GBS, help=f"global batch size (default {DEFAULT_GBS})"
+    )
+    p.add_argument(
+        "--schedules",
+        default="gpipe,dapple",
+        help="comma-separated schedules, one row each; the first is the speedup baseline (default gpipe,dapple)",
+    )
+    p.add_argument("--planner", default="dapple", help="planner whose best plan is compared (default dapple)")
+    p.add_argument("--plan", help="compare this plan file instead of planning")
+    p.add_argument("--out", default="pipesim-compare", help="output directory (default ./pipesim-compare)")
+    p.add_argument("--json", action="store_true", help="print the rows as JSON")
+    p.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from pipesim.compare import compare, write_compare_outputs
+    from pipesim.plan import load_plan
+
+    started = time.perf_counter()
+    profile, cluster = resolve_inputs(args)
+    schedules = [s.strip() for s in args.schedules.split(",") if s.strip()]
+    base = load_plan(args.plan) if args.plan else None
+    rows = compare(
+        profile,
+        cluster,
+        base.global_batch_size if base else args.gbs,
+        schedules=schedules,
+        planner=args.planner,
+        base_plan=base,
+    )
+    title = f"{profile.name} on {cluster.name}"
+    written = write_compare_outputs(rows, args.out, title=title, server_of=cluster.server_of)
+    if args.json:
+        print_json([row.to_dict() for row in rows])
+        return 0
+    first = rows[0].plan
+    print(
+        f"{title}: global batch {first.global_batch_size}, {first.num_stages} stages, replicas "
+        f"{','.join(str(s.replicas) for s in first.stages[: first.num_ranks])}, "
+        f"{first.num_microbatches} micro-batches ({args.plan or args.planner + ' plan'})"
+    )
+    table = []
+    for row in rows:
+        d = row.to_dict()
+        table.append(
+            (
+                row.label,
+                f"{d['iteration_time_s'] / MS:.1f}",
+                f"{d['throughput_samples_per_s']:.1f}",
+                f"{d['speedup']:.2f}x",
+                f"{d['bubble_fraction']:.1%}",
+                f"{d['peak_memory_bytes'] / GIB:.2f} / {d['memory_capacity_bytes'] / GIB:.0f}",
+                "yes" if d["fits"] else "NO",
+                "-"
+                if d["estimated_iteration_time_s"] is None
+                else f"{d['estimated_iteration_time_s'] / MS:.1f}",
+            )
+        )
+    print(
+        format_table(
+            [
+                "schedule",
+                "iter ms",
+                "samples/s",
+                f"vs {rows[0].label}",
+                "bubble",
+                "peak GiB",
+                "fits",
+                "est. ms",
+            ],
+            table,
+            align="lrrrrrlr",
+        )
+    )
+    print(f"wrote {len(written)} files to {args.out}/ in {time.perf_counter() - started:.1f} s")
+    return 0

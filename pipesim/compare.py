@@ -1,0 +1,190 @@
+"""Compare schedules and plans side by side: the job behind ``pipesim compare``."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pipesim.errors import invalid
+from pipesim.fileio import atomic_write_text
+from pipesim.plan import Plan, StagePlan, balanced_split, stage_ranges
+from pipesim.planner import estimate_plan, plan
+from pipesim.profiles.cluster import Cluster
+from pipesim.profiles.model import ModelProfile
+from pipesim.schedules.registry import lookup
+from pipesim.simulator import SimOptions, SimulationResult, simulate
+
+__all__ = ["DEFAULT_SCHEDULES", "CompareRow", "compare", "write_compare_outputs"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SCHEDULES: tuple[str, ...] = ("gpipe", "dapple")
+"""The default comparison: GPipe against DAPPLE's early backward on the same (DAPPLE) plan."""
+
+# Schedules the planner's analytic estimate models; the others are simulated only.
+_ESTIMATED = ("gpipe", "dapple", "1f1b")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CompareRow:
+    """One schedule run on the compared plan.
+
+    Attributes:
+        label: the row's name (the schedule name).
+        plan: the plan that ran (the planner's split, replicas and micro-batches with this schedule).
+        result: the simulation.
+        speedup: throughput relative to the first row.
+        estimated_iteration_time_s: the planner's estimate for this plan and schedule, or
+            ``None`` when its estimate does not model the schedule.
+    """
+
+    label: str
+    plan: Plan
+    result: SimulationResult
+    speedup: float
+    estimated_iteration_time_s: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The row as written to ``rows.json`` and ``rows.csv`` (SI units in key names)."""
+        fullest = max(self.result.devices, key=lambda d: d.peak_memory_bytes)
+        stages = self.plan.stages[: self.plan.num_ranks]
+        return {
+            "label": self.label,
+            "schedule": self.plan.schedule,
+            "stages": self.plan.num_stages,
+            "split": "|".join(f"{s.first_layer}-{s.last_layer}" for s in self.plan.stages),
+            "replicas": ",".join(str(s.replicas) for s in stages),
+            "microbatches": self.plan.num_microbatches,
+            "global_batch_size": self.plan.global_batch_size,
+            "iteration_time_s": self.result.iteration_time_s,
+            "throughput_samples_per_s": self.result.throughput_samples_per_s,
+            "speedup": self.speedup,
+            "bubble_fraction": self.result.bubble_fraction,
+            "exposed_allreduce_time_s": self.result.exposed_allreduce_time_s,
+            "peak_memory_bytes": fullest.peak_memory_bytes,
+            "peak_memory_device": fullest.device,
+            "memory_capacity_bytes": fullest.memory_capacity_bytes,
+            "fits": self.result.fits,
+            "estimated_iteration_time_s": self.estimated_iteration_time_s,
+        }
+
+
+def compare(
+    profile: ModelProfile,
+    cluster: Cluster,
+    global_batch_size: int,
+    *,
+    schedules: Sequence[str] = DEFAULT_SCHEDULES,
+    planner: str = "dapple",
+    base_plan: Plan | None = None,
+    options: SimOptions | None = None,
+) -> list[CompareRow]:
+    """Plan once, then simulate the plan under each schedule.
+
+    Args:
+        profile: the model.
+        cluster: the devices and links.
+        global_batch_size: samples per iteration.
+        schedules: schedule names, one row each (the first row is the speedup baseline).
+        planner: the planner whose best plan is compared (see ``pipesim.planner.planner_names``).
+        base_plan: compare this plan instead of planning one.
+        options: simulation options.
+
+    Returns:
+        One row per schedule, in the order given.
+
+    Raises:
+        InputError: no schedules, a repeated schedule, or an unknown schedule or planner name.
+        Infeasible: no plan fits in memory.
+    """
+    if not schedules:
+        raise invalid("schedules", [], "give at least one schedule")
+    names = [lookup(name).value for name in schedules]
+    if len(set(names)) != len(names):
+        raise invalid("schedules", list(schedules), "must not repeat a schedule")
+    if base_plan is None:
+        base_plan = plan(profile, cluster, global_batch_size, planner=planner, top=1)[0]
+    rows: list[CompareRow] = []
+    for name in names:
+        if name == "interleaved":
+            variant = interleave(base_plan, profile, chunks=2)
+        else:
+            variant = dataclasses.replace(base_plan, schedule=name, estimate=None)
+        log.info("simulating %s with schedule %s", profile.name, name)
+        result = simulate(variant, profile, cluster, options)
+        estimate = estimate_plan(variant, profile, cluster).iteration_time_s if name in _ESTIMATED else None
+        speedup = rows[0].result.iteration_time_s / result.iteration_time_s if rows else 1.0
+        rows.append(
+            CompareRow(
+                label=name, plan=variant, result=result, speedup=speedup, estimated_iteration_time_s=estimate
+            )
+        )
+    return rows
+
+
+def interleave(base: Plan, profile: ModelProfile, *, chunks: int) -> Plan:
+    """The interleaved-1F1B version of a plan: the same ranks (replicas, devices), each holding
+    ``chunks`` model chunks, the model cut into ``ranks x chunks`` stages balanced by time.
+
+    Raises:
+        Infeasible: the model has fewer layers than ``ranks x chunks``.
+        InputError: the micro-batch count does not suit the looped schedule.
+    """
+    ranks = base.stages[: base.num_ranks]
+    times = [layer.fwd_time_s + layer.bwd_time_s for layer in profile.layers]
+    ranges = stage_ranges(balanced_split(times, len(ranks) * chunks), profile.num_layers)
+    stages = tuple(
+        StagePlan(
+            first_layer=a,
+            last_layer=b,
+            replicas=ranks[i % len(ranks)].replicas,
+            devices=ranks[i % len(ranks)].devices,
+        )
+        for i, (a, b) in enumerate(ranges)
+    )
+    return dataclasses.replace(base, stages=stages, schedule="interleaved", chunks=chunks, estimate=None)
+
+
+def write_compare_outputs(
+    rows: Sequence[CompareRow], out_dir: str | Path, *, title: str, server_of: Any = None
+) -> list[Path]:
+    """Write the comparison's figures, traces and tables into ``out_dir`` (created if missing).
+
+    Files: ``gantt.png`` (side-by-side timelines with memory curves), ``memory.png`` (peak memory
+    per device), ``trace_<schedule>.json`` (Chrome/Perfetto), ``rows.json`` and ``rows.csv``.
+    Every file is written atomically.
+
+    Returns:
+        The paths written.
+
+    Raises:
+        OSError: the directory cannot be created or written.
+    """
+    from pipesim.simulator.chrome import write_chrome_trace
+    from pipesim.simulator.gantt import write_compare_gantt, write_memory_bar
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    labelled = [(row.label, row.result) for row in rows]
+    written = [
+        write_compare_gantt(labelled, out / "gantt.png", title=title),
+        write_memory_bar(labelled, out / "memory.png", title=f"{title}: peak memory per device"),
+    ]
+    for row in rows:
+        written.append(write_chrome_trace(row.result, out / f"trace_{row.label}.json", server_of=server_of))
+    table = [row.to_dict() for row in rows]
+    atomic_write_text(out / "rows.json", json.dumps(table, indent=2) + "\n")
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=list(table[0]), lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(table)
+    atomic_write_text(out / "rows.csv", buffer.getvalue())
+    written += [out / "rows.json", out / "rows.csv"]
+    return written

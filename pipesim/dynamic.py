@@ -1,0 +1,316 @@
+"""Dynamic micro-batching end to end: plan each strategy's micro-batches, cost them, simulate them.
+
+For one global batch of variable-length samples (:class:`~pipesim.planner.dynamic.LengthBatch`),
+a zoo transformer cut into ``p`` balanced stages (one device each) and a cluster, every strategy
+(``pad``, ``pack``, ``dynamic``) makes its micro-batches; each micro-batch gets its own per-stage
+times and activation bytes from the sequence cost model (:mod:`pipesim.profiles.seqcost`); the
+simulator runs them under the chosen schedule (``gpipe``, ``dapple``, ``1f1b``, ``zb-h1``,
+``zb-h2`` or ``memory-aware``) and reports real tokens per second (padding excluded), the padding
+fraction, the iteration time and the peak memory.
+
+The dynamic strategy also picks its micro-batches' execution order with the analytic evaluator
+(:func:`pipesim.planner.dynamic.best_order`); pad and pack run in their natural order.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pipesim.errors import Infeasible, InputError, invalid
+from pipesim.plan import Plan, StagePlan
+from pipesim.planner.dynamic import (
+    LengthBatch,
+    MicrobatchPlan,
+    PipelineCosts,
+    Strategy,
+    best_order,
+    check_lengths,
+    make_microbatches,
+    variable_schedule,
+)
+from pipesim.profiles.cluster import Cluster, load_cluster
+from pipesim.profiles.seqcost import seq_cost_model
+from pipesim.schedules import Schedule, evaluate
+from pipesim.simulator import SimOptions, simulate
+from pipesim.simulator.costs import MicrobatchCosts
+from pipesim.simulator.memory import static_memory_bytes
+
+__all__ = ["DynamicReport", "StrategyResult", "report_to_json", "run_dynamic", "setup_costs"]
+
+log = logging.getLogger(__name__)
+
+STRATEGIES = tuple(s.value for s in Strategy)
+"""The strategy names, in report order."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StrategyResult:
+    """One strategy's outcome.
+
+    Attributes:
+        name: the strategy.
+        tokens_per_s: real tokens (padding excluded) over the simulated iteration time.
+        padding_fraction: share of computed tokens that are padding.
+        iteration_time_s: simulated iteration time, seconds.
+        estimated_time_s: the analytic evaluator's iteration time for the same order, seconds.
+        peak_memory_bytes: the fullest device's simulated peak, bytes.
+        fits: whether every device stays within its memory.
+        microbatches: number of micro-batches.
+        microbatch_sizes: samples per micro-batch, in execution order.
+        planning_time_s: wall time of making (and ordering) the micro-batches, seconds.
+    """
+
+    name: str
+    tokens_per_s: float
+    padding_fraction: float
+    iteration_time_s: float
+    estimated_time_s: float
+    peak_memory_bytes: float
+    fits: bool
+    microbatches: int
+    microbatch_sizes: tuple[int, ...]
+    planning_time_s: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DynamicReport:
+    """Every strategy's result for one batch, model, cluster and schedule.
+
+    Attributes:
+        model: the model spec.
+        cluster: the cluster's name.
+        schedule: the schedule name.
+        num_stages: pipeline stages (one device each).
+        samples: samples in the global batch.
+        real_tokens: tokens in the global batch.
+        memory_limit_bytes: activation memory one micro-batch may use, bytes.
+        source: where the lengths came from.
+        strategies: one result per strategy, in the order asked.
+    """
+
+    model: str
+    cluster: str
+    schedule: str
+    num_stages: int
+    samples: int
+    real_tokens: int
+    memory_limit_bytes: float
+    source: str
+    strategies: tuple[StrategyResult, ...]
+
+
+def setup_costs(model: str, num_stages: int, *, dtype: str = "float32") -> PipelineCosts:
+    """The pipeline costs of zoo transformer ``model`` cut into ``num_stages`` balanced stages.
+
+    Raises:
+        InputError: an unsupported model or dtype.
+        Infeasible: more stages than layers.
+    """
+    return PipelineCosts.build(seq_cost_model(model, dtype=dtype), num_stages=num_stages)
+
+
+def _static(costs: PipelineCosts, optimizer: str) -> list[float]:
+    profile = costs.model.profile()
+    return [static_memory_bytes(profile, range(a, b + 1), optimizer) for a, b in costs.ranges]
+
+
+def default_memory_limit(costs: PipelineCosts, cluster: Cluster, *, optimizer: str = "adam") -> float:
+    """Activation bytes one micro-batch may use: the device memory left by the fullest stage's
+    weights, gradients and optimizer state, shared by the ``p`` micro-batches 1F1B keeps in flight
+    on the first stage.
+
+    Raises:
+        Infeasible: the weights and optimizer state alone do not fit a device.
+    """
+    capacity = float(cluster.device.memory_bytes)
+    static = max(_static(costs, optimizer))
+    if static >= capacity:
+        raise Infeasible(
+            f"stages={costs.num_stages}: the fullest stage's weights, gradients and optimizer state need "
+            f"{static / 2**30:.2f} GiB but a device has {capacity / 2**30:.2f} GiB; use more stages"
+        )
+    return (capacity - static) / costs.num_stages
+
+
+def _simulate_one(
+    mplan: MicrobatchPlan,
+    costs: PipelineCosts,
+    cluster: Cluster,
+    schedule_name: str,
+    static: Sequence[float],
+    *,
+    reorder: bool,
+    options: SimOptions,
+) -> tuple[MicrobatchPlan, float, Any]:
+    table = costs.table([mb.shape for mb in mplan.microbatches])
+    capacity = float(cluster.device.memory_bytes)
+    limits = [capacity - static[s] - max(table["work_bytes"][s]) for s in range(costs.num_stages)]
+
+    def schedule_for(order: Sequence[int]) -> Schedule:
+        stash = [[row[k] for k in order] for row in table["stash_bytes"]]
+        return variable_schedule(schedule_name, stash, limits)
+
+    if reorder:
+        order, estimate = best_order(table["fwd_time_s"], table["bwd_time_s"], schedule_for)
+        mplan = mplan.reordered(order)
+        table = {key: [[row[k] for k in order] for row in rows] for key, rows in table.items()}
+    schedule = schedule_for(range(len(mplan.microbatches)))
+    if not reorder:
+        timeline = evaluate(
+            schedule, fwd_time_s=table["fwd_time_s"], bwd_time_s=table["bwd_time_s"], check=False
+        )
+        estimate = float(timeline.makespan)
+    sizes = mplan.sizes
+    plan = Plan(
+        stages=tuple(StagePlan(first_layer=a, last_layer=b) for a, b in costs.ranges),
+        global_batch_size=sum(sizes),
+        num_microbatches=len(sizes),
+        schedule=schedule.name,
+        microbatch_sizes=sizes,
+    )
+    mb_costs = MicrobatchCosts(**{key: tuple(tuple(row) for row in rows) for key, rows in table.items()})
+    result = simulate(plan, costs.model.profile(), cluster, options, schedule=schedule, costs=mb_costs)
+    return mplan, estimate, result
+
+
+def run_dynamic(
+    model: str,
+    cluster: Cluster | str,
+    batch: LengthBatch,
+    *,
+    strategies: Sequence[str] = STRATEGIES,
+    schedule: str = "1f1b",
+    num_stages: int = 4,
+    memory_limit_bytes: float | None = None,
+    microbatch_size: int | None = None,
+    pack_rows: int | None = None,
+    pack_attention: str = "full",
+    dtype: str = "float32",
+    optimizer: str = "adam",
+    options: SimOptions | None = None,
+) -> DynamicReport:
+    """Plan, cost and simulate each strategy for one global batch.
+
+    Args:
+        model: ``bert48`` or a ``gpt:...`` spec.
+        cluster: a cluster or its preset name / TOML file; the pipeline uses devices ``0 .. p-1``.
+        batch: the global batch.
+        strategies: any of ``pad``, ``pack``, ``dynamic``.
+        schedule: ``gpipe``, ``dapple``, ``1f1b``, ``zb-h1``, ``zb-h2`` or ``memory-aware``.
+        num_stages: pipeline stages ``p`` (balanced by layer time), one device each.
+        memory_limit_bytes: activation bytes one micro-batch may use (default
+            :func:`default_memory_limit`).
+        microbatch_size: samples per micro-batch for ``pad`` (default: the most that fit).
+        pack_rows: rows per micro-batch for ``pack`` (default: the most that fit).
+        pack_attention: ``full`` or ``per-sample`` (see :mod:`pipesim.planner.dynamic.microbatch`).
+        dtype: ``float32`` or ``float16``.
+        optimizer: ``sgd``, ``momentum`` or ``adam`` (static memory).
+        options: simulator options (default: no trace recording).
+
+    Raises:
+        InputError: an unsupported model, a sample longer than the model's maximum, an unknown
+            strategy or schedule, a memory limit that is not > 0.
+        Infeasible: a memory limit smaller than one sample (or packed row) needs, a model that
+            does not fit, more stages than layers or devices.
+    """
+    costs = setup_costs(model, num_stages, dtype=dtype)
+    check_lengths(batch, costs.model.max_seq_len, model=costs.model.model)
+    if isinstance(cluster, str):
+        cluster = load_cluster(cluster)
+    if num_stages > cluster.num_devices:
+        raise Infeasible(
+            f"stages={num_stages}: the cluster {cluster.name!r} has {cluster.num_devices} devices"
+        )
+    if schedule.strip().lower() == "interleaved":
+        raise invalid("schedule", schedule, "interleaved needs several stages per device; not supported here")
+    limit = (
+        default_memory_limit(costs, cluster, optimizer=optimizer)
+        if memory_limit_bytes is None
+        else memory_limit_bytes
+    )
+    if not limit > 0:
+        raise InputError(f"memory_limit_bytes={limit!r}: must be > 0")
+    static = _static(costs, optimizer)
+    options = options or SimOptions(record_trace=False)
+    names = [str(s).strip().lower() for s in strategies]
+    if not names:
+        raise invalid("strategies", [], "give at least one of pad, pack, dynamic")
+    results = []
+    for name in names:
+        start = time.perf_counter()
+        mplan = make_microbatches(
+            name,
+            batch,
+            costs,
+            memory_limit_bytes=limit,
+            microbatch_size=microbatch_size,
+            pack_rows=pack_rows,
+            pack_attention=pack_attention,
+        )
+        planned = time.perf_counter() - start
+        start = time.perf_counter()
+        mplan, estimate, sim = _simulate_one(
+            mplan, costs, cluster, schedule, static, reorder=name == "dynamic", options=options
+        )
+        ordering = time.perf_counter() - start if name == "dynamic" else 0.0
+        results.append(
+            StrategyResult(
+                name=name,
+                tokens_per_s=mplan.real_tokens / sim.iteration_time_s,
+                padding_fraction=mplan.padding_fraction,
+                iteration_time_s=sim.iteration_time_s,
+                estimated_time_s=estimate,
+                peak_memory_bytes=sim.peak_memory_bytes,
+                fits=sim.fits,
+                microbatches=len(mplan.microbatches),
+                microbatch_sizes=mplan.sizes,
+                planning_time_s=planned + ordering,
+            )
+        )
+        log.info(
+            "%s: %d micro-batches, iteration %.4g s", name, len(mplan.microbatches), sim.iteration_time_s
+        )
+    return DynamicReport(
+        model=costs.model.model,
+        cluster=cluster.name,
+        schedule=schedule,
+        num_stages=num_stages,
+        samples=len(batch),
+        real_tokens=batch.total_tokens,
+        memory_limit_bytes=limit,
+        source=batch.source,
+        strategies=tuple(results),
+    )
+
+
+def report_to_json(report: DynamicReport) -> dict[str, Any]:
+    """The ``pipesim dynamic --json`` document."""
+    return {
+        "model": report.model,
+        "cluster": report.cluster,
+        "schedule": report.schedule,
+        "num_stages": report.num_stages,
+        "samples": report.samples,
+        "real_tokens": report.real_tokens,
+        "memory_limit_bytes": report.memory_limit_bytes,
+        "source": report.source,
+        "strategies": [
+            {
+                "name": r.name,
+                "tokens_per_s": r.tokens_per_s,
+                "padding_fraction": r.padding_fraction,
+                "iteration_time_s": r.iteration_time_s,
+                "estimated_time_s": r.estimated_time_s,
+                "peak_memory_bytes": r.peak_memory_bytes,
+                "fits": r.fits,
+                "microbatches": r.microbatches,
+                "microbatch_sizes": list(r.microbatch_sizes),
+                "planning_time_s": r.planning_time_s,
+            }
+            for r in report.strategies
+        ],
+    }

@@ -1,0 +1,103 @@
+"""The planner API: registry, ranking, estimates, errors, and the HPGO compatibility module."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import pipesim.verify
+from pipesim.errors import Infeasible, InputError, UnknownNameError
+from pipesim.planner import plan, planner_names
+from pipesim.planner.dapple import replica_candidates
+from pipesim.planner.placement import Placement, device_order, parse_placement, stage_start
+from pipesim.profiles import get_cluster, zoo_model
+
+CLUSTER = get_cluster("dapple-2x8-v100")
+
+
+def test_registry() -> None:
+    assert planner_names() == ("dapple", "dp", "gpipe", "pipedream")
+    with pytest.raises(UnknownNameError, match="valid planner names: dapple, dp, gpipe, pipedream"):
+        plan(zoo_model("gnmt16"), CLUSTER, 64, planner="megatron")
+    with pytest.raises(UnknownNameError, match="placement"):
+        parse_placement("random-first")
+
+
+def test_ranked_plans_with_estimates() -> None:
+    plans = plan(zoo_model("gnmt16"), CLUSTER, 64, top=4)
+    times = [p.estimate.iteration_time_s for p in plans if p.estimate]
+    assert len(times) == len(plans) >= 2
+    assert times == sorted(times)
+    for p in plans:
+        assert p.planner == "dapple"
+        assert p.schedule == "dapple"
+        assert p.estimate is not None
+        assert p.estimate.throughput_samples_per_s == pytest.approx(64 / p.estimate.iteration_time_s)
+        assert p.estimate.peak_memory_bytes <= CLUSTER.device.memory_bytes
+        assert all(s.devices is not None for s in p.stages)
+    best = plans[0].estimate
+    assert best is not None
+    assert best.speedup_vs_dp is not None
+    assert best.speedup_vs_dp >= 1.0
+    dp = plan(zoo_model("gnmt16"), CLUSTER, 64, planner="dp")[0]
+    assert dp.estimate is not None
+    assert dp.estimate.speedup_vs_dp == pytest.approx(1.0)
+    assert len(dp.stages) == 1
+
+
+def test_gpipe_has_no_replication() -> None:
+    for p in plan(zoo_model("gnmt16"), CLUSTER, 64, planner="gpipe", top=3):
+        assert p.schedule == "gpipe"
+        assert all(s.replicas == 1 for s in p.stages)
+
+
+def test_memory_limit_infeasible() -> None:
+    with pytest.raises(Infeasible, match="fits in"):
+        plan(zoo_model("bert48"), CLUSTER, 64, memory_limit_bytes=2**30)
+    with pytest.raises(InputError, match="global_batch_size"):
+        plan(zoo_model("bert48"), CLUSTER, 0)
+    with pytest.raises(InputError, match="microbatch_counts"):
+        plan(zoo_model("bert48"), CLUSTER, 64, microbatch_counts=[3])
+
+
+def test_placement_policies() -> None:
+    assert device_order(CLUSTER, Placement.SCATTER_FIRST)[:4] == (0, 8, 1, 9)
+    assert device_order(CLUSTER, Placement.APPEND_FIRST)[:4] == (0, 1, 2, 3)
+    assert stage_start(3, Placement.FRESH_FIRST, 8) == 8
+    assert stage_start(8, Placement.FRESH_FIRST, 8) == 8
+    assert stage_start(3, Placement.APPEND_FIRST, 8) == 3
+    assert replica_candidates(12, 16, 8) == [1, 2, 4]
+    assert replica_candidates(64, 16, 8) == [1, 2, 4, 8, 16]
+
+
+def test_verify_api() -> None:
+    profile = zoo_model("gnmt16")
+    best = plan(profile, CLUSTER, 64, top=1)[0]
+    report = pipesim.verify(best, CLUSTER, profile=profile)
+    assert abs(report.relative_error) < 0.05
+    assert report.peak_memory_relative_error == pytest.approx(0.0, abs=1e-9)
+
+
+def test_hpgo_compat(tmp_path: Path) -> None:
+    import pipesim.compat.hpgo as hpgo
+
+    graph = tmp_path / "toy-pbs-4.txt"
+    lines = []
+    for i in range(6):
+        lines.append(
+            f"node{i} -- Linear{i} -- forward_compute_time={2 + i % 3}.0, "
+            f"backward_compute_time={4 + i % 2}.0, activation_size=4194304.0, parameter_size=67108864.0"
+        )
+    lines += [f"\tnode{i} -- node{i + 1}" for i in range(5)]
+    graph.write_text("\n".join(lines) + "\n")
+    conductor = hpgo.conductor_from_torch_graph_and_seps(str(graph), 4, 64, [8, 16])
+    speedup, stages = conductor.py_orchestrate()
+    assert speedup >= 1.0
+    assert stages[0][0] == 0
+    assert stages[-1][1] == 6
+    for first, end, replicas, gpus in stages:
+        assert end > first
+        assert len(gpus) == replicas
+    with pytest.raises(InputError, match="devices"):
+        hpgo.cluster_from_seps([8, 12])
