@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pipesim.cost import TrainingCost, training_cost
 from pipesim.errors import invalid
 from pipesim.fileio import atomic_write_text
 from pipesim.plan import Plan, StagePlan, balanced_split, stage_ranges
@@ -43,6 +44,7 @@ class CompareRow:
         speedup: throughput relative to the first row.
         estimated_iteration_time_s: the planner's estimate for this plan and schedule, or
             ``None`` when its estimate does not model the schedule.
+        cost: dollars per million samples (and for ``train_samples``), or ``None`` without a price.
     """
 
     label: str
@@ -50,6 +52,7 @@ class CompareRow:
     result: SimulationResult
     speedup: float
     estimated_iteration_time_s: float | None
+    cost: TrainingCost | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The row as written to ``rows.json`` and ``rows.csv`` (SI units in key names)."""
@@ -73,6 +76,10 @@ class CompareRow:
             "memory_capacity_bytes": fullest.memory_capacity_bytes,
             "fits": self.result.fits,
             "estimated_iteration_time_s": self.estimated_iteration_time_s,
+            "devices": self.plan.num_devices,
+            "cost_per_million_samples_usd": self.cost.cost_per_million_samples_usd if self.cost else None,
+            "time_to_train_s": self.cost.time_to_train_s if self.cost else None,
+            "cost_to_train_usd": self.cost.cost_to_train_usd if self.cost else None,
         }
 
 
@@ -85,6 +92,8 @@ def compare(
     planner: str = "dapple",
     base_plan: Plan | None = None,
     options: SimOptions | None = None,
+    price_per_device_hour_usd: float | None = None,
+    train_samples: int | None = None,
 ) -> list[CompareRow]:
     """Plan once, then simulate the plan under each schedule.
 
@@ -96,6 +105,9 @@ def compare(
         planner: the planner whose best plan is compared (see ``pipesim.planner.planner_names``).
         base_plan: compare this plan instead of planning one.
         options: simulation options.
+        price_per_device_hour_usd: device price for the cost columns (default: the catalog's
+            price of the cluster's device; no cost columns when neither is known).
+        train_samples: samples to train on, for the time-to-train and cost-to-train columns.
 
     Returns:
         One row per schedule, in the order given.
@@ -121,9 +133,21 @@ def compare(
         result = simulate(variant, profile, cluster, options)
         estimate = estimate_plan(variant, profile, cluster).iteration_time_s if name in _ESTIMATED else None
         speedup = rows[0].result.iteration_time_s / result.iteration_time_s if rows else 1.0
+        price = price_per_device_hour_usd
+        if price is None:
+            price = cluster.device.price_per_hour_usd
+        cost = None
+        if price is not None:
+            throughput = result.throughput_samples_per_s
+            cost = training_cost(throughput, variant.num_devices, price, samples=train_samples)
         rows.append(
             CompareRow(
-                label=name, plan=variant, result=result, speedup=speedup, estimated_iteration_time_s=estimate
+                label=name,
+                plan=variant,
+                result=result,
+                speedup=speedup,
+                estimated_iteration_time_s=estimate,
+                cost=cost,
             )
         )
     return rows

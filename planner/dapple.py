@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from pipesim.errors import Infeasible
 from pipesim.plan import Plan, StagePlan
-from pipesim.planner.costs import NEG_INF, CostModel, eval_lines, prepend
+from pipesim.planner.costs import NEG_INF, CostModel, eval_lines
 from pipesim.planner.placement import Placement, device_order, stage_start
 
 __all__ = ["SearchResult", "dapple_search", "replica_candidates"]
@@ -105,8 +105,11 @@ def _search_one(
     mult = model._multiplier
     # Lower bounds for the unplaced prefix (exact scaling needs a linear profile).
     full = model.share_table(b) if model.linear else None
-    xfer: dict[tuple[int, int, int, int], tuple[tuple[tuple[float, float], ...], ...]] = {}
-    devs_cache: dict[tuple[int, int], tuple[int, ...]] = {}
+    # caches shared by every run on this model (they do not depend on the micro-batch count)
+    xfer: dict[tuple[int, int, int, int], tuple[tuple[tuple[float, float], ...], ...]]
+    xfer = model.memo.setdefault(("dapple-xfer", policy), {})  # type: ignore[assignment]
+    devs_cache: dict[tuple[int, int], tuple[int, ...]]
+    devs_cache = model.memo.setdefault(("dapple-devices", policy), {})  # type: ignore[assignment]
 
     def devices(start: int, r: int) -> tuple[int, ...]:
         key = (start, r)
@@ -117,6 +120,7 @@ def _search_one(
 
     best: _Entry | None = None
     bound = threshold
+    mm1 = m - 1
     buckets: list[dict[tuple[int, int], list[_Entry]]] = [{} for _ in range(n + 1)]
     empty = _Entry(NEG_INF, NEG_INF, 0, None, n, n, 0, 0)
     buckets[n][(0, 0)] = [empty]
@@ -148,15 +152,30 @@ def _search_one(
                     t_f = t_b = 0.0
                 q2 = start + r
                 left = num_dev - q2
+                # the transfer pseudo-stage in front of the suffix does not depend on the new stage's
+                # first layer: apply it once
+                head_t = t_f + mm1 * (t_f + t_b) + t_b
+                shifted = [
+                    (
+                        max(head_t, t_f + t_b + e.w),
+                        max(head_t, t_f + max(e.z, t_b + e.w)),
+                        min(e.k + 1, m),
+                        e,
+                    )
+                    if i < n
+                    else (e.w, e.z, min(e.k + 1, m), e)
+                    for e in entries
+                ]
                 max_act = 0.0
+                fwd_i, bwd_i, st_i = tab.fwd[i], tab.bwd[i], tab.stashed[i]
                 for first in range(i - 1, -1, -1):
                     if first > 0 and left <= 0:
                         continue
-                    fwd = tab.fwd[i] - tab.fwd[first]
-                    bwd = tab.bwd[i] - tab.bwd[first]
+                    fwd = fwd_i - tab.fwd[first]
+                    bwd = bwd_i - tab.bwd[first]
                     pbytes = params[i] - params[first]
                     static = pbytes * mult
-                    saved = tab.stashed[i] - tab.stashed[first]
+                    saved = st_i - tab.stashed[first]
                     act = tab.acts[first]
                     if act > max_act:
                         max_act = act
@@ -168,26 +187,29 @@ def _search_one(
                     k_min = min(min_k + 1, m)
                     if static + k_min * (saved if not recompute else 0.0) + work > memory_limit_bytes:
                         break  # a longer stage only needs more memory
-                    ar = model.allreduce_s(new_devs, pbytes) if r > 1 else 0.0
                     lb_extra = 0.0
-                    lb_steady = 0.0
                     if first > 0 and full is not None:
                         lb_extra = full.fwd[first] / left
-                        lb_steady = m * (full.fwd[first] + full.bwd[first]) / left
+                        if m * (full.fwd[first] + full.bwd[first]) / left >= bound:
+                            continue  # the layers left cannot be fast enough on the devices left
+                    ar = model.allreduce_s(new_devs, pbytes) if r > 1 else 0.0
+                    head = fwd + mm1 * (fwd + bwd) + bwd
+                    head_ar = head + ar
+                    fb = fwd + bwd
+                    bar = bwd + ar
                     any_alive = False
-                    for e in entries:
-                        k2 = min(e.k + 1, m)
-                        if static + k2 * stash + work > memory_limit_bytes:
-                            continue
-                        state = (e.w, e.z)
-                        if i < n:
-                            state = prepend(state, t_f, t_b, 0.0, m)
-                        w2, z2 = prepend(state, fwd, bwd, ar, m)
+                    for w1, z1, k2, e in shifted:
+                        z2 = fwd + (z1 if z1 > bar + w1 else bar + w1)
+                        if head_ar > z2:
+                            z2 = head_ar
                         if z2 >= bound:
                             continue
                         any_alive = True
-                        if z2 + lb_extra >= bound or lb_steady >= bound:
+                        if z2 + lb_extra >= bound or static + k2 * stash + work > memory_limit_bytes:
                             continue
+                        w2 = fb + w1
+                        if head > w2:
+                            w2 = head
                         entry = _Entry(w2, z2, k2, e, first, i - 1, r, start)
                         if first == 0:
                             best = entry

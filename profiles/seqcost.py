@@ -65,7 +65,7 @@ _BLOCK_NAME = re.compile(r"(?:encoder|block)\d+")
 """Names of the zoo's transformer blocks (bert48: ``encoder<i>``, gpt: ``block<i>``)."""
 _PROXY_VOCAB = 8  # the proxy's vocabulary does not touch the block; keep its head cheap
 
-_V = TypeVar("_V", float, "np.ndarray")  # type: ignore[type-arg]
+_V = TypeVar("_V", float, "np.ndarray")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

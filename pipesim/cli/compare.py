@@ -15,7 +15,7 @@ from pipesim.cli._common import (
 )
 from pipesim.units import GIB, MS
 
-__all__ = ["register", "DEFAULT_MODEL", "DEFAULT_CLUSTER", "DEFAULT_GBS"]
+__all__ = ["DEFAULT_CLUSTER", "DEFAULT_GBS", "DEFAULT_MODEL", "register"]
 
 DEFAULT_MODEL = "bert48"
 DEFAULT_CLUSTER = "dapple-2x8-v100"
@@ -39,10 +39,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument(
         "--schedules",
         default="gpipe,dapple",
-        help="comma-separated schedules, one row each; the first is the speedup baseline (default gpipe,dapple)",
+        help="comma-separated schedules, one row each; the first is the speedup baseline "
+        "(default gpipe,dapple)",
     )
     p.add_argument("--planner", default="dapple", help="planner whose best plan is compared (default dapple)")
     p.add_argument("--plan", help="compare this plan file instead of planning")
+    p.add_argument(
+        "--price-per-hour",
+        type=float,
+        default=None,
+        metavar="USD",
+        help="price of one device for one hour (default: the catalog's on-demand price)",
+    )
+    p.add_argument(
+        "--train-samples",
+        type=positive_int,
+        default=None,
+        help="report time and cost to train this many samples",
+    )
     p.add_argument("--out", default="pipesim-compare", help="output directory (default ./pipesim-compare)")
     p.add_argument("--json", action="store_true", help="print the rows as JSON")
     p.set_defaults(func=_run)
@@ -63,6 +77,8 @@ def _run(args: argparse.Namespace) -> int:
         schedules=schedules,
         planner=args.planner,
         base_plan=base,
+        price_per_device_hour_usd=args.price_per_hour,
+        train_samples=args.train_samples,
     )
     title = f"{profile.name} on {cluster.name}"
     written = write_compare_outputs(rows, args.out, title=title, server_of=cluster.server_of)
@@ -108,5 +124,18 @@ def _run(args: argparse.Namespace) -> int:
             align="lrrrrrlr",
         )
     )
+    for row in rows:
+        if row.cost is None:
+            continue
+        line = (
+            f"{row.label}: ${row.cost.cost_per_million_samples_usd:.2f} per million samples "
+            f"({row.cost.devices} devices at ${row.cost.price_per_device_hour_usd:.2f}/h)"
+        )
+        if row.cost.time_to_train_s is not None and row.cost.cost_to_train_usd is not None:
+            line += (
+                f"; {args.train_samples} samples take {row.cost.time_to_train_s / 3600:.2f} h "
+                f"and ${row.cost.cost_to_train_usd:,.0f}"
+            )
+        print(line)
     print(f"wrote {len(written)} files to {args.out}/ in {time.perf_counter() - started:.1f} s")
     return 0

@@ -134,7 +134,7 @@ class PipelineCosts:
         )
 
     # -- padded micro-batches as functions of (samples b, length L), for the planners -------------
-    def _affine(self, attr: str, seq_len: float) -> tuple[np.ndarray, np.ndarray]:  # type: ignore[type-arg]
+    def _affine(self, attr: str, seq_len: float) -> tuple[np.ndarray, np.ndarray]:
         """Per stage ``(c, g)`` with ``value(b) = c + b g`` for ``b`` samples padded to ``seq_len``."""
         c = np.empty(self.num_stages)
         g = np.empty(self.num_stages)
@@ -145,11 +145,12 @@ class PipelineCosts:
             g[s] = ks + kt * seq_len + kq * seq_len * seq_len
         return c, g
 
-    def padded_times_s(self, seq_len: int, max_samples: int) -> np.ndarray:  # type: ignore[type-arg]
+    def padded_times_s(self, seq_len: int, max_samples: int) -> np.ndarray:
         """Slowest-stage time of ``b = 1 .. max_samples`` samples padded to ``seq_len``, seconds."""
         c, g = self._affine("time", seq_len)
         b = np.arange(1, max_samples + 1, dtype=float)
-        return np.max(c[:, None] + g[:, None] * b[None, :], axis=0)
+        times: np.ndarray = np.max(c[:, None] + g[:, None] * b[None, :], axis=0)
+        return times
 
     def padded_memory_bytes(self, samples: int, seq_len: int) -> float:
         """Activation memory of ``samples`` samples padded to ``seq_len`` (see :meth:`memory_bytes`)."""

@@ -60,28 +60,28 @@ class Partition:
 class _Rows:
     """Times of ``b = 1..K`` samples padded to each distinct length, shared by all probes."""
 
-    def __init__(self, lengths: np.ndarray, costs: PipelineCosts, memory_limit_bytes: float) -> None:  # type: ignore[type-arg]
+    def __init__(self, lengths: np.ndarray, costs: PipelineCosts, memory_limit_bytes: float) -> None:
         self.n = len(lengths)
-        distinct, first, inverse = np.unique(lengths, return_index=True, return_inverse=True)
+        distinct, inverse = np.unique(lengths, return_inverse=True)
         self.index = inverse  # sample j -> distinct length index
         last = np.searchsorted(lengths, distinct, side="right")  # samples up to and including it
-        self.rows: list[np.ndarray] = []  # type: ignore[type-arg]
+        self.rows: list[np.ndarray] = []
         for u, seq_len in enumerate(distinct):
             k = min(costs.max_samples(int(seq_len), memory_limit_bytes), int(last[u]))
             self.rows.append(costs.padded_times_s(int(seq_len), k))
-        del first
 
-    def row(self, j: int) -> np.ndarray:  # type: ignore[type-arg]
+    def row(self, j: int) -> np.ndarray:
         """Times of the micro-batches ending with sample ``j - 1`` (1-based end), by size 1..K."""
-        r = self.rows[self.index[j - 1]]
+        r: np.ndarray = self.rows[self.index[j - 1]]
         return r[: min(len(r), j)]
 
-    def candidates(self) -> np.ndarray:  # type: ignore[type-arg]
+    def candidates(self) -> np.ndarray:
         """Every time a micro-batch can take, sorted, distinct."""
-        return np.unique(np.concatenate(self.rows))
+        values: np.ndarray = np.unique(np.concatenate(self.rows))
+        return values
 
 
-def _sums(rows: _Rows, bounds: np.ndarray) -> np.ndarray:  # type: ignore[type-arg]
+def _sums(rows: _Rows, bounds: np.ndarray) -> np.ndarray:
     """``S(B)`` for every ``B`` in ``bounds`` (inf where infeasible), in one pass over the samples."""
     k = len(bounds)
     n = rows.n
@@ -120,7 +120,10 @@ def _solve(rows: _Rows, bound: float) -> tuple[tuple[int, int], ...]:
 
 
 def partition_objective(
-    lengths: Sequence[int], bounds: Sequence[tuple[int, int]], costs: PipelineCosts, bubble_weight: float
+    lengths: Sequence[int] | np.ndarray,
+    bounds: Sequence[tuple[int, int]],
+    costs: PipelineCosts,
+    bubble_weight: float,
 ) -> tuple[float, float, float]:
     """``(objective, sum, max)`` in seconds of a partition of ascending ``lengths`` (see module doc)."""
     times = [float(costs.padded_times_s(int(lengths[b - 1]), b - a)[-1]) for a, b in bounds]

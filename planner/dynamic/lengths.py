@@ -122,7 +122,10 @@ def _from_json(data: Any, path: str | None) -> LengthBatch:
         raise FormatError(path, None, "expected a list of lengths or of [input, target] pairs")
     if not data:
         raise InputError(f"{path or '<text>'}: the global batch is empty; give at least one sample")
-    if all(isinstance(x, int) and not isinstance(x, bool) for x in data):
+    if isinstance(data[0], int):
+        for i, item in enumerate(data):
+            if not isinstance(item, int) or isinstance(item, bool):
+                raise FormatError(path, None, f"entry {i} = {item!r}: expected an integer like the first entry")
         return LengthBatch(inputs=tuple(data), source=path or "")
     pairs = []
     for i, item in enumerate(data):
@@ -261,7 +264,7 @@ def mix_names() -> tuple[str, ...]:
 
 def _draw(
     rng: np.random.Generator, median: float, sigma: float, count: int, low: int, high: int
-) -> np.ndarray:  # type: ignore[type-arg]
+) -> np.ndarray:
     values = median * np.exp(sigma * rng.standard_normal(count))
     return np.clip(np.rint(values), low, high).astype(np.int64)
 

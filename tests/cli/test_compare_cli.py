@@ -91,3 +91,31 @@ def test_bad_input_exit_2(
     assert "Traceback" not in err
     assert re.search(message, err), err
     assert not (tmp_path / "o").exists()
+
+
+def test_cost_columns(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(
+        capsys,
+        "compare",
+        "--model",
+        "gpt:layers=4,hidden=256,heads=4,seq=128,vocab=1000",
+        "--cluster",
+        "dgx1-v100",
+        "--gbs",
+        "16",
+        "--out",
+        str(tmp_path),
+        "--price-per-hour",
+        "3.6",
+        "--train-samples",
+        "1000000",
+        "--json",
+    )
+    assert code == 0, err
+    for row in json.loads(out):
+        per_s = row["devices"] * 3.6 / 3600
+        assert row["cost_per_million_samples_usd"] == pytest.approx(
+            per_s / row["throughput_samples_per_s"] * 1e6
+        )
+        assert row["cost_to_train_usd"] == pytest.approx(row["cost_per_million_samples_usd"])
+        assert row["time_to_train_s"] == pytest.approx(1e6 / row["throughput_samples_per_s"])
