@@ -27,7 +27,8 @@ from pipesim.profiles.model import Layer, ModelProfile
 def _describe(p: Plan) -> str:
     assert p.estimate is not None
     stages = ",".join(str(s.replicas) for s in p.stages)
-    return f"{p.num_stages} stages (replicas {stages}), M={p.num_microbatches}, {p.estimate.iteration_time_s:.4g} s"
+    time_s = p.estimate.iteration_time_s
+    return f"{p.num_stages} stages (replicas {stages}), M={p.num_microbatches}, {time_s:.4g} s"
 
 
 def bench_bert() -> float:
@@ -38,7 +39,10 @@ def bench_bert() -> float:
     for gbs in sizes:
         plan(profile, cluster, gbs, top=1)
     total = time.perf_counter() - start
-    print(f"bert: {len(sizes)} bert48 plans on dapple-2x8-v100: {total:.2f} s ({total / len(sizes) * 1e3:.0f} ms each)")
+    print(
+        f"bert: {len(sizes)} bert48 plans on dapple-2x8-v100: {total:.2f} s "
+        f"({total / len(sizes) * 1e3:.0f} ms each)"
+    )
     return total
 
 
@@ -84,17 +88,32 @@ def branching_profile() -> ModelProfile:
         for b in range(count):
             entry = len(layers) - 1
             for k, (kind, ms) in enumerate(
-                (("conv1", 1.0), ("bn1", 0.2), ("relu1", 0.1), ("conv2", 1.6), ("bn2", 0.2), ("relu2", 0.1),
-                 ("conv3", 1.0), ("bn3", 0.3))
+                (
+                    ("conv1", 1.0),
+                    ("bn1", 0.2),
+                    ("relu1", 0.1),
+                    ("conv2", 1.6),
+                    ("bn2", 0.2),
+                    ("relu2", 0.1),
+                    ("conv3", 1.0),
+                    ("bn3", 0.3),
+                )
             ):
-                add(f"s{stage}b{b}.{kind}", ms, act if k >= 6 else act / 4, params / 3 if kind.startswith("conv") else 0)
+                add(
+                    f"s{stage}b{b}.{kind}",
+                    ms,
+                    act if k >= 6 else act / 4,
+                    params / 3 if kind.startswith("conv") else 0,
+                )
             add_node = add(f"s{stage}b{b}.add", 0.2, act, 0)
             edges.append((entry, add_node))  # the skip connection
             add(f"s{stage}b{b}.relu", 0.1, act, 0)
     while len(layers) < 339:
         add(f"head{len(layers)}", 0.05, 0.25, 0.5)
     add("fc", 0.3, 0.01, 8)
-    return ModelProfile(name="resnet101-dag", layers=tuple(layers), profile_batch_size=32, edges=tuple(sorted(set(edges))))
+    return ModelProfile(
+        name="resnet101-dag", layers=tuple(layers), profile_batch_size=32, edges=tuple(sorted(set(edges)))
+    )
 
 
 def bench_branching() -> dict[str, float]:
@@ -105,7 +124,10 @@ def bench_branching() -> dict[str, float]:
         start = time.perf_counter()
         best = plan(profile, cluster, 256, planner=planner, top=1)[0]
         out[planner] = wall = time.perf_counter() - start
-        print(f"branching: {profile.num_layers}-node DAG, {planner}, gbs 256 on 16 GPUs: {wall:.3f} s; {_describe(best)}")
+        print(
+            f"branching: {profile.num_layers}-node DAG, {planner}, gbs 256 on 16 GPUs: {wall:.3f} s; "
+            f"{_describe(best)}"
+        )
     return out
 
 

@@ -133,7 +133,7 @@ def default_memory_limit(costs: PipelineCosts, cluster: Cluster, *, optimizer: s
             f"stages={costs.num_stages}: the fullest stage's weights, gradients and optimizer state need "
             f"{static / 2**30:.2f} GiB but a device has {capacity / 2**30:.2f} GiB; use more stages"
         )
-    return (capacity - static) / costs.num_stages
+    return float((capacity - static) / costs.num_stages)
 
 
 def _simulate_one(

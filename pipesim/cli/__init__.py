@@ -31,6 +31,7 @@ _COMMAND_MODULES = (
     "pipesim.cli.plan",
     "pipesim.cli.profile",
     "pipesim.cli.strategy",
+    "pipesim.cli.sweep",
 )
 """Modules that each register one or more sub-commands, in the order ``--help`` lists them."""
 

@@ -125,7 +125,8 @@ def _from_json(data: Any, path: str | None) -> LengthBatch:
     if isinstance(data[0], int):
         for i, item in enumerate(data):
             if not isinstance(item, int) or isinstance(item, bool):
-                raise FormatError(path, None, f"entry {i} = {item!r}: expected an integer like the first entry")
+                rule = "expected an integer like the first entry"
+                raise FormatError(path, None, f"entry {i} = {item!r}: {rule}")
         return LengthBatch(inputs=tuple(data), source=path or "")
     pairs = []
     for i, item in enumerate(data):

@@ -53,7 +53,7 @@ image for forward and backward.
 float16 (share of the 125 TFLOP/s tensor-core peak): 0.35. Source: Shoeybi et al., "Megatron-LM"
 (arXiv:1909.08053, 2019): a 1.2B-parameter GPT-2 model on one V100 sustains 39 TFLOP/s, 30% of
 peak, for the whole step; with 0.35 for the GEMMs the zoo's ``gpt:layers=40,hidden=1536,heads=16,
-seq=1024,vocab=51200`` at batch 8 runs at 36.7 TFLOP/s. Cross-check: NVIDIA's table gives ResNet-50
+seq=1024,vocab=51200`` at batch 8 runs at 38.0 TFLOP/s. Cross-check: NVIDIA's table gives ResNet-50
 1200 img/s with mixed precision; the zoo gives 967 img/s (its unfused fp16 batch norms and ReLUs
 are memory-bound).
 """
@@ -165,19 +165,20 @@ class LayerCost:
     # -- building blocks -------------------------------------------------------------------
     def gemm(self, m: int, n: int, k: int, *, count: int = 1, weight: bool = True,
              speedup: float = 1.0) -> None:
-        """``count`` GEMMs ``C[m,n] = A[m,k] @ B[k,n]``; ``B`` is a weight when ``weight``.
+        """``count`` GEMMs ``C[m,n] = A[m,k] @ B[k,n]`` (one batched kernel); ``B`` is a weight when ``weight``.
 
         Forward: 2mnk FLOP, reads A and B, writes C. Backward: the input gradient (2mnk) and the
         gradient of B (2mnk), which is a weight gradient when ``weight`` (else a second input
         gradient, as for attention's batched matmuls). Parameters are not added here.
         """
         d = self.rl.elem_bytes
-        flop = 2.0 * m * n * k
-        moved = d * (m * k + k * n + m * n)
-        for _ in range(count):
-            self.fwd.add(self.rl, flop, moved, speedup=speedup)
-            self.bwd.add(self.rl, flop, moved, speedup=speedup)
-            self.bwd.add(self.rl, flop, moved, speedup=speedup, wgrad=weight)
+        # ``count`` GEMMs of one shape run as one batched kernel (cuBLAS ``gemmStridedBatched``,
+        # as frameworks do for attention): one launch overhead, not ``count``.
+        flop = 2.0 * m * n * k * count
+        moved = d * (m * k + k * n + m * n) * count
+        self.fwd.add(self.rl, flop, moved, speedup=speedup)
+        self.bwd.add(self.rl, flop, moved, speedup=speedup)
+        self.bwd.add(self.rl, flop, moved, speedup=speedup, wgrad=weight)
 
     def conv(self, batch: int, cin: int, cout: int, kh: int, kw: int, hout: int, wout: int,
              hin: int, win: int, *, stride: int = 1, groups: int = 1) -> None:

@@ -15,7 +15,9 @@ from pipesim.planner.dynamic import PipelineCosts, partition_objective, partitio
 from pipesim.profiles.seqcost import seq_cost_model
 
 BERT4 = PipelineCosts.build(seq_cost_model("bert48"), num_stages=4)
-GPT2 = PipelineCosts.build(seq_cost_model("gpt:layers=4,hidden=512,heads=8,seq=1024,vocab=1000"), num_stages=2)
+GPT2 = PipelineCosts.build(
+    seq_cost_model("gpt:layers=4,hidden=512,heads=8,seq=1024,vocab=1000"), num_stages=2
+)
 
 
 def brute_force(lengths: Sequence[int], costs: PipelineCosts, limit: float, weight: float) -> float:
@@ -54,11 +56,14 @@ def test_matches_brute_force(
     expected = brute_force(lengths, costs, limit, w)
     assert part.objective_s == pytest.approx(expected, rel=1e-12)
     # the partition is real: contiguous, covering, within memory, with the stated objective
-    assert part.bounds[0][0] == 0 and part.bounds[-1][1] == len(lengths)
+    assert part.bounds[0][0] == 0
+    assert part.bounds[-1][1] == len(lengths)
     assert all(a < b for a, b in part.bounds)
     assert all(x[1] == y[0] for x, y in itertools.pairwise(part.bounds))
     assert all(costs.padded_memory_bytes(b - a, lengths[b - 1]) <= limit for a, b in part.bounds)
-    assert partition_objective(lengths, part.bounds, costs, w)[0] == pytest.approx(part.objective_s, rel=1e-12)
+    assert partition_objective(lengths, part.bounds, costs, w)[0] == pytest.approx(
+        part.objective_s, rel=1e-12
+    )
 
 
 def test_equal_lengths_fill_micro_batches_to_balance_the_bubble() -> None:
@@ -66,7 +71,9 @@ def test_equal_lengths_fill_micro_batches_to_balance_the_bubble() -> None:
     limit = BERT4.padded_memory_bytes(8, 128)
     part = partition_sorted(lengths, BERT4, memory_limit_bytes=limit)
     assert all(b - a <= 8 for a, b in part.bounds)
-    assert part.objective_s <= partition_objective(lengths, [(i, i + 8) for i in range(0, 64, 8)], BERT4, 3)[0]
+    assert (
+        part.objective_s <= partition_objective(lengths, [(i, i + 8) for i in range(0, 64, 8)], BERT4, 3)[0]
+    )
 
 
 def test_errors() -> None:

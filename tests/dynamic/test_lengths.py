@@ -7,7 +7,14 @@ from pathlib import Path
 import pytest
 
 from pipesim.errors import FormatError, InputError, UnknownNameError
-from pipesim.planner.dynamic import LengthBatch, check_lengths, generate_mix, load_lengths, mix_names, parse_lengths
+from pipesim.planner.dynamic import (
+    LengthBatch,
+    check_lengths,
+    generate_mix,
+    load_lengths,
+    mix_names,
+    parse_lengths,
+)
 
 
 def test_text_one_per_line_with_comments() -> None:
@@ -82,7 +89,9 @@ def test_mixtures_are_seeded_and_bounded() -> None:
     a = generate_mix("glue-like", 500, seed=3, max_len=128)
     assert a == generate_mix("glue-like", 500, seed=3, max_len=128)
     assert a != generate_mix("glue-like", 500, seed=4, max_len=128)
-    assert len(a) == 500 and max(a.tokens) <= 128 and min(a.tokens) >= 1
+    assert len(a) == 500
+    assert max(a.tokens) <= 128
+    assert min(a.tokens) >= 1
     flan = generate_mix("flan-like", 2000, seed=0, max_len=512)
     assert flan.targets is not None
     assert max(flan.tokens) <= 512

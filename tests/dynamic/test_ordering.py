@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipesim.errors import InputError
 from pipesim.planner.dynamic import best_order, forward_counts, memory_aware, variable_schedule
-from pipesim.schedules import evaluate, make_schedule, validate
+from pipesim.schedules import Schedule, evaluate, make_schedule, validate
 
 
 def test_without_memory_pressure_and_1f1b_lookahead_it_is_1f1b() -> None:
@@ -21,7 +23,9 @@ def test_without_memory_pressure_and_1f1b_lookahead_it_is_1f1b() -> None:
 def test_default_lookahead_is_the_slow_link_warmup() -> None:
     p, m = 3, 5
     schedule = memory_aware([[1.0] * m] * p, [1e9] * p)
-    assert schedule.ranks == make_schedule("dapple", num_ranks=p, num_microbatches=m, warmup="slow-link").ranks
+    assert (
+        schedule.ranks == make_schedule("dapple", num_ranks=p, num_microbatches=m, warmup="slow-link").ranks
+    )
 
 
 def test_large_micro_batches_hold_back_forwards() -> None:
@@ -34,7 +38,18 @@ def test_large_micro_batches_hold_back_forwards() -> None:
     validate(schedule)
     # micro-batch 1 (6 bytes) waits until micro-batch 0 (6 bytes) is gone; then the small ones run ahead
     assert [str(a) for a in schedule.ranks[0]] == [
-        "0F0", "0B0", "0F1", "0F2", "0F3", "0F4", "0B1", "0F5", "0B2", "0B3", "0B4", "0B5"
+        "0F0",
+        "0B0",
+        "0F1",
+        "0F2",
+        "0F3",
+        "0F4",
+        "0B1",
+        "0F5",
+        "0B2",
+        "0B3",
+        "0B4",
+        "0B5",
     ]
 
 
@@ -44,7 +59,9 @@ def test_large_micro_batches_hold_back_forwards() -> None:
     sizes=st.lists(st.floats(0.1, 10.0), min_size=1, max_size=12),
     limit=st.floats(0.0, 40.0),
 )
-def test_never_deadlocks_and_respects_the_limit_where_it_can(p: int, sizes: list[float], limit: float) -> None:
+def test_never_deadlocks_and_respects_the_limit_where_it_can(
+    p: int, sizes: list[float], limit: float
+) -> None:
     stash = [list(sizes) for _ in range(p)]
     schedule = memory_aware(stash, [limit] * p)
     validate(schedule)
@@ -72,10 +89,10 @@ def test_best_order_is_never_worse_than_planned() -> None:
     fwd = [[1.0, 4.0, 2.0, 8.0, 1.0], [1.0, 4.0, 2.0, 8.0, 1.0], [1.0, 4.0, 2.0, 8.0, 1.0]]
     bwd = [[2 * x for x in row] for row in fwd]
 
-    def schedule_for(order: object) -> object:
+    def schedule_for(order: Sequence[int]) -> Schedule:
         return make_schedule("1f1b", num_ranks=3, num_microbatches=5)
 
-    order, span = best_order(fwd, bwd, schedule_for)  # type: ignore[arg-type]
+    order, span = best_order(fwd, bwd, schedule_for)
     assert sorted(order) == list(range(5))
     planned = evaluate(make_schedule("1f1b", num_ranks=3, num_microbatches=5), fwd_time_s=fwd, bwd_time_s=bwd)
     assert span <= planned.makespan

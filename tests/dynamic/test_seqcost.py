@@ -12,7 +12,8 @@ GPT_SMALL = "gpt:layers=4,hidden=512,heads=8,seq=1024,vocab=1000"
 
 
 @pytest.mark.parametrize(
-    ("spec", "dtype"), [("bert48", "float32"), ("bert48", "float16"), ("gpt", "float32"), (GPT_SMALL, "float16")]
+    ("spec", "dtype"),
+    [("bert48", "float32"), ("bert48", "float16"), ("gpt", "float32"), (GPT_SMALL, "float16")],
 )
 def test_reproduces_the_zoo_at_its_own_batch_and_seq(spec: str, dtype: str) -> None:
     model = seq_cost_model(spec, dtype=dtype)
@@ -29,7 +30,8 @@ def test_reproduces_the_zoo_at_its_own_batch_and_seq(spec: str, dtype: str) -> N
 def test_blocks_follow_the_zoo_away_from_the_calibration_point() -> None:
     model = seq_cost_model("bert48")
     block = model.layers[1]
-    assert block.is_block and not model.layers[0].is_block
+    assert block.is_block
+    assert not model.layers[0].is_block
     for b, s in [(1, 512), (32, 64), (4, 256), (96, 16), (2, 128)]:
         zoo = zoo_model(f"gpt:layers=1,hidden=1024,heads=16,seq={s}", batch_size=b).layers[1]
         assert block.fwd_time_s.padded(b, s) == pytest.approx(zoo.fwd_time_s, rel=GRID_TOLERANCE)

@@ -49,8 +49,9 @@ def test_pack_rows_hold_whole_samples() -> None:
     assert plan.computed_tokens == 3 * 512
     full = plan.microbatches[0].square_tokens
     assert full == 2 * 512 * 512
-    per_sample = pack_microbatches(batch, COSTS, memory_limit_bytes=LIMIT, rows_per_microbatch=2,
-                                   attention="per-sample")
+    per_sample = pack_microbatches(
+        batch, COSTS, memory_limit_bytes=LIMIT, rows_per_microbatch=2, attention="per-sample"
+    )
     assert per_sample.microbatches[0].square_tokens == 500**2 + 12**2 + 300**2 + 200**2 + 12**2
     with pytest.raises(InputError, match="attention"):
         pack_microbatches(batch, COSTS, memory_limit_bytes=LIMIT, attention="flash")
@@ -59,7 +60,10 @@ def test_pack_rows_hold_whole_samples() -> None:
 
 
 @settings(max_examples=25, deadline=None)
-@given(lengths=st.lists(st.integers(1, 512), min_size=1, max_size=60), strategy=st.sampled_from(["pad", "pack", "dynamic"]))
+@given(
+    lengths=st.lists(st.integers(1, 512), min_size=1, max_size=60),
+    strategy=st.sampled_from(["pad", "pack", "dynamic"]),
+)
 def test_every_strategy_places_every_sample_once(lengths: list[int], strategy: str) -> None:
     batch = LengthBatch(inputs=tuple(lengths))
     plan = make_microbatches(strategy, batch, COSTS, memory_limit_bytes=LIMIT)

@@ -1,0 +1,135 @@
+"""``pipesim sweep`` (a grid of points into a resumable CSV) and ``pipesim plot`` (a figure from it)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from pipesim.cli._common import positive_int
+from pipesim.errors import invalid
+
+__all__ = ["register"]
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Add ``sweep`` and ``plot``."""
+    p = subparsers.add_parser(
+        "sweep",
+        help="run a grid of models, clusters, overrides, batch sizes, planners and schedules",
+        description="Run the Cartesian product of the config's models, clusters, overrides, global "
+        "batch sizes, planners and schedules (schema: docs/sweep.md) and append one CSV row per "
+        "point as it finishes. An interrupted sweep keeps its finished rows; --resume runs the rest.",
+    )
+    p.add_argument("config", help="sweep config TOML file")
+    p.add_argument("--out", help="results CSV (default: <config name>.csv in the current directory)")
+    p.add_argument("--workers", type=positive_int, help="worker processes (default: the CPUs available)")
+    p.add_argument("--resume", action="store_true", help="keep the rows in --out and run only the missing points")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
+    p.add_argument(
+        "--dask-scheduler",
+        metavar="ADDRESS",
+        help="run on a Dask distributed cluster (tcp://host:8786; needs pip install 'pipesim[dask]')",
+    )
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress line")
+    p.set_defaults(func=_run_sweep)
+
+    q = subparsers.add_parser(
+        "plot",
+        help="plot sweep results: a column against another, one series per group",
+        description="Plot a column of a sweep's results against another, one line (or bar series) "
+        "per value of the --by columns. Only rows with status ok are drawn.",
+    )
+    q.add_argument("results", help="results CSV written by `pipesim sweep`")
+    q.add_argument("--x", required=True, help="column on the horizontal axis, e.g. global_batch_size")
+    q.add_argument("--y", required=True, help="column on the vertical axis, e.g. throughput_samples_per_s")
+    q.add_argument("--by", help="comma-separated columns that name the series, e.g. schedule or model,schedule")
+    q.add_argument("--kind", choices=("line", "bar"), default="line", help="line (default) or bar")
+    q.add_argument(
+        "--filter",
+        dest="filters",
+        action="append",
+        default=[],
+        metavar="COLUMN=VALUE",
+        help="keep rows with this value, repeatable (a column given twice keeps either value)",
+    )
+    q.add_argument("--title", help="figure title")
+    q.add_argument("--log-x", action="store_true", help="logarithmic x axis")
+    q.add_argument("--log-y", action="store_true", help="logarithmic y axis")
+    q.add_argument("-o", "--output", required=True, help="figure file: .png, .svg or .pdf")
+    q.set_defaults(func=_run_plot)
+
+
+def _progress_printer(started: float) -> Callable[[int, int], None]:
+    """A progress line on stderr: rewritten in place on a terminal, every 10% otherwise."""
+    tty = sys.stderr.isatty()
+    last_tenth = [-1]
+
+    def show(done: int, total: int) -> None:
+        fraction = done / total if total else 1.0
+        elapsed = time.perf_counter() - started
+        left = f", ~{elapsed / fraction - elapsed:.0f} s left" if 0 < fraction < 1 else ""
+        line = f"[{done}/{total}] {fraction:.0%} in {elapsed:.1f} s{left}"
+        if tty:
+            sys.stderr.write(f"\r{line}\033[K" + ("\n" if done == total else ""))
+            sys.stderr.flush()
+        elif int(fraction * 10) > last_tenth[0]:
+            last_tenth[0] = int(fraction * 10)
+            print(line, file=sys.stderr)
+
+    return show
+
+
+def _run_sweep(args: argparse.Namespace) -> int:
+    from pipesim.sweep import load_sweep_config, run_sweep
+
+    started = time.perf_counter()
+    config = load_sweep_config(args.config)
+    out = Path(args.out) if args.out else Path(Path(args.config).stem + ".csv")
+    try:
+        summary = run_sweep(
+            config,
+            out,
+            workers=args.workers,
+            resume=args.resume,
+            overwrite=args.overwrite,
+            dask_scheduler=args.dask_scheduler,
+            progress=None if args.quiet else _progress_printer(started),
+        )
+    except KeyboardInterrupt:
+        print(f"finished rows are kept in {out}; run again with --resume to finish", file=sys.stderr)
+        raise
+    statuses = ", ".join(f"{n} {s}" for s, n in summary.statuses.items()) or "nothing new"
+    print(
+        f"{summary.points} points: {summary.skipped} already done, {summary.ran} run ({statuses}); "
+        f"results in {out} ({time.perf_counter() - started:.1f} s)"
+    )
+    return 0
+
+
+def _run_plot(args: argparse.Namespace) -> int:
+    from pipesim.plots import write_sweep_plot
+
+    filters: dict[str, list[str]] = {}
+    for item in args.filters:
+        column, sep, value = item.partition("=")
+        if not sep or not column.strip():
+            raise invalid("--filter", item, "must be COLUMN=VALUE, e.g. model=bert48")
+        filters.setdefault(column.strip(), []).append(value.strip())
+    by = [c.strip() for c in args.by.split(",") if c.strip()] if args.by else None
+    path = write_sweep_plot(
+        args.results,
+        args.output,
+        x=args.x,
+        y=args.y,
+        by=by,
+        kind=args.kind,
+        filters=filters,
+        title=args.title,
+        log_x=args.log_x,
+        log_y=args.log_y,
+    )
+    print(f"wrote {path}")
+    return 0

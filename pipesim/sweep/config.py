@@ -1,0 +1,292 @@
+"""Sweep configs: the TOML file that names the grid of points a sweep runs (see ``docs/sweep.md``).
+
+A config lists models, clusters, cluster overrides, global batch sizes, planners and schedules;
+the sweep runs their Cartesian product, one :class:`SweepPoint` per combination.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from itertools import product
+from pathlib import Path
+from typing import Any
+
+from pipesim.errors import FormatError, InputError, UnknownNameError, invalid
+from pipesim.planner import planner_names
+from pipesim.schedules.registry import lookup
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on Python 3.10 only
+    import tomli as tomllib
+
+__all__ = [
+    "DEFAULT_PLANNERS",
+    "DEFAULT_SCHEDULES",
+    "Overrides",
+    "SweepConfig",
+    "SweepPoint",
+    "load_sweep_config",
+    "overrides_text",
+    "parse_sweep_config",
+]
+
+Scalar = str | int | float | bool
+Overrides = tuple[tuple[str, Scalar], ...]
+"""One what-if change to a cluster: ``(key, value)`` pairs sorted by key (``()`` = as given)."""
+
+DEFAULT_PLANNERS: tuple[str, ...] = ("dapple",)
+DEFAULT_SCHEDULES: tuple[str, ...] = ("gpipe", "dapple")
+
+_KEYS = (
+    "models",
+    "clusters",
+    "overrides",
+    "global_batch_sizes",
+    "planners",
+    "schedules",
+    "price_per_device_hour_usd",
+)
+
+
+def _scalar_text(value: Scalar) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)
+
+
+def overrides_text(overrides: Overrides) -> str:
+    """The canonical text of an override set: ``"device=A100-80GB,nic=100GbE"`` (``""`` for none)."""
+    return ",".join(f"{key}={_scalar_text(value)}" for key, value in overrides)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SweepPoint:
+    """One point of a sweep: a model on a cluster (with overrides) at a batch size, planner and schedule.
+
+    Attributes:
+        model: the model spec as written in the config (zoo name, ``gpt:...`` or a file).
+        cluster: the cluster spec as written (preset name or TOML file).
+        overrides: the what-if changes applied to the cluster.
+        global_batch_size: samples per iteration.
+        planner: the planner whose best plan runs.
+        schedule: the schedule the plan runs with (canonical name).
+    """
+
+    model: str
+    cluster: str
+    overrides: Overrides
+    global_batch_size: int
+    planner: str
+    schedule: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SweepConfig:
+    """A validated sweep config.
+
+    Attributes:
+        models: model specs (zoo names, ``gpt:...`` specs or profile files), at least one.
+        clusters: cluster presets or cluster TOML files, at least one.
+        overrides: what-if override sets applied to every cluster (default: ``((),)``, the
+            clusters as given).
+        global_batch_sizes: samples per iteration, each >= 1.
+        planners: planner names (default ``("dapple",)``).
+        schedules: canonical schedule names (default ``("gpipe", "dapple")``).
+        price_per_device_hour_usd: price of one device for one hour, US dollars, for the cost
+            column; ``None`` takes each cluster's device price (the catalog's on-demand price).
+        base_dir: directory that relative model and cluster file paths are resolved against
+            (the config file's directory), or ``None`` for the working directory.
+        source: the config file, for messages, or ``None``.
+    """
+
+    models: tuple[str, ...]
+    clusters: tuple[str, ...]
+    global_batch_sizes: tuple[int, ...]
+    overrides: tuple[Overrides, ...] = ((),)
+    planners: tuple[str, ...] = DEFAULT_PLANNERS
+    schedules: tuple[str, ...] = DEFAULT_SCHEDULES
+    price_per_device_hour_usd: float | None = None
+    base_dir: Path | None = field(default=None, compare=False)
+    source: str | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        for name in ("models", "clusters", "overrides", "global_batch_sizes", "planners", "schedules"):
+            values = getattr(self, name)
+            if not values:
+                raise invalid(name, list(values), "must list at least one value")
+            if len(set(values)) != len(values):
+                raise invalid(name, list(values), "must not repeat a value")
+        for text in (*self.models, *self.clusters):
+            if not text.strip():
+                raise invalid("models/clusters", text, "must not be empty")
+        for gbs in self.global_batch_sizes:
+            if isinstance(gbs, bool) or not isinstance(gbs, int) or gbs < 1:
+                raise invalid("global_batch_sizes", gbs, "must be integers >= 1")
+        valid = planner_names()
+        for name in self.planners:
+            if name not in valid:
+                raise invalid("planners", name, f"must be one of {', '.join(valid)}")
+        for name in self.schedules:
+            if lookup(name).value != name:
+                raise invalid("schedules", name, f"write the canonical name {lookup(name).value!r}")
+        price = self.price_per_device_hour_usd
+        if price is not None and not (math.isfinite(price) and price >= 0):
+            raise invalid("price_per_device_hour_usd", price, "must be a finite number >= 0")
+
+    def points(self) -> list[SweepPoint]:
+        """Every point of the grid, in a fixed order (models outermost, schedules innermost)."""
+        return [
+            SweepPoint(
+                model=m, cluster=c, overrides=o, global_batch_size=g, planner=p, schedule=s
+            )
+            for m, c, o, g, p, s in product(
+                self.models,
+                self.clusters,
+                self.overrides,
+                self.global_batch_sizes,
+                self.planners,
+                self.schedules,
+            )
+        ]
+
+    def resolve_path(self, spec: str) -> str:
+        """``spec`` as a path relative to :attr:`base_dir` when that names a file, else ``spec``."""
+        if self.base_dir is not None and not Path(spec).is_absolute():
+            candidate = self.base_dir / spec
+            if candidate.is_file():
+                return str(candidate)
+        return spec
+
+
+def _line_of(text: str | None, key: str, index: int | None = None) -> int | None:
+    """The 1-based line of ``key = ...`` in ``text`` (or of its ``index``-th ``[[key]]`` table)."""
+    if text is None:
+        return None
+    lines = text.splitlines()
+    if index is not None:
+        headers = [i for i, line in enumerate(lines) if re.match(rf"\s*\[\[\s*{re.escape(key)}\s*\]\]", line)]
+        if index < len(headers):
+            return headers[index] + 1
+    for i, line in enumerate(lines):
+        if re.match(rf"\s*{re.escape(key)}\s*=", line):
+            return i + 1
+    return None
+
+
+def _string_list(value: object, key: str) -> tuple[str, ...]:
+    items = value if isinstance(value, list) else [value]
+    for item in items:
+        if not isinstance(item, str):
+            raise invalid(key, item, "must be a string or a list of strings")
+    return tuple(str(item) for item in items)
+
+
+def _schedule(name: str) -> str:
+    try:
+        return lookup(name).value
+    except UnknownNameError as exc:
+        raise invalid("schedules", name, f"must be one of {', '.join(exc.valid)}") from None
+
+
+def _overrides(value: object) -> tuple[Overrides, ...]:
+    items = value if isinstance(value, list) else [value]
+    out: list[Overrides] = []
+    for i, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise invalid(f"overrides[{i}]", item, "must be a table such as {device = \"A100-80GB\"}")
+        for key, val in item.items():
+            if not isinstance(val, str | int | float | bool):
+                raise invalid(f"overrides[{i}].{key}", val, "must be a string, number or boolean")
+        out.append(tuple(sorted(item.items())))
+    return tuple(out)
+
+
+def parse_sweep_config(
+    data: Mapping[str, Any], *, path: str | Path | None = None, text: str | None = None
+) -> SweepConfig:
+    """Validate a parsed sweep config (what ``tomllib.load`` returns).
+
+    Args:
+        data: the config's keys (see ``docs/sweep.md``).
+        path: the file it came from: named in errors; relative model and cluster files are
+            resolved against its directory.
+        text: the file's text, to give line numbers in errors.
+
+    Returns:
+        The config.
+
+    Raises:
+        FormatError: an unknown or missing key, a value of the wrong type, an unknown planner or
+            schedule, a repeated value; the message names the file, the line where it can, the
+            key and the rule.
+    """
+
+    def fail(key: str, message: str, index: int | None = None) -> FormatError:
+        return FormatError(path, _line_of(text, key, index), message)
+
+    for key in data:
+        if key not in _KEYS:
+            raise fail(key, f"unknown key {key!r}; valid keys: {', '.join(_KEYS)}")
+    for key in ("models", "clusters", "global_batch_sizes"):
+        if key not in data:
+            raise FormatError(path, None, f"missing key {key!r} (required: models, clusters, global_batch_sizes)")
+    kwargs: dict[str, Any] = {}
+    try:
+        for key in ("models", "clusters", "planners"):
+            if key in data:
+                kwargs[key] = _string_list(data[key], key)
+        if "schedules" in data:
+            kwargs["schedules"] = tuple(_schedule(s) for s in _string_list(data["schedules"], "schedules"))
+        if "overrides" in data:
+            kwargs["overrides"] = _overrides(data["overrides"])
+        gbs = data["global_batch_sizes"]
+        kwargs["global_batch_sizes"] = tuple(gbs if isinstance(gbs, list) else [gbs])
+        price = data.get("price_per_device_hour_usd")
+        if price is not None:
+            if isinstance(price, bool) or not isinstance(price, int | float):
+                raise invalid("price_per_device_hour_usd", price, "must be a number")
+            kwargs["price_per_device_hour_usd"] = float(price)
+        base_dir = Path(path).parent if path is not None else None
+        return SweepConfig(**kwargs, base_dir=base_dir, source=None if path is None else str(path))
+    except InputError as exc:
+        message = str(exc)
+        key = next((k for k in _KEYS if message.startswith(k)), "")
+        index = None
+        found = re.match(r"overrides\[(\d+)\]", message)
+        if found is not None:
+            index = int(found.group(1))
+        raise fail(key, message, index) from None
+
+
+def load_sweep_config(path: str | Path) -> SweepConfig:
+    """Read and validate a sweep config TOML file (see ``docs/sweep.md`` for the schema).
+
+    Raises:
+        InputError: the file does not exist.
+        FormatError: the file is not valid TOML or breaks the schema (see :func:`parse_sweep_config`).
+        OSError: the file exists but cannot be read.
+    """
+    file = Path(path)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(f"sweep config {str(file)!r} does not exist") from None
+    except UnicodeDecodeError as exc:
+        raise FormatError(file, None, f"not UTF-8 text ({exc.reason})") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        line: int | None = getattr(exc, "lineno", None)
+        found = re.search(r"\(at line (\d+), column \d+\)", str(exc))
+        if line is None and found is not None:
+            line = int(found.group(1))
+        message = re.sub(r"\s*\(at line \d+, column \d+\)", "", str(getattr(exc, "msg", "")) or str(exc))
+        raise FormatError(file, line, f"not valid TOML: {message}") from None
+    return parse_sweep_config(data, path=file, text=text)

@@ -1,0 +1,367 @@
+"""Running a sweep: every point of a config, in parallel processes or on a Dask cluster.
+
+The points that share a model, cluster, overrides, batch size and planner form one task: the
+task plans once and simulates the plan under each of its schedules (as ``pipesim compare`` does).
+Tasks run in worker processes (or Dask workers); the parent process writes each finished row to
+the results file (:class:`~pipesim.sweep.store.ResultsWriter`).
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pipesim.errors import FormatError, Infeasible, InputError, PipesimError, UnknownNameError, invalid
+from pipesim.profiles.cluster import Cluster
+from pipesim.profiles.model import ModelProfile
+from pipesim.sweep.config import Overrides, SweepConfig, SweepPoint, overrides_text
+from pipesim.sweep.store import ResultsWriter, point_key
+
+__all__ = ["SweepSummary", "SweepTask", "default_workers", "run_sweep", "run_task"]
+
+log = logging.getLogger(__name__)
+
+SECONDS_PER_HOUR = 3600.0
+SAMPLES_PER_MILLION = 1e6
+
+# Schedules the planner's analytic estimate models (as in pipesim.compare); others get no estimate.
+_ESTIMATED = frozenset({"gpipe", "dapple", "1f1b"})
+
+Progress = Callable[[int, int], None]
+"""``progress(done, total)``: called after each finished task with the points done so far."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SweepTask:
+    """The unit of work sent to a worker: one planning problem and the schedules to simulate.
+
+    Attributes:
+        points: the points (same model, cluster, overrides, batch size, planner; one per schedule).
+        keys: each point's results key, in the same order.
+        profile: the loaded model (not yet re-targeted to the cluster's device).
+        cluster: the cluster with the overrides applied.
+        price_per_device_hour_usd: the price override of the config, or ``None`` for the
+            cluster device's price.
+    """
+
+    points: tuple[SweepPoint, ...]
+    keys: tuple[str, ...]
+    profile: ModelProfile
+    cluster: Cluster
+    price_per_device_hour_usd: float | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SweepSummary:
+    """What a sweep did.
+
+    Attributes:
+        path: the results file.
+        points: points in the config's grid.
+        skipped: points already in the file (``resume``).
+        ran: points evaluated by this run.
+        statuses: rows written by this run per status (``ok``, ``infeasible``, ``invalid``).
+    """
+
+    path: Path
+    points: int
+    skipped: int
+    ran: int
+    statuses: Mapping[str, int]
+
+
+def default_workers() -> int:
+    """The CPUs this process may use (the default number of worker processes)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def _retargeted(profile: ModelProfile, cluster: Cluster) -> ModelProfile:
+    """The profile re-targeted to the cluster's device (as ``pipesim simulate`` does)."""
+    from pipesim.profiles.hardware import get_device
+    from pipesim.profiles.retarget import retarget
+
+    try:
+        measured_on = get_device(profile.reference_device).name
+    except UnknownNameError:  # the parent already warned: times are used as they are
+        return profile
+    return profile if measured_on == cluster.device.name else retarget(profile, cluster.device)
+
+
+def _base_row(point: SweepPoint, key: str) -> dict[str, object]:
+    return {
+        "model": point.model,
+        "cluster": point.cluster,
+        "overrides": overrides_text(point.overrides),
+        "global_batch_size": point.global_batch_size,
+        "planner": point.planner,
+        "schedule": point.schedule,
+        "key": key,
+    }
+
+
+def _failed(row: dict[str, object], exc: PipesimError) -> dict[str, object]:
+    return {**row, "status": "infeasible" if isinstance(exc, Infeasible) else "invalid", "error": str(exc)}
+
+
+def run_task(task: SweepTask) -> list[dict[str, object]]:
+    """Plan once and simulate each schedule: one row per point of the task (a worker's job).
+
+    A top-level function, so worker processes started with ``spawn`` and Dask workers can run it.
+    A point whose planning or simulation raises :class:`~pipesim.errors.Infeasible` or
+    :class:`~pipesim.errors.InputError` becomes a row with status ``infeasible`` or ``invalid``
+    and the message in ``error``.
+
+    Returns:
+        Rows (column -> value) in the order of ``task.points``.
+    """
+    from pipesim.compare import compare
+    from pipesim.planner import plan
+    from pipesim.simulator import SimOptions
+
+    first = task.points[0]
+    rows = [_base_row(p, k) for p, k in zip(task.points, task.keys, strict=True)]
+    price = task.price_per_device_hour_usd
+    if price is None:
+        price = task.cluster.device.price_per_hour_usd
+    try:
+        profile = _retargeted(task.profile, task.cluster)
+        base = plan(profile, task.cluster, first.global_batch_size, planner=first.planner, top=1)[0]
+    except (Infeasible, InputError) as exc:
+        return [_failed(row, exc) for row in rows]
+    options = SimOptions(record_trace=False)
+    out: list[dict[str, object]] = []
+    for point, row in zip(task.points, rows, strict=True):
+        try:
+            done = compare(
+                profile, task.cluster, point.global_batch_size, schedules=[point.schedule], base_plan=base,
+                options=options,
+            )[0]
+        except (Infeasible, InputError) as exc:
+            out.append(_failed(row, exc))
+            continue
+        summary = done.to_dict()
+        iteration_s = done.result.iteration_time_s
+        devices = done.plan.num_devices
+        cost = None
+        if price is not None:
+            per_sample_usd = price * devices * iteration_s / SECONDS_PER_HOUR / point.global_batch_size
+            cost = per_sample_usd * SAMPLES_PER_MILLION
+        out.append(
+            {
+                **row,
+                "num_stages": done.plan.num_stages,
+                "num_microbatches": done.plan.num_microbatches,
+                "num_devices": devices,
+                "iteration_time_s": iteration_s,
+                "throughput_samples_per_s": done.result.throughput_samples_per_s,
+                "bubble_fraction": done.result.bubble_fraction,
+                "peak_memory_bytes": summary["peak_memory_bytes"],
+                "fits": done.result.fits,
+                "estimated_iteration_time_s": summary["estimated_iteration_time_s"]
+                if point.schedule in _ESTIMATED
+                else None,
+                "price_per_device_hour_usd": price,
+                "cost_per_million_samples_usd": cost,
+                "status": "ok",
+                "error": "",
+            }
+        )
+    return out
+
+
+def _load_inputs(config: SweepConfig) -> tuple[dict[str, ModelProfile], dict[tuple[str, Overrides], Cluster]]:
+    """Load every model and every cluster with every override set once, in the parent.
+
+    Raises:
+        FormatError: a model, cluster or override set that cannot be loaded or applied; the
+            message names the config key and the value.
+    """
+    from pipesim.profiles.cluster import load_cluster, with_overrides
+    from pipesim.profiles.hardware import get_device
+    from pipesim.profiles.loader import load_model
+
+    def fail(key: str, value: object, exc: Exception) -> FormatError:
+        return FormatError(config.source, None, f"{key}: {value!r}: {exc}")
+
+    models: dict[str, ModelProfile] = {}
+    for spec in config.models:
+        try:
+            models[spec] = load_model(config.resolve_path(spec))
+        except PipesimError as exc:
+            raise fail("models", spec, exc) from None
+        try:
+            get_device(models[spec].reference_device)
+        except UnknownNameError:
+            log.warning(
+                "model %s was measured on %r, which is not in the device catalog: its times are used "
+                "as they are on every cluster",
+                spec,
+                models[spec].reference_device,
+            )
+    clusters: dict[tuple[str, Overrides], Cluster] = {}
+    for spec in config.clusters:
+        try:
+            base = load_cluster(config.resolve_path(spec))
+        except PipesimError as exc:
+            raise fail("clusters", spec, exc) from None
+        for overrides in config.overrides:
+            try:
+                clusters[spec, overrides] = with_overrides(base, dict(overrides)) if overrides else base
+            except PipesimError as exc:
+                raise fail("overrides", dict(overrides), exc) from None
+    return models, clusters
+
+
+def _tasks(
+    config: SweepConfig, done: set[str]
+) -> tuple[list[SweepTask], int]:
+    """The tasks for the points not yet done, and how many points were skipped."""
+    models, clusters = _load_inputs(config)
+    groups: dict[tuple[Any, ...], list[tuple[SweepPoint, str]]] = {}
+    skipped = 0
+    for point in config.points():
+        key = point_key(point, config.price_per_device_hour_usd)
+        if key in done:
+            skipped += 1
+            continue
+        group = (point.model, point.cluster, point.overrides, point.global_batch_size, point.planner)
+        groups.setdefault(group, []).append((point, key))
+    tasks = [
+        SweepTask(
+            points=tuple(p for p, _ in members),
+            keys=tuple(k for _, k in members),
+            profile=models[members[0][0].model],
+            cluster=clusters[members[0][0].cluster, members[0][0].overrides],
+            price_per_device_hour_usd=config.price_per_device_hour_usd,
+        )
+        for members in groups.values()
+    ]
+    return tasks, skipped
+
+
+def _run_inline(tasks: Iterable[SweepTask]) -> Iterator[list[dict[str, object]]]:
+    for task in tasks:
+        yield run_task(task)
+
+
+def _run_processes(tasks: list[SweepTask], workers: int) -> Iterator[list[dict[str, object]]]:
+    # Spawned (not forked) workers: the same behaviour on every OS, and no inherited locks or threads.
+    # At most 4 tasks per worker are queued, so a huge sweep does not pickle every task up front.
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+        queue = iter(tasks)
+        pending: set[Future[list[dict[str, object]]]] = set()
+        try:
+            while True:
+                while len(pending) < 4 * workers:
+                    task = next(queue, None)
+                    if task is None:
+                        break
+                    pending.add(pool.submit(run_task, task))
+                if not pending:
+                    return
+                finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for future in finished:
+                    yield future.result()
+        finally:
+            for future in pending:
+                future.cancel()
+
+
+def _run_dask(tasks: list[SweepTask], address: str) -> Iterator[list[dict[str, object]]]:
+    try:
+        from distributed import Client, as_completed
+    except ImportError:
+        raise InputError(
+            "--dask-scheduler needs Dask's distributed scheduler: pip install 'pipesim[dask]'"
+        ) from None
+    with Client(address) as client:
+        limit = max(16, 4 * sum(client.nthreads().values()))
+        queue = iter(tasks)
+        initial = [client.submit(run_task, t, pure=False) for t in (next(queue, None) for _ in range(limit)) if t]
+        running = as_completed(initial)
+        try:
+            for future in running:
+                rows: list[dict[str, object]] = future.result()
+                yield rows
+                task = next(queue, None)
+                if task is not None:
+                    running.add(client.submit(run_task, task, pure=False))
+        finally:
+            running.clear()
+
+
+def run_sweep(
+    config: SweepConfig,
+    out: str | Path,
+    *,
+    workers: int | None = None,
+    resume: bool = False,
+    overwrite: bool = False,
+    dask_scheduler: str | None = None,
+    progress: Progress | None = None,
+) -> SweepSummary:
+    """Run every point of ``config`` and append one row per point to the CSV file ``out``.
+
+    Rows arrive in completion order; their content does not depend on the order, the number of
+    workers or the executor. An interrupted sweep keeps every finished row; ``resume`` skips them.
+
+    Args:
+        config: the grid (see :func:`~pipesim.sweep.config.load_sweep_config`).
+        out: the results CSV (columns: :data:`~pipesim.sweep.store.COLUMNS`).
+        workers: worker processes (default: the CPUs available); 1 runs in this process.
+        resume: keep the rows already in ``out`` and run only the missing points.
+        overwrite: replace an existing ``out`` instead of refusing.
+        dask_scheduler: address of a Dask distributed scheduler (``tcp://host:8786``) to run the
+            tasks on instead of local processes; ``workers`` is then ignored.
+        progress: called as ``progress(done, total)`` with the points of this run.
+
+    Returns:
+        A summary of the points skipped and run, and the statuses written.
+
+    Raises:
+        FormatError: a model, cluster or override set in the config cannot be loaded.
+        InputError: ``workers`` < 1, ``out`` has rows and neither ``resume`` nor ``overwrite``,
+            or Dask is not installed.
+        OSError: the results file cannot be written; a Dask scheduler cannot be reached.
+    """
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+        raise invalid("workers", workers, "must be an integer >= 1")
+    with ResultsWriter(out, resume=resume, overwrite=overwrite) as writer:
+        tasks, skipped = _tasks(config, writer.done_keys)
+        total = sum(len(t.points) for t in tasks)
+        log.info("sweep %s: %d points, %d already done, %d tasks", out, total + skipped, skipped, len(tasks))
+        if dask_scheduler is not None:
+            results = _run_dask(tasks, dask_scheduler)
+        else:
+            count = min(workers or default_workers(), max(1, len(tasks)))
+            results = _run_inline(tasks) if count == 1 else _run_processes(tasks, count)
+        statuses: dict[str, int] = {}
+        done = 0
+        if progress is not None:
+            progress(0, total)
+        try:
+            for rows in results:
+                for row in rows:
+                    writer.append(row)
+                    status = str(row["status"])
+                    statuses[status] = statuses.get(status, 0) + 1
+                done += len(rows)
+                if progress is not None:
+                    progress(done, total)
+        finally:
+            close = getattr(results, "close", None)
+            if close is not None:
+                close()
+    return SweepSummary(
+        path=Path(out), points=total + skipped, skipped=skipped, ran=done, statuses=dict(sorted(statuses.items()))
+    )
