@@ -123,7 +123,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     png_path = _common.save_figure(figure(rows), args.out / f"{NAME}.png")
     shown = [{**r, "peak_memory_gib": r["peak_memory_bytes"] / GIB} for r in rows]
     columns = ["model", "global_batch_size", "schedule", "stages", "microbatches", "throughput_samples_per_s"]
-    print(_common.table(shown, [*columns, "peak_memory_gib", "fits", "throughput_vs_gpipe", "memory_vs_gpipe"]))
+    columns += ["peak_memory_gib", "fits", "throughput_vs_gpipe", "memory_vs_gpipe"]
+    print(_common.table(shown, columns))
     print(f"wrote {csv_path} and {png_path}")
     return 0
 

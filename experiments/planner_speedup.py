@@ -143,6 +143,10 @@ def run(
     return rows
 
 
+def _or_nan(value: object) -> float:
+    return math.nan if value is None else float(value)  # type: ignore[arg-type]
+
+
 _COLORS = {"dapple": "tab:blue", "dp": "tab:gray", "pipedream": "tab:green", "gpipe": "tab:orange"}
 
 
@@ -162,8 +166,8 @@ def figure(rows: Sequence[_common.Row]) -> Figure:
                     if r["model"] == model and r["cluster"] == cluster and r["planner"] == planner
                 ]
                 xs = [r["global_batch_size"] for r in mine]
-                sim = [r["speedup"] if r["speedup"] is not None else math.nan for r in mine]
-                est = [r["estimated_speedup"] if r["estimated_speedup"] is not None else math.nan for r in mine]
+                sim = [_or_nan(r["speedup"]) for r in mine]
+                est = [_or_nan(r["estimated_speedup"]) for r in mine]
                 color = _COLORS[planner]
                 ax.plot(xs, sim, marker="o", markersize=3, color=color, label=planner)
                 ax.plot(xs, est, linestyle=":", color=color, linewidth=1)

@@ -33,6 +33,9 @@ _EXPORTS: dict[str, str] = {
     "SimOptions": "pipesim.simulator",
     "SimulationResult": "pipesim.simulator",
     "make_schedule": "pipesim.schedules",
+    "verify": "pipesim.verification",
+    "VerifyReport": "pipesim.verification",
+    "retarget": "pipesim.profiles.retarget",
     "schedule_names": "pipesim.schedules",
 }
 

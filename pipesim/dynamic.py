@@ -33,11 +33,11 @@ from pipesim.planner.dynamic import (
     variable_schedule,
 )
 from pipesim.profiles.cluster import Cluster, load_cluster
+from pipesim.profiles.memory import static_memory_bytes
 from pipesim.profiles.seqcost import seq_cost_model
 from pipesim.schedules import Schedule, evaluate
 from pipesim.simulator import SimOptions, simulate
 from pipesim.simulator.costs import MicrobatchCosts
-from pipesim.simulator.memory import static_memory_bytes
 
 __all__ = ["DynamicReport", "StrategyResult", "report_to_json", "run_dynamic", "setup_costs"]
 

@@ -15,12 +15,11 @@ from typing import Any
 
 from pipesim.errors import FormatError, Infeasible, InputError, invalid
 from pipesim.fileio import atomic_write_text
-from pipesim.profiles.model import ModelProfile
+from pipesim.profiles.memory import OPTIMIZERS
 
 __all__ = [
     "ALLREDUCE_ALGORITHMS",
     "OPTIMIZERS",
-    "OPTIMIZER_STATE_MULTIPLIER",
     "Estimate",
     "Plan",
     "StagePlan",
@@ -29,12 +28,8 @@ __all__ = [
     "plan_to_dict",
     "save_plan",
     "split_samples",
-    "stage_activation_bytes",
-    "static_memory_multiplier",
 ]
 
-OPTIMIZERS: tuple[str, ...] = ("sgd", "momentum", "adam")
-"""Optimizers whose state the memory model knows."""
 ALLREDUCE_ALGORITHMS: tuple[str, ...] = ("auto", "ring", "hierarchical")
 """Gradient all-reduce algorithms among a stage's replicas."""
 
@@ -545,67 +540,3 @@ def balanced_split(stage_times_s: Sequence[float], num_stages: int) -> list[int]
         sizes.append(j - i)
         i = j
     return sizes
-
-
-# --------------------------------------------------------------------------------------------
-# The memory model shared by the planner's estimates and the simulator
-
-OPTIMIZER_STATE_MULTIPLIER: dict[tuple[str, bool], float] = {
-    # (optimizer, mixed precision) -> optimizer-state bytes per parameter byte in the training
-    # dtype. fp32: momentum 1 buffer, Adam m and v. Mixed precision (fp16/bf16 weights): the fp32
-    # master copy (2) plus fp32 momentum (2) or Adam m and v (4). Mixed-precision Adam is then
-    # 2 + 2 + 12 = 16 bytes per parameter, the figure of Rajbhandari et al., "ZeRO: Memory
-    # Optimizations Toward Training Trillion Parameter Models" (SC'20), Sec. 3.1.
-    ("sgd", False): 0.0,
-    ("momentum", False): 1.0,
-    ("adam", False): 2.0,
-    ("sgd", True): 2.0,
-    ("momentum", True): 4.0,
-    ("adam", True): 6.0,
-}
-"""Optimizer-state bytes per parameter byte, by (optimizer, mixed precision)."""
-
-
-def static_memory_multiplier(dtype: str, optimizer: str) -> float:
-    """Bytes of weights + gradients + optimizer state per parameter byte (see the table above).
-
-    Raises:
-        InputError: unknown optimizer.
-    """
-    key = (optimizer, dtype != "float32")
-    if key not in OPTIMIZER_STATE_MULTIPLIER:
-        raise invalid("optimizer", optimizer, f"must be one of {', '.join(OPTIMIZERS)}")
-    return 2.0 + OPTIMIZER_STATE_MULTIPLIER[key]
-
-
-def stage_activation_bytes(
-    profile: ModelProfile, first_layer: int, last_layer: int, samples: float, recompute: bool
-) -> tuple[float, float]:
-    """Activation memory of one replica of a stage for one micro-batch share of ``samples``, bytes.
-
-    Returns ``(stash, work)``: ``stash`` is kept from the forward until the backward ends (the
-    stage's received input, the cut's crossing bytes, plus every layer's saved bytes; with
-    ``recompute`` only the input), ``work`` is the transient working set of the backward (the
-    largest layer output; with ``recompute`` the re-materialised saved bytes). A device holding
-    ``K`` micro-batches in flight peaks at ``static + K * stash + work``.
-
-    Args:
-        profile: the :class:`~pipesim.profiles.model.ModelProfile`.
-        first_layer: the stage's first layer.
-        last_layer: its last layer (inclusive).
-        samples: samples of the replica's share of a micro-batch (> 0).
-        recompute: activation recomputation.
-
-    Raises:
-        InputError: ``samples`` is not > 0.
-    """
-    layers = range(first_layer, last_layer + 1)
-    stashed = profile.stashed_bytes(samples)
-    inputs = 0.0
-    if first_layer > 0:
-        inputs = profile.cuts()[first_layer - 1].crossing_bytes / profile.profile_batch_size * samples
-    saved = sum(stashed[i] for i in layers)
-    if recompute:
-        return inputs, saved
-    acts = profile.activation_bytes(samples)
-    return inputs + saved, max(acts[i] for i in layers)

@@ -19,7 +19,8 @@ every question a planner asks, with caches so a search pays for each distinct qu
 * **Pipeline latency** (:func:`pipeline_time_s`): DAPPLE's warm-up + steady + ending phases, see
   ``docs/planner.md``; GPipe's two flow-shop phases.
 * **Memory** per device: ``static + K * stash + work`` with the simulator's memory model
-  (:func:`pipesim.plan.static_memory_multiplier`, :func:`pipesim.plan.stage_activation_bytes`),
+  (:func:`pipesim.profiles.memory.static_memory_multiplier`,
+  :func:`pipesim.profiles.memory.stage_activation_bytes`),
   ``K = min(S - i, M)`` micro-batches in flight on stage ``i`` of ``S`` under dapple/1f1b, ``M``
   under gpipe.
 """
@@ -37,8 +38,6 @@ from pipesim.plan import (
     Estimate,
     Plan,
     split_samples,
-    stage_activation_bytes,
-    static_memory_multiplier,
 )
 from pipesim.planner.latency import (
     FLUSH_SCHEDULES,
@@ -51,6 +50,7 @@ from pipesim.planner.latency import (
     prepend,
 )
 from pipesim.profiles.cluster import Cluster
+from pipesim.profiles.memory import stage_activation_bytes, static_memory_multiplier
 from pipesim.profiles.model import ModelProfile
 from pipesim.schedules import make_schedule
 

@@ -15,12 +15,10 @@ from pipesim.simulator.collectives import (
     ring_allreduce_time_s,
 )
 from pipesim.simulator.engine import SimOptions, simulate
-from pipesim.simulator.memory import OPTIMIZER_STATE_MULTIPLIER, static_memory_bytes
 from pipesim.simulator.network import LinkInterval, Network, NetworkStats, TransferRecord
 from pipesim.simulator.trace import DeviceMetrics, EventKind, MemoryCurve, SimulationResult, TraceEvent
 
 __all__ = [
-    "OPTIMIZER_STATE_MULTIPLIER",
     "AllReduceAlgorithm",
     "DeviceMetrics",
     "EventKind",
@@ -40,5 +38,4 @@ __all__ = [
     "ring_allreduce",
     "ring_allreduce_time_s",
     "simulate",
-    "static_memory_bytes",
 ]

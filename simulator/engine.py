@@ -14,11 +14,11 @@ import simpy
 from pipesim.errors import InputError, invalid
 from pipesim.plan import Plan, split_samples
 from pipesim.profiles.cluster import Cluster
+from pipesim.profiles.memory import stage_activation_bytes, static_memory_bytes
 from pipesim.profiles.model import ModelProfile
 from pipesim.schedules import Schedule, make_schedule
 from pipesim.simulator.collectives import allreduce
 from pipesim.simulator.costs import MicrobatchCosts
-from pipesim.simulator.memory import static_memory_bytes
 from pipesim.simulator.network import LinkInterval, Network
 from pipesim.simulator.trace import (
     DeviceMetrics,
@@ -235,9 +235,6 @@ class _Run:
         layers = range(spec.first_layer, spec.last_layer + 1)
         shares = tuple(split_samples(n, len(devices)) for n in plan.microbatch_samples())
         cache: dict[int, tuple[float, float, float, float]] = {}
-        in_per_sample = 0.0
-        if spec.first_layer > 0:
-            in_per_sample = profile.cuts()[spec.first_layer - 1].crossing_bytes / profile.profile_batch_size
         out_per_sample = 0.0
         if spec.last_layer < profile.num_layers - 1:
             out_per_sample = profile.cuts()[spec.last_layer].crossing_bytes / profile.profile_batch_size
@@ -246,15 +243,9 @@ class _Run:
             if samples not in cache:
                 fwd = profile.fwd_times_s(samples)
                 bwd = profile.bwd_times_s(samples)
-                stashed = profile.stashed_bytes(samples)
-                acts = profile.activation_bytes(samples)
-                inputs = in_per_sample * samples
-                if plan.recompute:
-                    stash = inputs
-                    work = sum(stashed[i] for i in layers)
-                else:
-                    stash = inputs + sum(stashed[i] for i in layers)
-                    work = max(acts[i] for i in layers)
+                stash, work = stage_activation_bytes(
+                    profile, spec.first_layer, spec.last_layer, samples, plan.recompute
+                )
                 cache[samples] = (sum(fwd[i] for i in layers), sum(bwd[i] for i in layers), stash, work)
             return cache[samples]
 
@@ -539,7 +530,8 @@ class _Run:
             buckets = self._buckets(stage)
             events = [self.env.event() for _ in buckets]
             state = self.bucket_state[stage.index] = ([len(stage.devices)] * len(buckets), events)
-            self.env.process(self.allreduce_process(stage, list(zip([b for b, _ in buckets], events, strict=True))))
+            sizes = [nbytes for nbytes, _ in buckets]
+            self.env.process(self.allreduce_process(stage, list(zip(sizes, events, strict=True))))
         waiting, events = state
         elapsed = 0.0
         for k, (_, fraction) in enumerate(self._buckets(stage)):
@@ -674,7 +666,7 @@ def simulate(
     Every device runs its rank's schedule actions in order on its compute stream; activations
     and gradients travel over the cluster's links as flows that share each link max-min fairly;
     each replicated stage all-reduces its gradients among its replicas with transfers over the
-    same links. Memory per device is tracked over time (see :mod:`pipesim.simulator.memory`).
+    same links. Memory per device is tracked over time (see :mod:`pipesim.profiles.memory`).
 
     Args:
         plan: the plan to execute.

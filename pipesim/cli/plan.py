@@ -156,7 +156,7 @@ def _run_plan(args: argparse.Namespace) -> int:
 
 
 def _run_verify(args: argparse.Namespace) -> int:
-    from pipesim.verify import verify
+    from pipesim.verification import verify
 
     plans, profile, cluster = _plans(args, 1)
     reports = [verify(p, cluster, profile=profile) for p in plans]

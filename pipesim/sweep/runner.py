@@ -27,12 +27,6 @@ __all__ = ["SweepSummary", "SweepTask", "default_workers", "run_sweep", "run_tas
 
 log = logging.getLogger(__name__)
 
-SECONDS_PER_HOUR = 3600.0
-SAMPLES_PER_MILLION = 1e6
-
-# Schedules the planner's analytic estimate models (as in pipesim.compare); others get no estimate.
-_ESTIMATED = frozenset({"gpipe", "dapple", "1f1b"})
-
 Progress = Callable[[int, int], None]
 """``progress(done, total)``: called after each finished task with the points done so far."""
 
@@ -141,36 +135,33 @@ def run_task(task: SweepTask) -> list[dict[str, object]]:
     out: list[dict[str, object]] = []
     for point, row in zip(task.points, rows, strict=True):
         try:
-            done = compare(
-                profile, task.cluster, point.global_batch_size, schedules=[point.schedule], base_plan=base,
+            (done,) = compare(
+                profile,
+                task.cluster,
+                point.global_batch_size,
+                schedules=[point.schedule],
+                base_plan=base,
                 options=options,
-            )[0]
+                price_per_device_hour_usd=price,
+            )
         except (Infeasible, InputError) as exc:
             out.append(_failed(row, exc))
             continue
         summary = done.to_dict()
-        iteration_s = done.result.iteration_time_s
-        devices = done.plan.num_devices
-        cost = None
-        if price is not None:
-            per_sample_usd = price * devices * iteration_s / SECONDS_PER_HOUR / point.global_batch_size
-            cost = per_sample_usd * SAMPLES_PER_MILLION
         out.append(
             {
                 **row,
                 "num_stages": done.plan.num_stages,
                 "num_microbatches": done.plan.num_microbatches,
-                "num_devices": devices,
-                "iteration_time_s": iteration_s,
+                "num_devices": done.plan.num_devices,
+                "iteration_time_s": done.result.iteration_time_s,
                 "throughput_samples_per_s": done.result.throughput_samples_per_s,
                 "bubble_fraction": done.result.bubble_fraction,
                 "peak_memory_bytes": summary["peak_memory_bytes"],
                 "fits": done.result.fits,
-                "estimated_iteration_time_s": summary["estimated_iteration_time_s"]
-                if point.schedule in _ESTIMATED
-                else None,
+                "estimated_iteration_time_s": done.estimated_iteration_time_s,
                 "price_per_device_hour_usd": price,
-                "cost_per_million_samples_usd": cost,
+                "cost_per_million_samples_usd": summary["cost_per_million_samples_usd"],
                 "status": "ok",
                 "error": "",
             }

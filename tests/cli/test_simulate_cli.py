@@ -246,3 +246,12 @@ def test_plan_file_with_unknown_device(tmp_path: Path, capsys: pytest.CaptureFix
     code, _, err = run(capsys, "simulate", "--model", "bert48", "--cluster", "dgx1-v100", "--plan", str(path))
     assert code == 2
     assert "device 99 is not in the cluster" in err
+
+
+def test_no_lazy_export_is_shadowed_by_a_submodule() -> None:
+    # `import pipesim.x` binds the module to `pipesim.x`, hiding an export of the same name.
+    from pathlib import Path
+
+    package = Path(pipesim.__file__).parent
+    submodules = {p.stem for p in package.glob("*.py")} | {p.name for p in package.iterdir() if p.is_dir()}
+    assert not (set(pipesim.__all__) & submodules)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-import pipesim.verify
+import pipesim
 from pipesim.errors import Infeasible, InputError, UnknownNameError
 from pipesim.planner import plan, planner_names
 from pipesim.planner.dapple import replica_candidates

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-import pipesim.verify
+import pipesim
 from pipesim.planner import estimate_plan, plan
 from pipesim.profiles import get_cluster, zoo_model
 from pipesim.simulator import SimOptions, simulate

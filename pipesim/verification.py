@@ -5,8 +5,6 @@ This module needs both the planner and the simulator, so it lives in the top-lev
 
 from __future__ import annotations
 
-import sys
-import types
 from dataclasses import dataclass
 from typing import Any
 
@@ -104,16 +102,3 @@ def verify(
         estimated_peak_memory_bytes=estimate.peak_memory_bytes,
         simulated_peak_memory_bytes=simulated_peak,
     )
-
-
-class _CallableModule(types.ModuleType):
-    """Importing ``pipesim.verify`` binds the *module* to ``pipesim.verify``; make it callable so
-    ``pipesim.verify(plan, cluster, profile=...)`` works either way."""
-
-    def __call__(
-        self, plan: Plan, cluster: Cluster, *, profile: ModelProfile, options: SimOptions | None = None
-    ) -> VerifyReport:
-        return verify(plan, cluster, profile=profile, options=options)
-
-
-sys.modules[__name__].__class__ = _CallableModule

@@ -1,0 +1,50 @@
+"""GPipe vs DAPPLE on the same plan: about the same throughput, far less memory for DAPPLE."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from experiments import gpipe_vs_dapple
+
+
+@pytest.fixture(scope="module")
+def rows() -> list[dict[str, Any]]:
+    return gpipe_vs_dapple.run(small=True)
+
+
+def pairs(rows: list[dict[str, Any]]) -> dict[str, tuple[dict[str, Any], dict[str, Any]]]:
+    out: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
+    for model, _ in gpipe_vs_dapple.SMALL_POINTS:
+        (g,) = [r for r in rows if r["model"] == model and r["schedule"] == "gpipe"]
+        (d,) = [r for r in rows if r["model"] == model and r["schedule"] == "dapple"]
+        out[model] = (g, d)
+    return out
+
+
+def test_same_plan_both_schedules(rows: list[dict[str, Any]]) -> None:
+    assert len(rows) == 2 * len(gpipe_vs_dapple.SMALL_POINTS)
+    for g, d in pairs(rows).values():
+        for key in ("stages", "replicas", "microbatches", "global_batch_size"):
+            assert g[key] == d[key]
+        assert g["throughput_vs_gpipe"] == 1.0
+        assert g["memory_vs_gpipe"] == 1.0
+
+
+def test_throughput_about_the_same(rows: list[dict[str, Any]]) -> None:
+    for g, d in pairs(rows).values():
+        assert d["throughput_samples_per_s"] / g["throughput_samples_per_s"] == pytest.approx(1.0, abs=0.1)
+        assert d["throughput_vs_gpipe"] == pytest.approx(
+            d["throughput_samples_per_s"] / g["throughput_samples_per_s"], rel=1e-12
+        )
+
+
+def test_dapple_needs_less_memory(rows: list[dict[str, Any]]) -> None:
+    for g, d in pairs(rows).values():
+        assert d["peak_memory_bytes"] <= g["peak_memory_bytes"]
+        assert d["fits"] is True
+    # bert48: 32 micro-batches over 9 stages; DAPPLE stashes at most 9 per stage, GPipe all 32.
+    g, d = pairs(rows)["bert48"]
+    assert d["microbatches"] > d["stages"]
+    assert d["peak_memory_bytes"] < 0.5 * g["peak_memory_bytes"]

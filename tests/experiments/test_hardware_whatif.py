@@ -1,0 +1,48 @@
+"""Hardware what-if: newer GPUs are faster, faster NICs are never slower, costs add up."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from experiments import hardware_whatif as hw
+from pipesim.profiles import get_device
+
+
+@pytest.fixture(scope="module")
+def rows() -> list[dict[str, Any]]:
+    return hw.run(small=True)
+
+
+def throughput(rows: list[dict[str, Any]], device: str, nic: str) -> float:
+    (row,) = [r for r in rows if r["device"] == device and r["nic"] == nic]
+    return float(row["throughput_samples_per_s"])
+
+
+def test_newer_gpus_are_faster(rows: list[dict[str, Any]]) -> None:
+    v100, a100, h100 = hw.DEVICES
+    for nic in hw.SMALL_NICS:
+        assert throughput(rows, a100, nic) > 1.5 * throughput(rows, v100, nic)
+        assert throughput(rows, h100, nic) > 1.5 * throughput(rows, a100, nic)
+
+
+def test_faster_nic_is_never_slower(rows: list[dict[str, Any]]) -> None:
+    slow, fast = hw.SMALL_NICS
+    for device in hw.DEVICES:
+        assert throughput(rows, device, fast) >= throughput(rows, device, slow) * (1 - 1e-9)
+
+
+def test_cost_per_million_samples(rows: list[dict[str, Any]]) -> None:
+    for r in rows:
+        price = get_device(r["device"]).price_per_hour_usd
+        assert price is not None
+        assert r["cluster_price_per_hour_usd"] == pytest.approx(16 * price, rel=1e-12)
+        expected = 16 * price / (r["throughput_samples_per_s"] * 3600) * 1e6
+        assert r["usd_per_million_samples"] == pytest.approx(expected, rel=1e-12)
+        assert r["fits"] is True
+        estimate = r["estimated_throughput_samples_per_s"]
+        assert estimate == pytest.approx(r["throughput_samples_per_s"], rel=0.05)
+    # The fastest point is also the cheapest per sample: H100s on HDR InfiniBand (README).
+    cheapest = min(rows, key=lambda r: r["usd_per_million_samples"])
+    assert (cheapest["device"], cheapest["nic"]) == ("H100-SXM", "IB-HDR")
