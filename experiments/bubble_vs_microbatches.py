@@ -117,13 +117,24 @@ def figure(rows: Sequence[_common.Row]) -> Figure:
     for k, p in enumerate(dict.fromkeys(int(r["stages"]) for r in rows)):
         color = f"C{k}"
         mine = [r for r in rows if r["stages"] == p and r["schedule"] == SCHEDULES[0]]
-        ax.plot([r["microbatches"] for r in mine], [r["closed_form_bubble_fraction"] for r in mine],
-                color=color, label=f"p = {p}: (p-1)/(m+p-1)")
+        ax.plot(
+            [r["microbatches"] for r in mine],
+            [r["closed_form_bubble_fraction"] for r in mine],
+            color=color,
+            label=f"p = {p}: (p-1)/(m+p-1)",
+        )
         for schedule in SCHEDULES:
             sim = [r for r in rows if r["stages"] == p and r["schedule"] == schedule]
-            ax.plot([r["microbatches"] for r in sim], [r["bubble_fraction"] for r in sim], linestyle="none",
-                    marker=markers[schedule], color=color, markersize=6 if schedule == "gpipe" else 8,
-                    fillstyle="none", label=f"p = {p}: simulated {schedule}")
+            ax.plot(
+                [r["microbatches"] for r in sim],
+                [r["bubble_fraction"] for r in sim],
+                linestyle="none",
+                marker=markers[schedule],
+                color=color,
+                markersize=6 if schedule == "gpipe" else 8,
+                fillstyle="none",
+                label=f"p = {p}: simulated {schedule}",
+            )
     ax.set_xscale("log", base=2)
     ax.set_xlabel("micro-batches m")
     ax.set_ylabel("bubble fraction")

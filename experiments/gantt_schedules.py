@@ -9,7 +9,7 @@ simulated under four schedules with :func:`pipesim.compare.compare`:
 - ``interleaved``: each device holds 2 model chunks, the model cut into 8 virtual stages
   (Narayanan et al., SC 2021), which shrinks the warm-up and cool-down bubble;
 - ``zb-h1``: the backward split into input- and weight-gradient parts, weight gradients filling the
-  bubbles, at DAPPLE's memory (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024).
+  bubbles, at about DAPPLE's memory (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024).
 
 Expected: iteration time and bubble ordered zb-h1 < interleaved < dapple <= gpipe, and GPipe's
 peak memory far above the others (here above the V100's 16 GiB).
@@ -30,6 +30,7 @@ from pathlib import Path
 from pipesim.api import make_plan
 from pipesim.compare import CompareRow, compare
 from pipesim.profiles import get_cluster, zoo_model
+from pipesim.units import GIB
 
 try:
     from experiments import _common
@@ -52,9 +53,7 @@ def simulate_schedules() -> list[CompareRow]:
         PipesimError: see :func:`pipesim.compare.compare`.
     """
     profile = zoo_model(MODEL)
-    base = make_plan(
-        profile, global_batch_size=MICROBATCHES, num_microbatches=MICROBATCHES, stages=STAGES
-    )
+    base = make_plan(profile, global_batch_size=MICROBATCHES, num_microbatches=MICROBATCHES, stages=STAGES)
     return compare(profile, get_cluster(CLUSTER), MICROBATCHES, schedules=SCHEDULES, base_plan=base)
 
 
@@ -104,8 +103,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         title=f"{MODEL} on {CLUSTER}: {STAGES} stages, {MICROBATCHES} micro-batches",
     )
     png_path = _common.save_figure(fig, args.out / f"{NAME}.png")
-    from pipesim.units import GIB
-
     shown = [{**r, "peak_memory_gib": r["peak_memory_bytes"] / GIB} for r in rows]
     columns = ["schedule", "stages", "iteration_time_s", "speedup_vs_gpipe", "bubble_fraction"]
     print(_common.table(shown, [*columns, "peak_memory_gib", "fits"], digits=4))

@@ -96,12 +96,22 @@ def figure(rows: Sequence[_common.Row]) -> Figure:
     for k, schedule in enumerate(SCHEDULES):
         mine = {str(r["model"]): r for r in rows if r["schedule"] == schedule}
         xs = [i + (k - 0.5) * width for i in range(len(models))]
-        bars = ax_thr.bar(xs, [mine[m]["throughput_vs_gpipe"] for m in models], width, label=schedule,
-                          color=colors[schedule])
+        bars = ax_thr.bar(
+            xs,
+            [mine[m]["throughput_vs_gpipe"] for m in models],
+            width,
+            label=schedule,
+            color=colors[schedule],
+        )
         labels = [f"{mine[m]['throughput_samples_per_s']:.0f}" for m in models]
         ax_thr.bar_label(bars, labels=labels, fontsize=7, padding=2)
-        ax_mem.bar(xs, [mine[m]["peak_memory_bytes"] / GIB for m in models], width, label=schedule,
-                   color=colors[schedule])
+        ax_mem.bar(
+            xs,
+            [mine[m]["peak_memory_bytes"] / GIB for m in models],
+            width,
+            label=schedule,
+            color=colors[schedule],
+        )
     capacity = max(float(r["memory_capacity_bytes"]) for r in rows) / GIB
     ax_mem.axhline(capacity, color="tab:red", linestyle="--", linewidth=1, label=f"capacity {capacity:g} GiB")
     ax_thr.set_ylim(0, 1.3)

@@ -7,8 +7,8 @@ the GPU and the NIC change). The V100 profile of ``bert48`` is re-targeted to ea
 per-layer roofline of :func:`pipesim.profiles.retarget.retarget`, in mixed precision (``float16``,
 tensor cores) by default. At each point the DAPPLE planner picks a plan, which is simulated.
 
-Cost per million samples = the cluster's on-demand price (device-hour price from the catalog x
-all 16 devices, whether the plan uses them all or not) / throughput.
+Cost per million samples: :func:`pipesim.cost.training_cost`, the catalog's on-demand price per
+device-hour times the devices the plan uses, over the simulated throughput.
 
 Writes ``hardware_whatif.csv`` and ``hardware_whatif.png`` (grouped bars: samples/s and
 dollars per million samples, one group per GPU, one bar per NIC) into ``--out``.
@@ -24,6 +24,7 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
+from pipesim.cost import training_cost
 from pipesim.planner import plan
 from pipesim.profiles import get_cluster, with_overrides, zoo_model
 from pipesim.profiles.retarget import retarget
@@ -44,7 +45,6 @@ DEVICES: tuple[str, ...] = ("V100-SXM2-16GB", "A100-80GB", "H100-SXM")
 NICS: tuple[str, ...] = ("10GbE", "25GbE", "100GbE", "IB-HDR")
 """Slowest to fastest (10, 25, 100, 200 Gb/s per port; catalog in pipesim.profiles.hardware)."""
 SMALL_NICS: tuple[str, ...] = ("10GbE", "IB-HDR")
-SECONDS_PER_HOUR = 3600.0
 
 
 def run(
@@ -59,7 +59,7 @@ def run(
 
     Columns: device, nic, model, dtype, global_batch_size, stages, replicas, microbatches,
     devices_used, throughput_samples_per_s (simulated), estimated_throughput_samples_per_s
-    (planner), cluster_price_per_hour_usd, usd_per_million_samples, peak_memory_bytes, fits.
+    (planner), price_per_device_hour_usd, usd_per_million_samples, peak_memory_bytes, fits.
 
     Raises:
         Infeasible: no plan fits at some point.
@@ -74,8 +74,9 @@ def run(
             cluster = with_overrides(base, {"device": device, "nic": nic})
             best = plan(target, cluster, global_batch_size, planner="dapple", top=1)[0]
             result = simulate(best, target, cluster, options)
-            price = cluster.price_per_hour_usd
+            price = cluster.device.price_per_hour_usd
             throughput = result.throughput_samples_per_s
+            cost = None if price is None else training_cost(throughput, best.num_devices, price)
             rows.append(
                 {
                     "device": device,
@@ -91,10 +92,8 @@ def run(
                     "estimated_throughput_samples_per_s": (
                         best.estimate.throughput_samples_per_s if best.estimate else None
                     ),
-                    "cluster_price_per_hour_usd": price,
-                    "usd_per_million_samples": (
-                        None if price is None else price / (throughput * SECONDS_PER_HOUR) * 1e6
-                    ),
+                    "price_per_device_hour_usd": price,
+                    "usd_per_million_samples": None if cost is None else cost.cost_per_million_samples_usd,
                     "peak_memory_bytes": result.peak_memory_bytes,
                     "fits": result.fits,
                 }

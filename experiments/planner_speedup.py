@@ -143,8 +143,8 @@ def run(
     return rows
 
 
-def _or_nan(value: object) -> float:
-    return math.nan if value is None else float(value)  # type: ignore[arg-type]
+def _or_nan(value: float | None) -> float:
+    return math.nan if value is None else float(value)
 
 
 _COLORS = {"dapple": "tab:blue", "dp": "tab:gray", "pipedream": "tab:green", "gpipe": "tab:orange"}

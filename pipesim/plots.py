@@ -65,7 +65,9 @@ def _group_label(row: Mapping[str, Any], by: Sequence[str]) -> str:
     return ", ".join(_text(row[c]) or "(none)" for c in by)
 
 
-def _check_unique(rows: Sequence[Mapping[str, Any]], x: str, by: Sequence[str], columns: Sequence[str]) -> None:
+def _check_unique(
+    rows: Sequence[Mapping[str, Any]], x: str, by: Sequence[str], columns: Sequence[str]
+) -> None:
     seen: dict[tuple[str, str], Mapping[str, Any]] = {}
     for row in rows:
         spot = (_group_label(row, by) if by else "", _text(row[x]))
@@ -137,9 +139,7 @@ def plot_sweep(
     )
     selected = _select(rows, filters)
     drawn = [
-        r
-        for r in selected
-        if r.get("status", "ok") == "ok" and r[x] not in (None, "") and _is_number(r[y])
+        r for r in selected if r.get("status", "ok") == "ok" and r[x] not in (None, "") and _is_number(r[y])
     ]
     if not drawn:
         raise InputError(
@@ -179,7 +179,9 @@ def plot_sweep(
     ax.grid(True, axis="y", alpha=0.3)
     if by_columns:
         ax.legend(title=", ".join(by_columns), fontsize="small")
-    ax.set_title(title if title is not None else f"{y}" + (f" by {', '.join(by_columns)}" if by_columns else ""))
+    ax.set_title(
+        title if title is not None else f"{y}" + (f" by {', '.join(by_columns)}" if by_columns else "")
+    )
     log.debug("plotted %d rows in %d series", len(drawn), len(groups))
     return fig
 

@@ -19,12 +19,40 @@ Assumptions (each tested in ``tests/profiles/test_retarget.py``):
 from __future__ import annotations
 
 import dataclasses
+import logging
 
-from pipesim.errors import invalid
+from pipesim.errors import UnknownNameError, invalid
 from pipesim.profiles.hardware import DeviceSpec, get_device
 from pipesim.profiles.model import Layer, ModelProfile
 
-__all__ = ["retarget", "roofline_time_s"]
+__all__ = ["retarget", "retarget_to", "roofline_time_s"]
+
+log = logging.getLogger(__name__)
+
+
+def retarget_to(profile: ModelProfile, device: DeviceSpec) -> ModelProfile:
+    """``profile`` as it would run on ``device``: re-targeted when it was measured on another
+    catalog device, unchanged when measured on ``device`` itself or on a device the catalog does
+    not know (then its times are used as they are, with a warning in the log).
+
+    Raises:
+        InputError: ``device`` does not support the profile's dtype.
+    """
+    try:
+        measured_on = get_device(profile.reference_device).name
+    except UnknownNameError:
+        log.warning(
+            "profile %s was measured on %r, which is not in the device catalog: its times are used "
+            "as they are on %s",
+            profile.name,
+            profile.reference_device,
+            device.name,
+        )
+        return profile
+    if measured_on == device.name:
+        return profile
+    log.info("re-targeting %s from %s to %s", profile.name, measured_on, device.name)
+    return retarget(profile, device)
 
 
 def roofline_time_s(

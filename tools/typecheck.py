@@ -36,6 +36,7 @@ def main() -> int:
                 "--cache-dir",
                 str(ROOT / ".mypy_cache"),
                 str(package),
+                str(ROOT / "experiments"),
             ]
         )
     sys.stdout.write(stdout.replace(tmp + "/pipesim/", ""))

@@ -9,9 +9,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from pipesim.errors import UnknownNameError, invalid
+from pipesim.errors import invalid
 from pipesim.profiles.cluster import Cluster
-from pipesim.profiles.hardware import get_device
 from pipesim.profiles.model import ModelProfile
 
 log = logging.getLogger(__name__)
@@ -113,28 +112,14 @@ def resolve_inputs(args: argparse.Namespace) -> tuple[ModelProfile, Cluster]:
     """
     from pipesim.profiles.cluster import load_cluster, with_overrides
     from pipesim.profiles.loader import load_model
-    from pipesim.profiles.retarget import retarget
+    from pipesim.profiles.retarget import retarget_to
 
     profile = load_model(args.model, pbs=getattr(args, "pbs", None))
     cluster = load_cluster(args.cluster)
     overrides = parse_overrides(getattr(args, "overrides", None) or [])
     if overrides:
         cluster = with_overrides(cluster, overrides)
-    try:
-        measured_on = get_device(profile.reference_device).name
-    except UnknownNameError:
-        log.warning(
-            "profile %s was measured on %r, which is not in the device catalog: its times are used as "
-            "they are on %s",
-            profile.name,
-            profile.reference_device,
-            cluster.device.name,
-        )
-        return profile, cluster
-    if measured_on != cluster.device.name:
-        log.info("re-targeting %s from %s to %s", profile.name, measured_on, cluster.device.name)
-        profile = retarget(profile, cluster.device)
-    return profile, cluster
+    return retarget_to(profile, cluster.device), cluster
 
 
 def print_json(data: Any) -> None:

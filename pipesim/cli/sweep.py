@@ -26,7 +26,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("config", help="sweep config TOML file")
     p.add_argument("--out", help="results CSV (default: <config name>.csv in the current directory)")
     p.add_argument("--workers", type=positive_int, help="worker processes (default: the CPUs available)")
-    p.add_argument("--resume", action="store_true", help="keep the rows in --out and run only the missing points")
+    p.add_argument(
+        "--resume", action="store_true", help="keep the rows in --out and run only the missing points"
+    )
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
     p.add_argument(
         "--dask-scheduler",
@@ -45,7 +47,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     q.add_argument("results", help="results CSV written by `pipesim sweep`")
     q.add_argument("--x", required=True, help="column on the horizontal axis, e.g. global_batch_size")
     q.add_argument("--y", required=True, help="column on the vertical axis, e.g. throughput_samples_per_s")
-    q.add_argument("--by", help="comma-separated columns that name the series, e.g. schedule or model,schedule")
+    q.add_argument(
+        "--by", help="comma-separated columns that name the series, e.g. schedule or model,schedule"
+    )
     q.add_argument("--kind", choices=("line", "bar"), default="line", help="line (default) or bar")
     q.add_argument(
         "--filter",

@@ -143,9 +143,7 @@ class SweepConfig:
     def points(self) -> list[SweepPoint]:
         """Every point of the grid, in a fixed order (models outermost, schedules innermost)."""
         return [
-            SweepPoint(
-                model=m, cluster=c, overrides=o, global_batch_size=g, planner=p, schedule=s
-            )
+            SweepPoint(model=m, cluster=c, overrides=o, global_batch_size=g, planner=p, schedule=s)
             for m, c, o, g, p, s in product(
                 self.models,
                 self.clusters,
@@ -200,7 +198,7 @@ def _overrides(value: object) -> tuple[Overrides, ...]:
     out: list[Overrides] = []
     for i, item in enumerate(items):
         if not isinstance(item, dict):
-            raise invalid(f"overrides[{i}]", item, "must be a table such as {device = \"A100-80GB\"}")
+            raise invalid(f"overrides[{i}]", item, 'must be a table such as {device = "A100-80GB"}')
         for key, val in item.items():
             if not isinstance(val, str | int | float | bool):
                 raise invalid(f"overrides[{i}].{key}", val, "must be a string, number or boolean")
@@ -236,7 +234,9 @@ def parse_sweep_config(
             raise fail(key, f"unknown key {key!r}; valid keys: {', '.join(_KEYS)}")
     for key in ("models", "clusters", "global_batch_sizes"):
         if key not in data:
-            raise FormatError(path, None, f"missing key {key!r} (required: models, clusters, global_batch_sizes)")
+            raise FormatError(
+                path, None, f"missing key {key!r} (required: models, clusters, global_batch_sizes)"
+            )
     kwargs: dict[str, Any] = {}
     try:
         for key in ("models", "clusters", "planners"):

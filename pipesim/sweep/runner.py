@@ -8,18 +8,23 @@ the results file (:class:`~pipesim.sweep.store.ResultsWriter`).
 
 from __future__ import annotations
 
+import importlib
 import logging
 import multiprocessing
 import os
+import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
 from pipesim.errors import FormatError, Infeasible, InputError, PipesimError, UnknownNameError, invalid
 from pipesim.profiles.cluster import Cluster
 from pipesim.profiles.model import ModelProfile
+from pipesim.profiles.retarget import retarget_to
 from pipesim.sweep.config import Overrides, SweepConfig, SweepPoint, overrides_text
 from pipesim.sweep.store import ResultsWriter, point_key
 
@@ -78,18 +83,6 @@ def default_workers() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def _retargeted(profile: ModelProfile, cluster: Cluster) -> ModelProfile:
-    """The profile re-targeted to the cluster's device (as ``pipesim simulate`` does)."""
-    from pipesim.profiles.hardware import get_device
-    from pipesim.profiles.retarget import retarget
-
-    try:
-        measured_on = get_device(profile.reference_device).name
-    except UnknownNameError:  # the parent already warned: times are used as they are
-        return profile
-    return profile if measured_on == cluster.device.name else retarget(profile, cluster.device)
-
-
 def _base_row(point: SweepPoint, key: str) -> dict[str, object]:
     return {
         "model": point.model,
@@ -127,7 +120,7 @@ def run_task(task: SweepTask) -> list[dict[str, object]]:
     if price is None:
         price = task.cluster.device.price_per_hour_usd
     try:
-        profile = _retargeted(task.profile, task.cluster)
+        profile = retarget_to(task.profile, task.cluster.device)
         base = plan(profile, task.cluster, first.global_batch_size, planner=first.planner, top=1)[0]
     except (Infeasible, InputError) as exc:
         return [_failed(row, exc) for row in rows]
@@ -212,9 +205,7 @@ def _load_inputs(config: SweepConfig) -> tuple[dict[str, ModelProfile], dict[tup
     return models, clusters
 
 
-def _tasks(
-    config: SweepConfig, done: set[str]
-) -> tuple[list[SweepTask], int]:
+def _tasks(config: SweepConfig, done: set[str]) -> tuple[list[SweepTask], int]:
     """The tasks for the points not yet done, and how many points were skipped."""
     models, clusters = _load_inputs(config)
     groups: dict[tuple[Any, ...], list[tuple[SweepPoint, str]]] = {}
@@ -244,42 +235,56 @@ def _run_inline(tasks: Iterable[SweepTask]) -> Iterator[list[dict[str, object]]]
         yield run_task(task)
 
 
+PARENT_POLL_S = 0.5
+"""How often a worker process checks that the sweep that started it is still alive, seconds."""
+
+
+def _exit_with_parent(parent_pid: int) -> None:
+    """Worker initializer: exit when the parent dies (killed, even with SIGKILL), instead of
+    running on as an orphan; a worker blocked on its task queue would never notice otherwise."""
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(PARENT_POLL_S)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="pipesim-sweep-parent-watch", daemon=True).start()
+
+
 def _run_processes(tasks: list[SweepTask], workers: int) -> Iterator[list[dict[str, object]]]:
     # Spawned (not forked) workers: the same behaviour on every OS, and no inherited locks or threads.
     # At most 4 tasks per worker are queued, so a huge sweep does not pickle every task up front.
     context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+    with ProcessPoolExecutor(
+        max_workers=workers, mp_context=context, initializer=_exit_with_parent, initargs=(os.getpid(),)
+    ) as pool:
         queue = iter(tasks)
-        pending: set[Future[list[dict[str, object]]]] = set()
+        pending = {pool.submit(run_task, task) for task in islice(queue, 4 * workers)}
         try:
-            while True:
-                while len(pending) < 4 * workers:
-                    task = next(queue, None)
-                    if task is None:
-                        break
-                    pending.add(pool.submit(run_task, task))
-                if not pending:
-                    return
+            while pending:
                 finished, pending = wait(pending, return_when=FIRST_COMPLETED)
                 for future in finished:
                     yield future.result()
+                pending |= {pool.submit(run_task, task) for task in islice(queue, len(finished))}
         finally:
             for future in pending:
                 future.cancel()
 
 
 def _run_dask(tasks: list[SweepTask], address: str) -> Iterator[list[dict[str, object]]]:
-    try:
-        from distributed import Client, as_completed
+    try:  # typed as Any: an optional dependency, untyped where it is installed
+        distributed: Any = importlib.import_module("distributed")
     except ImportError:
         raise InputError(
             "--dask-scheduler needs Dask's distributed scheduler: pip install 'pipesim[dask]'"
         ) from None
-    with Client(address) as client:
+    with distributed.Client(address) as client:
+        # At most 4 tasks per worker thread are queued, as for local processes.
         limit = max(16, 4 * sum(client.nthreads().values()))
         queue = iter(tasks)
-        initial = [client.submit(run_task, t, pure=False) for t in (next(queue, None) for _ in range(limit)) if t]
-        running = as_completed(initial)
+        running = distributed.as_completed(
+            [client.submit(run_task, task, pure=False) for task in islice(queue, limit)]
+        )
         try:
             for future in running:
                 rows: list[dict[str, object]] = future.result()
@@ -354,5 +359,9 @@ def run_sweep(
             if close is not None:
                 close()
     return SweepSummary(
-        path=Path(out), points=total + skipped, skipped=skipped, ran=done, statuses=dict(sorted(statuses.items()))
+        path=Path(out),
+        points=total + skipped,
+        skipped=skipped,
+        ran=done,
+        statuses=dict(sorted(statuses.items())),
     )

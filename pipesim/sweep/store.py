@@ -15,6 +15,7 @@ import io
 import logging
 import math
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
@@ -28,7 +29,14 @@ __all__ = ["COLUMNS", "PARAMETER_COLUMNS", "ResultsWriter", "format_line", "poin
 
 log = logging.getLogger(__name__)
 
-PARAMETER_COLUMNS: tuple[str, ...] = ("model", "cluster", "overrides", "global_batch_size", "planner", "schedule")
+PARAMETER_COLUMNS: tuple[str, ...] = (
+    "model",
+    "cluster",
+    "overrides",
+    "global_batch_size",
+    "planner",
+    "schedule",
+)
 """The columns that name a point (the grid's axes)."""
 
 COLUMNS: tuple[str, ...] = (
@@ -91,7 +99,7 @@ def _cell(value: object) -> str:
         return "true" if value else "false"
     if isinstance(value, float):
         return repr(value) if math.isfinite(value) else str(value)
-    return " | ".join(str(value).splitlines())
+    return re.sub(r"\r\n|\r|\n", " | ", str(value))  # one row, one line
 
 
 def format_line(row: Mapping[str, object]) -> bytes:
@@ -136,7 +144,9 @@ def _scan(path: Path, data: bytes) -> tuple[list[list[str]], list[int], bool]:
     header = next(csv.reader([lines[0]]), [])
     if tuple(header) != COLUMNS:
         raise FormatError(
-            path, 1, f"not a pipesim sweep results file (header {header[:4]}...; expected {', '.join(COLUMNS)})"
+            path,
+            1,
+            f"not a pipesim sweep results file (header {header[:4]}...; expected {', '.join(COLUMNS)})",
         )
     rows: list[list[str]] = []
     bad: list[int] = []
@@ -231,7 +241,7 @@ def _typed(column: str, text: str) -> Any:
     return text
 
 
-def read_results(path: str | Path) -> list[dict[str, Any]]:
+def read_results(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """The rows of a results file, typed (ints, floats, booleans, ``None`` for empty cells) and
     sorted by the point's parameters. A partly written last line is left out.
 
@@ -247,12 +257,16 @@ def read_results(path: str | Path) -> list[dict[str, Any]]:
         raise InputError(f"results file {str(file)!r} does not exist") from None
     rows, bad, partial = _scan(file, data)
     if bad:
-        raise FormatError(file, bad[0], f"malformed row: expected {len(COLUMNS)} fields ending in a 16-digit key")
+        raise FormatError(
+            file, bad[0], f"malformed row: expected {len(COLUMNS)} fields ending in a 16-digit key"
+        )
     if partial:
         log.warning("%s: leaving out a partly written last line", file)
     try:
         typed = [{c: _typed(c, v) for c, v in zip(COLUMNS, r, strict=True)} for r in rows]
     except ValueError as exc:
         raise FormatError(file, None, f"a cell has the wrong type: {exc}") from None
-    typed.sort(key=lambda r: tuple(str(r[c]) if c != "global_batch_size" else r[c] or 0 for c in PARAMETER_COLUMNS))
+    typed.sort(
+        key=lambda r: tuple(str(r[c]) if c != "global_batch_size" else r[c] or 0 for c in PARAMETER_COLUMNS)
+    )
     return typed

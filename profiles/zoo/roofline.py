@@ -165,7 +165,8 @@ class LayerCost:
     # -- building blocks -------------------------------------------------------------------
     def gemm(self, m: int, n: int, k: int, *, count: int = 1, weight: bool = True,
              speedup: float = 1.0) -> None:
-        """``count`` GEMMs ``C[m,n] = A[m,k] @ B[k,n]`` (one batched kernel); ``B`` is a weight when ``weight``.
+        """``count`` GEMMs ``C[m,n] = A[m,k] @ B[k,n]`` as one batched kernel; ``B`` is a weight when
+        ``weight``.
 
         Forward: 2mnk FLOP, reads A and B, writes C. Backward: the input gradient (2mnk) and the
         gradient of B (2mnk), which is a weight gradient when ``weight`` (else a second input

@@ -27,7 +27,12 @@ def test_small_config_grid_and_defaults(small_config: Path) -> None:
     points = config.points()
     assert len(points) == 8
     assert points[0] == SweepPoint(
-        model=SMALL, cluster="dgx1-v100", overrides=(), global_batch_size=16, planner="dapple", schedule="gpipe"
+        model=SMALL,
+        cluster="dgx1-v100",
+        overrides=(),
+        global_batch_size=16,
+        planner="dapple",
+        schedule="gpipe",
     )
     assert points[-1].model == LARGER
     assert (points[-1].global_batch_size, points[-1].schedule) == (32, "dapple")
@@ -49,21 +54,64 @@ def test_scalars_overrides_tables_and_canonical_schedules(tmp_path: Path) -> Non
     assert len(config.points()) == 4
 
 
+HEAD = 'models = ["bert48"]\nclusters = ["x"]\nglobal_batch_sizes = [8]\n'
+
+
 @pytest.mark.parametrize(
     ("text", "line", "match"),
     [
-        ('models = ["bert48"]\nclusters = ["dgx1-v100"]\nglobal_batch_sizes = [8]\nmodel = 1\n', 4, "unknown key 'model'"),
+        (
+            'models = ["bert48"]\nclusters = ["dgx1-v100"]\nglobal_batch_sizes = [8]\nmodel = 1\n',
+            4,
+            "unknown key 'model'",
+        ),
         ('models = ["bert48"]\nclusters = ["dgx1-v100"]\n', None, "missing key 'global_batch_sizes'"),
-        ('models = ["bert48"]\nclusters = ["dgx1-v100"]\n\nglobal_batch_sizes = [8, 0]\n', 4, r"global_batch_sizes=0: must be integers >= 1"),
-        ('models = ["bert48"]\nclusters = ["dgx1-v100"]\nglobal_batch_sizes = [8.5]\n', 3, "global_batch_sizes=8.5"),
-        ('models = [1]\nclusters = ["dgx1-v100"]\nglobal_batch_sizes = [8]\n', 1, "models=1: must be a string"),
+        (
+            'models = ["bert48"]\nclusters = ["dgx1-v100"]\n\nglobal_batch_sizes = [8, 0]\n',
+            4,
+            r"global_batch_sizes=0: must be integers >= 1",
+        ),
+        (
+            'models = ["bert48"]\nclusters = ["dgx1-v100"]\nglobal_batch_sizes = [8.5]\n',
+            3,
+            "global_batch_sizes=8.5",
+        ),
+        (
+            'models = [1]\nclusters = ["dgx1-v100"]\nglobal_batch_sizes = [8]\n',
+            1,
+            "models=1: must be a string",
+        ),
         ('models = ["a", "a"]\nclusters = ["dgx1-v100"]\nglobal_batch_sizes = [8]\n', 1, "must not repeat"),
-        ('models = ["bert48"]\nclusters = []\nglobal_batch_sizes = [8]\n', 2, "clusters=\\[\\]: must list at least one"),
-        ('models = ["bert48"]\nclusters = ["x"]\nglobal_batch_sizes = [8]\nschedules = ["gpipe", "fast"]\n', 4, "schedules='fast': must be one of 1f1b, dapple, gpipe"),
-        ('models = ["bert48"]\nclusters = ["x"]\nglobal_batch_sizes = [8]\nplanners = ["magic"]\n', 4, "planners='magic': must be one of dapple"),
-        ('models = ["bert48"]\nclusters = ["x"]\nglobal_batch_sizes = [8]\n[[overrides]]\n[[overrides]]\nnic = {a = 1}\n', 5, r"overrides\[1\]\.nic"),
-        ('models = ["bert48"]\nclusters = ["x"]\nglobal_batch_sizes = [8]\noverrides = [1]\n', 4, r"overrides\[0\]=1: must be a table"),
-        ('models = ["bert48"]\nclusters = ["x"]\nglobal_batch_sizes = [8]\nprice_per_device_hour_usd = -1\n', 4, "must be a finite number >= 0"),
+        (
+            'models = ["bert48"]\nclusters = []\nglobal_batch_sizes = [8]\n',
+            2,
+            "clusters=\\[\\]: must list at least one",
+        ),
+        (
+            HEAD + 'schedules = ["gpipe", "fast"]\n',
+            4,
+            "schedules='fast': must be one of 1f1b, dapple, gpipe",
+        ),
+        (
+            HEAD + 'planners = ["magic"]\n',
+            4,
+            "planners='magic': must be one of dapple",
+        ),
+        (
+            HEAD + "[[overrides]]\n[[overrides]]\nnic = {a = 1}\n",
+            5,
+            r"overrides\[1\]\.nic",
+        ),
+        (
+            HEAD + "overrides = [1]\n",
+            4,
+            r"overrides\[0\]=1: must be a table",
+        ),
+        (
+            HEAD + "price_per_device_hour_usd = -1\n",
+            4,
+            "must be a finite number >= 0",
+        ),
         ('models = ["bert48"\nclusters = ["x"]\n', 2, "not valid TOML"),
     ],
 )
@@ -87,8 +135,14 @@ def test_missing_file() -> None:
     ("data", "match"),
     [
         ({"models": ["no-such-model"], "clusters": ["dgx1-v100"]}, "models: 'no-such-model': unknown model"),
-        ({"models": ["bert48"], "clusters": ["no-such-cluster"]}, "clusters: 'no-such-cluster': unknown cluster"),
-        ({"models": ["bert48"], "clusters": ["dgx1-v100"], "overrides": [{"warp": 9}]}, "overrides: {'warp': 9}: .*warp"),
+        (
+            {"models": ["bert48"], "clusters": ["no-such-cluster"]},
+            "clusters: 'no-such-cluster': unknown cluster",
+        ),
+        (
+            {"models": ["bert48"], "clusters": ["dgx1-v100"], "overrides": [{"warp": 9}]},
+            "overrides: {'warp': 9}: .*warp",
+        ),
     ],
 )
 def test_inputs_that_cannot_load_fail_before_anything_runs(
@@ -108,7 +162,12 @@ def test_relative_model_files_resolve_against_the_config(tmp_path: Path) -> None
     (tmp_path / "sub").mkdir()
     save_profile(load_model(SMALL), tmp_path / "sub" / "tiny.json")
     config = parse_sweep_config(
-        {"models": ["sub/tiny.json"], "clusters": ["dgx1-v100"], "global_batch_sizes": [8], "schedules": ["gpipe"]},
+        {
+            "models": ["sub/tiny.json"],
+            "clusters": ["dgx1-v100"],
+            "global_batch_sizes": [8],
+            "schedules": ["gpipe"],
+        },
         path=tmp_path / "s.toml",
     )
     assert config.resolve_path("sub/tiny.json") == str(tmp_path / "sub" / "tiny.json")

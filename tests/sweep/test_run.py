@@ -53,14 +53,28 @@ def test_small_sweep_writes_one_exact_row_per_point(small_config: Path, tmp_path
         profile = load_model(row["model"])
         base = plan(profile, cluster, row["global_batch_size"], top=1)[0]
         (expected,) = compare(
-            profile, cluster, row["global_batch_size"], schedules=[row["schedule"]], base_plan=base,
+            profile,
+            cluster,
+            row["global_batch_size"],
+            schedules=[row["schedule"]],
+            base_plan=base,
             options=SimOptions(record_trace=False),
         )
         d = expected.to_dict()
-        assert row["status"] == "ok" and row["error"] == ""
-        assert row["overrides"] == "" and row["planner"] == "dapple" and row["cluster"] == "dgx1-v100"
-        for column in ("iteration_time_s", "throughput_samples_per_s", "bubble_fraction", "peak_memory_bytes",
-                       "fits", "estimated_iteration_time_s", "global_batch_size"):
+        assert row["status"] == "ok"
+        assert row["error"] == ""
+        assert row["overrides"] == ""
+        assert row["planner"] == "dapple"
+        assert row["cluster"] == "dgx1-v100"
+        for column in (
+            "iteration_time_s",
+            "throughput_samples_per_s",
+            "bubble_fraction",
+            "peak_memory_bytes",
+            "fits",
+            "estimated_iteration_time_s",
+            "global_batch_size",
+        ):
             assert row[column] == d[column], column
         assert (row["num_stages"], row["num_microbatches"]) == (d["stages"], d["microbatches"])
         assert row["num_devices"] == expected.plan.num_devices
@@ -101,7 +115,7 @@ def test_resume_drops_a_partial_last_line_and_a_garbled_one(
     run_sweep(config, out, workers=1)
     full = lines(out)
     text = out.read_text().splitlines(keepends=True)
-    garbled = text[:3] + ["garbage,line\n"] + text[4:]
+    garbled = [*text[:3], "garbage,line\n", *text[4:]]
     out.write_text("".join(garbled)[:-25])  # row 3 garbled, last row cut short
     with pytest.raises(Exception, match="malformed row"):
         read_results(out)
@@ -157,7 +171,8 @@ def test_infeasible_points_are_rows_that_say_why(tmp_path: Path) -> None:
     ]
     for r in bad:
         assert "fits in 0.01 GiB per device" in r["error"]
-        assert r["iteration_time_s"] is None and r["cost_per_million_samples_usd"] is None
+        assert r["iteration_time_s"] is None
+        assert r["cost_per_million_samples_usd"] is None
     for r in rows:
         if r["status"] == "ok":
             assert r["price_per_device_hour_usd"] == 2.0
@@ -188,31 +203,73 @@ def test_unsuitable_schedule_is_an_invalid_row(tmp_path: Path) -> None:
     assert sum(summary.statuses.values()) == 2
 
 
-def test_sweep_killed_with_sigkill_keeps_its_rows_and_resume_completes_it(tmp_path: Path) -> None:
+def _alive(pids: list[int]) -> list[int]:
+    """Those of ``pids`` that still run (zombies count as gone)."""
+    alive = []
+    for pid in pids:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state != "Z":
+            alive.append(pid)
+    return alive
+
+
+def children_of(pid: int) -> list[int]:
+    """The live (not zombie) child processes of ``pid`` (Linux /proc; empty elsewhere)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[0] != "Z" and int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_sweep_killed_with_sigkill_keeps_its_rows_and_resume_completes_it(
+    tmp_path: Path, workers: int
+) -> None:
     config_path = tmp_path / "long.toml"
     config_path.write_text(
         f'models = ["{LARGER}"]\nclusters = ["dgx1-v100"]\nglobal_batch_sizes = {list(range(8, 88))}\n'
     )
     out = tmp_path / "results.csv"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    cmd = [sys.executable, "-m", "pipesim", "sweep", str(config_path), "--out", str(out), "--workers", "1", "-q"]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    cmd = [sys.executable, "-m", "pipesim", "sweep", str(config_path), "--out", str(out), "-q"]
+    err = tmp_path / "stderr.txt"
+    with err.open("wb") as stderr:
+        proc = subprocess.Popen(
+            [*cmd, "--workers", str(workers)], env=env, stdout=subprocess.DEVNULL, stderr=stderr
+        )
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and proc.poll() is None:
             if out.exists() and out.read_bytes().count(b"\n") >= 4:  # header + 3 rows
                 break
             time.sleep(0.005)
-        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+        assert proc.poll() is None, f"the sweep ended before it could be killed: {err.read_text()}"
+        workers_started = children_of(proc.pid)
+        if workers > 1 and Path("/proc").is_dir():
+            assert len(workers_started) >= workers  # the workers (and multiprocessing's resource tracker)
         proc.send_signal(signal.SIGKILL)
     finally:
         proc.wait()
+    # Worker processes notice that the sweep died and exit rather than run on as orphans.
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and _alive(workers_started):
+        time.sleep(0.05)
+    assert not _alive(workers_started)
     assert proc.returncode == -signal.SIGKILL
     kept = read_results(out)  # a valid file: complete lines (a partial last one would be left out)
     assert 3 <= len(kept) < 160
     assert len({r["key"] for r in kept}) == len(kept)
     summary = run_sweep(load_sweep_config(config_path), out, workers=1, resume=True)
-    assert summary.skipped == len(kept) and summary.skipped + summary.ran == 160
+    assert summary.skipped == len(kept)
+    assert summary.skipped + summary.ran == 160
     rows = read_results(out)
     assert len(rows) == 160
     assert {r["key"] for r in rows} == {point_key(p, None) for p in load_sweep_config(config_path).points()}
@@ -230,7 +287,9 @@ def test_dask_cluster_gives_the_same_rows(small_config: Path, tmp_path: Path) ->
     assert lines(tmp_path / "dask.csv") == lines(tmp_path / "local.csv")
 
 
-def test_cli_sweep_then_resume(small_config: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_sweep_then_resume(
+    small_config: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "results.csv"
     assert main(["sweep", str(small_config), "--out", str(out), "--workers", "1"]) == 0
     captured = capsys.readouterr()
@@ -243,6 +302,14 @@ def test_cli_sweep_then_resume(small_config: Path, tmp_path: Path, capsys: pytes
     assert captured.out.startswith("8 points: 8 already done, 0 run (nothing new)")
     assert captured.err == ""
     bad = tmp_path / "bad.toml"
-    bad.write_text("models = 3\nclusters = \"x\"\nglobal_batch_sizes = 8\n")
+    bad.write_text('models = 3\nclusters = "x"\nglobal_batch_sizes = 8\n')
     assert main(["sweep", str(bad)]) == 2
     assert f"{bad}:1: models=3: must be a string" in capsys.readouterr().err
+
+
+def test_dask_path_without_dask_says_how_to_install(
+    small_config: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "distributed", None)  # import distributed -> ImportError
+    with pytest.raises(InputError, match=r"pip install 'pipesim\[dask\]'"):
+        run_sweep(load_sweep_config(small_config), tmp_path / "r.csv", dask_scheduler="tcp://127.0.0.1:1")
