@@ -27,7 +27,7 @@ def bench_case(graph: str, procs: int, batch: int, repeats: int) -> dict[str, fl
     t0 = time.perf_counter()
     g = build_graph(graph, procs, batch)
     build_s = time.perf_counter() - t0
-    r = CostParams().flop_per_word
+    r = CostParams().flop_per_word  # PaSE's defaults, 10 TFLOP/s and 16 GB/s: r = 5,000
     times = []
     result = None
     for _ in range(repeats):

@@ -2,10 +2,11 @@
 
 For each built-in graph and device count, the ratio of the data-parallel cost to the cost of the
 strategy PaSE's dynamic program finds, both in PaSE's cost model (``--flops`` TFLOP/s per device,
-``--bw`` GB/s; PaSE's defaults 10 and 16). The batch is fixed (default 256, the smallest power of
-two that lets data parallelism keep PaSE's 4 samples per device at p = 64). Compare the trend
-with Fig. 5 of Elango, "PaSE", IPDPS 2021 (speedups over data parallelism grow with p, most for
-the FC-heavy and recurrent networks).
+``--bw`` GB/s, read as PaSE reads them, with 8-byte words; PaSE's defaults 10 and 16 give
+r = 5,000 FLOP per word). The batch is fixed (default 256, the smallest power of two that lets
+data parallelism keep PaSE's 4 samples per device at p = 64). Compare the trend with Fig. 5 of
+Elango, "PaSE", IPDPS 2021 (speedups over data parallelism grow with p, most for the FC-heavy and
+recurrent networks).
 
 Writes ``pase_speedup.csv`` (graph, procs, batch, cost, data_parallel_cost, speedup, search_s)
 and ``pase_speedup.png`` (one line per graph, log2 x axis) to ``--out``.

@@ -22,6 +22,7 @@ import numpy as np
 
 from pipesim.errors import Infeasible
 from pipesim.planner.pase import (
+    ELEMENT_BYTES,
     CostParams,
     PaseGraph,
     SearchResult,
@@ -51,7 +52,7 @@ __all__ = [
 ]
 
 _DTYPE = "float32"
-"""PaSE models fp32 training (one word = one fp32 value)."""
+"""PaSE models fp32 training: every element moved is ``ELEMENT_BYTES`` (4) bytes."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -65,6 +66,9 @@ class StrategyPlan:
         data_parallel: configuration indices of pure data parallelism.
         data_parallel_cost: its FLOP-equivalent cost.
         search_time_s: wall-clock seconds the search took.
+
+    ``result.cost`` and ``data_parallel_cost`` are FLOP-equivalent (``r`` with PaSE's 8-byte
+    words, as PaSE reports them); :meth:`seconds` gives a strategy's time with fp32 elements.
     """
 
     graph: PaseGraph
@@ -78,6 +82,12 @@ class StrategyPlan:
     def speedup(self) -> float:
         """Data-parallel cost over the strategy's cost."""
         return self.data_parallel_cost / self.result.cost if self.result.cost > 0 else 1.0
+
+    def seconds(self, choice: tuple[int, ...] | None = None) -> float:
+        """A strategy's time on the cost model's machine (peak FLOP/s and bandwidth), moving
+        ``params.element_bytes`` (fp32) per element sent; default: the found strategy."""
+        compute, words = self.graph.totals(self.result.choice if choice is None else choice)
+        return self.params.seconds(compute, words)
 
     def layers(self, choice: tuple[int, ...] | None = None) -> list[dict[str, Any]]:
         """Per layer: name, kind, iteration space and split factors (default: the strategy's)."""
@@ -113,7 +123,8 @@ def plan_strategy(
         n_procs: devices, >= 1.
         batch: global batch size.
         model_size: Transformer embedding width / RNN units (default: PaSE's).
-        params: the cost model's machine (default: PaSE's 10 TFLOP/s, 16 GB/s).
+        params: the cost model's machine (default: PaSE's 10 TFLOP/s, 16 GB/s, 8-byte words
+            for ``r``, fp32 elements for seconds).
 
     Raises:
         UnknownNameError: unknown graph.
@@ -143,18 +154,17 @@ def estimate_seconds(
     choice: tuple[int, ...],
     device: DeviceSpec,
     bandwidth_bytes_per_s: float,
-    bytes_per_word: int = 4,
+    element_bytes: int = ELEMENT_BYTES,
 ) -> float:
     """PaSE's cost of a strategy in seconds on a real device and link.
 
-    Compute at the device's achievable fp32 FLOP/s (peak x ``compute_efficiency``); every word
-    PaSE counts as sent at ``bandwidth_bytes_per_s``.
+    Compute at the device's achievable fp32 FLOP/s (peak x ``compute_efficiency``); every element
+    PaSE counts as sent moves ``element_bytes`` bytes (default 4, fp32; not PaSE's 8-byte
+    cost-model word) at ``bandwidth_bytes_per_s``.
     """
     flop_per_s = device.achievable_flop_per_s(_DTYPE)
-    compute = sum(float(v.compute_flop[choice[v.id]]) for v in graph.vertices)
-    words = sum(float(v.comm_words[choice[v.id]]) for v in graph.vertices)
-    words += sum(float(e.words[choice[e.src], choice[e.dst]]) for e in graph.edges)
-    return compute / flop_per_s + words * bytes_per_word / bandwidth_bytes_per_s
+    compute, words = graph.totals(choice)
+    return compute / flop_per_s + words * element_bytes / bandwidth_bytes_per_s
 
 
 def bottleneck_bandwidth(cluster: Cluster, n_devices: int) -> float:
@@ -204,7 +214,7 @@ def _groups(coords: np.ndarray, group_dims: tuple[int, ...]) -> list[tuple[int, 
 
 
 def lower_strategy(
-    graph: PaseGraph, choice: tuple[int, ...], device: DeviceSpec, bytes_per_word: int = 4
+    graph: PaseGraph, choice: tuple[int, ...], device: DeviceSpec, element_bytes: int = ELEMENT_BYTES
 ) -> list[StrategyStep]:
     """Lower a strategy to simulator steps: one forward step per layer, one backward step per
     layer with incoming re-distributions (their gradients), in reverse order.
@@ -212,7 +222,8 @@ def lower_strategy(
     The forward step of a layer holds its input re-distributions, all its compute (PaSE does not
     split forward from backward compute) at the device's achievable fp32 FLOP/s, and its
     all-reduces and exchanges (each all-reduce group: the devices that differ only in the
-    coordinates of the split dimensions being reduced).
+    coordinates of the split dimensions being reduced). Every element moved is
+    ``element_bytes`` bytes (default 4, fp32).
     """
     flop_per_s = device.achievable_flop_per_s(_DTYPE)
     grids = [_grid(v, choice[v.id]) for v in graph.vertices]
@@ -240,7 +251,7 @@ def lower_strategy(
                 if t in owners:
                     continue
                 owner = owners[t % len(owners)]
-                nbytes = float(volume[j]) * bytes_per_word
+                nbytes = float(volume[j]) * element_bytes
                 fwd[dst.id].append(TransferSpec(src=owner, dst=t, nbytes=nbytes))
                 bwd[dst.id].append(TransferSpec(src=t, dst=owner, nbytes=nbytes))
     steps = []
@@ -250,7 +261,7 @@ def lower_strategy(
         sec = float(v.compute_flop[k]) / flop_per_s
         colls = []
         for term in v.comm:
-            payload = float(term.payload_words[k]) * bytes_per_word
+            payload = float(term.payload_words[k]) * element_bytes
             if payload <= 0 or float(term.words[k]) <= 0:
                 continue
             for members in _groups(coords, term.group_dims):
@@ -282,5 +293,5 @@ def simulate_plan(plan: StrategyPlan, cluster: Cluster, *, data_parallel: bool =
             f"p={plan.graph.n_procs}"
         )
     choice = plan.data_parallel if data_parallel else plan.result.choice
-    steps = lower_strategy(plan.graph, choice, cluster.device, plan.params.bytes_per_word)
+    steps = lower_strategy(plan.graph, choice, cluster.device, plan.params.element_bytes)
     return simulate_strategy(steps, cluster)

@@ -6,15 +6,17 @@ This layer imports only ``pipesim.errors``, ``pipesim.units``, ``pipesim.profile
 """
 
 from pipesim.planner.costs import CostModel, pipeline_time_s
-from pipesim.planner.dapple import dapple_search, replica_candidates
+from pipesim.planner.dapple import cut_positions, dapple_search, device_unit, replica_candidates
 from pipesim.planner.placement import Placement, device_order, parse_placement
 from pipesim.planner.search import estimate_plan, plan, planner_names
 
 __all__ = [
     "CostModel",
     "Placement",
+    "cut_positions",
     "dapple_search",
     "device_order",
+    "device_unit",
     "estimate_plan",
     "parse_placement",
     "pipeline_time_s",

@@ -12,10 +12,10 @@ every question a planner asks, with caches so a search pays for each distinct qu
   each piece takes its route's latency plus its bytes at ``min over its links of (bandwidth /
   pieces of this transfer on the link)``; the transfer takes the slowest piece. Exact for the
   simulator's network when nothing else uses those links.
-* **All-reduce** of a stage's gradients among its replicas: the same per-step estimate as the
-  simulator's ``auto`` choice (ring over the replicas in their order: ``2 (n - 1)`` steps of
-  ``S / n`` bytes; hierarchical for even servers: intra reduce-scatter + inter rings +
-  intra all-gather; each step the slowest of its concurrent chunks on shared links).
+* **All-reduce** of a stage's gradients among its replicas: the route-based estimate of
+  :mod:`pipesim.profiles.collective_cost` (ring over the replicas in their order, or
+  hierarchical for even servers, ``auto`` taking the faster as the simulator does), cached per
+  placement up to renumbering the servers.
 * **Pipeline latency** (:func:`pipeline_time_s`): DAPPLE's warm-up + steady + ending phases, see
   ``docs/planner.md``; GPipe's two flow-shop phases.
 * **Memory** per device: ``static + K * stash + work`` with the simulator's memory model
@@ -27,10 +27,12 @@ every question a planner asks, with caches so a search pays for each distinct qu
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import Any
 
 from pipesim.errors import InputError, invalid
 from pipesim.plan import (
@@ -42,6 +44,7 @@ from pipesim.plan import (
 from pipesim.planner.latency import (
     FLUSH_SCHEDULES,
     NEG_INF,
+    LinkLoads,
     backward_end_times,
     ending_with_sharing,
     in_flight,
@@ -50,9 +53,16 @@ from pipesim.planner.latency import (
     prepend,
 )
 from pipesim.profiles.cluster import Cluster
+from pipesim.profiles.collective_cost import AllReduceCurves, Lines, allreduce_curves, eval_lines, prune_lines
 from pipesim.profiles.memory import stage_activation_bytes, static_memory_multiplier
 from pipesim.profiles.model import ModelProfile
 from pipesim.schedules import make_schedule
+
+_ORDERS_CACHE = 256
+"""Schedules whose compute-only action orders are kept (per name, stages, micro-batches, options)."""
+
+_DEVICE_CACHE_LIMIT = 1 << 16
+"""Most device tuples whose all-reduce curves are also cached by identity (beyond the canonical cache)."""
 
 __all__ = [
     "FLUSH_SCHEDULES",
@@ -66,29 +76,46 @@ __all__ = [
     "prepend",
 ]
 
-Lines = tuple[tuple[float, float], ...]
-"""A convex piecewise-linear time: ``max(a + b * x for a, b in lines)`` (0 when empty)."""
+
+def _canonical(*groups: Sequence[int], g: int) -> tuple[tuple[int, ...], ...]:
+    """``groups`` with servers renumbered in order of first appearance (local GPU ids kept).
+
+    Servers are identical and joined by one non-blocking switch, so any collective or transfer
+    costs the same after renumbering: the key lets one computation serve every placement.
+    """
+    ranks: dict[int, int] = {}
+    out = []
+    for group in groups:
+        key = []
+        for d in group:
+            srv, local = divmod(d, g)
+            rank = ranks.get(srv)
+            if rank is None:
+                rank = ranks[srv] = len(ranks)
+            key.append(rank * g + local)
+        out.append(tuple(key))
+    return tuple(out)
 
 
-def eval_lines(lines: Lines, x: float) -> float:
-    """``max(a + b * x)`` over ``lines``, 0 for no lines."""
-    best = 0.0
-    for a, b in lines:
-        t = a + b * x
-        if t > best:
-            best = t
-    return best
-
-
-def _prune_lines(lines: list[tuple[float, float]]) -> Lines:
-    """Drop the lines another one beats everywhere on x >= 0 (same max for every x >= 0)."""
-    uniq = sorted(set(lines), key=lambda ab: (-ab[1], -ab[0]))
-    kept: list[tuple[float, float]] = []
-    for a, b in uniq:
-        if any(a2 >= a and b2 >= b for a2, b2 in kept):
-            continue
-        kept.append((a, b))
-    return tuple(kept)
+def even_pieces(ra: int, rb: int) -> list[tuple[int, int, Fraction]]:
+    """``(source index, destination index, fraction)`` of a transfer split evenly over ``ra``
+    source and ``rb`` destination replicas: source ``i`` holds ``[i/ra, (i+1)/ra)`` of the
+    samples, destination ``k`` needs ``[k/rb, (k+1)/rb)``; one piece per non-empty overlap (at
+    most ``ra + rb - 1``, found by merging the two partitions)."""
+    out: list[tuple[int, int, Fraction]] = []
+    i = k = 0
+    lo = 0
+    total = ra * rb  # source i spans [i*rb, (i+1)*rb), destination k spans [k*ra, (k+1)*ra)
+    while i < ra and k < rb:
+        hi = min((i + 1) * rb, (k + 1) * ra)
+        if hi > lo:
+            out.append((i, k, Fraction(hi - lo, total)))
+        lo = hi
+        if hi == (i + 1) * rb:
+            i += 1
+        if hi == (k + 1) * ra:
+            k += 1
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +143,22 @@ class StageCosts:
     bwd_s: float
     allreduce_s: float
     peak_memory_bytes: float
+
+
+@functools.lru_cache(maxsize=_ORDERS_CACHE)
+def _action_orders(
+    schedule: str, num_stages: int, num_microbatches: int, options: tuple[tuple[str, Any], ...]
+) -> tuple[tuple[tuple[str, int, int], ...], ...]:
+    """Each rank's compute ``(op, stage, microbatch)`` order of a schedule (cached: pure)."""
+    sched = make_schedule(
+        schedule, num_ranks=num_stages, num_microbatches=num_microbatches, **dict(options)
+    ).compute_only()
+    return tuple(tuple((a.op.value, a.stage, a.microbatch or 0) for a in rank) for rank in sched.ranks)
+
+
+def _scaled(loads: tuple[tuple[int, float], ...], nbytes: float, solo_s: float) -> LinkLoads:
+    """Link busy times of a transfer of ``nbytes``, each at most its time alone ``solo_s``."""
+    return tuple((link, min(per_byte * nbytes, solo_s)) for link, per_byte in loads)
 
 
 class CostModel:
@@ -159,11 +202,13 @@ class CostModel:
         self._shares: dict[float, _ShareTable] = {}
         self._bw = [link.bandwidth_bytes_per_s for link in cluster.links]
         self._lat = [link.latency_s for link in cluster.links]
-        self._ar_cache: dict[tuple[int, ...], tuple[Lines, Lines | None, Lines | None]] = {}
-        self._servers_of: dict[tuple[int, ...], int] = {}
+        self._g = cluster.gpus_per_server
+        self._ar_cache: dict[tuple[int, ...], AllReduceCurves] = {}
+        self._ar_by_devices: dict[tuple[int, ...], AllReduceCurves] = {}
+        self._loads_cache: dict[tuple[tuple[int, ...], tuple[int, ...]], tuple[tuple[int, float], ...]] = {}
         self.memo: dict[tuple[object, ...], object] = {}
         """Results planners keep per model (e.g. the data-parallel baseline of a batch size)."""
-        self._xfer_cache: dict[tuple[tuple[int, ...], tuple[int, ...]], Lines] = {}
+        self._xfer_cache: dict[tuple[tuple[int, ...], ...], Lines] = {}
         self.linear = not profile.batch_points
         self._network_links = {link.index for link in cluster.links if link.kind.value == "network"}
 
@@ -202,99 +247,107 @@ class CostModel:
         return stage_activation_bytes(self.profile, first, last, samples, self.recompute)
 
     # ------------------------------------------------------------------------------ all-reduce
-    def _step_lines(self, routes: Sequence[tuple[int, ...]], scale: float) -> Lines:
-        """Lines of one step where a chunk of ``x * scale`` bytes crosses each route at once."""
-        uses: dict[int, int] = {}
-        for r in routes:
-            for link in set(r):
-                uses[link] = uses.get(link, 0) + 1
-        lines: list[tuple[float, float]] = []
-        for r in routes:
-            if not r:
-                continue
-            rate = min(self._bw[link] / uses[link] for link in set(r))
-            lat = sum(self._lat[link] for link in r)
-            lines.append((lat, scale / rate if rate < math.inf else 0.0))
-        return _prune_lines(lines)
+    def allreduce_curves(self, devices: Sequence[int]) -> AllReduceCurves:
+        """Ring and hierarchical all-reduce time curves among ``devices`` (in ring order).
 
-    def _allreduce_lines(self, devices: tuple[int, ...]) -> tuple[Lines, Lines | None, Lines | None]:
-        """(ring step lines, hierarchical intra step lines, inter step lines) for ``devices``."""
-        cached = self._ar_cache.get(devices)
-        if cached is not None:
-            return cached
-        route = self.cluster.route
-        n = len(devices)
-        ring = self._step_lines([route(devices[i], devices[(i + 1) % n]) for i in range(n)], 1.0 / n)
-        groups: dict[int, list[int]] = {}
-        for d in devices:
-            groups.setdefault(self.cluster.server_of(d), []).append(d)
-        grp = list(groups.values())
-        intra: Lines | None = None
-        inter: Lines | None = None
-        if len({len(x) for x in grp}) == 1 and len(grp) > 1 and len(grp[0]) > 1:
-            k, g = len(grp), len(grp[0])
-            intra = self._step_lines([route(x[i], x[(i + 1) % g]) for x in grp for i in range(g)], 1.0 / g)
-            inter = self._step_lines(
-                [route(grp[s][j], grp[(s + 1) % k][j]) for j in range(g) for s in range(k)], 1.0 / (g * k)
+        From :func:`pipesim.profiles.collective_cost.allreduce_curves` on the cluster's routes,
+        cached per placement up to renumbering the servers.
+        """
+        devs = tuple(devices)
+        found = self._ar_by_devices.get(devs)
+        if found is not None:
+            return found
+        (key,) = _canonical(devs, g=self._g)
+        found = self._ar_cache.get(key)
+        if found is None:
+            cluster = self.cluster
+            found = allreduce_curves(
+                devs,
+                cluster.route,
+                self._bw.__getitem__,
+                self._lat.__getitem__,
+                server_of=cluster.server_of,
             )
-        elif len(grp) > 1 and len({len(x) for x in grp}) > 1:
-            # uneven servers: the simulator's hierarchical falls back to a ring ordered by server
-            flat = [d for x in grp for d in x]
-            intra = self._step_lines([route(flat[i], flat[(i + 1) % n]) for i in range(n)], 1.0 / n)
-        result = (ring, intra, inter)
-        self._ar_cache[devices] = result
-        self._servers_of[devices] = len(grp)
-        return result
+            self._ar_cache[key] = found
+        if len(self._ar_by_devices) < _DEVICE_CACHE_LIMIT:
+            self._ar_by_devices[devs] = found
+        return found
 
     def allreduce_s(self, devices: Sequence[int], nbytes: float, algorithm: str | None = None) -> float:
         """Estimated gradient all-reduce time of ``nbytes`` among ``devices`` (in ring order), seconds.
 
-        ``auto`` picks the smaller of ring and hierarchical, as the simulator does (ties: ring).
+        ``auto`` picks hierarchical when it applies and is strictly faster, as the simulator does.
         """
-        devs = tuple(devices)
-        n = len(devs)
-        if n <= 1:
+        if len(devices) <= 1:
             return 0.0
-        algo = algorithm or self.allreduce
-        ring_l, intra_l, inter_l = self._allreduce_lines(devs)
-        ring = 2 * (n - 1) * eval_lines(ring_l, nbytes)
-        if algo == "ring" or intra_l is None:
-            return ring
-        if inter_l is None:  # uneven servers: a ring ordered by server
-            hier = 2 * (n - 1) * eval_lines(intra_l, nbytes)
-            return hier if algo == "hierarchical" else ring
-        k = self._servers_of[devs]
-        g = n // k
-        hier = 2 * (g - 1) * eval_lines(intra_l, nbytes) + 2 * (k - 1) * eval_lines(inter_l, nbytes)
-        if algo == "hierarchical":
-            return hier
-        return hier if hier < ring else ring
+        return self.allreduce_curves(devices).time_s(nbytes, algorithm or self.allreduce)
 
     # ------------------------------------------------------------------------------ transfers
+    def _pieces(self, src: tuple[int, ...], dst: tuple[int, ...]) -> list[tuple[tuple[int, ...], Fraction]]:
+        return [
+            (self.cluster.route(src[i], dst[k]), w)
+            for i, k, w in even_pieces(len(src), len(dst))
+            if src[i] != dst[k]
+        ]
+
     def transfer_lines(self, src: tuple[int, ...], dst: tuple[int, ...]) -> Lines:
-        """Lines of a transfer of ``x`` total bytes split evenly over ``src`` to ``dst`` replicas."""
-        key = (src, dst)
+        """Lines of a transfer of ``x`` total bytes split evenly over ``src`` to ``dst`` replicas.
+
+        All pieces go at once (:func:`even_pieces`); see :meth:`_piece_lines`.
+        """
+        key = _canonical(src, dst, g=self._g)
         cached = self._xfer_cache.get(key)
         if cached is not None:
             return cached
-        ra, rb = len(src), len(dst)
-        pieces: list[tuple[tuple[int, ...], Fraction]] = []
-        for i, a in enumerate(src):
-            lo_a, hi_a = Fraction(i, ra), Fraction(i + 1, ra)
-            for k, b in enumerate(dst):
-                overlap = min(hi_a, Fraction(k + 1, rb)) - max(lo_a, Fraction(k, rb))
-                if overlap > 0 and a != b:
-                    pieces.append((self.cluster.route(a, b), overlap))
-        uses: dict[int, int] = {}
-        for r, _ in pieces:
-            for link in set(r):
-                uses[link] = uses.get(link, 0) + 1
-        lines = []
+        lines = self._piece_lines([(r, float(w)) for r, w in self._pieces(src, dst)])
+        self._xfer_cache[key] = lines
+        return lines
+
+    def _piece_lines(self, pieces: Sequence[tuple[tuple[int, ...], float]]) -> Lines:
+        """The time of pieces ``(route, weight)`` sent at once, as lines of the bytes per weight.
+
+        The last piece arrives no sooner than any piece alone (its route latency plus its bytes
+        at its slowest link) and than any link can carry all the pieces crossing it (their bytes
+        over its bandwidth, after the latest latency among them): the max-min fair network's
+        completion time when the pieces share one bottleneck, equal or not.
+        """
+        lines: list[tuple[float, float]] = []
+        on_link: dict[int, tuple[float, float]] = {}
+        bw, lat = self._bw, self._lat
         for r, w in pieces:
-            rate = min(self._bw[link] / uses[link] for link in set(r))
-            lines.append((sum(self._lat[link] for link in r), float(w) / rate if rate < math.inf else 0.0))
-        result = _prune_lines(lines)
-        self._xfer_cache[key] = result
+            if not r:
+                continue
+            route_lat = sum(lat[link] for link in r)
+            slowest = min(bw[link] for link in r)
+            lines.append((route_lat, w / slowest if slowest < math.inf else 0.0))
+            for link in set(r):
+                if bw[link] < math.inf:
+                    a, total = on_link.get(link, (0.0, 0.0))
+                    on_link[link] = (max(a, route_lat), total + w)
+        for link, (a, total) in on_link.items():
+            lines.append((a, total / bw[link]))
+        return prune_lines(lines)
+
+    def transfer_link_loads(
+        self, src: tuple[int, ...], dst: tuple[int, ...]
+    ) -> tuple[tuple[int, float], ...]:
+        """Seconds each link is busy per byte of a transfer from ``src`` to ``dst`` replicas.
+
+        ``(link, s_per_byte)``: the bytes of every piece crossing the link over its bandwidth
+        (links of infinite bandwidth are left out). The list scheduler books these on shared
+        links, so transfers of different stage boundaries that cross one NIC queue there.
+        """
+        key = (src, dst)
+        cached = self._loads_cache.get(key)
+        if cached is not None:
+            return cached
+        load: dict[int, float] = {}
+        for r, w in self._pieces(src, dst):
+            for link in set(r):
+                if self._bw[link] < math.inf:
+                    load[link] = load.get(link, 0.0) + float(w) / self._bw[link]
+        result = tuple(sorted(load.items()))
+        self._loads_cache[key] = result
         return result
 
     def transfer_s(
@@ -314,15 +367,7 @@ class CostModel:
                 overlap = min(hi_a, hi_b) - max(lo_a, lo_b)
                 if overlap > 0 and a != b:
                     pieces.append((self.cluster.route(a, b), overlap * bytes_per_sample))
-        uses: dict[int, int] = {}
-        for r, _ in pieces:
-            for link in set(r):
-                uses[link] = uses.get(link, 0) + 1
-        worst = 0.0
-        for r, nbytes in pieces:
-            rate = min(self._bw[link] / uses[link] for link in set(r))
-            worst = max(worst, sum(self._lat[link] for link in r) + (nbytes / rate if nbytes > 0 else 0.0))
-        return worst
+        return eval_lines(self._piece_lines(pieces), 1.0)
 
     # ------------------------------------------------------------------------------ plans
     def _list_scheduled(
@@ -333,20 +378,23 @@ class CostModel:
         ar: list[float],
         nic_links: list[frozenset[int]],
         contention: bool,
+        loads: tuple[list[LinkLoads], list[LinkLoads]] | None,
     ) -> float:
         """Iteration time from the list-scheduled timeline plus the all-reduce ending phase."""
-        sched = make_schedule(
+        orders = _action_orders(
             plan.schedule,
-            num_ranks=plan.num_stages,
-            num_microbatches=plan.num_microbatches,
-            **dict(plan.schedule_options),
-        ).compute_only()
+            plan.num_stages,
+            plan.num_microbatches,
+            tuple(sorted(plan.schedule_options.items())),
+        )
         makespan, last_b = list_schedule(
-            [[(a.op.value, a.stage, a.microbatch or 0) for a in rank] for rank in sched.ranks],
+            orders,
             fwd[0::2],
             bwd[0::2],
             fwd[1::2],
             bwd[1::2],
+            fwd_links=loads[0] if loads is not None else None,
+            bwd_links=loads[1] if loads is not None else None,
         )
         jobs = [(last_b[s], ar[2 * s], nic_links[s]) for s in range(plan.num_stages)]
         if contention:
@@ -379,9 +427,11 @@ class CostModel:
 
         Args:
             plan: a plan with ``chunks == 1`` and a dapple, 1f1b or gpipe schedule.
-            contention: model the stages' gradient all-reduces sharing NIC links when they overlap
-                in the ending phase (:func:`ending_with_sharing`); ``False`` gives the
-                decomposable cost model the DAPPLE dynamic program optimises exactly.
+            contention: model links shared across stage boundaries: activation and gradient
+                transfers book every link they cross in the list-scheduled timeline (so those of
+                different boundaries queue on a shared NIC), and the stages' gradient all-reduces
+                share NIC links in the ending phase (:func:`ending_with_sharing`); ``False``
+                gives the decomposable cost model the DAPPLE dynamic program optimises exactly.
             exact_schedule: time the compute and transfers by list-scheduling the plan's actual
                 schedule (:func:`pipesim.schedules.evaluate`, transfers independent) instead of
                 DAPPLE's closed-form latency (:func:`pipeline_time_s`, the DP's model).
@@ -412,6 +462,8 @@ class CostModel:
         ar: list[float] = []
         device_peak: dict[int, float] = {}
         nic_links: list[frozenset[int]] = []
+        loads_f: list[LinkLoads] = []
+        loads_b: list[LinkLoads] = []
         num = plan.num_stages
         for s, stage in enumerate(plan.stages):
             devices = placement[s]
@@ -422,6 +474,10 @@ class CostModel:
                 c = self.cut_bytes_per_sample[first - 1]
                 t_f = self.transfer_s(placement[s - 1], devices, samples, c)
                 t_b = self.transfer_s(devices, placement[s - 1], samples, c)
+                if contention:
+                    nbytes = samples * c
+                    loads_f.append(_scaled(self.transfer_link_loads(placement[s - 1], devices), nbytes, t_f))
+                    loads_b.append(_scaled(self.transfer_link_loads(devices, placement[s - 1]), nbytes, t_b))
                 fwd.append(t_f)
                 bwd.append(t_b)
                 ar.append(0.0)
@@ -437,7 +493,8 @@ class CostModel:
             for d in devices:
                 device_peak[d] = peak
         if exact_schedule and num > 1:
-            time_s = self._list_scheduled(plan, fwd, bwd, ar, nic_links, contention)
+            loads = (loads_f, loads_b) if contention else None
+            time_s = self._list_scheduled(plan, fwd, bwd, ar, nic_links, contention, loads)
         else:
             time_s = pipeline_time_s(fwd, bwd, ar, m, plan.schedule)
             if contention and sum(1 for x in nic_links if x) > 1:

@@ -23,23 +23,97 @@ from pipesim.errors import Infeasible
 from pipesim.plan import Plan, StagePlan
 from pipesim.planner.costs import NEG_INF, CostModel, eval_lines
 from pipesim.planner.placement import Placement, device_order, stage_start
+from pipesim.profiles.collective_cost import AllReduceCurves, Lines
+from pipesim.profiles.model import ModelProfile
 
-__all__ = ["SearchResult", "dapple_search", "replica_candidates"]
+__all__ = [
+    "CUT_BLOCKS",
+    "MAX_DEVICE_UNITS",
+    "MAX_EXACT_LAYERS",
+    "SearchResult",
+    "cut_positions",
+    "dapple_search",
+    "device_unit",
+    "replica_candidates",
+]
 
 log = logging.getLogger(__name__)
 
 
-def replica_candidates(microbatch_size: int, num_devices: int, gpus_per_server: int) -> list[int]:
+MAX_DEVICE_UNITS = 64
+"""Largest number of placement units the search handles device by device (see :func:`device_unit`)."""
+
+MAX_EXACT_LAYERS = 96
+"""Models with more layers are cut only at :data:`CUT_BLOCKS` block boundaries (see :func:`cut_positions`)."""
+
+CUT_BLOCKS = 48
+"""Blocks a long model is merged into before the search."""
+
+
+def device_unit(num_devices: int, gpus_per_server: int) -> int:
+    """The granularity of replica counts: 1 up to :data:`MAX_DEVICE_UNITS` devices, else whole servers.
+
+    On a larger cluster every stage takes a power-of-two multiple of ``u = g * 2^j`` devices (``g``
+    GPUs per server; ``j`` the smallest with ``num_devices / u <= MAX_DEVICE_UNITS``), so the
+    devices used, the search's state, take at most ``MAX_DEVICE_UNITS + 1`` values.
+    """
+    if num_devices <= MAX_DEVICE_UNITS:
+        return 1
+    unit = gpus_per_server
+    while num_devices / unit > MAX_DEVICE_UNITS and unit * 2 <= num_devices:
+        unit *= 2
+    return unit
+
+
+def replica_candidates(
+    microbatch_size: int, num_devices: int, gpus_per_server: int, unit: int | None = None
+) -> list[int]:
     """Replica counts the search tries for a micro-batch of ``microbatch_size`` samples.
 
-    Every ``r <= num_devices`` that divides the micro-batch (so the replicas get equal shares)
-    and is a power of two or a multiple of the server size.
+    With ``unit == 1`` (the default up to :data:`MAX_DEVICE_UNITS` devices): every
+    ``r <= num_devices`` that divides the micro-batch (so the replicas get equal shares) and is
+    a power of two or a multiple of the server size. With a larger unit (big clusters, see
+    :func:`device_unit`): ``unit * 2^j <= num_devices`` dividing the micro-batch.
     """
+    u = device_unit(num_devices, gpus_per_server) if unit is None else unit
     out = []
+    if u > 1:
+        r = u
+        while r <= min(microbatch_size, num_devices):
+            if microbatch_size % r == 0:
+                out.append(r)
+            r *= 2
+        return out
     for r in range(1, min(microbatch_size, num_devices) + 1):
         if microbatch_size % r == 0 and (r & (r - 1) == 0 or r % gpus_per_server == 0):
             out.append(r)
     return out
+
+
+def cut_positions(profile: ModelProfile) -> tuple[int, ...]:
+    """Layer indices where a stage may start (0 first), plus the layer count at the end.
+
+    Every layer up to :data:`MAX_EXACT_LAYERS` layers. A longer model is first split into
+    :data:`CUT_BLOCKS` blocks of about equal forward + backward time (a boundary where the
+    running total reaches ``k / CUT_BLOCKS`` of the whole); each block boundary then moves,
+    within half a block either way, to the cut with the fewest crossing bytes (nearest on
+    ties; two boundaries that meet become one), so branching models are not cut through a
+    residual block.
+    """
+    n = profile.num_layers
+    if n <= MAX_EXACT_LAYERS:
+        return tuple(range(n + 1))
+    times = [lay.fwd_time_s + lay.bwd_time_s for lay in profile.layers]
+    crossing = [c.crossing_bytes for c in profile.cuts()]  # crossing[k]: stage starting at k + 1
+    half = max(1, -(-n // (2 * CUT_BLOCKS)))
+    out = [0]
+    for pos in _even_split(times, CUT_BLOCKS)[1:-1]:
+        window = range(max(1, pos - half), min(n - 1, pos + half) + 1)
+        best = min(window, key=lambda s: (crossing[s - 1], abs(s - pos), s))
+        if best > out[-1]:  # two boundaries that move to one cut merge their blocks
+            out.append(best)
+    out.append(n)
+    return tuple(out)
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,15 +161,21 @@ def _search_one(
     policy: Placement,
     memory_limit_bytes: float,
     threshold: float,
+    positions: Sequence[int],
+    unit: int,
 ) -> SearchResult | None:
-    """Exact DP for one micro-batch count and policy; ``None`` when nothing beats ``threshold``."""
+    """Exact DP for one micro-batch count and policy; ``None`` when nothing beats ``threshold``.
+
+    ``positions``: the layers where a stage may start (:func:`cut_positions`); ``unit``: the
+    replica granularity (:func:`device_unit`).
+    """
     cluster = model.cluster
     n = model.profile.num_layers
     num_dev = cluster.num_devices
     g = cluster.gpus_per_server
     b = global_batch_size // m
     order = device_order(cluster, policy)
-    cands = replica_candidates(b, num_dev, g)
+    cands = replica_candidates(b, num_dev, g, unit)
     if not cands:
         return None
     tables = {r: model.share_table(b // r) for r in cands}
@@ -103,13 +183,16 @@ def _search_one(
     cut = model.cut_bytes_per_sample
     params = model._params
     mult = model._multiplier
+    algo = model.allreduce
     # Lower bounds for the unplaced prefix (exact scaling needs a linear profile).
     full = model.share_table(b) if model.linear else None
     # caches shared by every run on this model (they do not depend on the micro-batch count)
-    xfer: dict[tuple[int, int, int, int], tuple[tuple[tuple[float, float], ...], ...]]
+    xfer: dict[tuple[int, int, int, int], tuple[Lines, Lines]]
     xfer = model.memo.setdefault(("dapple-xfer", policy), {})  # type: ignore[assignment]
     devs_cache: dict[tuple[int, int], tuple[int, ...]]
     devs_cache = model.memo.setdefault(("dapple-devices", policy), {})  # type: ignore[assignment]
+    ar_cache: dict[tuple[int, int], AllReduceCurves | None]
+    ar_cache = model.memo.setdefault(("dapple-allreduce", policy), {})  # type: ignore[assignment]
 
     def devices(start: int, r: int) -> tuple[int, ...]:
         key = (start, r)
@@ -121,25 +204,33 @@ def _search_one(
     best: _Entry | None = None
     bound = threshold
     mm1 = m - 1
-    buckets: list[dict[tuple[int, int], list[_Entry]]] = [{} for _ in range(n + 1)]
+    buckets: dict[int, dict[tuple[int, int], list[_Entry]]] = {p: {} for p in positions}
     empty = _Entry(NEG_INF, NEG_INF, 0, None, n, n, 0, 0)
     buckets[n][(0, 0)] = [empty]
-    for i in range(n, 0, -1):
+    ends = list(positions)
+    for pi in range(len(ends) - 1, 0, -1):
+        i = ends[pi]
         for (q, rf), entries in sorted(buckets[i].items()):
             if not entries:
                 continue
             start = stage_start(q, policy, g)
             min_k = min(e.k for e in entries)
+            k_min = min(min_k + 1, m)
             for r in cands:
                 if start + r > num_dev:
                     break
                 tab = tables[r]
                 share = b // r
-                new_devs = devices(start, r)
+                akey = (start, r)
+                if akey in ar_cache:
+                    curves = ar_cache[akey]
+                else:
+                    curves = ar_cache[akey] = model.allreduce_curves(devices(start, r)) if r > 1 else None
                 if i < n:
                     key = (start, r, q - rf, rf)
                     lines = xfer.get(key)
                     if lines is None:
+                        new_devs = devices(start, r)
                         old = devices(q - rf, rf)
                         lines = xfer[key] = (
                             model.transfer_lines(new_devs, old),
@@ -148,27 +239,33 @@ def _search_one(
                     nbytes = b * cut[i - 1]
                     t_f = eval_lines(lines[0], nbytes)
                     t_b = eval_lines(lines[1], nbytes)
+                    # the transfer pseudo-stage in front of the suffix does not depend on the new
+                    # stage's first layer: apply it once
+                    head_t = t_f + mm1 * (t_f + t_b) + t_b
+                    shifted = [
+                        (
+                            max(head_t, t_f + t_b + e.w),
+                            max(head_t, t_f + max(e.z, t_b + e.w)),
+                            min(e.k + 1, m),
+                            e,
+                        )
+                        for e in entries
+                    ]
                 else:
-                    t_f = t_b = 0.0
+                    shifted = [(e.w, e.z, min(e.k + 1, m), e) for e in entries]
                 q2 = start + r
                 left = num_dev - q2
-                # the transfer pseudo-stage in front of the suffix does not depend on the new stage's
-                # first layer: apply it once
-                head_t = t_f + mm1 * (t_f + t_b) + t_b
-                shifted = [
-                    (
-                        max(head_t, t_f + t_b + e.w),
-                        max(head_t, t_f + max(e.z, t_b + e.w)),
-                        min(e.k + 1, m),
-                        e,
-                    )
-                    if i < n
-                    else (e.w, e.z, min(e.k + 1, m), e)
-                    for e in entries
-                ]
                 max_act = 0.0
                 fwd_i, bwd_i, st_i = tab.fwd[i], tab.bwd[i], tab.stashed[i]
-                for first in range(i - 1, -1, -1):
+                acts = tab.acts
+                prev = i
+                for pj in range(pi - 1, -1, -1):
+                    first = ends[pj]
+                    # the stage's largest per-layer working set over layers first..i-1
+                    for layer in range(first, prev):
+                        if acts[layer] > max_act:
+                            max_act = acts[layer]
+                    prev = first
                     if first > 0 and left <= 0:
                         continue
                     fwd = fwd_i - tab.fwd[first]
@@ -176,23 +273,21 @@ def _search_one(
                     pbytes = params[i] - params[first]
                     static = pbytes * mult
                     saved = st_i - tab.stashed[first]
-                    act = tab.acts[first]
-                    if act > max_act:
-                        max_act = act
                     inputs = cut[first - 1] * share if first > 0 else 0.0
                     if recompute:
                         stash, work = inputs, saved
+                        if static + work > memory_limit_bytes:
+                            break  # a longer stage only needs more memory
                     else:
                         stash, work = inputs + saved, max_act
-                    k_min = min(min_k + 1, m)
-                    if static + k_min * (saved if not recompute else 0.0) + work > memory_limit_bytes:
-                        break  # a longer stage only needs more memory
+                        if static + k_min * saved + work > memory_limit_bytes:
+                            break
                     lb_extra = 0.0
                     if first > 0 and full is not None:
                         lb_extra = full.fwd[first] / left
                         if m * (full.fwd[first] + full.bwd[first]) / left >= bound:
                             continue  # the layers left cannot be fast enough on the devices left
-                    ar = model.allreduce_s(new_devs, pbytes) if r > 1 else 0.0
+                    ar = curves.time_s(pbytes, algo) if curves is not None else 0.0
                     head = fwd + mm1 * (fwd + bwd) + bwd
                     head_ar = head + ar
                     fb = fwd + bwd
@@ -229,6 +324,77 @@ def _search_one(
     return SearchResult(time_s=best.z, stages=tuple(stages), num_microbatches=m, placement=policy)
 
 
+def _even_split(times: Sequence[float], parts: int) -> list[int]:
+    """Block boundaries ``0 = c_0 < ... < c_parts = len(times)`` cutting where the running total
+    first reaches ``k / parts`` of the whole (each part non-empty; ``parts <= len(times)``)."""
+    n = len(times)
+    total = sum(times)
+    bounds = [0]
+    acc = 0.0
+    k = 1
+    for idx, t in enumerate(times):
+        acc += t
+        left_blocks = n - (idx + 1)
+        if k < parts and (acc >= total * k / parts or left_blocks == parts - k):
+            bounds.append(idx + 1)
+            k += 1
+    bounds.append(n)
+    return bounds
+
+
+def _uniform_bound(
+    model: CostModel,
+    global_batch_size: int,
+    m: int,
+    memory_limit_bytes: float,
+    positions: Sequence[int],
+    unit: int,
+) -> float:
+    """The DP's cost of the best *uniform* plan for ``m`` (an upper bound on the DP optimum).
+
+    Uniform: ``S`` stages of about equal time (cut at ``positions``), each on ``N / S`` devices in
+    append-first order, for every ``S`` that gives an allowed replica count; ``inf`` if none fits.
+    """
+    cluster = model.cluster
+    num_dev = cluster.num_devices
+    b = global_batch_size // m
+    cands = set(replica_candidates(b, num_dev, cluster.gpus_per_server, unit))
+    layer_times = [lay.fwd_time_s + lay.bwd_time_s for lay in model.profile.layers]
+    block_times = [sum(layer_times[positions[k] : positions[k + 1]]) for k in range(len(positions) - 1)]
+    order = device_order(cluster, Placement.APPEND_FIRST)
+    best = math.inf
+    for r in sorted(cands, reverse=True):
+        stages = num_dev // r
+        if stages > len(block_times) or stages * r != num_dev:
+            continue
+        bounds = _even_split(block_times, stages)
+        plan = Plan(
+            stages=tuple(
+                StagePlan(
+                    first_layer=positions[bounds[k]],
+                    last_layer=positions[bounds[k + 1]] - 1,
+                    replicas=r,
+                    devices=order[k * r : (k + 1) * r],
+                )
+                for k in range(stages)
+            ),
+            global_batch_size=global_batch_size,
+            num_microbatches=m,
+        )
+        est = model.estimate(plan, contention=False, exact_schedule=False)
+        if est.peak_memory_bytes <= memory_limit_bytes:
+            best = min(best, est.iteration_time_s)
+    return best
+
+
+def _distinct_policies(policies: Iterable[Placement], unit: int, gpus_per_server: int) -> list[Placement]:
+    """The policies, less append-first when whole-server units make it the same as fresh-first."""
+    out = list(dict.fromkeys(policies))
+    if unit % gpus_per_server == 0 and Placement.FRESH_FIRST in out and Placement.APPEND_FIRST in out:
+        out.remove(Placement.APPEND_FIRST)
+    return out
+
+
 def dapple_search(
     model: CostModel,
     global_batch_size: int,
@@ -241,6 +407,13 @@ def dapple_search(
 ) -> list[SearchResult]:
     """The best plan for each (micro-batch count, placement) pair, best first, at most ``top``.
 
+    The micro-batch counts are searched in order of the cost of their best uniform plan
+    (balanced stages of equal width; an upper bound on their optimum), and the search starts
+    with the threshold ``(1 + slack)`` times the best such bound, so every search prunes from
+    its first state on. The best result is exact for the search space: replica counts from
+    :func:`replica_candidates` (at :func:`device_unit` granularity), stage starts from
+    :func:`cut_positions`.
+
     Args:
         model: the cost model (profile, cluster, optimizer, all-reduce algorithm).
         global_batch_size: samples per iteration.
@@ -249,7 +422,8 @@ def dapple_search(
         memory_limit_bytes: per-device limit (default: the device's memory).
         top: how many results to keep.
         slack: also prune whatever is more than ``slack`` (relative) slower than the best plan
-            found so far, even when fewer than ``top`` results are kept (the best stays exact).
+            found so far (or than the best uniform plan), even when fewer than ``top`` results
+            are kept (the best stays exact).
 
     Returns:
         Up to ``top`` results, fastest first (ties: fewer micro-batches, then policy order).
@@ -263,17 +437,24 @@ def dapple_search(
         if microbatch_counts is not None
         else [m for m in range(1, global_batch_size + 1) if global_batch_size % m == 0]
     )
+    ms = [m for m in dict.fromkeys(ms) if global_batch_size % m == 0]
+    cluster = model.cluster
+    unit = device_unit(cluster.num_devices, cluster.gpus_per_server)
+    positions = cut_positions(model.profile)
+    policies = _distinct_policies(placements, unit, cluster.gpus_per_server)
+    uniform = {m: _uniform_bound(model, global_batch_size, m, limit, positions, unit) for m in ms}
+    rank = {m: k for k, m in enumerate(ms)}
+    ms.sort(key=lambda m: (uniform[m], rank[m]))
+    seed = min(uniform.values(), default=math.inf) * (1.0 + slack)
     results: list[SearchResult] = []
     for m in ms:
-        if global_batch_size % m:
-            continue
-        for policy in placements:
-            threshold = math.inf
+        for policy in policies:
+            threshold = seed
             if results:
-                threshold = min(r.time_s for r in results) * (1.0 + slack)
+                threshold = min(threshold, min(r.time_s for r in results) * (1.0 + slack))
             if len(results) >= top:
                 threshold = min(threshold, sorted(r.time_s for r in results)[top - 1])
-            found = _search_one(model, global_batch_size, m, policy, limit, threshold)
+            found = _search_one(model, global_batch_size, m, policy, limit, threshold, positions, unit)
             if found is not None:
                 results.append(found)
     if not results:

@@ -3,20 +3,24 @@
 * :func:`pipeline_time_s` / :func:`prepend`: DAPPLE's warm-up + steady + ending latency (Fan et
   al., PPoPP 2021, Sec. 4) over (pseudo-)stages, and the monotone suffix recurrence the DAPPLE
   dynamic program uses; GPipe's two flow-shop phases.
-* :func:`list_schedule`: the plan's real action order on per-rank timelines with one FIFO link
-  per boundary and direction (transfers as DAPPLE pseudo-stages).
+* :func:`list_schedule`: the plan's real action order on per-rank timelines, transfers queued on
+  the links they cross (or one FIFO link per boundary and direction: DAPPLE's pseudo-stages).
 * :func:`ending_with_sharing`: the gradient all-reduces of the ending phase, sharing NIC links.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import heapq
+import math
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any
 
 from pipesim.errors import InputError, invalid
 
 __all__ = [
     "FLUSH_SCHEDULES",
     "NEG_INF",
+    "LinkLoads",
     "backward_end_times",
     "ending_with_sharing",
     "in_flight",
@@ -155,19 +159,33 @@ def backward_end_times(
     return out
 
 
+LinkLoads = Sequence[tuple[Hashable, float]]
+"""``(link, busy_s)``: how long one transfer keeps each link it crosses busy, seconds."""
+
+
 def list_schedule(
     ranks: Sequence[Sequence[tuple[str, int, int]]],
     fwd_s: Sequence[float],
     bwd_s: Sequence[float],
     fwd_comm_s: Sequence[float],
     bwd_comm_s: Sequence[float],
+    *,
+    fwd_links: Sequence[LinkLoads] | None = None,
+    bwd_links: Sequence[LinkLoads] | None = None,
 ) -> tuple[float, list[float]]:
-    """List-schedule per-rank action orders with one FIFO link per boundary and direction, seconds.
+    """List-schedule per-rank action orders with transfers queued on links, seconds.
 
     ``ranks[r]`` is rank ``r``'s ordered ``(op, stage, microbatch)`` list (``op`` ``F`` or ``B``,
-    one stage per rank). An action starts when its rank is free and its input has arrived; an
-    activation leaving stage ``s`` queues on link ``s -> s + 1`` (first come, first served, as a
-    DAPPLE pseudo-stage) and takes ``fwd_comm_s[s]``; a gradient likewise on ``s + 1 -> s``.
+    one stage per rank). An action starts when its rank is free and its input has arrived. An
+    activation leaving stage ``s`` after its forward is a transfer ready at that time taking
+    ``fwd_comm_s[s]`` alone; a gradient leaving stage ``s + 1`` likewise takes ``bwd_comm_s[s]``.
+
+    Links: by default each boundary and direction is one FIFO link (DAPPLE's pseudo-stage: the
+    transfer occupies it for its whole time, micro-batches queue). With ``fwd_links[s]`` /
+    ``bwd_links[s]`` (the busy time of every link a transfer crosses) transfers are instead
+    fluid flows that share each link among those crossing it (:func:`_fluid_transfers`, an
+    event-driven pass in time order): transfers of any boundaries and micro-batches that meet
+    on a NIC slow each other down as they do in the simulator's max-min fair network.
 
     Returns:
         ``(makespan, end of each stage's last backward)``.
@@ -176,45 +194,174 @@ def list_schedule(
         InputError: the orders deadlock.
     """
     num = len(ranks)
-    act: dict[tuple[int, int], float] = {}
-    grad: dict[tuple[int, int], float] = {}
+    rank_of: dict[int, int] = {}
+    for r, actions in enumerate(ranks):
+        for _, s, _ in actions:
+            rank_of[s] = r
+    loads_f: list[LinkLoads] = list(fwd_links) if fwd_links is not None else [()] * (num - 1)
+    loads_b: list[LinkLoads] = list(bwd_links) if bwd_links is not None else [()] * (num - 1)
+    arrived: dict[tuple[str, int, int], float] = {}
     free = [0.0] * num
-    link_f = [0.0] * max(0, num - 1)
-    link_b = [0.0] * max(0, num - 1)
     last_b = [0.0] * num
     pos = [0] * num
-    left = sum(len(r) for r in ranks)
-    while left:
-        progress = False
-        for r in range(num):
-            actions = ranks[r]
-            while pos[r] < len(actions):
-                op, s, k = actions[pos[r]]
-                if op == "F":
-                    ready = act.get((s, k)) if s > 0 else 0.0
-                else:
-                    ready = grad.get((s, k)) if s < num - 1 else 0.0
-                if ready is None:
-                    break
-                start = max(free[r], ready)
-                end = start + (fwd_s[s] if op == "F" else bwd_s[s])
-                free[r] = end
-                if op == "F" and s < num - 1:
-                    t0 = max(end, link_f[s])
-                    link_f[s] = t0 + fwd_comm_s[s]
-                    act[(s + 1, k)] = link_f[s]
-                elif op == "B":
-                    last_b[s] = max(last_b[s], end)
-                    if s > 0:
-                        t0 = max(end, link_b[s - 1])
-                        link_b[s - 1] = t0 + bwd_comm_s[s - 1]
-                        grad[(s - 1, k)] = link_b[s - 1]
-                pos[r] += 1
-                left -= 1
-                progress = True
-        if not progress:
-            raise InputError("the schedule's action orders deadlock in the planner's list scheduler")
+    events: list[tuple[float, int, str, int, int]] = []
+    seq = 0
+
+    def advance(r: int) -> None:
+        nonlocal seq
+        actions = ranks[r]
+        p = pos[r]
+        while p < len(actions):
+            op, s, k = actions[p]
+            if op == "F":
+                ready = arrived.get(("F", s, k)) if s > 0 else 0.0
+            else:
+                ready = arrived.get(("B", s, k)) if s < num - 1 else 0.0
+            if ready is None:
+                break
+            start = free[r] if free[r] > ready else ready
+            end = start + (fwd_s[s] if op == "F" else bwd_s[s])
+            free[r] = end
+            if op == "F":
+                if s < num - 1:
+                    heapq.heappush(events, (end, seq, "F", s, k))
+                    seq += 1
+            else:
+                if end > last_b[s]:
+                    last_b[s] = end
+                if s > 0:
+                    heapq.heappush(events, (end, seq, "B", s - 1, k))
+                    seq += 1
+            p += 1
+        pos[r] = p
+
+    def deliver(op: str, s: int, k: int, when: float) -> None:
+        if op == "F":
+            arrived[("F", s + 1, k)] = when
+            advance(rank_of[s + 1])
+        else:
+            arrived[("B", s, k)] = when
+            advance(rank_of[s])
+
+    for r in range(num):
+        advance(r)
+    if fwd_links is None and bwd_links is None:
+        # one FIFO link per boundary and direction
+        link_free: dict[Hashable, float] = {}
+        while events:
+            t, _, op, s, k = heapq.heappop(events)
+            begin = max(t, link_free.get((op, s), 0.0))
+            link_free[(op, s)] = done = begin + (fwd_comm_s[s] if op == "F" else bwd_comm_s[s])
+            deliver(op, s, k, done)
+    else:
+        loads_f, loads_b = _merge_links(loads_f, loads_b)
+        _fluid_transfers(events, loads_f, loads_b, fwd_comm_s, bwd_comm_s, deliver)
+    if any(pos[r] < len(ranks[r]) for r in range(num)):
+        raise InputError("the schedule's action orders deadlock in the planner's list scheduler")
     return max(free, default=0.0), last_b
+
+
+def _merge_links(
+    loads_f: Sequence[LinkLoads], loads_b: Sequence[LinkLoads]
+) -> tuple[list[LinkLoads], list[LinkLoads]]:
+    """Merge links crossed by exactly the same transfer kinds into one (exact for the fluid model).
+
+    Such links always carry the same transfers, so only each kind's largest busy time on them
+    can bind; a route of many hops becomes one or two links.
+    """
+    users: dict[Hashable, list[tuple[str, int]]] = {}
+    for op, table in (("F", loads_f), ("B", loads_b)):
+        for s, loads in enumerate(table):
+            for link, _ in loads:
+                users.setdefault(link, []).append((op, s))
+    group = {link: tuple(u) for link, u in users.items()}
+    out: list[list[LinkLoads]] = []
+    for table in (loads_f, loads_b):
+        merged_table: list[LinkLoads] = []
+        for loads in table:
+            merged: dict[Hashable, float] = {}
+            for link, busy in loads:
+                key = group[link]
+                if busy > merged.get(key, -1.0):
+                    merged[key] = busy
+            merged_table.append(tuple(merged.items()))
+        out.append(merged_table)
+    return out[0], out[1]
+
+
+def _fluid_transfers(
+    events: list[tuple[float, int, str, int, int]],
+    loads_f: Sequence[LinkLoads],
+    loads_b: Sequence[LinkLoads],
+    fwd_comm_s: Sequence[float],
+    bwd_comm_s: Sequence[float],
+    deliver: Callable[[str, int, int, float], None],
+) -> None:
+    """Run transfers as fluid flows that share links, delivering each when it completes.
+
+    A transfer ``j`` alone takes ``solo_j`` and keeps link ``l`` busy ``d_jl``, so at full
+    speed it uses the fraction ``u_jl = d_jl / solo_j`` of the link. While the transfers on
+    ``l`` ask for ``U_l = sum_j u_jl > 1`` of it, each gets its share scaled by ``1 / U_l``
+    (work-conserving proportional sharing; equal transfers bottlenecked on one link get ``1 /
+    n`` each, the max-min fair share): ``j`` progresses at ``min(1, min_l 1 / U_l) / solo_j`` of
+    itself per second. ``deliver`` may push new ready transfers onto ``events`` (never earlier
+    than now).
+    """
+    now = 0.0
+    # id -> [remaining fraction at t_upd, rate, t_upd, solo, loads, version, op, stage, microbatch]
+    active: dict[int, list[Any]] = {}
+    on_link: dict[Hashable, set[int]] = {}
+    demand: dict[Hashable, float] = {}  # U_l
+    done: list[tuple[float, int, int]] = []  # (completion time, id, version), stale entries skipped
+    next_id = 0
+
+    def rerate(links: LinkLoads) -> None:
+        touched: set[int] = set()
+        for link, _ in links:
+            touched |= on_link[link]
+        for j in sorted(touched):
+            st = active[j]
+            st[0] -= st[1] * (now - st[2])
+            st[2] = now
+            over = 1.0
+            for link, _ in st[4]:
+                if demand[link] > over:
+                    over = demand[link]
+            slow = st[3] * over
+            st[1] = 1.0 / slow
+            st[5] += 1
+            heapq.heappush(done, (now + st[0] * slow, j, st[5]))
+
+    while events or active:
+        while done and (done[0][1] not in active or active[done[0][1]][5] != done[0][2]):
+            heapq.heappop(done)
+        t_done = done[0][0] if done else math.inf
+        t_ready = events[0][0] if events else math.inf
+        if t_done <= t_ready:
+            _, who, _ = heapq.heappop(done)
+            now = max(now, t_done)
+            st = active.pop(who)
+            for link, busy in st[4]:
+                on_link[link].discard(who)
+                demand[link] = demand[link] - busy / st[3] if on_link[link] else 0.0
+            rerate(st[4])
+            deliver(st[6], st[7], st[8], now)
+        else:
+            _, _, op, s, k = heapq.heappop(events)
+            now = max(now, t_ready)
+            solo = fwd_comm_s[s] if op == "F" else bwd_comm_s[s]
+            loads = (loads_f if op == "F" else loads_b)[s]
+            if solo <= 0:
+                deliver(op, s, k, now)
+                continue
+            j = next_id
+            next_id += 1
+            active[j] = [1.0, 1.0 / solo, now, solo, loads, 0, op, s, k]
+            heapq.heappush(done, (now + solo, j, 0))
+            for link, busy in loads:
+                on_link.setdefault(link, set()).add(j)
+                demand[link] = demand.get(link, 0.0) + busy / solo
+            rerate(loads)
 
 
 def ending_with_sharing(jobs: Sequence[tuple[float, float, frozenset[int]]]) -> float:

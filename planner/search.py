@@ -46,12 +46,22 @@ def _dapple(
         top=max(3 * top, RERANK_SHORTLIST),
     )
     plans = [to_plan(r, gbs, optimizer=model.optimizer, allreduce=model.allreduce) for r in results]
+    dp_costs = [r.time_s for r in results]
     try:  # pure data parallelism is one point of DAPPLE's space: keep it in the shortlist
         best_dp = dp_plans(model, gbs, limit)[0]
         plans.append(replace(best_dp, planner="dapple", estimate=None))
+        dp_costs.append(model.estimate(best_dp, contention=False, exact_schedule=False).iteration_time_s)
     except Infeasible:
         pass
-    keyed = [(model.estimate(p).iteration_time_s, i, p) for i, p in enumerate(plans)]
+    # Re-rank by the full estimate, in the order of the DP's cost. The full estimate adds link
+    # sharing and the real schedule's order to the DP's closed form and has never been seen below
+    # it, so once the DP cost reaches the top-th best full estimate the rest cannot enter the top.
+    keyed: list[tuple[float, int, Plan]] = []
+    for i in sorted(range(len(plans)), key=lambda k: (dp_costs[k], k)):
+        if len(keyed) >= top and dp_costs[i] >= sorted(t for t, _, _ in keyed)[top - 1]:
+            keyed.append((math.inf, i, plans[i]))
+            continue
+        keyed.append((model.estimate(plans[i]).iteration_time_s, i, plans[i]))
     keyed.sort(key=lambda t: (t[0], t[1]))
     return [p for _, _, p in keyed]
 

@@ -26,7 +26,8 @@ link sharing (with each other and with any other traffic) shows up by itself:
 servers, one server, one member per server); otherwise whichever has the smaller
 :func:`estimate_allreduce_time_s`, a cheap analytic estimate on the actual routes (per step, each
 chunk's rate is its route's tightest ``capacity / chunks of this step on the link``; ties go to
-ring).
+ring). The estimate is :mod:`pipesim.profiles.collective_cost`, the same curves the planner
+uses, so planner and simulator pick the same algorithm.
 
 One member (or none) costs zero time. Every function here takes plain callables for routing, so it
 does not depend on the cluster type: ``route(src_device, dst_device) -> tuple[int, ...]`` and
@@ -43,6 +44,7 @@ from typing import Any
 import simpy
 
 from pipesim.errors import UnknownNameError, invalid
+from pipesim.profiles import collective_cost
 from pipesim.simulator.network import Network
 
 __all__ = [
@@ -204,7 +206,7 @@ def hierarchical_allreduce(
     """
     _check_members(members)
     _check_nonneg("nbytes", nbytes)
-    groups = _group_by_server(members, server_of)
+    groups = collective_cost.group_by_server(members, server_of)
     if not _is_even(groups):
         flat = [m for group in groups for m in group]
         return ring_allreduce(env, network, flat, nbytes, route, tag=tag)
@@ -276,20 +278,11 @@ def estimate_allreduce_time_s(
     algo = AllReduceAlgorithm.parse(algorithm)
     order = _check_members(members)
     _check_nonneg("nbytes", nbytes)
-    if algo is AllReduceAlgorithm.AUTO:
-        algo = choose_allreduce_algorithm(network, order, nbytes, route, server_of=server_of)
-    n = len(order)
-    if n <= 1:
+    if algo is AllReduceAlgorithm.HIERARCHICAL and server_of is None:
+        raise invalid("server_of", None, "is required for the hierarchical all-reduce")
+    if network.free_links or len(order) <= 1:
         return 0.0
-    if algo is AllReduceAlgorithm.HIERARCHICAL:
-        if server_of is None:
-            raise invalid("server_of", None, "is required for the hierarchical all-reduce")
-        groups = _group_by_server(order, server_of)
-        if _is_even(groups):
-            return _hierarchical_estimate(network, groups, nbytes, route)
-        order = [m for group in groups for m in group]
-    ring = [route(order[i], order[(i + 1) % n]) for i in range(n)]
-    return 2 * (n - 1) * _step_time_s(network, ring, nbytes / n)
+    return _curves(network, order, route, server_of).time_s(nbytes, algo.value)
 
 
 def choose_allreduce_algorithm(
@@ -307,16 +300,26 @@ def choose_allreduce_algorithm(
     """
     order = _check_members(members)
     _check_nonneg("nbytes", nbytes)
-    if server_of is None:
+    if server_of is None or len(order) <= 1 or network.free_links:
         return AllReduceAlgorithm.RING
-    groups = _group_by_server(order, server_of)
-    if not _is_even(groups) or len(groups) == 1 or len(groups[0]) == 1:
-        return AllReduceAlgorithm.RING
-    n = len(order)
-    ring = [route(order[i], order[(i + 1) % n]) for i in range(n)]
-    ring_time = 2 * (n - 1) * _step_time_s(network, ring, nbytes / n)
-    hier_time = _hierarchical_estimate(network, groups, nbytes, route)
-    return AllReduceAlgorithm.HIERARCHICAL if hier_time < ring_time else AllReduceAlgorithm.RING
+    curves = _curves(network, order, route, server_of)
+    if curves.uses_hierarchical(nbytes, "auto"):
+        return AllReduceAlgorithm.HIERARCHICAL
+    return AllReduceAlgorithm.RING
+
+
+def _curves(
+    network: Network, order: list[int], route: Route, server_of: ServerOf | None
+) -> collective_cost.AllReduceCurves:
+    """The shared route-based cost curves (:mod:`pipesim.profiles.collective_cost`) on this network."""
+    return collective_cost.allreduce_curves(
+        order,
+        route,
+        network.bandwidth_bytes_per_s,
+        network.latency_s,
+        server_of=server_of,
+        overhead_s=network.overhead_s,
+    )
 
 
 # ---------------------------------------------------------------------- internals
@@ -374,43 +377,6 @@ def _all_of(env: simpy.Environment, events: list[Any]) -> Any:
         else:
             ev.callbacks.append(count)
     return done
-
-
-def _step_time_s(network: Network, routes: list[tuple[int, ...]], chunk: float) -> float:
-    """Estimated time of one step where a chunk of ``chunk`` bytes goes over each route at once."""
-    if network.free_links:
-        return 0.0
-    uses: dict[int, int] = {}
-    for r in routes:
-        for link in set(r):
-            uses[link] = uses.get(link, 0) + 1
-    worst = 0.0
-    for r in routes:
-        if not r:
-            continue
-        rate = min((network.bandwidth_bytes_per_s(link) / uses[link] for link in set(r)), default=math.inf)
-        t = network.route_latency_s(r) + (chunk / rate if chunk > 0 else 0.0)
-        worst = max(worst, t)
-    return worst
-
-
-def _hierarchical_estimate(network: Network, groups: list[list[int]], nbytes: float, route: Route) -> float:
-    k, g = len(groups), len(groups[0])
-    total = 0.0
-    if g > 1:
-        intra = [route(grp[i], grp[(i + 1) % g]) for grp in groups for i in range(g)]
-        total += 2 * (g - 1) * _step_time_s(network, intra, nbytes / g)
-    if k > 1:
-        inter = [route(groups[s][j], groups[(s + 1) % k][j]) for j in range(g) for s in range(k)]
-        total += 2 * (k - 1) * _step_time_s(network, inter, nbytes / g / k)
-    return total
-
-
-def _group_by_server(members: Sequence[int], server_of: ServerOf) -> list[list[int]]:
-    groups: dict[int, list[int]] = {}
-    for m in members:
-        groups.setdefault(server_of(m), []).append(m)
-    return list(groups.values())
 
 
 def _is_even(groups: list[list[int]]) -> bool:

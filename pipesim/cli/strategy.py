@@ -2,7 +2,10 @@
 
 ``pipesim strategy -g GRAPH -p PROCS -b BATCH [-m MODEL_SIZE] [--flops TFLOPS] [--bw GBPS]
 [--dump-graph FILE.dot] [--json] [--simulate [--cluster NAME]] [--device NAME --link NAME]``;
-flags and defaults as PaSE's ``scheduler.py`` (p 32, batch 128, 10 TFLOP/s, 16 GB/s).
+flags and defaults as PaSE's ``scheduler.py`` (p 32, batch 128, 10 TFLOP/s, 16 GB/s). ``--flops``
+and ``--bw`` mean what PaSE's mean: the FLOP-per-word ratio ``r`` uses PaSE's 8-byte words, so
+the FLOP-equivalent total cost and the strategy are PaSE's for the same flags; the seconds
+(``total_cost_s``, ``--device/--link``, ``--simulate``) move 4-byte fp32 elements.
 """
 
 from __future__ import annotations
@@ -30,7 +33,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
             "Split every layer's iteration space across PROCS devices (PaSE, Elango, IPDPS 2021), "
             "minimising compute, intra-layer all-reduces and inter-layer re-distribution; print "
             "each layer's split factors and the cost against pure data parallelism. Costs are in "
-            "PaSE's FLOP-equivalent units (FLOP + r x words, r = FLOP/s per word/s) and seconds."
+            "PaSE's FLOP-equivalent units (FLOP + r x words, r = FLOP/s per word/s with PaSE's "
+            "8-byte words, so --flops/--bw give PaSE's own costs) and in seconds (4-byte fp32 "
+            "elements)."
         ),
     )
     p.add_argument(
@@ -105,10 +110,12 @@ def _run(args: argparse.Namespace) -> int:
         "flops_tflops": args.flops,
         "bw_gbps": args.bw,
         "flop_per_word": params.flop_per_word,
+        "pase_word_bytes": params.pase_word_bytes,
+        "element_bytes": params.element_bytes,
         "total_cost": plan.result.cost,
         "data_parallel_cost": plan.data_parallel_cost,
-        "total_cost_s": params.seconds(plan.result.cost),
-        "data_parallel_cost_s": params.seconds(plan.data_parallel_cost),
+        "total_cost_s": plan.seconds(),
+        "data_parallel_cost_s": plan.seconds(plan.data_parallel),
         "speedup_over_data_parallel": plan.speedup,
         "search_time_s": plan.search_time_s,
         "layers": plan.layers(),
@@ -142,10 +149,14 @@ def _run(args: argparse.Namespace) -> int:
     rows = [(lay["name"], lay["kind"], lay["devices"], _split_text(lay["split"])) for lay in out["layers"]]
     print(
         f"PaSE strategy for {out['graph']} on p={out['procs']}, batch {out['batch']} "
-        f"({args.flops:g} TFLOP/s, {args.bw:g} GB/s; r = {params.flop_per_word:g} FLOP/word)"
+        f"({args.flops:g} TFLOP/s, {args.bw:g} GB/s; r = {params.flop_per_word:g} FLOP per "
+        f"{params.pase_word_bytes}-byte word)"
     )
     print(format_table(("layer", "kind", "devices", "split"), rows, align="llrl"))
-    print(f"total cost          {out['total_cost']:.4g}  ({out['total_cost_s'] * 1e3:.3f} ms)")
+    print(
+        f"total cost          {out['total_cost']:.4g}  ({out['total_cost_s'] * 1e3:.3f} ms with "
+        f"{params.element_bytes}-byte elements)"
+    )
     print(
         f"data parallel cost  {out['data_parallel_cost']:.4g}  ({out['data_parallel_cost_s'] * 1e3:.3f} ms)"
     )

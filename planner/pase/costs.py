@@ -7,8 +7,18 @@ public implementation (``nn_ops.py``: ``GetAllReduceCost``, ``ComputeGemmCosts``
 device of a layer does the same work, so the per-device figure is the layer's time.
 
 Units: a cost is "FLOP-equivalent": compute FLOP per device plus ``r`` times the words each
-device sends, ``r = peak FLOP/s / (bandwidth / bytes_per_word)``. Dividing by the peak FLOP/s
-gives seconds on PaSE's idealised machine.
+device sends, ``r = peak FLOP/s x pase_word_bytes / (bandwidth, bytes/s)``. Two byte counts are
+kept apart (issue 8):
+
+* ``pase_word_bytes`` (default 8): the word of PaSE's cost model. Every readable PaSE revision
+  converts its bandwidth as ``GB/s / 8`` (``WordsToFlops``), so ``r`` built from PaSE's
+  ``--flops/--bw`` uses 8-byte words; with it, pipesim's ``--flops F --bw B`` gives PaSE's total
+  cost and strategy for the same flags.
+* ``element_bytes`` (default 4): the real size of one tensor element (fp32). Converting a strategy
+  to seconds (:meth:`CostParams.seconds`) and simulating it move these bytes.
+
+A FLOP-equivalent cost divided by the peak FLOP/s is therefore seconds on PaSE's idealised machine
+with 8-byte words, not the fp32 figure :meth:`CostParams.seconds` gives.
 """
 
 from __future__ import annotations
@@ -22,9 +32,10 @@ from pipesim.errors import invalid
 from pipesim.units import GB, TERA
 
 __all__ = [
-    "BYTES_PER_WORD",
     "DEFAULT_BW_GBPS",
     "DEFAULT_FLOPS_TFLOPS",
+    "ELEMENT_BYTES",
+    "PASE_WORD_BYTES",
     "CostParams",
     "allreduce_words",
     "area_needed",
@@ -36,10 +47,13 @@ DEFAULT_FLOPS_TFLOPS = 10.0
 """PaSE's ``--flops`` default: peak TFLOP/s of one device (PaSE README)."""
 DEFAULT_BW_GBPS = 16.0
 """PaSE's ``--bw`` default: peak interconnect bandwidth, GB/s (PaSE README)."""
-BYTES_PER_WORD = 4
-"""A word is one fp32 value. PaSE counts tensor elements ("words"); its README gives the
-bandwidth in GB/s, so a word size is needed to convert: fp32, what PaSE's benchmarks train in.
-(An older PaSE revision divided GB/s by 8 in ``WordsToFlops``; see docs/pase.md.)"""
+PASE_WORD_BYTES = 8
+"""Bytes in one word of PaSE's cost model: ``nn_ops.WordsToFlops`` in every readable PaSE revision
+(commit 02d69157 of github.com/baidu-research/PaSE and older) divides the bandwidth in GB/s by 8
+to get GWords/s (arch 0: 10.6 TFLOP/s, 6.25 GB/s -> r = 13,568). Used only for ``r``."""
+ELEMENT_BYTES = 4
+"""Bytes in one tensor element as trained: fp32, what PaSE's benchmarks train in. Used for
+seconds and for simulation (the bytes that really cross a link)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -49,7 +63,10 @@ class CostParams:
     Attributes:
         peak_flop_per_s: peak FLOP/s of one device, > 0.
         bandwidth_bytes_per_s: interconnect bandwidth per device, bytes/s, > 0.
-        bytes_per_word: bytes in one tensor element, >= 1 (default 4, fp32).
+        pase_word_bytes: bytes in one word of the cost model's FLOP-per-word ratio ``r``, >= 1
+            (default 8, PaSE's ``GB/s / 8``). Only the search and the FLOP-equivalent costs use it.
+        element_bytes: bytes one tensor element really occupies, >= 1 (default 4, fp32). Used by
+            :meth:`seconds` and by simulation.
 
     Raises:
         InputError: a non-positive or non-finite value.
@@ -57,19 +74,26 @@ class CostParams:
 
     peak_flop_per_s: float = DEFAULT_FLOPS_TFLOPS * TERA
     bandwidth_bytes_per_s: float = DEFAULT_BW_GBPS * GB
-    bytes_per_word: int = BYTES_PER_WORD
+    pase_word_bytes: int = PASE_WORD_BYTES
+    element_bytes: int = ELEMENT_BYTES
 
     def __post_init__(self) -> None:
         for field in ("peak_flop_per_s", "bandwidth_bytes_per_s"):
             value = getattr(self, field)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
                 raise invalid(field, value, "must be a finite number > 0")
-        if not isinstance(self.bytes_per_word, int) or self.bytes_per_word < 1:
-            raise invalid("bytes_per_word", self.bytes_per_word, "must be an integer >= 1")
+        for field in ("pase_word_bytes", "element_bytes"):
+            value = getattr(self, field)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise invalid(field, value, "must be an integer >= 1")
 
     @classmethod
     def from_pase_flags(cls, flops_tflops: float, bw_gbps: float) -> CostParams:
         """The parameters PaSE's ``--flops TFLOPS --bw GBPS`` flags describe.
+
+        ``r`` uses PaSE's 8-byte words (``pase_word_bytes = 8``), so the search sees the ratio
+        PaSE computes from the same flags (``--flops 10 --bw 16``: r = 5,000); seconds and
+        simulation use fp32 elements (``element_bytes = 4``).
 
         Raises:
             InputError: a non-positive value.
@@ -78,16 +102,29 @@ class CostParams:
             raise invalid("flops", flops_tflops, "must be > 0 (TFLOP/s)")
         if not (isinstance(bw_gbps, (int, float)) and bw_gbps > 0):
             raise invalid("bw", bw_gbps, "must be > 0 (GB/s)")
-        return cls(peak_flop_per_s=float(flops_tflops) * TERA, bandwidth_bytes_per_s=float(bw_gbps) * GB)
+        return cls(
+            peak_flop_per_s=float(flops_tflops) * TERA,
+            bandwidth_bytes_per_s=float(bw_gbps) * GB,
+            pase_word_bytes=PASE_WORD_BYTES,
+            element_bytes=ELEMENT_BYTES,
+        )
 
     @property
     def flop_per_word(self) -> float:
-        """``r``: FLOP a device could do in the time it sends one word."""
-        return self.peak_flop_per_s * self.bytes_per_word / self.bandwidth_bytes_per_s
+        """``r``: FLOP a device could do in the time it sends one cost-model word
+        (``pase_word_bytes`` bytes); the search's and the FLOP-equivalent costs' ratio."""
+        return self.peak_flop_per_s * self.pase_word_bytes / self.bandwidth_bytes_per_s
 
-    def seconds(self, cost: float) -> float:
-        """A FLOP-equivalent cost in seconds on this machine (cost / peak FLOP/s)."""
-        return float(cost) / self.peak_flop_per_s
+    def seconds(self, compute_flop: float, words: float) -> float:
+        """Seconds on this machine for ``compute_flop`` FLOP per device and ``words`` tensor
+        elements sent per device, each element ``element_bytes`` bytes (fp32), i.e.
+        ``compute_flop / peak FLOP/s + words x element_bytes / bandwidth``.
+
+        Not the FLOP-equivalent cost over the peak FLOP/s: that charges ``pase_word_bytes``.
+        """
+        return float(compute_flop) / self.peak_flop_per_s + float(words) * self.element_bytes / (
+            self.bandwidth_bytes_per_s
+        )
 
 
 def allreduce_words(words: np.ndarray, procs: np.ndarray) -> np.ndarray:

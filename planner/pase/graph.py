@@ -172,6 +172,17 @@ class PaseGraph:
             total += float(flop_per_word * e.words[choice[e.src], choice[e.dst]])
         return total
 
+    def totals(self, choice: Sequence[int]) -> tuple[float, float]:
+        """A strategy's compute FLOP and words sent, per device, summed over layers and edges.
+
+        ``total_cost(choice, r) == compute + r x words`` (up to rounding). Words are tensor
+        elements; the bytes they take depend on the caller (see ``CostParams``).
+        """
+        compute = sum(float(v.compute_flop[choice[v.id]]) for v in self.vertices)
+        words = sum(float(v.comm_words[choice[v.id]]) for v in self.vertices)
+        words += sum(float(e.words[choice[e.src], choice[e.dst]]) for e in self.edges)
+        return compute, words
+
     def to_dot(self) -> str:
         """The graph in Graphviz dot form (vertex label: name, kind, iteration space)."""
         lines = [f'digraph "{self.name}" {{', "  node [shape=box];"]

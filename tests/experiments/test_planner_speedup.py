@@ -59,9 +59,10 @@ def test_estimates_track_the_simulation_where_links_are_not_shared(rows: list[di
         if r["planner"] == "dp" or r["model"] == "bert48":
             assert ratio == pytest.approx(1.0, abs=0.02), r
         else:
-            # vgg19's DAPPLE plans share the 25GbE NIC between replicas; the contention-free
-            # estimate is optimistic there (experiments/README.md), never pessimistic by much.
-            assert 0.95 <= ratio <= 1.6, r
+            # vgg19's DAPPLE plans share the 25GbE NIC between replicas and stage boundaries. The
+            # estimate shares links per transfer, which is a little pessimistic when a transfer's
+            # pieces take different links (docs/planner.md): measured 0.947 and 0.948 here.
+            assert 0.93 <= ratio <= 1.1, r
 
 
 def test_single_device_baseline_is_shared_by_the_planners(rows: list[dict[str, Any]]) -> None:

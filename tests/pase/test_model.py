@@ -44,12 +44,24 @@ def test_contiguous_configs_for_reshape() -> None:
 
 
 def test_cost_params_ratio() -> None:
-    # 10 TFLOP/s and 16 GB/s with fp32 words: 10e12 / (16e9 / 4) = 2500 FLOP per word
-    assert CostParams().flop_per_word == pytest.approx(2500.0)
-    assert CostParams.from_pase_flags(20, 8).flop_per_word == pytest.approx(10000.0)
-    assert CostParams().seconds(1e10) == pytest.approx(1e-3)
+    # PaSE's words are 8 bytes: 10e12 / (16e9 / 8) = 5000 FLOP per word
+    assert CostParams().flop_per_word == pytest.approx(5000.0)
+    assert CostParams.from_pase_flags(10, 16) == CostParams()
+    assert CostParams.from_pase_flags(20, 8).flop_per_word == pytest.approx(20000.0)
+    assert CostParams(pase_word_bytes=4).flop_per_word == pytest.approx(2500.0)
     with pytest.raises(InputError, match="bw=0"):
         CostParams.from_pase_flags(10, 0)
+    with pytest.raises(InputError, match="element_bytes=0"):
+        CostParams(element_bytes=0)
+
+
+def test_cost_params_seconds_use_fp32_elements() -> None:
+    params = CostParams.from_pase_flags(10, 16)
+    assert (params.pase_word_bytes, params.element_bytes) == (8, 4)
+    assert params.seconds(1e10, 0.0) == pytest.approx(1e-3)
+    # 1e9 elements x 4 bytes over 16 GB/s; the cost model charges them as 8-byte words
+    assert params.seconds(0.0, 1e9) == pytest.approx(0.25)
+    assert params.flop_per_word * 1e9 / params.peak_flop_per_s == pytest.approx(0.5)
 
 
 def test_allreduce_words_ring() -> None:

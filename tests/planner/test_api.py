@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import pytest
@@ -9,9 +10,10 @@ import pytest
 import pipesim
 from pipesim.errors import Infeasible, InputError, UnknownNameError
 from pipesim.planner import plan, planner_names
-from pipesim.planner.dapple import replica_candidates
+from pipesim.planner.dapple import cut_positions, device_unit, replica_candidates
 from pipesim.planner.placement import Placement, device_order, parse_placement, stage_start
 from pipesim.profiles import get_cluster, zoo_model
+from pipesim.profiles.model import Layer, ModelProfile
 
 CLUSTER = get_cluster("dapple-2x8-v100")
 
@@ -69,6 +71,37 @@ def test_placement_policies() -> None:
     assert stage_start(3, Placement.APPEND_FIRST, 8) == 3
     assert replica_candidates(12, 16, 8) == [1, 2, 4]
     assert replica_candidates(64, 16, 8) == [1, 2, 4, 8, 16]
+
+
+def test_big_clusters_use_whole_server_units() -> None:
+    assert device_unit(16, 8) == 1
+    assert device_unit(64, 8) == 1
+    assert device_unit(128, 8) == 8
+    assert device_unit(1024, 8) == 16  # 64 units of two servers
+    assert replica_candidates(4096, 1024, 8) == [16, 32, 64, 128, 256, 512, 1024]
+    assert replica_candidates(48, 1024, 8) == [16]
+    assert replica_candidates(8, 1024, 8) == []
+
+
+def test_long_models_are_cut_at_cheap_block_boundaries() -> None:
+    n = 200
+    layers = tuple(
+        Layer(name=f"l{i}", fwd_time_s=1e-3, bwd_time_s=2e-3, activation_bytes=2**20, parameter_bytes=0)
+        for i in range(n)
+    )
+    chain = ModelProfile(name="chain", layers=layers, profile_batch_size=1)
+    positions = cut_positions(chain)  # 48 blocks of 4 or 5 equal layers
+    assert len(positions) == 49
+    assert positions[0] == 0
+    assert positions[-1] == n
+    assert {b - a for a, b in itertools.pairwise(positions)} == {4, 5}
+    # residual blocks of 5 layers: a skip edge around each block makes every inner cut dearer
+    edges = {(i, i + 1) for i in range(n - 1)} | {(i, i + 5) for i in range(0, n - 5, 5)}
+    dag = ModelProfile(name="dag", layers=layers, profile_batch_size=1, edges=tuple(sorted(edges)))
+    positions = cut_positions(dag)
+    assert len(positions) > 30
+    assert all(p % 5 == 1 for p in positions[1:-1])  # right after a block's entry layer i = 5k
+    assert cut_positions(zoo_model("bert48")) == tuple(range(51))
 
 
 def test_verify_api() -> None:

@@ -85,3 +85,46 @@ def test_errors() -> None:
         pipeline_time_s([1.0], [1.0], [0.0], 1, "zb-h1")
     with pytest.raises(InputError, match="num_microbatches"):
         pipeline_time_s([1.0], [1.0], [0.0], 0)
+
+
+def test_transfers_share_a_link_as_fluid_flows() -> None:
+    # two stages, forwards of 10 and 20 on stage 0; each activation alone takes 22 on one link.
+    # FIFO: the first arrives at 32, the second at 54. Shared (processor sharing, as the
+    # simulator's max-min network): the first is alone for 10, then both run at half speed, so
+    # it arrives at 44 and the second at 54.
+    orders = [
+        [("F", 0, 0), ("F", 0, 1), ("B", 0, 0), ("B", 0, 1)],
+        [("F", 1, 0), ("F", 1, 1), ("B", 1, 0), ("B", 1, 1)],
+    ]
+    fwd, bwd = [10.0, 20.0], [1.0, 1.0]
+    fifo, _ = list_schedule(orders, fwd, bwd, [22.0], [0.0])
+    # F(1,0) 32-52, F(1,1) 54-74, B(1,*) 74-76, B(0,0) 75-76, B(0,1) 76-77
+    assert fifo == pytest.approx(77.0)
+    shared, _ = list_schedule(orders, fwd, bwd, [22.0], [0.0], fwd_links=[(("nic", 22.0),)], bwd_links=[()])
+    # F(1,0) 44-64, F(1,1) 64-84, B(1,*) 84-86, B(0,0) 85-86, B(0,1) 86-87
+    assert shared == pytest.approx(87.0)
+
+
+def test_transfers_of_different_boundaries_meet_on_a_link() -> None:
+    # three stages; the activation of boundary 0 and the gradient of boundary 1 both cross "nic"
+    orders = _orders("gpipe", 3, 1)
+    free, _ = list_schedule(orders, [1.0] * 3, [1.0] * 3, [4.0, 0.0], [0.0, 4.0])
+    assert free == pytest.approx(3 + 3 + 8)
+    links_f = [(("nic", 4.0),), ()]
+    links_b = [(), (("nic", 4.0),)]
+    shared, _ = list_schedule(
+        orders, [1.0] * 3, [1.0] * 3, [4.0, 0.0], [0.0, 4.0], fwd_links=links_f, bwd_links=links_b
+    )
+    # with one micro-batch they never overlap in time: same as alone
+    assert shared == pytest.approx(free)
+    # a link busy for less than the transfer's own time never slows it down alone
+    lighter, _ = list_schedule(
+        orders,
+        [1.0] * 3,
+        [1.0] * 3,
+        [4.0, 0.0],
+        [0.0, 4.0],
+        fwd_links=[(("nic", 1.0),), ()],
+        bwd_links=links_b,
+    )
+    assert lighter == pytest.approx(free)

@@ -7,24 +7,27 @@ from dataclasses import replace
 import pytest
 
 import pipesim
+from pipesim.plan import Plan, StagePlan
 from pipesim.planner import estimate_plan, plan
-from pipesim.profiles import get_cluster, zoo_model
+from pipesim.profiles import Cluster, get_cluster, zoo_model
 from pipesim.simulator import SimOptions, simulate
 
 CLUSTER = get_cluster("dapple-2x8-v100")
 BOUND = 0.05
 
-# (model, planner): known misses, with the error measured when this was written
-KNOWN = {
-    ("vgg19", "dapple"): "-11%: activation transfers of many-replica stages contend across micro-batches",
-    ("vgg19", "pipedream"): "-7.5%: same cause",
+# PipeDream plans whose replica counts do not divide the micro-batch (12 replicas for 16
+# samples): the estimate times every replica at the largest share and sends a stage's pieces
+# together; the simulator's replicas finish and send at different times. Error when written.
+UNEVEN = {
+    ("vgg19", "pcie-4x4-v100-10gbe"): "+9.4%: uneven replica shares (12 replicas, 16 samples)",
+    ("amoebanet36", "pcie-4x4-v100-10gbe"): "+16.5%: uneven replica shares",
 }
 
 
-def _check(model: str, planner: str, gbs: int) -> None:
+def _check(model: str, planner: str, gbs: int, cluster: Cluster = CLUSTER) -> None:
     profile = zoo_model(model)
-    best = plan(profile, CLUSTER, gbs, planner=planner, top=1)[0]
-    report = pipesim.verify(best, CLUSTER, profile=profile)
+    best = plan(profile, cluster, gbs, planner=planner, top=1)[0]
+    report = pipesim.verify(best, cluster, profile=profile)
     assert abs(report.peak_memory_relative_error) < BOUND
     assert abs(report.relative_error) < BOUND, (model, planner, report.relative_error)
 
@@ -54,6 +57,33 @@ def test_gpipe_plans(model: str, planner: str) -> None:
 @pytest.mark.parametrize("planner", ["dapple", "pipedream", "dp"])
 @pytest.mark.parametrize("model", ["gnmt16", "vgg19", "resnet50", "xlnet36", "amoebanet36"])
 def test_zoo_models(model: str, planner: str) -> None:
-    if (model, planner) in KNOWN:
-        pytest.xfail(KNOWN[(model, planner)])
     _check(model, planner, 128)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cluster", ["dgx1-v100", "pcie-4x4-v100-10gbe", "dgx-a100-x2"])
+@pytest.mark.parametrize("model", ["bert48", "gnmt16", "vgg19", "amoebanet36"])
+def test_other_presets(model: str, cluster: str) -> None:
+    _check(model, "dapple", 128, get_cluster(cluster))
+    if (model, cluster) in UNEVEN:
+        pytest.xfail(UNEVEN[(model, cluster)])
+    _check(model, "pipedream", 128, get_cluster(cluster))
+
+
+def test_vgg19_scatter_plan_shares_the_nic() -> None:
+    # the plan the previous estimate missed by -11%: stages on both servers whose activation
+    # transfers meet on each server's single NIC
+    profile = zoo_model("vgg19")
+    layout = [(0, 6, (0, 8, 1, 9)), (7, 10, (2, 10, 3, 11)), (11, 12, (4, 12)), (13, 13, (5, 13))]
+    layout += [(14, 16, (6, 14)), (17, 17, (7,)), (18, 23, (15,))]
+    p = Plan(
+        stages=tuple(
+            StagePlan(first_layer=a, last_layer=b, replicas=len(d), devices=d) for a, b, d in layout
+        ),
+        global_batch_size=128,
+        num_microbatches=32,
+        schedule="dapple",
+    )
+    est = estimate_plan(p, profile, CLUSTER).iteration_time_s
+    sim = simulate(p, profile, CLUSTER, SimOptions(record_trace=False)).iteration_time_s
+    assert est == pytest.approx(sim, rel=0.08)
