@@ -5,8 +5,9 @@ every question a planner asks, with caches so a search pays for each distinct qu
 
 * **Stage compute**: a replica's forward and backward time for its share of a micro-batch,
   ``sum(profile.fwd_times_s(share)[layers])``, from prefix sums per share (the simulator's rule:
-  the replicas split every micro-batch with :func:`pipesim.plan.split_samples`; the largest share
-  sets the stage's time).
+  the replicas split every micro-batch with :func:`pipesim.plan.split_samples`). When the shares
+  are unequal the estimate gives each class of replicas in step its own timeline
+  (:mod:`pipesim.planner.replicas`); memory uses the largest share.
 * **Transfers** between consecutive stages (DAPPLE's pseudo-stages): every source replica sends
   the overlap of its sample range with each destination replica's range, all pieces at once;
   each piece takes its route's latency plus its bytes at ``min over its links of (bandwidth /
@@ -16,7 +17,9 @@ every question a planner asks, with caches so a search pays for each distinct qu
   :mod:`pipesim.profiles.collective_cost` (ring over the replicas in their order, or
   hierarchical for even servers, ``auto`` taking the faster as the simulator does), cached per
   placement up to renumbering the servers.
-* **Pipeline latency** (:func:`pipeline_time_s`): DAPPLE's warm-up + steady + ending phases, see
+* **Pipeline latency**: the plan's schedule list-scheduled with transfers and all-reduces as
+  fluid flows sharing links (:func:`pipesim.planner.latency.timeline_schedule`), or
+  (:func:`pipeline_time_s`, the DP's model) DAPPLE's warm-up + steady + ending phases, see
   ``docs/planner.md``; GPipe's two flow-shop phases.
 * **Memory** per device: ``static + K * stash + work`` with the simulator's memory model
   (:func:`pipesim.profiles.memory.static_memory_multiplier`,
@@ -44,14 +47,16 @@ from pipesim.plan import (
 from pipesim.planner.latency import (
     FLUSH_SCHEDULES,
     NEG_INF,
+    Flow,
     LinkLoads,
     backward_end_times,
     ending_with_sharing,
     in_flight,
-    list_schedule,
     pipeline_time_s,
     prepend,
+    timeline_schedule,
 )
+from pipesim.planner.replicas import overlaps, replica_classes
 from pipesim.profiles.cluster import Cluster
 from pipesim.profiles.collective_cost import AllReduceCurves, Lines, allreduce_curves, eval_lines, prune_lines
 from pipesim.profiles.memory import stage_activation_bytes, static_memory_multiplier
@@ -154,6 +159,10 @@ def _action_orders(
         schedule, num_ranks=num_stages, num_microbatches=num_microbatches, **dict(options)
     ).compute_only()
     return tuple(tuple((a.op.value, a.stage, a.microbatch or 0) for a in rank) for rank in sched.ranks)
+
+
+_Piece = tuple[tuple[int, ...], float]
+"""A piece of a transfer: ``(route, bytes)``."""
 
 
 def _scaled(loads: tuple[tuple[int, float], ...], nbytes: float, solo_s: float) -> LinkLoads:
@@ -370,6 +379,49 @@ class CostModel:
         return eval_lines(self._piece_lines(pieces), 1.0)
 
     # ------------------------------------------------------------------------------ plans
+    def _stage_orders(self, plan: Plan) -> list[list[tuple[str, int]]]:
+        """Each stage's compute ``(op, microbatch)`` order under the plan's schedule."""
+        orders = _action_orders(
+            plan.schedule,
+            plan.num_stages,
+            plan.num_microbatches,
+            tuple(sorted(plan.schedule_options.items())),
+        )
+        by_stage: list[list[tuple[str, int]]] = [[] for _ in range(plan.num_stages)]
+        for rank in orders:
+            for op, s, k in rank:
+                by_stage[s].append((op, k))
+        return by_stage
+
+    def _run_timelines(
+        self,
+        orders: list[list[tuple[str, int]]],
+        fwd: list[float],
+        bwd: list[float],
+        flows: list[Flow],
+        stage_of: list[int],
+        ar: list[float],
+        nic_links: list[frozenset[int]],
+        contention: bool,
+    ) -> float:
+        """Iteration time of timelines ``u`` (of stage ``stage_of[u]``) joined by ``flows``, seconds.
+
+        Stage ``s``'s gradient all-reduce (``ar[2 * s]`` seconds alone) starts when all its
+        timelines have finished their last backward; it fully uses the NIC links ``nic_links[s]``
+        (empty without ``contention``), sharing them with the other all-reduces and with the
+        activations and gradients still in flight (:func:`timeline_schedule`).
+        """
+        units: list[list[int]] = [[] for _ in nic_links]
+        for u, s in enumerate(stage_of):
+            units[s].append(u)
+        tails = [
+            (units[s], ar[2 * s], tuple((link, ar[2 * s]) for link in sorted(nic_links[s])))
+            for s in range(len(nic_links))
+            if ar[2 * s] > 0
+        ]
+        makespan, _ = timeline_schedule(orders, fwd, bwd, flows, shared_links=contention, tails=tails)
+        return makespan
+
     def _list_scheduled(
         self,
         plan: Plan,
@@ -380,28 +432,89 @@ class CostModel:
         contention: bool,
         loads: tuple[list[LinkLoads], list[LinkLoads]] | None,
     ) -> float:
-        """Iteration time from the list-scheduled timeline plus the all-reduce ending phase."""
-        orders = _action_orders(
-            plan.schedule,
-            plan.num_stages,
-            plan.num_microbatches,
-            tuple(sorted(plan.schedule_options.items())),
+        """Iteration time from the list-scheduled timeline of one timeline per stage, seconds.
+
+        ``fwd``, ``bwd`` and ``ar`` alternate stages and transfers (DAPPLE's pseudo-stages).
+        """
+        flows = []
+        for s in range(plan.num_stages - 1):
+            flows.append(Flow("F", s, s + 1, fwd[2 * s + 1], loads[0][s] if loads is not None else ()))
+            flows.append(Flow("B", s + 1, s, bwd[2 * s + 1], loads[1][s] if loads is not None else ()))
+        stages = list(range(plan.num_stages))
+        return self._run_timelines(
+            self._stage_orders(plan), fwd[0::2], bwd[0::2], flows, stages, ar, nic_links, contention
         )
-        makespan, last_b = list_schedule(
-            orders,
-            fwd[0::2],
-            bwd[0::2],
-            fwd[1::2],
-            bwd[1::2],
-            fwd_links=loads[0] if loads is not None else None,
-            bwd_links=loads[1] if loads is not None else None,
-        )
-        jobs = [(last_b[s], ar[2 * s], nic_links[s]) for s in range(plan.num_stages)]
-        if contention:
-            ending = ending_with_sharing(jobs)
-        else:
-            ending = max((start + dur for start, dur, _ in jobs), default=0.0)
-        return max(makespan, ending)
+
+    def _replica_scheduled(
+        self,
+        plan: Plan,
+        placement: Sequence[tuple[int, ...]],
+        samples: int,
+        ar: list[float],
+        nic_links: list[frozenset[int]],
+        contention: bool,
+    ) -> float:
+        """Like :meth:`_list_scheduled` with one timeline per class of replicas in step.
+
+        For stages whose replicas hold unequal shares of a micro-batch
+        (:mod:`pipesim.planner.replicas`): each class computes at its own share, and the pieces
+        between each pair of classes are one transfer, ready when its source class finishes.
+        """
+        by_stage = self._stage_orders(plan)
+        shares = [split_samples(samples, len(devices)) for devices in placement]
+        classes = replica_classes(shares)
+        base = [0]
+        for cls in classes:
+            base.append(base[-1] + max(cls) + 1)
+        unit_orders: list[list[tuple[str, int]]] = []
+        fwd: list[float] = []
+        bwd: list[float] = []
+        stage_of: list[int] = []
+        for s, stage in enumerate(plan.stages):
+            seen: set[int] = set()
+            for k, c in enumerate(classes[s]):
+                if c in seen:
+                    continue
+                seen.add(c)
+                lo, hi = shares[s][k]
+                table = self.share_table(hi - lo)
+                unit_orders.append(by_stage[s])
+                fwd.append(table.fwd[stage.last_layer + 1] - table.fwd[stage.first_layer])
+                bwd.append(table.bwd[stage.last_layer + 1] - table.bwd[stage.first_layer])
+                stage_of.append(s)
+        route = self.cluster.route
+        flows: list[Flow] = []
+        for s in range(1, plan.num_stages):
+            per_sample = self.cut_bytes_per_sample[plan.stages[s].first_layer - 1]
+            src, dst = placement[s - 1], placement[s]
+            groups: dict[tuple[int, int], tuple[list[_Piece], list[_Piece]]] = {}
+            for i, k, n in overlaps(shares[s - 1], shares[s]):
+                pair = groups.setdefault((classes[s - 1][i], classes[s][k]), ([], []))
+                if src[i] != dst[k]:
+                    pair[0].append((route(src[i], dst[k]), n * per_sample))
+                    pair[1].append((route(dst[k], src[i]), n * per_sample))
+            for (ca, cb), (ahead, back) in groups.items():
+                a, b = base[s - 1] + ca, base[s] + cb
+                flows.append(Flow("F", a, b, *self._pieces_cost(ahead, contention)))
+                flows.append(Flow("B", b, a, *self._pieces_cost(back, contention)))
+        return self._run_timelines(unit_orders, fwd, bwd, flows, stage_of, ar, nic_links, contention)
+
+    def _pieces_cost(self, pieces: Sequence[_Piece], with_loads: bool) -> tuple[float, LinkLoads]:
+        """Time of pieces ``(route, bytes)`` sent at once, seconds, and their links' busy times.
+
+        The busy time of a link is the bytes of the pieces crossing it over its bandwidth, at
+        most the transfer's own time (links of infinite bandwidth are left out).
+        """
+        solo = eval_lines(self._piece_lines(pieces), 1.0)
+        if not with_loads:
+            return solo, ()
+        bw = self._bw
+        load: dict[int, float] = {}
+        for r, nbytes in pieces:
+            for link in set(r):
+                if bw[link] < math.inf:
+                    load[link] = load.get(link, 0.0) + nbytes / bw[link]
+        return solo, tuple((link, min(busy, solo)) for link, busy in sorted(load.items()))
 
     def allreduce_network_links(self, devices: Sequence[int]) -> frozenset[int]:
         """The inter-server (NIC) links a stage's all-reduce crosses (ring and hierarchical alike)."""
@@ -430,11 +543,14 @@ class CostModel:
             contention: model links shared across stage boundaries: activation and gradient
                 transfers book every link they cross in the list-scheduled timeline (so those of
                 different boundaries queue on a shared NIC), and the stages' gradient all-reduces
-                share NIC links in the ending phase (:func:`ending_with_sharing`); ``False``
-                gives the decomposable cost model the DAPPLE dynamic program optimises exactly.
+                share NIC links with each other and with the transfers still in flight
+                (:func:`ending_with_sharing` without ``exact_schedule``); ``False`` gives the
+                decomposable cost model the DAPPLE dynamic program optimises exactly.
             exact_schedule: time the compute and transfers by list-scheduling the plan's actual
-                schedule (:func:`pipesim.schedules.evaluate`, transfers independent) instead of
-                DAPPLE's closed-form latency (:func:`pipeline_time_s`, the DP's model).
+                schedule, one timeline per class of replicas in step
+                (:func:`pipesim.planner.latency.timeline_schedule`), instead of DAPPLE's
+                closed-form latency (:func:`pipeline_time_s`, the DP's model, every replica at
+                the largest share).
 
         Raises:
             InputError: interleaved plans, an unknown schedule, or a plan that does not fit the
@@ -492,7 +608,9 @@ class CostModel:
             peak = self.static_bytes(first, last) + k * stash + work
             for d in devices:
                 device_peak[d] = peak
-        if exact_schedule and num > 1:
+        if exact_schedule and num > 1 and any(samples % stage.replicas for stage in plan.stages):
+            time_s = self._replica_scheduled(plan, placement, samples, ar, nic_links, contention)
+        elif exact_schedule and num > 1:
             loads = (loads_f, loads_b) if contention else None
             time_s = self._list_scheduled(plan, fwd, bwd, ar, nic_links, contention, loads)
         else:

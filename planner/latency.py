@@ -3,9 +3,12 @@
 * :func:`pipeline_time_s` / :func:`prepend`: DAPPLE's warm-up + steady + ending latency (Fan et
   al., PPoPP 2021, Sec. 4) over (pseudo-)stages, and the monotone suffix recurrence the DAPPLE
   dynamic program uses; GPipe's two flow-shop phases.
-* :func:`list_schedule`: the plan's real action order on per-rank timelines, transfers queued on
-  the links they cross (or one FIFO link per boundary and direction: DAPPLE's pseudo-stages).
-* :func:`ending_with_sharing`: the gradient all-reduces of the ending phase, sharing NIC links.
+* :func:`timeline_schedule`: the plan's real action order on per-stage (or per replica class)
+  timelines, transfers and the stages' all-reduces as fluid flows sharing the links they cross
+  (or one FIFO link per transfer: DAPPLE's pseudo-stages); :func:`list_schedule`, its one
+  timeline per stage form.
+* :func:`ending_with_sharing`: the gradient all-reduces of the ending phase, sharing NIC links
+  (for the closed form).
 """
 
 from __future__ import annotations
@@ -13,13 +16,14 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Callable, Hashable, Sequence
-from typing import Any
+from typing import NamedTuple
 
 from pipesim.errors import InputError, invalid
 
 __all__ = [
     "FLUSH_SCHEDULES",
     "NEG_INF",
+    "Flow",
     "LinkLoads",
     "backward_end_times",
     "ending_with_sharing",
@@ -27,6 +31,7 @@ __all__ = [
     "list_schedule",
     "pipeline_time_s",
     "prepend",
+    "timeline_schedule",
 ]
 
 FLUSH_SCHEDULES: tuple[str, ...] = ("dapple", "1f1b", "gpipe")
@@ -163,6 +168,21 @@ LinkLoads = Sequence[tuple[Hashable, float]]
 """``(link, busy_s)``: how long one transfer keeps each link it crosses busy, seconds."""
 
 
+class Flow(NamedTuple):
+    """One transfer per micro-batch between two timelines of :func:`timeline_schedule`.
+
+    ``op`` ``"F"``: an activation, ready when ``src`` finishes a micro-batch's forward and needed
+    before ``dst``'s forward of it; ``"B"``: a gradient, from ``src``'s backward to ``dst``'s.
+    ``solo_s`` is its time alone, seconds; ``loads`` the busy time of every link it crosses.
+    """
+
+    op: str
+    src: int
+    dst: int
+    solo_s: float
+    loads: LinkLoads = ()
+
+
 def list_schedule(
     ranks: Sequence[Sequence[tuple[str, int, int]]],
     fwd_s: Sequence[float],
@@ -191,177 +211,276 @@ def list_schedule(
         ``(makespan, end of each stage's last backward)``.
 
     Raises:
-        InputError: the orders deadlock.
+        InputError: a rank runs more than one stage, or the orders deadlock.
     """
     num = len(ranks)
-    rank_of: dict[int, int] = {}
-    for r, actions in enumerate(ranks):
-        for _, s, _ in actions:
-            rank_of[s] = r
-    loads_f: list[LinkLoads] = list(fwd_links) if fwd_links is not None else [()] * (num - 1)
-    loads_b: list[LinkLoads] = list(bwd_links) if bwd_links is not None else [()] * (num - 1)
+    stage_of: list[int] = []
+    orders: list[list[tuple[str, int]]] = []
+    for actions in ranks:
+        stages = {s for _, s, _ in actions}
+        if len(stages) > 1:
+            raise invalid("ranks", sorted(stages), "the list scheduler runs one stage per rank")
+        stage_of.append(stages.pop() if stages else len(stage_of))
+        orders.append([(op, k) for op, _, k in actions])
+    unit_of = {s: r for r, s in enumerate(stage_of)}
+    shared = fwd_links is not None or bwd_links is not None
+    flows = []
+    for s in range(num - 1):
+        a, b = unit_of[s], unit_of[s + 1]
+        flows.append(Flow("F", a, b, fwd_comm_s[s], fwd_links[s] if fwd_links is not None else ()))
+        flows.append(Flow("B", b, a, bwd_comm_s[s], bwd_links[s] if bwd_links is not None else ()))
+    makespan, last_b = timeline_schedule(
+        orders, [fwd_s[s] for s in stage_of], [bwd_s[s] for s in stage_of], flows, shared_links=shared
+    )
+    ends = [0.0] * num
+    for r, s in enumerate(stage_of):
+        ends[s] = last_b[r]
+    return makespan, ends
+
+
+def timeline_schedule(
+    orders: Sequence[Sequence[tuple[str, int]]],
+    fwd_s: Sequence[float],
+    bwd_s: Sequence[float],
+    flows: Sequence[Flow],
+    *,
+    shared_links: bool = True,
+    tails: Sequence[tuple[Sequence[int], float, LinkLoads]] = (),
+) -> tuple[float, list[float]]:
+    """List-schedule timelines joined by transfers, seconds.
+
+    Timeline ``u`` runs ``orders[u]``, ``(op, microbatch)`` pairs (``op`` ``F`` or ``B``) taking
+    ``fwd_s[u]`` and ``bwd_s[u]`` each, in order: an action starts when the timeline is free and
+    every flow into it of its kind (``F`` or ``B``, see :class:`Flow`) has delivered that
+    micro-batch. A timeline is a pipeline stage, or a class of a stage's replicas that run in
+    step (:mod:`pipesim.planner.replicas`).
+
+    ``tails`` are jobs ``(timelines, solo_s, loads)`` that start when all those timelines have
+    finished their last backward (a stage's gradient all-reduce) and run like flows.
+
+    With ``shared_links`` the flows and tails are fluid and share the links in their ``loads``
+    (:func:`_fluid_transfers`): an all-reduce slows the activations and gradients still crossing
+    its NICs, and they slow it. Otherwise each flow is its own FIFO link: micro-batches queue on
+    it, each occupying it for ``solo_s``; each tail runs alone.
+
+    Returns:
+        ``(makespan including the tails, end of each timeline's last backward)``.
+
+    Raises:
+        InputError: the orders deadlock.
+    """
+    num = len(orders)
+    out: dict[tuple[str, int], list[int]] = {}
+    need: dict[tuple[str, int], int] = {}
+    for j, flow in enumerate(flows):
+        out.setdefault((flow.op, flow.src), []).append(j)
+        need[(flow.op, flow.dst)] = need.get((flow.op, flow.dst), 0) + 1
+    out_f = [out.get(("F", u), []) for u in range(num)]
+    out_b = [out.get(("B", u), []) for u in range(num)]
+    need_f = [need.get(("F", u), 0) for u in range(num)]
+    need_b = [need.get(("B", u), 0) for u in range(num)]
+    got: dict[tuple[str, int, int], tuple[int, float]] = {}  # flows delivered, latest
     arrived: dict[tuple[str, int, int], float] = {}
     free = [0.0] * num
     last_b = [0.0] * num
     pos = [0] * num
-    events: list[tuple[float, int, str, int, int]] = []
+    events: list[tuple[float, int, int, int]] = []  # (ready time, seq, flow, microbatch)
     seq = 0
+    finished = [False] * num
+    tails_of: list[list[int]] = [[] for _ in range(num)]
+    waiting = [len(set(units)) for units, _, _ in tails]
+    for tail, (units, _, _) in enumerate(tails):
+        for u in set(units):
+            tails_of[u].append(tail)
+    tail_end = 0.0
 
-    def advance(r: int) -> None:
+    def advance(u: int) -> None:
         nonlocal seq
-        actions = ranks[r]
-        p = pos[r]
+        actions = orders[u]
+        p = pos[u]
         while p < len(actions):
-            op, s, k = actions[p]
+            op, k = actions[p]
             if op == "F":
-                ready = arrived.get(("F", s, k)) if s > 0 else 0.0
+                ready = arrived.get(("F", u, k)) if need_f[u] else 0.0
             else:
-                ready = arrived.get(("B", s, k)) if s < num - 1 else 0.0
+                ready = arrived.get(("B", u, k)) if need_b[u] else 0.0
             if ready is None:
                 break
-            start = free[r] if free[r] > ready else ready
-            end = start + (fwd_s[s] if op == "F" else bwd_s[s])
-            free[r] = end
+            start = free[u] if free[u] > ready else ready
+            end = start + (fwd_s[u] if op == "F" else bwd_s[u])
+            free[u] = end
             if op == "F":
-                if s < num - 1:
-                    heapq.heappush(events, (end, seq, "F", s, k))
-                    seq += 1
+                sends = out_f[u]
             else:
-                if end > last_b[s]:
-                    last_b[s] = end
-                if s > 0:
-                    heapq.heappush(events, (end, seq, "B", s - 1, k))
-                    seq += 1
+                sends = out_b[u]
+                if end > last_b[u]:
+                    last_b[u] = end
+            for j in sends:
+                heapq.heappush(events, (end, seq, j, k))
+                seq += 1
             p += 1
-        pos[r] = p
+        pos[u] = p
+        if p == len(actions) and not finished[u]:
+            finished[u] = True
+            for tail in tails_of[u]:
+                waiting[tail] -= 1
+                if waiting[tail] == 0:
+                    ready = max(last_b[v] for v in tails[tail][0])
+                    heapq.heappush(events, (ready, seq, len(flows) + tail, 0))
+                    seq += 1
 
-    def deliver(op: str, s: int, k: int, when: float) -> None:
-        if op == "F":
-            arrived[("F", s + 1, k)] = when
-            advance(rank_of[s + 1])
-        else:
-            arrived[("B", s, k)] = when
-            advance(rank_of[s])
+    def deliver(j: int, k: int, when: float) -> None:
+        nonlocal tail_end
+        if j >= len(flows):
+            tail_end = max(tail_end, when)
+            return
+        flow = flows[j]
+        key = (flow.op, flow.dst, k)
+        count, latest = got.get(key, (0, NEG_INF))
+        count += 1
+        if when > latest:
+            latest = when
+        if count < (need_f if flow.op == "F" else need_b)[flow.dst]:
+            got[key] = (count, latest)
+            return
+        arrived[key] = latest
+        advance(flow.dst)
 
-    for r in range(num):
-        advance(r)
-    if fwd_links is None and bwd_links is None:
-        # one FIFO link per boundary and direction
-        link_free: dict[Hashable, float] = {}
+    for u in range(num):
+        advance(u)
+    solo = [flow.solo_s for flow in flows] + [dur for _, dur, _ in tails]
+    if not shared_links:
+        link_free: dict[int, float] = {}
         while events:
-            t, _, op, s, k = heapq.heappop(events)
-            begin = max(t, link_free.get((op, s), 0.0))
-            link_free[(op, s)] = done = begin + (fwd_comm_s[s] if op == "F" else bwd_comm_s[s])
-            deliver(op, s, k, done)
+            t, _, j, k = heapq.heappop(events)
+            begin = max(t, link_free.get(j, 0.0))
+            link_free[j] = done = begin + solo[j]
+            deliver(j, k, done)
     else:
-        loads_f, loads_b = _merge_links(loads_f, loads_b)
-        _fluid_transfers(events, loads_f, loads_b, fwd_comm_s, bwd_comm_s, deliver)
-    if any(pos[r] < len(ranks[r]) for r in range(num)):
+        loads = _merge_links([flow.loads for flow in flows] + [ld for _, _, ld in tails])
+        _fluid_transfers(events, solo, loads, deliver)
+    if any(pos[u] < len(orders[u]) for u in range(num)):
         raise InputError("the schedule's action orders deadlock in the planner's list scheduler")
-    return max(free, default=0.0), last_b
+    return max(max(free, default=0.0), tail_end), last_b
 
 
-def _merge_links(
-    loads_f: Sequence[LinkLoads], loads_b: Sequence[LinkLoads]
-) -> tuple[list[LinkLoads], list[LinkLoads]]:
-    """Merge links crossed by exactly the same transfer kinds into one (exact for the fluid model).
+def _merge_links(loads: Sequence[LinkLoads]) -> list[LinkLoads]:
+    """Merge links crossed by exactly the same flows into one (exact for the fluid model).
 
-    Such links always carry the same transfers, so only each kind's largest busy time on them
+    Such links always carry the same transfers, so only each flow's largest busy time on them
     can bind; a route of many hops becomes one or two links.
     """
-    users: dict[Hashable, list[tuple[str, int]]] = {}
-    for op, table in (("F", loads_f), ("B", loads_b)):
-        for s, loads in enumerate(table):
-            for link, _ in loads:
-                users.setdefault(link, []).append((op, s))
+    users: dict[Hashable, list[int]] = {}
+    for j, flow_loads in enumerate(loads):
+        for link, _ in flow_loads:
+            users.setdefault(link, []).append(j)
     group = {link: tuple(u) for link, u in users.items()}
-    out: list[list[LinkLoads]] = []
-    for table in (loads_f, loads_b):
-        merged_table: list[LinkLoads] = []
-        for loads in table:
-            merged: dict[Hashable, float] = {}
-            for link, busy in loads:
-                key = group[link]
-                if busy > merged.get(key, -1.0):
-                    merged[key] = busy
-            merged_table.append(tuple(merged.items()))
-        out.append(merged_table)
-    return out[0], out[1]
+    out: list[LinkLoads] = []
+    for flow_loads in loads:
+        merged: dict[Hashable, float] = {}
+        for link, busy in flow_loads:
+            key = group[link]
+            if busy > merged.get(key, -1.0):
+                merged[key] = busy
+        out.append(tuple(merged.items()))
+    return out
 
 
 def _fluid_transfers(
-    events: list[tuple[float, int, str, int, int]],
-    loads_f: Sequence[LinkLoads],
-    loads_b: Sequence[LinkLoads],
-    fwd_comm_s: Sequence[float],
-    bwd_comm_s: Sequence[float],
-    deliver: Callable[[str, int, int, float], None],
+    events: list[tuple[float, int, int, int]],
+    solo_s: Sequence[float],
+    loads: Sequence[LinkLoads],
+    deliver: Callable[[int, int, float], None],
 ) -> None:
     """Run transfers as fluid flows that share links, delivering each when it completes.
 
-    A transfer ``j`` alone takes ``solo_j`` and keeps link ``l`` busy ``d_jl``, so at full
-    speed it uses the fraction ``u_jl = d_jl / solo_j`` of the link. While the transfers on
-    ``l`` ask for ``U_l = sum_j u_jl > 1`` of it, each gets its share scaled by ``1 / U_l``
-    (work-conserving proportional sharing; equal transfers bottlenecked on one link get ``1 /
-    n`` each, the max-min fair share): ``j`` progresses at ``min(1, min_l 1 / U_l) / solo_j`` of
-    itself per second. ``deliver`` may push new ready transfers onto ``events`` (never earlier
-    than now).
+    ``events`` holds ``(ready time, seq, flow, microbatch)``. A transfer ``j`` alone takes
+    ``solo_j`` and keeps link ``l`` busy ``d_jl``, so at full speed it uses the fraction ``u_jl =
+    d_jl / solo_j`` of the link. While the transfers on ``l`` ask for ``U_l = sum_j u_jl > 1`` of
+    it, each gets its share scaled by ``1 / U_l`` (work-conserving proportional sharing; equal
+    transfers bottlenecked on one link get ``1 / n`` each, the max-min fair share): ``j``
+    progresses at ``min(1, min_l 1 / U_l) / solo_j`` of itself per second. ``deliver(flow,
+    microbatch, time)`` may push new ready transfers onto ``events`` (never earlier than now).
     """
+    # Every transfer of one flow index has the same solo time and link loads, so all of a flow's
+    # active transfers progress at the same speed: the state is kept per flow (a class), with a
+    # virtual clock of the progress one of its transfers makes, and each transfer finishes when
+    # the clock has advanced by 1 since it started. A change of demand on a link re-rates the
+    # flows on it, not every transfer, so a long queue of transfers on one NIC costs O(flows).
     now = 0.0
-    # id -> [remaining fraction at t_upd, rate, t_upd, solo, loads, version, op, stage, microbatch]
-    active: dict[int, list[Any]] = {}
-    on_link: dict[Hashable, set[int]] = {}
+    speed: dict[int, float] = {}  # flow -> fraction of one transfer per second
+    virt: dict[int, float] = {}  # flow -> virtual progress at t_upd
+    t_upd: dict[int, float] = {}
+    members: dict[int, list[tuple[float, int, int]]] = {}  # flow -> heap of (target, id, microbatch)
+    on_link: dict[Hashable, set[int]] = {}  # link -> active flows
     demand: dict[Hashable, float] = {}  # U_l
-    done: list[tuple[float, int, int]] = []  # (completion time, id, version), stale entries skipped
     next_id = 0
+
+    def advance(c: int) -> None:
+        virt[c] += speed[c] * (now - t_upd[c])
+        t_upd[c] = now
+
+    def set_speed(c: int) -> None:
+        over = 1.0
+        for link, _ in loads[c]:
+            d = demand[link]
+            if d > over:
+                over = d
+        speed[c] = 1.0 / (solo_s[c] * over)
 
     def rerate(links: LinkLoads) -> None:
         touched: set[int] = set()
         for link, _ in links:
-            touched |= on_link[link]
-        for j in sorted(touched):
-            st = active[j]
-            st[0] -= st[1] * (now - st[2])
-            st[2] = now
-            over = 1.0
-            for link, _ in st[4]:
-                if demand[link] > over:
-                    over = demand[link]
-            slow = st[3] * over
-            st[1] = 1.0 / slow
-            st[5] += 1
-            heapq.heappush(done, (now + st[0] * slow, j, st[5]))
+            touched |= on_link.get(link, set())
+        for c in touched:
+            advance(c)
+            set_speed(c)
 
-    while events or active:
-        while done and (done[0][1] not in active or active[done[0][1]][5] != done[0][2]):
-            heapq.heappop(done)
-        t_done = done[0][0] if done else math.inf
+    while events or members:
+        t_done = math.inf
+        first = -1
+        who = -1
+        for c, heap in members.items():
+            target, j, _ = heap[0]
+            t = t_upd[c] + (target - virt[c]) / speed[c]
+            if t < t_done or (t == t_done and j < first):
+                t_done, first, who = t, j, c
         t_ready = events[0][0] if events else math.inf
         if t_done <= t_ready:
-            _, who, _ = heapq.heappop(done)
             now = max(now, t_done)
-            st = active.pop(who)
-            for link, busy in st[4]:
-                on_link[link].discard(who)
-                demand[link] = demand[link] - busy / st[3] if on_link[link] else 0.0
-            rerate(st[4])
-            deliver(st[6], st[7], st[8], now)
+            heap = members[who]
+            _, _, k = heapq.heappop(heap)
+            advance(who)
+            solo = solo_s[who]
+            if not heap:
+                del members[who]
+            for link, busy in loads[who]:
+                if not heap:
+                    on_link[link].discard(who)
+                demand[link] = demand[link] - busy / solo if on_link[link] else 0.0
+            rerate(loads[who])
+            deliver(who, k, now)
         else:
-            _, _, op, s, k = heapq.heappop(events)
+            _, _, flow, k = heapq.heappop(events)
             now = max(now, t_ready)
-            solo = fwd_comm_s[s] if op == "F" else bwd_comm_s[s]
-            loads = (loads_f if op == "F" else loads_b)[s]
+            solo = solo_s[flow]
             if solo <= 0:
-                deliver(op, s, k, now)
+                deliver(flow, k, now)
                 continue
-            j = next_id
+            if flow in members:
+                advance(flow)
+            else:
+                members[flow] = []
+                virt[flow] = 0.0
+                t_upd[flow] = now
+                speed[flow] = 1.0 / solo
+            heapq.heappush(members[flow], (virt[flow] + 1.0, next_id, k))
             next_id += 1
-            active[j] = [1.0, 1.0 / solo, now, solo, loads, 0, op, s, k]
-            heapq.heappush(done, (now + solo, j, 0))
-            for link, busy in loads:
-                on_link.setdefault(link, set()).add(j)
+            for link, busy in loads[flow]:
+                on_link.setdefault(link, set()).add(flow)
                 demand[link] = demand.get(link, 0.0) + busy / solo
-            rerate(loads)
+            rerate(loads[flow])
+            set_speed(flow)
 
 
 def ending_with_sharing(jobs: Sequence[tuple[float, float, frozenset[int]]]) -> float:

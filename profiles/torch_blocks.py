@@ -314,6 +314,8 @@ def first_input(
     shape = (batch_size, *input_shape)
     generator = torch.Generator().manual_seed(seed)
     if kind == "long":
-        high = min((int(m.num_embeddings) for m in embeddings), default=2)
+        # The first embedding (module order) reads the ids; a smaller table later in the block
+        # (BERT's 2 token types) gets its indices elsewhere and must not narrow the ids.
+        high = int(embeddings[0].num_embeddings) if embeddings else 2
         return torch.randint(0, high, shape, generator=generator, dtype=torch.long).to(device)
     return torch.randn(shape, generator=generator, dtype=torch.float32).to(device=device, dtype=dtype)

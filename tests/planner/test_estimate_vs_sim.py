@@ -15,14 +15,6 @@ from pipesim.simulator import SimOptions, simulate
 CLUSTER = get_cluster("dapple-2x8-v100")
 BOUND = 0.05
 
-# PipeDream plans whose replica counts do not divide the micro-batch (12 replicas for 16
-# samples): the estimate times every replica at the largest share and sends a stage's pieces
-# together; the simulator's replicas finish and send at different times. Error when written.
-UNEVEN = {
-    ("vgg19", "pcie-4x4-v100-10gbe"): "+9.4%: uneven replica shares (12 replicas, 16 samples)",
-    ("amoebanet36", "pcie-4x4-v100-10gbe"): "+16.5%: uneven replica shares",
-}
-
 
 def _check(model: str, planner: str, gbs: int, cluster: Cluster = CLUSTER) -> None:
     profile = zoo_model(model)
@@ -65,8 +57,6 @@ def test_zoo_models(model: str, planner: str) -> None:
 @pytest.mark.parametrize("model", ["bert48", "gnmt16", "vgg19", "amoebanet36"])
 def test_other_presets(model: str, cluster: str) -> None:
     _check(model, "dapple", 128, get_cluster(cluster))
-    if (model, cluster) in UNEVEN:
-        pytest.xfail(UNEVEN[(model, cluster)])
     _check(model, "pipedream", 128, get_cluster(cluster))
 
 
@@ -87,3 +77,29 @@ def test_vgg19_scatter_plan_shares_the_nic() -> None:
     est = estimate_plan(p, profile, CLUSTER).iteration_time_s
     sim = simulate(p, profile, CLUSTER, SimOptions(record_trace=False)).iteration_time_s
     assert est == pytest.approx(sim, rel=0.08)
+
+
+@pytest.mark.parametrize(
+    ("model", "layout"),
+    [
+        ("vgg19", [(0, 15, tuple(range(12))), (16, 19, (12, 13, 14)), (20, 23, (15,))]),
+        ("amoebanet36", [(0, 17, tuple(range(12))), (18, 41, (12, 13, 14, 15))]),
+    ],
+)
+def test_uneven_shares_on_one_nic(model: str, layout: list[tuple[int, int, tuple[int, ...]]]) -> None:
+    # PipeDream's plans on pcie-4x4 (missed by +9.5% and +16.5% when every replica was timed at
+    # the largest share): 12 replicas split 16 samples 2/1, and the 1-sample replicas' pieces
+    # cross server 3's NIC while the 2-sample replicas still compute
+    profile = zoo_model(model)
+    cluster = get_cluster("pcie-4x4-v100-10gbe")
+    p = Plan(
+        stages=tuple(
+            StagePlan(first_layer=a, last_layer=b, replicas=len(d), devices=d) for a, b, d in layout
+        ),
+        global_batch_size=128,
+        num_microbatches=8,
+        schedule="1f1b",
+    )
+    est = estimate_plan(p, profile, cluster).iteration_time_s
+    sim = simulate(p, profile, cluster, SimOptions(record_trace=False)).iteration_time_s
+    assert est == pytest.approx(sim, rel=0.02)
