@@ -17,8 +17,9 @@ every question a planner asks, with caches so a search pays for each distinct qu
   :mod:`pipesim.profiles.collective_cost` (ring over the replicas in their order, or
   hierarchical for even servers, ``auto`` taking the faster as the simulator does), cached per
   placement up to renumbering the servers.
-* **Pipeline latency**: the plan's schedule list-scheduled with transfers and all-reduces as
-  fluid flows sharing links (:func:`pipesim.planner.latency.timeline_schedule`), or
+* **Pipeline latency**: the plan's schedule list-scheduled per class of replicas in step, with
+  transfers (bundles of pieces) and all-reduces as fluid flows sharing links max-min fairly
+  (:func:`pipesim.planner.latency.timeline_schedule`), or
   (:func:`pipeline_time_s`, the DP's model) DAPPLE's warm-up + steady + ending phases, see
   ``docs/planner.md``; GPipe's two flow-shop phases.
 * **Memory** per device: ``static + K * stash + work`` with the simulator's memory model
@@ -32,7 +33,8 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -48,7 +50,6 @@ from pipesim.planner.latency import (
     FLUSH_SCHEDULES,
     NEG_INF,
     Flow,
-    LinkLoads,
     backward_end_times,
     ending_with_sharing,
     in_flight,
@@ -161,13 +162,21 @@ def _action_orders(
     return tuple(tuple((a.op.value, a.stage, a.microbatch or 0) for a in rank) for rank in sched.ranks)
 
 
+MAX_CLASS_TIMELINES = 48
+"""Most replica classes (timelines) the estimate refines a plan into (:meth:`CostModel.replica_classes`).
+
+Telling replicas apart by the traffic on their links can end at one class per replica on large
+clusters (a stage of 32 feeding one of 64 makes every server's NIC traffic a little different);
+past this many timelines the refinement stops at the last coarser step, keeping the estimate of
+a 1024-GPU plan to about a second."""
+
+
+def _num_classes(classes: Sequence[Sequence[int]]) -> int:
+    return sum(max(c, default=-1) + 1 for c in classes)
+
+
 _Piece = tuple[tuple[int, ...], float]
 """A piece of a transfer: ``(route, bytes)``."""
-
-
-def _scaled(loads: tuple[tuple[int, float], ...], nbytes: float, solo_s: float) -> LinkLoads:
-    """Link busy times of a transfer of ``nbytes``, each at most its time alone ``solo_s``."""
-    return tuple((link, min(per_byte * nbytes, solo_s)) for link, per_byte in loads)
 
 
 class CostModel:
@@ -215,6 +224,7 @@ class CostModel:
         self._ar_cache: dict[tuple[int, ...], AllReduceCurves] = {}
         self._ar_by_devices: dict[tuple[int, ...], AllReduceCurves] = {}
         self._loads_cache: dict[tuple[tuple[int, ...], tuple[int, ...]], tuple[tuple[int, float], ...]] = {}
+        self._route_keys: dict[tuple[int, int], tuple[float, float] | None] = {}
         self.memo: dict[tuple[object, ...], object] = {}
         """Results planners keep per model (e.g. the data-parallel baseline of a batch size)."""
         self._xfer_cache: dict[tuple[tuple[int, ...], ...], Lines] = {}
@@ -429,40 +439,114 @@ class CostModel:
         bwd: list[float],
         ar: list[float],
         nic_links: list[frozenset[int]],
-        contention: bool,
-        loads: tuple[list[LinkLoads], list[LinkLoads]] | None,
     ) -> float:
-        """Iteration time from the list-scheduled timeline of one timeline per stage, seconds.
+        """Iteration time from one timeline per stage, each transfer its own FIFO link, seconds.
 
-        ``fwd``, ``bwd`` and ``ar`` alternate stages and transfers (DAPPLE's pseudo-stages).
+        ``fwd``, ``bwd`` and ``ar`` alternate stages and transfers (DAPPLE's pseudo-stages); the
+        estimate without ``contention`` (with it, :meth:`_replica_scheduled` shares links).
         """
         flows = []
         for s in range(plan.num_stages - 1):
-            flows.append(Flow("F", s, s + 1, fwd[2 * s + 1], loads[0][s] if loads is not None else ()))
-            flows.append(Flow("B", s + 1, s, bwd[2 * s + 1], loads[1][s] if loads is not None else ()))
+            flows.append(Flow("F", s, s + 1, fwd[2 * s + 1]))
+            flows.append(Flow("B", s + 1, s, bwd[2 * s + 1]))
         stages = list(range(plan.num_stages))
         return self._run_timelines(
-            self._stage_orders(plan), fwd[0::2], bwd[0::2], flows, stages, ar, nic_links, contention
+            self._stage_orders(plan), fwd[0::2], bwd[0::2], flows, stages, ar, nic_links, False
         )
+
+    def _route_key(self, src: int, dst: int) -> tuple[float, float] | None:
+        """``(latency, slowest bandwidth)`` of the route from ``src`` to ``dst`` (None: same device)."""
+        key = (src, dst)
+        if key in self._route_keys:
+            return self._route_keys[key]
+        route = self.cluster.route(src, dst) if src != dst else ()
+        out = None
+        if route:
+            out = (round(sum(self._lat[link] for link in route), 15), min(self._bw[link] for link in route))
+        self._route_keys[key] = out
+        return out
+
+    def replica_classes(
+        self, placement: Sequence[tuple[int, ...]], samples: int, nic_links: Sequence[frozenset[int]] = ()
+    ) -> list[list[int]]:
+        """The class of every replica of every stage (:func:`pipesim.planner.replicas.replica_classes`).
+
+        Replicas are timed apart when their shares of a micro-batch differ, their pieces take
+        routes of different latency or bandwidth, or those routes cross links that carry
+        different traffic (colour refinement of the links by the classes of the pieces crossing
+        them and the all-reduces ``nic_links[s]`` using them): such replicas drift apart in the
+        simulator. Replicas alike up to renumbering servers stay one class. The refinement
+        stops at the last step with at most :data:`MAX_CLASS_TIMELINES` classes (the shares
+        alone if routes already give more). All zeros: every stage runs in step.
+        """
+        shares = [split_samples(samples, len(devices)) for devices in placement]
+        bw = self._bw
+        route = self.cluster.route
+        pieces: list[list[tuple[int, int, Hashable, tuple[int, ...], tuple[int, ...]]]] = []
+        for s in range(1, len(placement)):
+            src, dst = placement[s - 1], placement[s]
+            row: list[tuple[int, int, Hashable, tuple[int, ...], tuple[int, ...]]] = []
+            for i, k, _ in overlaps(shares[s - 1], shares[s]):
+                a, b = src[i], dst[k]
+                ahead = tuple(x for x in route(a, b) if bw[x] < math.inf) if a != b else ()
+                back = tuple(x for x in route(b, a) if bw[x] < math.inf) if a != b else ()
+                row.append((i, k, (self._route_key(a, b), self._route_key(b, a)), ahead, back))
+            pieces.append(row)
+        base: dict[int, list[Hashable]] = {}
+        for s, links in enumerate(nic_links):
+            for link in links:
+                base.setdefault(link, []).append(("ar", s))
+        classes = replica_classes(shares, [[p[2] for p in row] for row in pieces])
+        if _num_classes(classes) > MAX_CLASS_TIMELINES:
+            return replica_classes(shares)
+        count = -1
+        while True:
+            seen: dict[int, list[Hashable]] = {link: list(v) for link, v in base.items()}
+            for s, row in enumerate(pieces):
+                for i, k, key, ahead, back in row:
+                    tag = (s, classes[s][i], classes[s + 1][k], key)
+                    for link in ahead:
+                        seen.setdefault(link, []).append(("F", tag))
+                    for link in back:
+                        seen.setdefault(link, []).append(("B", tag))
+            ids: dict[Hashable, int] = {}
+            color: dict[int, int] = {}
+            for link, users in seen.items():
+                color[link] = ids.setdefault(frozenset(Counter(users).items()), len(ids))
+            keys = [
+                [
+                    (key, tuple(sorted(color[x] for x in ahead)), tuple(sorted(color[x] for x in back)))
+                    for _, _, key, ahead, back in row
+                ]
+                for row in pieces
+            ]
+            finer = replica_classes(shares, keys)
+            if _num_classes(finer) > MAX_CLASS_TIMELINES:
+                return classes
+            classes = finer
+            new_count = len(ids) + _num_classes(classes)
+            if new_count == count:
+                return classes
+            count = new_count
 
     def _replica_scheduled(
         self,
         plan: Plan,
         placement: Sequence[tuple[int, ...]],
         samples: int,
+        classes: list[list[int]],
         ar: list[float],
         nic_links: list[frozenset[int]],
         contention: bool,
     ) -> float:
         """Like :meth:`_list_scheduled` with one timeline per class of replicas in step.
 
-        For stages whose replicas hold unequal shares of a micro-batch
-        (:mod:`pipesim.planner.replicas`): each class computes at its own share, and the pieces
+        For stages whose replicas hold unequal shares of a micro-batch or send over unlike
+        routes (:meth:`replica_classes`): each class computes at its own share, and the pieces
         between each pair of classes are one transfer, ready when its source class finishes.
         """
         by_stage = self._stage_orders(plan)
         shares = [split_samples(samples, len(devices)) for devices in placement]
-        classes = replica_classes(shares)
         base = [0]
         for cls in classes:
             base.append(base[-1] + max(cls) + 1)
@@ -495,26 +579,39 @@ class CostModel:
                     pair[1].append((route(dst[k], src[i]), n * per_sample))
             for (ca, cb), (ahead, back) in groups.items():
                 a, b = base[s - 1] + ca, base[s] + cb
-                flows.append(Flow("F", a, b, *self._pieces_cost(ahead, contention)))
-                flows.append(Flow("B", b, a, *self._pieces_cost(back, contention)))
+                if contention:
+                    flows.append(self._piece_flow("F", a, b, ahead))
+                    flows.append(self._piece_flow("B", b, a, back))
+                else:
+                    flows.append(Flow("F", a, b, eval_lines(self._piece_lines(ahead), 1.0)))
+                    flows.append(Flow("B", b, a, eval_lines(self._piece_lines(back), 1.0)))
         return self._run_timelines(unit_orders, fwd, bwd, flows, stage_of, ar, nic_links, contention)
 
-    def _pieces_cost(self, pieces: Sequence[_Piece], with_loads: bool) -> tuple[float, LinkLoads]:
-        """Time of pieces ``(route, bytes)`` sent at once, seconds, and their links' busy times.
+    def _piece_flow(self, op: str, src: int, dst: int, pieces: Sequence[_Piece]) -> Flow:
+        """The fluid flow of pieces ``(route, bytes)`` sent at once between two timelines.
 
-        The busy time of a link is the bytes of the pieces crossing it over its bandwidth, at
-        most the transfer's own time (links of infinite bandwidth are left out).
+        Each piece alone waits its route's latency, then moves its bytes at its route's slowest
+        link (the simulator's transfer); the flow starts after the longest latency and takes the
+        slowest piece's byte time alone (``solo_s``), while every link is busy for the bytes of
+        all the pieces crossing it (``loads``, not capped: a link ``k`` equal pieces cross
+        takes ``k`` times a piece's time, and shares with other flows per piece). Links of
+        infinite bandwidth are left out.
         """
-        solo = eval_lines(self._piece_lines(pieces), 1.0)
-        if not with_loads:
-            return solo, ()
-        bw = self._bw
+        bw, lat = self._bw, self._lat
+        solo = 0.0
+        latency = 0.0
         load: dict[int, float] = {}
         for r, nbytes in pieces:
+            if not r:
+                continue
+            latency = max(latency, sum(lat[link] for link in r))
+            slowest = min(bw[link] for link in r)
+            if slowest < math.inf:
+                solo = max(solo, nbytes / slowest)
             for link in set(r):
                 if bw[link] < math.inf:
                     load[link] = load.get(link, 0.0) + nbytes / bw[link]
-        return solo, tuple((link, min(busy, solo)) for link, busy in sorted(load.items()))
+        return Flow(op, src, dst, solo, tuple(sorted(load.items())) if solo > 0 else (), latency)
 
     def allreduce_network_links(self, devices: Sequence[int]) -> frozenset[int]:
         """The inter-server (NIC) links a stage's all-reduce crosses (ring and hierarchical alike)."""
@@ -578,8 +675,6 @@ class CostModel:
         ar: list[float] = []
         device_peak: dict[int, float] = {}
         nic_links: list[frozenset[int]] = []
-        loads_f: list[LinkLoads] = []
-        loads_b: list[LinkLoads] = []
         num = plan.num_stages
         for s, stage in enumerate(plan.stages):
             devices = placement[s]
@@ -590,10 +685,6 @@ class CostModel:
                 c = self.cut_bytes_per_sample[first - 1]
                 t_f = self.transfer_s(placement[s - 1], devices, samples, c)
                 t_b = self.transfer_s(devices, placement[s - 1], samples, c)
-                if contention:
-                    nbytes = samples * c
-                    loads_f.append(_scaled(self.transfer_link_loads(placement[s - 1], devices), nbytes, t_f))
-                    loads_b.append(_scaled(self.transfer_link_loads(devices, placement[s - 1]), nbytes, t_b))
                 fwd.append(t_f)
                 bwd.append(t_b)
                 ar.append(0.0)
@@ -608,11 +699,16 @@ class CostModel:
             peak = self.static_bytes(first, last) + k * stash + work
             for d in devices:
                 device_peak[d] = peak
-        if exact_schedule and num > 1 and any(samples % stage.replicas for stage in plan.stages):
-            time_s = self._replica_scheduled(plan, placement, samples, ar, nic_links, contention)
+        uneven = any(samples % stage.replicas for stage in plan.stages)
+        if exact_schedule and num > 1 and contention:
+            classes = self.replica_classes(placement, samples, nic_links)
+            time_s = self._replica_scheduled(plan, placement, samples, classes, ar, nic_links, contention)
+        elif exact_schedule and num > 1 and uneven:
+            shares = [split_samples(samples, len(devices)) for devices in placement]
+            classes = replica_classes(shares)
+            time_s = self._replica_scheduled(plan, placement, samples, classes, ar, nic_links, contention)
         elif exact_schedule and num > 1:
-            loads = (loads_f, loads_b) if contention else None
-            time_s = self._list_scheduled(plan, fwd, bwd, ar, nic_links, contention, loads)
+            time_s = self._list_scheduled(plan, fwd, bwd, ar, nic_links)
         else:
             time_s = pipeline_time_s(fwd, bwd, ar, m, plan.schedule)
             if contention and sum(1 for x in nic_links if x) > 1:

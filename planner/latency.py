@@ -174,6 +174,13 @@ class Flow(NamedTuple):
     ``op`` ``"F"``: an activation, ready when ``src`` finishes a micro-batch's forward and needed
     before ``dst``'s forward of it; ``"B"``: a gradient, from ``src``'s backward to ``dst``'s.
     ``solo_s`` is its time alone, seconds; ``loads`` the busy time of every link it crosses.
+    ``latency_s`` is a delay before it starts, seconds (route latency: no link is used).
+
+    A flow may bundle several pieces that run side by side (the pieces between two classes of
+    replicas): ``solo_s`` is then one piece's time on its own route and ``loads`` the busy time
+    of all of them, so a link ``k`` pieces cross is asked for ``k`` times its capacity and the
+    bundle takes ``k`` pieces' time there, and a piece shares a link with another flow's pieces
+    as the simulator's max-min fair network shares it between single transfers.
     """
 
     op: str
@@ -181,6 +188,7 @@ class Flow(NamedTuple):
     dst: int
     solo_s: float
     loads: LinkLoads = ()
+    latency_s: float = 0.0
 
 
 def list_schedule(
@@ -293,6 +301,7 @@ def timeline_schedule(
         for u in set(units):
             tails_of[u].append(tail)
     tail_end = 0.0
+    delay = [flow.latency_s for flow in flows]
 
     def advance(u: int) -> None:
         nonlocal seq
@@ -316,7 +325,7 @@ def timeline_schedule(
                 if end > last_b[u]:
                     last_b[u] = end
             for j in sends:
-                heapq.heappush(events, (end, seq, j, k))
+                heapq.heappush(events, (end + delay[j], seq, j, k))
                 seq += 1
             p += 1
         pos[u] = p
@@ -392,95 +401,146 @@ def _fluid_transfers(
     loads: Sequence[LinkLoads],
     deliver: Callable[[int, int, float], None],
 ) -> None:
-    """Run transfers as fluid flows that share links, delivering each when it completes.
+    """Run transfers as fluid flows that share links max-min fairly, delivering each when done.
 
-    ``events`` holds ``(ready time, seq, flow, microbatch)``. A transfer ``j`` alone takes
-    ``solo_j`` and keeps link ``l`` busy ``d_jl``, so at full speed it uses the fraction ``u_jl =
-    d_jl / solo_j`` of the link. While the transfers on ``l`` ask for ``U_l = sum_j u_jl > 1`` of
-    it, each gets its share scaled by ``1 / U_l`` (work-conserving proportional sharing; equal
-    transfers bottlenecked on one link get ``1 / n`` each, the max-min fair share): ``j``
-    progresses at ``min(1, min_l 1 / U_l) / solo_j`` of itself per second. ``deliver(flow,
-    microbatch, time)`` may push new ready transfers onto ``events`` (never earlier than now).
+    ``events`` holds ``(ready time, seq, flow, microbatch)``. A transfer ``j`` alone progresses at
+    ``1 / solo_j`` of itself per second and then keeps link ``l`` busy ``d_jl`` seconds, so at
+    full speed it asks for ``u_jl = d_jl / solo_j`` of the link (more than 1 for a bundle of
+    pieces that cross ``l`` side by side, see :class:`Flow`). Each transfer runs at a fraction
+    ``x_j <= 1`` of its full speed; the ``x`` are the max-min fair allocation under ``sum_j x_j
+    u_jl <= 1`` on every link (progressive filling: raise every ``x`` together, freeze those on
+    a link that fills, go on with the rest), as the simulator's network shares links between
+    transfers: ``n`` equal transfers on one link get ``1 / n`` each, and a transfer held back
+    elsewhere leaves the rest of a link to the others. ``deliver(flow, microbatch, time)`` may
+    push new ready transfers onto ``events`` (never earlier than now).
     """
     # Every transfer of one flow index has the same solo time and link loads, so all of a flow's
     # active transfers progress at the same speed: the state is kept per flow (a class), with a
     # virtual clock of the progress one of its transfers makes, and each transfer finishes when
-    # the clock has advanced by 1 since it started. A change of demand on a link re-rates the
-    # flows on it, not every transfer, so a long queue of transfers on one NIC costs O(flows).
+    # the clock has advanced by 1 since it started. A start or finish re-fills only the flows
+    # linked to it through shared links (its connected component).
     now = 0.0
     speed: dict[int, float] = {}  # flow -> fraction of one transfer per second
     virt: dict[int, float] = {}  # flow -> virtual progress at t_upd
     t_upd: dict[int, float] = {}
     members: dict[int, list[tuple[float, int, int]]] = {}  # flow -> heap of (target, id, microbatch)
     on_link: dict[Hashable, set[int]] = {}  # link -> active flows
-    demand: dict[Hashable, float] = {}  # U_l
+    unit: list[list[tuple[Hashable, float]]] = []  # (link, share one transfer asks for at full speed)
+    for solo, flow_loads in zip(solo_s, loads, strict=True):
+        unit.append([(link, busy / solo) for link, busy in flow_loads] if solo > 0 else [])
+    peak = [max((u for _, u in links), default=0.0) for links in unit]
+    finish: dict[int, tuple[float, int]] = {}  # flow -> (when its next transfer ends, its id)
     next_id = 0
 
-    def advance(c: int) -> None:
-        virt[c] += speed[c] * (now - t_upd[c])
-        t_upd[c] = now
-
-    def set_speed(c: int) -> None:
-        over = 1.0
-        for link, _ in loads[c]:
-            d = demand[link]
-            if d > over:
-                over = d
-        speed[c] = 1.0 / (solo_s[c] * over)
-
-    def rerate(links: LinkLoads) -> None:
-        touched: set[int] = set()
-        for link, _ in links:
-            touched |= on_link.get(link, set())
-        for c in touched:
-            advance(c)
-            set_speed(c)
+    def refill(*seeds: int) -> None:
+        component = set(seeds)
+        todo = list(seeds)
+        while todo:
+            c = todo.pop()
+            for link, _ in loads[c]:
+                for other in on_link.get(link, ()):
+                    if other not in component:
+                        component.add(other)
+                        todo.append(other)
+        flows = [c for c in component if c in members]
+        for c in flows:
+            virt[c] += speed[c] * (now - t_upd[c])
+            t_upd[c] = now
+        if len(flows) == 1:  # alone on its links: the busiest one (or its own speed) binds
+            (c,) = flows
+            over = len(members[c]) * peak[c]
+            speed[c] = 1.0 / (solo_s[c] * over) if over > 1.0 else 1.0 / solo_s[c]
+            target, j, _ = members[c][0]
+            finish[c] = (now + (target - virt[c]) / speed[c], j)
+            return
+        coef = {}
+        for c in flows:
+            n = len(members[c])
+            coef[c] = [(link, n * u) for link, u in unit[c]]
+        room: dict[Hashable, float] = {}
+        ask: dict[Hashable, float] = {}  # what the live flows on each link ask for at full speed
+        users: dict[Hashable, list[int]] = {}
+        for c in flows:
+            for link, a in coef[c]:
+                room[link] = 1.0
+                ask[link] = ask.get(link, 0.0) + a
+                users.setdefault(link, []).append(c)
+        level = 0.0
+        live = set(flows)
+        while live:
+            step = 1.0 - level
+            for link, a in ask.items():
+                if room[link] < step * a:
+                    step = room[link] / a
+            level += step
+            if level >= 1.0 - 1e-12:
+                break
+            full = []
+            for link, a in ask.items():
+                room[link] -= step * a
+                if room[link] <= 1e-12:
+                    full.append(link)
+            for link in full:
+                for c in users[link]:
+                    if c in live:
+                        live.discard(c)
+                        speed[c] = level / solo_s[c]
+                        for its, a in coef[c]:
+                            left = ask.get(its)
+                            if left is not None:
+                                left -= a
+                                if left <= 1e-15 * a or its == link:
+                                    del ask[its]
+                                else:
+                                    ask[its] = left
+                ask.pop(link, None)
+        for c in live:
+            speed[c] = level / solo_s[c]
+        for c in flows:
+            target, j, _ = members[c][0]
+            finish[c] = (now + (target - virt[c]) / speed[c], j)
 
     while events or members:
         t_done = math.inf
-        first = -1
         who = -1
-        for c, heap in members.items():
-            target, j, _ = heap[0]
-            t = t_upd[c] + (target - virt[c]) / speed[c]
-            if t < t_done or (t == t_done and j < first):
-                t_done, first, who = t, j, c
+        if finish:
+            who = min(finish, key=finish.__getitem__)
+            t_done = finish[who][0]
         t_ready = events[0][0] if events else math.inf
         if t_done <= t_ready:
             now = max(now, t_done)
             heap = members[who]
+            virt[who] += speed[who] * (now - t_upd[who])
+            t_upd[who] = now
             _, _, k = heapq.heappop(heap)
-            advance(who)
-            solo = solo_s[who]
-            if not heap:
+            if heap:
+                refill(who)
+            else:  # the flow leaves: re-fill the flows that shared a link with it
                 del members[who]
-            for link, busy in loads[who]:
-                if not heap:
+                del finish[who]
+                near: set[int] = set()
+                for link, _ in loads[who]:
                     on_link[link].discard(who)
-                demand[link] = demand[link] - busy / solo if on_link[link] else 0.0
-            rerate(loads[who])
+                    near |= on_link[link]
+                if near:
+                    refill(*near)
             deliver(who, k, now)
         else:
             _, _, flow, k = heapq.heappop(events)
             now = max(now, t_ready)
-            solo = solo_s[flow]
-            if solo <= 0:
+            if solo_s[flow] <= 0:
                 deliver(flow, k, now)
                 continue
-            if flow in members:
-                advance(flow)
-            else:
+            if flow not in members:
                 members[flow] = []
                 virt[flow] = 0.0
                 t_upd[flow] = now
-                speed[flow] = 1.0 / solo
-            heapq.heappush(members[flow], (virt[flow] + 1.0, next_id, k))
+                speed[flow] = 1.0 / solo_s[flow]
+            heapq.heappush(members[flow], (virt[flow] + speed[flow] * (now - t_upd[flow]) + 1.0, next_id, k))
             next_id += 1
-            for link, busy in loads[flow]:
+            for link, _ in loads[flow]:
                 on_link.setdefault(link, set()).add(flow)
-                demand[link] = demand.get(link, 0.0) + busy / solo
-            rerate(loads[flow])
-            set_speed(flow)
+            refill(flow)
 
 
 def ending_with_sharing(jobs: Sequence[tuple[float, float, frozenset[int]]]) -> float:

@@ -76,7 +76,7 @@ def test_vgg19_scatter_plan_shares_the_nic() -> None:
     )
     est = estimate_plan(p, profile, CLUSTER).iteration_time_s
     sim = simulate(p, profile, CLUSTER, SimOptions(record_trace=False)).iteration_time_s
-    assert est == pytest.approx(sim, rel=0.08)
+    assert est == pytest.approx(sim, rel=BOUND)  # +0.7% (+6% with sharing per transfer)
 
 
 @pytest.mark.parametrize(
@@ -103,3 +103,57 @@ def test_uneven_shares_on_one_nic(model: str, layout: list[tuple[int, int, tuple
     est = estimate_plan(p, profile, cluster).iteration_time_s
     sim = simulate(p, profile, cluster, SimOptions(record_trace=False)).iteration_time_s
     assert est == pytest.approx(sim, rel=0.02)
+
+
+STAGGER_CASES = {
+    # plans the estimate missed by +10% to +16% when it ran a stage's replicas in lock step:
+    # their pieces take routes of different latency (GPUs behind the NIC's PCIe switch or the
+    # host bridge), so in the simulator they drift apart and time-share the NIC
+    "gnmt16-pipedream-pcie4x4": (
+        "gnmt16",
+        "pcie-4x4-v100-10gbe",
+        512,
+        128,
+        "1f1b",
+        [(0, 2, (0, 1, 2, 3)), (3, 8, (4, 5, 6, 7)), (9, 17, (8, 9, 10, 11)), (18, 18, (12, 13, 14, 15))],
+    ),
+    "gnmt16-dapple-2x8": (
+        "gnmt16",
+        "dapple-2x8-v100",
+        1024,
+        64,
+        "dapple",
+        [(0, 5, (0, 1, 2, 3)), (6, 10, (4, 5, 6, 7)), (11, 18, (8, 9, 10, 11, 12, 13, 14, 15))],
+    ),
+    "vgg19-dapple-pcie4x4": (
+        "vgg19",
+        "pcie-4x4-v100-10gbe",
+        1024,
+        128,
+        "dapple",
+        [
+            (0, 6, (4, 8, 12, 1)),
+            (7, 11, (5, 9, 13, 2)),
+            (12, 15, (6, 10, 14, 3)),
+            (16, 20, (7, 11)),
+            (21, 23, (15,)),
+        ],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(STAGGER_CASES))
+def test_replicas_on_unlike_routes_drift_apart(case: str) -> None:
+    model, cluster_name, gbs, m, schedule, layout = STAGGER_CASES[case]
+    profile = zoo_model(model)
+    cluster = get_cluster(cluster_name)
+    p = Plan(
+        stages=tuple(
+            StagePlan(first_layer=a, last_layer=b, replicas=len(d), devices=d) for a, b, d in layout
+        ),
+        global_batch_size=gbs,
+        num_microbatches=m,
+        schedule=schedule,
+    )
+    report = pipesim.verify(p, cluster, profile=profile)
+    assert abs(report.relative_error) < BOUND, (case, report.relative_error)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from pipesim.errors import InputError
 from pipesim.plan import Plan, StagePlan, split_samples
 from pipesim.planner.costs import CostModel
 from pipesim.planner.latency import Flow, timeline_schedule
@@ -33,6 +34,23 @@ def test_classes_of_pipedreams_vgg19_plan() -> None:
     assert _classes(16, 12, 4) == [[0] * 4 + [1] * 8, [0, 0, 1, 1]]
 
 
+def test_piece_keys_split_replicas_on_unlike_routes() -> None:
+    shares = [split_samples(4, 4), split_samples(4, 4)]
+    # pieces 0 -> 0, ..., 3 -> 3; replicas 2 and 3 send over a slower route
+    assert replica_classes(shares, [["near", "near", "far", "far"]]) == [[0, 0, 1, 1], [0, 0, 1, 1]]
+    assert replica_classes(shares, [["near"] * 4]) == [[0] * 4, [0] * 4]
+    with pytest.raises(InputError, match="piece_keys"):
+        replica_classes(shares, [["near"]])
+
+
+def test_cost_model_classes_by_route_and_link_traffic() -> None:
+    model = CostModel(zoo_model("gnmt16"), get_cluster("pcie-4x4-v100-10gbe"))
+    # GPUs 0, 1 sit on the NIC's PCIe switch, 2, 3 behind the host bridge
+    assert model.replica_classes(((0, 1, 2, 3), (4, 5, 6, 7)), 4) == [[0, 0, 1, 1], [0, 0, 1, 1]]
+    # whole servers alike: GPU 0 of servers 0 and 1 send alike (renumbering servers)
+    assert model.replica_classes(((0, 4), (8, 12)), 2) == [[0, 0], [0, 0]]
+
+
 @pytest.mark.parametrize("replicas", [(1,), (4, 2), (2, 8, 4, 1), (16, 16)])
 def test_equal_shares_are_one_class_per_stage(replicas: tuple[int, ...]) -> None:
     assert _classes(16, *replicas) == [[0] * r for r in replicas]
@@ -56,12 +74,13 @@ def test_an_allreduce_shares_its_nic_with_a_gradient() -> None:
     [
         [(0, 9, (0, 1, 2, 3)), (10, 23, (4, 5))],
         [(0, 6, (0, 8, 1, 9)), (7, 15, (2, 10)), (16, 23, (15,))],
+        [(0, 5, (0, 1, 2, 3)), (6, 11, (4, 5, 6, 7)), (12, 17, (8, 9, 10, 11)), (18, 23, (12, 13, 14, 15))],
+        [(0, 11, (0, 4)), (12, 23, (8, 12))],
     ],
 )
-def test_one_class_per_stage_equals_the_stage_timelines(
+def test_classes_equal_one_timeline_per_replica(
     layout: list[tuple[int, int, tuple[int, ...]]],
 ) -> None:
-    # differential: the per-class path on an even plan is the per-stage path
     profile = zoo_model("vgg19")
     cluster = get_cluster("pcie-4x4-v100-10gbe")
     model = CostModel(profile, cluster)
@@ -83,5 +102,7 @@ def test_one_class_per_stage_equals_the_stage_timelines(
         ar.append(model.allreduce_s(placement[s], model.parameter_bytes(stage.first_layer, stage.last_layer)))
         devices = placement[s]
         nic.append(model.allreduce_network_links(devices) if len(devices) > 1 else frozenset())
-    by_class = model._replica_scheduled(p, placement, 16, ar, nic, True)
-    assert by_class == pytest.approx(est, rel=1e-9)
+    # differential: one timeline per replica gives what the classes of replicas alike give
+    each = [list(range(len(devices))) for devices in placement]
+    per_replica = model._replica_scheduled(p, placement, 16, each, ar, nic, True)
+    assert per_replica == pytest.approx(est, rel=1e-9)
