@@ -143,17 +143,22 @@ def bench_branching() -> dict[str, float]:
     return out
 
 
-def main() -> None:
+def main() -> int:
+    """Run the scenarios; exit status 1 when any misses its target."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("scenario", nargs="?", default="all", choices=("bert", "large", "branching", "all"))
     args = parser.parse_args()
+    walls: dict[str, tuple[float, float]] = {}  # label -> (wall s, target s)
     if args.scenario in ("bert", "all"):
-        bench_bert()
+        walls["bert48 x 65"] = (bench_bert(), 10.0)
     if args.scenario in ("branching", "all"):
-        bench_branching()
+        walls.update({f"branching {k}": (v, 0.5) for k, v in bench_branching().items()})
     if args.scenario in ("large", "all"):
-        bench_large()
+        walls.update({f"large {k}": (v, 10.0) for k, v in bench_large().items()})
+    missed = [f"{k} ({wall:.2f} s > {target:g} s)" for k, (wall, target) in walls.items() if wall > target]
+    print("targets: " + ("all met" if not missed else "MISSED " + ", ".join(missed)))
+    return 1 if missed else 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())
