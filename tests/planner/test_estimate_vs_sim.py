@@ -7,10 +7,10 @@ from dataclasses import replace
 import pytest
 
 import pipesim
-from pipesim.plan import Plan, StagePlan
 from pipesim.planner import estimate_plan, plan
 from pipesim.profiles import Cluster, get_cluster, zoo_model
 from pipesim.simulator import SimOptions, simulate
+from tests.planner._layouts import layout_plan
 
 CLUSTER = get_cluster("dapple-2x8-v100")
 BOUND = 0.05
@@ -66,14 +66,7 @@ def test_vgg19_scatter_plan_shares_the_nic() -> None:
     profile = zoo_model("vgg19")
     layout = [(0, 6, (0, 8, 1, 9)), (7, 10, (2, 10, 3, 11)), (11, 12, (4, 12)), (13, 13, (5, 13))]
     layout += [(14, 16, (6, 14)), (17, 17, (7,)), (18, 23, (15,))]
-    p = Plan(
-        stages=tuple(
-            StagePlan(first_layer=a, last_layer=b, replicas=len(d), devices=d) for a, b, d in layout
-        ),
-        global_batch_size=128,
-        num_microbatches=32,
-        schedule="dapple",
-    )
+    p = layout_plan(layout, global_batch_size=128, num_microbatches=32, schedule="dapple")
     est = estimate_plan(p, profile, CLUSTER).iteration_time_s
     sim = simulate(p, profile, CLUSTER, SimOptions(record_trace=False)).iteration_time_s
     assert est == pytest.approx(sim, rel=BOUND)  # +0.7% (+6% with sharing per transfer)
@@ -92,14 +85,7 @@ def test_uneven_shares_on_one_nic(model: str, layout: list[tuple[int, int, tuple
     # cross server 3's NIC while the 2-sample replicas still compute
     profile = zoo_model(model)
     cluster = get_cluster("pcie-4x4-v100-10gbe")
-    p = Plan(
-        stages=tuple(
-            StagePlan(first_layer=a, last_layer=b, replicas=len(d), devices=d) for a, b, d in layout
-        ),
-        global_batch_size=128,
-        num_microbatches=8,
-        schedule="1f1b",
-    )
+    p = layout_plan(layout, global_batch_size=128, num_microbatches=8, schedule="1f1b")
     est = estimate_plan(p, profile, cluster).iteration_time_s
     sim = simulate(p, profile, cluster, SimOptions(record_trace=False)).iteration_time_s
     assert est == pytest.approx(sim, rel=0.02)
@@ -147,13 +133,6 @@ def test_replicas_on_unlike_routes_drift_apart(case: str) -> None:
     model, cluster_name, gbs, m, schedule, layout = STAGGER_CASES[case]
     profile = zoo_model(model)
     cluster = get_cluster(cluster_name)
-    p = Plan(
-        stages=tuple(
-            StagePlan(first_layer=a, last_layer=b, replicas=len(d), devices=d) for a, b, d in layout
-        ),
-        global_batch_size=gbs,
-        num_microbatches=m,
-        schedule=schedule,
-    )
+    p = layout_plan(layout, global_batch_size=gbs, num_microbatches=m, schedule=schedule)
     report = pipesim.verify(p, cluster, profile=profile)
     assert abs(report.relative_error) < BOUND, (case, report.relative_error)

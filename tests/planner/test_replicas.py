@@ -5,11 +5,12 @@ from __future__ import annotations
 import pytest
 
 from pipesim.errors import InputError
-from pipesim.plan import Plan, StagePlan, split_samples
+from pipesim.plan import split_samples
 from pipesim.planner.costs import CostModel
 from pipesim.planner.latency import Flow, timeline_schedule
 from pipesim.planner.replicas import overlaps, replica_classes
 from pipesim.profiles import get_cluster, zoo_model
+from tests.planner._layouts import layout_plan
 
 
 def _classes(samples: int, *replicas: int) -> list[list[int]]:
@@ -84,14 +85,7 @@ def test_classes_equal_one_timeline_per_replica(
     profile = zoo_model("vgg19")
     cluster = get_cluster("pcie-4x4-v100-10gbe")
     model = CostModel(profile, cluster)
-    p = Plan(
-        stages=tuple(
-            StagePlan(first_layer=a, last_layer=b, replicas=len(d), devices=d) for a, b, d in layout
-        ),
-        global_batch_size=128,
-        num_microbatches=8,
-        schedule="1f1b",
-    )
+    p = layout_plan(layout, global_batch_size=128, num_microbatches=8, schedule="1f1b")
     est = model.estimate(p).iteration_time_s
     placement = p.placement(cluster.num_devices)
     ar = []
