@@ -31,7 +31,7 @@ CASES = {
 def run_case(case: str, samples: int = 4096) -> dict[str, float | int | str]:
     from pipesim.dynamic import default_memory_limit, run_dynamic, setup_costs
     from pipesim.planner.dynamic import dynamic_microbatches, generate_mix
-    from pipesim.profiles.cluster import get_cluster
+    from pipesim.profiles.hardware.cluster import get_cluster
 
     model, dtype, mix = CASES[case]
     cluster = get_cluster("dapple-2x8-v100")

@@ -26,7 +26,7 @@ from pipesim.errors import Infeasible
 from pipesim.plan import Plan
 from pipesim.planner import plan
 from pipesim.profiles import get_cluster, with_overrides, zoo_model
-from pipesim.profiles.model import Layer, ModelProfile
+from pipesim.profiles.models.profile import Layer, ModelProfile
 
 
 def _describe(p: Plan) -> str:

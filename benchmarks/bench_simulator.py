@@ -22,9 +22,9 @@ TARGETS_S = {"a": 1.0, "b": 30.0, "c": 0.3}
 
 def run_case(case: str) -> dict[str, float | str]:
     from pipesim.api import make_plan
-    from pipesim.profiles.cluster import get_cluster, with_overrides
-    from pipesim.profiles.model import Layer, ModelProfile
-    from pipesim.profiles.zoo import zoo_model
+    from pipesim.profiles.hardware.cluster import get_cluster, with_overrides
+    from pipesim.profiles.models.profile import Layer, ModelProfile
+    from pipesim.profiles.models.zoo import zoo_model
     from pipesim.simulator import SimOptions, simulate
 
     if case == "a":

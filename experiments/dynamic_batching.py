@@ -28,7 +28,7 @@ from matplotlib.figure import Figure
 
 from pipesim.dynamic import run_dynamic
 from pipesim.planner.dynamic import generate_mix
-from pipesim.profiles.seqcost import seq_cost_model
+from pipesim.profiles.costmodels.sequence import seq_cost_model
 
 try:
     from experiments import _common

@@ -92,7 +92,7 @@ def run(*, small: bool = False) -> list[_common.Row]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from pipesim.simulator.gantt import compare_gantt_figure
+    from pipesim.reports.gantt import compare_gantt_figure
 
     args = _common.parse_args(NAME, __doc__.splitlines()[0], argv)
     compared = simulate_schedules()

@@ -4,10 +4,10 @@ The ``dapple-2x8-v100`` cluster (2 servers x 8 GPUs, one NIC per server) with it
 V100 / A100 / H100 and its NIC for 10 / 25 / 100 GbE or HDR InfiniBand
 (:func:`pipesim.profiles.with_overrides`; the servers' NVLink and PCIe stay as they are, so only
 the GPU and the NIC change). The V100 profile of ``bert48`` is re-targeted to each GPU with the
-per-layer roofline of :func:`pipesim.profiles.retarget.retarget`, in mixed precision (``float16``,
+per-layer roofline of :func:`pipesim.profiles.costmodels.retarget.retarget`, in mixed precision (``float16``,
 tensor cores) by default. At each point the DAPPLE planner picks a plan, which is simulated.
 
-Cost per million samples: :func:`pipesim.cost.training_cost`, the catalog's on-demand price per
+Cost per million samples: :func:`pipesim.pricing.training_cost`, the catalog's on-demand price per
 device-hour times the devices the plan uses, over the simulated throughput.
 
 Writes ``hardware_whatif.csv`` and ``hardware_whatif.png`` (grouped bars: samples/s and
@@ -24,10 +24,10 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
-from pipesim.cost import training_cost
 from pipesim.planner import plan
+from pipesim.pricing import training_cost
 from pipesim.profiles import get_cluster, with_overrides, zoo_model
-from pipesim.profiles.retarget import retarget
+from pipesim.profiles.costmodels.retarget import retarget
 from pipesim.simulator import SimOptions, simulate
 
 try:
@@ -43,7 +43,7 @@ GLOBAL_BATCH_SIZE = 128
 DTYPE = "float16"
 DEVICES: tuple[str, ...] = ("V100-SXM2-16GB", "A100-80GB", "H100-SXM")
 NICS: tuple[str, ...] = ("10GbE", "25GbE", "100GbE", "IB-HDR")
-"""Slowest to fastest (10, 25, 100, 200 Gb/s per port; catalog in pipesim.profiles.hardware)."""
+"""Slowest to fastest (10, 25, 100, 200 Gb/s per port; catalog in pipesim.profiles.hardware.catalog)."""
 SMALL_NICS: tuple[str, ...] = ("10GbE", "IB-HDR")
 
 

@@ -1,11 +1,11 @@
 """Experiment: the PyTorch profiler on BERT-large-shaped blocks against the zoo's analytic bert48.
 
-The zoo's ``bert48`` (:func:`pipesim.profiles.zoo.transformers.bert48`) is BERT-large's layer
+The zoo's ``bert48`` (:func:`pipesim.profiles.models.zoo.transformers.bert48`) is BERT-large's layer
 (hidden 1024, 16 heads, FFN 4096) x 48 at sequence 384, split into ``embeddings``,
 ``encoder0..47`` and ``head``, costed by a roofline of a V100. This script builds the same three
 kinds of block as plain torch modules (``nn.Embedding``, ``nn.Linear``, ``nn.LayerNorm``,
 ``nn.Dropout`` and softmax attention written out with ``matmul``; post-LN as in BERT), profiles
-them with :func:`pipesim.profiles.torch_profiler.profile_module` at a few batch sizes and
+them with :func:`pipesim.profiles.profiler.torch_profiler.profile_module` at a few batch sizes and
 compares each kind with the zoo at the same batch size and dtype: forward and backward time,
 saved (stashed) activation bytes, parameter bytes, output bytes and FLOP.
 
@@ -52,14 +52,14 @@ from typing import Any
 from matplotlib.figure import Figure
 
 from pipesim.errors import InputError, invalid
-from pipesim.profiles.hardware import get_device
-from pipesim.profiles.model import DTYPE_BYTES, Layer
-from pipesim.profiles.retarget import retarget
-from pipesim.profiles.torch_blocks import require_torch
-from pipesim.profiles.torch_profiler import BlockMeasurement, parse_batch_sizes, profile_module
-from pipesim.profiles.zoo import zoo_model
-from pipesim.profiles.zoo.roofline import REFERENCE_DEVICE
-from pipesim.profiles.zoo.transformers import BERT48_SEQ
+from pipesim.profiles.costmodels.retarget import retarget
+from pipesim.profiles.hardware.catalog import get_device
+from pipesim.profiles.models.profile import DTYPE_BYTES, Layer
+from pipesim.profiles.models.zoo import zoo_model
+from pipesim.profiles.models.zoo.roofline import REFERENCE_DEVICE
+from pipesim.profiles.models.zoo.transformers import BERT48_SEQ
+from pipesim.profiles.profiler.blocks import require_torch
+from pipesim.profiles.profiler.torch_profiler import BlockMeasurement, parse_batch_sizes, profile_module
 from pipesim.units import MIB
 
 try:
@@ -240,7 +240,7 @@ def zoo_elementwise_flop(kind: str, batch: int) -> float:
     """FLOP of the zoo's element-wise (memory-bound) kernels in one direction of one block.
 
     The zoo gives every element-wise kernel ``flop_per_element`` FLOP per element, forward and
-    again backward (``LayerCost.eltwise`` in ``profiles/zoo/roofline.py``): layer norm 5,
+    again backward (``LayerCost.eltwise`` in ``profiles/models/zoo/roofline.py``): layer norm 5,
     softmax 5, GeLU 8, loss 5, dropout, residual add, embedding gather and sum 1.
     ``FlopCounterMode`` counts none of these.
 
@@ -326,7 +326,7 @@ class Settings:
         threads: CPU threads for torch, or ``None`` for torch's setting.
         seed: seed of the weights and the input.
         zoo_device: a catalog device to re-target the zoo's V100 times to
-            (:func:`pipesim.profiles.retarget.retarget`; sizes and FLOP are kept), e.g.
+            (:func:`pipesim.profiles.costmodels.retarget.retarget`; sizes and FLOP are kept), e.g.
             ``"H100-SXM"`` when measuring on an H100; ``None`` keeps the V100 roofline.
     """
 

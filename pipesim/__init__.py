@@ -35,7 +35,7 @@ _EXPORTS: dict[str, str] = {
     "make_schedule": "pipesim.schedules",
     "verify": "pipesim.verification",
     "VerifyReport": "pipesim.verification",
-    "retarget": "pipesim.profiles.retarget",
+    "retarget": "pipesim.profiles.costmodels.retarget",
     "schedule_names": "pipesim.schedules",
 }
 

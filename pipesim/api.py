@@ -7,9 +7,9 @@ from typing import Any
 
 from pipesim.errors import invalid
 from pipesim.plan import Plan, StagePlan, balanced_split, stage_ranges
-from pipesim.profiles.cluster import Cluster, load_cluster
-from pipesim.profiles.loader import load_model
-from pipesim.profiles.model import ModelProfile
+from pipesim.profiles.hardware.cluster import Cluster, load_cluster
+from pipesim.profiles.models.loader import load_model
+from pipesim.profiles.models.profile import ModelProfile
 from pipesim.simulator import SimOptions, SimulationResult
 from pipesim.simulator import simulate as _simulate
 

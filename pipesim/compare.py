@@ -12,13 +12,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipesim.cost import TrainingCost, training_cost
 from pipesim.errors import invalid
 from pipesim.fileio import atomic_write_text
 from pipesim.plan import Plan, StagePlan, balanced_split, stage_ranges
 from pipesim.planner import estimate_plan, plan
-from pipesim.profiles.cluster import Cluster
-from pipesim.profiles.model import ModelProfile
+from pipesim.pricing import TrainingCost, training_cost
+from pipesim.profiles.hardware.cluster import Cluster
+from pipesim.profiles.models.profile import ModelProfile
 from pipesim.schedules.registry import lookup
 from pipesim.simulator import SimOptions, SimulationResult, simulate
 
@@ -191,8 +191,8 @@ def write_compare_outputs(
     Raises:
         OSError: the directory cannot be created or written.
     """
-    from pipesim.simulator.chrome import write_chrome_trace
-    from pipesim.simulator.gantt import write_compare_gantt, write_memory_bar
+    from pipesim.reports.chrome import write_chrome_trace
+    from pipesim.reports.gantt import write_compare_gantt, write_memory_bar
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

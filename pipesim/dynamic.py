@@ -3,7 +3,7 @@
 For one global batch of variable-length samples (:class:`~pipesim.planner.dynamic.LengthBatch`),
 a zoo transformer cut into ``p`` balanced stages (one device each) and a cluster, every strategy
 (``pad``, ``pack``, ``dynamic``) makes its micro-batches; each micro-batch gets its own per-stage
-times and activation bytes from the sequence cost model (:mod:`pipesim.profiles.seqcost`); the
+times and activation bytes from the sequence cost model (:mod:`pipesim.profiles.costmodels.sequence`); the
 simulator runs them under the chosen schedule (``gpipe``, ``dapple``, ``1f1b``, ``zb-h1``,
 ``zb-h2`` or ``memory-aware``) and reports real tokens per second (padding excluded), the padding
 fraction, the iteration time and the peak memory.
@@ -32,12 +32,12 @@ from pipesim.planner.dynamic import (
     make_microbatches,
     variable_schedule,
 )
-from pipesim.profiles.cluster import Cluster, load_cluster
-from pipesim.profiles.memory import static_memory_bytes
-from pipesim.profiles.seqcost import seq_cost_model
+from pipesim.profiles.costmodels.memory import static_memory_bytes
+from pipesim.profiles.costmodels.sequence import seq_cost_model
+from pipesim.profiles.hardware.cluster import Cluster, load_cluster
 from pipesim.schedules import Schedule, evaluate
 from pipesim.simulator import SimOptions, simulate
-from pipesim.simulator.costs import MicrobatchCosts
+from pipesim.simulator.microbatch_costs import MicrobatchCosts
 
 __all__ = ["DynamicReport", "StrategyResult", "report_to_json", "run_dynamic", "setup_costs"]
 

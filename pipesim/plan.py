@@ -15,7 +15,7 @@ from typing import Any
 
 from pipesim.errors import FormatError, Infeasible, InputError, invalid
 from pipesim.fileio import atomic_write_text
-from pipesim.profiles.memory import OPTIMIZERS
+from pipesim.profiles.costmodels.memory import OPTIMIZERS
 
 __all__ = [
     "ALLREDUCE_ALGORITHMS",

@@ -32,8 +32,8 @@ from pipesim.planner.pase import (
     search,
 )
 from pipesim.planner.pase.graph import TensorMap
-from pipesim.profiles.cluster import Cluster
-from pipesim.profiles.hardware import DeviceSpec
+from pipesim.profiles.hardware.catalog import DeviceSpec
+from pipesim.profiles.hardware.cluster import Cluster
 from pipesim.simulator.strategy import (
     CollectiveSpec,
     StrategySimResult,

@@ -11,8 +11,8 @@ from typing import Any
 from pipesim.errors import invalid
 from pipesim.plan import Plan
 from pipesim.planner import estimate_plan
-from pipesim.profiles.cluster import Cluster
-from pipesim.profiles.model import ModelProfile
+from pipesim.profiles.hardware.cluster import Cluster
+from pipesim.profiles.models.profile import ModelProfile
 from pipesim.simulator import SimOptions, simulate
 
 __all__ = ["VerifyReport", "verify"]

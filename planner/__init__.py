@@ -5,8 +5,8 @@ This layer imports only ``pipesim.errors``, ``pipesim.units``, ``pipesim.profile
 ``pipesim.schedules`` and ``pipesim.plan``; it never imports the simulator.
 """
 
-from pipesim.planner.costs import CostModel, pipeline_time_s
 from pipesim.planner.dapple import cut_positions, dapple_search, device_unit, replica_candidates
+from pipesim.planner.estimate import CostModel, pipeline_time_s
 from pipesim.planner.placement import Placement, device_order, parse_placement
 from pipesim.planner.search import estimate_plan, plan, planner_names
 

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 from pipesim.errors import Infeasible
 from pipesim.plan import Plan, StagePlan, balanced_split, stage_ranges
-from pipesim.planner.costs import CostModel
+from pipesim.planner.estimate import CostModel
 
 __all__ = ["divisors", "dp_plans", "gpipe_plans", "single_plan"]
 

@@ -4,7 +4,7 @@ Models", PPoPP 2021): an exact dynamic program over stage cuts, replica counts a
 For one micro-batch count ``M`` and one placement policy, the program extends pipeline
 *suffixes* one stage at a time towards the first layer. A suffix is summarised by ``(W, Z, k)``:
 ``Z`` its latency under DAPPLE's cost model, ``W`` the auxiliary maximum that
-:func:`pipesim.planner.costs.prepend` needs, ``k`` its number of stages (which sets how many
+:func:`pipesim.planner.estimate.prepend` needs, ``k`` its number of stages (which sets how many
 micro-batches a stage put in front keeps in flight). Prepending a stage (and the transfer
 pseudo-stage in front of the suffix) is monotone in all three, so keeping, per state
 ``(first layer of the suffix, devices used, replicas of the suffix's first stage)``, only the
@@ -21,10 +21,10 @@ from dataclasses import dataclass
 
 from pipesim.errors import Infeasible
 from pipesim.plan import Plan, StagePlan
-from pipesim.planner.costs import NEG_INF, CostModel, eval_lines
+from pipesim.planner.estimate import NEG_INF, CostModel, eval_lines
 from pipesim.planner.placement import Placement, device_order, stage_start
-from pipesim.profiles.collective_cost import AllReduceCurves, Lines
-from pipesim.profiles.model import ModelProfile
+from pipesim.profiles.costmodels.collective import AllReduceCurves, Lines
+from pipesim.profiles.models.profile import ModelProfile
 
 __all__ = [
     "CUT_BLOCKS",

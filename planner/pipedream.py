@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pipesim.errors import Infeasible
 from pipesim.plan import Plan, StagePlan, balanced_split
 from pipesim.planner.baselines import divisors
-from pipesim.planner.costs import CostModel
+from pipesim.planner.estimate import CostModel
 
 __all__ = ["MAX_BLOCKS", "pipedream_plans"]
 

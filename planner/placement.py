@@ -19,7 +19,7 @@ from __future__ import annotations
 from enum import Enum
 
 from pipesim.errors import UnknownNameError
-from pipesim.profiles.cluster import Cluster
+from pipesim.profiles.hardware.cluster import Cluster
 
 __all__ = ["Placement", "device_order", "parse_placement", "stage_start"]
 

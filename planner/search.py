@@ -10,12 +10,12 @@ from dataclasses import replace
 from pipesim.errors import Infeasible, UnknownNameError, invalid
 from pipesim.plan import Estimate, Plan
 from pipesim.planner.baselines import dp_plans, gpipe_plans, single_plan
-from pipesim.planner.costs import CostModel
 from pipesim.planner.dapple import dapple_search, to_plan
+from pipesim.planner.estimate import CostModel
 from pipesim.planner.pipedream import pipedream_plans
 from pipesim.planner.placement import Placement, parse_placement
-from pipesim.profiles.cluster import Cluster
-from pipesim.profiles.model import ModelProfile
+from pipesim.profiles.hardware.cluster import Cluster
+from pipesim.profiles.models.profile import ModelProfile
 
 __all__ = ["estimate_plan", "plan", "planner_names"]
 

@@ -3,7 +3,15 @@
 This layer imports no other pipesim layer (only :mod:`pipesim.errors` and :mod:`pipesim.units`).
 """
 
-from pipesim.profiles.cluster import (
+from pipesim.profiles.hardware.catalog import (
+    DeviceSpec,
+    LinkSpec,
+    device_names,
+    get_device,
+    get_link,
+    link_names,
+)
+from pipesim.profiles.hardware.cluster import (
     Cluster,
     cluster_names,
     cluster_to_dict,
@@ -12,13 +20,17 @@ from pipesim.profiles.cluster import (
     load_cluster,
     with_overrides,
 )
-from pipesim.profiles.fileformat import load_profile_file, profile_from_dict, profile_to_dict, save_profile
-from pipesim.profiles.hardware import DeviceSpec, LinkSpec, device_names, get_device, get_link, link_names
-from pipesim.profiles.loader import convert_torchgraph, load_model
-from pipesim.profiles.model import DTYPE_BYTES, DTYPES, BatchPoint, Cut, Layer, ModelProfile
-from pipesim.profiles.topology import Link, LinkKind, Topology
-from pipesim.profiles.torchgraph import load_torchgraph, parse_torchgraph
-from pipesim.profiles.zoo import zoo_descriptions, zoo_model, zoo_names
+from pipesim.profiles.hardware.topology import Link, LinkKind, Topology
+from pipesim.profiles.models.fileformat import (
+    load_profile_file,
+    profile_from_dict,
+    profile_to_dict,
+    save_profile,
+)
+from pipesim.profiles.models.loader import convert_torchgraph, load_model
+from pipesim.profiles.models.profile import DTYPE_BYTES, DTYPES, BatchPoint, Cut, Layer, ModelProfile
+from pipesim.profiles.models.torchgraph import load_torchgraph, parse_torchgraph
+from pipesim.profiles.models.zoo import zoo_descriptions, zoo_model, zoo_names
 
 __all__ = [
     "DTYPES",

@@ -1,6 +1,6 @@
 """The simulator: SimPy execution of plans on modelled GPUs and links (``pipesim.simulator``).
 
-Charts (:mod:`pipesim.simulator.gantt`) and Chrome traces (:mod:`pipesim.simulator.chrome`) are
+Charts (:mod:`pipesim.reports.gantt`) and Chrome traces (:mod:`pipesim.reports.chrome`) are
 imported from their modules, so that simulating does not load matplotlib.
 """
 

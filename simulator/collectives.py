@@ -26,7 +26,7 @@ link sharing (with each other and with any other traffic) shows up by itself:
 servers, one server, one member per server); otherwise whichever has the smaller
 :func:`estimate_allreduce_time_s`, a cheap analytic estimate on the actual routes (per step, each
 chunk's rate is its route's tightest ``capacity / chunks of this step on the link``; ties go to
-ring). The estimate is :mod:`pipesim.profiles.collective_cost`, the same curves the planner
+ring). The estimate is :mod:`pipesim.profiles.costmodels.collective`, the same curves the planner
 uses, so planner and simulator pick the same algorithm.
 
 One member (or none) costs zero time. Every function here takes plain callables for routing, so it
@@ -44,7 +44,7 @@ from typing import Any
 import simpy
 
 from pipesim.errors import UnknownNameError, invalid
-from pipesim.profiles import collective_cost
+from pipesim.profiles.costmodels import collective as collective_cost
 from pipesim.simulator.network import Network
 
 __all__ = [
@@ -311,7 +311,7 @@ def choose_allreduce_algorithm(
 def _curves(
     network: Network, order: list[int], route: Route, server_of: ServerOf | None
 ) -> collective_cost.AllReduceCurves:
-    """The shared route-based cost curves (:mod:`pipesim.profiles.collective_cost`) on this network."""
+    """The shared route-based cost curves (:mod:`pipesim.profiles.costmodels.collective`) on this network."""
     return collective_cost.allreduce_curves(
         order,
         route,

@@ -13,12 +13,12 @@ import simpy
 
 from pipesim.errors import InputError, invalid
 from pipesim.plan import Plan, split_samples
-from pipesim.profiles.cluster import Cluster
-from pipesim.profiles.memory import stage_activation_bytes, static_memory_bytes
-from pipesim.profiles.model import ModelProfile
+from pipesim.profiles.costmodels.memory import stage_activation_bytes, static_memory_bytes
+from pipesim.profiles.hardware.cluster import Cluster
+from pipesim.profiles.models.profile import ModelProfile
 from pipesim.schedules import Schedule, make_schedule
 from pipesim.simulator.collectives import allreduce
-from pipesim.simulator.costs import MicrobatchCosts
+from pipesim.simulator.microbatch_costs import MicrobatchCosts
 from pipesim.simulator.network import LinkInterval, Network
 from pipesim.simulator.trace import (
     DeviceMetrics,
@@ -666,7 +666,7 @@ def simulate(
     Every device runs its rank's schedule actions in order on its compute stream; activations
     and gradients travel over the cluster's links as flows that share each link max-min fairly;
     each replicated stage all-reduces its gradients among its replicas with transfers over the
-    same links. Memory per device is tracked over time (see :mod:`pipesim.profiles.memory`).
+    same links. Memory per device is tracked over time (see :mod:`pipesim.profiles.costmodels.memory`).
 
     Args:
         plan: the plan to execute.
@@ -676,7 +676,7 @@ def simulate(
         options: what-if knobs (see :class:`SimOptions`).
         schedule: run this explicit schedule (its compute actions) instead of the one
             ``plan.schedule`` names; it must have the plan's ranks, stages and micro-batches.
-        costs: per-stage, per-micro-batch costs (:class:`~pipesim.simulator.costs.MicrobatchCosts`)
+        costs: per-stage, per-micro-batch costs (:class:`~pipesim.simulator.microbatch_costs.MicrobatchCosts`)
             that replace the ones derived from the profile's layers (variable-length micro-batches);
             the profile still gives parameters, optimizer state and weight-gradient fractions.
 

@@ -24,7 +24,7 @@ from typing import Any
 import simpy
 
 from pipesim.errors import invalid
-from pipesim.profiles.cluster import Cluster
+from pipesim.profiles.hardware.cluster import Cluster
 from pipesim.simulator.collectives import AllReduceAlgorithm, allreduce
 from pipesim.simulator.network import Network
 

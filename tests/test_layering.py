@@ -106,7 +106,7 @@ def test_every_layer_imports_only_downwards() -> None:
 
 def test_layer_of_classifies() -> None:
     assert layer_of("pipesim.errors") == "base"
-    assert layer_of("pipesim.profiles.model") == "pipesim.profiles"
+    assert layer_of("pipesim.profiles.models.profile") == "pipesim.profiles"
     assert layer_of("pipesim.planner") == "pipesim.planner"
     assert layer_of("pipesim.cli") == "pipesim"
     assert layer_of("pipesim.plan") == "pipesim.plan"
@@ -119,7 +119,7 @@ def test_checker_catches_violations(tmp_path: Path) -> None:
         "import simulator.engine\n"
         "from pipesim import plan_and_simulate\n"
         "from pipesim.errors import InputError\n"
-        "from pipesim.profiles.model import Layer\n"
+        "from pipesim.profiles.models.profile import Layer\n"
     )
     found = violations("pipesim.planner.x", bad)
     assert any("imports pipesim.simulator" in v for v in found)

@@ -10,8 +10,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from pipesim.errors import invalid
-from pipesim.profiles.cluster import Cluster
-from pipesim.profiles.model import ModelProfile
+from pipesim.profiles.hardware.cluster import Cluster
+from pipesim.profiles.models.profile import ModelProfile
 
 log = logging.getLogger(__name__)
 
@@ -110,9 +110,9 @@ def resolve_inputs(args: argparse.Namespace) -> tuple[ModelProfile, Cluster]:
     Raises:
         PipesimError: an unknown name, a malformed file, or a bad override.
     """
-    from pipesim.profiles.cluster import load_cluster, with_overrides
-    from pipesim.profiles.loader import load_model
-    from pipesim.profiles.retarget import retarget_to
+    from pipesim.profiles.costmodels.retarget import retarget_to
+    from pipesim.profiles.hardware.cluster import load_cluster, with_overrides
+    from pipesim.profiles.models.loader import load_model
 
     profile = load_model(args.model, pbs=getattr(args, "pbs", None))
     cluster = load_cluster(args.cluster)

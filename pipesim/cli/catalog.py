@@ -46,7 +46,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 
 def _models(args: argparse.Namespace) -> int:
-    from pipesim.profiles.zoo import zoo_descriptions
+    from pipesim.profiles.models.zoo import zoo_descriptions
 
     rows = zoo_descriptions()
     if args.json:
@@ -57,7 +57,7 @@ def _models(args: argparse.Namespace) -> int:
 
 
 def _clusters(args: argparse.Namespace) -> int:
-    from pipesim.profiles.cluster import cluster_names, describe_cluster, get_cluster
+    from pipesim.profiles.hardware.cluster import cluster_names, describe_cluster, get_cluster
 
     names = cluster_names()
     if args.json:
@@ -70,7 +70,7 @@ def _clusters(args: argparse.Namespace) -> int:
 
 def model_json(profile: Any) -> dict[str, Any]:
     """The ``show model --json`` document: the pipesim profile format plus summary fields."""
-    from pipesim.profiles.fileformat import profile_to_dict
+    from pipesim.profiles.models.fileformat import profile_to_dict
 
     data = profile_to_dict(profile)
     data["parameter_count"] = profile.parameter_count
@@ -81,7 +81,7 @@ def model_json(profile: Any) -> dict[str, Any]:
 
 
 def _show_model(args: argparse.Namespace) -> int:
-    from pipesim.profiles.loader import load_model
+    from pipesim.profiles.models.loader import load_model
 
     profile = load_model(args.name, pbs=args.pbs)
     if args.json:
@@ -119,7 +119,7 @@ def _show_model(args: argparse.Namespace) -> int:
 
 
 def _show_cluster(args: argparse.Namespace) -> int:
-    from pipesim.profiles.cluster import cluster_to_dict, describe_cluster, load_cluster
+    from pipesim.profiles.hardware.cluster import cluster_to_dict, describe_cluster, load_cluster
 
     cluster = load_cluster(args.name)
     if args.json:
@@ -143,7 +143,7 @@ def _show_cluster(args: argparse.Namespace) -> int:
 
 
 def _convert(args: argparse.Namespace) -> int:
-    from pipesim.profiles.loader import convert_torchgraph
+    from pipesim.profiles.models.loader import convert_torchgraph
 
     profile = convert_torchgraph(args.source, args.output, pbs=args.pbs)
     print(

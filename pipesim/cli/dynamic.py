@@ -85,7 +85,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 def _run(args: argparse.Namespace) -> int:
     from pipesim.dynamic import report_to_json, run_dynamic
     from pipesim.planner.dynamic import generate_mix, load_lengths
-    from pipesim.profiles.seqcost import seq_cost_model
+    from pipesim.profiles.costmodels.sequence import seq_cost_model
 
     if args.memory_limit_gib is not None and not args.memory_limit_gib > 0:
         raise invalid("--memory-limit-gib", args.memory_limit_gib, "must be > 0")

@@ -8,10 +8,15 @@ from typing import Any
 
 from pipesim.cli._common import format_table, positive_int, print_json
 from pipesim.errors import InputError, PipesimError
-from pipesim.profiles.fileformat import PROFILE_EXTENSIONS, save_profile
-from pipesim.profiles.model import DTYPES
-from pipesim.profiles.torch_blocks import INPUT_DTYPES, parse_input_shape, require_torch, split_factory_spec
-from pipesim.profiles.torch_profiler import DEVICES, TorchProfile, parse_batch_sizes, profile_factory
+from pipesim.profiles.models.fileformat import PROFILE_EXTENSIONS, save_profile
+from pipesim.profiles.models.profile import DTYPES
+from pipesim.profiles.profiler.blocks import (
+    INPUT_DTYPES,
+    parse_input_shape,
+    require_torch,
+    split_factory_spec,
+)
+from pipesim.profiles.profiler.torch_profiler import DEVICES, TorchProfile, parse_batch_sizes, profile_factory
 from pipesim.units import GIGA, MIB, MS
 
 __all__ = ["register"]

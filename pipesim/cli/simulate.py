@@ -167,11 +167,11 @@ def _run(args: argparse.Namespace) -> int:
     )
     result = simulate(plan, profile, cluster, options)
     if args.gantt:
-        from pipesim.simulator.gantt import write_gantt
+        from pipesim.reports.gantt import write_gantt
 
         write_gantt(result, args.gantt, title=f"{profile.name} on {cluster.name}: {result.schedule}")
     if args.trace:
-        from pipesim.simulator.chrome import write_chrome_trace
+        from pipesim.reports.chrome import write_chrome_trace
 
         write_chrome_trace(result, args.trace, server_of=cluster.server_of)
     if args.json:

@@ -90,8 +90,8 @@ def _split_text(split: dict[str, int]) -> str:
 
 def _run(args: argparse.Namespace) -> int:
     from pipesim.planner.pase import CostParams
-    from pipesim.profiles.cluster import load_cluster
-    from pipesim.profiles.hardware import get_device, get_link
+    from pipesim.profiles.hardware.catalog import get_device, get_link
+    from pipesim.profiles.hardware.cluster import load_cluster
     from pipesim.strategy import bottleneck_bandwidth, estimate_seconds, plan_strategy, simulate_plan
 
     if (args.device is None) != (args.link is None):

@@ -114,7 +114,7 @@ def _run_sweep(args: argparse.Namespace) -> int:
 
 
 def _run_plot(args: argparse.Namespace) -> int:
-    from pipesim.plots import write_sweep_plot
+    from pipesim.reports.plots import write_sweep_plot
 
     filters: dict[str, list[str]] = {}
     for item in args.filters:

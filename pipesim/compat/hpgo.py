@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from pipesim.errors import invalid
 from pipesim.plan import Plan
 from pipesim.planner import plan as make_plans
-from pipesim.profiles.cluster import Cluster, get_cluster, with_overrides
-from pipesim.profiles.loader import load_model
-from pipesim.profiles.model import ModelProfile
+from pipesim.profiles.hardware.cluster import Cluster, get_cluster, with_overrides
+from pipesim.profiles.models.loader import load_model
+from pipesim.profiles.models.profile import ModelProfile
 
 __all__ = ["Conductor", "cluster_from_seps", "conductor_from_torch_graph_and_seps"]
 

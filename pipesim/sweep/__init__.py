@@ -1,5 +1,5 @@
 """Parameter sweeps: run a grid of models, clusters, overrides, batch sizes, planners and schedules
-into one resumable CSV file (see ``docs/sweep.md``); :mod:`pipesim.plots` draws the results.
+into one resumable CSV file (see ``docs/sweep.md``); :mod:`pipesim.reports.plots` draws the results.
 """
 
 from pipesim.sweep.config import SweepConfig, SweepPoint, load_sweep_config, parse_sweep_config

@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from pipesim.errors import FormatError, Infeasible, InputError, PipesimError, UnknownNameError, invalid
-from pipesim.profiles.cluster import Cluster
-from pipesim.profiles.model import ModelProfile
-from pipesim.profiles.retarget import retarget_to
+from pipesim.profiles.costmodels.retarget import retarget_to
+from pipesim.profiles.hardware.cluster import Cluster
+from pipesim.profiles.models.profile import ModelProfile
 from pipesim.sweep.config import Overrides, SweepConfig, SweepPoint, overrides_text
 from pipesim.sweep.store import ResultsWriter, point_key
 
@@ -169,9 +169,9 @@ def _load_inputs(config: SweepConfig) -> tuple[dict[str, ModelProfile], dict[tup
         FormatError: a model, cluster or override set that cannot be loaded or applied; the
             message names the config key and the value.
     """
-    from pipesim.profiles.cluster import load_cluster, with_overrides
-    from pipesim.profiles.hardware import get_device
-    from pipesim.profiles.loader import load_model
+    from pipesim.profiles.hardware.catalog import get_device
+    from pipesim.profiles.hardware.cluster import load_cluster, with_overrides
+    from pipesim.profiles.models.loader import load_model
 
     def fail(key: str, value: object, exc: Exception) -> FormatError:
         return FormatError(config.source, None, f"{key}: {value!r}: {exc}")

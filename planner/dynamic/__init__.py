@@ -1,13 +1,12 @@
 """Dynamic micro-batching for variable-length, multi-task batches (DynaPipe): ``pipesim.planner.dynamic``.
 
 Global batches as sequence lengths (:mod:`~pipesim.planner.dynamic.lengths`), per-stage costs of a
-micro-batch shape (:mod:`~pipesim.planner.dynamic.costs`), the micro-batching strategies pad, pack
+micro-batch shape (:mod:`~pipesim.planner.dynamic.stage_costs`), the micro-batching strategies pad, pack
 and dynamic (:mod:`~pipesim.planner.dynamic.microbatch`, the exact dynamic program in
 :mod:`~pipesim.planner.dynamic.dp`), and schedules and orders for variable-sized micro-batches
 (:mod:`~pipesim.planner.dynamic.ordering`).
 """
 
-from pipesim.planner.dynamic.costs import MicrobatchShape, PipelineCosts, StagePolys
 from pipesim.planner.dynamic.dp import Partition, partition_objective, partition_sorted
 from pipesim.planner.dynamic.lengths import (
     MIXES,
@@ -36,6 +35,7 @@ from pipesim.planner.dynamic.ordering import (
     memory_aware,
     variable_schedule,
 )
+from pipesim.planner.dynamic.stage_costs import MicrobatchShape, PipelineCosts, StagePolys
 
 __all__ = [
     "MEMORY_AWARE",

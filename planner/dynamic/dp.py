@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pipesim.errors import invalid
-from pipesim.planner.dynamic.costs import PipelineCosts
+from pipesim.planner.dynamic.stage_costs import PipelineCosts
 
 __all__ = ["Partition", "partition_objective", "partition_sorted"]
 

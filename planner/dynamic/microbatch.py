@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from enum import Enum
 
 from pipesim.errors import Infeasible, InputError, UnknownNameError, invalid
-from pipesim.planner.dynamic.costs import MicrobatchShape, PipelineCosts
 from pipesim.planner.dynamic.dp import partition_sorted
 from pipesim.planner.dynamic.lengths import LengthBatch
+from pipesim.planner.dynamic.stage_costs import MicrobatchShape, PipelineCosts
 
 __all__ = [
     "PACK_ATTENTION",

@@ -6,7 +6,7 @@ re-distribution of tensors between layers whose configurations differ. See docs/
 """
 
 from pipesim.planner.pase.configs import DEFAULT_CUTOFF, allowed_factors, split_configs
-from pipesim.planner.pase.costs import ELEMENT_BYTES, PASE_WORD_BYTES, CostParams
+from pipesim.planner.pase.cost_model import ELEMENT_BYTES, PASE_WORD_BYTES, CostParams
 from pipesim.planner.pase.graph import CommTerm, Edge, PaseGraph, Vertex
 from pipesim.planner.pase.graphs import build_graph, graph_names
 from pipesim.planner.pase.ops import GraphBuilder, Tensor

@@ -4,7 +4,7 @@ A :class:`Vertex` holds, for every configuration of its iteration space, the FLO
 the communication terms (all-reduces and halo exchanges) with the words each device sends. An
 :class:`Edge` holds the re-distribution words for every pair of neighbouring configurations.
 Both are independent of the machine: :meth:`Vertex.cost` and :meth:`Edge.cost` join them with
-the FLOP-to-word ratio ``r`` of :class:`~pipesim.planner.pase.costs.CostParams`.
+the FLOP-to-word ratio ``r`` of :class:`~pipesim.planner.pase.cost_model.CostParams`.
 """
 
 from __future__ import annotations

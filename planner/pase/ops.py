@@ -15,7 +15,7 @@ import numpy as np
 
 from pipesim.errors import invalid
 from pipesim.planner.pase.configs import DEFAULT_CUTOFF, contiguous_configs, split_configs
-from pipesim.planner.pase.costs import allreduce_words, area_needed, edge_words, gemm_terms
+from pipesim.planner.pase.cost_model import allreduce_words, area_needed, edge_words, gemm_terms
 from pipesim.planner.pase.graph import CommTerm, Edge, PaseGraph, TensorMap, Vertex, tensor_configs
 
 __all__ = ["GraphBuilder", "Tensor"]

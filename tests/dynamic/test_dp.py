@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from pipesim.errors import Infeasible, InputError
 from pipesim.planner.dynamic import PipelineCosts, partition_objective, partition_sorted
-from pipesim.profiles.seqcost import seq_cost_model
+from pipesim.profiles.costmodels.sequence import seq_cost_model
 
 BERT4 = PipelineCosts.build(seq_cost_model("bert48"), num_stages=4)
 GPT2 = PipelineCosts.build(

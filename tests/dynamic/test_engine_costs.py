@@ -6,11 +6,11 @@ import pytest
 
 from pipesim.errors import InputError
 from pipesim.plan import Plan, StagePlan
-from pipesim.profiles.cluster import get_cluster
-from pipesim.profiles.model import Layer, ModelProfile
+from pipesim.profiles.hardware.cluster import get_cluster
+from pipesim.profiles.models.profile import Layer, ModelProfile
 from pipesim.schedules import evaluate, make_schedule
 from pipesim.simulator import SimOptions, simulate
-from pipesim.simulator.costs import MicrobatchCosts
+from pipesim.simulator.microbatch_costs import MicrobatchCosts
 
 CLUSTER = get_cluster("dapple-2x8-v100")
 

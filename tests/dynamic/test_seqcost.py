@@ -5,8 +5,13 @@ from __future__ import annotations
 import pytest
 
 from pipesim.errors import InputError
-from pipesim.profiles.seqcost import CALIBRATION_TOLERANCE, GRID_TOLERANCE, SeqPoly, seq_cost_model
-from pipesim.profiles.zoo import zoo_model
+from pipesim.profiles.costmodels.sequence import (
+    CALIBRATION_TOLERANCE,
+    GRID_TOLERANCE,
+    SeqPoly,
+    seq_cost_model,
+)
+from pipesim.profiles.models.zoo import zoo_model
 
 GPT_SMALL = "gpt:layers=4,hidden=512,heads=8,seq=1024,vocab=1000"
 

@@ -15,7 +15,7 @@ from pipesim.planner.dynamic import (
     pack_microbatches,
     pad_microbatches,
 )
-from pipesim.profiles.seqcost import seq_cost_model
+from pipesim.profiles.costmodels.sequence import seq_cost_model
 
 COSTS = PipelineCosts.build(seq_cost_model("bert48"), num_stages=4)
 LIMIT = 3 * 2**30

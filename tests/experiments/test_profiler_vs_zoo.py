@@ -29,7 +29,7 @@ import pytest
 
 from experiments import profiler_vs_zoo as pvz
 from pipesim.errors import InputError
-from pipesim.profiles.zoo import zoo_model
+from pipesim.profiles.models.zoo import zoo_model
 
 F32 = 4  # bytes per float32 element
 ELEMENTWISE_SHARE = 0.005
@@ -163,7 +163,7 @@ def test_saved_bytes_are_the_zoo_plus_the_itemised_extras(rows: list[dict[str, A
 def test_embedding_ids_cover_the_vocabulary(torch: Any) -> None:
     # The profiler draws token ids for the first embedding (the word table), not for the
     # smallest one in the block (2 token types), which would make every id 0 or 1.
-    from pipesim.profiles.torch_blocks import first_input
+    from pipesim.profiles.profiler.blocks import first_input
 
     embeddings = pvz.bert_model(1).embeddings
     ids = first_input(embeddings, batch_size=2, input_shape=(pvz.SEQ,), input_dtype="auto",

@@ -15,7 +15,7 @@ from pipesim.planner.pase import (
     split_configs,
 )
 from pipesim.planner.pase.configs import contiguous_configs
-from pipesim.planner.pase.costs import allreduce_words, edge_words
+from pipesim.planner.pase.cost_model import allreduce_words, edge_words
 
 
 def test_allowed_factors_follow_pase_cutoff() -> None:

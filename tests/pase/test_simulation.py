@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pipesim.errors import Infeasible, InputError
-from pipesim.profiles.cluster import get_cluster
+from pipesim.profiles.hardware.cluster import get_cluster
 from pipesim.simulator.collectives import ring_allreduce_time_s
 from pipesim.simulator.strategy import CollectiveSpec, StrategyStep, TransferSpec, simulate_strategy
 from pipesim.strategy import estimate_seconds, lower_strategy, plan_strategy, simulate_plan

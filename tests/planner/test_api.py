@@ -13,7 +13,7 @@ from pipesim.planner import plan, planner_names
 from pipesim.planner.dapple import cut_positions, device_unit, replica_candidates
 from pipesim.planner.placement import Placement, device_order, parse_placement, stage_start
 from pipesim.profiles import get_cluster, zoo_model
-from pipesim.profiles.model import Layer, ModelProfile
+from pipesim.profiles.models.profile import Layer, ModelProfile
 
 CLUSTER = get_cluster("dapple-2x8-v100")
 

@@ -1,4 +1,4 @@
-"""The route-based all-reduce estimate (pipesim.profiles.collective_cost): closed forms, the
+"""The route-based all-reduce estimate (pipesim.profiles.costmodels.collective): closed forms, the
 simulator's estimate, and its use by the planner."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipesim.errors import InputError
-from pipesim.planner.costs import CostModel
+from pipesim.planner.estimate import CostModel
 from pipesim.profiles import get_cluster, with_overrides, zoo_model
-from pipesim.profiles.collective_cost import allreduce_curves, allreduce_time_s, eval_lines, prune_lines
+from pipesim.profiles.costmodels.collective import allreduce_curves, allreduce_time_s, eval_lines, prune_lines
 from pipesim.simulator.collectives import estimate_allreduce_time_s
 from pipesim.simulator.network import Network
 

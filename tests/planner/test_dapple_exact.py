@@ -11,11 +11,11 @@ import pytest
 from pipesim.errors import Infeasible
 from pipesim.plan import Plan, StagePlan
 from pipesim.planner import dapple
-from pipesim.planner.costs import CostModel
 from pipesim.planner.dapple import cut_positions, dapple_search, device_unit, replica_candidates
+from pipesim.planner.estimate import CostModel
 from pipesim.planner.placement import Placement, device_order, stage_start
 from pipesim.profiles import Cluster, get_cluster, with_overrides
-from pipesim.profiles.model import Layer, ModelProfile
+from pipesim.profiles.models.profile import Layer, ModelProfile
 
 CLUSTER = with_overrides(get_cluster("pcie-4x4-v100-10gbe"), {"servers": 2})  # 8 GPUs, 2 servers
 BIG = with_overrides(get_cluster("pcie-4x4-v100-10gbe"), {"servers": 32})  # 128 GPUs: whole-server units

@@ -6,7 +6,7 @@ import pytest
 
 from pipesim.errors import InputError
 from pipesim.plan import split_samples
-from pipesim.planner.costs import CostModel
+from pipesim.planner.estimate import CostModel
 from pipesim.planner.latency import Flow, timeline_schedule
 from pipesim.planner.replicas import overlaps, replica_classes
 from pipesim.profiles import get_cluster, zoo_model

@@ -13,7 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipesim.errors import FormatError, InputError, UnknownNameError
-from pipesim.profiles.cluster import (
+from pipesim.profiles.hardware.catalog import get_device, get_link
+from pipesim.profiles.hardware.cluster import (
     Cluster,
     cluster_names,
     cluster_to_dict,
@@ -22,10 +23,9 @@ from pipesim.profiles.cluster import (
     load_cluster,
     with_overrides,
 )
-from pipesim.profiles.cluster_config import cluster_from_config, cluster_to_config
-from pipesim.profiles.cluster_file import cluster_to_toml, load_cluster_file, save_cluster
-from pipesim.profiles.hardware import get_device, get_link
-from pipesim.profiles.topology import DGX1_NVLINKS, LinkKind, Topology
+from pipesim.profiles.hardware.cluster_config import cluster_from_config, cluster_to_config
+from pipesim.profiles.hardware.cluster_file import cluster_to_toml, load_cluster_file, save_cluster
+from pipesim.profiles.hardware.topology import DGX1_NVLINKS, LinkKind, Topology
 
 
 def check_routes(cluster: Cluster) -> None:

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pipesim.errors import FormatError, InputError
-from pipesim.profiles.fileformat import (
+from pipesim.profiles.models.fileformat import (
     FORMAT_NAME,
     FORMAT_VERSION,
     dump_profile,
@@ -22,7 +22,7 @@ from pipesim.profiles.fileformat import (
     profile_to_dict,
     save_profile,
 )
-from pipesim.profiles.model import DTYPES, BatchPoint, Layer, ModelProfile
+from pipesim.profiles.models.profile import DTYPES, BatchPoint, Layer, ModelProfile
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from pipesim.errors import InputError, UnknownNameError
-from pipesim.profiles.hardware import (
+from pipesim.profiles.hardware.catalog import (
     DeviceSpec,
     LinkSpec,
     device_names,

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from pipesim.errors import FormatError, InputError, UnknownNameError
-from pipesim.profiles.fileformat import load_profile_file, save_profile
-from pipesim.profiles.loader import convert_torchgraph, load_model
-from pipesim.profiles.model import Layer, ModelProfile
+from pipesim.profiles.models.fileformat import load_profile_file, save_profile
+from pipesim.profiles.models.loader import convert_torchgraph, load_model
+from pipesim.profiles.models.profile import Layer, ModelProfile
 
 GRAPH = (
     "n1 -- Input -- forward_compute_time=1.0, backward_compute_time=0.0, activation_size=64.0, "
@@ -39,7 +39,7 @@ def fake_zoo(monkeypatch: pytest.MonkeyPatch) -> list[str]:
             raise UnknownNameError("model", spec, known)
         return known[spec]
 
-    monkeypatch.setattr(import_module("pipesim.profiles.zoo"), "zoo_model", zoo_model, raising=False)
+    monkeypatch.setattr(import_module("pipesim.profiles.models.zoo"), "zoo_model", zoo_model, raising=False)
     return calls
 
 

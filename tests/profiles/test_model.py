@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipesim.errors import InputError
-from pipesim.profiles.model import BatchPoint, Cut, Layer, ModelProfile
+from pipesim.profiles.models.profile import BatchPoint, Cut, Layer, ModelProfile
 
 
 def _layer(name: str, act: int = 100, *, fwd: float = 1.0, bwd: float = 2.0, params: int = 0) -> Layer:

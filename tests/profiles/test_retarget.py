@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from pipesim.errors import InputError, UnknownNameError
-from pipesim.profiles.hardware import get_device
-from pipesim.profiles.model import BatchPoint, Layer, ModelProfile
-from pipesim.profiles.retarget import retarget
-from pipesim.profiles.zoo import zoo_model
+from pipesim.profiles.costmodels.retarget import retarget
+from pipesim.profiles.hardware.catalog import get_device
+from pipesim.profiles.models.profile import BatchPoint, Layer, ModelProfile
+from pipesim.profiles.models.zoo import zoo_model
 
 V100 = get_device("V100-SXM2-16GB")
 A100 = get_device("A100-80GB")

@@ -19,7 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pipesim.errors import InputError
-from pipesim.profiles.torch_blocks import (
+from pipesim.profiles.profiler.blocks import (
     TORCH_MISSING,
     build_model,
     load_factory,
@@ -27,7 +27,7 @@ from pipesim.profiles.torch_blocks import (
     require_torch,
     split_factory_spec,
 )
-from pipesim.profiles.torch_profiler import (
+from pipesim.profiles.profiler.torch_profiler import (
     TimeStats,
     parse_batch_sizes,
     profile_factory,
@@ -45,7 +45,10 @@ FAST: dict[str, Any] = {"repeats": 3, "warmup": 1, "threads": 1}
 def test_importing_the_profiler_does_not_import_torch() -> None:
     import subprocess
 
-    code = "import sys, pipesim.profiles.torch_profiler, pipesim.cli.profile; print('torch' in sys.modules)"
+    code = (
+        "import sys, pipesim.profiles.profiler.torch_profiler, pipesim.cli.profile; "
+        "print('torch' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 

@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipesim.errors import FormatError, InputError
-from pipesim.profiles.fileformat import load_profile_file, save_profile
-from pipesim.profiles.torchgraph import load_torchgraph, parse_torchgraph, pbs_from_filename
+from pipesim.profiles.models.fileformat import load_profile_file, save_profile
+from pipesim.profiles.models.torchgraph import load_torchgraph, parse_torchgraph, pbs_from_filename
 from pipesim.units import MS
 
 

@@ -1,4 +1,4 @@
-"""Tests of the analytic model zoo (pipesim.profiles.zoo)."""
+"""Tests of the analytic model zoo (pipesim.profiles.models.zoo)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipesim.errors import InputError, UnknownNameError
-from pipesim.profiles.model import ModelProfile
-from pipesim.profiles.zoo import GptSpec, parse_gpt_spec, zoo_descriptions, zoo_model, zoo_names
-from pipesim.profiles.zoo import _build as zoo_cache
-from pipesim.profiles.zoo.roofline import KERNEL_OVERHEAD_S, LayerCost, Roofline, roofline_for
+from pipesim.profiles.models.profile import ModelProfile
+from pipesim.profiles.models.zoo import GptSpec, parse_gpt_spec, zoo_descriptions, zoo_model, zoo_names
+from pipesim.profiles.models.zoo import _build as zoo_cache
+from pipesim.profiles.models.zoo.roofline import KERNEL_OVERHEAD_S, LayerCost, Roofline, roofline_for
 
 FIXED_MODELS = ("amoebanet36", "bert48", "gnmt16", "resnet50", "vgg19", "xlnet36")
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pipesim.plan import Plan, StagePlan
-from pipesim.profiles.model import Layer, ModelProfile
+from pipesim.profiles.models.profile import Layer, ModelProfile
 
 
 def equal_profile(

@@ -6,8 +6,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pipesim.plan import Plan, StagePlan
-from pipesim.profiles.cluster import get_cluster
-from pipesim.profiles.model import Layer, ModelProfile
+from pipesim.profiles.hardware.cluster import get_cluster
+from pipesim.profiles.models.profile import Layer, ModelProfile
 from pipesim.schedules import evaluate, make_schedule
 from pipesim.simulator import SimOptions, simulate
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from pipesim.errors import Infeasible, InputError
 from pipesim.plan import Plan, StagePlan
-from pipesim.profiles.cluster import get_cluster
+from pipesim.profiles.hardware.cluster import get_cluster
 from pipesim.simulator import SimOptions, SimulationResult, simulate
 from pipesim.simulator.trace import EventKind
 

@@ -156,8 +156,8 @@ def test_inputs_that_cannot_load_fail_before_anything_runs(
 
 
 def test_relative_model_files_resolve_against_the_config(tmp_path: Path) -> None:
-    from pipesim.profiles.fileformat import save_profile
-    from pipesim.profiles.loader import load_model
+    from pipesim.profiles.models.fileformat import save_profile
+    from pipesim.profiles.models.loader import load_model
 
     (tmp_path / "sub").mkdir()
     save_profile(load_model(SMALL), tmp_path / "sub" / "tiny.json")

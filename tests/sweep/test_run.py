@@ -16,8 +16,8 @@ from pipesim.cli import main
 from pipesim.compare import compare
 from pipesim.errors import InputError
 from pipesim.planner import plan
-from pipesim.profiles.cluster import get_cluster
-from pipesim.profiles.loader import load_model
+from pipesim.profiles.hardware.cluster import get_cluster
+from pipesim.profiles.models.loader import load_model
 from pipesim.simulator import SimOptions
 from pipesim.sweep import COLUMNS, load_sweep_config, parse_sweep_config, point_key, read_results, run_sweep
 from tests.sweep.conftest import LARGER, SMALL

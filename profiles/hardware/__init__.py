@@ -1,0 +1,1 @@
+"""Hardware: the device and link catalog, clusters of servers, their topology and routes."""

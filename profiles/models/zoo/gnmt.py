@@ -1,0 +1,139 @@
+"""GNMT-16: Google's neural machine translation model with 8 encoder and 8 decoder LSTM layers.
+
+Shape of PipeDream's GNMT-16 (Narayanan et al., SOSP 2019; the ``gnmt_large`` model of their
+runtime, derived from the MLPerf v0.5 GNMT reference): hidden 1024, a shared 32320-token
+vocabulary with separate source and target embedding tables, a bidirectional first encoder layer,
+seven unidirectional encoder layers (residual connections from the third on), a recurrent
+attention module (one LSTM layer plus normalised Bahdanau attention), seven decoder layers that
+read the attention context concatenated with the previous output (residual from the second on),
+and a classifier. 277,686,273 parameters.
+
+The model is a DAG in topological order: the target embedding has no input from the encoder and
+sits just before the decoder, the encoder output feeds the attention layer, and the attention
+context feeds every decoder layer. LSTMs are costed as cuDNN runs them: one GEMM for the input
+projection of all time steps, one small GEMM and one fused gate kernel per time step, and one
+GEMM for each weight gradient over all steps; the backward of the recurrence is per step too.
+"""
+
+from __future__ import annotations
+
+from pipesim.profiles.models.profile import Layer, ModelProfile
+from pipesim.profiles.models.zoo.roofline import REFERENCE_DEVICE, LayerCost, Roofline
+
+__all__ = ["GNMT16_BATCH", "GNMT16_SEQ", "gnmt16"]
+
+GNMT16_SEQ = 50
+"""Tokens per sentence (source and target): the maximum training length of the MLPerf v0.5 GNMT
+reference that PipeDream's GNMT code derives from (``max_length_train = 50``)."""
+GNMT16_BATCH = 64
+"""Default profile batch, sentences: a per-GPU batch in the range PipeDream's and MLPerf's GNMT
+runs used (64-128)."""
+
+_VOCAB = 32320  # MLPerf GNMT BPE vocabulary (PipeDream's gnmt_large uses the same size)
+_HIDDEN = 1024
+
+
+def _lstm(lc: LayerCost, *, steps: int, batch: int, fan_in: int, hidden: int, directions: int = 1) -> None:
+    """One (optionally bidirectional) LSTM layer over ``steps`` x ``batch`` tokens."""
+    rl = lc.rl
+    d = rl.elem_bytes
+    tokens = steps * batch
+    gates = 4 * hidden
+    for _ in range(directions):
+        lc.gemm(tokens, gates, fan_in)  # input projection of all steps (+ its dgrad and wgrad)
+        step_flop = 2.0 * batch * gates * hidden
+        step_bytes = d * (batch * hidden + hidden * gates + batch * gates)
+        gate_bytes = d * batch * hidden * 8  # read 4h gates and c, write c and h (and keep them)
+        for _step in range(steps):
+            lc.fwd.add(rl, step_flop, step_bytes)  # h_{t-1} @ W_hh
+            lc.fwd.add(rl, 10.0 * batch * hidden, gate_bytes)  # fused gate non-linearities
+            lc.bwd.add(rl, step_flop, step_bytes)  # gradient to h_{t-1}
+            lc.bwd.add(rl, 10.0 * batch * hidden, 1.5 * gate_bytes)
+        lc.bwd.add(rl, step_flop * steps, d * (tokens * hidden + hidden * gates + tokens * gates),
+                   wgrad=True)  # W_hh gradient over all steps at once
+        lc.params += gates * fan_in + gates * hidden + 2 * gates  # PyTorch keeps two bias vectors
+        # cuDNN's reserve space: the input (for the W_ih gradient), gates, cell and hidden states.
+        lc.save(tokens * (fan_in + gates + 2 * hidden))
+
+
+def _embedding(rl: Roofline, name: str, tokens: int) -> Layer:
+    lc = LayerCost(name, rl)
+    lc.eltwise(tokens * _HIDDEN, fwd_passes=2, bwd_passes=2, wgrad_params=True)  # gather / scatter-add
+    lc.params += _VOCAB * _HIDDEN
+    return lc.build(output_elements=tokens * _HIDDEN)
+
+
+def _attention(lc: LayerCost, *, batch: int, tgt: int, src: int, hidden: int) -> None:
+    """Normalised Bahdanau attention of ``tgt`` queries over ``src`` encoder outputs per sample."""
+    big = batch * tgt * src * hidden  # the tanh(q + k) tensor
+    lc.gemm(batch * tgt, hidden, hidden)  # query projection
+    lc.gemm(batch * src, hidden, hidden)  # key projection
+    lc.params += 2 * hidden * hidden + 2 * hidden + 1  # W_q, W_k, v, normalisation bias and scalar
+    lc.eltwise(big, fwd_passes=3, bwd_passes=4, flop_per_element=20)  # broadcast add + tanh
+    lc.gemm(batch * tgt * src, 1, hidden)  # scores = tanh(.) @ v (reads the big tensor)
+    lc.eltwise(batch * tgt * src, fwd_passes=2, bwd_passes=3, flop_per_element=5)  # mask + softmax
+    lc.gemm(tgt, hidden, src, count=batch, weight=False)  # context = probabilities @ keys
+    lc.save(big)  # tanh output
+    lc.save(batch * (tgt + src) * hidden)  # projected queries and keys
+    lc.save(batch * tgt * src)  # probabilities
+
+
+def gnmt16(rl: Roofline, batch: int) -> ModelProfile:
+    """GNMT-16 (8 + 8 LSTM layers, hidden 1024) as a DAG of 19 layers.
+
+    Layers: ``src_embed``, ``enc0`` (bidirectional) .. ``enc7``, ``tgt_embed``, ``dec0``
+    (recurrent attention), ``dec1`` .. ``dec7``, ``classifier`` (with the loss). Sequence length
+    :data:`GNMT16_SEQ` (50) for source and target, default batch :data:`GNMT16_BATCH` (64).
+    277.7M parameters (DAPPLE/PipeDream quote ~291M for GNMT-16).
+    """
+    seq, h = GNMT16_SEQ, _HIDDEN
+    t = seq * batch
+    layers: list[Layer] = [_embedding(rl, "src_embed", t)]
+    enc = LayerCost("enc0", rl)
+    _lstm(enc, steps=seq, batch=batch, fan_in=h, hidden=h, directions=2)
+    layers.append(enc.build(output_elements=2 * t * h))
+    for i in range(1, 8):
+        lc = LayerCost(f"enc{i}", rl)
+        fan_in = 2 * h if i == 1 else h
+        lc.dropout(t * fan_in)
+        _lstm(lc, steps=seq, batch=batch, fan_in=fan_in, hidden=h)
+        if i >= 2:
+            lc.eltwise(t * h, fwd_passes=3, bwd_passes=1)  # residual add
+        layers.append(lc.build(output_elements=t * h))
+    layers.append(_embedding(rl, "tgt_embed", t))
+    att = LayerCost("dec0", rl)
+    _lstm(att, steps=seq, batch=batch, fan_in=h, hidden=h)
+    _attention(att, batch=batch, tgt=seq, src=seq, hidden=h)
+    layers.append(att.build(output_elements=2 * t * h))  # LSTM output and attention context
+    for i in range(1, 8):
+        lc = LayerCost(f"dec{i}", rl)
+        lc.dropout(t * h)
+        lc.eltwise(2 * t * h, fwd_passes=2, bwd_passes=2)  # concatenate with the context
+        _lstm(lc, steps=seq, batch=batch, fan_in=2 * h, hidden=h)
+        if i >= 2:
+            lc.eltwise(t * h, fwd_passes=3, bwd_passes=1)  # residual add
+        layers.append(lc.build(output_elements=t * h))
+    cls = LayerCost("classifier", rl)
+    cls.gemm(t, _VOCAB, h)
+    cls.params += h * _VOCAB + _VOCAB
+    cls.save(t * h)
+    cls.eltwise(t * _VOCAB, fwd_passes=3, bwd_passes=2, flop_per_element=5)  # log-softmax + loss
+    cls.save(t * _VOCAB)
+    layers.append(cls.build(output_elements=t))
+    # 0 src_embed, 1..8 enc0..enc7, 9 tgt_embed, 10 dec0, 11..17 dec1..dec7, 18 classifier
+    edges = [(i, i + 1) for i in range(8)]
+    edges += [(8, 10), (9, 10)]
+    edges += [(i, i + 1) for i in range(10, 18)]
+    edges += [(10, j) for j in range(12, 18)]  # the attention context feeds every decoder layer
+    return ModelProfile(
+        name="gnmt16",
+        layers=tuple(layers),
+        profile_batch_size=batch,
+        reference_device=REFERENCE_DEVICE,
+        dtype=rl.dtype,
+        edges=tuple(sorted(edges)),
+        seq_len=seq,
+        description=(
+            f"GNMT-16 (8+8 LSTM layers, hidden 1024), seq {seq}, analytic roofline on {REFERENCE_DEVICE}"
+        ),
+    )

@@ -1,0 +1,297 @@
+"""Transformer zoo models: BERT-48, XLNet-36 and a parameterised GPT-style decoder.
+
+One layer per embedding, per transformer block and per head. A block is costed kernel by
+kernel: the Q/K/V and output projections and the two MLP GEMMs (weights), the two batched
+attention matmuls (no weights: both backward GEMMs are input gradients), and the memory-bound
+softmax, dropouts, GeLU, residual adds and layer norms.
+
+Saved activations per block follow Korthikanti et al., "Reducing Activation Recomputation in
+Large Transformer Models" (MLSys 2023, arXiv:2205.05198), Section 4.1 / Eq. 1: with s tokens,
+b samples, h hidden, a heads, a block keeps sbh(34 + 5as/h) bytes in fp16 with 1-byte dropout
+masks. Split into dtype-sized tensors and masks that is
+
+    saved = sbh x (16 d + 2) + a s^2 b x (2 d + 1)  bytes,  d = bytes per element
+
+(in elements: attention keeps the QKV-GEMM input, Q, K, V and the projection input, 5 sbh,
+plus the softmax and dropout outputs, 2 as^2b; the MLP keeps its input and the GeLU input and
+output, 9 sbh for an FFN of 4h; the two layer norms keep their inputs, 2 sbh; masks: two sbh
+and one as^2b bytes). For d = 2 this is 34 sbh + 5 as^2b, for d = 4 it is 66 sbh + 9 as^2b.
+XLNet adds its projected position keys and pre-shift position scores.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pipesim.errors import invalid
+from pipesim.profiles.models.profile import Layer, ModelProfile
+from pipesim.profiles.models.zoo.roofline import REFERENCE_DEVICE, LayerCost, Roofline
+
+__all__ = [
+    "BERT48_BATCH",
+    "BERT48_SEQ",
+    "GPT_BATCH",
+    "GPT_DEFAULTS",
+    "XLNET36_BATCH",
+    "XLNET36_SEQ",
+    "GptSpec",
+    "bert48",
+    "gpt",
+    "parse_gpt_spec",
+    "xlnet36",
+]
+
+BERT48_SEQ = 384
+"""bert48 tokens per sample: the sequence length of the DAPPLE authors' BERT-large V100 profile
+(its extended attention mask is 6 x 384 x 384 fp32 = 3,538,944 bytes), the SQuAD fine-tuning length."""
+BERT48_BATCH = 6
+"""bert48 default profile batch, samples: the batch of the same DAPPLE authors' BERT profile."""
+XLNET36_SEQ = 512
+"""xlnet36 tokens per sample: XLNet-large's pre-training sequence length (Yang et al., NeurIPS 2019)."""
+XLNET36_BATCH = 4
+"""xlnet36 default profile batch, samples (a per-GPU micro-batch that leaves room for stashing)."""
+GPT_BATCH = 1
+"""gpt default profile batch, samples: one sequence, Megatron-LM's usual micro-batch."""
+
+_BERT_VOCAB = 30522  # BERT WordPiece vocabulary (Devlin et al., NAACL 2019)
+_BERT_POSITIONS = 512  # BERT's learned position embeddings
+_XLNET_VOCAB = 32000  # XLNet SentencePiece vocabulary (Yang et al., 2019)
+
+
+def _block(lc: LayerCost, *, batch: int, seq: int, hidden: int, heads: int, ffn: int,
+           pos_keys: int = 0, bias: bool = True) -> None:
+    """Cost of one post- or pre-LN transformer block over ``batch`` x ``seq`` tokens.
+
+    ``pos_keys`` > 0 adds XLNet's relative-position attention: a position projection over
+    ``pos_keys`` relative positions per sample and a second score matmul against them.
+    """
+    t = batch * seq
+    bsh = t * hidden
+    scores = batch * heads * seq * seq
+    d_head = hidden // heads
+    # attention
+    lc.layernorm(bsh, hidden)
+    for _ in range(3):  # Q, K, V projections
+        lc.linear(t, hidden, hidden, bias=bias)
+    lc.gemm(seq, seq, d_head, count=batch * heads, weight=False)  # Q K^T
+    if pos_keys:
+        lc.linear(batch * pos_keys, hidden, hidden, bias=False)  # relative-position keys
+        lc.gemm(seq, pos_keys, d_head, count=batch * heads, weight=False)  # Q R^T
+        lc.eltwise(scores, fwd_passes=3, bwd_passes=3)  # relative shift and sum of the scores
+        lc.params += 3 * hidden  # per-layer content, position and segment biases
+        lc.params += 2 * hidden  # segment embeddings (2 x heads x d_head)
+        lc.save(batch * pos_keys * hidden)  # projected position keys
+        lc.save(scores)  # position scores before the shift
+    lc.eltwise(scores, fwd_passes=2, bwd_passes=3, flop_per_element=5)  # scale, mask, softmax
+    lc.dropout(scores)
+    lc.gemm(seq, d_head, seq, count=batch * heads, weight=False)  # probabilities @ V
+    lc.linear(t, hidden, hidden, bias=bias)  # output projection
+    lc.dropout(bsh)
+    lc.eltwise(bsh, fwd_passes=3, bwd_passes=1)  # residual add
+    # MLP
+    lc.layernorm(bsh, hidden)
+    lc.linear(t, hidden, ffn, bias=True)
+    lc.eltwise(t * ffn, fwd_passes=2, bwd_passes=3, flop_per_element=8)  # GeLU
+    lc.linear(t, ffn, hidden, bias=True)
+    lc.dropout(bsh)
+    lc.eltwise(bsh, fwd_passes=3, bwd_passes=1)  # residual add
+    # Korthikanti et al. Eq. 1 in dtype-sized elements (masks are counted by dropout() above):
+    # 5 (attention) + 9 (MLP, ffn = 4h generalised to 1 + 2 ffn/h) + 2 (layer norms) sbh
+    lc.save(bsh * (5 + 1 + 2 * ffn / hidden + 2))
+    lc.save(2 * scores)  # softmax output and dropout output
+
+
+def _embedding(lc: LayerCost, *, tokens: int, hidden: int, rows: int) -> None:
+    """A table lookup of ``tokens`` rows of width ``hidden`` from a ``rows``-row table."""
+    lc.eltwise(tokens * hidden, fwd_passes=2, bwd_passes=2, wgrad_params=True)  # gather / scatter-add
+    lc.params += rows * hidden
+
+
+def _lm_head(lc: LayerCost, *, tokens: int, hidden: int, vocab: int) -> None:
+    """Logits against a vocabulary (tied weights: no parameters here) and the cross-entropy."""
+    lc.gemm(tokens, vocab, hidden)
+    lc.save(tokens * hidden)  # the GEMM input
+    lc.eltwise(tokens * vocab, fwd_passes=3, bwd_passes=2, flop_per_element=5)  # log-softmax, loss
+    lc.save(tokens * vocab)  # the probabilities
+
+
+def _profile(name: str, layers: list[Layer], rl: Roofline, batch: int, seq: int, text: str) -> ModelProfile:
+    return ModelProfile(
+        name=name,
+        layers=tuple(layers),
+        profile_batch_size=batch,
+        reference_device=REFERENCE_DEVICE,
+        dtype=rl.dtype,
+        seq_len=seq,
+        description=f"{text}, analytic roofline on {REFERENCE_DEVICE}",
+    )
+
+
+def bert48(rl: Roofline, batch: int) -> ModelProfile:
+    """BERT-48: BERT-large (hidden 1024, 16 heads, FFN 4096) deepened to 48 encoder layers.
+
+    Layers: ``embeddings`` (WordPiece 30522, 512 positions, 2 segments, layer norm, dropout),
+    ``encoder0..47`` (12,596,224 parameters each), ``head`` (pooler, next-sentence classifier,
+    masked-LM transform and tied decoder with its bias). Sequence length :data:`BERT48_SEQ` (384)
+    and default batch :data:`BERT48_BATCH` (6): the setting of the DAPPLE authors' BERT profile
+    on V100. About 638.5M parameters (DAPPLE: BERT-48, ~640M).
+    """
+    hidden, heads, ffn, seq = 1024, 16, 4096, BERT48_SEQ
+    t = batch * seq
+    layers: list[Layer] = []
+    emb = LayerCost("embeddings", rl)
+    _embedding(emb, tokens=t, hidden=hidden, rows=_BERT_VOCAB + _BERT_POSITIONS + 2)
+    emb.eltwise(t * hidden, fwd_passes=4, bwd_passes=1)  # sum of the three embeddings
+    emb.layernorm(t * hidden, hidden)
+    emb.save(t * hidden)  # layer-norm input
+    emb.dropout(t * hidden)
+    layers.append(emb.build(output_elements=t * hidden))
+    for i in range(48):
+        lc = LayerCost(f"encoder{i}", rl)
+        _block(lc, batch=batch, seq=seq, hidden=hidden, heads=heads, ffn=ffn)
+        layers.append(lc.build(output_elements=t * hidden))
+    head = LayerCost("head", rl)
+    head.linear(batch, hidden, hidden)  # pooler (first token) + tanh
+    head.linear(batch, hidden, 2)  # next-sentence classifier
+    head.linear(t, hidden, hidden)  # masked-LM transform + GeLU + layer norm
+    head.eltwise(t * hidden, fwd_passes=2, bwd_passes=3, flop_per_element=8)
+    head.layernorm(t * hidden, hidden)
+    head.save(3 * t * hidden)
+    _lm_head(head, tokens=t, hidden=hidden, vocab=_BERT_VOCAB)
+    head.params += _BERT_VOCAB  # decoder bias (the weight is tied to the word embeddings)
+    layers.append(head.build(output_elements=t))
+    return _profile("bert48", layers, rl, batch, seq, f"BERT-48 (BERT-large shape, 48 layers), seq {seq}")
+
+
+def xlnet36(rl: Roofline, batch: int) -> ModelProfile:
+    """XLNet-36: XLNet-large (hidden 1024, 16 heads, FFN 4096, untied relative-attention biases)
+    deepened to 36 layers, single content stream, no memory (fine-tuning form).
+
+    Each layer has Q, K, V, O and relative-position projections without biases (13,645,824
+    parameters); the position projection runs over 2 x seq relative positions per sample.
+    Layers: ``embeddings`` (SentencePiece 32000 and the mask embedding), ``layer0..35``,
+    ``head`` (tied LM head with bias). Sequence :data:`XLNET36_SEQ` (512), default batch
+    :data:`XLNET36_BATCH` (4). About 524.1M parameters (DAPPLE quotes ~500M for XLNet-36;
+    the 24-layer form of this count, 360.3M, matches the published XLNet-large size).
+    """
+    hidden, heads, ffn, seq = 1024, 16, 4096, XLNET36_SEQ
+    t = batch * seq
+    layers: list[Layer] = []
+    emb = LayerCost("embeddings", rl)
+    _embedding(emb, tokens=t, hidden=hidden, rows=_XLNET_VOCAB + 1)
+    emb.dropout(t * hidden)
+    layers.append(emb.build(output_elements=t * hidden))
+    for i in range(36):
+        lc = LayerCost(f"layer{i}", rl)
+        _block(lc, batch=batch, seq=seq, hidden=hidden, heads=heads, ffn=ffn, pos_keys=2 * seq, bias=False)
+        layers.append(lc.build(output_elements=t * hidden))
+    head = LayerCost("head", rl)
+    _lm_head(head, tokens=t, hidden=hidden, vocab=_XLNET_VOCAB)
+    head.params += _XLNET_VOCAB
+    layers.append(head.build(output_elements=t))
+    return _profile("xlnet36", layers, rl, batch, seq, f"XLNet-36 (XLNet-large shape, 36 layers), seq {seq}")
+
+
+# ------------------------------------------------------------------------------------------------
+# GPT
+
+GPT_DEFAULTS: dict[str, int] = {"layers": 24, "hidden": 2048, "heads": 16, "seq": 2048, "vocab": 50257}
+"""Defaults of the ``gpt`` spec keys: a GPT-3 XL-like 1.3B model (Brown et al. 2020, Table 2.1:
+24 layers, d_model 2048, 16 heads, context 2048; GPT-2 BPE vocabulary of 50257)."""
+
+_GPT_MAX = 1 << 20  # generous upper bound per key, to reject typos such as 20480000
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GptSpec:
+    """The shape of a GPT-style decoder.
+
+    Attributes:
+        layers: decoder blocks, >= 1.
+        hidden: model width, a multiple of ``heads``.
+        heads: attention heads, >= 1.
+        seq: tokens per sample, >= 1.
+        vocab: vocabulary size, >= 1.
+
+    Raises:
+        InputError: a value is not a positive integer (up to 2**20), or ``hidden`` is not a
+            multiple of ``heads``.
+    """
+
+    layers: int = GPT_DEFAULTS["layers"]
+    hidden: int = GPT_DEFAULTS["hidden"]
+    heads: int = GPT_DEFAULTS["heads"]
+    seq: int = GPT_DEFAULTS["seq"]
+    vocab: int = GPT_DEFAULTS["vocab"]
+
+    def __post_init__(self) -> None:
+        for key in GPT_DEFAULTS:
+            value = getattr(self, key)
+            if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= _GPT_MAX:
+                raise invalid(f"gpt.{key}", value, f"must be an integer in 1..{_GPT_MAX}")
+        if self.hidden % self.heads:
+            raise invalid("gpt.hidden", self.hidden, f"must be a multiple of heads ({self.heads})")
+
+    def text(self) -> str:
+        """The canonical spec string, e.g. ``gpt:layers=24,hidden=2048,heads=16,seq=2048,vocab=50257``."""
+        return "gpt:" + ",".join(f"{key}={getattr(self, key)}" for key in GPT_DEFAULTS)
+
+
+def parse_gpt_spec(text: str) -> GptSpec:
+    """Parse ``gpt`` or ``gpt:key=value,...`` (keys layers, hidden, heads, seq, vocab).
+
+    Keys are case-insensitive; omitted keys take :data:`GPT_DEFAULTS`; spaces around keys and
+    values are ignored.
+
+    Raises:
+        InputError: the text does not start with ``gpt``, an item is not ``key=value``, a key
+            is unknown or repeated, or a value breaks a :class:`GptSpec` rule.
+    """
+    head, sep, rest = text.strip().partition(":")
+    if head.strip().lower() != "gpt":
+        raise invalid("model", text, "a gpt spec must look like gpt:layers=24,hidden=2048,...")
+    values: dict[str, int] = {}
+    if sep and rest.strip():
+        for item in rest.split(","):
+            key, eq, raw = item.partition("=")
+            key = key.strip().lower()
+            if not eq or not key:
+                raise invalid("gpt", item.strip(), "each item must be key=value")
+            if key not in GPT_DEFAULTS:
+                rule = f"unknown key; valid keys: {', '.join(GPT_DEFAULTS)}"
+                raise invalid(f"gpt.{key}", raw.strip(), rule)
+            if key in values:
+                raise invalid(f"gpt.{key}", raw.strip(), "given twice")
+            try:
+                values[key] = int(raw.strip())
+            except ValueError:
+                raise invalid(f"gpt.{key}", raw.strip(), "must be an integer") from None
+    return GptSpec(**values)
+
+
+def gpt(rl: Roofline, batch: int, spec: GptSpec) -> ModelProfile:
+    """A GPT-style pre-LN decoder: ``embeddings`` (tokens and learned positions), ``block0..``,
+    ``head`` (final layer norm, logits with weights tied to the token embeddings, loss). The
+    profile is named by the canonical spec string (:meth:`GptSpec.text`).
+
+    FFN width 4 x hidden; 12 h^2 + 13 h parameters per block; the tied output matrix is counted
+    once, in the embeddings (a pipeline's last stage holds a copy that a memory model may add).
+    Default batch :data:`GPT_BATCH` (1); sequence length from the spec.
+    """
+    t = batch * spec.seq
+    layers: list[Layer] = []
+    emb = LayerCost("embeddings", rl)
+    _embedding(emb, tokens=t, hidden=spec.hidden, rows=spec.vocab + spec.seq)
+    emb.eltwise(t * spec.hidden, fwd_passes=3, bwd_passes=1)  # token + position
+    emb.dropout(t * spec.hidden)
+    layers.append(emb.build(output_elements=t * spec.hidden))
+    for i in range(spec.layers):
+        lc = LayerCost(f"block{i}", rl)
+        _block(lc, batch=batch, seq=spec.seq, hidden=spec.hidden, heads=spec.heads, ffn=4 * spec.hidden)
+        layers.append(lc.build(output_elements=t * spec.hidden))
+    head = LayerCost("head", rl)
+    head.layernorm(t * spec.hidden, spec.hidden)
+    head.save(t * spec.hidden)
+    _lm_head(head, tokens=t, hidden=spec.hidden, vocab=spec.vocab)
+    layers.append(head.build(output_elements=t))
+    return _profile(spec.text(), layers, rl, batch, spec.seq, "GPT decoder")

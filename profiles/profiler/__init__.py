@@ -1,0 +1,1 @@
+"""The PyTorch profiler: measure a user's model block by block (needs the ``torch`` extra)."""
