@@ -11,6 +11,7 @@ This module imports nothing from pipesim, so every layer may import it.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -20,6 +21,10 @@ __all__ = [
     "InputError",
     "PipesimError",
     "UnknownNameError",
+    "check_count",
+    "check_fraction",
+    "check_nonneg",
+    "check_positive",
     "invalid",
 ]
 
@@ -81,3 +86,70 @@ def invalid(field: str, value: object, rule: str) -> InputError:
         An :class:`InputError` to raise.
     """
     return InputError(f"{field}={value!r}: {rule}")
+
+
+def _number(field: str, value: object) -> float:
+    """``value`` as a float; booleans, non-numbers and NaN are refused."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise invalid(field, value, "must be a number")
+    if isinstance(value, int) and abs(value) > 1e300:
+        raise invalid(field, value, "must be at most 1e300 in magnitude")
+    number = float(value)
+    if math.isnan(number):
+        raise invalid(field, value, "must be a number, not NaN")
+    return number
+
+
+def check_positive(field: str, value: object, *, allow_inf: bool = False) -> float:
+    """``value`` as a float after checking it is > 0 (and finite unless ``allow_inf``).
+
+    Raises:
+        InputError: a non-number, NaN, a value <= 0, or infinity when it is not allowed.
+    """
+    number = _number(field, value)
+    if not number > 0:
+        raise invalid(field, value, "must be > 0")
+    if math.isinf(number) and not allow_inf:
+        raise invalid(field, value, "must be finite")
+    return number
+
+
+def check_nonneg(field: str, value: object, *, allow_inf: bool = False) -> float:
+    """``value`` as a float after checking it is >= 0 (and finite unless ``allow_inf``).
+
+    Raises:
+        InputError: a non-number, NaN, a negative value, or infinity when it is not allowed.
+    """
+    number = _number(field, value)
+    if number < 0:
+        raise invalid(field, value, "must be >= 0")
+    if math.isinf(number) and not allow_inf:
+        raise invalid(field, value, "must be finite")
+    return number
+
+
+def check_fraction(field: str, value: object) -> float:
+    """``value`` as a float after checking ``0 < value <= 1`` (an efficiency, a share).
+
+    Raises:
+        InputError: a non-number, NaN or a value outside (0, 1].
+    """
+    number = _number(field, value)
+    if not 0 < number <= 1:
+        raise invalid(field, value, "must be in (0, 1]")
+    return number
+
+
+def check_count(field: str, value: object, *, minimum: int = 1, maximum: int | None = None) -> int:
+    """``value`` after checking it is an integer (not a bool) in ``[minimum, maximum]``.
+
+    Raises:
+        InputError: a non-integer or a value outside the bounds.
+    """
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise invalid(field, value, "must be an integer")
+    if value < minimum:
+        raise invalid(field, value, f"must be >= {minimum}")
+    if maximum is not None and value > maximum:
+        raise invalid(field, value, f"must be <= {maximum}")
+    return value

@@ -26,6 +26,7 @@ __all__ = [
     "load_plan",
     "plan_from_dict",
     "plan_to_dict",
+    "resplit",
     "save_plan",
     "split_samples",
 ]
@@ -325,6 +326,46 @@ def split_samples(samples: int, parts: int) -> tuple[tuple[int, int], ...]:
         ranges.append((start, stop))
         start = stop
     return tuple(ranges)
+
+
+def resplit(
+    src_shares: Sequence[tuple[int, int]], dst_shares: Sequence[tuple[int, int]]
+) -> tuple[tuple[int, int, int], ...]:
+    """The pieces that re-split one micro-batch from one replica set to another.
+
+    Each replica holds a contiguous range of the micro-batch's samples (as :func:`split_samples`
+    gives them). Source replica ``i`` sends to destination replica ``k`` the samples both ranges
+    hold. The two partitions are merged in one pass, so there are at most
+    ``len(src_shares) + len(dst_shares) - 1`` pieces.
+
+    Args:
+        src_shares: ``(start, stop)`` sample ranges of the source replicas, in order.
+        dst_shares: the same for the destination replicas; both must cover the same samples.
+
+    Returns:
+        ``(source index, destination index, samples)`` per non-empty overlap, in source order.
+
+    Raises:
+        InputError: the two partitions do not cover the same contiguous range of samples.
+    """
+    if not src_shares or not dst_shares:
+        raise invalid("shares", (tuple(src_shares), tuple(dst_shares)), "both sides need a replica")
+    if src_shares[0][0] != dst_shares[0][0] or src_shares[-1][1] != dst_shares[-1][1]:
+        raise invalid(
+            "shares", (tuple(src_shares), tuple(dst_shares)), "must cover the same samples on both sides"
+        )
+    out: list[tuple[int, int, int]] = []
+    i = k = 0
+    while i < len(src_shares) and k < len(dst_shares):
+        (a, b), (c, d) = src_shares[i], dst_shares[k]
+        common = min(b, d) - max(a, c)
+        if common > 0:
+            out.append((i, k, common))
+        if b <= d:
+            i += 1
+        if d <= b:
+            k += 1
+    return tuple(out)
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,0 +1,87 @@
+"""The shared helpers every layer uses: value checks, re-splitting micro-batches, the input path."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pipesim.errors import InputError, check_count, check_fraction, check_nonneg, check_positive
+from pipesim.plan import resplit, split_samples
+from pipesim.profiles.inputs import resolve_inputs
+
+
+@pytest.mark.parametrize("bad", [0, -1, math.nan, "3", True, None, math.inf])
+def test_check_positive_rejects(bad: object) -> None:
+    with pytest.raises(InputError, match=r"^x="):
+        check_positive("x", bad)
+
+
+def test_check_positive_infinity_when_allowed() -> None:
+    assert check_positive("x", math.inf, allow_inf=True) == math.inf
+    assert check_positive("x", 2) == 2.0
+
+
+@pytest.mark.parametrize("bad", [-1e-9, math.nan, math.inf])
+def test_check_nonneg_rejects(bad: float) -> None:
+    with pytest.raises(InputError, match="x="):
+        check_nonneg("x", bad)
+    assert check_nonneg("x", 0) == 0.0
+
+
+@pytest.mark.parametrize(("bad", "rule"), [(0, r"in \(0, 1\]"), (1.5, r"in \(0, 1\]"), (math.nan, "NaN")])
+def test_check_fraction_rejects(bad: float, rule: str) -> None:
+    with pytest.raises(InputError, match=rule):
+        check_fraction("eff", bad)
+    assert check_fraction("eff", 1) == 1.0
+
+
+def test_check_count_bounds() -> None:
+    assert check_count("n", 3, maximum=3) == 3
+    for bad, rule in ((0, ">= 1"), (4, "<= 3"), (2.0, "integer"), (True, "integer")):
+        with pytest.raises(InputError, match=rule):
+            check_count("n", bad, maximum=3)
+
+
+def test_resplit_exact_small_case() -> None:
+    assert resplit(split_samples(10, 3), split_samples(10, 4)) == (
+        (0, 0, 3),
+        (0, 1, 1),
+        (1, 1, 2),
+        (1, 2, 1),
+        (2, 2, 1),
+        (2, 3, 2),
+    )
+
+
+@given(st.integers(1, 64), st.integers(1, 8), st.integers(1, 8))
+def test_resplit_conserves_samples(samples: int, ra: int, rb: int) -> None:
+    if samples < max(ra, rb):
+        return
+    src, dst = split_samples(samples, ra), split_samples(samples, rb)
+    pieces = resplit(src, dst)
+    assert len(pieces) <= ra + rb - 1
+    for i, (a, b) in enumerate(src):
+        assert sum(n for s, _, n in pieces if s == i) == b - a
+    for k, (c, d) in enumerate(dst):
+        assert sum(n for _, t, n in pieces if t == k) == d - c
+
+
+def test_resplit_rejects_mismatched_ranges() -> None:
+    with pytest.raises(InputError, match="same samples"):
+        resplit(split_samples(10, 2), split_samples(12, 2))
+
+
+def test_resolve_inputs_retargets_to_the_cluster_device() -> None:
+    profile, cluster = resolve_inputs("bert48", "dapple-2x8-v100", overrides={"device": "A100-80GB"})
+    assert cluster.device.name == "A100-80GB"
+    assert profile.reference_device == "A100-80GB"
+    again, _ = resolve_inputs(profile, cluster)
+    assert again is profile
+
+
+def test_resolve_inputs_rejects_unknown_override() -> None:
+    with pytest.raises(InputError, match="foo"):
+        resolve_inputs("bert48", "dapple-2x8-v100", overrides={"foo": "bar"})
