@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,7 +34,8 @@ from pipesim.planner.dynamic import (
 )
 from pipesim.profiles.costmodels.memory import static_memory_bytes
 from pipesim.profiles.costmodels.sequence import seq_cost_model
-from pipesim.profiles.hardware.cluster import Cluster, load_cluster
+from pipesim.profiles.hardware.cluster import Cluster
+from pipesim.profiles.inputs import ClusterLike, resolve_cluster
 from pipesim.schedules import Schedule, evaluate
 from pipesim.simulator import SimOptions, simulate
 from pipesim.simulator.microbatch_costs import MicrobatchCosts
@@ -179,9 +180,10 @@ def _simulate_one(
 
 def run_dynamic(
     model: str,
-    cluster: Cluster | str,
+    cluster: ClusterLike,
     batch: LengthBatch,
     *,
+    overrides: Mapping[str, object] | None = None,
     strategies: Sequence[str] = STRATEGIES,
     schedule: str = "1f1b",
     num_stages: int = 4,
@@ -199,6 +201,7 @@ def run_dynamic(
         model: ``bert48`` or a ``gpt:...`` spec.
         cluster: a cluster or its preset name / TOML file; the pipeline uses devices ``0 .. p-1``.
         batch: the global batch.
+        overrides: what-if changes to the cluster (``{"nic": "100GbE"}``), as ``--set`` gives them.
         strategies: any of ``pad``, ``pack``, ``dynamic``.
         schedule: ``gpipe``, ``dapple``, ``1f1b``, ``zb-h1``, ``zb-h2`` or ``memory-aware``.
         num_stages: pipeline stages ``p`` (balanced by layer time), one device each.
@@ -219,8 +222,7 @@ def run_dynamic(
     """
     costs = setup_costs(model, num_stages, dtype=dtype)
     check_lengths(batch, costs.model.max_seq_len, model=costs.model.model)
-    if isinstance(cluster, str):
-        cluster = load_cluster(cluster)
+    cluster = resolve_cluster(cluster, overrides)
     if num_stages > cluster.num_devices:
         raise Infeasible(
             f"stages={num_stages}: the cluster {cluster.name!r} has {cluster.num_devices} devices"
