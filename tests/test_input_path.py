@@ -302,3 +302,53 @@ def test_cli_commands_show_status_on_a_tty(
     err = fake.getvalue()
     assert "pipesim: simulating bert48 on dgx1-v100" in err
     assert err.endswith("\r\033[K")
+
+
+# ------------------------------------------------------------------- the other entry points
+def test_dynamic_costs_follow_the_cluster_device() -> None:
+    """At the calibration point the sequence cost model on a device gives the re-targeted zoo times."""
+    from pipesim.dynamic import on_device
+    from pipesim.profiles.costmodels.sequence import CALIBRATION_TOLERANCE, seq_cost_model
+
+    seq = seq_cost_model("bert48")
+    assert on_device(seq, "dapple-2x8-v100")[0] is seq
+    moved, profile = on_device(seq, "dgx-h100-x4")
+    assert profile.reference_device == "H100-SXM"
+    b, s = seq.calibration_batch, seq.calibration_seq_len
+    for cost, layer in zip(moved.layers, profile.layers, strict=True):
+        assert float(cost.fwd_time_s.padded(b, s)) == pytest.approx(
+            layer.fwd_time_s, rel=CALIBRATION_TOLERANCE
+        )
+        assert float(cost.bwd_time_s.padded(b, s)) == pytest.approx(
+            layer.bwd_time_s, rel=CALIBRATION_TOLERANCE
+        )
+    for cost, before in zip(moved.layers, seq.layers, strict=True):
+        assert cost.saved_bytes == before.saved_bytes
+
+
+def test_hpgo_goes_through_the_input_path(tmp_path: Path) -> None:
+    import pipesim.compat.hpgo as hpgo
+
+    graph = tmp_path / "toy-pbs-4.txt"
+    nodes = [
+        f"node{i} -- Linear{i} -- forward_compute_time=2.0, backward_compute_time=4.0, "
+        "activation_size=4194304.0, parameter_size=67108864.0"
+        for i in range(4)
+    ]
+    graph.write_text("\n".join([*nodes, *(f"\tnode{i} -- node{i + 1}" for i in range(3))]) + "\n")
+    v100 = hpgo.conductor_from_torch_graph_and_seps(str(graph), 4, 64, [8, 16])
+    a100 = hpgo.conductor_from_torch_graph_and_seps(
+        str(graph), 4, 64, [8, 16], overrides={"device": "A100-80GB"}
+    )
+    assert a100.cluster.num_devices == 16
+    assert a100.cluster.device.name == a100.profile.reference_device == "A100-80GB"
+    assert a100.profile.layers[0].fwd_time_s < v100.profile.layers[0].fwd_time_s
+    a100.py_orchestrate()
+    profile, cluster = resolve_inputs(a100.profile, a100.cluster)
+    (best,) = plan_api(profile, cluster, 64, top=1)
+    assert a100.plans[0].estimate == best.estimate
+
+
+def test_make_plan_needs_a_cluster_for_overrides() -> None:
+    with pytest.raises(pipesim.InputError, match=r"overrides=.*need a cluster"):
+        pipesim.make_plan(MODEL, overrides={"device": "H100-SXM"}, global_batch_size=8, num_microbatches=2)
