@@ -352,3 +352,9 @@ def test_hpgo_goes_through_the_input_path(tmp_path: Path) -> None:
 def test_make_plan_needs_a_cluster_for_overrides() -> None:
     with pytest.raises(pipesim.InputError, match=r"overrides=.*need a cluster"):
         pipesim.make_plan(MODEL, overrides={"device": "H100-SXM"}, global_batch_size=8, num_microbatches=2)
+
+
+def test_show_cluster_applies_set(capsys: pytest.CaptureFixture[str]) -> None:
+    shown = _cli_json(capsys, ["show", "cluster", "dgx1-v100", "--set", "device=H100-SXM", "--json"])
+    assert shown["device"]["name"] == "H100-SXM"
+    assert shown["name"] == "dgx1-v100[device=H100-SXM]"

@@ -18,6 +18,7 @@ log = logging.getLogger(__name__)
 __all__ = [
     "add_cluster_arg",
     "add_model_args",
+    "add_set_arg",
     "format_table",
     "inputs_of",
     "override_item",
@@ -68,6 +69,11 @@ def add_cluster_arg(
         help="cluster preset (see `pipesim clusters`) or a cluster TOML file"
         + (f" (default: {default})" if default else ""),
     )
+    add_set_arg(parser)
+
+
+def add_set_arg(parser: argparse.ArgumentParser, *, note: str = "") -> None:
+    """Add ``--set KEY=VALUE`` (repeatable what-if changes to the cluster; :func:`overrides_of`)."""
     parser.add_argument(
         "--set",
         dest="overrides",
@@ -77,7 +83,7 @@ def add_cluster_arg(
         type=override_item,
         help="what-if change to the cluster, repeatable: device=A100-80GB, nic=100GbE, servers=4, "
         "gpus_per_server=8, intra=nvswitch, nic_latency_us=5, ... (see docs/hardware.md); a new "
-        "device re-targets the model profile to it with a per-layer roofline",
+        "device re-targets the model profile to it with a per-layer roofline" + note,
     )
 
 

@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from pipesim.cli._common import format_table, override_item, overrides_of, print_json
+from pipesim.cli._common import add_set_arg, format_table, overrides_of, print_json
 from pipesim.errors import invalid
 
 __all__ = ["register"]
@@ -62,16 +62,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument(
         "--cluster", default=None, help="cluster preset or TOML file for --simulate (default: dgx-h100-x4)"
     )
-    p.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        type=override_item,
-        help="what-if change to --cluster for --simulate, repeatable: device=A100-80GB, nic=100GbE, "
-        "... (see docs/hardware.md)",
-    )
+    add_set_arg(p, note=" (with --simulate)")
     p.add_argument(
         "--device", default=None, help="catalog device to express the cost in seconds (with --link)"
     )
