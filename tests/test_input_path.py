@@ -281,6 +281,15 @@ def test_status_line_silent_when_fast_or_not_a_terminal() -> None:
     assert not piped.shown
 
 
+def test_status_line_silent_when_logging_to_stderr(caplog: pytest.LogCaptureFixture) -> None:
+    tty = _Tty(True)
+    caplog.set_level("INFO")
+    with Status("planning", delay_s=0.0, interval_s=0.01, stream=tty) as status:
+        time.sleep(0.05)
+    assert tty.getvalue() == ""
+    assert not status.shown
+
+
 def test_cli_commands_show_status_on_a_tty(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -10,11 +10,13 @@ When stderr is a terminal and the block runs longer than ``delay_s`` (2 s by def
 thread writes one line, ``pipesim: planning bert48 on dgx-h100-x4 ... 3 s``, and rewrites it in
 place every ``interval_s``; the line is erased when the block ends, so the command's own output
 (on stdout) is all that stays. When stderr is not a terminal (a pipe, a file, a test capturing
-it) nothing is written at all.
+it), or when ``-v`` sends log lines to stderr (they would run into the status line), nothing is
+written at all.
 """
 
 from __future__ import annotations
 
+import logging
 import sys
 import threading
 import time
@@ -73,7 +75,8 @@ class Status:
         self._stream = stream
         self._started = time.monotonic()
         isatty = getattr(stream, "isatty", None)
-        if callable(isatty) and isatty():
+        verbose = logging.getLogger().isEnabledFor(logging.INFO)
+        if callable(isatty) and isatty() and not verbose:
             self._thread = threading.Thread(target=self._run, name="pipesim-status", daemon=True)
             self._thread.start()
         return self
