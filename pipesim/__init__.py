@@ -23,6 +23,7 @@ _EXPORTS: dict[str, str] = {
     "Cluster": "pipesim.profiles",
     "load_model": "pipesim.api",
     "load_cluster": "pipesim.api",
+    "resolve_inputs": "pipesim.profiles.inputs",
     "make_plan": "pipesim.api",
     "simulate": "pipesim.api",
     "Plan": "pipesim.plan",

@@ -1,4 +1,11 @@
-"""The public Python API: load inputs, build plans, simulate them."""
+"""The public Python API: load inputs, build plans, simulate them.
+
+Every function that takes a model and a cluster accepts names (zoo model, preset cluster), file
+paths or loaded objects, plus ``overrides`` (what-if changes to the cluster, as ``--set`` gives
+them), and resolves them through the one input path,
+:func:`pipesim.profiles.inputs.resolve_inputs`: the profile is re-targeted to the cluster's
+device, so the API gives the numbers the CLI gives for the same inputs.
+"""
 
 from __future__ import annotations
 
@@ -7,18 +14,20 @@ from typing import Any
 
 from pipesim.errors import invalid
 from pipesim.plan import Plan, StagePlan, balanced_split, stage_ranges
-from pipesim.profiles.hardware.cluster import Cluster, load_cluster
+from pipesim.profiles.hardware.cluster import load_cluster
+from pipesim.profiles.inputs import ClusterLike, ModelLike, resolve_inputs
 from pipesim.profiles.models.loader import load_model
-from pipesim.profiles.models.profile import ModelProfile
 from pipesim.simulator import SimOptions, SimulationResult
 from pipesim.simulator import simulate as _simulate
 
-__all__ = ["load_cluster", "load_model", "make_plan", "simulate"]
+__all__ = ["load_cluster", "load_model", "make_plan", "resolve_inputs", "simulate"]
 
 
 def make_plan(
-    profile: ModelProfile,
+    model: ModelLike,
+    cluster: ClusterLike | None = None,
     *,
+    overrides: Mapping[str, object] | None = None,
     global_batch_size: int,
     num_microbatches: int,
     stages: int | None = None,
@@ -34,7 +43,12 @@ def make_plan(
     """Build a plan by hand: stages by count (balanced by time) or by explicit layer counts.
 
     Args:
-        profile: the model.
+        model: the model (a profile, zoo name, ``gpt:...`` spec or profile file).
+        cluster: the cluster the plan is for (a :class:`Cluster`, preset name or TOML file).
+            When given, the model is first re-targeted to its device (with ``overrides``
+            applied), so that ``stages`` balances the times the plan will run with; the CLI's
+            ``simulate --stages`` does this. Without it the model's own times are balanced.
+        overrides: what-if changes to ``cluster`` (``{"device": "H100-SXM"}``); needs ``cluster``.
         global_batch_size: samples per iteration.
         num_microbatches: micro-batches per iteration.
         stages: number of (virtual) stages, split so the slowest stage is as fast as possible
@@ -45,9 +59,16 @@ def make_plan(
 
     Raises:
         InputError: both or neither of ``stages``/``split`` are wrong, a split that does not
-            cover the model, or a replica list of the wrong length.
+            cover the model, a replica list of the wrong length, ``overrides`` without a
+            cluster, or a bad model, cluster or override (see :func:`resolve_inputs`).
         Infeasible: more stages than layers.
     """
+    if cluster is not None:
+        profile, _ = resolve_inputs(model, cluster, overrides=overrides)
+    elif overrides:
+        raise invalid("overrides", dict(overrides), "need a cluster to apply them to")
+    else:
+        profile = load_model(model) if isinstance(model, str) else model
     if stages is not None and split is not None:
         raise invalid("stages", stages, "give either the number of stages or a split, not both")
     if split is None:
@@ -77,18 +98,24 @@ def make_plan(
 
 def simulate(
     plan: Plan,
-    profile: ModelProfile | str,
-    cluster: Cluster | str,
+    model: ModelLike,
+    cluster: ClusterLike,
     options: SimOptions | None = None,
+    *,
+    overrides: Mapping[str, object] | None = None,
 ) -> SimulationResult:
-    """Simulate one iteration of ``plan``; ``profile`` and ``cluster`` may be names or files.
+    """Simulate one iteration of ``plan`` on ``cluster`` (the CLI's ``pipesim simulate``).
+
+    Args:
+        plan: the plan (see :func:`make_plan`, :func:`pipesim.planner.plan`, :func:`load_plan`).
+        model: a profile, zoo name, ``gpt:...`` spec or profile file; re-targeted to the
+            cluster's device (see :func:`resolve_inputs`).
+        cluster: a :class:`Cluster`, preset name or cluster TOML file.
+        options: simulator knobs (default :class:`SimOptions()`).
+        overrides: what-if changes to the cluster (``{"device": "H100-SXM", "nic": "100GbE"}``).
 
     Raises:
-        PipesimError: see :func:`pipesim.simulator.simulate`, :func:`load_model` and
-            :func:`load_cluster`.
+        PipesimError: see :func:`pipesim.simulator.simulate` and :func:`resolve_inputs`.
     """
-    if isinstance(profile, str):
-        profile = load_model(profile)
-    if isinstance(cluster, str):
-        cluster = load_cluster(cluster)
-    return _simulate(plan, profile, cluster, options)
+    profile, machine = resolve_inputs(model, cluster, overrides=overrides)
+    return _simulate(plan, profile, machine, options)

@@ -7,7 +7,7 @@ import dataclasses
 import io
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,7 +17,7 @@ from pipesim.fileio import atomic_write_text
 from pipesim.plan import Plan, StagePlan, balanced_split, stage_ranges
 from pipesim.planner import estimate_plan, plan
 from pipesim.pricing import TrainingCost, training_cost
-from pipesim.profiles.hardware.cluster import Cluster
+from pipesim.profiles.inputs import ClusterLike, ModelLike, resolve_inputs
 from pipesim.profiles.models.profile import ModelProfile
 from pipesim.schedules.registry import lookup
 from pipesim.simulator import SimOptions, SimulationResult, simulate
@@ -84,10 +84,11 @@ class CompareRow:
 
 
 def compare(
-    profile: ModelProfile,
-    cluster: Cluster,
+    model: ModelLike,
+    cluster: ClusterLike,
     global_batch_size: int,
     *,
+    overrides: Mapping[str, object] | None = None,
     schedules: Sequence[str] = DEFAULT_SCHEDULES,
     planner: str = "dapple",
     base_plan: Plan | None = None,
@@ -98,9 +99,11 @@ def compare(
     """Plan once, then simulate the plan under each schedule.
 
     Args:
-        profile: the model.
-        cluster: the devices and links.
+        model: the model (a profile, zoo name, ``gpt:...`` spec or profile file), re-targeted to
+            the cluster's device (see :func:`pipesim.profiles.inputs.resolve_inputs`).
+        cluster: the devices and links (a :class:`Cluster`, preset name or cluster TOML file).
         global_batch_size: samples per iteration.
+        overrides: what-if changes to the cluster (``{"nic": "100GbE"}``), as ``--set`` gives them.
         schedules: schedule names, one row each (the first row is the speedup baseline).
         planner: the planner whose best plan is compared (see ``pipesim.planner.planner_names``).
         base_plan: compare this plan instead of planning one.
@@ -113,16 +116,18 @@ def compare(
         One row per schedule, in the order given.
 
     Raises:
-        InputError: no schedules, a repeated schedule, or an unknown schedule or planner name.
+        InputError: no schedules, a repeated schedule, an unknown schedule or planner name, or a
+            bad model, cluster or override.
         Infeasible: no plan fits in memory.
     """
+    profile, machine = resolve_inputs(model, cluster, overrides=overrides)
     if not schedules:
         raise invalid("schedules", [], "give at least one schedule")
     names = [lookup(name).value for name in schedules]
     if len(set(names)) != len(names):
         raise invalid("schedules", list(schedules), "must not repeat a schedule")
     if base_plan is None:
-        base_plan = plan(profile, cluster, global_batch_size, planner=planner, top=1)[0]
+        base_plan = plan(profile, machine, global_batch_size, planner=planner, top=1)[0]
     rows: list[CompareRow] = []
     for name in names:
         if name == "interleaved":
@@ -130,12 +135,12 @@ def compare(
         else:
             variant = dataclasses.replace(base_plan, schedule=name, estimate=None)
         log.info("simulating %s with schedule %s", profile.name, name)
-        result = simulate(variant, profile, cluster, options)
-        estimate = estimate_plan(variant, profile, cluster).iteration_time_s if name in _ESTIMATED else None
+        result = simulate(variant, profile, machine, options)
+        estimate = estimate_plan(variant, profile, machine).iteration_time_s if name in _ESTIMATED else None
         speedup = rows[0].result.iteration_time_s / result.iteration_time_s if rows else 1.0
         price = price_per_device_hour_usd
         if price is None:
-            price = cluster.device.price_per_hour_usd
+            price = machine.device.price_per_hour_usd
         cost = None
         if price is not None:
             throughput = result.throughput_samples_per_s

@@ -6,7 +6,9 @@ a zoo transformer cut into ``p`` balanced stages (one device each) and a cluster
 times and activation bytes from the sequence cost model (:mod:`pipesim.profiles.costmodels.sequence`); the
 simulator runs them under the chosen schedule (``gpipe``, ``dapple``, ``1f1b``, ``zb-h1``,
 ``zb-h2`` or ``memory-aware``) and reports real tokens per second (padding excluded), the padding
-fraction, the iteration time and the peak memory.
+fraction, the iteration time and the peak memory. The sequence cost model is calibrated on the
+zoo's device (V100); on another device its times are re-targeted with the zoo profile through the
+one input path (:func:`on_device`).
 
 The dynamic strategy also picks its micro-batches' execution order with the analytic evaluator
 (:func:`pipesim.planner.dynamic.best_order`); pad and pack run in their natural order.
@@ -14,14 +16,15 @@ The dynamic strategy also picks its micro-batches' execution order with the anal
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from pipesim.errors import Infeasible, InputError, invalid
-from pipesim.plan import Plan, StagePlan
+from pipesim.plan import Plan, StagePlan, balanced_split
 from pipesim.planner.dynamic import (
     LengthBatch,
     MicrobatchPlan,
@@ -33,13 +36,15 @@ from pipesim.planner.dynamic import (
     variable_schedule,
 )
 from pipesim.profiles.costmodels.memory import static_memory_bytes
-from pipesim.profiles.costmodels.sequence import seq_cost_model
-from pipesim.profiles.hardware.cluster import Cluster, load_cluster
+from pipesim.profiles.costmodels.sequence import SeqCostModel, SeqPoly, seq_cost_model
+from pipesim.profiles.hardware.cluster import Cluster
+from pipesim.profiles.inputs import ClusterLike, resolve_cluster, resolve_inputs
+from pipesim.profiles.models.profile import ModelProfile
 from pipesim.schedules import Schedule, evaluate
 from pipesim.simulator import SimOptions, simulate
 from pipesim.simulator.microbatch_costs import MicrobatchCosts
 
-__all__ = ["DynamicReport", "StrategyResult", "report_to_json", "run_dynamic", "setup_costs"]
+__all__ = ["DynamicReport", "StrategyResult", "on_device", "report_to_json", "run_dynamic", "setup_costs"]
 
 log = logging.getLogger(__name__)
 
@@ -103,14 +108,63 @@ class DynamicReport:
     strategies: tuple[StrategyResult, ...]
 
 
-def setup_costs(model: str, num_stages: int, *, dtype: str = "float32") -> PipelineCosts:
-    """The pipeline costs of zoo transformer ``model`` cut into ``num_stages`` balanced stages.
+def setup_costs(
+    model: str, num_stages: int, *, dtype: str = "float32", cluster: ClusterLike | None = None
+) -> PipelineCosts:
+    """The pipeline costs of zoo transformer ``model`` cut into ``num_stages`` stages balanced by
+    time, with the times of the device of ``cluster`` (default: the zoo's device, the V100).
 
     Raises:
-        InputError: an unsupported model or dtype.
+        InputError: an unsupported model or dtype, or a device that cannot run the dtype.
         Infeasible: more stages than layers.
     """
-    return PipelineCosts.build(seq_cost_model(model, dtype=dtype), num_stages=num_stages)
+    seq = seq_cost_model(model, dtype=dtype)
+    if cluster is None:
+        return PipelineCosts.build(seq, num_stages=num_stages)
+    seq, profile = on_device(seq, cluster)
+    split = balanced_split([a.fwd_time_s + a.bwd_time_s for a in profile.layers], num_stages)
+    return PipelineCosts.build(seq, split=split)
+
+
+def _scaled(poly: SeqPoly, ratio: float) -> SeqPoly:
+    c, s, t, q = poly.coefficients()
+    return SeqPoly(constant=c * ratio, per_sample=s * ratio, per_token=t * ratio, per_square_token=q * ratio)
+
+
+def _ratio(new: float, old: float) -> float:
+    return new / old if old > 0 else 1.0
+
+
+def on_device(model: SeqCostModel, cluster: ClusterLike) -> tuple[SeqCostModel, ModelProfile]:
+    """The sequence cost model as it runs on the device of ``cluster``.
+
+    The zoo profile the model is calibrated to goes through the one input path
+    (:func:`pipesim.profiles.inputs.resolve_inputs`, a per-layer roofline re-target); each
+    layer's time polynomials are then scaled by the ratio that re-target gives the layer at the
+    calibration batch and sequence length, the assumption
+    :func:`pipesim.profiles.costmodels.retarget.retarget` makes for a profile's other batch
+    points. Byte polynomials do not depend on the device and are kept.
+
+    Returns:
+        ``(model on the device, the zoo profile re-targeted to it)``; the model unchanged when
+        the cluster's device is the zoo's.
+
+    Raises:
+        InputError: the device cannot run the model's dtype, or a bad cluster.
+    """
+    base = model.profile()
+    moved, _ = resolve_inputs(base, cluster)
+    if moved is base:
+        return model, base
+    layers = tuple(
+        dataclasses.replace(
+            cost,
+            fwd_time_s=_scaled(cost.fwd_time_s, _ratio(new.fwd_time_s, old.fwd_time_s)),
+            bwd_time_s=_scaled(cost.bwd_time_s, _ratio(new.bwd_time_s, old.bwd_time_s)),
+        )
+        for cost, old, new in zip(model.layers, base.layers, moved.layers, strict=True)
+    )
+    return dataclasses.replace(model, layers=layers), moved
 
 
 def _static(costs: PipelineCosts, optimizer: str) -> list[float]:
@@ -179,9 +233,10 @@ def _simulate_one(
 
 def run_dynamic(
     model: str,
-    cluster: Cluster | str,
+    cluster: ClusterLike,
     batch: LengthBatch,
     *,
+    overrides: Mapping[str, object] | None = None,
     strategies: Sequence[str] = STRATEGIES,
     schedule: str = "1f1b",
     num_stages: int = 4,
@@ -199,6 +254,7 @@ def run_dynamic(
         model: ``bert48`` or a ``gpt:...`` spec.
         cluster: a cluster or its preset name / TOML file; the pipeline uses devices ``0 .. p-1``.
         batch: the global batch.
+        overrides: what-if changes to the cluster (``{"nic": "100GbE"}``), as ``--set`` gives them.
         strategies: any of ``pad``, ``pack``, ``dynamic``.
         schedule: ``gpipe``, ``dapple``, ``1f1b``, ``zb-h1``, ``zb-h2`` or ``memory-aware``.
         num_stages: pipeline stages ``p`` (balanced by layer time), one device each.
@@ -217,10 +273,9 @@ def run_dynamic(
         Infeasible: a memory limit smaller than one sample (or packed row) needs, a model that
             does not fit, more stages than layers or devices.
     """
-    costs = setup_costs(model, num_stages, dtype=dtype)
+    cluster = resolve_cluster(cluster, overrides)
+    costs = setup_costs(model, num_stages, dtype=dtype, cluster=cluster)
     check_lengths(batch, costs.model.max_seq_len, model=costs.model.model)
-    if isinstance(cluster, str):
-        cluster = load_cluster(cluster)
     if num_stages > cluster.num_devices:
         raise Infeasible(
             f"stages={num_stages}: the cluster {cluster.name!r} has {cluster.num_devices} devices"

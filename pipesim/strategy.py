@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +35,7 @@ from pipesim.planner.pase import (
 from pipesim.planner.pase.graph import TensorMap
 from pipesim.profiles.hardware.catalog import DeviceSpec
 from pipesim.profiles.hardware.cluster import Cluster
+from pipesim.profiles.inputs import ClusterLike, resolve_cluster
 from pipesim.simulator.strategy import (
     CollectiveSpec,
     StrategySimResult,
@@ -281,12 +283,29 @@ def lower_strategy(
     return steps
 
 
-def simulate_plan(plan: StrategyPlan, cluster: Cluster, *, data_parallel: bool = False) -> StrategySimResult:
+def simulate_plan(
+    plan: StrategyPlan,
+    cluster: ClusterLike,
+    *,
+    overrides: Mapping[str, object] | None = None,
+    data_parallel: bool = False,
+) -> StrategySimResult:
     """Simulate the plan's strategy (or its data-parallel baseline) on ``cluster``.
+
+    Args:
+        plan: the strategy.
+        cluster: a :class:`Cluster`, preset name or cluster TOML file; compute runs at its
+            device's achievable fp32 FLOP/s (PaSE's graphs carry FLOP counts, not measured
+            times, so there is no profile to re-target).
+        overrides: what-if changes to the cluster (see
+            :func:`pipesim.profiles.inputs.resolve_cluster`).
+        data_parallel: simulate the data-parallel baseline instead of the strategy.
 
     Raises:
         Infeasible: the cluster has fewer devices than the plan's ``n_procs``.
+        InputError: a bad cluster or override.
     """
+    cluster = resolve_cluster(cluster, overrides)
     if cluster.num_devices < plan.graph.n_procs:
         raise Infeasible(
             f"cluster {cluster.name!r} has {cluster.num_devices} devices; the strategy needs "

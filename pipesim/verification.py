@@ -5,14 +5,14 @@ This module needs both the planner and the simulator, so it lives in the top-lev
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from pipesim.errors import invalid
 from pipesim.plan import Plan
 from pipesim.planner import estimate_plan
-from pipesim.profiles.hardware.cluster import Cluster
-from pipesim.profiles.models.profile import ModelProfile
+from pipesim.profiles.inputs import ClusterLike, ModelLike, resolve_inputs
 from pipesim.simulator import SimOptions, simulate
 
 __all__ = ["VerifyReport", "verify"]
@@ -67,33 +67,39 @@ def _rel(estimated: float, simulated: float) -> float:
 
 def verify(
     plan: Plan,
-    cluster: Cluster,
+    cluster: ClusterLike,
     *,
-    profile: ModelProfile,
+    profile: ModelLike,
+    overrides: Mapping[str, object] | None = None,
     options: SimOptions | None = None,
 ) -> VerifyReport:
     """Simulate ``plan`` and compare with its estimate (the plan's own, else the planner's estimate).
 
     Example::
 
-        report = pipesim.verify(plans[0], cluster, profile=profile)
+        report = pipesim.verify(plans[0], "dgx-h100-x4", profile="bert48")
         assert abs(report.relative_error) < 0.05
 
     Args:
-        plan: a plan, usually from :func:`pipesim.planner.plan`.
-        cluster: the cluster it runs on.
-        profile: the model.
+        plan: a plan, usually from :func:`pipesim.planner.plan`. Its own estimate is used when
+            it has one, so plan with the same (re-targeted) inputs you verify with.
+        cluster: the cluster it runs on (a :class:`Cluster`, preset name or cluster TOML file).
+        profile: the model (a profile, zoo name, ``gpt:...`` spec or profile file); re-targeted
+            to the cluster's device like every input (see
+            :func:`pipesim.profiles.inputs.resolve_inputs`).
+        overrides: what-if changes to the cluster (``{"device": "H100-SXM"}``).
         options: simulator knobs (default: the cluster as given, no trace kept).
 
     Raises:
-        InputError: the plan does not fit the model or cluster, or has no estimate and uses a
-            schedule the planner cannot estimate.
+        InputError: the plan does not fit the model or cluster, has no estimate and uses a
+            schedule the planner cannot estimate, or a bad model, cluster or override.
         Infeasible: the plan needs more devices than the cluster has.
     """
     if not isinstance(plan, Plan):
         raise invalid("plan", type(plan).__name__, "must be a Plan")
-    estimate = plan.estimate if plan.estimate is not None else estimate_plan(plan, profile, cluster)
-    result = simulate(plan, profile, cluster, options or SimOptions(record_trace=False))
+    model, machine = resolve_inputs(profile, cluster, overrides=overrides)
+    estimate = plan.estimate if plan.estimate is not None else estimate_plan(plan, model, machine)
+    result = simulate(plan, model, machine, options or SimOptions(record_trace=False))
     simulated_peak = max(d.peak_memory_bytes for d in result.devices)
     return VerifyReport(
         plan=plan,

@@ -1,25 +1,75 @@
 """The one input path: (model, cluster, what-if overrides) -> the profile re-targeted to the cluster.
 
 Every CLI command and API entry point that takes a model and a cluster goes through
-:func:`resolve_inputs`, so that ``plan``, ``verify``, ``simulate``, ``compare``, sweeps and the
+:func:`resolve_inputs` (or, where there is no model profile, :func:`resolve_cluster`, the
+cluster half of it), so that ``plan``, ``verify``, ``simulate``, ``compare``, sweeps and the
 Python API all see the same numbers for the same inputs.
+
+Both functions are idempotent: resolving what they returned gives the same objects back, so a
+layer may resolve again what its caller already resolved.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
+from pipesim.errors import InputError
 from pipesim.profiles.costmodels.retarget import retarget_to
 from pipesim.profiles.hardware.cluster import Cluster, load_cluster, with_overrides
 from pipesim.profiles.models.loader import load_model
 from pipesim.profiles.models.profile import ModelProfile
 
-__all__ = ["resolve_inputs"]
+__all__ = ["ClusterLike", "ModelLike", "resolve_cluster", "resolve_inputs"]
+
+ModelLike = ModelProfile | str
+"""A model: a :class:`ModelProfile`, or a zoo name, ``gpt:...`` spec or profile file path."""
+ClusterLike = Cluster | str
+"""A cluster: a :class:`Cluster`, or a preset name or cluster TOML path."""
+
+
+def _overrides_text(overrides: Mapping[str, object]) -> str:
+    return ",".join(f"{key}={value}" for key, value in overrides.items())
+
+
+def resolve_cluster(cluster: ClusterLike, overrides: Mapping[str, object] | None = None) -> Cluster:
+    """Load a cluster and apply what-if overrides (the cluster half of :func:`resolve_inputs`).
+
+    Args:
+        cluster: a :class:`Cluster`, or a preset name or cluster TOML path.
+        overrides: what-if changes (``{"device": "A100-80GB", "nic": "100GbE"}``), as
+            ``pipesim ... --set KEY=VALUE`` gives them; see ``docs/hardware.md``. ``None`` or
+            empty: the cluster as given.
+
+    Raises:
+        UnknownNameError: an unknown cluster name.
+        FormatError: a malformed cluster file.
+        InputError: ``overrides`` is not a mapping, or has a bad key or value; the message starts
+            with the key and its value (``servers=-1: must be ...``) or, for an unknown key, with
+            ``overrides <key=value,...>:``.
+    """
+    machine = load_cluster(cluster) if isinstance(cluster, str) else cluster
+    if not isinstance(machine, Cluster):
+        raise InputError(f"cluster={type(cluster).__name__}: must be a Cluster, a preset name or a TOML path")
+    if overrides is None:
+        return machine
+    if not isinstance(overrides, Mapping):
+        raise InputError(
+            f"overrides={overrides!r}: must be a mapping of key to value, e.g. {{'nic': '100GbE'}}"
+        )
+    if not overrides:
+        return machine
+    try:
+        return with_overrides(machine, overrides)
+    except InputError as exc:
+        message = str(exc)
+        if any(message.startswith(f"{key}=") for key in overrides):
+            raise  # the message already names the key, its value and the rule
+        raise InputError(f"overrides {_overrides_text(overrides)}: {message}") from None
 
 
 def resolve_inputs(
-    model: ModelProfile | str,
-    cluster: Cluster | str,
+    model: ModelLike,
+    cluster: ClusterLike,
     *,
     overrides: Mapping[str, object] | None = None,
     pbs: int | None = None,
@@ -42,11 +92,20 @@ def resolve_inputs(
     Raises:
         UnknownNameError: an unknown model, cluster or device name.
         FormatError: a malformed model or cluster file.
-        InputError: a bad override key or value, or a device that does not support the
-            profile's dtype.
+        InputError: a bad override key or value (see :func:`resolve_cluster`), a ``pbs`` given
+            with a profile object, or a device that does not support the profile's dtype.
     """
-    profile = load_model(model, pbs=pbs) if isinstance(model, str) else model
-    machine = load_cluster(cluster) if isinstance(cluster, str) else cluster
-    if overrides:
-        machine = with_overrides(machine, overrides)
+    if isinstance(model, str):
+        profile = load_model(model, pbs=pbs)
+    elif isinstance(model, ModelProfile):
+        if pbs is not None:
+            raise InputError(f"pbs={pbs!r}: only applies when the model is a file path, not a profile")
+        profile = model
+    else:
+        raise InputError(
+            f"model={type(model).__name__}: must be a ModelProfile, a zoo name or a profile file path"
+        )
+    machine = resolve_cluster(cluster, overrides)
+    if profile.reference_device == machine.device.name:
+        return profile, machine
     return retarget_to(profile, machine.device), machine

@@ -85,3 +85,42 @@ def test_resolve_inputs_retargets_to_the_cluster_device() -> None:
 def test_resolve_inputs_rejects_unknown_override() -> None:
     with pytest.raises(InputError, match="foo"):
         resolve_inputs("bert48", "dapple-2x8-v100", overrides={"foo": "bar"})
+
+
+def test_resolve_inputs_is_idempotent_for_a_changed_device(caplog: pytest.LogCaptureFixture) -> None:
+    """A device with a changed field is no catalog device ("V100-SXM2-16GB*"): the profile is
+    re-targeted to it once, and resolving the result again changes nothing and warns nothing."""
+    profile, cluster = resolve_inputs("bert48", "dgx1-v100", overrides={"device_compute_efficiency": 0.8})
+    assert cluster.device.name.endswith("*")
+    assert profile.reference_device == cluster.device.name
+    base = resolve_inputs("bert48", "dgx1-v100")[0]
+    assert profile.layers[5].fwd_time_s == pytest.approx(base.layers[5].fwd_time_s / 2)  # 0.4 -> 0.8
+    caplog.clear()
+    again, same = resolve_inputs(profile, cluster)
+    assert again is profile
+    assert same is cluster
+    assert not caplog.records
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"model": "bert48", "cluster": "dgx1-v100", "overrides": ["nic=100GbE"]}, "overrides=.*mapping"),
+        ({"model": 3, "cluster": "dgx1-v100"}, "model=int: must be a ModelProfile"),
+        ({"model": "bert48", "cluster": 3}, "cluster=int: must be a Cluster"),
+        ({"model": "bert48", "cluster": "dgx1-v100", "overrides": {"servers": 0}}, r"^servers=0: must be"),
+        (
+            {"model": "bert48", "cluster": "dgx1-v100", "overrides": {"foo": 1}},
+            r"^overrides foo=1: unknown key",
+        ),
+    ],
+)
+def test_resolve_inputs_rejects_bad_arguments(kwargs: dict[str, object], match: str) -> None:
+    with pytest.raises(InputError, match=match):
+        resolve_inputs(**kwargs)  # type: ignore[arg-type]
+
+
+def test_resolve_inputs_pbs_only_for_paths() -> None:
+    profile, _ = resolve_inputs("bert48", "dgx1-v100")
+    with pytest.raises(InputError, match="pbs=4"):
+        resolve_inputs(profile, "dgx1-v100", pbs=4)

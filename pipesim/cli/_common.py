@@ -7,22 +7,24 @@ import json
 import logging
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pipesim.errors import invalid
-from pipesim.profiles.hardware.cluster import Cluster
-from pipesim.profiles.models.profile import ModelProfile
+if TYPE_CHECKING:
+    from pipesim.profiles.hardware.cluster import Cluster
+    from pipesim.profiles.models.profile import ModelProfile
 
 log = logging.getLogger(__name__)
 
 __all__ = [
     "add_cluster_arg",
     "add_model_args",
+    "add_set_arg",
     "format_table",
-    "parse_overrides",
+    "inputs_of",
+    "override_item",
+    "overrides_of",
     "positive_int",
     "print_json",
-    "resolve_inputs",
 ]
 
 
@@ -67,59 +69,65 @@ def add_cluster_arg(
         help="cluster preset (see `pipesim clusters`) or a cluster TOML file"
         + (f" (default: {default})" if default else ""),
     )
+    add_set_arg(parser)
+
+
+def add_set_arg(parser: argparse.ArgumentParser, *, note: str = "") -> None:
+    """Add ``--set KEY=VALUE`` (repeatable what-if changes to the cluster; :func:`overrides_of`)."""
     parser.add_argument(
         "--set",
         dest="overrides",
         action="append",
         default=[],
         metavar="KEY=VALUE",
+        type=override_item,
         help="what-if change to the cluster, repeatable: device=A100-80GB, nic=100GbE, servers=4, "
         "gpus_per_server=8, intra=nvswitch, nic_latency_us=5, ... (see docs/hardware.md); a new "
-        "device re-targets the model profile to it with a per-layer roofline",
+        "device re-targets the model profile to it with a per-layer roofline" + note,
     )
 
 
-def parse_overrides(items: Sequence[str]) -> dict[str, object]:
-    """Turn ``["nic=100GbE", "servers=4"]`` into ``{"nic": "100GbE", "servers": 4}``.
+def override_item(text: str) -> tuple[str, object]:
+    """argparse type of one ``--set KEY=VALUE``: ``"servers=4"`` -> ``("servers", 4)``.
 
-    Values that read as integers or floats become numbers; everything else stays a string.
+    Values that read as integers or floats become numbers; everything else stays a string. The
+    key and value are checked against the cluster later, by
+    :func:`pipesim.profiles.inputs.resolve_cluster` (the one input path).
 
     Raises:
-        InputError: an item without ``=`` or with an empty key.
+        argparse.ArgumentTypeError: an item without ``=`` or with an empty key or value.
     """
-    out: dict[str, object] = {}
-    for item in items:
-        key, sep, text = item.partition("=")
-        key = key.strip()
-        if not sep or not key:
-            raise invalid("--set", item, "must be KEY=VALUE, e.g. nic=100GbE")
-        value: object = text.strip()
-        for kind in (int, float):
-            try:
-                value = kind(text)
-                break
-            except ValueError:
-                continue
-        out[key] = value
-    return out
+    key, sep, raw = text.partition("=")
+    key, raw = key.strip(), raw.strip()
+    if not sep or not key or not raw:
+        raise argparse.ArgumentTypeError(f"{text!r} must be KEY=VALUE, e.g. nic=100GbE")
+    value: object = raw
+    for kind in (int, float):
+        try:
+            value = kind(raw)
+            break
+        except ValueError:
+            continue
+    return key, value
 
 
-def resolve_inputs(args: argparse.Namespace) -> tuple[ModelProfile, Cluster]:
-    """Load ``--model``/``--pbs`` and ``--cluster``/``--set``; re-target the model to the device.
+def overrides_of(args: argparse.Namespace) -> dict[str, object]:
+    """The ``--set`` items of parsed arguments as a mapping (a key given twice: the last wins)."""
+    return dict(getattr(args, "overrides", None) or [])
+
+
+def inputs_of(args: argparse.Namespace) -> tuple[ModelProfile, Cluster]:
+    """``--model``/``--pbs`` and ``--cluster``/``--set`` through the one input path
+    (:func:`pipesim.profiles.inputs.resolve_inputs`): the profile re-targeted to the cluster's
+    device, and the cluster with the overrides applied.
 
     Raises:
         PipesimError: an unknown name, a malformed file, or a bad override.
     """
-    from pipesim.profiles.costmodels.retarget import retarget_to
-    from pipesim.profiles.hardware.cluster import load_cluster, with_overrides
-    from pipesim.profiles.models.loader import load_model
+    from pipesim.profiles.inputs import resolve_inputs
 
-    profile = load_model(args.model, pbs=getattr(args, "pbs", None))
-    cluster = load_cluster(args.cluster)
-    overrides = parse_overrides(getattr(args, "overrides", None) or [])
-    if overrides:
-        cluster = with_overrides(cluster, overrides)
-    return retarget_to(profile, cluster.device), cluster
+    pbs = getattr(args, "pbs", None)
+    return resolve_inputs(args.model, args.cluster, overrides=overrides_of(args), pbs=pbs)
 
 
 def print_json(data: Any) -> None:

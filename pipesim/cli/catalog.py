@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from pipesim.cli._common import format_table, positive_int, print_json
+from pipesim.cli._common import add_set_arg, format_table, overrides_of, positive_int, print_json
 from pipesim.units import GIB, MIB, MS
 
 __all__ = ["register"]
@@ -31,6 +31,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     model.set_defaults(func=_show_model)
     cluster = what.add_parser("cluster", help="devices, topology and links of a cluster")
     cluster.add_argument("name", help="preset name or cluster TOML file")
+    add_set_arg(cluster)
     cluster.add_argument("--json", action="store_true", help="print JSON")
     cluster.set_defaults(func=_show_cluster)
 
@@ -119,9 +120,10 @@ def _show_model(args: argparse.Namespace) -> int:
 
 
 def _show_cluster(args: argparse.Namespace) -> int:
-    from pipesim.profiles.hardware.cluster import cluster_to_dict, describe_cluster, load_cluster
+    from pipesim.profiles.hardware.cluster import cluster_to_dict, describe_cluster
+    from pipesim.profiles.inputs import resolve_cluster
 
-    cluster = load_cluster(args.name)
+    cluster = resolve_cluster(args.name, overrides_of(args))
     if args.json:
         print_json(cluster_to_dict(cluster))
         return 0

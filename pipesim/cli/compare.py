@@ -9,10 +9,11 @@ from pipesim.cli._common import (
     add_cluster_arg,
     add_model_args,
     format_table,
+    inputs_of,
     positive_int,
     print_json,
-    resolve_inputs,
 )
+from pipesim.cli.progress import Status
 from pipesim.units import GIB, MS
 
 __all__ = ["DEFAULT_CLUSTER", "DEFAULT_GBS", "DEFAULT_MODEL", "register"]
@@ -67,21 +68,23 @@ def _run(args: argparse.Namespace) -> int:
     from pipesim.plan import load_plan
 
     started = time.perf_counter()
-    profile, cluster = resolve_inputs(args)
+    profile, cluster = inputs_of(args)
     schedules = [s.strip() for s in args.schedules.split(",") if s.strip()]
     base = load_plan(args.plan) if args.plan else None
-    rows = compare(
-        profile,
-        cluster,
-        base.global_batch_size if base else args.gbs,
-        schedules=schedules,
-        planner=args.planner,
-        base_plan=base,
-        price_per_device_hour_usd=args.price_per_hour,
-        train_samples=args.train_samples,
-    )
     title = f"{profile.name} on {cluster.name}"
-    written = write_compare_outputs(rows, args.out, title=title, server_of=cluster.server_of)
+    with Status(f"comparing {', '.join(schedules)} for {title}") as status:
+        rows = compare(
+            profile,
+            cluster,
+            base.global_batch_size if base else args.gbs,
+            schedules=schedules,
+            planner=args.planner,
+            base_plan=base,
+            price_per_device_hour_usd=args.price_per_hour,
+            train_samples=args.train_samples,
+        )
+        status.update(f"writing charts and traces to {args.out}/")
+        written = write_compare_outputs(rows, args.out, title=title, server_of=cluster.server_of)
     if args.json:
         print_json([row.to_dict() for row in rows])
         return 0

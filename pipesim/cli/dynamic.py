@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from pipesim.cli._common import add_cluster_arg, format_table, positive_int, print_json
+from pipesim.cli._common import add_cluster_arg, format_table, overrides_of, positive_int, print_json
 from pipesim.errors import invalid
 from pipesim.units import GIB, MS
 
@@ -102,6 +102,7 @@ def _run(args: argparse.Namespace) -> int:
         args.model,
         args.cluster,
         batch,
+        overrides=overrides_of(args),
         strategies=strategies,
         schedule=args.schedule.strip().lower(),
         num_stages=args.stages,

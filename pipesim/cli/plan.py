@@ -5,7 +5,15 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from pipesim.cli._common import add_cluster_arg, add_model_args, format_table, positive_int, print_json
+from pipesim.cli._common import (
+    add_cluster_arg,
+    add_model_args,
+    format_table,
+    inputs_of,
+    positive_int,
+    print_json,
+)
+from pipesim.cli.progress import Status
 from pipesim.plan import Plan, plan_to_dict
 from pipesim.units import GIB, MS
 
@@ -67,12 +75,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     v.set_defaults(func=_run_verify)
 
 
-def _plans(args: argparse.Namespace, default_top: int) -> tuple[list[Plan], Any, Any]:
-    from pipesim.api import load_cluster, load_model
+def _plans(args: argparse.Namespace, default_top: int, status: Status) -> tuple[list[Plan], Any, Any]:
     from pipesim.planner import plan as make_plans
 
-    profile = load_model(args.model, pbs=args.pbs)
-    cluster = load_cluster(args.cluster)
+    profile, cluster = inputs_of(args)
+    status.update(f"planning {profile.name} on {cluster.name} ({args.planner}, global batch {args.gbs})")
     plans = make_plans(
         profile,
         cluster,
@@ -111,7 +118,8 @@ def _fmt(value: float | None) -> str:
 def _run_plan(args: argparse.Namespace) -> int:
     from pipesim.plan import save_plan
 
-    plans, _, _ = _plans(args, 5)
+    with Status("loading the model and cluster") as status:
+        plans, _, _ = _plans(args, 5, status)
     if args.output:
         save_plan(plans[0], args.output)
     if args.json:
@@ -158,8 +166,12 @@ def _run_plan(args: argparse.Namespace) -> int:
 def _run_verify(args: argparse.Namespace) -> int:
     from pipesim.verification import verify
 
-    plans, profile, cluster = _plans(args, 1)
-    reports = [verify(p, cluster, profile=profile) for p in plans]
+    with Status("loading the model and cluster") as status:
+        plans, profile, cluster = _plans(args, 1, status)
+        reports = []
+        for k, p in enumerate(plans, start=1):
+            status.update(f"simulating plan {k} of {len(plans)} on {cluster.name}")
+            reports.append(verify(p, cluster, profile=profile))
     if args.json:
         print_json([{**plan_json(r.plan), **r.to_dict()} for r in reports])
         return 0

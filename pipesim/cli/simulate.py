@@ -9,10 +9,11 @@ from pipesim.cli._common import (
     add_cluster_arg,
     add_model_args,
     format_table,
+    inputs_of,
     positive_int,
     print_json,
-    resolve_inputs,
 )
+from pipesim.cli.progress import Status
 from pipesim.errors import invalid
 from pipesim.units import GIB, MS
 
@@ -123,9 +124,9 @@ def result_json(result: Any) -> dict[str, Any]:
 def _run(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from pipesim.api import make_plan
+    from pipesim.api import make_plan, simulate
     from pipesim.plan import load_plan
-    from pipesim.simulator import SimOptions, simulate
+    from pipesim.simulator import SimOptions
 
     if all(getattr(args, key) is None for key in _CASE_KEYS):
         for key, value in DEFAULTS.items():
@@ -136,7 +137,7 @@ def _run(args: argparse.Namespace) -> int:
         raise invalid("--cluster", None, "is required (a preset name or a cluster TOML file)")
     if args.stages is None and args.split is None and args.plan is None:
         raise invalid("--stages/--split/--plan", None, "give one of them to say how to split the model")
-    profile, cluster = resolve_inputs(args)
+    profile, cluster = inputs_of(args)
     if args.plan:
         plan = load_plan(args.plan)
         if args.schedule:
@@ -148,6 +149,7 @@ def _run(args: argparse.Namespace) -> int:
             raise invalid("--microbatches", None, "is required unless --plan is given")
         plan = make_plan(
             profile,
+            cluster,
             global_batch_size=args.gbs,
             num_microbatches=args.microbatches,
             stages=args.stages,
@@ -165,7 +167,8 @@ def _run(args: argparse.Namespace) -> int:
         seed=args.seed,
         allreduce_overlap=args.allreduce_overlap,
     )
-    result = simulate(plan, profile, cluster, options)
+    with Status(f"simulating {profile.name} on {cluster.name} ({plan.num_microbatches} micro-batches)"):
+        result = simulate(plan, profile, cluster, options)
     if args.gantt:
         from pipesim.reports.gantt import write_gantt
 

@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from pipesim.cli._common import format_table, print_json
+from pipesim.cli._common import add_set_arg, format_table, overrides_of, print_json
 from pipesim.errors import invalid
 
 __all__ = ["register"]
@@ -62,6 +62,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument(
         "--cluster", default=None, help="cluster preset or TOML file for --simulate (default: dgx-h100-x4)"
     )
+    add_set_arg(p, note=" (with --simulate)")
     p.add_argument(
         "--device", default=None, help="catalog device to express the cost in seconds (with --link)"
     )
@@ -91,13 +92,15 @@ def _split_text(split: dict[str, int]) -> str:
 def _run(args: argparse.Namespace) -> int:
     from pipesim.planner.pase import CostParams
     from pipesim.profiles.hardware.catalog import get_device, get_link
-    from pipesim.profiles.hardware.cluster import load_cluster
+    from pipesim.profiles.inputs import resolve_cluster
     from pipesim.strategy import bottleneck_bandwidth, estimate_seconds, plan_strategy, simulate_plan
 
     if (args.device is None) != (args.link is None):
         raise invalid("--device/--link", (args.device, args.link), "give both or neither")
     if args.cluster is not None and not args.simulate:
         raise invalid("--cluster", args.cluster, "needs --simulate")
+    if args.overrides and not args.simulate:
+        raise invalid("--set", [f"{k}={v}" for k, v in args.overrides], "needs --simulate")
     params = CostParams.from_pase_flags(args.flops, args.bw)
     plan = plan_strategy(args.graph, args.procs, args.batch, model_size=args.model, params=params)
     if args.dump_graph:
@@ -130,7 +133,7 @@ def _run(args: argparse.Namespace) -> int:
             "data_parallel_cost_s": estimate_seconds(plan.graph, plan.data_parallel, dev, bw),
         }
     if args.simulate:
-        cluster = load_cluster(args.cluster or "dgx-h100-x4")
+        cluster = resolve_cluster(args.cluster or "dgx-h100-x4", overrides_of(args))
         sim = simulate_plan(plan, cluster)
         sim_dp = simulate_plan(plan, cluster, data_parallel=True)
         bw = bottleneck_bandwidth(cluster, plan.graph.n_procs)

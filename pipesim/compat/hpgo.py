@@ -15,24 +15,37 @@ server; the speedup is over the best data-parallel plan, the figure DAPPLE repor
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from pipesim.errors import invalid
 from pipesim.plan import Plan
 from pipesim.planner import plan as make_plans
-from pipesim.profiles.hardware.cluster import Cluster, get_cluster, with_overrides
-from pipesim.profiles.models.loader import load_model
+from pipesim.profiles.hardware.cluster import Cluster
+from pipesim.profiles.inputs import resolve_cluster, resolve_inputs
 from pipesim.profiles.models.profile import ModelProfile
 
 __all__ = ["Conductor", "cluster_from_seps", "conductor_from_torch_graph_and_seps"]
 
 
-def cluster_from_seps(devices: Sequence[int], base: str = "dapple-2x8-v100") -> Cluster:
+def cluster_from_seps(
+    devices: Sequence[int],
+    base: str | Cluster = "dapple-2x8-v100",
+    *,
+    overrides: Mapping[str, object] | None = None,
+) -> Cluster:
     """A cluster of identical servers from HPGO's cumulative GPU counts (``[8, 16]`` = 2 x 8).
 
+    Args:
+        devices: cumulative GPU count per server.
+        base: the server template (a preset name, TOML file or :class:`Cluster`; default
+            DAPPLE's testbed).
+        overrides: further what-if changes (``{"device": "A100-80GB"}``), applied after the
+            server counts; see :func:`pipesim.profiles.inputs.resolve_cluster`.
+
     Raises:
-        InputError: the counts are not increasing multiples of one server size.
+        InputError: the counts are not increasing multiples of one server size, or a bad
+            override.
     """
     seps = list(devices)
     if not seps or any(not isinstance(s, int) or s < 1 for s in seps):
@@ -40,11 +53,11 @@ def cluster_from_seps(devices: Sequence[int], base: str = "dapple-2x8-v100") -> 
     sizes = [b - a for a, b in zip([0, *seps[:-1]], seps, strict=True)]
     if len(set(sizes)) != 1 or sizes[0] < 1:
         raise invalid("devices", seps, "servers must all have the same number of GPUs, e.g. [8, 16]")
-    overrides: dict[str, object] = {"servers": len(sizes)}
-    template = get_cluster(base)
+    shape: dict[str, object] = {"servers": len(sizes)}
+    template = resolve_cluster(base)
     if sizes[0] != template.gpus_per_server:
-        overrides.update({"gpus_per_server": sizes[0], "intra": "nvswitch", "intra_link": "NVLink2"})
-    return with_overrides(template, overrides)
+        shape.update({"gpus_per_server": sizes[0], "intra": "nvswitch", "intra_link": "NVLink2"})
+    return resolve_cluster(resolve_cluster(template, shape), overrides)
 
 
 @dataclass(slots=True)
@@ -66,10 +79,15 @@ class Conductor:
     def py_orchestrate(self) -> tuple[float, list[tuple[int, int, int, list[int]]]]:
         """Plan and return ``(speedup over data parallelism, stages)`` of the best plan.
 
+        The profile is re-targeted to the cluster's device first (the one input path,
+        :func:`pipesim.profiles.inputs.resolve_inputs`).
+
         Raises:
             Infeasible: no plan fits in device memory.
+            InputError: the cluster's device cannot run the profile's dtype.
         """
-        self.plans = make_plans(self.profile, self.cluster, self.global_batch_size, planner="dapple", top=1)
+        profile, cluster = resolve_inputs(self.profile, self.cluster)
+        self.plans = make_plans(profile, cluster, self.global_batch_size, planner="dapple", top=1)
         best = self.plans[0]
         assert best.estimate is not None
         speedup = best.estimate.speedup_vs_dp if best.estimate.speedup_vs_dp is not None else 1.0
@@ -78,7 +96,12 @@ class Conductor:
 
 
 def conductor_from_torch_graph_and_seps(
-    profile_filename: str, profile_batch_size: int, global_batch_size: int, devices: Sequence[int]
+    profile_filename: str,
+    profile_batch_size: int,
+    global_batch_size: int,
+    devices: Sequence[int],
+    *,
+    overrides: Mapping[str, object] | None = None,
 ) -> Conductor:
     """Build a conductor from a PipeDream/DAPPLE TorchGraph profile, as ``HPGO`` does.
 
@@ -87,9 +110,14 @@ def conductor_from_torch_graph_and_seps(
         profile_batch_size: the batch the profile was measured at.
         global_batch_size: samples per iteration.
         devices: cumulative GPU count per server, e.g. ``[8, 16]`` for 2 servers of 8.
+        overrides: what-if changes to the cluster (not in HPGO; ``{"device": "A100-80GB"}``).
 
     Raises:
-        InputError: an unreadable profile or bad device counts.
+        InputError: an unreadable profile, bad device counts or a bad override.
     """
-    profile = load_model(profile_filename, pbs=profile_batch_size)
-    return Conductor(profile=profile, cluster=cluster_from_seps(devices), global_batch_size=global_batch_size)
+    profile, cluster = resolve_inputs(
+        profile_filename,
+        cluster_from_seps(devices, overrides=overrides),
+        pbs=profile_batch_size,
+    )
+    return Conductor(profile=profile, cluster=cluster, global_batch_size=global_batch_size)

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from pipesim.errors import FormatError, Infeasible, InputError, PipesimError, UnknownNameError, invalid
-from pipesim.profiles.costmodels.retarget import retarget_to
 from pipesim.profiles.hardware.cluster import Cluster
+from pipesim.profiles.inputs import resolve_cluster, resolve_inputs
 from pipesim.profiles.models.profile import ModelProfile
 from pipesim.sweep.config import Overrides, SweepConfig, SweepPoint, overrides_text
 from pipesim.sweep.store import ResultsWriter, point_key
@@ -43,8 +43,11 @@ class SweepTask:
     Attributes:
         points: the points (same model, cluster, overrides, batch size, planner; one per schedule).
         keys: each point's results key, in the same order.
-        profile: the loaded model (not yet re-targeted to the cluster's device).
-        cluster: the cluster with the overrides applied.
+        profile: the loaded model (re-targeted to the cluster's device by the worker, through
+            :func:`~pipesim.profiles.inputs.resolve_inputs`, so that a device that cannot run
+            the model's dtype becomes an ``invalid`` row rather than stopping the sweep).
+        cluster: the cluster with the overrides applied
+            (:func:`~pipesim.profiles.inputs.resolve_cluster`).
         price_per_device_hour_usd: the price override of the config, or ``None`` for the
             cluster device's price.
     """
@@ -120,8 +123,8 @@ def run_task(task: SweepTask) -> list[dict[str, object]]:
     if price is None:
         price = task.cluster.device.price_per_hour_usd
     try:
-        profile = retarget_to(task.profile, task.cluster.device)
-        base = plan(profile, task.cluster, first.global_batch_size, planner=first.planner, top=1)[0]
+        profile, cluster = resolve_inputs(task.profile, task.cluster)
+        base = plan(profile, cluster, first.global_batch_size, planner=first.planner, top=1)[0]
     except (Infeasible, InputError) as exc:
         return [_failed(row, exc) for row in rows]
     options = SimOptions(record_trace=False)
@@ -130,7 +133,7 @@ def run_task(task: SweepTask) -> list[dict[str, object]]:
         try:
             (done,) = compare(
                 profile,
-                task.cluster,
+                cluster,
                 point.global_batch_size,
                 schedules=[point.schedule],
                 base_plan=base,
@@ -170,7 +173,6 @@ def _load_inputs(config: SweepConfig) -> tuple[dict[str, ModelProfile], dict[tup
             message names the config key and the value.
     """
     from pipesim.profiles.hardware.catalog import get_device
-    from pipesim.profiles.hardware.cluster import load_cluster, with_overrides
     from pipesim.profiles.models.loader import load_model
 
     def fail(key: str, value: object, exc: Exception) -> FormatError:
@@ -194,12 +196,12 @@ def _load_inputs(config: SweepConfig) -> tuple[dict[str, ModelProfile], dict[tup
     clusters: dict[tuple[str, Overrides], Cluster] = {}
     for spec in config.clusters:
         try:
-            base = load_cluster(config.resolve_path(spec))
+            base = resolve_cluster(config.resolve_path(spec))
         except PipesimError as exc:
             raise fail("clusters", spec, exc) from None
         for overrides in config.overrides:
             try:
-                clusters[spec, overrides] = with_overrides(base, dict(overrides)) if overrides else base
+                clusters[spec, overrides] = resolve_cluster(base, dict(overrides))
             except PipesimError as exc:
                 raise fail("overrides", dict(overrides), exc) from None
     return models, clusters
