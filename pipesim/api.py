@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pipesim.errors import invalid
-from pipesim.plan import Plan, StagePlan, balanced_split, stage_ranges
+from pipesim.plan import Plan, Recompute, StagePlan, balanced_split, stage_ranges
 from pipesim.profiles.hardware.cluster import Cluster, load_cluster
 from pipesim.profiles.models.loader import load_model
 from pipesim.profiles.models.profile import ModelProfile
@@ -28,7 +28,7 @@ def make_plan(
     schedule_options: Mapping[str, Any] | None = None,
     chunks: int = 1,
     optimizer: str = "adam",
-    recompute: bool = False,
+    recompute: Recompute | str | bool = Recompute.NONE,
     allreduce: str = "auto",
 ) -> Plan:
     """Build a plan by hand: stages by count (balanced by time) or by explicit layer counts.

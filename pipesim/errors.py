@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from enum import Enum
 from pathlib import Path
+from typing import TypeVar
 
 __all__ = [
     "FormatError",
@@ -26,7 +28,11 @@ __all__ = [
     "check_nonneg",
     "check_positive",
     "invalid",
+    "parse_name",
+    "vocabulary",
 ]
+
+_E = TypeVar("_E", bound=Enum)
 
 
 class PipesimError(Exception):
@@ -153,3 +159,34 @@ def check_count(field: str, value: object, *, minimum: int = 1, maximum: int | N
     if maximum is not None and value > maximum:
         raise invalid(field, value, f"must be <= {maximum}")
     return value
+
+
+def parse_name(kind: str, enum: type[_E], value: object) -> _E:
+    """The member of a closed vocabulary (a ``str`` enum) called ``value``.
+
+    Args:
+        kind: what is named, for the message, e.g. ``"optimizer"``.
+        enum: the enum whose member values are the valid names (lower case).
+        value: a member of ``enum``, or its name (case-insensitive, surrounding blanks ignored).
+
+    Raises:
+        UnknownNameError: ``value`` names no member (or is not a string); the message lists
+            the valid names.
+    """
+    if isinstance(value, enum):
+        return value
+    if isinstance(value, str):
+        text = value.strip().lower()
+        for member in enum:
+            if member.value == text:
+                return member
+    valid = [str(member.value) for member in enum]
+    raise UnknownNameError(kind, value if isinstance(value, str) else repr(value), valid)
+
+
+def vocabulary(enum: type[Enum]) -> tuple[str, ...]:
+    """The names of a closed vocabulary (a ``str`` enum's values), in definition order.
+
+    For CLI ``choices`` and messages, so the names are written once, in the enum.
+    """
+    return tuple(str(member.value) for member in enum)

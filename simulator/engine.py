@@ -13,6 +13,7 @@ import simpy
 
 from pipesim.errors import InputError, invalid
 from pipesim.plan import Plan, split_samples
+from pipesim.profiles.costmodels.collective import AllReduceOverlap
 from pipesim.profiles.costmodels.memory import stage_activation_bytes, static_memory_bytes
 from pipesim.profiles.hardware.cluster import Cluster
 from pipesim.profiles.models.profile import ModelProfile
@@ -67,7 +68,7 @@ class SimOptions:
     speed_factors: Mapping[int, float] = field(default_factory=dict)
     jitter: float | Mapping[str, float] = 0.0
     seed: int | None = None
-    allreduce_overlap: str = "after_backward"
+    allreduce_overlap: AllReduceOverlap = AllReduceOverlap.AFTER_BACKWARD
     bucket_bytes: float = 25 * 1024**2
     record_trace: bool = True
 
@@ -83,10 +84,7 @@ class SimOptions:
                 raise invalid(f"jitter[{op}]", cv, "must be a finite number >= 0")
         if any(v > 0 for v in jitter.values()) and self.seed is None:
             raise invalid("seed", None, "jitter needs an explicit seed (same seed, same result)")
-        if self.allreduce_overlap not in ("after_backward", "end", "bucketed"):
-            raise invalid(
-                "allreduce_overlap", self.allreduce_overlap, "must be after_backward, end or bucketed"
-            )
+        object.__setattr__(self, "allreduce_overlap", AllReduceOverlap.parse(self.allreduce_overlap))
         if not (math.isfinite(self.bucket_bytes) and self.bucket_bytes > 0):
             raise invalid("bucket_bytes", self.bucket_bytes, "must be a finite number > 0")
 
