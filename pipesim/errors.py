@@ -94,29 +94,32 @@ def invalid(field: str, value: object, rule: str) -> InputError:
     return InputError(f"{field}={value!r}: {rule}")
 
 
-def _number(field: str, value: object) -> float:
-    """``value`` as a float; booleans, non-numbers and NaN are refused."""
+def _number(field: str, value: object, rule: str) -> float:
+    """``value`` as a float; booleans, non-numbers and NaN are refused with ``rule``."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise invalid(field, value, "must be a number")
+        raise invalid(field, value, rule)
     if isinstance(value, int) and abs(value) > 1e300:
-        raise invalid(field, value, "must be at most 1e300 in magnitude")
+        raise invalid(field, value, f"{rule} (at most 1e300 in magnitude)")
     number = float(value)
     if math.isnan(number):
-        raise invalid(field, value, "must be a number, not NaN")
+        raise invalid(field, value, f"{rule}, not NaN")
     return number
 
 
 def check_positive(field: str, value: object, *, allow_inf: bool = False) -> float:
     """``value`` as a float after checking it is > 0 (and finite unless ``allow_inf``).
 
+    Every failure gives one message stating the whole rule, e.g.
+    ``bandwidth_bytes_per_s=-1: must be a finite number > 0``.
+
     Raises:
-        InputError: a non-number, NaN, a value <= 0, or infinity when it is not allowed.
+        InputError: a non-number (booleans included), NaN, a value <= 0, or infinity when it
+            is not allowed.
     """
-    number = _number(field, value)
-    if not number > 0:
-        raise invalid(field, value, "must be > 0")
-    if math.isinf(number) and not allow_inf:
-        raise invalid(field, value, "must be finite")
+    rule = "must be a number > 0" if allow_inf else "must be a finite number > 0"
+    number = _number(field, value, rule)
+    if not number > 0 or (math.isinf(number) and not allow_inf):
+        raise invalid(field, value, rule)
     return number
 
 
@@ -124,13 +127,13 @@ def check_nonneg(field: str, value: object, *, allow_inf: bool = False) -> float
     """``value`` as a float after checking it is >= 0 (and finite unless ``allow_inf``).
 
     Raises:
-        InputError: a non-number, NaN, a negative value, or infinity when it is not allowed.
+        InputError: a non-number (booleans included), NaN, a negative value, or infinity when
+            it is not allowed; the message states the whole rule.
     """
-    number = _number(field, value)
-    if number < 0:
-        raise invalid(field, value, "must be >= 0")
-    if math.isinf(number) and not allow_inf:
-        raise invalid(field, value, "must be finite")
+    rule = "must be a number >= 0" if allow_inf else "must be a finite number >= 0"
+    number = _number(field, value, rule)
+    if number < 0 or (math.isinf(number) and not allow_inf):
+        raise invalid(field, value, rule)
     return number
 
 
@@ -140,9 +143,10 @@ def check_fraction(field: str, value: object) -> float:
     Raises:
         InputError: a non-number, NaN or a value outside (0, 1].
     """
-    number = _number(field, value)
+    rule = "must be a number in (0, 1]"
+    number = _number(field, value, rule)
     if not 0 < number <= 1:
-        raise invalid(field, value, "must be in (0, 1]")
+        raise invalid(field, value, rule)
     return number
 
 
@@ -150,14 +154,14 @@ def check_count(field: str, value: object, *, minimum: int = 1, maximum: int | N
     """``value`` after checking it is an integer (not a bool) in ``[minimum, maximum]``.
 
     Raises:
-        InputError: a non-integer or a value outside the bounds.
+        InputError: a non-integer or a value outside the bounds; the message states the whole
+            rule (``must be an integer >= 1``, ``must be an integer >= 1 and <= 8``).
     """
+    rule = f"must be an integer >= {minimum}" + ("" if maximum is None else f" and <= {maximum}")
     if isinstance(value, bool) or not isinstance(value, int):
-        raise invalid(field, value, "must be an integer")
-    if value < minimum:
-        raise invalid(field, value, f"must be >= {minimum}")
-    if maximum is not None and value > maximum:
-        raise invalid(field, value, f"must be <= {maximum}")
+        raise invalid(field, value, rule)
+    if value < minimum or (maximum is not None and value > maximum):
+        raise invalid(field, value, rule)
     return value
 
 
