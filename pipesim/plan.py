@@ -473,22 +473,6 @@ def _get(
     return value
 
 
-def _get_name(data: Mapping[str, Any], key: str, default: str, path: str | None) -> str:
-    """A name-valued key (checked against its vocabulary when the plan is built)."""
-    value = data.get(key, default)
-    if not isinstance(value, str):
-        raise FormatError(path, None, f"{key}={value!r}: expected a string")
-    return value
-
-
-def _get_recompute(data: Mapping[str, Any], path: str | None) -> Recompute:
-    """``recompute``: ``"none"``/``"full"``, or a JSON boolean as older plan files write it."""
-    value = data.get("recompute", Recompute.NONE.value)
-    if not isinstance(value, (bool, str)):
-        raise FormatError(path, None, f'recompute={value!r}: expected "none", "full" or a boolean')
-    return Recompute.parse(value)
-
-
 def plan_from_dict(data: Mapping[str, Any], *, source: str | None = None) -> Plan:
     """Build a plan from its ``pipesim-plan`` dictionary (see :func:`plan_to_dict`).
 
@@ -538,12 +522,12 @@ def plan_from_dict(data: Mapping[str, Any], *, source: str | None = None) -> Pla
             stages=tuple(stages),
             global_batch_size=_get(data, "global_batch_size", int, "", source),
             num_microbatches=_get(data, "microbatches", int, "", source),
-            schedule=lookup_schedule(_get_name(data, "schedule", ScheduleName.DAPPLE, source)),
+            schedule=lookup_schedule(data.get("schedule", ScheduleName.DAPPLE)),
             schedule_options=dict(data.get("schedule_options") or {}),
             chunks=int(data.get("chunks", 1)),
-            optimizer=Optimizer.parse(_get_name(data, "optimizer", Optimizer.ADAM, source)),
-            recompute=_get_recompute(data, source),
-            allreduce=AllReduceAlgorithm.parse(_get_name(data, "allreduce", AllReduceAlgorithm.AUTO, source)),
+            optimizer=Optimizer.parse(data.get("optimizer", Optimizer.ADAM)),
+            recompute=Recompute.parse(data.get("recompute", Recompute.NONE)),  # true/false: older files
+            allreduce=AllReduceAlgorithm.parse(data.get("allreduce", AllReduceAlgorithm.AUTO)),
             microbatch_sizes=None if sizes is None else tuple(int(s) for s in sizes),
             estimate=estimate,
             planner=data.get("planner"),
