@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pipesim.errors import InputError, UnknownNameError
+from pipesim.errors import FormatError, InputError, UnknownNameError
 from pipesim.profiles.hardware.catalog import (
     DeviceSpec,
     LinkSpec,
@@ -249,3 +249,33 @@ def test_catalog_and_presets_match_the_golden_figures_exactly() -> None:
     assert cluster_names() == tuple(golden["clusters"])
     for name, expected in golden["clusters"].items():
         assert json.loads(json.dumps(cluster_to_config(get_cluster(name)))) == expected, name
+
+
+def test_every_catalog_entry_and_preset_names_its_source() -> None:
+    for name in device_names():
+        assert "datasheet" in get_device(name).source, name
+    for name in link_names():
+        source = get_link(name).source
+        assert any(word in source for word in ("datasheet", "specification", "IEEE", "IBTA")), name
+    for name in cluster_names():
+        assert "(" in get_cluster(name).description, name  # the citation is in parentheses
+
+
+def test_catalog_data_errors_name_the_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pipesim.profiles.hardware import catalog
+
+    real = catalog.data_text
+    bad = {
+        "links.toml": real("data", "links.toml").replace("latency_us = 25", "latency_us = -25", 1),
+        "devices.toml": real("data", "devices.toml").replace("memory_gib = 16", "memory_gb1 = 16", 1),
+    }
+    for file, text in bad.items():
+        monkeypatch.setattr(
+            catalog, "data_text", lambda *parts, t=text, f=file: t if parts[-1] == f else real(*parts)
+        )
+        catalog._catalog.cache_clear()
+        with pytest.raises(FormatError, match=rf"data/{file}: .*(latency_us=-25|unknown key 'memory_gb1')"):
+            catalog.get_device("v100")
+    monkeypatch.setattr(catalog, "data_text", real)
+    catalog._catalog.cache_clear()
+    assert catalog.get_device("v100").name == "V100-SXM2-16GB"
