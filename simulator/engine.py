@@ -53,8 +53,10 @@ class SimOptions:
         jitter: coefficient of variation of a log-normal multiplicative noise on every compute
             op (0 = none); per-op-kind values with a mapping such as ``{"F": 0.05, "B": 0.1}``.
         seed: seed of the jitter's random generator (required when jitter is on).
-        allreduce_overlap: ``"after_backward"`` starts a stage's gradient all-reduce as soon as
-            all its replicas finished their last backward (DAPPLE); ``"end"`` waits for the whole
+        allreduce_overlap: an :class:`~pipesim.profiles.costmodels.collective.AllReduceOverlap`
+            (a name is accepted and converted): ``"after_backward"`` starts a stage's gradient
+            all-reduce as soon as all its replicas finished their last backward (DAPPLE);
+            ``"end"`` waits for the whole
             pipeline to drain first; ``"bucketed"`` cuts a stage's gradients into buckets of
             ``bucket_bytes`` (in backward order, as PyTorch DDP does) and all-reduces each bucket,
             one after another, as soon as every replica's last backward has produced it.
