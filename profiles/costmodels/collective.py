@@ -54,7 +54,6 @@ Lines = tuple[tuple[float, float], ...]
 (0 for no lines)."""
 
 
-
 class AllReduceAlgorithm(str, Enum):
     """How a stage's replicas all-reduce their gradients (see the module docstring)."""
 
@@ -98,6 +97,7 @@ class AllReduceOverlap(str, Enum):
             UnknownNameError: ``name`` is not ``after_backward``, ``end`` or ``bucketed``.
         """
         return parse_name("all-reduce overlap mode", cls, name)
+
 
 RouteFn = Callable[[int, int], tuple[int, ...]]
 LinkValue = Callable[[int], float]

@@ -38,6 +38,7 @@ __all__ = [
     "static_memory_multiplier",
 ]
 
+
 class Optimizer(str, Enum):
     """The optimizers whose state the memory model knows (see the table above)."""
 
