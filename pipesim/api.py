@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pipesim.errors import invalid
-from pipesim.plan import Plan, StagePlan, balanced_split, stage_ranges
+from pipesim.plan import Plan, Recompute, StagePlan, balanced_split, stage_ranges
 from pipesim.profiles.hardware.cluster import load_cluster
 from pipesim.profiles.inputs import ClusterLike, ModelLike, resolve_inputs
 from pipesim.profiles.models.loader import load_model
@@ -37,7 +37,7 @@ def make_plan(
     schedule_options: Mapping[str, Any] | None = None,
     chunks: int = 1,
     optimizer: str = "adam",
-    recompute: bool = False,
+    recompute: Recompute | str | bool = Recompute.NONE,
     allreduce: str = "auto",
 ) -> Plan:
     """Build a plan by hand: stages by count (balanced by time) or by explicit layer counts.

@@ -133,7 +133,7 @@ def compare(
         if name == "interleaved":
             variant = interleave(base_plan, profile, chunks=2)
         else:
-            variant = dataclasses.replace(base_plan, schedule=name, estimate=None)
+            variant = dataclasses.replace(base_plan, schedule=lookup(name), estimate=None)
         log.info("simulating %s with schedule %s", profile.name, name)
         result = simulate(variant, profile, machine, options)
         estimate = estimate_plan(variant, profile, machine).iteration_time_s if name in _ESTIMATED else None
@@ -178,7 +178,9 @@ def interleave(base: Plan, profile: ModelProfile, *, chunks: int) -> Plan:
         )
         for i, (a, b) in enumerate(ranges)
     )
-    return dataclasses.replace(base, stages=stages, schedule="interleaved", chunks=chunks, estimate=None)
+    return dataclasses.replace(
+        base, stages=stages, schedule=lookup("interleaved"), chunks=chunks, estimate=None
+    )
 
 
 def write_compare_outputs(

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from enum import Enum
 from pathlib import Path
+from typing import TypeVar
 
 __all__ = [
     "FormatError",
@@ -26,7 +28,11 @@ __all__ = [
     "check_nonneg",
     "check_positive",
     "invalid",
+    "parse_name",
+    "vocabulary",
 ]
+
+_E = TypeVar("_E", bound=Enum)
 
 
 class PipesimError(Exception):
@@ -88,29 +94,32 @@ def invalid(field: str, value: object, rule: str) -> InputError:
     return InputError(f"{field}={value!r}: {rule}")
 
 
-def _number(field: str, value: object) -> float:
-    """``value`` as a float; booleans, non-numbers and NaN are refused."""
+def _number(field: str, value: object, rule: str) -> float:
+    """``value`` as a float; booleans, non-numbers and NaN are refused with ``rule``."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise invalid(field, value, "must be a number")
+        raise invalid(field, value, rule)
     if isinstance(value, int) and abs(value) > 1e300:
-        raise invalid(field, value, "must be at most 1e300 in magnitude")
+        raise invalid(field, value, f"{rule} (at most 1e300 in magnitude)")
     number = float(value)
     if math.isnan(number):
-        raise invalid(field, value, "must be a number, not NaN")
+        raise invalid(field, value, f"{rule}, not NaN")
     return number
 
 
 def check_positive(field: str, value: object, *, allow_inf: bool = False) -> float:
     """``value`` as a float after checking it is > 0 (and finite unless ``allow_inf``).
 
+    Every failure gives one message stating the whole rule, e.g.
+    ``bandwidth_bytes_per_s=-1: must be a finite number > 0``.
+
     Raises:
-        InputError: a non-number, NaN, a value <= 0, or infinity when it is not allowed.
+        InputError: a non-number (booleans included), NaN, a value <= 0, or infinity when it
+            is not allowed.
     """
-    number = _number(field, value)
-    if not number > 0:
-        raise invalid(field, value, "must be > 0")
-    if math.isinf(number) and not allow_inf:
-        raise invalid(field, value, "must be finite")
+    rule = "must be a number > 0" if allow_inf else "must be a finite number > 0"
+    number = _number(field, value, rule)
+    if not number > 0 or (math.isinf(number) and not allow_inf):
+        raise invalid(field, value, rule)
     return number
 
 
@@ -118,13 +127,13 @@ def check_nonneg(field: str, value: object, *, allow_inf: bool = False) -> float
     """``value`` as a float after checking it is >= 0 (and finite unless ``allow_inf``).
 
     Raises:
-        InputError: a non-number, NaN, a negative value, or infinity when it is not allowed.
+        InputError: a non-number (booleans included), NaN, a negative value, or infinity when
+            it is not allowed; the message states the whole rule.
     """
-    number = _number(field, value)
-    if number < 0:
-        raise invalid(field, value, "must be >= 0")
-    if math.isinf(number) and not allow_inf:
-        raise invalid(field, value, "must be finite")
+    rule = "must be a number >= 0" if allow_inf else "must be a finite number >= 0"
+    number = _number(field, value, rule)
+    if number < 0 or (math.isinf(number) and not allow_inf):
+        raise invalid(field, value, rule)
     return number
 
 
@@ -134,9 +143,10 @@ def check_fraction(field: str, value: object) -> float:
     Raises:
         InputError: a non-number, NaN or a value outside (0, 1].
     """
-    number = _number(field, value)
+    rule = "must be a number in (0, 1]"
+    number = _number(field, value, rule)
     if not 0 < number <= 1:
-        raise invalid(field, value, "must be in (0, 1]")
+        raise invalid(field, value, rule)
     return number
 
 
@@ -144,12 +154,43 @@ def check_count(field: str, value: object, *, minimum: int = 1, maximum: int | N
     """``value`` after checking it is an integer (not a bool) in ``[minimum, maximum]``.
 
     Raises:
-        InputError: a non-integer or a value outside the bounds.
+        InputError: a non-integer or a value outside the bounds; the message states the whole
+            rule (``must be an integer >= 1``, ``must be an integer >= 1 and <= 8``).
     """
+    rule = f"must be an integer >= {minimum}" + ("" if maximum is None else f" and <= {maximum}")
     if isinstance(value, bool) or not isinstance(value, int):
-        raise invalid(field, value, "must be an integer")
-    if value < minimum:
-        raise invalid(field, value, f"must be >= {minimum}")
-    if maximum is not None and value > maximum:
-        raise invalid(field, value, f"must be <= {maximum}")
+        raise invalid(field, value, rule)
+    if value < minimum or (maximum is not None and value > maximum):
+        raise invalid(field, value, rule)
     return value
+
+
+def parse_name(kind: str, enum: type[_E], value: object) -> _E:
+    """The member of a closed vocabulary (a ``str`` enum) called ``value``.
+
+    Args:
+        kind: what is named, for the message, e.g. ``"optimizer"``.
+        enum: the enum whose member values are the valid names (lower case).
+        value: a member of ``enum``, or its name (case-insensitive, surrounding blanks ignored).
+
+    Raises:
+        UnknownNameError: ``value`` names no member (or is not a string); the message lists
+            the valid names.
+    """
+    if isinstance(value, enum):
+        return value
+    if isinstance(value, str):
+        text = value.strip().lower()
+        for member in enum:
+            if member.value == text:
+                return member
+    valid = [str(member.value) for member in enum]
+    raise UnknownNameError(kind, value if isinstance(value, str) else repr(value), valid)
+
+
+def vocabulary(enum: type[Enum]) -> tuple[str, ...]:
+    """The names of a closed vocabulary (a ``str`` enum's values), in definition order.
+
+    For CLI ``choices`` and messages, so the names are written once, in the enum.
+    """
+    return tuple(str(member.value) for member in enum)

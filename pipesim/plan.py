@@ -15,13 +15,20 @@ from typing import Any
 
 from pipesim.errors import FormatError, Infeasible, InputError, invalid
 from pipesim.fileio import atomic_write_text
-from pipesim.profiles.costmodels.memory import OPTIMIZERS
+from pipesim.profiles.costmodels.collective import AllReduceAlgorithm
+from pipesim.profiles.costmodels.memory import OPTIMIZERS, Optimizer, Recompute
+from pipesim.schedules.registry import ScheduleName
+from pipesim.schedules.registry import lookup as lookup_schedule
 
 __all__ = [
     "ALLREDUCE_ALGORITHMS",
     "OPTIMIZERS",
+    "AllReduceAlgorithm",
     "Estimate",
+    "Optimizer",
     "Plan",
+    "Recompute",
+    "ScheduleName",
     "StagePlan",
     "load_plan",
     "plan_from_dict",
@@ -31,8 +38,8 @@ __all__ = [
     "split_samples",
 ]
 
-ALLREDUCE_ALGORITHMS: tuple[str, ...] = ("auto", "ring", "hierarchical")
-"""Gradient all-reduce algorithms among a stage's replicas."""
+ALLREDUCE_ALGORITHMS: tuple[str, ...] = tuple(a.value for a in AllReduceAlgorithm)
+"""Gradient all-reduce algorithm names (the values of :class:`AllReduceAlgorithm`)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -115,13 +122,16 @@ class Plan:
         global_batch_size: samples per iteration.
         num_microbatches: micro-batches the global batch is cut into (each of
             ``global_batch_size / num_microbatches`` samples).
-        schedule: the schedule name (see ``pipesim.schedules``).
+        schedule: the schedule (:class:`~pipesim.schedules.registry.ScheduleName`; a name such
+            as ``"gpipe"`` is accepted, case-insensitively, and converted).
         schedule_options: extra options for the schedule generator (e.g. ``warmup``).
         chunks: model chunks per device for interleaved schedules (1 otherwise).
-        optimizer: ``"sgd"``, ``"momentum"`` or ``"adam"`` (sets optimizer-state memory).
-        recompute: keep only each stage's input per in-flight micro-batch and recompute the rest
-            during the backward.
-        allreduce: gradient all-reduce algorithm among a stage's replicas.
+        optimizer: an :class:`Optimizer` or its name (sets optimizer-state memory).
+        recompute: :class:`Recompute` mode: ``full`` keeps only each stage's input per in-flight
+            micro-batch and recomputes the rest during the backward; ``none`` (default) keeps
+            everything. A boolean is accepted (``True`` is ``full``).
+        allreduce: gradient all-reduce algorithm among a stage's replicas
+            (:class:`AllReduceAlgorithm` or its name).
         microbatch_sizes: per-micro-batch sample counts for variable-size micro-batches (they must
             sum to ``global_batch_size``), or ``None`` for equal micro-batches.
         estimate: the planner's prediction, if the plan came from a planner.
@@ -129,24 +139,66 @@ class Plan:
 
     Raises:
         InputError: no stages, stages that are not contiguous from layer 0, a bad batch or
-            micro-batch count, an unknown optimizer or all-reduce algorithm, a device on two
-            stages, or micro-batch sizes that do not add up.
+            micro-batch count, a device on two stages, or micro-batch sizes that do not add up.
+        UnknownNameError: an unknown schedule, optimizer, recompute mode or all-reduce algorithm
+            (the message lists the valid names).
     """
 
     stages: tuple[StagePlan, ...]
     global_batch_size: int
     num_microbatches: int
-    schedule: str = "dapple"
+    schedule: ScheduleName = ScheduleName.DAPPLE
     schedule_options: Mapping[str, Any] = field(default_factory=dict)
     chunks: int = 1
-    optimizer: str = "adam"
-    recompute: bool = False
-    allreduce: str = "auto"
+    optimizer: Optimizer = Optimizer.ADAM
+    recompute: Recompute = Recompute.NONE
+    allreduce: AllReduceAlgorithm = AllReduceAlgorithm.AUTO
     microbatch_sizes: tuple[int, ...] | None = None
     estimate: Estimate | None = None
     planner: str | None = None
 
+    def __init__(
+        self,
+        *,
+        stages: tuple[StagePlan, ...],
+        global_batch_size: int,
+        num_microbatches: int,
+        schedule: ScheduleName | str = ScheduleName.DAPPLE,
+        schedule_options: Mapping[str, Any] | None = None,
+        chunks: int = 1,
+        optimizer: Optimizer | str = Optimizer.ADAM,
+        recompute: Recompute | str | bool = Recompute.NONE,
+        allreduce: AllReduceAlgorithm | str = AllReduceAlgorithm.AUTO,
+        microbatch_sizes: tuple[int, ...] | None = None,
+        estimate: Estimate | None = None,
+        planner: str | None = None,
+    ) -> None:
+        # Written out (not generated) so that names are accepted for the enum fields: the
+        # attributes hold the enums, converted by __post_init__.
+        values: dict[str, object] = {
+            "stages": stages,
+            "global_batch_size": global_batch_size,
+            "num_microbatches": num_microbatches,
+            "schedule": schedule,
+            "schedule_options": {} if schedule_options is None else schedule_options,
+            "chunks": chunks,
+            "optimizer": optimizer,
+            "recompute": recompute,
+            "allreduce": allreduce,
+            "microbatch_sizes": microbatch_sizes,
+            "estimate": estimate,
+            "planner": planner,
+        }
+        for name, value in values.items():
+            object.__setattr__(self, name, value)
+        self.__post_init__()
+
     def __post_init__(self) -> None:
+        # Closed vocabularies: names are accepted and converted here, so a bad one fails now.
+        object.__setattr__(self, "schedule", lookup_schedule(self.schedule))
+        object.__setattr__(self, "optimizer", Optimizer.parse(self.optimizer))
+        object.__setattr__(self, "recompute", Recompute.parse(self.recompute))
+        object.__setattr__(self, "allreduce", AllReduceAlgorithm.parse(self.allreduce))
         if not self.stages:
             raise invalid("stages", [], "a plan needs at least one stage")
         expected = 0
@@ -170,10 +222,6 @@ class Plan:
                 self.chunks,
                 f"must divide the number of (virtual) stages ({len(self.stages)})",
             )
-        if self.optimizer not in OPTIMIZERS:
-            raise invalid("optimizer", self.optimizer, f"must be one of {', '.join(OPTIMIZERS)}")
-        if self.allreduce not in ALLREDUCE_ALGORITHMS:
-            raise invalid("allreduce", self.allreduce, f"must be one of {', '.join(ALLREDUCE_ALGORITHMS)}")
         if self.microbatch_sizes is None:
             if self.global_batch_size % self.num_microbatches:
                 raise invalid(
@@ -390,12 +438,12 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
         ],
         "global_batch_size": plan.global_batch_size,
         "microbatches": plan.num_microbatches,
-        "schedule": plan.schedule,
+        "schedule": plan.schedule.value,
         "schedule_options": dict(plan.schedule_options),
         "chunks": plan.chunks,
-        "optimizer": plan.optimizer,
-        "recompute": plan.recompute,
-        "allreduce": plan.allreduce,
+        "optimizer": plan.optimizer.value,
+        "recompute": plan.recompute.value,
+        "allreduce": plan.allreduce.value,
     }
     if plan.microbatch_sizes is not None:
         data["microbatch_sizes"] = list(plan.microbatch_sizes)
@@ -474,16 +522,18 @@ def plan_from_dict(data: Mapping[str, Any], *, source: str | None = None) -> Pla
             stages=tuple(stages),
             global_batch_size=_get(data, "global_batch_size", int, "", source),
             num_microbatches=_get(data, "microbatches", int, "", source),
-            schedule=str(data.get("schedule", "dapple")),
+            schedule=lookup_schedule(data.get("schedule", ScheduleName.DAPPLE)),
             schedule_options=dict(data.get("schedule_options") or {}),
             chunks=int(data.get("chunks", 1)),
-            optimizer=str(data.get("optimizer", "adam")),
-            recompute=bool(data.get("recompute", False)),
-            allreduce=str(data.get("allreduce", "auto")),
+            optimizer=Optimizer.parse(data.get("optimizer", Optimizer.ADAM)),
+            recompute=Recompute.parse(data.get("recompute", Recompute.NONE)),  # true/false: older files
+            allreduce=AllReduceAlgorithm.parse(data.get("allreduce", AllReduceAlgorithm.AUTO)),
             microbatch_sizes=None if sizes is None else tuple(int(s) for s in sizes),
             estimate=estimate,
             planner=data.get("planner"),
         )
+    except FormatError:
+        raise  # already names the file
     except InputError as exc:
         if source is None:
             raise

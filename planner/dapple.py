@@ -24,6 +24,7 @@ from pipesim.plan import Plan, StagePlan
 from pipesim.planner.estimate import NEG_INF, CostModel, eval_lines
 from pipesim.planner.placement import Placement, device_order, stage_start
 from pipesim.profiles.costmodels.collective import AllReduceCurves, Lines
+from pipesim.profiles.costmodels.memory import Recompute
 from pipesim.profiles.models.profile import ModelProfile
 
 __all__ = [
@@ -179,7 +180,7 @@ def _search_one(
     if not cands:
         return None
     tables = {r: model.share_table(b // r) for r in cands}
-    recompute = model.recompute
+    recompute = model.recompute is Recompute.FULL
     cut = model.cut_bytes_per_sample
     params = model._params
     mult = model._multiplier

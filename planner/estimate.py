@@ -65,7 +65,7 @@ from pipesim.profiles.costmodels.collective import (
     eval_lines,
     prune_lines,
 )
-from pipesim.profiles.costmodels.memory import stage_activation_bytes, static_memory_multiplier
+from pipesim.profiles.costmodels.memory import Recompute, stage_activation_bytes, static_memory_multiplier
 from pipesim.profiles.hardware.cluster import Cluster
 from pipesim.profiles.models.profile import ModelProfile
 from pipesim.schedules import make_schedule
@@ -192,7 +192,8 @@ class CostModel:
         profile: the model.
         cluster: the devices and links.
         optimizer: ``sgd``, ``momentum`` or ``adam`` (optimizer-state memory).
-        recompute: activation recomputation (memory only; the time of the recomputation is not
+        recompute: activation recomputation, ``none`` or ``full`` (``True`` is ``full``;
+            memory only; the time of the recomputation is not
             modelled, as in the simulator).
         allreduce: ``auto``, ``ring`` or ``hierarchical``.
 
@@ -206,7 +207,7 @@ class CostModel:
         cluster: Cluster,
         *,
         optimizer: str = "adam",
-        recompute: bool = False,
+        recompute: Recompute | str | bool = Recompute.NONE,
         allreduce: str = "auto",
     ) -> None:
         if allreduce not in ALLREDUCE_ALGORITHMS:
@@ -214,7 +215,7 @@ class CostModel:
         self.profile = profile
         self.cluster = cluster
         self.optimizer = optimizer
-        self.recompute = recompute
+        self.recompute = Recompute.parse(recompute)
         self.allreduce = allreduce
         multiplier = static_memory_multiplier(profile.dtype, optimizer)
         params = [0.0]

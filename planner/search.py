@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 
 from pipesim.errors import Infeasible, UnknownNameError, invalid
-from pipesim.plan import Estimate, Plan
+from pipesim.plan import Estimate, Plan, Recompute
 from pipesim.planner.baselines import dp_plans, gpipe_plans, single_plan
 from pipesim.planner.dapple import dapple_search, to_plan
 from pipesim.planner.estimate import CostModel
@@ -115,7 +115,7 @@ def plan(
     memory_limit_bytes: float | None = None,
     optimizer: str = "adam",
     allreduce: str = "auto",
-    recompute: bool = False,
+    recompute: Recompute | str | bool = Recompute.NONE,
     placements: Iterable[str | Placement] | None = None,
     microbatch_counts: Sequence[int] | None = None,
 ) -> list[Plan]:
@@ -131,7 +131,7 @@ def plan(
         memory_limit_bytes: per-device memory limit, bytes (default: the device's memory).
         optimizer: ``sgd``, ``momentum`` or ``adam`` (optimizer-state memory).
         allreduce: gradient all-reduce algorithm, ``auto``, ``ring`` or ``hierarchical``.
-        recompute: plan with activation recomputation (memory only).
+        recompute: activation recomputation, ``none`` or ``full`` (``True`` is ``full``; memory only).
         placements: DAPPLE placement policies to try (default all: ``fresh-first``,
             ``append-first``, ``scatter-first``).
         microbatch_counts: micro-batch counts to try (default every divisor of the batch).

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from pipesim.errors import invalid
+from pipesim.errors import check_count, invalid
 from pipesim.schedules.action import Action, Op
 from pipesim.schedules.schedule import Schedule
 from pipesim.schedules.validate import validate
@@ -30,8 +30,7 @@ _Pick = Callable[[int], tuple[int, int]]
 def _check_counts(num_ranks: int, num_microbatches: int, chunks: int = 1) -> None:
     counts = (("num_ranks", num_ranks), ("num_microbatches", num_microbatches), ("chunks", chunks))
     for field, value in counts:
-        if type(value) is not int or value < 1:
-            raise invalid(field, value, "must be an integer >= 1")
+        check_count(field, value)
 
 
 def _rank_order(

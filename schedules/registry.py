@@ -6,15 +6,19 @@ from collections.abc import Callable, Sequence
 from enum import Enum
 from typing import Any
 
-from pipesim.errors import UnknownNameError, invalid
+from pipesim.errors import invalid, parse_name
 from pipesim.schedules import generators
 from pipesim.schedules.schedule import Schedule
 
-__all__ = ["ScheduleName", "make_schedule", "schedule_names"]
+__all__ = ["ScheduleName", "lookup", "make_schedule", "schedule_names"]
 
 
 class ScheduleName(str, Enum):
-    """The schedules pipesim generates (names are matched case-insensitively)."""
+    """The schedules a plan may name (matched case-insensitively).
+
+    All but ``memory-aware`` come from :func:`make_schedule`; ``memory-aware`` depends on the
+    micro-batches' memory sizes and is built by ``pipesim.planner.dynamic.memory_aware``.
+    """
 
     GPIPE = "gpipe"
     DAPPLE = "dapple"
@@ -22,6 +26,7 @@ class ScheduleName(str, Enum):
     INTERLEAVED = "interleaved"
     ZB_H1 = "zb-h1"
     ZB_H2 = "zb-h2"
+    MEMORY_AWARE = "memory-aware"
 
     def __str__(self) -> str:
         return self.value
@@ -40,21 +45,17 @@ _REGISTRY: dict[ScheduleName, tuple[_Maker, bool, frozenset[str]]] = {
 
 
 def schedule_names() -> tuple[str, ...]:
-    """The registered schedule names, in registry order."""
+    """The names :func:`make_schedule` generates, in registry order."""
     return tuple(name.value for name in _REGISTRY)
 
 
-def lookup(name: str | ScheduleName) -> ScheduleName:
+def lookup(name: object) -> ScheduleName:
     """The :class:`ScheduleName` for ``name`` (case-insensitive, surrounding blanks ignored).
 
     Raises:
         UnknownNameError: no schedule has that name; the message lists the valid names.
     """
-    text = name.value if isinstance(name, ScheduleName) else str(name).strip().lower()
-    try:
-        return ScheduleName(text)
-    except ValueError:
-        raise UnknownNameError("schedule", str(name), schedule_names()) from None
+    return parse_name("schedule", ScheduleName, name)
 
 
 def make_schedule(
@@ -90,6 +91,9 @@ def make_schedule(
             that deadlocks).
     """
     key = lookup(name)
+    if key not in _REGISTRY:
+        rule = "depends on micro-batch memory sizes: build it with pipesim.planner.dynamic.memory_aware"
+        raise invalid("schedule", key.value, rule)
     maker, takes_chunks, allowed = _REGISTRY[key]
     unknown = sorted(set(options) - allowed)
     if unknown:

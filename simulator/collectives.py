@@ -38,13 +38,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Generator, Sequence
-from enum import Enum
 from typing import Any
 
 import simpy
 
-from pipesim.errors import UnknownNameError, invalid
+from pipesim.errors import invalid
 from pipesim.profiles.costmodels import collective as collective_cost
+from pipesim.profiles.costmodels.collective import AllReduceAlgorithm
 from pipesim.simulator.network import Network
 
 __all__ = [
@@ -66,28 +66,6 @@ ServerOf = Callable[[int], int]
 """``server_of(device)``: the server (node) a device sits in."""
 Process = Generator[simpy.Event, Any, None]
 """A SimPy process body: run it with ``env.process(...)`` or ``yield from`` it."""
-
-
-class AllReduceAlgorithm(str, Enum):
-    """How a stage's replicas all-reduce their gradients."""
-
-    RING = "ring"
-    HIERARCHICAL = "hierarchical"
-    AUTO = "auto"
-
-    @classmethod
-    def parse(cls, name: str | AllReduceAlgorithm) -> AllReduceAlgorithm:
-        """The algorithm called ``name``.
-
-        Raises:
-            UnknownNameError: ``name`` is not ``ring``, ``hierarchical`` or ``auto``.
-        """
-        if isinstance(name, AllReduceAlgorithm):
-            return name
-        try:
-            return cls(name)
-        except ValueError:
-            raise UnknownNameError("all-reduce algorithm", str(name), [a.value for a in cls]) from None
 
 
 # ---------------------------------------------------------------------- closed forms

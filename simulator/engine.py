@@ -13,6 +13,7 @@ import simpy
 
 from pipesim.errors import InputError, invalid
 from pipesim.plan import Plan, split_samples
+from pipesim.profiles.costmodels.collective import AllReduceOverlap
 from pipesim.profiles.costmodels.memory import stage_activation_bytes, static_memory_bytes
 from pipesim.profiles.hardware.cluster import Cluster
 from pipesim.profiles.models.profile import ModelProfile
@@ -52,8 +53,10 @@ class SimOptions:
         jitter: coefficient of variation of a log-normal multiplicative noise on every compute
             op (0 = none); per-op-kind values with a mapping such as ``{"F": 0.05, "B": 0.1}``.
         seed: seed of the jitter's random generator (required when jitter is on).
-        allreduce_overlap: ``"after_backward"`` starts a stage's gradient all-reduce as soon as
-            all its replicas finished their last backward (DAPPLE); ``"end"`` waits for the whole
+        allreduce_overlap: an :class:`~pipesim.profiles.costmodels.collective.AllReduceOverlap`
+            (a name is accepted and converted): ``"after_backward"`` starts a stage's gradient
+            all-reduce as soon as all its replicas finished their last backward (DAPPLE);
+            ``"end"`` waits for the whole
             pipeline to drain first; ``"bucketed"`` cuts a stage's gradients into buckets of
             ``bucket_bytes`` (in backward order, as PyTorch DDP does) and all-reduces each bucket,
             one after another, as soon as every replica's last backward has produced it.
@@ -67,7 +70,7 @@ class SimOptions:
     speed_factors: Mapping[int, float] = field(default_factory=dict)
     jitter: float | Mapping[str, float] = 0.0
     seed: int | None = None
-    allreduce_overlap: str = "after_backward"
+    allreduce_overlap: AllReduceOverlap = AllReduceOverlap.AFTER_BACKWARD
     bucket_bytes: float = 25 * 1024**2
     record_trace: bool = True
 
@@ -83,10 +86,7 @@ class SimOptions:
                 raise invalid(f"jitter[{op}]", cv, "must be a finite number >= 0")
         if any(v > 0 for v in jitter.values()) and self.seed is None:
             raise invalid("seed", None, "jitter needs an explicit seed (same seed, same result)")
-        if self.allreduce_overlap not in ("after_backward", "end", "bucketed"):
-            raise invalid(
-                "allreduce_overlap", self.allreduce_overlap, "must be after_backward, end or bucketed"
-            )
+        object.__setattr__(self, "allreduce_overlap", AllReduceOverlap.parse(self.allreduce_overlap))
         if not (math.isfinite(self.bucket_bytes) and self.bucket_bytes > 0):
             raise invalid("bucket_bytes", self.bucket_bytes, "must be a finite number > 0")
 

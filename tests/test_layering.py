@@ -1,4 +1,5 @@
-"""The import direction between pipesim's layers (DEVELOPERS.md) holds for every module."""
+"""The import direction between pipesim's layers (DEVELOPERS.md) holds for every module, and no
+pipesim modules import each other in a cycle (imports inside functions included)."""
 
 from __future__ import annotations
 
@@ -127,3 +128,118 @@ def test_checker_catches_violations(tmp_path: Path) -> None:
     assert any("pipesim.plan_and_simulate" in v for v in found)
     assert not any("errors" in v or "profiles" in v for v in found)
     assert violations("pipesim.schedules.x", bad)[0].startswith("pipesim.schedules.x")
+
+
+# ------------------------------------------------------------------------------------------------
+# Import cycles: a module graph built from every import statement, inside functions too (a lazy
+# import only hides a cycle). ``from package import submodule`` is an edge to the submodule;
+# ``from module import name`` an edge to the module.
+
+
+def import_edges(path: Path, module: str, known: set[str]) -> set[str]:
+    """The pipesim modules (among ``known``) that ``module`` imports anywhere in its file."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    is_package = path.name == "__init__.py"
+    edges: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                name = alias.name
+                while name and name not in known:
+                    name = name.rpartition(".")[0]
+                if name:
+                    edges.add(name)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = module.split(".")
+                base = base if is_package else base[:-1]
+                base = base[: len(base) - (node.level - 1)]
+                target = ".".join([*base, node.module] if node.module else base)
+            else:
+                target = node.module or ""
+            for alias in node.names:
+                if f"{target}.{alias.name}" in known:
+                    edges.add(f"{target}.{alias.name}")
+                elif target in known:
+                    edges.add(target)
+    edges.discard(module)
+    return edges
+
+
+def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """One cycle (``[a, b, ..., a]``) per group of modules that import each other, sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    groups: list[set[str]] = []
+
+    def connect(v: str) -> None:  # Tarjan's strongly connected components
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                connect(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = set()
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                group.add(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                groups.append(group)
+
+    for v in sorted(graph):
+        if v not in index:
+            connect(v)
+    cycles = []
+    for group in groups:
+        start = min(group)
+        # breadth-first from start back to start inside the group: a shortest cycle through it
+        previous: dict[str, str] = {}
+        frontier = [start]
+        while frontier and start not in previous:
+            following = []
+            for v in frontier:
+                for w in sorted(graph[v] & group):
+                    if w not in previous:
+                        previous[w] = v
+                        following.append(w)
+            frontier = following
+        path = [start]
+        while True:
+            path.append(previous[path[-1]])
+            if path[-1] == start:
+                break
+        cycles.append(path[::-1])
+    return sorted(cycles)
+
+
+def module_graph() -> dict[str, set[str]]:
+    """Every pipesim module and the pipesim modules it imports."""
+    found = dict(modules())
+    known = set(found)
+    return {module: import_edges(path, module, known) for module, path in found.items()}
+
+
+def test_no_import_cycles() -> None:
+    cycles = find_cycles(module_graph())
+    assert not cycles, "import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
+def test_cycle_finder_reports_function_level_imports(tmp_path: Path) -> None:
+    (tmp_path / "a.py").write_text("from pipesim.b import f\n")
+    (tmp_path / "b.py").write_text("def f():\n    from pipesim import c\n")
+    (tmp_path / "c.py").write_text("import pipesim.a\nimport pipesim.d\n")
+    (tmp_path / "d.py").write_text("from pipesim.errors import invalid\n")
+    known = {f"pipesim.{n}" for n in "abcd"} | {"pipesim", "pipesim.errors"}
+    graph = {f"pipesim.{n}": import_edges(tmp_path / f"{n}.py", f"pipesim.{n}", known) for n in "abcd"}
+    assert graph["pipesim.b"] == {"pipesim.c"}
+    assert graph["pipesim.d"] == {"pipesim.errors"}
+    assert find_cycles(graph) == [["pipesim.a", "pipesim.b", "pipesim.c", "pipesim.a"]]

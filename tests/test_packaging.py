@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
+
+import pytest
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -51,3 +57,69 @@ def test_readme_shows_two_setup_commands_and_ci_runs_the_test_one() -> None:
         check=True,
     ).stdout.strip()
     assert extracted == test_command.group(0)
+
+
+# ------------------------------------------------------------------------------------------------
+# Package data: the hardware catalog and the cluster presets are TOML files inside the package.
+
+DATA_FILES = sorted(
+    str(p.relative_to(ROOT / "profiles" / "hardware"))
+    for p in (ROOT / "profiles" / "hardware" / "data").rglob("*")
+    if p.is_file()
+)
+
+
+def test_package_data_globs_cover_every_data_file() -> None:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    globs = config["package-data"]["pipesim.profiles.hardware"]
+    assert DATA_FILES, "no data files found"
+    assert {"data/devices.toml", "data/links.toml"} <= set(DATA_FILES)
+    for name in DATA_FILES:
+        assert any(Path(name).match(g) and name.count("/") == g.count("/") for g in globs), name
+
+
+@pytest.mark.slow
+def test_a_built_wheel_installs_the_data_and_runs(tmp_path: Path) -> None:
+    """A non-editable install (wheel built from the tree, installed into an empty folder) has the
+    catalog and the presets: importing from it, outside the source tree, finds every figure."""
+    # Build from a clean copy: a build/ folder left in the tree would hide a missing package-data.
+    source = tmp_path / "source"
+    junk = ("build", "dist", "*.egg-info", ".venv", ".git", "__pycache__", ".*_cache", ".hypothesis")
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(*junk))
+    wheels = tmp_path / "wheels"
+    build = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", str(source), "--no-deps", "-q", "-w", str(wheels)],
+        capture_output=True,
+        text=True,
+    )
+    assert build.returncode == 0, build.stderr[-2000:]
+    (wheel,) = wheels.glob("pipesim-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        shipped = set(archive.namelist())
+    for name in DATA_FILES:
+        assert f"pipesim/profiles/hardware/{name}" in shipped, name
+    site = tmp_path / "site"
+    install = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(site), str(wheel)],
+        capture_output=True,
+        text=True,
+    )
+    assert install.returncode == 0, install.stderr[-2000:]
+    probe = (
+        "import pipesim, json\n"
+        "from pipesim.profiles import cluster_names, device_names, get_cluster, link_names\n"
+        "print(json.dumps([pipesim.__file__, cluster_names(), len(device_names()), len(link_names()),"
+        " get_cluster('dgx1-v100').num_devices]))\n"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(site)},
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    where, presets, devices, links, dgx1 = json.loads(run.stdout)
+    assert where.startswith(str(site))
+    assert len(presets) == len(list((ROOT / "profiles" / "hardware" / "data" / "clusters").glob("*.toml")))
+    assert (devices, links, dgx1) == (7, 16, 8)

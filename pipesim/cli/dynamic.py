@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 
 from pipesim.cli._common import add_cluster_arg, format_table, overrides_of, positive_int, print_json
-from pipesim.errors import invalid
+from pipesim.errors import invalid, vocabulary
+from pipesim.plan import Optimizer
 from pipesim.units import GIB, MS
 
 __all__ = ["register"]
@@ -77,7 +78,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         help="attention cost of packed rows: full row (default) or per sample (block-diagonal)",
     )
     p.add_argument("--dtype", default="float32", choices=("float32", "float16"))
-    p.add_argument("--optimizer", default="adam", choices=("sgd", "momentum", "adam"))
+    p.add_argument("--optimizer", default="adam", choices=vocabulary(Optimizer))
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=_run)
 

@@ -14,7 +14,8 @@ from pipesim.cli._common import (
     print_json,
 )
 from pipesim.cli.progress import Status
-from pipesim.plan import Plan, plan_to_dict
+from pipesim.errors import vocabulary
+from pipesim.plan import Optimizer, Plan, plan_to_dict
 from pipesim.units import GIB, MS
 
 __all__ = ["plan_json", "register"]
@@ -50,7 +51,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--memory-limit", type=_bytes, default=None, help="per-device memory limit, bytes (or 16GiB)"
     )
-    p.add_argument("--optimizer", default="adam", choices=("sgd", "momentum", "adam"))
+    p.add_argument("--optimizer", default="adam", choices=vocabulary(Optimizer))
     p.add_argument("--json", action="store_true", help="print JSON")
 
 

@@ -14,7 +14,9 @@ from pipesim.cli._common import (
     print_json,
 )
 from pipesim.cli.progress import Status
-from pipesim.errors import invalid
+from pipesim.errors import invalid, vocabulary
+from pipesim.plan import AllReduceAlgorithm, Optimizer, Recompute
+from pipesim.profiles.costmodels.collective import AllReduceOverlap
 from pipesim.units import GIB, MS
 
 __all__ = ["DEFAULTS", "register", "result_json"]
@@ -65,13 +67,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "--schedule", default=None, help="schedule name (default dapple; see `pipesim schedule show`)"
     )
     p.add_argument("--chunks", type=positive_int, default=1, help="model chunks per device (interleaved)")
-    p.add_argument("--optimizer", default="adam", choices=("sgd", "momentum", "adam"))
-    p.add_argument("--recompute", action="store_true", help="recompute activations in the backward")
-    p.add_argument("--allreduce", default="auto", choices=("auto", "ring", "hierarchical"))
+    p.add_argument("--optimizer", default="adam", choices=vocabulary(Optimizer))
+    p.add_argument(
+        "--recompute",
+        nargs="?",
+        const="full",
+        default="none",
+        choices=vocabulary(Recompute),
+        help="activation recomputation: none (default) or full (also --recompute alone)",
+    )
+    p.add_argument("--allreduce", default="auto", choices=vocabulary(AllReduceAlgorithm))
     p.add_argument(
         "--allreduce-overlap",
         default="after_backward",
-        choices=("after_backward", "bucketed", "end"),
+        choices=vocabulary(AllReduceOverlap),
         help="when a stage's gradient all-reduce starts (default after_backward, as DAPPLE)",
     )
     p.add_argument(

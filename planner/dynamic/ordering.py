@@ -22,13 +22,13 @@ import logging
 from collections.abc import Callable, Sequence
 
 from pipesim.errors import invalid
-from pipesim.schedules import Action, Op, Schedule, evaluate, make_schedule, validate
+from pipesim.schedules import Action, Op, Schedule, ScheduleName, evaluate, make_schedule, validate
 
 __all__ = ["MEMORY_AWARE", "best_order", "forward_counts", "memory_aware", "variable_schedule"]
 
 log = logging.getLogger(__name__)
 
-MEMORY_AWARE = "memory-aware"
+MEMORY_AWARE = ScheduleName.MEMORY_AWARE.value
 """The name of :func:`memory_aware` (accepted wherever a schedule name is)."""
 
 

@@ -32,12 +32,14 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from enum import Enum
 
-from pipesim.errors import invalid
+from pipesim.errors import check_nonneg, invalid, parse_name
 
 __all__ = [
-    "ALGORITHMS",
+    "AllReduceAlgorithm",
     "AllReduceCurves",
+    "AllReduceOverlap",
     "Lines",
     "allreduce_curves",
     "allreduce_time_s",
@@ -51,8 +53,51 @@ Lines = tuple[tuple[float, float], ...]
 """A convex piecewise-linear time of ``x`` bytes: ``max(a + b * x for a, b in lines)``, seconds
 (0 for no lines)."""
 
-ALGORITHMS: tuple[str, ...] = ("auto", "ring", "hierarchical")
-"""All-reduce algorithm names."""
+
+class AllReduceAlgorithm(str, Enum):
+    """How a stage's replicas all-reduce their gradients (see the module docstring)."""
+
+    RING = "ring"
+    HIERARCHICAL = "hierarchical"
+    AUTO = "auto"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @classmethod
+    def parse(cls, name: object) -> AllReduceAlgorithm:
+        """The algorithm called ``name`` (case-insensitive).
+
+        Raises:
+            UnknownNameError: ``name`` is not ``ring``, ``hierarchical`` or ``auto``.
+        """
+        return parse_name("all-reduce algorithm", cls, name)
+
+
+class AllReduceOverlap(str, Enum):
+    """When a stage's gradient all-reduce starts (the simulator's ``allreduce_overlap``).
+
+    ``after_backward``: as soon as all its replicas finished their last backward (DAPPLE);
+    ``end``: after the whole pipeline drained; ``bucketed``: per gradient bucket, in backward
+    order, as soon as every replica's last backward produced it (PyTorch DDP).
+    """
+
+    AFTER_BACKWARD = "after_backward"
+    END = "end"
+    BUCKETED = "bucketed"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @classmethod
+    def parse(cls, name: object) -> AllReduceOverlap:
+        """The overlap mode called ``name`` (case-insensitive).
+
+        Raises:
+            UnknownNameError: ``name`` is not ``after_backward``, ``end`` or ``bucketed``.
+        """
+        return parse_name("all-reduce overlap mode", cls, name)
+
 
 RouteFn = Callable[[int, int], tuple[int, ...]]
 LinkValue = Callable[[int], float]
@@ -146,21 +191,23 @@ class AllReduceCurves:
     hierarchical: Lines | None
     even: bool
 
-    def time_s(self, nbytes: float, algorithm: str = "auto") -> float:
+    def time_s(self, nbytes: float, algorithm: str | AllReduceAlgorithm = AllReduceAlgorithm.AUTO) -> float:
         """Estimated time of an all-reduce of ``nbytes`` per member with ``algorithm``, seconds."""
         ring = eval_lines(self.ring, nbytes)
-        if self.hierarchical is None or algorithm == "ring":
+        if self.hierarchical is None or algorithm == AllReduceAlgorithm.RING:
             return ring
         hier = eval_lines(self.hierarchical, nbytes)
-        if algorithm == "hierarchical":
+        if algorithm == AllReduceAlgorithm.HIERARCHICAL:
             return hier
         return hier if self.even and hier < ring else ring
 
-    def uses_hierarchical(self, nbytes: float, algorithm: str = "auto") -> bool:
+    def uses_hierarchical(
+        self, nbytes: float, algorithm: str | AllReduceAlgorithm = AllReduceAlgorithm.AUTO
+    ) -> bool:
         """Whether ``algorithm`` runs the hierarchical (or server-ordered) form for ``nbytes``."""
-        if self.hierarchical is None or algorithm == "ring":
+        if self.hierarchical is None or algorithm == AllReduceAlgorithm.RING:
             return False
-        if algorithm == "hierarchical":
+        if algorithm == AllReduceAlgorithm.HIERARCHICAL:
             return True
         return self.even and eval_lines(self.hierarchical, nbytes) < eval_lines(self.ring, nbytes)
 
@@ -240,7 +287,7 @@ def allreduce_time_s(
     latency: LinkValue,
     *,
     server_of: Callable[[int], int] | None = None,
-    algorithm: str = "auto",
+    algorithm: str | AllReduceAlgorithm = AllReduceAlgorithm.AUTO,
     overhead_s: float = 0.0,
 ) -> float:
     """Estimated all-reduce time of ``nbytes`` per member among ``members``, seconds.
@@ -249,14 +296,12 @@ def allreduce_time_s(
     ``hierarchical`` (uneven servers: the ring ordered by server). One member costs 0.
 
     Raises:
-        InputError: unknown algorithm, bad members, negative or non-finite ``nbytes``, or
-            ``hierarchical`` without ``server_of``.
+        InputError: unknown algorithm (:class:`~pipesim.errors.UnknownNameError`), bad members,
+            negative or non-finite ``nbytes``, or ``hierarchical`` without ``server_of``.
     """
-    if algorithm not in ALGORITHMS:
-        raise invalid("algorithm", algorithm, f"must be one of {', '.join(ALGORITHMS)}")
-    if not (isinstance(nbytes, (int, float)) and math.isfinite(nbytes) and nbytes >= 0):
-        raise invalid("nbytes", nbytes, "must be a finite number >= 0")
-    if algorithm == "hierarchical" and server_of is None:
+    algorithm = AllReduceAlgorithm.parse(algorithm)
+    check_nonneg("nbytes", nbytes)
+    if algorithm is AllReduceAlgorithm.HIERARCHICAL and server_of is None:
         raise invalid("server_of", None, "is required for the hierarchical all-reduce")
     curves = allreduce_curves(members, route, bandwidth, latency, server_of=server_of, overhead_s=overhead_s)
     return curves.time_s(nbytes, algorithm)

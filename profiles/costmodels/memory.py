@@ -23,20 +23,70 @@ re-materialised during the backward as a transient working set.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from enum import Enum
 
-from pipesim.errors import invalid
+from pipesim.errors import parse_name
 from pipesim.profiles.models.profile import ModelProfile
 
 __all__ = [
     "OPTIMIZERS",
     "OPTIMIZER_STATE_MULTIPLIER",
+    "Optimizer",
+    "Recompute",
     "stage_activation_bytes",
     "static_memory_bytes",
     "static_memory_multiplier",
 ]
 
-OPTIMIZERS: tuple[str, ...] = ("sgd", "momentum", "adam")
-"""Optimizers whose state the memory model knows."""
+
+class Optimizer(str, Enum):
+    """The optimizers whose state the memory model knows (see the table above)."""
+
+    SGD = "sgd"
+    MOMENTUM = "momentum"
+    ADAM = "adam"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @classmethod
+    def parse(cls, name: object) -> Optimizer:
+        """The optimizer called ``name`` (case-insensitive).
+
+        Raises:
+            UnknownNameError: no such optimizer; the message lists the valid names.
+        """
+        return parse_name("optimizer", cls, name)
+
+
+OPTIMIZERS: tuple[str, ...] = tuple(o.value for o in Optimizer)
+"""Optimizer names, in :class:`Optimizer` order."""
+
+
+class Recompute(str, Enum):
+    """Activation recomputation: ``none`` stashes every saved activation of an in-flight
+    micro-batch; ``full`` keeps only each stage's input and recomputes the rest in the backward."""
+
+    NONE = "none"
+    FULL = "full"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @classmethod
+    def parse(cls, value: object) -> Recompute:
+        """The mode for ``value``: a name (case-insensitive) or a boolean (``True`` is ``full``,
+        ``False`` is ``none``, as older plan files and the ``recompute=True`` API write it).
+
+        A string is never read as a boolean: ``"false"`` is refused, not taken as true.
+
+        Raises:
+            UnknownNameError: any other value; the message lists the valid names.
+        """
+        if isinstance(value, bool):
+            return cls.FULL if value else cls.NONE
+        return parse_name("recompute mode", cls, value)
+
 
 OPTIMIZER_STATE_MULTIPLIER: dict[tuple[str, bool], float] = {
     # (optimizer, mixed precision) -> optimizer-state bytes per parameter byte in the training
@@ -54,27 +104,25 @@ OPTIMIZER_STATE_MULTIPLIER: dict[tuple[str, bool], float] = {
 """Optimizer-state bytes per parameter byte, by (optimizer, mixed precision)."""
 
 
-def static_memory_multiplier(dtype: str, optimizer: str) -> float:
+def static_memory_multiplier(dtype: str, optimizer: str | Optimizer) -> float:
     """Bytes of weights + gradients + optimizer state per parameter byte (see the table above).
 
     Raises:
-        InputError: unknown optimizer.
+        UnknownNameError: unknown optimizer (an :class:`~pipesim.errors.InputError`).
     """
-    key = (optimizer, dtype != "float32")
-    if key not in OPTIMIZER_STATE_MULTIPLIER:
-        raise invalid("optimizer", optimizer, f"must be one of {', '.join(OPTIMIZERS)}")
+    key = (Optimizer.parse(optimizer).value, dtype != "float32")
     return 2.0 + OPTIMIZER_STATE_MULTIPLIER[key]
 
 
 def stage_activation_bytes(
-    profile: ModelProfile, first_layer: int, last_layer: int, samples: float, recompute: bool
+    profile: ModelProfile, first_layer: int, last_layer: int, samples: float, recompute: Recompute | bool
 ) -> tuple[float, float]:
     """Activation memory of one replica of a stage for one micro-batch share of ``samples``, bytes.
 
     Returns ``(stash, work)``: ``stash`` is kept from the forward until the backward ends (the
     stage's received input, the cut's crossing bytes, plus every layer's saved bytes; with
-    ``recompute`` only the input), ``work`` is the transient working set of the backward (the
-    largest layer output; with ``recompute`` the re-materialised saved bytes). A device holding
+    ``recompute = full`` only the input), ``work`` is the transient working set of the backward
+    (the largest layer output; with ``full`` recomputation the re-materialised saved bytes). A device holding
     ``K`` micro-batches in flight peaks at ``static + K * stash + work``.
 
     Args:
@@ -82,10 +130,11 @@ def stage_activation_bytes(
         first_layer: the stage's first layer.
         last_layer: its last layer (inclusive).
         samples: samples of the replica's share of a micro-batch (> 0).
-        recompute: activation recomputation.
+        recompute: activation recomputation, a :class:`Recompute` mode (or a boolean, ``True``
+            for ``full``).
 
     Raises:
-        InputError: ``samples`` is not > 0.
+        InputError: ``samples`` is not > 0, or an unknown recompute mode.
     """
     layers = range(first_layer, last_layer + 1)
     stashed = profile.stashed_bytes(samples)
@@ -93,22 +142,22 @@ def stage_activation_bytes(
     if first_layer > 0:
         inputs = profile.cuts()[first_layer - 1].crossing_bytes / profile.profile_batch_size * samples
     saved = sum(stashed[i] for i in layers)
-    if recompute:
+    if Recompute.parse(recompute) is Recompute.FULL:
         return inputs, saved
     acts = profile.activation_bytes(samples)
     return inputs + saved, max(acts[i] for i in layers)
 
 
-def static_memory_bytes(profile: ModelProfile, layers: Iterable[int], optimizer: str) -> float:
+def static_memory_bytes(profile: ModelProfile, layers: Iterable[int], optimizer: str | Optimizer) -> float:
     """Weights + gradients + optimizer state of the given layers on one device, bytes.
 
     Args:
         profile: the model.
         layers: layer indices held by one device (one replica of one or more stages).
-        optimizer: ``"sgd"``, ``"momentum"`` or ``"adam"``.
+        optimizer: an :class:`Optimizer` or its name.
 
     Raises:
-        InputError: unknown optimizer.
+        UnknownNameError: unknown optimizer.
     """
     params = sum(profile.layers[i].parameter_bytes for i in layers)
     return params * static_memory_multiplier(profile.dtype, optimizer)

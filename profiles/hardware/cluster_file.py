@@ -1,22 +1,23 @@
-"""Cluster files: TOML in the config vocabulary of :mod:`pipesim.profiles.hardware.cluster_config`.
+"""Cluster files and presets: TOML in the vocabulary of :mod:`pipesim.profiles.hardware.cluster_config`.
 
 The schema, with examples, is in ``docs/hardware.md``. Reading reports every problem as a
 :class:`~pipesim.errors.FormatError` naming the file, the line (where it can tell), the key and
 what was expected; writing is atomic and round-trips exactly (SI keys, every figure explicit).
+The presets are cluster files shipped in the package (``data/clusters/<name>.toml``), read by the
+same loader as a user's file.
 """
 
 from __future__ import annotations
 
-import json
+import functools
 import os
-import re
-import sys
-import tempfile
 from collections.abc import Mapping
+from importlib import resources
 from pathlib import Path
 
 from pipesim.errors import FormatError, InputError, UnknownNameError
-from pipesim.profiles.hardware.cluster import Cluster, cluster_names, get_cluster
+from pipesim.fileio import atomic_write_text
+from pipesim.profiles.hardware.catalog import DATA_PACKAGE, data_text
 from pipesim.profiles.hardware.cluster_config import (
     PARTS,
     ConfigError,
@@ -24,27 +25,18 @@ from pipesim.profiles.hardware.cluster_config import (
     cluster_to_config,
     flatten_config,
 )
+from pipesim.profiles.hardware.cluster_type import Cluster
+from pipesim.profiles.hardware.toml_text import find_line, parse_toml, toml_value
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on Python 3.10 only
-    import tomli as tomllib
-
-__all__ = ["cluster_to_toml", "load_cluster", "load_cluster_file", "save_cluster"]
-
-
-def _toml_value(value: object) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        return repr(value)
-    if isinstance(value, str):
-        return json.dumps(value, ensure_ascii=False)
-    if isinstance(value, Mapping):
-        return "{ " + ", ".join(f"{k} = {_toml_value(v)}" for k, v in value.items()) + " }"
-    raise TypeError(f"cannot write {value!r} as TOML")
+__all__ = [
+    "cluster_from_toml",
+    "cluster_names",
+    "cluster_to_toml",
+    "get_cluster",
+    "load_cluster",
+    "load_cluster_file",
+    "save_cluster",
+]
 
 
 def cluster_to_toml(cluster: Cluster) -> str:
@@ -56,13 +48,13 @@ def cluster_to_toml(cluster: Cluster) -> str:
         if isinstance(value, Mapping) and key in PARTS:
             tables.append(key)
         else:
-            lines.append(f"{key} = {_toml_value(value)}")
+            lines.append(f"{key} = {toml_value(value)}")
     for key in tables:
         table = config[key]
         assert isinstance(table, Mapping)
         lines.append("")
         lines.append(f"[{key}]")
-        lines.extend(f"{sub} = {_toml_value(v)}" for sub, v in table.items())
+        lines.extend(f"{sub} = {toml_value(v)}" for sub, v in table.items())
     return "\n".join(lines) + "\n"
 
 
@@ -72,37 +64,37 @@ def save_cluster(cluster: Cluster, path: str | Path) -> None:
     Raises:
         OSError: the file cannot be written.
     """
-    target = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent or Path("."))
+    atomic_write_text(path, cluster_to_toml(cluster))
+
+
+def cluster_from_toml(text: str, *, path: str | Path | None = None, name: str | None = None) -> Cluster:
+    """A cluster from TOML text in the file schema (``docs/hardware.md``).
+
+    Args:
+        text: the TOML document.
+        path: where it came from, for messages (``None``: no file).
+        name: the cluster's name when the document gives none.
+
+    Raises:
+        FormatError: not valid TOML, or the schema is broken (unknown key, bad value, unknown
+            catalog name, ...); the message names the file, the line where it can tell, the key
+            and what was expected.
+    """
+    data = parse_toml(text, path)
+    origin: dict[str, tuple[str | None, str]] = {}
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(cluster_to_toml(cluster))
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-_HEADER = re.compile(r"^\s*\[\s*([^\]\s]+)\s*\]")
-
-
-def _find_line(text: str, where: tuple[str | None, str] | None) -> int | None:
-    """1-based line of ``key`` inside ``table`` (``None``: top level), or ``None`` if not found."""
-    if where is None:
-        return None
-    table, key = where
-    pattern = re.compile(rf'^\s*"?{re.escape(key)}"?\s*=')
-    current: str | None = None
-    for number, line in enumerate(text.splitlines(), start=1):
-        header = _HEADER.match(line)
-        if header is not None:
-            current = header.group(1).strip('"')
-            if current == key and table is None:
-                return number
-            continue
-        if current == table and pattern.match(line):
-            return number
-    return None
+        flat, origin = flatten_config(data)
+        if name is not None:
+            flat.setdefault("name", name)
+        return cluster_from_config(flat)
+    except ConfigError as exc:
+        where = origin.get(exc.key) if exc.key is not None else None
+        message = str(exc)
+        if where is not None and where[0] is not None:
+            message += f" (key {where[1]!r} of table [{where[0]}])"
+        raise FormatError(path, find_line(text, where), message) from None
+    except InputError as exc:
+        raise FormatError(path, None, str(exc)) from None
 
 
 def load_cluster_file(path: str | Path) -> Cluster:
@@ -110,9 +102,8 @@ def load_cluster_file(path: str | Path) -> Cluster:
 
     Raises:
         InputError: the file does not exist.
-        FormatError: the file is not valid TOML, or breaks the schema (unknown key, bad value,
-            unknown catalog name, ...); the message names the file, the line where it can tell,
-            the key and what was expected.
+        FormatError: the file is not UTF-8 or valid TOML, or breaks the schema (see
+            :func:`cluster_from_toml`).
         OSError: the file exists but cannot be read.
     """
     file = Path(path)
@@ -122,29 +113,36 @@ def load_cluster_file(path: str | Path) -> Cluster:
         raise InputError(f"cluster file {str(file)!r} does not exist") from None
     except UnicodeDecodeError as exc:
         raise FormatError(file, None, f"not UTF-8 text ({exc.reason})") from None
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        line: int | None = getattr(exc, "lineno", None)
-        message = str(getattr(exc, "msg", "")) or str(exc)
-        found = re.search(r"\(at line (\d+), column \d+\)", str(exc))
-        if line is None and found is not None:
-            line = int(found.group(1))
-        message = re.sub(r"\s*\(at line \d+, column \d+\)", "", message)
-        raise FormatError(file, line, f"not valid TOML: {message}") from None
-    origin: dict[str, tuple[str | None, str]] = {}
-    try:
-        flat, origin = flatten_config(data)
-        flat.setdefault("name", file.stem)
-        return cluster_from_config(flat)
-    except ConfigError as exc:
-        where = origin.get(exc.key) if exc.key is not None else None
-        message = str(exc)
-        if where is not None and where[0] is not None:
-            message += f" (key {where[1]!r} of table [{where[0]}])"
-        raise FormatError(file, _find_line(text, where), message) from None
-    except InputError as exc:
-        raise FormatError(file, None, str(exc)) from None
+    return cluster_from_toml(text, path=file, name=file.stem)
+
+
+# ------------------------------------------------------------------------------------------------
+# Presets: the package's data/clusters/*.toml
+
+
+@functools.cache
+def cluster_names() -> tuple[str, ...]:
+    """The preset cluster names (the files in ``data/clusters``), sorted."""
+    folder = resources.files(DATA_PACKAGE).joinpath("data").joinpath("clusters")
+    return tuple(sorted(f.name[: -len(".toml")] for f in folder.iterdir() if f.name.endswith(".toml")))
+
+
+@functools.cache
+def _preset(key: str) -> Cluster:
+    path = f"data/clusters/{key}.toml"
+    return cluster_from_toml(data_text("data", "clusters", f"{key}.toml"), path=path, name=key)
+
+
+def get_cluster(name: str) -> Cluster:
+    """A preset cluster by name, case-insensitively (built once, then shared: clusters are immutable).
+
+    Raises:
+        UnknownNameError: no such preset; the message lists the preset names.
+    """
+    key = name.strip().lower() if isinstance(name, str) else ""
+    if key not in cluster_names():
+        raise UnknownNameError("cluster", str(name), cluster_names())
+    return _preset(key)
 
 
 def load_cluster(spec: str) -> Cluster:

@@ -50,7 +50,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from pipesim.profiles.hardware.catalog import LinkSpec
+from pipesim.profiles.hardware.specs import LinkSpec
 
 __all__ = [
     "DGX1_NVLINKS",

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import bisect
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from pipesim.errors import InputError, invalid
+from pipesim.errors import check_count, check_nonneg, check_positive, invalid
 
 __all__ = ["DTYPES", "DTYPE_BYTES", "BatchPoint", "Cut", "Layer", "ModelProfile"]
 
@@ -15,25 +14,6 @@ DTYPE_BYTES: dict[str, int] = {"float32": 4, "float16": 2, "bfloat16": 2}
 """Bytes per element of each dtype a profile may declare."""
 DTYPES: tuple[str, ...] = tuple(DTYPE_BYTES)
 """The dtypes a profile may declare."""
-
-
-def _check_nonneg(name: str, value: float) -> None:
-    if not (
-        isinstance(value, (int, float))
-        and not isinstance(value, bool)
-        and math.isfinite(value)
-        and value >= 0
-    ):
-        raise invalid(name, value, "must be a finite number >= 0")
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _check_optional_nonneg(name: str, value: float | None) -> None:
-    if value is not None:
-        _check_nonneg(name, value)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -79,18 +59,16 @@ class Layer:
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
             raise invalid("name", self.name, "must be a non-empty string")
-        _check_nonneg(f"{self.name}.fwd_time_s", self.fwd_time_s)
-        _check_nonneg(f"{self.name}.bwd_time_s", self.bwd_time_s)
+        check_nonneg(f"{self.name}.fwd_time_s", self.fwd_time_s)
+        check_nonneg(f"{self.name}.bwd_time_s", self.bwd_time_s)
         for attr in ("activation_bytes", "parameter_bytes", "saved_activation_bytes"):
-            value = getattr(self, attr)
-            if value is None:
-                continue
-            if not _is_int(value) or value < 0:
-                raise invalid(f"{self.name}.{attr}", value, "must be an integer >= 0")
+            if getattr(self, attr) is not None:
+                check_count(f"{self.name}.{attr}", getattr(self, attr), minimum=0)
         for attr in ("fwd_flop", "bwd_flop", "fwd_memory_bytes", "bwd_memory_bytes"):
-            _check_optional_nonneg(f"{self.name}.{attr}", getattr(self, attr))
+            if getattr(self, attr) is not None:
+                check_nonneg(f"{self.name}.{attr}", getattr(self, attr))
         if self.wgrad_fraction is not None:
-            _check_nonneg(f"{self.name}.wgrad_fraction", self.wgrad_fraction)
+            check_nonneg(f"{self.name}.wgrad_fraction", self.wgrad_fraction)
             if self.wgrad_fraction > 1:
                 raise invalid(f"{self.name}.wgrad_fraction", self.wgrad_fraction, "must be <= 1")
 
@@ -132,8 +110,7 @@ class BatchPoint:
     saved_activation_bytes: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
-        if not _is_int(self.batch_size) or self.batch_size < 1:
-            raise invalid("batch_size", self.batch_size, "must be an integer >= 1")
+        check_count("batch_size", self.batch_size)
         n = len(self.fwd_time_s)
         lists: list[tuple[str, Sequence[float] | None]] = [
             ("bwd_time_s", self.bwd_time_s),
@@ -149,7 +126,7 @@ class BatchPoint:
                 )
         for name, values in [("fwd_time_s", self.fwd_time_s), *lists]:
             for v in values or ():
-                _check_nonneg(f"batch_points[batch_size={self.batch_size}].{name}", v)
+                check_nonneg(f"batch_points[batch_size={self.batch_size}].{name}", v)
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,12 +190,11 @@ class ModelProfile:
             raise invalid("name", self.name, "must be a non-empty string")
         if not self.layers:
             raise invalid("layers", [], "a profile needs at least one layer")
-        if not _is_int(self.profile_batch_size) or self.profile_batch_size < 1:
-            raise invalid("profile_batch_size", self.profile_batch_size, "must be an integer >= 1")
+        check_count("profile_batch_size", self.profile_batch_size)
         if self.dtype not in DTYPE_BYTES:
             raise invalid("dtype", self.dtype, f"must be one of {', '.join(DTYPES)}")
-        if self.seq_len is not None and (not _is_int(self.seq_len) or self.seq_len < 1):
-            raise invalid("seq_len", self.seq_len, "must be an integer >= 1 or absent")
+        if self.seq_len is not None:
+            check_count("seq_len", self.seq_len)
         seen: set[str] = set()
         for layer in self.layers:
             if layer.name in seen:
@@ -227,7 +203,7 @@ class ModelProfile:
         n = len(self.layers)
         if self.edges is not None:
             for edge in self.edges:
-                if len(edge) != 2 or not all(_is_int(end) for end in edge):
+                if len(edge) != 2 or not all(type(end) is int for end in edge):
                     raise invalid("edges", edge, "each edge must be a pair of integer layer indices")
                 src, dst = edge
                 if not (0 <= src < n and 0 <= dst < n):
@@ -254,8 +230,7 @@ class ModelProfile:
                     "stage_ids", f"{len(self.stage_ids)} entries", f"must have one entry per layer ({n})"
                 )
             for i, stage in enumerate(self.stage_ids):
-                if not _is_int(stage) or stage < 0:
-                    raise invalid(f"stage_ids[{i}]", stage, "must be an integer >= 0")
+                check_count(f"stage_ids[{i}]", stage, minimum=0)
         object.__setattr__(self, "_cuts", self._compute_cuts())
 
     # ----------------------------------------------------------------------------------------
@@ -371,5 +346,4 @@ class ModelProfile:
 
     @staticmethod
     def _check_batch(batch_size: float) -> None:
-        if not (isinstance(batch_size, (int, float)) and math.isfinite(batch_size) and batch_size > 0):
-            raise InputError(f"batch_size={batch_size!r}: must be a finite number > 0")
+        check_positive("batch_size", batch_size)

@@ -279,7 +279,8 @@ def test_toml_custom_device(tmp_path: Path) -> None:
             'intra = "dgx1"\ndevice = "V100"\nservers = 2\n\n'
             '[nic]\nbase = "25GbE"\nbandwidth_gbit_per_s = -3\n',
             7,
-            r"nic_bandwidth_gbit_per_s=-3: must be > 0 \(key 'bandwidth_gbit_per_s' of table \[nic\]\)",
+            r"nic_bandwidth_gbit_per_s=-3: must be a finite number > 0 "
+            r"\(key 'bandwidth_gbit_per_s' of table \[nic\]\)",
         ),
         ('intra = "dgx1"\ndevice = V100\n', 2, "not valid TOML"),
         (
@@ -300,7 +301,11 @@ def test_toml_custom_device(tmp_path: Path) -> None:
             4,
             "give the same quantity",
         ),
-        ('intra = "pcie"\ndevice = "V100"\ndevice_compute_efficiency = 2\n', 3, r"must be in \(0, 1\]"),
+        (
+            'intra = "pcie"\ndevice = "V100"\ndevice_compute_efficiency = 2\n',
+            3,
+            r"device_compute_efficiency=2: must be a number in \(0, 1\]",
+        ),
     ],
 )
 def test_bad_toml(tmp_path: Path, text: str, line: int | None, match: str) -> None:

@@ -3,18 +3,28 @@
 from __future__ import annotations
 
 import dataclasses
+import json
+from pathlib import Path
 
 import pytest
 
-from pipesim.errors import InputError, UnknownNameError
+from pipesim.errors import FormatError, InputError, UnknownNameError
 from pipesim.profiles.hardware.catalog import (
     DeviceSpec,
     LinkSpec,
+    default_link,
     device_names,
     get_device,
     get_link,
     link_names,
 )
+from pipesim.profiles.hardware.cluster import (
+    cluster_names,
+    device_spec_to_dict,
+    get_cluster,
+    link_spec_to_dict,
+)
+from pipesim.profiles.hardware.cluster_config import cluster_to_config
 
 GIB = 1024**3
 
@@ -210,3 +220,62 @@ def test_custom_specs() -> None:
     assert not dev.supports("float32")
     link = LinkSpec(name="L", bandwidth_bytes_per_s=1e9, latency_s=0.0)
     assert link.effective_bandwidth_bytes_per_s == pytest.approx(0.8e9)
+
+
+# ------------------------------------------------------------------------------------------------
+# Golden: every figure of the catalog data and the presets, as they were when they were Python
+# literals (tests/profiles/data/hardware_golden.json). A change to a figure must change both.
+
+GOLDEN = Path(__file__).parent / "data" / "hardware_golden.json"
+
+
+def test_catalog_and_presets_match_the_golden_figures_exactly() -> None:
+    golden = json.loads(GOLDEN.read_text())
+    assert device_names() == tuple(golden["devices"])
+    assert link_names() == tuple(golden["links"])
+    for name, expected in golden["devices"].items():
+        assert device_spec_to_dict(get_device(name)) == expected, name
+    for name, expected in golden["links"].items():
+        assert link_spec_to_dict(get_link(name)) == expected, name
+    for alias, name in golden["device_aliases"].items():
+        assert get_device(alias).name == name, alias
+    for alias, name in golden["link_aliases"].items():
+        assert get_link(alias).name == name, alias
+    roles = {"nvswitch": "nvswitch_link", "dgx1": "dgx1_link", "pcie": "pcie"}
+    for kind, role in roles.items():
+        for name in device_names():
+            link = default_link(name, role)  # type: ignore[arg-type]
+            assert (None if link is None else link.name) == golden["defaults"][kind].get(name), (name, role)
+    assert cluster_names() == tuple(golden["clusters"])
+    for name, expected in golden["clusters"].items():
+        assert json.loads(json.dumps(cluster_to_config(get_cluster(name)))) == expected, name
+
+
+def test_every_catalog_entry_and_preset_names_its_source() -> None:
+    for name in device_names():
+        assert "datasheet" in get_device(name).source, name
+    for name in link_names():
+        source = get_link(name).source
+        assert any(word in source for word in ("datasheet", "specification", "IEEE", "IBTA")), name
+    for name in cluster_names():
+        assert "(" in get_cluster(name).description, name  # the citation is in parentheses
+
+
+def test_catalog_data_errors_name_the_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pipesim.profiles.hardware import catalog
+
+    real = catalog.data_text
+    bad = {
+        "links.toml": real("data", "links.toml").replace("latency_us = 25", "latency_us = -25", 1),
+        "devices.toml": real("data", "devices.toml").replace("memory_gib = 16", "memory_gb1 = 16", 1),
+    }
+    for file, text in bad.items():
+        monkeypatch.setattr(
+            catalog, "data_text", lambda *parts, t=text, f=file: t if parts[-1] == f else real(*parts)
+        )
+        catalog._catalog.cache_clear()
+        with pytest.raises(FormatError, match=rf"data/{file}: .*(latency_us=-25|unknown key 'memory_gb1')"):
+            catalog.get_device("v100")
+    monkeypatch.setattr(catalog, "data_text", real)
+    catalog._catalog.cache_clear()
+    assert catalog.get_device("v100").name == "V100-SXM2-16GB"

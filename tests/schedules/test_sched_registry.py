@@ -6,11 +6,26 @@ import pytest
 
 from pipesim.errors import InputError, UnknownNameError
 from pipesim.schedules import ScheduleName, make_schedule, schedule_names
+from pipesim.schedules.registry import lookup
 
 
 def test_names() -> None:
     assert schedule_names() == ("gpipe", "dapple", "1f1b", "interleaved", "zb-h1", "zb-h2")
-    assert [n.value for n in ScheduleName] == list(schedule_names())
+    assert [n.value for n in ScheduleName] == [*schedule_names(), "memory-aware"]
+
+
+def test_memory_aware_is_a_name_but_not_generated_here() -> None:
+    assert lookup(" Memory-Aware ") is ScheduleName.MEMORY_AWARE
+    with pytest.raises(InputError, match="schedule='memory-aware': depends on micro-batch memory sizes"):
+        make_schedule("memory-aware", num_ranks=2, num_microbatches=2)
+
+
+def test_names_are_str_enums() -> None:
+    assert ScheduleName.ONE_F_ONE_B == "1f1b"
+    assert f"{ScheduleName.ZB_H1}" == str(ScheduleName.ZB_H1) == "zb-h1"
+    assert lookup(ScheduleName.GPIPE) is ScheduleName.GPIPE
+    with pytest.raises(UnknownNameError, match="valid schedule names: 1f1b, dapple, gpipe"):
+        lookup(3)
 
 
 @pytest.mark.parametrize("name", ["GPipe", " 1F1B ", "ZB-H1", "Interleaved", ScheduleName.ZB_H2])
@@ -22,7 +37,7 @@ def test_case_insensitive(name: str) -> None:
 def test_unknown_name_lists_valid_names() -> None:
     with pytest.raises(UnknownNameError, match="unknown schedule 'pipedream'") as info:
         make_schedule("pipedream", num_ranks=2, num_microbatches=2)
-    assert info.value.valid == tuple(sorted(schedule_names()))
+    assert info.value.valid == tuple(sorted(n.value for n in ScheduleName))
     for name in schedule_names():
         assert name in str(info.value)
 
