@@ -1,0 +1,579 @@
+"""The lowered program: what every device runs in one iteration, as instruction lists.
+
+``lower(plan, profile, cluster, options)`` turns a plan into a :class:`Program`:
+
+    schedule (compute actions per pipeline rank, :mod:`pipesim.schedules`)
+      -> stage-level lowering (:func:`pipesim.schedules.lowering.lowered_steps`: sends and
+         receives between stages, one ``ALL_REDUCE`` per replicated stage)
+      -> device-level expansion (here): each rank's steps become the instruction list of each of
+         its replicas' devices, with durations, memory, bytes and routes filled in; a send between
+         replica sets of different sizes becomes the pieces :func:`pipesim.plan.resplit` gives; a
+         stage's all-reduce becomes one collective, or one per gradient bucket.
+
+The engine (:mod:`pipesim.simulator.engine`) executes the instructions and decides nothing.
+Instructions are small named tuples (cheap to make by the million, printable); the lists are
+generated lazily (:meth:`Program.stream`) so a program of any length runs in constant memory;
+:meth:`Program.instructions` and :meth:`Program.format` materialize one device's list to look at.
+
+Instruction semantics (per device, strictly in list order on its compute stream):
+
+* :class:`Compute` occupies the compute stream for ``duration_s``; each of ``alloc_bytes`` is
+  allocated at its start and each of ``free_bytes`` released at its end; each ``(fraction, collective)``
+  of ``marks`` makes this device ready for that collective once ``fraction`` of the duration
+  has run (gradient buckets).
+* :class:`Recv` waits until ``pieces`` transfers keyed ``key`` have arrived.
+* :class:`Send` posts one transfer (it does not block the compute stream): ``nbytes`` over
+  ``route`` to the arrival ``key`` on ``dst_device``; concurrent transfers share links max-min
+  fairly; an empty route is delivered at once (same device, or free links).
+* :class:`Post` makes this device ready for a collective (does not block).
+
+A :class:`Collective` (gradient all-reduce of one stage's bucket among its replicas) starts once
+every member is ready, the collective ``after`` it (the stage's previous bucket) has ended, and,
+with ``after_drain``, every compute stream has finished.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, NamedTuple
+
+import numpy as np
+
+from pipesim.errors import invalid
+from pipesim.plan import Plan, resplit, split_samples
+from pipesim.profiles.costmodels.memory import stage_activation_bytes, static_memory_bytes
+from pipesim.profiles.hardware.cluster import Cluster
+from pipesim.profiles.models.profile import ModelProfile
+from pipesim.schedules import Schedule, make_schedule
+from pipesim.schedules.action import Op
+from pipesim.schedules.lowering import lower as lower_schedule
+from pipesim.schedules.lowering import lowered_steps
+from pipesim.schedules.validate import validate
+from pipesim.simulator.microbatch_costs import MicrobatchCosts
+
+if TYPE_CHECKING:
+    from pipesim.simulator.engine import SimOptions
+
+__all__ = ["Collective", "Compute", "Instruction", "Post", "Program", "Recv", "Send", "lower"]
+
+ArrivalKey = tuple[str, int, int, int]
+"""``("act" | "grad", receiving stage, micro-batch, receiving replica)``."""
+
+
+class Compute(NamedTuple):
+    """Run ``op`` (``F``, ``B``, ``I``, ``W``) of ``stage`` on ``microbatch`` for ``duration_s``."""
+
+    op: str
+    stage: int
+    microbatch: int
+    duration_s: float
+    alloc_bytes: tuple[float, ...]
+    free_bytes: tuple[float, ...]
+    marks: tuple[tuple[float, int], ...]
+    step: int  # index of the action in the rank's lowered schedule row
+
+
+class Recv(NamedTuple):
+    """Wait for ``pieces`` transfers keyed ``key`` (an activation or a gradient)."""
+
+    key: ArrivalKey
+    pieces: int
+    step: int
+
+
+class Send(NamedTuple):
+    """Post one transfer of ``nbytes`` over ``route`` to ``dst_device`` (arrival ``key``)."""
+
+    key: ArrivalKey
+    stage: int  # the sending stage
+    microbatch: int
+    dst_device: int
+    nbytes: float
+    route: tuple[int, ...]
+
+
+class Post(NamedTuple):
+    """Mark this device ready for collective ``collective`` (does not block)."""
+
+    collective: int
+
+
+Instruction = Compute | Recv | Send | Post
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Collective:
+    """One gradient all-reduce among a stage's replicas.
+
+    Attributes:
+        index: its index in :attr:`Program.collectives`.
+        stage: the stage whose gradients it reduces.
+        bucket: the bucket index within the stage (0 when not bucketed).
+        nbytes: bytes each member contributes.
+        members: the devices, in ring order.
+        algorithm: ``ring``, ``hierarchical`` or ``auto``.
+        after: the collective that must end first (the stage's previous bucket), or ``None``.
+        after_drain: wait until every compute stream has finished.
+    """
+
+    index: int
+    stage: int
+    bucket: int
+    nbytes: float
+    members: tuple[int, ...]
+    algorithm: str
+    after: int | None
+    after_drain: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StageFacts:
+    """What the lowering knows of one (virtual) stage.
+
+    Attributes:
+        index: the stage.
+        rank: the pipeline rank it runs on.
+        layers: its layers.
+        devices: its replicas' devices.
+        wgrad_fraction: share of the backward spent on weight gradients (``W`` of split schedules).
+    """
+
+    index: int
+    rank: int
+    layers: range
+    devices: tuple[int, ...]
+    wgrad_fraction: float
+
+
+class _Costs:
+    """Per-(stage, micro-batch, replica) durations and bytes, computed on demand and cached by size."""
+
+    def __init__(
+        self,
+        plan: Plan,
+        profile: ModelProfile,
+        stages: list[StageFacts],
+        options: _Opts,
+        costs: MicrobatchCosts | None,
+    ) -> None:
+        self.plan, self.profile, self.stages, self.explicit = plan, profile, stages, costs
+        self.samples = plan.microbatch_samples()
+        self._shares: dict[tuple[int, int], tuple[tuple[int, int], ...]] = {}
+        self._by_size: dict[tuple[int, int], tuple[float, float, float, float]] = {}
+        self._out: list[float] = []
+        for stage in stages:
+            spec = plan.stages[stage.index]
+            if spec.last_layer < profile.num_layers - 1:
+                self._out.append(profile.cuts()[spec.last_layer].crossing_bytes / profile.profile_batch_size)
+            else:
+                self._out.append(0.0)
+        self.speed = [[options.speed(d) for d in stage.devices] for stage in stages]
+        self.jitter: list[list[tuple[list[float], list[float]]]] | None = None
+        rng = np.random.default_rng(options.seed) if options.seed is not None else None
+        if rng is not None:  # the draws of every F and B, in stage, replica, micro-batch order
+            m = plan.num_microbatches
+            self.jitter = []
+            for stage in stages:
+                per_replica = []
+                for _ in stage.devices:
+                    f_noise, b_noise = [], []
+                    for _ in range(m):
+                        f_noise.append(_lognormal(rng, options.jitter_f))
+                        b_noise.append(_lognormal(rng, options.jitter_b))
+                    per_replica.append((f_noise, b_noise))
+                self.jitter.append(per_replica)
+
+    def shares(self, samples: int, replicas: int) -> tuple[tuple[int, int], ...]:
+        """Sample ranges of each replica of a micro-batch of ``samples``."""
+        key = (samples, replicas)
+        found = self._shares.get(key)
+        if found is None:
+            found = self._shares[key] = split_samples(samples, replicas)
+        return found
+
+    def out_per_sample(self, stage: int, mb: int) -> float:
+        """Activation bytes per sample crossing from ``stage`` to the next stage."""
+        if self.explicit is not None:
+            return self.explicit.out_bytes[stage][mb] / self.samples[mb]
+        return self._out[stage]
+
+    def of(self, stage: int, mb: int, replica: int) -> tuple[float, float, float, float]:
+        """``(forward s, backward s, stash bytes, work bytes)`` of one replica's share of ``mb``."""
+        facts = self.stages[stage]
+        n = self.samples[mb]
+        start, stop = self.shares(n, len(facts.devices))[replica]
+        part = stop - start
+        if self.explicit is not None:
+            c = self.explicit
+            fwd, bwd = c.fwd_time_s[stage][mb] * part / n, c.bwd_time_s[stage][mb] * part / n
+            stash, work = c.stash_bytes[stage][mb] * part / n, c.work_bytes[stage][mb] * part / n
+        else:
+            key = (stage, part)
+            found = self._by_size.get(key)
+            if found is None:
+                layers = facts.layers
+                f_all, b_all = self.profile.fwd_times_s(part), self.profile.bwd_times_s(part)
+                spec = self.plan.stages[stage]
+                s_bytes, w_bytes = stage_activation_bytes(
+                    self.profile, spec.first_layer, spec.last_layer, part, self.plan.recompute
+                )
+                found = (sum(f_all[i] for i in layers), sum(b_all[i] for i in layers), s_bytes, w_bytes)
+                self._by_size[key] = found
+            fwd, bwd, stash, work = found
+        speed = self.speed[stage][replica]
+        fwd, bwd = fwd / speed, bwd / speed
+        if self.jitter is not None:
+            f_noise, b_noise = self.jitter[stage][replica]
+            fwd, bwd = fwd * f_noise[mb], bwd * b_noise[mb]
+        return fwd, bwd, stash, work
+
+
+@dataclass(frozen=True, slots=True)
+class _Opts:
+    """The what-if knobs the lowering needs (from ``SimOptions``)."""
+
+    speed_factors: dict[int, float]
+    jitter_f: float
+    jitter_b: float
+    seed: int | None
+    allreduce_overlap: str
+    bucket_bytes: float
+    free_links: bool
+
+    def speed(self, device: int) -> float:
+        return float(self.speed_factors.get(device, 1.0))
+
+
+@functools.lru_cache(maxsize=4096)
+def _resplit(
+    src: tuple[tuple[int, int], ...], dst: tuple[tuple[int, int], ...]
+) -> tuple[tuple[int, int, int], ...]:
+    return resplit(src, dst)
+
+
+def _lognormal(rng: np.random.Generator, cv: float) -> float:
+    """A multiplicative noise factor with mean 1 and coefficient of variation ``cv``."""
+    if cv <= 0:
+        return 1.0
+    sigma2 = math.log1p(cv * cv)
+    return float(rng.lognormal(-sigma2 / 2.0, math.sqrt(sigma2)))
+
+
+class Program:
+    """The lowered program of one iteration: per-device instruction lists plus collectives.
+
+    Build it with :func:`lower`. Attributes:
+        plan: the plan it runs.
+        schedule: the compute-only schedule (validated) whose lowering this is.
+        stages: per-stage facts (:class:`StageFacts`).
+        streams: ``(rank, replica, device)`` of every device stream, in start order.
+        collectives: every gradient all-reduce (:class:`Collective`).
+        static_memory_bytes: weights + gradients + optimizer state per device, bytes.
+    """
+
+    def __init__(
+        self,
+        *,
+        plan: Plan,
+        schedule: Schedule,
+        stages: list[StageFacts],
+        collectives: list[Collective],
+        static_memory: dict[int, float],
+        costs: _Costs,
+        cluster: Cluster,
+        opts: _Opts,
+        bucket_marks: dict[int, tuple[tuple[float, int], ...]],
+    ) -> None:
+        self.plan = plan
+        self.schedule = schedule
+        self.stages = tuple(stages)
+        self.collectives = tuple(collectives)
+        self.static_memory_bytes = static_memory
+        self.streams = tuple(
+            (rank, replica, device)
+            for rank, devices in enumerate(plan.placement(cluster.num_devices))
+            for replica, device in enumerate(devices)
+        )
+        self._costs = costs
+        self._cluster = cluster
+        self._opts = opts
+        self._marks = bucket_marks  # stage -> marks on its last backward (bucketed all-reduce)
+        self._posts = {
+            c.stage: c.index for c in collectives if c.bucket == 0 and not bucket_marks.get(c.stage)
+        }
+        self._routes: dict[tuple[int, int], tuple[int, ...]] = {}
+
+    def lowered_schedule(self) -> Schedule:
+        """The stage-level lowered schedule (sends, receives, all-reduces), validated."""
+        return lower_schedule(self.schedule, self._posts.keys() | self._marks.keys())
+
+    def stream(self, rank: int, replica: int) -> Iterator[Instruction]:
+        """The instructions of the device running ``replica`` of ``rank``, generated lazily."""
+        sched = self.schedule
+        row = sched.ranks[rank]
+        reduce = self._posts.keys() | self._marks.keys()
+        reduce = {s for s in reduce if s % sched.num_ranks == rank}
+        last_backward: dict[int, int] = {}
+        for i, a in enumerate(row):
+            if a.op is Op.B or a.op is Op.W:
+                last_backward[a.stage] = i
+        stages, costs, n_stages = self.stages, self._costs, sched.num_stages
+        compute_index = -1
+        steps = lowered_steps(row, num_ranks=sched.num_ranks, num_stages=n_stages, allreduce_stages=reduce)
+        no_marks: tuple[tuple[float, int], ...] = ()
+        for step, (op, s, mb) in enumerate(steps):
+            if op is Op.ALL_REDUCE:
+                cid = self._posts.get(s)
+                if cid is not None:
+                    yield Post(cid)
+                continue
+            assert mb is not None
+            if op is Op.F or op is Op.B or op is Op.I or op is Op.W:
+                compute_index += 1
+                fwd, bwd, stash, work = costs.of(s, mb, replica)
+                wf = stages[s].wgrad_fraction
+                marks = no_marks
+                if (op is Op.B or op is Op.W) and last_backward.get(s) == compute_index:
+                    marks = self._marks.get(s, no_marks)
+                if op is Op.F:
+                    yield Compute("F", s, mb, fwd, (stash,), (), no_marks, step)
+                elif op is Op.B:
+                    yield Compute("B", s, mb, bwd, (work,), (work, stash), marks, step)
+                elif op is Op.I:
+                    yield Compute("I", s, mb, bwd * (1.0 - wf), (work,), (work,), no_marks, step)
+                else:
+                    yield Compute("W", s, mb, bwd * wf, (), (stash,), marks, step)
+            elif op is Op.RECV_F or op is Op.RECV_B:
+                kind, src = ("act", s - 1) if op is Op.RECV_F else ("grad", s + 1)
+                pieces = self._pieces(src, s, mb)
+                yield Recv((kind, s, mb, replica), sum(1 for _, k, _ in pieces if k == replica), step)
+            else:  # SEND_F or SEND_B
+                dst = s + 1 if op is Op.SEND_F else s - 1
+                kind = "act" if op is Op.SEND_F else "grad"
+                per_sample = costs.out_per_sample(s if op is Op.SEND_F else dst, mb)
+                src_device = stages[s].devices[replica]
+                for j, k, samples in self._pieces(s, dst, mb):
+                    if j != replica:
+                        continue
+                    dst_device = stages[dst].devices[k]
+                    yield Send(
+                        (kind, dst, mb, k),
+                        s,
+                        mb,
+                        dst_device,
+                        samples * per_sample,
+                        self._route(src_device, dst_device),
+                    )
+
+    def _pieces(self, src: int, dst: int, mb: int) -> tuple[tuple[int, int, int], ...]:
+        n = self._costs.samples[mb]
+        a = self._costs.shares(n, len(self.stages[src].devices))
+        b = self._costs.shares(n, len(self.stages[dst].devices))
+        return _resplit(a, b)
+
+    def _route(self, src: int, dst: int) -> tuple[int, ...]:
+        if self._opts.free_links or src == dst:
+            return ()
+        key = (src, dst)
+        found = self._routes.get(key)
+        if found is None:
+            found = self._routes[key] = tuple(self._cluster.route(src, dst))
+        return found
+
+    def instructions(self, device: int) -> list[Instruction]:
+        """Every instruction of ``device`` (materialized; for inspection and tests).
+
+        Raises:
+            InputError: ``device`` runs no stage of the plan.
+        """
+        for rank, replica, d in self.streams:
+            if d == device:
+                return list(self.stream(rank, replica))
+        raise invalid(
+            "device", device, f"must be one of the plan's devices {sorted(self.static_memory_bytes)}"
+        )
+
+    def format(self, device: int) -> str:
+        """``device``'s instruction list as text, one instruction per line."""
+        lines = [f"device {device}:"]
+        for ins in self.instructions(device):
+            if isinstance(ins, Compute):
+                text = f"{ins.stage}{ins.op}{ins.microbatch}  {ins.duration_s:.6g} s"
+                if ins.marks:
+                    text += "  marks " + ", ".join(f"ar{c}@{f:.3g}" for f, c in ins.marks)
+            elif isinstance(ins, Recv):
+                kind, s, mb, k = ins.key
+                text = f"recv {kind} {s}:{mb} replica {k} ({ins.pieces} piece{'s' * (ins.pieces != 1)})"
+            elif isinstance(ins, Send):
+                kind, s, mb, k = ins.key
+                text = f"send {kind} {ins.stage}->{s}:{mb} to gpu{ins.dst_device} {ins.nbytes:.6g} B"
+                text += f" route {list(ins.route)}" if ins.route else " (at once)"
+            else:
+                c = self.collectives[ins.collective]
+                text = f"post ar{c.index} (stage {c.stage} all-reduce {c.nbytes:.6g} B)"
+            lines.append("  " + text)
+        return "\n".join(lines)
+
+
+def _stage_facts(
+    plan: Plan, profile: ModelProfile, placement: tuple[tuple[int, ...], ...]
+) -> list[StageFacts]:
+    out = []
+    for s, spec in enumerate(plan.stages):
+        rank = s % plan.num_ranks
+        layers = range(spec.first_layer, spec.last_layer + 1)
+        weights = sum(profile.layers[i].parameter_bytes for i in layers)
+        bwd_total = sum(profile.layers[i].bwd_time_s for i in layers)
+        w_time = sum(profile.layers[i].bwd_time_s * profile.layers[i].weight_grad_fraction for i in layers)
+        wgrad = w_time / bwd_total if bwd_total > 0 else (0.5 if weights else 0.0)
+        out.append(
+            StageFacts(index=s, rank=rank, layers=layers, devices=placement[rank], wgrad_fraction=wgrad)
+        )
+    return out
+
+
+def _buckets(profile: ModelProfile, layers: range, bucket_bytes: float) -> list[tuple[float, float]]:
+    """(bytes, fraction of the backward after which the bucket's gradients exist), in order.
+
+    The backward runs from the stage's last layer down; a bucket closes once it holds at least
+    ``bucket_bytes`` (PyTorch DDP's rule).
+    """
+    items = profile.layers
+    total_bwd = sum(items[i].bwd_time_s for i in layers)
+    buckets: list[tuple[float, float]] = []
+    size = 0.0
+    done = 0.0
+    for i in reversed(layers):
+        size += items[i].parameter_bytes
+        done += items[i].bwd_time_s
+        if size >= bucket_bytes:
+            buckets.append((size, done / total_bwd if total_bwd > 0 else 1.0))
+            size = 0.0
+    if size > 0 or not buckets:
+        buckets.append((size, 1.0))
+    return buckets
+
+
+def lower(
+    plan: Plan,
+    profile: ModelProfile,
+    cluster: Cluster,
+    options: SimOptions,
+    *,
+    schedule: Schedule | None = None,
+    costs: MicrobatchCosts | None = None,
+) -> Program:
+    """Lower ``plan`` into the :class:`Program` the engine runs.
+
+    Args:
+        plan: the plan.
+        profile: the model's per-layer costs.
+        cluster: devices and links (placement, routes).
+        options: the simulation options (speed factors, jitter, all-reduce overlap, free links).
+        schedule: an explicit schedule (its compute actions are used) instead of the one
+            ``plan.schedule`` names; it must have the plan's ranks, stages and micro-batches.
+        costs: explicit per-stage, per-micro-batch costs (see :func:`pipesim.simulator.simulate`).
+
+    Returns:
+        The program (instruction lists are generated when streamed).
+
+    Raises:
+        Infeasible: the plan needs more devices than the cluster has, or more stages than layers.
+        InputError: the plan does not match the model or the cluster, an unknown schedule, or a
+            ``schedule`` or ``costs`` whose shape differs from the plan's.
+        ScheduleError: the schedule breaks a rule of :func:`pipesim.schedules.validate`.
+    """
+    plan.check_against(profile.num_layers, cluster.num_devices)
+    if costs is not None:
+        costs.check_shape(plan.num_stages, plan.num_microbatches)
+    if schedule is None:
+        schedule = make_schedule(
+            plan.schedule,
+            num_ranks=plan.num_ranks,
+            num_microbatches=plan.num_microbatches,
+            chunks=plan.chunks,
+            **dict(plan.schedule_options),
+        )
+    elif (schedule.num_ranks, schedule.num_stages, schedule.num_microbatches) != (
+        plan.num_ranks,
+        plan.num_stages,
+        plan.num_microbatches,
+    ):
+        raise invalid(
+            "schedule",
+            f"{schedule.num_ranks} ranks, {schedule.num_stages} stages, {schedule.num_microbatches} "
+            "micro-batches",
+            f"must match the plan's {plan.num_ranks} ranks, {plan.num_stages} stages, "
+            f"{plan.num_microbatches} micro-batches",
+        )
+    else:
+        schedule = schedule.compute_only()
+        validate(schedule)
+    placement = plan.placement(cluster.num_devices)
+    stages = _stage_facts(plan, profile, placement)
+    opts = _Opts(
+        speed_factors=dict(options.speed_factors),
+        jitter_f=options.jitter_for("F"),
+        jitter_b=options.jitter_for("B"),
+        seed=options.seed,
+        allreduce_overlap=str(options.allreduce_overlap),
+        bucket_bytes=float(options.bucket_bytes),
+        free_links=options.free_links,
+    )
+    collectives: list[Collective] = []
+    marks: dict[int, tuple[tuple[float, int], ...]] = {}
+    bucketed = opts.allreduce_overlap == "bucketed"
+    for stage in stages:
+        if len(stage.devices) < 2:
+            continue
+        if bucketed:
+            stage_marks = []
+            for k, (nbytes, fraction) in enumerate(_buckets(profile, stage.layers, opts.bucket_bytes)):
+                index = len(collectives)
+                collectives.append(
+                    Collective(
+                        index=index,
+                        stage=stage.index,
+                        bucket=k,
+                        nbytes=nbytes,
+                        members=stage.devices,
+                        algorithm=str(plan.allreduce),
+                        after=index - 1 if k else None,
+                        after_drain=False,
+                    )
+                )
+                stage_marks.append((fraction, index))
+            marks[stage.index] = tuple(stage_marks)
+        else:
+            nbytes = float(sum(profile.layers[i].parameter_bytes for i in stage.layers))
+            collectives.append(
+                Collective(
+                    index=len(collectives),
+                    stage=stage.index,
+                    bucket=0,
+                    nbytes=nbytes,
+                    members=stage.devices,
+                    algorithm=str(plan.allreduce),
+                    after=None,
+                    after_drain=opts.allreduce_overlap == "end",
+                )
+            )
+    device_layers: dict[int, list[int]] = {}
+    for stage in stages:
+        for device in stage.devices:
+            device_layers.setdefault(device, []).extend(stage.layers)
+    static = {d: static_memory_bytes(profile, layers, plan.optimizer) for d, layers in device_layers.items()}
+    return Program(
+        plan=plan,
+        schedule=schedule,
+        stages=stages,
+        collectives=collectives,
+        static_memory=static,
+        costs=_Costs(plan, profile, stages, opts, costs),
+        cluster=cluster,
+        opts=opts,
+        bucket_marks=marks,
+    )
