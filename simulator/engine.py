@@ -17,27 +17,16 @@ from pipesim.profiles.models.profile import ModelProfile
 from pipesim.schedules import Schedule
 from pipesim.schedules.validate import deadlock_error
 from pipesim.simulator.collectives import allreduce
+from pipesim.simulator.fastpath import execute_fast
 from pipesim.simulator.microbatch_costs import MicrobatchCosts
 from pipesim.simulator.network import LinkInterval, Network
-from pipesim.simulator.program import Collective, Compute, Post, Program, Recv, Send, lower
-from pipesim.simulator.trace import (
-    DeviceMetrics,
-    EventKind,
-    MemoryCurve,
-    SimulationResult,
-    TraceEvent,
-)
+from pipesim.simulator.program import Collective, Compute, Program, Recv, Send, lower
+from pipesim.simulator.tally import Tally
+from pipesim.simulator.trace import EventKind, SimulationResult, TraceEvent
 
 __all__ = ["SimOptions", "simulate"]
 
 log = logging.getLogger(__name__)
-
-_OP_KIND = {
-    "F": EventKind.FORWARD,
-    "B": EventKind.BACKWARD,
-    "I": EventKind.INPUT_GRAD,
-    "W": EventKind.WEIGHT_GRAD,
-}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -116,6 +105,7 @@ class _Engine:
         self.program = program
         self.cluster = cluster
         self.record = options.record_trace
+        self.tally = Tally(program, record=options.record_trace)
         self.env = simpy.Environment()
         self.network = Network(
             self.env,
@@ -126,38 +116,15 @@ class _Engine:
             contention=options.contention,
             on_link_interval=self._on_link_interval if options.record_trace else None,
         )
-        self.events: list[TraceEvent] = []
         self.arrivals: dict[tuple[str, int, int, int], _Arrival] = {}
-        static = program.static_memory_bytes
-        self.memory_now = dict(static)
-        self.memory_peak = {d: (0.0, b) for d, b in static.items()}  # device -> (time, peak bytes)
-        self.memory_log: dict[int, list[tuple[float, float]]] = {d: [(0.0, b)] for d, b in static.items()}
-        self.busy: dict[int, float] = {}
-        self.comm_wait: dict[int, float] = {}
-        self.allreduce_time: dict[int, float] = {}
-        self.last_backward_end = 0.0
-        self.num_ops = 0  # compute ops and transfers simulated
-        self.end_time = 0.0
         self.ready = [0] * len(program.collectives)
         self.done = [self.env.event() for _ in program.collectives]
         self.drained = self.env.event()
         self.position: dict[int, int] = {}  # stream -> lowered step it is waiting at
         self.running = len(program.streams)
+        self.finished: set[int] = set()
 
     # ---------------------------------------------------------------------------------------
-    def memory(self, device: int, delta: float) -> None:
-        now = self.memory_now[device] + delta
-        self.memory_now[device] = now
-        t = self.env.now
-        if now > self.memory_peak[device][1]:
-            self.memory_peak[device] = (t, now)
-        if self.record:
-            log_ = self.memory_log[device]
-            if log_[-1][0] == t:
-                log_[-1] = (t, now)
-            else:
-                log_.append((t, now))
-
     def _deliver(self, target: _Arrival) -> None:
         target.arrived += 1
         if target.event is not None and target.arrived == target.expected:
@@ -173,7 +140,7 @@ class _Engine:
         if not ins.route:
             self._deliver(target)
             return
-        self.num_ops += 1
+        self.tally.num_ops += 1
         done = self.network.transfer(ins.route, ins.nbytes)
         done.callbacks.append(self._on_delivery(target, ins, device, produced))
 
@@ -181,27 +148,17 @@ class _Engine:
         self, target: _Arrival, ins: Send, device: int, start: float
     ) -> Callable[[simpy.Event], None]:
         def callback(_: simpy.Event) -> None:
-            if self.record:
-                self.events.append(
-                    TraceEvent(
-                        resource=f"gpu{device}.comm",
-                        kind=EventKind.SEND_ACTIVATION if ins.key[0] == "act" else EventKind.SEND_GRADIENT,
-                        start_s=start,
-                        end_s=self.env.now,
-                        device=device,
-                        stage=ins.stage,
-                        microbatch=ins.microbatch,
-                        nbytes=ins.nbytes,
-                        peer=ins.dst_device,
-                    )
-                )
+            key = ins.key
+            self.tally.send(
+                device, key[0], ins.stage, key[2], ins.nbytes, ins.dst_device, start, self.env.now
+            )
             self._deliver(target)
 
         return callback
 
     def _on_link_interval(self, interval: LinkInterval) -> None:
         if interval.end_s > interval.start_s:
-            self.events.append(
+            self.tally.events.append(
                 TraceEvent(
                     resource=self.cluster.links[interval.link].name,
                     kind=EventKind.LINK,
@@ -216,45 +173,29 @@ class _Engine:
         """Run one device's instructions in order on its compute stream."""
         rank, replica, device = self.program.streams[index]
         env = self.env
-        record = self.record
+        tally = self.tally
+        memory = tally.memory
         arrivals = self.arrivals
         busy = 0.0
         wait_comm = 0.0
         for ins in self.program.stream(rank, replica):
-            kind = type(ins)
-            if kind is Compute:
-                assert isinstance(ins, Compute)
+            if isinstance(ins, Compute):
+                start = env.now
                 for nbytes in ins.alloc_bytes:
-                    self.memory(device, nbytes)
+                    memory(device, nbytes, start)
                 duration = ins.duration_s
                 if ins.marks:
                     env.process(self._marks(ins.marks, duration))
-                start = env.now
                 if duration > 0:
                     yield env.timeout(duration)
                 busy += duration
-                self.num_ops += 1
-                if record:
-                    self.events.append(
-                        TraceEvent(
-                            resource=f"gpu{device}",
-                            kind=_OP_KIND[ins.op],
-                            start_s=start,
-                            end_s=env.now,
-                            device=device,
-                            stage=ins.stage,
-                            microbatch=ins.microbatch,
-                        )
-                    )
+                end = env.now
+                tally.compute(device, ins, start, end)
                 for nbytes in ins.free_bytes:
-                    self.memory(device, -nbytes)
-                if ins.op == "B" or ins.op == "W":
-                    self.last_backward_end = max(self.last_backward_end, env.now)
-            elif kind is Send:
-                assert isinstance(ins, Send)
+                    memory(device, -nbytes, end)
+            elif isinstance(ins, Send):
                 self._send(ins, device)
-            elif kind is Recv:
-                assert isinstance(ins, Recv)
+            elif isinstance(ins, Recv):
                 target = arrivals.get(ins.key)
                 if target is None:
                     target = arrivals[ins.key] = _Arrival()
@@ -267,12 +208,10 @@ class _Engine:
                     # Time the data spent on the wire after it was produced (or after we were free).
                     wait_comm += max(0.0, env.now - max(free_at, target.produced_s))
                 del arrivals[ins.key]
-            else:
-                assert isinstance(ins, Post)
+            else:  # Post
                 self._ready(ins.collective)
-        self.busy[device] = busy
-        self.comm_wait[device] = wait_comm
-        self.end_time = max(self.end_time, env.now)
+        tally.stream_done(device, busy, wait_comm, env.now)
+        self.finished.add(index)
         self.running -= 1
         if self.running == 0:
             self.drained.succeed()
@@ -312,89 +251,22 @@ class _Engine:
                 algorithm=spec.algorithm,
             )
         )
-        end = self.env.now
-        for device in spec.members:
-            self.allreduce_time[device] = self.allreduce_time.get(device, 0.0) + (end - start)
-            if self.record:
-                self.events.append(
-                    TraceEvent(
-                        resource=f"gpu{device}.comm",
-                        kind=EventKind.ALL_REDUCE,
-                        start_s=start,
-                        end_s=end,
-                        device=device,
-                        stage=spec.stage,
-                        nbytes=spec.nbytes,
-                    )
-                )
-        self.end_time = max(self.end_time, end)
+        self.tally.collective(spec.members, spec.stage, spec.nbytes, start, self.env.now)
         self.done[spec.index].succeed()
 
     # ---------------------------------------------------------------------------------------
     def run(self) -> SimulationResult:
-        program = self.program
-        plan = program.plan
-        for index in range(len(program.streams)):
+        for index in range(len(self.program.streams)):
             self.env.process(self.stream(index))
         self.env.run()
         if self.running:
-            self._raise_deadlock()
-        iteration = self.end_time
-        capacity = float(self.cluster.device.memory_bytes)
-        device_stages: dict[int, list[int]] = {}
-        for stage in program.stages:
-            for device in stage.devices:
-                device_stages.setdefault(device, []).append(stage.index)
-        metrics: list[DeviceMetrics] = []
-        memory: dict[int, MemoryCurve] = {}
-        for device in sorted(program.static_memory_bytes):
-            curve = self.memory_log[device]
-            if not self.record:  # no per-op records: the start, the peak and the end
-                peak_t, peak = self.memory_peak[device]
-                curve = [curve[0]] + ([(peak_t, peak)] if peak_t > 0 else [])
-                if self.memory_now[device] != curve[-1][1]:
-                    curve.append((max(iteration, curve[-1][0]), self.memory_now[device]))
-            memory[device] = MemoryCurve(tuple(t for t, _ in curve), tuple(b for _, b in curve))
-            busy = self.busy.get(device, 0.0)
-            wait = self.comm_wait.get(device, 0.0)
-            metrics.append(
-                DeviceMetrics(
-                    device=device,
-                    stages=tuple(device_stages[device]),
-                    busy_time_s=busy,
-                    comm_wait_time_s=wait,
-                    bubble_time_s=max(0.0, iteration - busy - wait),
-                    allreduce_time_s=self.allreduce_time.get(device, 0.0),
-                    static_memory_bytes=program.static_memory_bytes[device],
-                    peak_memory_bytes=self.memory_peak[device][1],
-                    memory_capacity_bytes=capacity,
-                )
-            )
-        stage_peak = tuple(max(memory[d].peak_bytes for d in stage.devices) for stage in program.stages)
-        events = sorted(self.events, key=lambda e: (e.start_s, e.resource, e.end_s))
-        return SimulationResult(
-            iteration_time_s=iteration,
-            global_batch_size=plan.global_batch_size,
-            devices=tuple(metrics),
-            events=tuple(events),
-            memory=memory,
-            schedule=program.schedule.name,
-            num_stages=plan.num_stages,
-            num_microbatches=plan.num_microbatches,
-            exposed_allreduce_time_s=max(0.0, iteration - self.last_backward_end),
-            stage_peak_memory_bytes=stage_peak,
-            num_events=self.num_ops,
-            link_names=tuple(link.name for link in self.cluster.links),
-        )
-
-    def _raise_deadlock(self) -> None:
-        lowered = self.program.lowered_schedule()
-        stuck: dict[int, tuple[int, int, str | None]] = {}
-        for index, (rank, _, device) in enumerate(self.program.streams):
-            if device not in self.busy and rank not in stuck:
-                step = self.position.get(index, 0)
-                stuck[rank] = (rank, step, None)
-        raise deadlock_error(lowered.ranks, [stuck[r] for r in sorted(stuck)])
+            lowered = self.program.lowered_schedule()
+            stuck: dict[int, tuple[int, int, str | None]] = {}
+            for index, (rank, _, _) in enumerate(self.program.streams):
+                if index not in self.finished and rank not in stuck:
+                    stuck[rank] = (rank, self.position.get(index, 0), None)
+            raise deadlock_error(lowered.ranks, [stuck[r] for r in sorted(stuck)])
+        return self.tally.result(self.cluster, tuple(link.name for link in self.cluster.links))
 
 
 def simulate(
@@ -405,6 +277,7 @@ def simulate(
     *,
     schedule: Schedule | None = None,
     costs: MicrobatchCosts | None = None,
+    executor: str = "auto",
 ) -> SimulationResult:
     """Simulate one training iteration of ``plan`` for ``profile`` on ``cluster``.
 
@@ -427,6 +300,10 @@ def simulate(
         costs: per-stage, per-micro-batch costs (:class:`~pipesim.simulator.microbatch_costs.MicrobatchCosts`)
             that replace the ones derived from the profile's layers (variable-length micro-batches);
             the profile still gives parameters, optimizer state and weight-gradient fractions.
+        executor: ``"simpy"`` runs the SimPy engine (the reference); ``"fast"`` the SimPy-free
+            fast path (:mod:`pipesim.simulator.fastpath`), only for links that are not shared
+            (``free_links`` or ``contention=False``); ``"auto"`` (default) the fast path where it
+            applies, else the engine. Both give the same result (``tests/simulator/test_fastpath.py``).
 
     Returns:
         The trace and metrics of the iteration.
@@ -434,9 +311,17 @@ def simulate(
     Raises:
         Infeasible: the plan needs more devices than the cluster has, or more stages than layers.
         InputError: the plan does not match the model or the cluster, an unknown schedule, a
-            ``schedule`` or ``costs`` whose shape differs from the plan's.
+            ``schedule`` or ``costs`` whose shape differs from the plan's; an unknown
+            ``executor``, or ``"fast"`` on links that are shared.
         ScheduleError: the schedule is invalid or deadlocks.
     """
     opts = options or SimOptions()
+    if executor not in ("auto", "simpy", "fast"):
+        raise invalid("executor", executor, "must be auto, simpy or fast")
+    unshared = opts.free_links or not opts.contention
+    if executor == "fast" and not unshared:
+        raise invalid("executor", executor, "the fast path needs free_links=True or contention=False")
     program = lower(plan, profile, cluster, opts, schedule=schedule, costs=costs)
+    if executor != "simpy" and unshared:
+        return execute_fast(program, cluster, record_trace=opts.record_trace, free_links=opts.free_links)
     return _Engine(program, cluster, opts).run()

@@ -38,13 +38,13 @@ import heapq
 import logging
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import simpy
 from simpy.events import EventPriority
 
-from pipesim.errors import invalid
+from pipesim.errors import check_nonneg, check_positive, invalid
+from pipesim.simulator.link_records import LinkInterval, NetworkStats, TransferRecord
 
 __all__ = ["LinkInterval", "Network", "NetworkStats", "TransferRecord"]
 
@@ -63,69 +63,6 @@ _REL_TOL = 1e-9
 _FINISH_ULPS = 4.0
 """A flow whose finish time is within this many ulps of ``now`` is complete: SimPy computes the
 timer's time as ``now + (finish - now)``, which may round one ulp either way."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class TransferRecord:
-    """One delivered transfer, as given to the ``on_transfer`` callback.
-
-    Attributes:
-        transfer_id: sequence number of the transfer, from 0, in the order ``transfer`` was called.
-        route: the link indices the transfer used (``()`` for same device).
-        nbytes: bytes delivered.
-        start_s: simulated time the transfer was requested, seconds.
-        end_s: simulated time the last byte arrived, seconds.
-        tag: the caller's tag, passed through untouched.
-    """
-
-    transfer_id: int
-    route: tuple[int, ...]
-    nbytes: float
-    start_s: float
-    end_s: float
-    tag: object
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class LinkInterval:
-    """A stretch of time during which one link carried a constant total rate > 0.
-
-    Attributes:
-        link: the link index.
-        start_s: start of the stretch, seconds.
-        end_s: end of the stretch, seconds (> ``start_s``).
-        bytes_per_s: the summed rate of the flows on the link during the stretch.
-    """
-
-    link: int
-    start_s: float
-    end_s: float
-    bytes_per_s: float
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class NetworkStats:
-    """Counters of the work a :class:`Network` did (for benchmarks).
-
-    Attributes:
-        transfers: transfers requested.
-        flows: transfers that became flows (non-empty route, bytes > 0, a finite-bandwidth link).
-        refills: max-min re-fills run.
-        refilled_flows: flows re-rated, summed over all re-fills (the cost driver).
-        region_growths: local re-fill rounds that had to grow their region.
-        component_refills: re-fills that fell back to the whole connected component.
-        active_flows: flows moving bytes now.
-        peak_active_flows: the most flows that moved bytes at once.
-    """
-
-    transfers: int
-    flows: int
-    refills: int
-    refilled_flows: int
-    region_growths: int
-    component_refills: int
-    active_flows: int
-    peak_active_flows: int
 
 
 class _Flow:
@@ -165,19 +102,6 @@ class _Flow:
         self.done = False
         self.bott = -1
         self.new_bott = -1
-
-
-def _check_rate_list(field: str, values: Sequence[float], *, allow_inf: bool, positive: bool) -> list[float]:
-    out: list[float] = []
-    for i, v in enumerate(values):
-        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and not math.isnan(v)
-        ok = ok and (math.isfinite(v) or (allow_inf and v > 0))
-        ok = ok and (v > 0 if positive else v >= 0)
-        if not ok:
-            rule = "must be > 0 (inf allowed)" if positive else "must be a finite number >= 0"
-            raise invalid(f"{field}[{i}]", v, rule)
-        out.append(float(v))
-    return out
 
 
 class Network:
@@ -220,10 +144,11 @@ class Network:
         on_link_interval: Callable[[LinkInterval], None] | None = None,
     ) -> None:
         self._env = env
-        self._cap = _check_rate_list(
-            "bandwidth_bytes_per_s", bandwidth_bytes_per_s, allow_inf=True, positive=True
-        )
-        self._lat = _check_rate_list("latency_s", latency_s, allow_inf=False, positive=False)
+        self._cap = [
+            check_positive(f"bandwidth_bytes_per_s[{i}]", v, allow_inf=True)
+            for i, v in enumerate(bandwidth_bytes_per_s)
+        ]
+        self._lat = [check_nonneg(f"latency_s[{i}]", v) for i, v in enumerate(latency_s)]
         if len(self._lat) != len(self._cap):
             raise invalid(
                 "latency_s", f"<{len(self._lat)} values>", f"must have one value per link ({len(self._cap)})"
@@ -237,9 +162,7 @@ class Network:
                 raise invalid(
                     "link_names", f"<{len(self._names)} names>", f"must name each of {n_links} links"
                 )
-        if not (isinstance(overhead_s, (int, float)) and math.isfinite(overhead_s) and overhead_s >= 0):
-            raise invalid("overhead_s", overhead_s, "must be a finite number >= 0")
-        self._overhead = float(overhead_s)
+        self._overhead = check_nonneg("overhead_s", overhead_s)
         self._free = bool(free_links)
         self._contention = bool(contention)
         self._on_transfer = on_transfer

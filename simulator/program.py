@@ -172,6 +172,8 @@ class _Costs:
                 self._out.append(0.0)
         self.speed = [[options.speed(d) for d in stage.devices] for stage in stages]
         self.jitter: list[list[tuple[list[float], list[float]]]] | None = None
+        self.uniform = costs is None and options.seed is None
+        """Whether costs depend on a micro-batch's sample count only (no explicit costs, no jitter)."""
         rng = np.random.default_rng(options.seed) if options.seed is not None else None
         if rng is not None:  # the draws of every F and B, in stage, replica, micro-batch order
             m = plan.num_microbatches
@@ -247,6 +249,9 @@ class _Opts:
         return float(self.speed_factors.get(device, 1.0))
 
 
+_NO_MARKS: tuple[tuple[float, int], ...] = ()
+
+
 @functools.lru_cache(maxsize=4096)
 def _resplit(
     src: tuple[tuple[int, int], ...], dst: tuple[tuple[int, int], ...]
@@ -314,59 +319,86 @@ class Program:
         """The instructions of the device running ``replica`` of ``rank``, generated lazily."""
         sched = self.schedule
         row = sched.ranks[rank]
-        reduce = self._posts.keys() | self._marks.keys()
-        reduce = {s for s in reduce if s % sched.num_ranks == rank}
+        reduce = {s for s in self._posts.keys() | self._marks.keys() if s % sched.num_ranks == rank}
         last_backward: dict[int, int] = {}
         for i, a in enumerate(row):
             if a.op is Op.B or a.op is Op.W:
                 last_backward[a.stage] = i
-        stages, costs, n_stages = self.stages, self._costs, sched.num_stages
+        samples = self._costs.samples
+        cached = self._costs.uniform  # costs depend on the micro-batch's size only: reuse them
+        computes: dict[tuple[Op, int, int], tuple[str, float, tuple[float, ...], tuple[float, ...]]] = {}
+        recvs: dict[tuple[Op, int, int], int] = {}
+        sends: dict[tuple[Op, int, int], tuple[tuple[str, int, int, int, float, tuple[int, ...]], ...]] = {}
+        op_f, op_b, op_i, op_w = Op.F, Op.B, Op.I, Op.W
+        op_recv_f, op_recv_b, op_reduce = Op.RECV_F, Op.RECV_B, Op.ALL_REDUCE
         compute_index = -1
-        steps = lowered_steps(row, num_ranks=sched.num_ranks, num_stages=n_stages, allreduce_stages=reduce)
-        no_marks: tuple[tuple[float, int], ...] = ()
+        steps = lowered_steps(
+            row, num_ranks=sched.num_ranks, num_stages=sched.num_stages, allreduce_stages=reduce
+        )
         for step, (op, s, mb) in enumerate(steps):
-            if op is Op.ALL_REDUCE:
+            if op is op_reduce:
                 cid = self._posts.get(s)
                 if cid is not None:
                     yield Post(cid)
                 continue
             assert mb is not None
-            if op is Op.F or op is Op.B or op is Op.I or op is Op.W:
+            key = (op, s, samples[mb])
+            if op is op_f or op is op_b or op is op_i or op is op_w:
                 compute_index += 1
-                fwd, bwd, stash, work = costs.of(s, mb, replica)
-                wf = stages[s].wgrad_fraction
-                marks = no_marks
-                if (op is Op.B or op is Op.W) and last_backward.get(s) == compute_index:
-                    marks = self._marks.get(s, no_marks)
-                if op is Op.F:
-                    yield Compute("F", s, mb, fwd, (stash,), (), no_marks, step)
-                elif op is Op.B:
-                    yield Compute("B", s, mb, bwd, (work,), (work, stash), marks, step)
-                elif op is Op.I:
-                    yield Compute("I", s, mb, bwd * (1.0 - wf), (work,), (work,), no_marks, step)
-                else:
-                    yield Compute("W", s, mb, bwd * wf, (), (stash,), marks, step)
-            elif op is Op.RECV_F or op is Op.RECV_B:
-                kind, src = ("act", s - 1) if op is Op.RECV_F else ("grad", s + 1)
-                pieces = self._pieces(src, s, mb)
-                yield Recv((kind, s, mb, replica), sum(1 for _, k, _ in pieces if k == replica), step)
+                parts = computes.get(key) if cached else None
+                if parts is None:
+                    parts = self._compute_parts(op, s, mb, replica)
+                    if cached:
+                        computes[key] = parts
+                name, duration, alloc, free = parts
+                marks = _NO_MARKS
+                if (op is op_b or op is op_w) and last_backward.get(s) == compute_index:
+                    marks = self._marks.get(s, _NO_MARKS)
+                yield Compute(name, s, mb, duration, alloc, free, marks, step)
+            elif op is op_recv_f or op is op_recv_b:
+                pieces = recvs.get(key) if cached else None
+                if pieces is None:
+                    src = s - 1 if op is op_recv_f else s + 1
+                    pieces = sum(1 for _, k, _ in self._pieces(src, s, mb) if k == replica)
+                    if cached:
+                        recvs[key] = pieces
+                yield Recv(("act" if op is op_recv_f else "grad", s, mb, replica), pieces, step)
             else:  # SEND_F or SEND_B
-                dst = s + 1 if op is Op.SEND_F else s - 1
-                kind = "act" if op is Op.SEND_F else "grad"
-                per_sample = costs.out_per_sample(s if op is Op.SEND_F else dst, mb)
-                src_device = stages[s].devices[replica]
-                for j, k, samples in self._pieces(s, dst, mb):
-                    if j != replica:
-                        continue
-                    dst_device = stages[dst].devices[k]
-                    yield Send(
-                        (kind, dst, mb, k),
-                        s,
-                        mb,
-                        dst_device,
-                        samples * per_sample,
-                        self._route(src_device, dst_device),
-                    )
+                out = sends.get(key) if cached else None
+                if out is None:
+                    out = tuple(self._send_parts(op, s, mb, replica))
+                    if cached:
+                        sends[key] = out
+                for kind, dst, k, dst_device, nbytes, route in out:
+                    yield Send((kind, dst, mb, k), s, mb, dst_device, nbytes, route)
+
+    def _compute_parts(
+        self, op: Op, s: int, mb: int, replica: int
+    ) -> tuple[str, float, tuple[float, ...], tuple[float, ...]]:
+        """``(op, duration s, bytes allocated at the start, bytes freed at the end)``."""
+        fwd, bwd, stash, work = self._costs.of(s, mb, replica)
+        wf = self.stages[s].wgrad_fraction
+        if op is Op.F:
+            return ("F", fwd, (stash,), ())
+        if op is Op.B:
+            return ("B", bwd, (work,), (work, stash))
+        if op is Op.I:
+            return ("I", bwd * (1.0 - wf), (work,), (work,))
+        return ("W", bwd * wf, (), (stash,))
+
+    def _send_parts(
+        self, op: Op, s: int, mb: int, replica: int
+    ) -> Iterator[tuple[str, int, int, int, float, tuple[int, ...]]]:
+        """``(kind, receiving stage, receiving replica, its device, bytes, route)`` per piece."""
+        stages = self.stages
+        dst = s + 1 if op is Op.SEND_F else s - 1
+        kind = "act" if op is Op.SEND_F else "grad"
+        per_sample = self._costs.out_per_sample(s if op is Op.SEND_F else dst, mb)
+        src_device = stages[s].devices[replica]
+        for j, k, count in self._pieces(s, dst, mb):
+            if j == replica:
+                dst_device = stages[dst].devices[k]
+                yield (kind, dst, k, dst_device, count * per_sample, self._route(src_device, dst_device))
 
     def _pieces(self, src: int, dst: int, mb: int) -> tuple[tuple[int, int, int], ...]:
         n = self._costs.samples[mb]
