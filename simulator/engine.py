@@ -17,7 +17,7 @@ from pipesim.profiles.models.profile import ModelProfile
 from pipesim.schedules import Schedule
 from pipesim.schedules.validate import deadlock_error
 from pipesim.simulator.collectives import allreduce
-from pipesim.simulator.fastpath import execute_fast
+from pipesim.simulator.fastpath import LinksShared, execute_fast
 from pipesim.simulator.microbatch_costs import MicrobatchCosts
 from pipesim.simulator.network import LinkInterval, Network
 from pipesim.simulator.program import Collective, Compute, Program, Recv, Send, lower
@@ -303,7 +303,9 @@ def simulate(
         executor: ``"simpy"`` runs the SimPy engine (the reference); ``"fast"`` the SimPy-free
             fast path (:mod:`pipesim.simulator.fastpath`), only for links that are not shared
             (``free_links`` or ``contention=False``); ``"auto"`` (default) the fast path where it
-            applies, else the engine. Both give the same result (``tests/simulator/test_fastpath.py``).
+            applies (also with ``contention`` for programs without collectives or trace whose
+            flows never share a link), else the engine. Both give the same result
+            (``tests/simulator/test_fastpath.py``).
 
     Returns:
         The trace and metrics of the iteration.
@@ -324,4 +326,9 @@ def simulate(
     program = lower(plan, profile, cluster, opts, schedule=schedule, costs=costs)
     if executor != "simpy" and unshared:
         return execute_fast(program, cluster, record_trace=opts.record_trace, free_links=opts.free_links)
+    if executor == "auto" and not program.collectives and not opts.record_trace:
+        try:  # exact when no two flows ever share a link; else the engine decides the sharing
+            return execute_fast(program, cluster, record_trace=False, free_links=False, contention=True)
+        except LinksShared:
+            log.debug("flows share links: running the SimPy engine")
     return _Engine(program, cluster, opts).run()

@@ -1,12 +1,19 @@
-"""The fast path: SimPy-free execution of a lowered program when links are not shared.
+"""The fast path: SimPy-free execution of a lowered program when no two transfers share a link.
 
-When no two transfers can slow each other down (``SimOptions(free_links=True)``, or
-``contention=False``), the link model has no state: a transfer over a route takes the route's
-latency (plus the network's overhead) plus its bytes over the route's slowest link, whatever else
-is in flight (free links: nothing). Then every instruction's time follows from the instructions it
-depends on, and the program can be list-scheduled device by device, with no event queue: a device
-runs its instructions in order until a receive whose pieces are not all sent yet, and is woken when
-the last one is. Collectives do not interact with anything either: each one's duration is that of
+When no two transfers slow each other down, the link model has no state: a transfer over a route
+takes the route's latency plus its bytes over the route's slowest link (free links: nothing).
+That holds by construction with ``SimOptions(free_links=True)`` or ``contention=False``. With
+max-min sharing on (``contention=True``) it holds exactly when no two flows are ever on one link
+at the same time (a flow alone gets its bottleneck's full bandwidth under max-min): the fast path
+then tracks, per link, when flows hold it, and gives up (:class:`LinksShared`) at the first
+overlap, so that the caller runs the SimPy engine instead. That check needs every transfer in
+the program, so with sharing on it is offered only to programs without collectives and without
+a trace (per-link trace events come from the engine's network).
+
+Then every instruction's time follows from the instructions it depends on, and the program can be
+list-scheduled device by device, with no event queue: a device runs its instructions in order
+until a receive whose pieces are not all sent yet, and is woken when the last one is. Collectives
+(only on unshared links) do not interact with anything either: each one's duration is that of
 the very same :func:`pipesim.simulator.collectives.allreduce` run alone on a contention-free
 :class:`~pipesim.simulator.network.Network` (cached per collective shape).
 
@@ -17,10 +24,12 @@ into the same :class:`~pipesim.simulator.tally.Tally`, and is held equal to the 
 
 from __future__ import annotations
 
+import bisect
 import math
 
 import simpy
 
+from pipesim.errors import invalid
 from pipesim.profiles.hardware.cluster import Cluster
 from pipesim.schedules.validate import deadlock_error
 from pipesim.simulator.collectives import allreduce
@@ -29,7 +38,41 @@ from pipesim.simulator.program import Compute, Instruction, Program, Recv, Send
 from pipesim.simulator.tally import Tally
 from pipesim.simulator.trace import SimulationResult
 
-__all__ = ["execute_fast"]
+__all__ = ["LinksShared", "execute_fast"]
+
+
+class LinksShared(Exception):
+    """Two flows would share a link: the contention-free shortcut does not apply."""
+
+
+class _LinkHolds:
+    """Per link, the non-overlapping ``(start, end)`` stretches flows hold it; raises on overlap.
+
+    Stretches that end before every device's current time (the watermark) are dropped: no later
+    flow can start before it, so the memory held is the traffic in flight, not the whole run.
+    """
+
+    def __init__(self) -> None:
+        self.holds: dict[int, list[tuple[float, float]]] = {}
+        self.added = 0
+
+    def hold(self, links: tuple[int, ...], start: float, end: float) -> None:
+        for link in links:
+            spans = self.holds.get(link)
+            if spans is None:
+                spans = self.holds[link] = []
+            at = bisect.bisect_left(spans, (start, end))
+            if at > 0 and spans[at - 1][1] > start:
+                raise LinksShared
+            if at < len(spans) and spans[at][0] < end:
+                raise LinksShared
+            spans.insert(at, (start, end))
+        self.added += 1
+
+    def prune(self, watermark: float) -> None:
+        for link, spans in self.holds.items():
+            if spans and spans[0][1] <= watermark:
+                self.holds[link] = [span for span in spans if span[1] > watermark]
 
 
 class _Transfers:
@@ -40,6 +83,7 @@ class _Transfers:
         self.free = free_links
         self.network = self._network(simpy.Environment())
         self._routes: dict[tuple[int, ...], tuple[float, float]] = {}
+        self._finite: dict[tuple[int, ...], tuple[int, ...]] = {}
         self._collectives: dict[tuple[tuple[int, ...], float, str], float] = {}
 
     def _network(self, env: simpy.Environment) -> Network:
@@ -63,6 +107,19 @@ class _Transfers:
             return latency
         return latency + nbytes / bandwidth
 
+    def flow(self, route: tuple[int, ...], nbytes: float) -> tuple[float, tuple[int, ...]]:
+        """``(latency s, links whose bandwidth the bytes use)``; no links for a flow with no bytes."""
+        latency = self.network.route_latency_s(route)
+        if nbytes <= 0 or self.free:
+            return latency, ()
+        links = self._finite.get(route)
+        if links is None:
+            caps = self.cluster.links
+            links = self._finite[route] = tuple(
+                link for link in dict.fromkeys(route) if math.isfinite(caps[link].bandwidth_bytes_per_s)
+            )
+        return latency, links
+
     def allreduce_s(self, members: tuple[int, ...], nbytes: float, algorithm: str) -> float:
         """Seconds the all-reduce takes when run alone (no other traffic can slow it here)."""
         key = (members, nbytes, algorithm)
@@ -85,22 +142,31 @@ class _Transfers:
 
 
 def execute_fast(
-    program: Program, cluster: Cluster, *, record_trace: bool, free_links: bool
+    program: Program, cluster: Cluster, *, record_trace: bool, free_links: bool, contention: bool = False
 ) -> SimulationResult:
-    """Execute ``program`` by list scheduling on contention-free links.
+    """Execute ``program`` by list scheduling, transfers never slowing each other down.
 
     Args:
         program: the lowered program.
         cluster: devices and links.
         record_trace: keep trace events and full memory curves.
-        free_links: transfers take no time (else: latency + bytes / route bandwidth, unshared).
+        free_links: transfers take no time (else: latency + bytes / route bandwidth).
+        contention: links are shared max-min fairly: check that no two flows ever share one.
 
     Returns:
         The same :class:`SimulationResult` the SimPy engine gives on these links.
 
     Raises:
+        LinksShared: with ``contention``, two flows would share a link (run the engine instead).
+        InputError: ``contention`` on links that are not free, with collectives or a trace.
         ScheduleError: the program deadlocks (cannot happen for a validated schedule).
     """
+    shared = contention and not free_links
+    if shared and (program.collectives or record_trace):
+        raise invalid(
+            "contention", contention, "the fast path checks sharing only without collectives or trace"
+        )
+    holds = _LinkHolds() if shared else None
     tally = Tally(program, record=record_trace)
     links = _Transfers(cluster, free_links=free_links)
     memory = tally.memory
@@ -117,6 +183,7 @@ def execute_fast(
     waiting: dict[tuple[str, int, int, int], tuple[int, int]] = {}  # key -> (stream, pieces)
     ready_at = [0.0] * len(program.collectives)
     finished = 0
+    over = [False] * n  # streams that ran their last instruction
     runnable = list(range(n - 1, -1, -1))
     while runnable:
         i = runnable.pop()
@@ -156,6 +223,12 @@ def execute_fast(
                 if ins.route:
                     tally.num_ops += 1
                     end = t + links.time_s(ins.route, ins.nbytes)
+                    if holds is not None:
+                        latency, held = links.flow(ins.route, ins.nbytes)
+                        if held:
+                            holds.hold(held, t + latency, end)
+                            if holds.added % 1024 == 0:
+                                holds.prune(min(t_free[j] for j in range(n) if not over[j]))
                     tally.send(device, key[0], ins.stage, key[2], ins.nbytes, ins.dst_device, t, end)
                 else:
                     end = t
@@ -182,6 +255,7 @@ def execute_fast(
             ins = next(it, None)
         t_free[i] = t
         if ins is None:
+            over[i] = True
             finished += 1
             tally.stream_done(device, busy[i], wait[i], t)
     if finished < n:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
 from pipesim.errors import InputError
@@ -11,6 +11,8 @@ from pipesim.plan import Plan, StagePlan
 from pipesim.profiles.hardware.cluster import get_cluster
 from pipesim.profiles.models.profile import Layer, ModelProfile
 from pipesim.simulator import SimOptions, SimulationResult, simulate
+from pipesim.simulator.fastpath import LinksShared, execute_fast
+from pipesim.simulator.program import lower
 from tests.simulator.builders import equal_profile, one_layer_per_stage
 
 CLUSTER = get_cluster("dapple-2x8-v100")  # 16 GPUs on 2 servers: NVLink inside, 25 GbE between
@@ -126,3 +128,77 @@ def test_fast_path_only_on_unshared_links() -> None:
         simulate(plan, profile, CLUSTER, SimOptions(), executor="fast")
     with pytest.raises(InputError, match="executor"):
         simulate(plan, profile, CLUSTER, SimOptions(), executor="quick")
+
+
+@st.composite
+def pipelines(draw: st.DrawFn) -> tuple[Plan, ModelProfile]:
+    """Plans without replicas (no collectives): where the shortcut applies with contention on."""
+    plan, profile, _ = draw(cases())
+    stages = tuple(
+        StagePlan(first_layer=s.first_layer, last_layer=s.last_layer, devices=(draw(st.integers(0, 15)),))
+        for s in plan.stages
+    )
+    p = plan.num_ranks
+    by_rank = {}
+    for s, stage in enumerate(stages):
+        by_rank.setdefault(s % p, stage.devices)
+    if len(set(by_rank.values())) < p:  # one device per rank
+        devices = draw(st.permutations(range(16)))[:p]
+        stages = tuple(
+            StagePlan(first_layer=s.first_layer, last_layer=s.last_layer, devices=(devices[i % p],))
+            for i, s in enumerate(plan.stages)
+        )
+    else:
+        stages = tuple(
+            StagePlan(first_layer=s.first_layer, last_layer=s.last_layer, devices=by_rank[i % p])
+            for i, s in enumerate(plan.stages)
+        )
+    m = plan.num_microbatches
+    batch = profile.profile_batch_size
+    single = Plan(
+        stages=stages,
+        global_batch_size=m * batch,
+        num_microbatches=m,
+        schedule=plan.schedule,
+        chunks=plan.chunks,
+    )
+    return single, profile
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=pipelines())
+def test_shortcut_with_contention_equals_the_engine_or_steps_aside(case: tuple[Plan, ModelProfile]) -> None:
+    plan, profile = case
+    options = SimOptions(record_trace=False)
+    program = lower(plan, profile, CLUSTER, options)
+    ref = simulate(plan, profile, CLUSTER, options, executor="simpy")
+    try:
+        fast = execute_fast(program, CLUSTER, record_trace=False, free_links=False, contention=True)
+    except LinksShared:
+        note("flows shared a link: the engine runs")
+        return
+    assert_same(fast, ref)
+    assert_same(simulate(plan, profile, CLUSTER, options), ref)
+
+
+def test_shortcut_applies_to_a_deep_pipeline_and_matches_the_engine() -> None:
+    profile = equal_profile(4, fwd_s=1e-2, bwd_s=2e-2, activation_bytes=1 << 20)
+    plan = one_layer_per_stage(4, 16, schedule="1f1b")
+    options = SimOptions(record_trace=False)
+    program = lower(plan, profile, CLUSTER, options)
+    fast = execute_fast(program, CLUSTER, record_trace=False, free_links=False, contention=True)
+    assert fast.num_events > 16 * 4  # transfers ran
+    assert_same(fast, simulate(plan, profile, CLUSTER, options, executor="simpy"))
+
+
+def test_shortcut_steps_aside_when_flows_share_a_link() -> None:
+    # activations far slower to send than to compute: consecutive sends overlap on one link
+    profile = equal_profile(2, fwd_s=1e-6, bwd_s=2e-6, activation_bytes=1 << 30)
+    plan = one_layer_per_stage(2, 4, schedule="gpipe")
+    options = SimOptions(record_trace=False)
+    program = lower(plan, profile, CLUSTER, options)
+    with pytest.raises(LinksShared):
+        execute_fast(program, CLUSTER, record_trace=False, free_links=False, contention=True)
+    assert_same(
+        simulate(plan, profile, CLUSTER, options), simulate(plan, profile, CLUSTER, options, executor="simpy")
+    )

@@ -111,7 +111,7 @@ def test_without_trace_memory_keeps_start_peak_and_end() -> None:
     profile = equal_profile(4)
     plan = one_layer_per_stage(4, 8, schedule="1f1b")
     full = simulate(plan, profile, CLUSTER, SimOptions())
-    lean = simulate(plan, profile, CLUSTER, SimOptions(record_trace=False))
+    lean = simulate(plan, profile, CLUSTER, SimOptions(record_trace=False), executor="simpy")
     assert lean.iteration_time_s == full.iteration_time_s
     assert lean.events == ()
     for device, curve in lean.memory.items():
