@@ -174,15 +174,12 @@ class _Engine:
         rank, replica, device = self.program.streams[index]
         env = self.env
         tally = self.tally
-        memory = tally.memory
         arrivals = self.arrivals
         busy = 0.0
         wait_comm = 0.0
         for ins in self.program.stream(rank, replica):
             if isinstance(ins, Compute):
                 start = env.now
-                for nbytes in ins.alloc_bytes:
-                    memory(device, nbytes, start)
                 duration = ins.duration_s
                 if ins.marks:
                     env.process(self._marks(ins.marks, duration))
@@ -191,8 +188,6 @@ class _Engine:
                 busy += duration
                 end = env.now
                 tally.compute(device, ins, start, end)
-                for nbytes in ins.free_bytes:
-                    memory(device, -nbytes, end)
             elif isinstance(ins, Send):
                 self._send(ins, device)
             elif isinstance(ins, Recv):

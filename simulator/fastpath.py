@@ -169,7 +169,6 @@ def execute_fast(
     holds = _LinkHolds() if shared else None
     tally = Tally(program, record=record_trace)
     links = _Transfers(cluster, free_links=free_links)
-    memory = tally.memory
     streams = [program.stream(rank, replica) for rank, replica, _ in program.streams]
     devices = [device for _, _, device in program.streams]
     n = len(streams)
@@ -196,8 +195,6 @@ def execute_fast(
             ins = next(it, None)
         while ins is not None:
             if isinstance(ins, Compute):
-                for nbytes in ins.alloc_bytes:
-                    memory(device, nbytes, t)
                 duration = ins.duration_s
                 if ins.marks:
                     mark_t, elapsed = t, 0.0
@@ -211,8 +208,6 @@ def execute_fast(
                     t = t + duration
                 busy[i] += duration
                 tally.compute(device, ins, start, t)
-                for nbytes in ins.free_bytes:
-                    memory(device, -nbytes, t)
             elif isinstance(ins, Send):
                 key = ins.key
                 got = arrivals.get(key)

@@ -426,7 +426,7 @@ class Network:
             links.update(f.links)
         link_flows = self._link_flows
         for link in sorted(links):
-            total = math.fsum(f.rate for f in link_flows[link].values())
+            total = sum([f.rate for f in link_flows[link].values()])
             old = self._link_rate[link]
             if total != old:
                 since = self._link_since[link]

@@ -8,6 +8,8 @@ its end only.
 
 from __future__ import annotations
 
+from operator import attrgetter
+
 from pipesim.profiles.hardware.cluster import Cluster
 from pipesim.simulator.program import Compute, Program
 from pipesim.simulator.trace import DeviceMetrics, EventKind, MemoryCurve, SimulationResult, TraceEvent
@@ -46,23 +48,33 @@ class Tally:
         self.num_ops = 0  # compute ops and transfers simulated
         self.end_time = 0.0
 
-    def memory(self, device: int, delta: float, t: float) -> None:
-        """Change ``device``'s allocation by ``delta`` bytes at time ``t`` (seconds)."""
-        now = self.memory_now[device] + delta
-        self.memory_now[device] = now
-        if now > self.memory_peak[device][1]:
-            self.memory_peak[device] = (t, now)
-        if self.record:
-            log_ = self.memory_log[device]
-            if log_[-1][0] == t:
-                log_[-1] = (t, now)
-            else:
-                log_.append((t, now))
-
     def compute(self, device: int, ins: Compute, start: float, end: float) -> None:
-        """Count one compute op (its trace event, and the end of a backward)."""
+        """Count one compute op that ran from ``start`` to ``end`` seconds: its memory (allocated
+        at the start, freed at the end), its trace event, and the end of a backward."""
+        now = self.memory_now[device]
+        peak_t, peak = self.memory_peak[device]
+        record = self.record
+        log_ = self.memory_log[device]
+        for nbytes in ins.alloc_bytes:
+            now += nbytes
+            if now > peak:
+                peak_t, peak = start, now
+            if record:
+                if log_[-1][0] == start:
+                    log_[-1] = (start, now)
+                else:
+                    log_.append((start, now))
+        for nbytes in ins.free_bytes:
+            now -= nbytes
+            if record:
+                if log_[-1][0] == end:
+                    log_[-1] = (end, now)
+                else:
+                    log_.append((end, now))
+        self.memory_now[device] = now
+        self.memory_peak[device] = (peak_t, peak)
         self.num_ops += 1
-        if self.record:
+        if record:
             self.events.append(
                 TraceEvent(
                     resource=f"gpu{device}",
@@ -158,7 +170,7 @@ class Tally:
                 )
             )
         stage_peak = tuple(max(memory[d].peak_bytes for d in stage.devices) for stage in program.stages)
-        events = sorted(self.events, key=lambda e: (e.start_s, e.resource, e.end_s))
+        events = sorted(self.events, key=attrgetter("start_s", "resource", "end_s"))
         return SimulationResult(
             iteration_time_s=iteration,
             global_batch_size=plan.global_batch_size,
