@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from pipesim.errors import InputError
 from pipesim.plan import Plan, StagePlan
 from pipesim.profiles.hardware.cluster import get_cluster
 from pipesim.schedules import Action, Schedule, ScheduleError
@@ -120,3 +121,28 @@ def test_without_trace_memory_keeps_start_peak_and_end() -> None:
         assert curve.bytes[0] == static
         assert curve.bytes[-1] == full.memory[device].bytes[-1]
         assert len(curve.bytes) <= 3
+
+
+def test_program_format_and_errors() -> None:
+    profile = equal_profile(2, parameter_bytes=10 << 20)
+    plan = one_layer_per_stage(2, 2, replicas=2)
+    program = lower(plan, profile, CLUSTER, SimOptions(allreduce_overlap="bucketed"))
+    device = program.stages[1].devices[1]
+    text = program.format(device)
+    assert "marks ar" in text  # the last backward marks its bucket ready
+    assert "recv act 1:0 replica 1 (1 piece)" in text
+    with pytest.raises(InputError, match="device=99"):
+        program.instructions(99)
+    lowered = program.lowered_schedule()
+    assert [str(a) for a in lowered.ranks[1]][-3:] == ["1B1", "1SEND_B1", "1ALL_REDUCE"]
+
+
+def test_end_overlap_waits_for_every_stream() -> None:
+    profile = equal_profile(2, parameter_bytes=10 << 20)
+    plan = one_layer_per_stage(2, 4, replicas=2, schedule="1f1b")
+    program = lower(plan, profile, CLUSTER, SimOptions(allreduce_overlap="end"))
+    assert all(c.after_drain for c in program.collectives)
+    result = simulate(plan, profile, CLUSTER, SimOptions(allreduce_overlap="end"))
+    last_compute = max(e.end_s for e in result.events if e.kind.is_compute)
+    first_allreduce = min(e.start_s for e in result.events if e.kind.value == "allreduce")
+    assert first_allreduce >= last_compute
