@@ -359,6 +359,12 @@ def _buckets(profile: ModelProfile, layers: range, bucket_bytes: float) -> list[
     return buckets
 
 
+def _name(value: object) -> str:
+    """The text of a name given as a ``str`` or a ``str`` enum member (``str()`` of an enum
+    member is its qualified name, not its value)."""
+    return str(getattr(value, "value", value))
+
+
 def lower(
     plan: Plan,
     profile: ModelProfile,
@@ -421,7 +427,7 @@ def lower(
         jitter_f=options.jitter_for("F"),
         jitter_b=options.jitter_for("B"),
         seed=options.seed,
-        allreduce_overlap=str(options.allreduce_overlap),
+        allreduce_overlap=_name(options.allreduce_overlap),
         bucket_bytes=float(options.bucket_bytes),
         free_links=options.free_links,
     )
@@ -442,7 +448,7 @@ def lower(
                         bucket=k,
                         nbytes=nbytes,
                         members=stage.devices,
-                        algorithm=str(plan.allreduce),
+                        algorithm=_name(plan.allreduce),
                         after=index - 1 if k else None,
                         after_drain=False,
                     )
@@ -458,7 +464,7 @@ def lower(
                     bucket=0,
                     nbytes=nbytes,
                     members=stage.devices,
-                    algorithm=str(plan.allreduce),
+                    algorithm=_name(plan.allreduce),
                     after=None,
                     after_drain=opts.allreduce_overlap == "end",
                 )
