@@ -237,14 +237,16 @@ def execute_fast(
             elif isinstance(ins, Recv):
                 got = arrivals.get(ins.key)
                 if got is None or got[0] < ins.pieces:
-                    waiting[ins.key] = (i, ins.pieces)
-                    pending[i] = ins
-                    step_at[i] = ins.step
-                    break
-                del arrivals[ins.key]
-                if got[1] > t:
-                    wait[i] += max(0.0, got[1] - max(t, got[2]))
-                    t = got[1]
+                    if ins.pieces:  # (a replica that receives nothing never waits)
+                        waiting[ins.key] = (i, ins.pieces)
+                        pending[i] = ins
+                        step_at[i] = ins.step
+                        break
+                else:
+                    del arrivals[ins.key]
+                    if got[1] > t:
+                        wait[i] += max(0.0, got[1] - max(t, got[2]))
+                        t = got[1]
             else:  # Post
                 ready_at[ins.collective] = max(ready_at[ins.collective], t)
             ins = next(it, None)
