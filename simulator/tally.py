@@ -150,7 +150,9 @@ class Tally:
             curve = self.memory_log[device]
             if not self.record:  # no per-op records: the start, the peak and the end
                 peak_t, peak = self.memory_peak[device]
-                curve = [curve[0]] + ([(peak_t, peak)] if peak_t > 0 else [])
+                curve = [curve[0]]
+                if peak > curve[0][1]:
+                    curve = [(0.0, peak)] if peak_t == 0 else [curve[0], (peak_t, peak)]
                 if self.memory_now[device] != curve[-1][1]:
                     curve.append((max(iteration, curve[-1][0]), self.memory_now[device]))
             memory[device] = MemoryCurve(tuple(t for t, _ in curve), tuple(b for _, b in curve))
@@ -169,7 +171,7 @@ class Tally:
                     memory_capacity_bytes=capacity,
                 )
             )
-        stage_peak = tuple(max(memory[d].peak_bytes for d in stage.devices) for stage in program.stages)
+        stage_peak = tuple(max(self.memory_peak[d][1] for d in stage.devices) for stage in program.stages)
         events = sorted(self.events, key=attrgetter("start_s", "resource", "end_s"))
         return SimulationResult(
             iteration_time_s=iteration,

@@ -146,3 +146,15 @@ def test_end_overlap_waits_for_every_stream() -> None:
     last_compute = max(e.end_s for e in result.events if e.kind.is_compute)
     first_allreduce = min(e.start_s for e in result.events if e.kind.value == "allreduce")
     assert first_allreduce >= last_compute
+
+
+def test_without_trace_a_peak_at_time_zero_is_kept() -> None:
+    # one stage whose forward stashes and costs no time: the peak is at t = 0
+    profile = equal_profile(1, fwd_s=0.0, bwd_s=1.0)
+    plan = one_layer_per_stage(1, 1)
+    lean = simulate(plan, profile, CLUSTER, SimOptions(record_trace=False), executor="simpy")
+    full = simulate(plan, profile, CLUSTER, SimOptions(), executor="simpy")
+    for device, curve in lean.memory.items():
+        assert curve.peak_bytes == full.memory[device].peak_bytes
+        assert curve.peak_bytes == lean.devices[0].peak_memory_bytes
+    assert lean.stage_peak_memory_bytes == full.stage_peak_memory_bytes
