@@ -3,10 +3,18 @@
 (a) bert48 on dapple-2x8-v100, 4 stages x 4 replicas, 32 micro-batches, dapple schedule;
 (b) a GPT-style model (64 layers, hidden 4096) on 1024 V100 (128 servers x 8), 16 stages x 64
     replicas, 64 micro-batches, 1F1B, hierarchical all-reduce;
-(c) a bare pipeline: 16 equal stages, 1024 micro-batches, 1F1B, free links.
+(c) a bare pipeline: 16 equal stages, 1024 micro-batches, 1F1B, free links, run as the CLI
+    (``pipesim simulate`` on a 16-layer profile file), timed in-process after a first
+    ``pipesim simulate --help`` (the CLI's start-up: its imports) is left out;
+(d) bert48 on dapple-2x8-v100, 4 stages, 100,000 micro-batches of one sample, dapple schedule,
+    no trace (``record_trace=False``); (d10k) the same with 10,000 micro-batches, to show that
+    the simulator's memory does not grow with the micro-batch count.
 
-Usage: ``python benchmarks/bench_simulator.py [a] [b] [c]`` (default: all). Each case runs in a
-fresh process so its peak RSS is its own.
+Usage: ``python benchmarks/bench_simulator.py [a] [b] [c] [d] [d10k]`` (default: all). Each case
+runs in a fresh process so its peak RSS is its own. ``--dynapipe PATH`` also times DynaPipe's
+event-driven schedule simulator (its ``1F1B`` scheduler through ``dynapipe.model.get_simulator``)
+on case (c), from a checkout of github.com/awslabs/optimizing-multitask-training-through-dynamic-pipelines
+at PATH (not part of this project; nothing of it is copied here).
 """
 
 from __future__ import annotations
@@ -17,13 +25,104 @@ import subprocess
 import sys
 import time
 
-TARGETS_S = {"a": 1.0, "b": 30.0, "c": 0.3}
+TARGETS_S = {"a": 1.0, "b": 5.0, "c": 0.12, "d": 10.0, "d10k": 10.0}
+
+_BARE16 = {
+    "format": "pipesim-profile",
+    "version": 1,
+    "name": "bare16",
+    "profile_batch_size": 1,
+    "layers": [
+        {"name": f"l{i}", "fwd_time_s": 1e-3, "bwd_time_s": 2e-3, "activation_bytes": 1, "parameter_bytes": 0}
+        for i in range(16)
+    ],
+}
+
+
+def run_cli_case() -> dict[str, float | str]:
+    """Case (c) as a CLI run, timed after the imports."""
+    import contextlib
+    import io
+    import os
+    import tempfile
+
+    from pipesim.cli import main as cli_main
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "bare16.json")
+        with open(path, "w") as f:
+            json.dump(_BARE16, f)
+        argv = (
+            f"simulate --model {path} --cluster dapple-2x8-v100 --set servers=2 --gbs 1024 "
+            "--microbatches 1024 --stages 16 --schedule 1f1b --free-links --json"
+        ).split()
+        out = io.StringIO()
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
+            cli_main(["simulate", "--help"])  # the CLI's start-up (its imports), left out
+        start = time.perf_counter()
+        with contextlib.redirect_stdout(out):
+            code = cli_main(argv)
+        wall = time.perf_counter() - start
+    if code != 0:
+        raise SystemExit(f"pipesim simulate exited with {code}")
+    data = json.loads(out.getvalue())
+    ops = 32768
+    rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return {
+        "case": "c",
+        "wall_s": round(wall, 3),
+        "ops": ops,
+        "ops_per_s": round(ops / wall),
+        "peak_rss_mib": round(rss_mib),
+        "target_s": TARGETS_S["c"],
+        "iteration_time_s": float(data["iteration_time_s"]),
+    }
+
+
+def run_dynapipe(path: str) -> float:
+    """DynaPipe's 1F1B schedule simulator on case (c), seconds after its imports."""
+    sys.path.insert(0, path)
+    from dynapipe.model import (  # type: ignore[import-not-found]
+        DynaPipeMicrobatch,
+        DynaPipeMinibatch,
+        get_simulator,
+        get_uniform_cluster,
+    )
+
+    n = 16
+    start = time.perf_counter()
+    microbatches = []
+    for i in range(1024):
+        mb = DynaPipeMicrobatch(str(i))
+        mb.set_fw_exec_times([1000.0] * n)  # microseconds, as DynaPipe takes them
+        mb.set_bw_exec_times([2000.0] * n)
+        mb.set_fw_comm_size([0.0] * (n - 1))
+        mb.set_bw_comm_size([0.0] * (n - 1))
+        mb.set_model_state_memory([0] * n)
+        mb.set_model_stored_activation_memory([1] * n)
+        mb.set_model_peak_activation_memory([1] * n)
+        mb.set_activation_shapes([[(1, 1, 1)]] * n)
+        microbatches.append(mb)
+    simulator = get_simulator(
+        "1F1B",
+        DynaPipeMinibatch("c", microbatches),
+        get_uniform_cluster(n),
+        list(range(n)),
+        include_memory_stats=False,
+    )
+    simulator.schedule()
+    wall = time.perf_counter() - start
+    makespan_s = simulator.get_makespan() / 1e6
+    if abs(makespan_s - (1024 + 15) * 3e-3) > 1e-9:
+        raise SystemExit(f"DynaPipe makespan {makespan_s} s, expected {(1024 + 15) * 3e-3} s")
+    return wall
 
 
 def run_case(case: str) -> dict[str, float | str]:
+    if case == "c":
+        return run_cli_case()
     from pipesim.api import make_plan
     from pipesim.profiles.hardware.cluster import get_cluster, with_overrides
-    from pipesim.profiles.models.profile import Layer, ModelProfile
     from pipesim.profiles.models.zoo import zoo_model
     from pipesim.simulator import SimOptions, simulate
 
@@ -53,17 +152,11 @@ def run_case(case: str) -> dict[str, float | str]:
         )
         options = SimOptions()
     else:
-        profile = ModelProfile(
-            name="bare16",
-            layers=tuple(
-                Layer(name=f"l{i}", fwd_time_s=1e-3, bwd_time_s=2e-3, activation_bytes=1, parameter_bytes=0)
-                for i in range(16)
-            ),
-            profile_batch_size=1,
-        )
-        cluster = with_overrides(get_cluster("dapple-2x8-v100"), {"servers": 2})
-        plan = make_plan(profile, global_batch_size=1024, num_microbatches=1024, stages=16, schedule="1f1b")
-        options = SimOptions(free_links=True)
+        m = 100_000 if case == "d" else 10_000
+        profile = zoo_model("bert48")
+        cluster = get_cluster("dapple-2x8-v100")
+        plan = make_plan(profile, global_batch_size=m, num_microbatches=m, stages=4, schedule="dapple")
+        options = SimOptions(record_trace=False)
     start = time.perf_counter()
     result = simulate(plan, profile, cluster, options)
     wall = time.perf_counter() - start
@@ -80,10 +173,19 @@ def run_case(case: str) -> dict[str, float | str]:
 
 
 def main() -> int:
-    cases = sys.argv[1:] or ["a", "b", "c"]
-    if len(cases) == 1 and cases[0].startswith("--one="):
-        print(json.dumps(run_case(cases[0][6:])))
+    args = sys.argv[1:]
+    if len(args) == 1 and args[0].startswith("--one="):
+        print(json.dumps(run_case(args[0][6:])))
         return 0
+    if len(args) == 1 and args[0].startswith("--dynapipe-one="):
+        print(json.dumps({"wall_s": run_dynapipe(args[0][15:])}))
+        return 0
+    dynapipe = None
+    if "--dynapipe" in args:
+        at = args.index("--dynapipe")
+        dynapipe = args[at + 1]
+        del args[at : at + 2]
+    cases = args or ["a", "b", "c", "d", "d10k"]
     failed = False
     for case in cases:
         out = subprocess.run(
@@ -97,6 +199,15 @@ def main() -> int:
             f"{row['ops']} ops, {row['ops_per_s']} ops/s, peak RSS {row['peak_rss_mib']} MiB, "
             f"simulated iteration {row['iteration_time_s']:.4f} s"
         )
+    if dynapipe is not None:
+        out = subprocess.run(
+            [sys.executable, __file__, f"--dynapipe-one={dynapipe}"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        wall = json.loads(out.stdout.strip().splitlines()[-1])["wall_s"]
+        print(f"DynaPipe 1F1B simulator on case (c): {wall:.3f} s after its imports")
     return 1 if failed else 0
 
 

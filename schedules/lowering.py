@@ -1,13 +1,19 @@
 """Lowering passes: pure functions from a schedule to a schedule with more (or fewer) actions.
 
 ``add_communication`` derives the point-to-point transfers; ``add_allreduce`` adds each replicated
-stage's gradient all-reduce; ``merge_backward`` and ``split_backward`` convert between the full
-backward ``B`` and its zero-bubble split ``I`` + ``W``. Every pass validates what it returns.
+stage's gradient all-reduce; ``lower`` does both at once. ``merge_backward`` and ``split_backward``
+convert between the full backward ``B`` and its zero-bubble split ``I`` + ``W``. Every pass
+validates what it returns.
+
+``lowered_steps`` is the one place communication is derived: it walks one rank's compute actions
+and yields the lowered steps as plain ``(op, stage, microbatch)`` tuples, lazily, so that the
+simulator (:mod:`pipesim.simulator.program`) can stream a lowered program of any length without
+building it; ``add_communication`` and ``lower`` are that generator, materialized and validated.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 
 from pipesim.errors import InputError, invalid
@@ -15,13 +21,100 @@ from pipesim.schedules.action import Action, Op
 from pipesim.schedules.schedule import Schedule
 from pipesim.schedules.validate import validate
 
-__all__ = ["add_allreduce", "add_communication", "merge_backward", "split_backward"]
+__all__ = [
+    "Step",
+    "add_allreduce",
+    "add_communication",
+    "lower",
+    "lowered_steps",
+    "merge_backward",
+    "split_backward",
+]
+
+Step = tuple[Op, int, int | None]
+"""One lowered step as a plain tuple: ``(op, stage, microbatch)`` (``None`` for ``ALL_REDUCE``)."""
 
 
 def _rebuilt(schedule: Schedule, rows: list[list[Action]]) -> Schedule:
     result = replace(schedule, ranks=tuple(tuple(row) for row in rows))
     validate(result)
     return result
+
+
+def lowered_steps(
+    row: Sequence[Action],
+    *,
+    num_ranks: int,
+    num_stages: int,
+    allreduce_stages: Iterable[int] = (),
+) -> Iterator[Step]:
+    """The lowered steps of one rank's compute actions, generated lazily.
+
+    Rules (the communication of :func:`add_communication`, the all-reduce of
+    :func:`add_allreduce`): ``RECV_F(s, m)`` just before ``F(s, m)`` when ``s > 0``; ``SEND_F(s, m)``
+    just after it when ``s`` is not the last stage; ``RECV_B(s, m)`` just before ``B(s, m)`` or
+    ``I(s, m)`` when ``s`` is not the last stage and ``SEND_B(s, m)`` just after it when
+    ``s > 0``; all of these only with more than one rank (stages on one rank exchange nothing).
+    ``ALL_REDUCE(s)`` for each stage in ``allreduce_stages`` right after the stage's last ``B`` or
+    ``W`` on this rank and the send that follows it.
+
+    Args:
+        row: one rank's compute actions, in order (communication actions are refused).
+        num_ranks: pipeline ranks of the schedule.
+        num_stages: stages of the schedule.
+        allreduce_stages: stages that get an ``ALL_REDUCE`` (those of this rank; others ignored).
+
+    Yields:
+        ``(op, stage, microbatch)`` per lowered step, in order.
+
+    Raises:
+        InputError: a communication action in ``row`` (raised when it is reached).
+    """
+    p, last = num_ranks, num_stages - 1
+    reduce = set(allreduce_stages)
+    last_backward: dict[int, int] = {}
+    if reduce:
+        for i, a in enumerate(row):
+            if a.op is Op.B or a.op is Op.W:
+                last_backward[a.stage] = i
+    op_f, op_b, op_i = Op.F, Op.B, Op.I
+    for i, a in enumerate(row):
+        op, s, mb = a.op, a.stage, a.microbatch
+        if op is op_f:
+            if s > 0 and p > 1:
+                yield (Op.RECV_F, s, mb)
+            yield (op, s, mb)
+            if s < last and p > 1:
+                yield (Op.SEND_F, s, mb)
+        elif op is op_b or op is op_i:
+            if s < last and p > 1:
+                yield (Op.RECV_B, s, mb)
+            yield (op, s, mb)
+            if s > 0 and p > 1:
+                yield (Op.SEND_B, s, mb)
+        elif op is Op.W:
+            yield (op, s, mb)
+        else:
+            raise InputError(f"lowering takes compute actions only; {a} is communication")
+        if s in reduce and last_backward.get(s) == i:
+            yield (Op.ALL_REDUCE, s, None)
+
+
+def _materialized(schedule: Schedule, allreduce_stages: Iterable[int]) -> Schedule:
+    stages = sorted(set(allreduce_stages))
+    for s in stages:
+        if type(s) is not int or not 0 <= s < schedule.num_stages:
+            raise invalid("stages", s, f"must be stage indices in 0..{schedule.num_stages - 1}")
+    rows = [
+        [
+            Action(stage=s, op=op, microbatch=mb)
+            for op, s, mb in lowered_steps(
+                row, num_ranks=schedule.num_ranks, num_stages=schedule.num_stages, allreduce_stages=stages
+            )
+        ]
+        for row in schedule.ranks
+    ]
+    return _rebuilt(schedule, rows)
 
 
 def add_communication(schedule: Schedule) -> Schedule:
@@ -32,32 +125,26 @@ def add_communication(schedule: Schedule) -> Schedule:
     ``B(s, m)`` or ``I(s, m)`` it sends the input gradient (``SEND_B(s, m)``, peer ``s - 1``),
     received by ``RECV_B(s - 1, m)`` just before the backward of ``s - 1``. Stages on the same rank
     (one rank) exchange nothing. Sends are asynchronous: a rank goes on after posting one; a
-    receive waits for its data.
+    receive waits for its data. (The rules live in :func:`lowered_steps`.)
 
     Raises:
         InputError: the schedule already has communication actions.
     """
     if not schedule.is_compute_only:
         raise InputError("add_communication() takes a compute-only schedule; it already has communication")
-    p, last = schedule.num_ranks, schedule.num_stages - 1
-    rows: list[list[Action]] = []
-    for row in schedule.ranks:
-        out: list[Action] = []
-        for a in row:
-            s, mb = a.stage, a.microbatch
-            crosses_prev = s > 0 and p > 1
-            crosses_next = s < last and p > 1
-            if a.op is Op.F and crosses_prev:
-                out.append(Action(stage=s, op=Op.RECV_F, microbatch=mb))
-            elif a.op in (Op.B, Op.I) and crosses_next:
-                out.append(Action(stage=s, op=Op.RECV_B, microbatch=mb))
-            out.append(a)
-            if a.op is Op.F and crosses_next:
-                out.append(Action(stage=s, op=Op.SEND_F, microbatch=mb))
-            elif a.op in (Op.B, Op.I) and crosses_prev:
-                out.append(Action(stage=s, op=Op.SEND_B, microbatch=mb))
-        rows.append(out)
-    return _rebuilt(schedule, rows)
+    return _materialized(schedule, ())
+
+
+def lower(schedule: Schedule, allreduce_stages: Iterable[int] = ()) -> Schedule:
+    """``add_allreduce(add_communication(schedule), allreduce_stages)`` in one pass (validated).
+
+    Raises:
+        InputError: the schedule already has communication actions, or a stage out of range.
+        ScheduleError: the lowered schedule breaks a rule of :func:`pipesim.schedules.validate`.
+    """
+    if not schedule.is_compute_only:
+        raise InputError("lower() takes a compute-only schedule; it already has communication")
+    return _materialized(schedule, allreduce_stages)
 
 
 def _after_sends(row: list[Action], i: int) -> int:

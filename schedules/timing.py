@@ -14,8 +14,8 @@ from fractions import Fraction
 
 from pipesim.errors import InputError, invalid
 from pipesim.schedules.action import Action, Op
-from pipesim.schedules.schedule import Schedule, ScheduleError
-from pipesim.schedules.validate import validate
+from pipesim.schedules.schedule import Schedule
+from pipesim.schedules.validate import deadlock_error, validate
 
 __all__ = ["CostSpec", "Time", "Timeline", "evaluate"]
 
@@ -255,15 +255,11 @@ def evaluate(
                 ready.append(waiting.pop(key))
         free[r] = t_free
         pointer[r] = i
-    stuck = [r for r in range(p) if pointer[r] < len(ranks[r])]
+    stuck: list[tuple[int, int, str | None]] = [
+        (r, pointer[r], None) for r in range(p) if pointer[r] < len(ranks[r])
+    ]
     if stuck:
-        r = stuck[0]
-        raise ScheduleError(
-            f"deadlock: {ranks[r][pointer[r]]} can never start (its dependency never runs)",
-            ranks,
-            rank=r,
-            step=pointer[r],
-        )
+        raise deadlock_error(ranks, stuck)
     return Timeline(
         schedule=schedule,
         starts=tuple(tuple(x) for x in starts),

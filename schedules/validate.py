@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import heapq
+from collections.abc import Sequence
 
 from pipesim.schedules.action import Action, Op
 from pipesim.schedules.schedule import Schedule, ScheduleError
 
-__all__ = ["validate"]
+__all__ = ["deadlock_error", "validate"]
 
 _Key = tuple[Op, int, int | None]
 
@@ -174,14 +175,29 @@ def _check_progress(schedule: Schedule, where: dict[_Key, tuple[int, int]]) -> N
             other = heapq.heappop(heap)[1]
             del blocked_on[other]
             ready.append(other)
-    stuck = [r for r in range(len(ranks)) if pointer[r] < len(ranks[r])]
+    stuck = [(r, pointer[r], _name(blocked_on[r])) for r in range(len(ranks)) if pointer[r] < len(ranks[r])]
     if stuck:
-        heads = "; ".join(
-            f"rank {r} waits at step {pointer[r]} ({ranks[r][pointer[r]]}) for "
-            f"{_name(blocked_on[r])}" for r in stuck
-        )
-        first = stuck[0]
-        raise ScheduleError(f"deadlock, no rank can proceed: {heads}", ranks, rank=first, step=pointer[first])
+        raise deadlock_error(ranks, stuck)
+
+
+def deadlock_error(
+    ranks: tuple[tuple[Action, ...], ...], stuck: Sequence[tuple[int, int, str | None]]
+) -> ScheduleError:
+    """The one deadlock error (validator, analytic evaluator and simulator engine alike).
+
+    Args:
+        ranks: the per-rank actions that were run.
+        stuck: ``(rank, step, what it waits for or None)`` of every rank that never finished.
+
+    Returns:
+        A :class:`ScheduleError` naming every stuck rank, with the first one's step marked.
+    """
+    heads = "; ".join(
+        f"rank {r} waits at step {i} ({ranks[r][i]})" + (f" for {waits}" if waits else "")
+        for r, i, waits in stuck
+    )
+    first_rank, first_step, _ = stuck[0]
+    return ScheduleError(f"deadlock, no rank can proceed: {heads}", ranks, rank=first_rank, step=first_step)
 
 
 def _name(key: _Key) -> str:

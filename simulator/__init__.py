@@ -1,4 +1,8 @@
-"""The simulator: SimPy execution of plans on modelled GPUs and links (``pipesim.simulator``).
+"""The simulator: execution of plans on modelled GPUs and links (``pipesim.simulator``).
+
+``lower(plan, profile, cluster, options)`` turns a plan into a :class:`Program` (per-device
+instruction lists; ``program.format(device)`` prints one); ``simulate`` lowers and executes it
+(SimPy engine, or the SimPy-free fast path where transfers cannot share links).
 
 Charts (:mod:`pipesim.reports.gantt`) and Chrome traces (:mod:`pipesim.reports.chrome`) are
 imported from their modules, so that simulating does not load matplotlib.
@@ -14,8 +18,10 @@ from pipesim.simulator.collectives import (
     ring_allreduce,
     ring_allreduce_time_s,
 )
-from pipesim.simulator.engine import SimOptions, simulate
+from pipesim.simulator.engine import simulate
 from pipesim.simulator.network import LinkInterval, Network, NetworkStats, TransferRecord
+from pipesim.simulator.options import SimOptions
+from pipesim.simulator.program import Program, lower
 from pipesim.simulator.trace import DeviceMetrics, EventKind, MemoryCurve, SimulationResult, TraceEvent
 
 __all__ = [
@@ -26,6 +32,7 @@ __all__ = [
     "MemoryCurve",
     "Network",
     "NetworkStats",
+    "Program",
     "SimOptions",
     "SimulationResult",
     "TraceEvent",
@@ -35,6 +42,7 @@ __all__ = [
     "estimate_allreduce_time_s",
     "hierarchical_allreduce",
     "hierarchical_allreduce_time_s",
+    "lower",
     "ring_allreduce",
     "ring_allreduce_time_s",
     "simulate",

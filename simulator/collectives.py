@@ -36,13 +36,12 @@ does not depend on the cluster type: ``route(src_device, dst_device) -> tuple[in
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Generator, Sequence
 from typing import Any
 
 import simpy
 
-from pipesim.errors import invalid
+from pipesim.errors import check_count, check_nonneg, check_positive, invalid
 from pipesim.profiles.costmodels import collective as collective_cost
 from pipesim.profiles.costmodels.collective import AllReduceAlgorithm
 from pipesim.simulator.network import Network
@@ -79,10 +78,10 @@ def ring_allreduce_time_s(n: int, nbytes: float, bandwidth_bytes_per_s: float, l
     Raises:
         InputError: n < 1, negative bytes or latency, or bandwidth <= 0.
     """
-    _check_count("n", n)
-    _check_nonneg("nbytes", nbytes)
-    _check_nonneg("latency_s", latency_s)
-    _check_positive("bandwidth_bytes_per_s", bandwidth_bytes_per_s)
+    check_count("n", n)
+    check_nonneg("nbytes", nbytes)
+    check_nonneg("latency_s", latency_s)
+    check_positive("bandwidth_bytes_per_s", bandwidth_bytes_per_s, allow_inf=True)
     if n <= 1:
         return 0.0
     return 2 * (n - 1) * (latency_s + nbytes / n / bandwidth_bytes_per_s)
@@ -108,13 +107,13 @@ def hierarchical_allreduce_time_s(
     Raises:
         InputError: a count < 1, negative bytes or latency, or a bandwidth <= 0.
     """
-    _check_count("n_servers", n_servers)
-    _check_count("gpus_per_server", gpus_per_server)
-    _check_nonneg("nbytes", nbytes)
-    _check_nonneg("intra_latency_s", intra_latency_s)
-    _check_nonneg("inter_latency_s", inter_latency_s)
-    _check_positive("intra_bandwidth_bytes_per_s", intra_bandwidth_bytes_per_s)
-    _check_positive("inter_bandwidth_bytes_per_s", inter_bandwidth_bytes_per_s)
+    check_count("n_servers", n_servers)
+    check_count("gpus_per_server", gpus_per_server)
+    check_nonneg("nbytes", nbytes)
+    check_nonneg("intra_latency_s", intra_latency_s)
+    check_nonneg("inter_latency_s", inter_latency_s)
+    check_positive("intra_bandwidth_bytes_per_s", intra_bandwidth_bytes_per_s, allow_inf=True)
+    check_positive("inter_bandwidth_bytes_per_s", inter_bandwidth_bytes_per_s, allow_inf=True)
     k, g = n_servers, gpus_per_server
     shard = nbytes / g
     intra = 2 * (g - 1) * (intra_latency_s + shard / intra_bandwidth_bytes_per_s)
@@ -149,7 +148,7 @@ def ring_allreduce(
         InputError: no members, duplicate members, or bad ``nbytes``.
     """
     order = _check_members(members)
-    _check_nonneg("nbytes", nbytes)
+    check_nonneg("nbytes", nbytes)
     n = len(order)
     routes = [route(order[i], order[(i + 1) % n]) for i in range(n)] if n > 1 else []
     return _ring_steps(env, network, [routes], nbytes / n, 2 * (n - 1), tag)
@@ -183,7 +182,7 @@ def hierarchical_allreduce(
         InputError: no members, duplicate members, or bad ``nbytes``.
     """
     _check_members(members)
-    _check_nonneg("nbytes", nbytes)
+    check_nonneg("nbytes", nbytes)
     groups = collective_cost.group_by_server(members, server_of)
     if not _is_even(groups):
         flat = [m for group in groups for m in group]
@@ -255,7 +254,7 @@ def estimate_allreduce_time_s(
     """
     algo = AllReduceAlgorithm.parse(algorithm)
     order = _check_members(members)
-    _check_nonneg("nbytes", nbytes)
+    check_nonneg("nbytes", nbytes)
     if algo is AllReduceAlgorithm.HIERARCHICAL and server_of is None:
         raise invalid("server_of", None, "is required for the hierarchical all-reduce")
     if network.free_links or len(order) <= 1:
@@ -277,7 +276,7 @@ def choose_allreduce_algorithm(
         InputError: bad members or bytes.
     """
     order = _check_members(members)
-    _check_nonneg("nbytes", nbytes)
+    check_nonneg("nbytes", nbytes)
     if server_of is None or len(order) <= 1 or network.free_links:
         return AllReduceAlgorithm.RING
     curves = _curves(network, order, route, server_of)
@@ -368,28 +367,3 @@ def _check_members(members: Sequence[int]) -> list[int]:
     if len(set(order)) != len(order):
         raise invalid("members", order, "must be distinct device ids")
     return order
-
-
-def _check_count(field: str, value: int) -> None:
-    if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
-        raise invalid(field, value, "must be an integer >= 1")
-
-
-def _check_nonneg(field: str, value: float) -> None:
-    if not (
-        isinstance(value, (int, float))
-        and not isinstance(value, bool)
-        and math.isfinite(value)
-        and value >= 0
-    ):
-        raise invalid(field, value, "must be a finite number >= 0")
-
-
-def _check_positive(field: str, value: float) -> None:
-    if not (
-        isinstance(value, (int, float))
-        and not isinstance(value, bool)
-        and value > 0
-        and not math.isnan(value)
-    ):
-        raise invalid(field, value, "must be a number > 0")

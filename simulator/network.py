@@ -38,13 +38,14 @@ import heapq
 import logging
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import simpy
 from simpy.events import EventPriority
 
-from pipesim.errors import invalid
+from pipesim.errors import check_nonneg, check_positive, invalid
+from pipesim.simulator.link_records import LinkInterval, NetworkStats, TransferRecord
+from pipesim.simulator.maxmin import Flow, progressive_fill
 
 __all__ = ["LinkInterval", "Network", "NetworkStats", "TransferRecord"]
 
@@ -57,127 +58,9 @@ same instant, so every flow that starts or ends at that instant joins one re-fil
 _MAX_LOCAL_ROUNDS = 3
 """Rounds of local re-fill (growing the region) before re-filling the whole component."""
 
-_REL_TOL = 1e-9
-"""Relative tolerance of the bottleneck checks (saturation, "nobody faster")."""
-
 _FINISH_ULPS = 4.0
 """A flow whose finish time is within this many ulps of ``now`` is complete: SimPy computes the
 timer's time as ``now + (finish - now)``, which may round one ulp either way."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class TransferRecord:
-    """One delivered transfer, as given to the ``on_transfer`` callback.
-
-    Attributes:
-        transfer_id: sequence number of the transfer, from 0, in the order ``transfer`` was called.
-        route: the link indices the transfer used (``()`` for same device).
-        nbytes: bytes delivered.
-        start_s: simulated time the transfer was requested, seconds.
-        end_s: simulated time the last byte arrived, seconds.
-        tag: the caller's tag, passed through untouched.
-    """
-
-    transfer_id: int
-    route: tuple[int, ...]
-    nbytes: float
-    start_s: float
-    end_s: float
-    tag: object
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class LinkInterval:
-    """A stretch of time during which one link carried a constant total rate > 0.
-
-    Attributes:
-        link: the link index.
-        start_s: start of the stretch, seconds.
-        end_s: end of the stretch, seconds (> ``start_s``).
-        bytes_per_s: the summed rate of the flows on the link during the stretch.
-    """
-
-    link: int
-    start_s: float
-    end_s: float
-    bytes_per_s: float
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class NetworkStats:
-    """Counters of the work a :class:`Network` did (for benchmarks).
-
-    Attributes:
-        transfers: transfers requested.
-        flows: transfers that became flows (non-empty route, bytes > 0, a finite-bandwidth link).
-        refills: max-min re-fills run.
-        refilled_flows: flows re-rated, summed over all re-fills (the cost driver).
-        region_growths: local re-fill rounds that had to grow their region.
-        component_refills: re-fills that fell back to the whole connected component.
-        active_flows: flows moving bytes now.
-        peak_active_flows: the most flows that moved bytes at once.
-    """
-
-    transfers: int
-    flows: int
-    refills: int
-    refilled_flows: int
-    region_growths: int
-    component_refills: int
-    active_flows: int
-    peak_active_flows: int
-
-
-class _Flow:
-    """Mutable state of one transfer while its bytes flow (internal)."""
-
-    # fmt: off
-    __slots__ = ("bott", "done", "event", "finish", "fixed", "id", "links", "mark", "nbytes",
-                 "new_bott", "new_rate", "rate", "remaining", "route", "start_s", "t_last", "tag",
-                 "version")
-    # fmt: on
-
-    def __init__(
-        self,
-        flow_id: int,
-        route: tuple[int, ...],
-        links: tuple[int, ...],
-        nbytes: float,
-        start_s: float,
-        tag: object,
-        event: simpy.Event,
-    ) -> None:
-        self.id = flow_id
-        self.route = route
-        self.links = links
-        self.nbytes = nbytes
-        self.remaining = float(nbytes)
-        self.start_s = start_s
-        self.tag = tag
-        self.event = event
-        self.rate = 0.0
-        self.new_rate = 0.0
-        self.t_last = 0.0
-        self.finish = math.inf
-        self.version = 0
-        self.mark = -1
-        self.fixed = -1
-        self.done = False
-        self.bott = -1
-        self.new_bott = -1
-
-
-def _check_rate_list(field: str, values: Sequence[float], *, allow_inf: bool, positive: bool) -> list[float]:
-    out: list[float] = []
-    for i, v in enumerate(values):
-        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and not math.isnan(v)
-        ok = ok and (math.isfinite(v) or (allow_inf and v > 0))
-        ok = ok and (v > 0 if positive else v >= 0)
-        if not ok:
-            rule = "must be > 0 (inf allowed)" if positive else "must be a finite number >= 0"
-            raise invalid(f"{field}[{i}]", v, rule)
-        out.append(float(v))
-    return out
 
 
 class Network:
@@ -220,10 +103,11 @@ class Network:
         on_link_interval: Callable[[LinkInterval], None] | None = None,
     ) -> None:
         self._env = env
-        self._cap = _check_rate_list(
-            "bandwidth_bytes_per_s", bandwidth_bytes_per_s, allow_inf=True, positive=True
-        )
-        self._lat = _check_rate_list("latency_s", latency_s, allow_inf=False, positive=False)
+        self._cap = [
+            check_positive(f"bandwidth_bytes_per_s[{i}]", v, allow_inf=True)
+            for i, v in enumerate(bandwidth_bytes_per_s)
+        ]
+        self._lat = [check_nonneg(f"latency_s[{i}]", v) for i, v in enumerate(latency_s)]
         if len(self._lat) != len(self._cap):
             raise invalid(
                 "latency_s", f"<{len(self._lat)} values>", f"must have one value per link ({len(self._cap)})"
@@ -237,15 +121,13 @@ class Network:
                 raise invalid(
                     "link_names", f"<{len(self._names)} names>", f"must name each of {n_links} links"
                 )
-        if not (isinstance(overhead_s, (int, float)) and math.isfinite(overhead_s) and overhead_s >= 0):
-            raise invalid("overhead_s", overhead_s, "must be a finite number >= 0")
-        self._overhead = float(overhead_s)
+        self._overhead = check_nonneg("overhead_s", overhead_s)
         self._free = bool(free_links)
         self._contention = bool(contention)
         self._on_transfer = on_transfer
         self._on_link = on_link_interval
 
-        self._link_flows: list[dict[int, _Flow]] = [{} for _ in range(n_links)]
+        self._link_flows: list[dict[int, Flow]] = [{} for _ in range(n_links)]
         self._link_mark = [-1] * n_links
         self._link_rate = [0.0] * n_links
         self._link_since = [0.0] * n_links
@@ -253,7 +135,7 @@ class Network:
         self._cnt = [0] * n_links  # scratch of _fill: unfrozen region flows per link
         # route -> (latency incl. overhead, links that constrain the rate: finite, deduplicated)
         self._routes: dict[tuple[int, ...], tuple[float, tuple[int, ...]]] = {}
-        self._heap: list[tuple[float, int, int, _Flow]] = []
+        self._heap: list[tuple[float, int, int, Flow]] = []
         self._dirty: set[int] = set()
         self._flush_pending = False
         self._armed_at = math.inf
@@ -328,7 +210,7 @@ class Network:
 
         Rates are those of the last re-fill (re-fills run at the end of each simulated instant).
         """
-        seen: dict[int, _Flow] = {}
+        seen: dict[int, Flow] = {}
         for flows in self._link_flows:
             seen.update(flows)
         return [(f.id, f.route, f.rate) for _, f in sorted(seen.items())]
@@ -392,7 +274,7 @@ class Network:
             else:
                 self._deliver_now(event, tid, route, nbytes, env.now, tag)
             return event
-        flow = _Flow(tid, route, links, nbytes, env.now, tag, event)
+        flow = Flow(tid, route, links, nbytes, env.now, tag, event)
         self._n_flows += 1
         if latency > 0:
             simpy.Timeout(env, latency, flow).callbacks.append(self._on_latency_done)
@@ -432,7 +314,7 @@ class Network:
     def _on_latency_done(self, timer: Any) -> None:
         self._start_flow(timer.value)
 
-    def _start_flow(self, flow: _Flow) -> None:
+    def _start_flow(self, flow: Flow) -> None:
         fid = flow.id
         link_flows = self._link_flows
         for link in flow.links:
@@ -471,7 +353,7 @@ class Network:
         now: float = self._env.now
         region = set(self._dirty)
         self._dirty.clear()
-        flows: list[_Flow] = []
+        flows: list[Flow] = []
         for _ in range(_MAX_LOCAL_ROUNDS):
             flows, grow = self._fill(sorted(region))
             if not grow:
@@ -531,112 +413,20 @@ class Network:
                             stack.append(other)
         return out
 
-    def _fill(self, region: list[int]) -> tuple[list[_Flow], list[int]]:
-        """Progressive filling of the flows on ``region`` (others fixed); returns those flows
-        (``new_rate``/``new_bott`` set) and the outside links where the result is not max-min."""
+    def _fill(self, region: list[int]) -> tuple[list[Flow], list[int]]:
         self._gen += 1
-        gen = self._gen
-        cap = self._cap
-        link_flows = self._link_flows
-        link_mark = self._link_mark
-        flows: list[_Flow] = []
-        for link in region:
-            link_mark[link] = gen
-            for f in link_flows[link].values():
-                if f.mark != gen:
-                    f.mark = gen
-                    flows.append(f)
-        rem = self._rem
-        cnt = self._cnt
-        queue: list[tuple[float, int]] = []
-        for link in region:
-            n = len(link_flows[link])
-            cnt[link] = n
-            if n:
-                rem[link] = cap[link]
-                queue.append((cap[link] / n, link))
-        outside: list[int] = []
-        for f in flows:
-            for link in f.links:
-                if link_mark[link] != gen:
-                    link_mark[link] = gen
-                    outside.append(link)
-                    left = cap[link]
-                    n = 0
-                    for g in link_flows[link].values():
-                        if g.mark == gen:
-                            n += 1
-                        else:
-                            left -= g.rate
-                    if left < 0.0:
-                        left = 0.0
-                    rem[link] = left
-                    cnt[link] = n
-                    queue.append((left / n, link))
+        return progressive_fill(
+            region, self._gen, self._cap, self._link_flows, self._link_mark, self._rem, self._cnt
+        )
 
-        # Progressive filling: repeatedly take the link with the smallest fair share of its
-        # remaining capacity and freeze its unfrozen flows at that share. Freezing flows at the
-        # smallest share never lowers another link's share, so a queued key can only be too
-        # small: a popped link whose share grew goes back in with its current share.
-        heapq.heapify(queue)
-        heappop = heapq.heappop
-        heappush = heapq.heappush
-        while queue:
-            key, link = heappop(queue)
-            c = cnt[link]
-            if c == 0:
-                continue
-            share = rem[link] / c
-            if share > key:
-                heappush(queue, (share, link))
-                continue
-            if share < 0.0:
-                share = 0.0  # rounding
-            for f in link_flows[link].values():
-                if f.mark == gen and f.fixed != gen:
-                    f.fixed = gen
-                    f.new_rate = share
-                    f.new_bott = link
-                    for other in f.links:
-                        cnt[other] -= 1
-                        rem[other] -= share
-
-        # Outside links: every flow there must keep a bottleneck (saturated, nobody faster).
-        grow: list[int] = []
-        for link in outside:
-            total = 0.0
-            fastest_in = 0.0
-            fastest_out = 0.0
-            for g in link_flows[link].values():
-                if g.mark == gen:
-                    x = g.new_rate
-                    if x > fastest_in:
-                        fastest_in = x
-                else:
-                    x = g.rate
-                    if x > fastest_out:
-                        fastest_out = x
-                total += x
-            saturated = total >= cap[link] * (1.0 - _REL_TOL)
-            fastest = max(fastest_in, fastest_out)
-            for g in link_flows[link].values():
-                if g.mark == gen:
-                    bad = g.new_bott == link and fastest_out > g.new_rate * (1.0 + _REL_TOL)
-                else:
-                    bad = g.bott == link and (not saturated or g.rate < fastest * (1.0 - _REL_TOL))
-                if bad:
-                    grow.append(link)
-                    break
-        return flows, grow
-
-    def _record_links(self, region: set[int], flows: list[_Flow], now: float) -> None:
+    def _record_links(self, region: set[int], flows: list[Flow], now: float) -> None:
         assert self._on_link is not None
         links = set(region)
         for f in flows:
             links.update(f.links)
         link_flows = self._link_flows
         for link in sorted(links):
-            total = math.fsum(f.rate for f in link_flows[link].values())
+            total = sum([f.rate for f in link_flows[link].values()])
             old = self._link_rate[link]
             if total != old:
                 since = self._link_since[link]
@@ -670,7 +460,7 @@ class Network:
         self._armed_at = math.inf
         now: float = self._env.now
         heap = self._heap
-        finished: list[_Flow] = []
+        finished: list[Flow] = []
         while heap:
             when, _, version, f = heap[0]
             if f.done or f.version != version:

@@ -16,14 +16,13 @@ max-min fair link sharing) over the cluster's routes, so contention and slow hop
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import simpy
 
-from pipesim.errors import invalid
+from pipesim.errors import check_nonneg, invalid
 from pipesim.profiles.hardware.cluster import Cluster
 from pipesim.simulator.collectives import AllReduceAlgorithm, allreduce
 from pipesim.simulator.network import Network
@@ -47,8 +46,7 @@ class TransferSpec:
     nbytes: float
 
     def __post_init__(self) -> None:
-        if not (math.isfinite(self.nbytes) and self.nbytes >= 0):
-            raise invalid("transfer.nbytes", self.nbytes, "must be a finite number >= 0")
+        check_nonneg("transfer.nbytes", self.nbytes)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -71,8 +69,7 @@ class CollectiveSpec:
             raise invalid("collective.kind", self.kind, "must be 'allreduce' or 'exchange'")
         if len(set(self.members)) != len(self.members) or not self.members:
             raise invalid("collective.members", self.members, "must be distinct device ids, at least one")
-        if not (math.isfinite(self.nbytes) and self.nbytes >= 0):
-            raise invalid("collective.nbytes", self.nbytes, "must be a finite number >= 0")
+        check_nonneg("collective.nbytes", self.nbytes)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -93,8 +90,7 @@ class StrategyStep:
 
     def __post_init__(self) -> None:
         for dev, sec in self.compute_s.items():
-            if not (math.isfinite(sec) and sec >= 0):
-                raise invalid(f"{self.name}.compute_s[{dev}]", sec, "must be a finite number >= 0")
+            check_nonneg(f"{self.name}.compute_s[{dev}]", sec)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

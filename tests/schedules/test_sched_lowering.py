@@ -152,3 +152,22 @@ def test_split_never_slows_a_schedule_down() -> None:
     assert same.makespan == full.makespan == 57
     assert split.makespan == 49
     assert split.busy == full.busy == (35, 35, 35)
+
+
+@pytest.mark.parametrize("name", ["gpipe", "1f1b", "dapple", "zb-h1", "zb-h2", "interleaved"])
+def test_lower_is_add_communication_then_add_allreduce(name: str) -> None:
+    from pipesim.schedules.lowering import lower
+
+    chunks = 2 if name == "interleaved" else 1
+    schedule = make_schedule(name, num_ranks=3, num_microbatches=6, chunks=chunks)
+    stages = range(0, schedule.num_stages, 2)
+    assert lower(schedule, stages) == add_allreduce(add_communication(schedule), stages)
+    assert lower(schedule) == add_communication(schedule)
+
+
+def test_lowered_steps_refuses_communication() -> None:
+    from pipesim.schedules.lowering import lowered_steps
+
+    lowered = add_communication(order("0F0 0B0", "1F0 1B0"))
+    with pytest.raises(InputError, match="compute actions only"):
+        list(lowered_steps(lowered.ranks[0], num_ranks=2, num_stages=2))

@@ -1,0 +1,275 @@
+"""The fast path: SimPy-free execution of a lowered program when no two transfers share a link.
+
+When no two transfers slow each other down, the link model has no state: a transfer over a route
+takes the route's latency plus its bytes over the route's slowest link (free links: nothing).
+That holds by construction with ``SimOptions(free_links=True)`` or ``contention=False``. With
+max-min sharing on (``contention=True``) it holds exactly when no two flows are ever on one link
+at the same time (a flow alone gets its bottleneck's full bandwidth under max-min): the fast path
+then tracks, per link, when flows hold it, and gives up (:class:`LinksShared`) at the first
+overlap, so that the caller runs the SimPy engine instead. That check needs every transfer in
+the program, so with sharing on it is offered only to programs without collectives and without
+a trace (per-link trace events come from the engine's network).
+
+Then every instruction's time follows from the instructions it depends on, and the program can be
+list-scheduled device by device, with no event queue: a device runs its instructions in order
+until a receive whose pieces are not all sent yet, and is woken when the last one is. Collectives
+(only on unshared links) do not interact with anything either: each one's duration is that of
+the very same :func:`pipesim.simulator.collectives.allreduce` run alone on a contention-free
+:class:`~pipesim.simulator.network.Network` (cached per collective shape).
+
+It executes the same :class:`~pipesim.simulator.program.Program` as the SimPy engine, reports
+into the same :class:`~pipesim.simulator.tally.Tally`, and is held equal to the engine by
+``tests/simulator/test_fastpath.py`` (relative 1e-9).
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+
+import simpy
+
+from pipesim.errors import invalid
+from pipesim.profiles.hardware.cluster import Cluster
+from pipesim.schedules.validate import deadlock_error
+from pipesim.simulator.collectives import allreduce
+from pipesim.simulator.network import Network
+from pipesim.simulator.program import Compute, Instruction, Program, Recv, Send
+from pipesim.simulator.tally import Tally
+from pipesim.simulator.trace import SimulationResult
+
+__all__ = ["LinksShared", "execute_fast"]
+
+
+class LinksShared(Exception):
+    """Two flows would share a link: the contention-free shortcut does not apply."""
+
+
+class _LinkHolds:
+    """Per link, the non-overlapping ``(start, end)`` stretches flows hold it; raises on overlap.
+
+    Stretches that end before every device's current time (the watermark) are dropped: no later
+    flow can start before it, so the memory held is the traffic in flight, not the whole run.
+    """
+
+    def __init__(self) -> None:
+        self.holds: dict[int, list[tuple[float, float]]] = {}
+        self.added = 0
+
+    def hold(self, links: tuple[int, ...], start: float, end: float) -> None:
+        for link in links:
+            spans = self.holds.get(link)
+            if spans is None:
+                spans = self.holds[link] = []
+            at = bisect.bisect_left(spans, (start, end))
+            if at > 0 and spans[at - 1][1] > start:
+                raise LinksShared
+            if at < len(spans) and spans[at][0] < end:
+                raise LinksShared
+            spans.insert(at, (start, end))
+        self.added += 1
+
+    def prune(self, watermark: float) -> None:
+        for link, spans in self.holds.items():
+            if spans and spans[0][1] <= watermark:
+                self.holds[link] = [span for span in spans if span[1] > watermark]
+
+
+class _Transfers:
+    """Contention-free transfer times over the cluster's links (the engine's link model)."""
+
+    def __init__(self, cluster: Cluster, *, free_links: bool) -> None:
+        self.cluster = cluster
+        self.free = free_links
+        self.network = self._network(simpy.Environment())
+        self._routes: dict[tuple[int, ...], tuple[float, float]] = {}
+        self._finite: dict[tuple[int, ...], tuple[int, ...]] = {}
+        self._collectives: dict[tuple[tuple[int, ...], float, str], float] = {}
+
+    def _network(self, env: simpy.Environment) -> Network:
+        links = self.cluster.links
+        return Network(
+            env,
+            [link.bandwidth_bytes_per_s for link in links],
+            [link.latency_s for link in links],
+            free_links=self.free,
+            contention=False,
+        )
+
+    def time_s(self, route: tuple[int, ...], nbytes: float) -> float:
+        """Seconds a transfer of ``nbytes`` over ``route`` takes (as ``Network.transfer`` does)."""
+        found = self._routes.get(route)
+        if found is None:
+            net = self.network
+            found = self._routes[route] = (net.route_latency_s(route), net.route_bandwidth_bytes_per_s(route))
+        latency, bandwidth = found
+        if math.isinf(bandwidth):
+            return latency
+        return latency + nbytes / bandwidth
+
+    def flow(self, route: tuple[int, ...], nbytes: float) -> tuple[float, tuple[int, ...]]:
+        """``(latency s, links whose bandwidth the bytes use)``; no links for a flow with no bytes."""
+        latency = self.network.route_latency_s(route)
+        if nbytes <= 0 or self.free:
+            return latency, ()
+        links = self._finite.get(route)
+        if links is None:
+            caps = self.cluster.links
+            links = self._finite[route] = tuple(
+                link for link in dict.fromkeys(route) if math.isfinite(caps[link].bandwidth_bytes_per_s)
+            )
+        return latency, links
+
+    def allreduce_s(self, members: tuple[int, ...], nbytes: float, algorithm: str) -> float:
+        """Seconds the all-reduce takes when run alone (no other traffic can slow it here)."""
+        key = (members, nbytes, algorithm)
+        found = self._collectives.get(key)
+        if found is None:
+            env = simpy.Environment()
+            body = allreduce(
+                env,
+                self._network(env),
+                list(members),
+                nbytes,
+                self.cluster.route,
+                server_of=self.cluster.server_of,
+                algorithm=algorithm,
+            )
+            env.process(body)
+            env.run()
+            found = self._collectives[key] = float(env.now)
+        return found
+
+
+def execute_fast(
+    program: Program, cluster: Cluster, *, record_trace: bool, free_links: bool, contention: bool = False
+) -> SimulationResult:
+    """Execute ``program`` by list scheduling, transfers never slowing each other down.
+
+    Args:
+        program: the lowered program.
+        cluster: devices and links.
+        record_trace: keep trace events and full memory curves.
+        free_links: transfers take no time (else: latency + bytes / route bandwidth).
+        contention: links are shared max-min fairly: check that no two flows ever share one.
+
+    Returns:
+        The same :class:`SimulationResult` the SimPy engine gives on these links.
+
+    Raises:
+        LinksShared: with ``contention``, two flows would share a link (run the engine instead).
+        InputError: ``contention`` on links that are not free, with collectives or a trace.
+        ScheduleError: the program deadlocks (cannot happen for a validated schedule).
+    """
+    shared = contention and not free_links
+    if shared and (program.collectives or record_trace):
+        raise invalid(
+            "contention", contention, "the fast path checks sharing only without collectives or trace"
+        )
+    holds = _LinkHolds() if shared else None
+    tally = Tally(program, record=record_trace)
+    links = _Transfers(cluster, free_links=free_links)
+    streams = [program.stream(rank, replica) for rank, replica, _ in program.streams]
+    devices = [device for _, _, device in program.streams]
+    n = len(streams)
+    t_free = [0.0] * n
+    busy = [0.0] * n
+    wait = [0.0] * n
+    pending: list[Recv | None] = [None] * n
+    step_at = [0] * n
+    # arrival key -> [pieces arrived, last arrival time, last production time]
+    arrivals: dict[tuple[str, int, int, int], list[float]] = {}
+    waiting: dict[tuple[str, int, int, int], tuple[int, int]] = {}  # key -> (stream, pieces)
+    ready_at = [0.0] * len(program.collectives)
+    finished = 0
+    over = [False] * n  # streams that ran their last instruction
+    runnable = list(range(n - 1, -1, -1))
+    while runnable:
+        i = runnable.pop()
+        device = devices[i]
+        it = streams[i]
+        t = t_free[i]
+        ins: Instruction | None = pending[i]
+        pending[i] = None
+        if ins is None:
+            ins = next(it, None)
+        while ins is not None:
+            if isinstance(ins, Compute):
+                duration = ins.duration_s
+                if ins.marks:
+                    mark_t, elapsed = t, 0.0
+                    for fraction, cid in ins.marks:
+                        if fraction * duration > elapsed:
+                            mark_t += fraction * duration - elapsed
+                            elapsed = fraction * duration
+                        ready_at[cid] = max(ready_at[cid], mark_t)
+                start = t
+                if duration > 0:
+                    t = t + duration
+                busy[i] += duration
+                tally.compute(device, ins, start, t)
+            elif isinstance(ins, Send):
+                key = ins.key
+                got = arrivals.get(key)
+                if got is None:
+                    got = arrivals[key] = [0, 0.0, 0.0]
+                if t > got[2]:
+                    got[2] = t
+                if ins.route:
+                    tally.num_ops += 1
+                    end = t + links.time_s(ins.route, ins.nbytes)
+                    if holds is not None:
+                        latency, held = links.flow(ins.route, ins.nbytes)
+                        if held:
+                            holds.hold(held, t + latency, end)
+                            if holds.added % 1024 == 0:
+                                holds.prune(min(t_free[j] for j in range(n) if not over[j]))
+                    tally.send(device, key[0], ins.stage, key[2], ins.nbytes, ins.dst_device, t, end)
+                else:
+                    end = t
+                got[0] += 1
+                if end > got[1]:
+                    got[1] = end
+                woken = waiting.get(key)
+                if woken is not None and got[0] == woken[1]:
+                    del waiting[key]
+                    runnable.append(woken[0])
+            elif isinstance(ins, Recv):
+                got = arrivals.get(ins.key)
+                if got is None or got[0] < ins.pieces:
+                    if ins.pieces:  # (a replica that receives nothing never waits)
+                        waiting[ins.key] = (i, ins.pieces)
+                        pending[i] = ins
+                        step_at[i] = ins.step
+                        break
+                else:
+                    del arrivals[ins.key]
+                    if got[1] > t:
+                        wait[i] += max(0.0, got[1] - max(t, got[2]))
+                        t = got[1]
+            else:  # Post
+                ready_at[ins.collective] = max(ready_at[ins.collective], t)
+            ins = next(it, None)
+        t_free[i] = t
+        if ins is None:
+            over[i] = True
+            finished += 1
+            tally.stream_done(device, busy[i], wait[i], t)
+    if finished < n:
+        lowered = program.lowered_schedule()
+        stuck: dict[int, tuple[int, int, str | None]] = {}
+        for i, (rank, _, _) in enumerate(program.streams):
+            if pending[i] is not None and rank not in stuck:
+                stuck[rank] = (rank, step_at[i], None)
+        raise deadlock_error(lowered.ranks, [stuck[r] for r in sorted(stuck)])
+    drained = max(t_free, default=0.0)
+    done = [0.0] * len(program.collectives)
+    for spec in program.collectives:
+        start = ready_at[spec.index]
+        if spec.after_drain:
+            start = max(start, drained)
+        if spec.after is not None:
+            start = max(start, done[spec.after])
+        done[spec.index] = start + links.allreduce_s(spec.members, spec.nbytes, spec.algorithm)
+        tally.collective(spec.members, spec.stage, spec.nbytes, start, done[spec.index])
+    return tally.result(cluster, tuple(link.name for link in cluster.links))

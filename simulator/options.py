@@ -1,0 +1,68 @@
+"""Simulation options: the what-if knobs of one simulated iteration (:class:`SimOptions`)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from pipesim.errors import invalid
+from pipesim.profiles.costmodels.collective import AllReduceOverlap
+
+__all__ = ["SimOptions"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SimOptions:
+    """How to simulate (what-if knobs). Defaults model the cluster as given.
+
+    Attributes:
+        free_links: zero-latency, infinite-bandwidth links (closed-form checks).
+        contention: share each link max-min fairly among concurrent flows; ``False`` gives every
+            flow the link's full bandwidth (the contention-free model of the analytic evaluator).
+        speed_factors: relative compute speed per device id (0.5 = a GPU at half speed).
+        jitter: coefficient of variation of a log-normal multiplicative noise on every compute
+            op (0 = none); per-op-kind values with a mapping such as ``{"F": 0.05, "B": 0.1}``.
+        seed: seed of the jitter's random generator (required when jitter is on).
+        allreduce_overlap: an :class:`~pipesim.profiles.costmodels.collective.AllReduceOverlap`
+            (a name is accepted and converted): ``"after_backward"`` starts a stage's gradient
+            all-reduce as soon as all its replicas finished their last backward (DAPPLE);
+            ``"end"`` waits for the whole
+            pipeline to drain first; ``"bucketed"`` cuts a stage's gradients into buckets of
+            ``bucket_bytes`` (in backward order, as PyTorch DDP does) and all-reduces each bucket,
+            one after another, as soon as every replica's last backward has produced it.
+        bucket_bytes: bucket size for ``"bucketed"``, bytes (default 25 MiB, DDP's default
+            ``bucket_cap_mb``).
+        record_trace: keep every trace event (set ``False`` for big sweeps).
+    """
+
+    free_links: bool = False
+    contention: bool = True
+    speed_factors: Mapping[int, float] = field(default_factory=dict)
+    jitter: float | Mapping[str, float] = 0.0
+    seed: int | None = None
+    allreduce_overlap: AllReduceOverlap = AllReduceOverlap.AFTER_BACKWARD
+    bucket_bytes: float = 25 * 1024**2
+    record_trace: bool = True
+
+    def __post_init__(self) -> None:
+        for device, factor in self.speed_factors.items():
+            if not (math.isfinite(factor) and factor > 0):
+                raise invalid(f"speed_factors[{device}]", factor, "must be a finite number > 0")
+        jitter = self.jitter if isinstance(self.jitter, Mapping) else {"*": self.jitter}
+        for op, cv in jitter.items():
+            if op not in ("*", "F", "B", "I", "W"):
+                raise invalid("jitter", op, "keys must be F, B, I or W")
+            if not (math.isfinite(cv) and cv >= 0):
+                raise invalid(f"jitter[{op}]", cv, "must be a finite number >= 0")
+        if any(v > 0 for v in jitter.values()) and self.seed is None:
+            raise invalid("seed", None, "jitter needs an explicit seed (same seed, same result)")
+        object.__setattr__(self, "allreduce_overlap", AllReduceOverlap.parse(self.allreduce_overlap))
+        if not (math.isfinite(self.bucket_bytes) and self.bucket_bytes > 0):
+            raise invalid("bucket_bytes", self.bucket_bytes, "must be a finite number > 0")
+
+    def jitter_for(self, op: str) -> float:
+        """The coefficient of variation for op ``"F"``, ``"B"``, ``"I"`` or ``"W"``."""
+        if isinstance(self.jitter, Mapping):
+            return float(self.jitter.get(op, self.jitter.get("*", 0.0)))
+        return float(self.jitter)

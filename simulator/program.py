@@ -1,0 +1,485 @@
+"""The lowered program: what every device runs in one iteration, as instruction lists.
+
+``lower(plan, profile, cluster, options)`` turns a plan into a :class:`Program`:
+
+    schedule (compute actions per pipeline rank, :mod:`pipesim.schedules`)
+      -> stage-level lowering (:func:`pipesim.schedules.lowering.lowered_steps`: sends and
+         receives between stages, one ``ALL_REDUCE`` per replicated stage)
+      -> device-level expansion (here): each rank's steps become the instruction list of each of
+         its replicas' devices, with durations, memory, bytes and routes filled in; a send between
+         replica sets of different sizes becomes the pieces :func:`pipesim.plan.resplit` gives; a
+         stage's all-reduce becomes one collective, or one per gradient bucket.
+
+The engine (:mod:`pipesim.simulator.engine`) executes the instructions and decides nothing.
+Instructions are small named tuples (cheap to make by the million, printable); the lists are
+generated lazily (:meth:`Program.stream`) so a program of any length runs in constant memory;
+:meth:`Program.instructions` and :meth:`Program.format` materialize one device's list to look at.
+
+Instruction semantics (per device, strictly in list order on its compute stream):
+
+* :class:`Compute` occupies the compute stream for ``duration_s``; each of ``alloc_bytes`` is
+  allocated at its start and each of ``free_bytes`` released at its end; each ``(fraction, collective)``
+  of ``marks`` makes this device ready for that collective once ``fraction`` of the duration
+  has run (gradient buckets).
+* :class:`Recv` waits until ``pieces`` transfers keyed ``key`` have arrived.
+* :class:`Send` posts one transfer (it does not block the compute stream): ``nbytes`` over
+  ``route`` to the arrival ``key`` on ``dst_device``; concurrent transfers share links max-min
+  fairly; an empty route is delivered at once (same device, or free links).
+* :class:`Post` makes this device ready for a collective (does not block).
+
+A :class:`Collective` (gradient all-reduce of one stage's bucket among its replicas) starts once
+every member is ready, the collective ``after`` it (the stage's previous bucket) has ended, and,
+with ``after_drain``, every compute stream has finished.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from pipesim.errors import invalid
+from pipesim.plan import Plan, resplit
+from pipesim.profiles.costmodels.memory import static_memory_bytes
+from pipesim.profiles.hardware.cluster import Cluster
+from pipesim.profiles.models.profile import ModelProfile
+from pipesim.schedules import Schedule, make_schedule
+from pipesim.schedules.action import Op
+from pipesim.schedules.lowering import lower as lower_schedule
+from pipesim.schedules.lowering import lowered_steps
+from pipesim.schedules.validate import validate
+from pipesim.simulator.microbatch_costs import MicrobatchCosts
+from pipesim.simulator.options import SimOptions
+from pipesim.simulator.stage_costs import CostOptions, StageCosts, StageFacts
+
+__all__ = ["Collective", "Compute", "Instruction", "Post", "Program", "Recv", "Send", "lower"]
+
+ArrivalKey = tuple[str, int, int, int]
+"""``("act" | "grad", receiving stage, micro-batch, receiving replica)``."""
+
+
+class Compute(NamedTuple):
+    """Run ``op`` (``F``, ``B``, ``I``, ``W``) of ``stage`` on ``microbatch`` for ``duration_s``."""
+
+    op: str
+    stage: int
+    microbatch: int
+    duration_s: float
+    alloc_bytes: tuple[float, ...]
+    free_bytes: tuple[float, ...]
+    marks: tuple[tuple[float, int], ...]
+    step: int  # index of the action in the rank's lowered schedule row
+
+
+class Recv(NamedTuple):
+    """Wait for ``pieces`` transfers keyed ``key`` (an activation or a gradient)."""
+
+    key: ArrivalKey
+    pieces: int
+    step: int
+
+
+class Send(NamedTuple):
+    """Post one transfer of ``nbytes`` over ``route`` to ``dst_device`` (arrival ``key``)."""
+
+    key: ArrivalKey
+    stage: int  # the sending stage
+    microbatch: int
+    dst_device: int
+    nbytes: float
+    route: tuple[int, ...]
+
+
+class Post(NamedTuple):
+    """Mark this device ready for collective ``collective`` (does not block)."""
+
+    collective: int
+
+
+Instruction = Compute | Recv | Send | Post
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Collective:
+    """One gradient all-reduce among a stage's replicas.
+
+    Attributes:
+        index: its index in :attr:`Program.collectives`.
+        stage: the stage whose gradients it reduces.
+        bucket: the bucket index within the stage (0 when not bucketed).
+        nbytes: bytes each member contributes.
+        members: the devices, in ring order.
+        algorithm: ``ring``, ``hierarchical`` or ``auto``.
+        after: the collective that must end first (the stage's previous bucket), or ``None``.
+        after_drain: wait until every compute stream has finished.
+    """
+
+    index: int
+    stage: int
+    bucket: int
+    nbytes: float
+    members: tuple[int, ...]
+    algorithm: str
+    after: int | None
+    after_drain: bool
+
+
+_NO_MARKS: tuple[tuple[float, int], ...] = ()
+
+
+@functools.lru_cache(maxsize=4096)
+def _resplit(
+    src: tuple[tuple[int, int], ...], dst: tuple[tuple[int, int], ...]
+) -> tuple[tuple[int, int, int], ...]:
+    return resplit(src, dst)
+
+
+class Program:
+    """The lowered program of one iteration: per-device instruction lists plus collectives.
+
+    Build it with :func:`lower`. Attributes:
+        plan: the plan it runs.
+        schedule: the compute-only schedule (validated) whose lowering this is.
+        stages: per-stage facts (:class:`StageFacts`).
+        streams: ``(rank, replica, device)`` of every device stream, in start order.
+        collectives: every gradient all-reduce (:class:`Collective`).
+        static_memory_bytes: weights + gradients + optimizer state per device, bytes.
+    """
+
+    def __init__(
+        self,
+        *,
+        plan: Plan,
+        schedule: Schedule,
+        stages: list[StageFacts],
+        collectives: list[Collective],
+        static_memory: dict[int, float],
+        costs: StageCosts,
+        cluster: Cluster,
+        opts: CostOptions,
+        bucket_marks: dict[int, tuple[tuple[float, int], ...]],
+    ) -> None:
+        self.plan = plan
+        self.schedule = schedule
+        self.stages = tuple(stages)
+        self.collectives = tuple(collectives)
+        self.static_memory_bytes = static_memory
+        self.streams = tuple(
+            (rank, replica, device)
+            for rank, devices in enumerate(plan.placement(cluster.num_devices))
+            for replica, device in enumerate(devices)
+        )
+        self._costs = costs
+        self._cluster = cluster
+        self._opts = opts
+        self._marks = bucket_marks  # stage -> marks on its last backward (bucketed all-reduce)
+        self._posts = {
+            c.stage: c.index for c in collectives if c.bucket == 0 and not bucket_marks.get(c.stage)
+        }
+        self._routes: dict[tuple[int, int], tuple[int, ...]] = {}
+
+    def lowered_schedule(self) -> Schedule:
+        """The stage-level lowered schedule (sends, receives, all-reduces), validated."""
+        return lower_schedule(self.schedule, self._posts.keys() | self._marks.keys())
+
+    def stream(self, rank: int, replica: int) -> Iterator[Instruction]:
+        """The instructions of the device running ``replica`` of ``rank``, generated lazily."""
+        sched = self.schedule
+        row = sched.ranks[rank]
+        reduce = {s for s in self._posts.keys() | self._marks.keys() if s % sched.num_ranks == rank}
+        last_backward: dict[int, int] = {}
+        for i, a in enumerate(row):
+            if a.op is Op.B or a.op is Op.W:
+                last_backward[a.stage] = i
+        samples = self._costs.samples
+        cached = self._costs.uniform  # costs depend on the micro-batch's size only: reuse them
+        computes: dict[tuple[Op, int, int], tuple[str, float, tuple[float, ...], tuple[float, ...]]] = {}
+        recvs: dict[tuple[Op, int, int], int] = {}
+        sends: dict[tuple[Op, int, int], tuple[tuple[str, int, int, int, float, tuple[int, ...]], ...]] = {}
+        op_f, op_b, op_i, op_w = Op.F, Op.B, Op.I, Op.W
+        op_recv_f, op_recv_b, op_reduce = Op.RECV_F, Op.RECV_B, Op.ALL_REDUCE
+        compute_index = -1
+        steps = lowered_steps(
+            row, num_ranks=sched.num_ranks, num_stages=sched.num_stages, allreduce_stages=reduce
+        )
+        for step, (op, s, mb) in enumerate(steps):
+            if op is op_reduce:
+                cid = self._posts.get(s)
+                if cid is not None:
+                    yield Post(cid)
+                continue
+            assert mb is not None
+            key = (op, s, samples[mb])
+            if op is op_f or op is op_b or op is op_i or op is op_w:
+                compute_index += 1
+                parts = computes.get(key) if cached else None
+                if parts is None:
+                    parts = self._compute_parts(op, s, mb, replica)
+                    if cached:
+                        computes[key] = parts
+                name, duration, alloc, free = parts
+                marks = _NO_MARKS
+                if (op is op_b or op is op_w) and last_backward.get(s) == compute_index:
+                    marks = self._marks.get(s, _NO_MARKS)
+                yield Compute(name, s, mb, duration, alloc, free, marks, step)
+            elif op is op_recv_f or op is op_recv_b:
+                pieces = recvs.get(key) if cached else None
+                if pieces is None:
+                    src = s - 1 if op is op_recv_f else s + 1
+                    pieces = sum(1 for _, k, _ in self._pieces(src, s, mb) if k == replica)
+                    if cached:
+                        recvs[key] = pieces
+                yield Recv(("act" if op is op_recv_f else "grad", s, mb, replica), pieces, step)
+            else:  # SEND_F or SEND_B
+                out = sends.get(key) if cached else None
+                if out is None:
+                    out = tuple(self._send_parts(op, s, mb, replica))
+                    if cached:
+                        sends[key] = out
+                for kind, dst, k, dst_device, nbytes, route in out:
+                    yield Send((kind, dst, mb, k), s, mb, dst_device, nbytes, route)
+
+    def _compute_parts(
+        self, op: Op, s: int, mb: int, replica: int
+    ) -> tuple[str, float, tuple[float, ...], tuple[float, ...]]:
+        """``(op, duration s, bytes allocated at the start, bytes freed at the end)``."""
+        fwd, bwd, stash, work = self._costs.of(s, mb, replica)
+        wf = self.stages[s].wgrad_fraction
+        if op is Op.F:
+            return ("F", fwd, (stash,), ())
+        if op is Op.B:
+            return ("B", bwd, (work,), (work, stash))
+        if op is Op.I:
+            return ("I", bwd * (1.0 - wf), (work,), (work,))
+        return ("W", bwd * wf, (), (stash,))
+
+    def _send_parts(
+        self, op: Op, s: int, mb: int, replica: int
+    ) -> Iterator[tuple[str, int, int, int, float, tuple[int, ...]]]:
+        """``(kind, receiving stage, receiving replica, its device, bytes, route)`` per piece."""
+        stages = self.stages
+        dst = s + 1 if op is Op.SEND_F else s - 1
+        kind = "act" if op is Op.SEND_F else "grad"
+        per_sample = self._costs.out_per_sample(s if op is Op.SEND_F else dst, mb)
+        src_device = stages[s].devices[replica]
+        for j, k, count in self._pieces(s, dst, mb):
+            if j == replica:
+                dst_device = stages[dst].devices[k]
+                yield (kind, dst, k, dst_device, count * per_sample, self._route(src_device, dst_device))
+
+    def _pieces(self, src: int, dst: int, mb: int) -> tuple[tuple[int, int, int], ...]:
+        n = self._costs.samples[mb]
+        a = self._costs.shares(n, len(self.stages[src].devices))
+        b = self._costs.shares(n, len(self.stages[dst].devices))
+        return _resplit(a, b)
+
+    def _route(self, src: int, dst: int) -> tuple[int, ...]:
+        if self._opts.free_links or src == dst:
+            return ()
+        key = (src, dst)
+        found = self._routes.get(key)
+        if found is None:
+            found = self._routes[key] = tuple(self._cluster.route(src, dst))
+        return found
+
+    def instructions(self, device: int) -> list[Instruction]:
+        """Every instruction of ``device`` (materialized; for inspection and tests).
+
+        Raises:
+            InputError: ``device`` runs no stage of the plan.
+        """
+        for rank, replica, d in self.streams:
+            if d == device:
+                return list(self.stream(rank, replica))
+        raise invalid(
+            "device", device, f"must be one of the plan's devices {sorted(self.static_memory_bytes)}"
+        )
+
+    def format(self, device: int) -> str:
+        """``device``'s instruction list as text, one instruction per line."""
+        lines = [f"device {device}:"]
+        for ins in self.instructions(device):
+            if isinstance(ins, Compute):
+                text = f"{ins.stage}{ins.op}{ins.microbatch}  {ins.duration_s:.6g} s"
+                if ins.marks:
+                    text += "  marks " + ", ".join(f"ar{c}@{f:.3g}" for f, c in ins.marks)
+            elif isinstance(ins, Recv):
+                kind, s, mb, k = ins.key
+                text = f"recv {kind} {s}:{mb} replica {k} ({ins.pieces} piece{'s' * (ins.pieces != 1)})"
+            elif isinstance(ins, Send):
+                kind, s, mb, k = ins.key
+                text = f"send {kind} {ins.stage}->{s}:{mb} to gpu{ins.dst_device} {ins.nbytes:.6g} B"
+                text += f" route {list(ins.route)}" if ins.route else " (at once)"
+            else:
+                c = self.collectives[ins.collective]
+                text = f"post ar{c.index} (stage {c.stage} all-reduce {c.nbytes:.6g} B)"
+            lines.append("  " + text)
+        return "\n".join(lines)
+
+
+def _stage_facts(
+    plan: Plan, profile: ModelProfile, placement: tuple[tuple[int, ...], ...]
+) -> list[StageFacts]:
+    out = []
+    for s, spec in enumerate(plan.stages):
+        rank = s % plan.num_ranks
+        layers = range(spec.first_layer, spec.last_layer + 1)
+        weights = sum(profile.layers[i].parameter_bytes for i in layers)
+        bwd_total = sum(profile.layers[i].bwd_time_s for i in layers)
+        w_time = sum(profile.layers[i].bwd_time_s * profile.layers[i].weight_grad_fraction for i in layers)
+        wgrad = w_time / bwd_total if bwd_total > 0 else (0.5 if weights else 0.0)
+        out.append(
+            StageFacts(index=s, rank=rank, layers=layers, devices=placement[rank], wgrad_fraction=wgrad)
+        )
+    return out
+
+
+def _buckets(profile: ModelProfile, layers: range, bucket_bytes: float) -> list[tuple[float, float]]:
+    """(bytes, fraction of the backward after which the bucket's gradients exist), in order.
+
+    The backward runs from the stage's last layer down; a bucket closes once it holds at least
+    ``bucket_bytes`` (PyTorch DDP's rule).
+    """
+    items = profile.layers
+    total_bwd = sum(items[i].bwd_time_s for i in layers)
+    buckets: list[tuple[float, float]] = []
+    size = 0.0
+    done = 0.0
+    for i in reversed(layers):
+        size += items[i].parameter_bytes
+        done += items[i].bwd_time_s
+        if size >= bucket_bytes:
+            buckets.append((size, done / total_bwd if total_bwd > 0 else 1.0))
+            size = 0.0
+    if size > 0 or not buckets:
+        buckets.append((size, 1.0))
+    return buckets
+
+
+def _name(value: object) -> str:
+    """The text of a name given as a ``str`` or a ``str`` enum member (``str()`` of an enum
+    member is its qualified name, not its value)."""
+    return str(getattr(value, "value", value))
+
+
+def lower(
+    plan: Plan,
+    profile: ModelProfile,
+    cluster: Cluster,
+    options: SimOptions,
+    *,
+    schedule: Schedule | None = None,
+    costs: MicrobatchCosts | None = None,
+) -> Program:
+    """Lower ``plan`` into the :class:`Program` the engine runs.
+
+    Args:
+        plan: the plan.
+        profile: the model's per-layer costs.
+        cluster: devices and links (placement, routes).
+        options: the simulation options (speed factors, jitter, all-reduce overlap, free links).
+        schedule: an explicit schedule (its compute actions are used) instead of the one
+            ``plan.schedule`` names; it must have the plan's ranks, stages and micro-batches.
+        costs: explicit per-stage, per-micro-batch costs (see :func:`pipesim.simulator.simulate`).
+
+    Returns:
+        The program (instruction lists are generated when streamed).
+
+    Raises:
+        Infeasible: the plan needs more devices than the cluster has, or more stages than layers.
+        InputError: the plan does not match the model or the cluster, an unknown schedule, or a
+            ``schedule`` or ``costs`` whose shape differs from the plan's.
+        ScheduleError: the schedule breaks a rule of :func:`pipesim.schedules.validate`.
+    """
+    plan.check_against(profile.num_layers, cluster.num_devices)
+    if costs is not None:
+        costs.check_shape(plan.num_stages, plan.num_microbatches)
+    if schedule is None:
+        schedule = make_schedule(
+            plan.schedule,
+            num_ranks=plan.num_ranks,
+            num_microbatches=plan.num_microbatches,
+            chunks=plan.chunks,
+            **dict(plan.schedule_options),
+        )
+    elif (schedule.num_ranks, schedule.num_stages, schedule.num_microbatches) != (
+        plan.num_ranks,
+        plan.num_stages,
+        plan.num_microbatches,
+    ):
+        raise invalid(
+            "schedule",
+            f"{schedule.num_ranks} ranks, {schedule.num_stages} stages, {schedule.num_microbatches} "
+            "micro-batches",
+            f"must match the plan's {plan.num_ranks} ranks, {plan.num_stages} stages, "
+            f"{plan.num_microbatches} micro-batches",
+        )
+    else:
+        schedule = schedule.compute_only()
+        validate(schedule)
+    placement = plan.placement(cluster.num_devices)
+    stages = _stage_facts(plan, profile, placement)
+    opts = CostOptions(
+        speed_factors=dict(options.speed_factors),
+        jitter_f=options.jitter_for("F"),
+        jitter_b=options.jitter_for("B"),
+        seed=options.seed,
+        allreduce_overlap=_name(options.allreduce_overlap),
+        bucket_bytes=float(options.bucket_bytes),
+        free_links=options.free_links,
+    )
+    collectives: list[Collective] = []
+    marks: dict[int, tuple[tuple[float, int], ...]] = {}
+    bucketed = opts.allreduce_overlap == "bucketed"
+    for stage in stages:
+        if len(stage.devices) < 2:
+            continue
+        if bucketed:
+            stage_marks = []
+            for k, (nbytes, fraction) in enumerate(_buckets(profile, stage.layers, opts.bucket_bytes)):
+                index = len(collectives)
+                collectives.append(
+                    Collective(
+                        index=index,
+                        stage=stage.index,
+                        bucket=k,
+                        nbytes=nbytes,
+                        members=stage.devices,
+                        algorithm=_name(plan.allreduce),
+                        after=index - 1 if k else None,
+                        after_drain=False,
+                    )
+                )
+                stage_marks.append((fraction, index))
+            marks[stage.index] = tuple(stage_marks)
+        else:
+            nbytes = float(sum(profile.layers[i].parameter_bytes for i in stage.layers))
+            collectives.append(
+                Collective(
+                    index=len(collectives),
+                    stage=stage.index,
+                    bucket=0,
+                    nbytes=nbytes,
+                    members=stage.devices,
+                    algorithm=_name(plan.allreduce),
+                    after=None,
+                    after_drain=opts.allreduce_overlap == "end",
+                )
+            )
+    device_layers: dict[int, list[int]] = {}
+    for stage in stages:
+        for device in stage.devices:
+            device_layers.setdefault(device, []).extend(stage.layers)
+    static = {d: static_memory_bytes(profile, layers, plan.optimizer) for d, layers in device_layers.items()}
+    return Program(
+        plan=plan,
+        schedule=schedule,
+        stages=stages,
+        collectives=collectives,
+        static_memory=static,
+        costs=StageCosts(plan, profile, stages, opts, costs),
+        cluster=cluster,
+        opts=opts,
+        bucket_marks=marks,
+    )
