@@ -6,11 +6,13 @@ This layer imports only ``pipesim.errors``, ``pipesim.units``, ``pipesim.profile
 """
 
 from pipesim.planner.dapple import cut_positions, dapple_search, device_unit, replica_candidates
-from pipesim.planner.estimate import CostModel, pipeline_time_s
+from pipesim.planner.estimate import ESTIMATED_SCHEDULES, CostModel, pipeline_time_s
 from pipesim.planner.placement import Placement, device_order, parse_placement
-from pipesim.planner.search import estimate_plan, plan, planner_names
+from pipesim.planner.search import SHORTLIST, estimate_plan, plan, planner_names
 
 __all__ = [
+    "ESTIMATED_SCHEDULES",
+    "SHORTLIST",
     "CostModel",
     "Placement",
     "cut_positions",

@@ -381,7 +381,7 @@ def _uniform_bound(
             global_batch_size=global_batch_size,
             num_microbatches=m,
         )
-        est = model.estimate(plan, contention=False, exact_schedule=False)
+        est = model.estimate(plan, decomposable=True)
         if est.peak_memory_bytes <= memory_limit_bytes:
             best = min(best, est.iteration_time_s)
     return best

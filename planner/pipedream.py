@@ -25,7 +25,7 @@ of balanced time (a cost-saving coarsening, not in the paper).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pipesim.errors import Infeasible
 from pipesim.plan import Plan, StagePlan, balanced_split
@@ -163,17 +163,7 @@ def pipedream_plans(model: CostModel, global_batch_size: int, memory_limit_bytes
         if est.peak_memory_bytes > memory_limit_bytes:
             continue
         if best is None or best.estimate is None or est.iteration_time_s < best.estimate.iteration_time_s:
-            best = Plan(
-                stages=plan.stages,
-                global_batch_size=global_batch_size,
-                num_microbatches=m,
-                schedule="1f1b",
-                optimizer=model.optimizer,
-                allreduce=model.allreduce,
-                recompute=model.recompute,
-                estimate=est,
-                planner="pipedream",
-            )
+            best = replace(plan, estimate=est)
     if best is None:
         raise Infeasible(
             f"PipeDream's partition ({len(stages)} stages) fits in "
