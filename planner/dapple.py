@@ -34,6 +34,7 @@ __all__ = [
     "cut_positions",
     "dapple_search",
     "device_unit",
+    "even_split",
     "replica_candidates",
 ]
 
@@ -107,7 +108,7 @@ def cut_positions(profile: ModelProfile) -> tuple[int, ...]:
     crossing = [c.crossing_bytes for c in profile.cuts()]  # crossing[k]: stage starting at k + 1
     half = max(1, -(-n // (2 * CUT_BLOCKS)))
     out = [0]
-    for pos in _even_split(times, CUT_BLOCKS)[1:-1]:
+    for pos in even_split(times, CUT_BLOCKS)[1:-1]:
         window = range(max(1, pos - half), min(n - 1, pos + half) + 1)
         best = min(window, key=lambda s: (crossing[s - 1], abs(s - pos), s))
         if best > out[-1]:  # two boundaries that move to one cut merge their blocks
@@ -324,7 +325,7 @@ def _search_one(
     return SearchResult(time_s=best.z, stages=tuple(stages), num_microbatches=m, placement=policy)
 
 
-def _even_split(times: Sequence[float], parts: int) -> list[int]:
+def even_split(times: Sequence[float], parts: int) -> list[int]:
     """Block boundaries ``0 = c_0 < ... < c_parts = len(times)`` cutting where the running total
     first reaches ``k / parts`` of the whole (each part non-empty; ``parts <= len(times)``)."""
     n = len(times)
@@ -367,7 +368,7 @@ def _uniform_bound(
         stages = num_dev // r
         if stages > len(block_times) or stages * r != num_dev:
             continue
-        bounds = _even_split(block_times, stages)
+        bounds = even_split(block_times, stages)
         plan = Plan(
             stages=tuple(
                 StagePlan(
