@@ -41,6 +41,7 @@ from pipesim.planner.latency import (
     gpipe_time_s,
     looped_time_s,
     nic_sharing_end_s,
+    one_f_one_b_loops_s,
     pipeline_time_s,
     prepend,
 )
@@ -531,51 +532,18 @@ class CostModel:
         )
 
     def _cycle_time_s(self, plan: Plan, costs: Sequence[StageCosts]) -> float:
-        """The 1F1B family's closed-loop term over every stretch of stages ``i..j``, seconds.
-
-        Under 1F1B stage ``i`` holds at most ``K_i`` micro-batches between a forward and its
-        backward (:func:`~pipesim.profiles.costmodels.memory.in_flight_microbatches`), so the loop
-        from stage ``i`` through stage ``j`` and back carries ``n_ij = K_i - K_j + 1`` micro-batches
-        (``j - i + 1`` with the default warm-up) and passes them at most once per round trip
-        ``R_ij = sum_{s=i..j} (F_s + B_s) + sum_{i<=b<j} (c_f(b) + c_b(b))``. With the fill to
-        stage ``i`` and the drain back from it::
-
-            T >= sum_{s<i} (F_s + c_f(s)) + R_ij + (M - 1) R_ij / n_ij + sum_{s<i} (B_s + c_b(s))
-
-        maximised over ``i <= j`` with ``n_ij < M``. ``i = j`` is DAPPLE's compute pivot; longer
-        stretches see what DAPPLE's pseudo-stages miss: unequal stages and slow links in a loop
-        with few micro-batches in flight (the reason for DAPPLE's slow-link warm-up, which raises
-        ``K_i``). Equal to ``(M + p - 1)(t_f + t_b)`` for equal stages and free links. ``O(p^2)``.
-        """
+        """The 1F1B loop terms of ``plan`` (:func:`~pipesim.planner.latency.one_f_one_b_loops_s`), seconds."""
         p, m = plan.num_ranks, plan.num_microbatches
         warmup = dict(plan.schedule_options).get("warmup", "default")
-        k = [in_flight_microbatches(plan.schedule, i, p, m, warmup=warmup) for i in range(p)]
-        # the warm-up counts before clamping to M: a loop binds only where stage i's count is below M
-        free = [in_flight_microbatches(plan.schedule, i, p, max(m, 2 * p), warmup=warmup) for i in range(p)]
-        best = 0.0
-        beyond = 0.0  # round trip of a micro-batch past stage q: later stages and transfers
-        drain = sum(c.bwd_s + c.send_bwd_s for c in costs[:-1])
-        for q in range(p - 1, -1, -1):
-            c = costs[q]
-            drain -= c.send_bwd_s if q < p - 1 else 0.0
-            wait = max(0.0, beyond - (k[q] - 1) * c.fwd_s) if m > 1 else 0.0
-            before = sum(x.fwd_s + x.send_fwd_s for x in costs[:q])
-            after = sum(x.bwd_s + x.send_bwd_s for x in costs[:q])
-            best = max(best, before + m * (c.fwd_s + c.bwd_s) + wait + after)
-            beyond += c.fwd_s + c.bwd_s + (c.send_fwd_s + c.send_bwd_s if q < p - 1 else 0.0)
-        fill = 0.0
-        for i in range(p):
-            loop = 0.0
-            for j in range(i, p):
-                c = costs[j]
-                loop += c.fwd_s + c.bwd_s
-                tokens = max(1, free[i] - free[j] + 1)
-                if free[i] < m and (tokens < m or i == j):
-                    best = max(best, fill + loop + (m - 1) * loop / tokens)
-                loop += c.send_fwd_s + c.send_bwd_s
-            c = costs[i]
-            fill += c.fwd_s + c.bwd_s + c.send_fwd_s + c.send_bwd_s
-        return best
+        return one_f_one_b_loops_s(
+            [c.fwd_s for c in costs],
+            [c.bwd_s for c in costs],
+            [c.send_fwd_s for c in costs[:-1]],
+            [c.send_bwd_s for c in costs[:-1]],
+            [in_flight_microbatches(plan.schedule, i, p, m, warmup=warmup) for i in range(p)],
+            [in_flight_microbatches(plan.schedule, i, p, max(m, 2 * p), warmup=warmup) for i in range(p)],
+            m,
+        )
 
     def _looped(
         self, plan: Plan, costs: list[StageCosts], placement: Sequence[tuple[int, ...]], contention: bool

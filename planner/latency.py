@@ -40,6 +40,7 @@ __all__ = [
     "gpipe_time_s",
     "looped_time_s",
     "nic_sharing_end_s",
+    "one_f_one_b_loops_s",
     "pipeline_time_s",
     "prepend",
 ]
@@ -162,6 +163,62 @@ def looped_time_s(
     if link_busy_s:
         best = max(best, m * max(link_busy_s) + fill)
     return best + link_fill_s
+
+
+def one_f_one_b_loops_s(
+    fwd_s: Sequence[float],
+    bwd_s: Sequence[float],
+    send_fwd_s: Sequence[float],
+    send_bwd_s: Sequence[float],
+    in_flight: Sequence[int],
+    warmup: Sequence[int],
+    num_microbatches: int,
+) -> float:
+    """The 1F1B family's loop terms: what DAPPLE's form misses for unequal stages and slow links, seconds.
+
+    ``fwd_s``, ``bwd_s``: per compute stage; ``send_fwd_s[b]``, ``send_bwd_s[b]``: ``c_f``,
+    ``c_b`` of the cut after stage ``b``; ``in_flight[i]``: the micro-batches stage ``i`` holds at
+    most (``K_i``, clamped to ``M``); ``warmup[i]``: the same before clamping. Two terms, maximised:
+
+    * **pivot with wait**: stage ``q`` idles until micro-batch 0 has made the round trip
+      ``RT_q`` through the later stages and transfers, less the ``K_q - 1`` forwards it runs
+      meanwhile, then runs its ``M`` forward-backward pairs::
+
+          sum_{s<q} (F_s + c_f) + M (F_q + B_q) + max(0, RT_q - (K_q - 1) F_q) + sum_{s<q} (B_s + c_b)
+
+      (without the wait: DAPPLE's ``A_q + P_q``, which assumes the warm-up forwards hide the
+      round trip);
+    * **loops**: stages ``i..j`` and back hold ``n = K_i - K_j + 1`` micro-batches and pass at
+      most ``n`` per round trip ``R_ij`` (compute and transfers), so with the fill to stage ``i``
+      and back: ``fill_i + R_ij + (M - 1) R_ij / n`` for ``K_i < M``.
+
+    Equal to ``(M + p - 1)(t_f + t_b)`` for equal stages and free links. ``O(p^2)``.
+    """
+    p, m = len(fwd_s), num_microbatches
+    link_s = [f + b for f, b in zip(send_fwd_s, send_bwd_s, strict=True)]
+    before = [0.0]  # sum_{s<q} (F_s + c_f(s))
+    after = [0.0]  # sum_{s<q} (B_s + c_b(s))
+    for s in range(p - 1):
+        before.append(before[-1] + fwd_s[s] + send_fwd_s[s])
+        after.append(after[-1] + bwd_s[s] + send_bwd_s[s])
+    best = 0.0
+    beyond = 0.0
+    for q in range(p - 1, -1, -1):
+        wait = max(0.0, beyond - (in_flight[q] - 1) * fwd_s[q]) if m > 1 else 0.0
+        best = max(best, before[q] + m * (fwd_s[q] + bwd_s[q]) + wait + after[q])
+        beyond += fwd_s[q] + bwd_s[q] + (link_s[q - 1] if q > 0 else 0.0)
+    fill = 0.0
+    for i in range(p):
+        loop = 0.0
+        for j in range(i, p):
+            loop += fwd_s[j] + bwd_s[j]
+            tokens = max(1, warmup[i] - warmup[j] + 1)
+            if warmup[i] < m and (tokens < m or i == j):
+                best = max(best, fill + loop + (m - 1) * loop / tokens)
+            if j < p - 1:
+                loop += link_s[j]
+        fill += fwd_s[i] + bwd_s[i] + (link_s[i] if i < p - 1 else 0.0)
+    return best
 
 
 def backward_end_times(
