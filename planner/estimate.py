@@ -134,6 +134,13 @@ class StageCosts:
     send_bwd_s: float
 
 
+def _largest_microbatch(plan: Plan) -> int:
+    """Samples in the plan's largest micro-batch (without building a tuple of ``M`` sizes)."""
+    if plan.microbatch_sizes is None:
+        return plan.global_batch_size // plan.num_microbatches
+    return max(plan.microbatch_sizes)
+
+
 def _prefix(values: Sequence[float]) -> tuple[float, ...]:
     out = [0.0]
     for v in values:
@@ -386,7 +393,7 @@ class CostModel:
             return 0.0
         placement = plan.placement(self.cluster.num_devices)
         p = plan.num_ranks
-        samples = max(plan.microbatch_samples())
+        samples = _largest_microbatch(plan)
         fwd = [c.fwd_s for c in costs]
         bwd = [c.bwd_s for c in costs]
         total_f, total_b = sum(fwd), sum(bwd)
@@ -419,7 +426,7 @@ class CostModel:
         """
         plan.check_against(self.profile.num_layers, self.cluster.num_devices)
         placement = plan.placement(self.cluster.num_devices)
-        samples = max(plan.microbatch_samples())
+        samples = _largest_microbatch(plan)
         p = plan.num_ranks
         out = []
         for s, stage in enumerate(plan.stages):
@@ -453,7 +460,7 @@ class CostModel:
     def _memory(self, plan: Plan) -> dict[int, float]:
         """Peak bytes per device: static + the in-flight forwards' stash (in warm-up order) + work."""
         placement = plan.placement(self.cluster.num_devices)
-        samples = max(plan.microbatch_samples())
+        samples = _largest_microbatch(plan)
         p, v, m = plan.num_ranks, plan.chunks, plan.num_microbatches
         group = m // max(1, m // p) if v > 1 else m
         warmup = dict(plan.schedule_options).get("warmup", "default")
@@ -465,8 +472,9 @@ class CostModel:
             static = sum(self.static_bytes(st.first_layer, st.last_layer) for st in stages)
             k = in_flight_microbatches(plan.schedule, r, p, m, chunks=v, warmup=warmup)
             # the warm-up runs rounds of `group` micro-batches through chunk 0, then 1, ...
-            stash = sum(acts[(j // group) % v][0] for j in range(min(k, v * group)))
-            stash += (k - min(k, v * group)) * max(a[0] for a in acts)
+            first = min(k, v * group)  # forward j of the first round goes to chunk (j // group) % v
+            stash = sum(min(group, max(0, first - c * group)) * acts[c][0] for c in range(v))
+            stash += (k - first) * max(a[0] for a in acts)
             work = max(a[1] for a in acts)
             for d in placement[r]:
                 peak[d] = static + stash + work
