@@ -180,3 +180,23 @@ def test_errors() -> None:
     model = _Equal(1.0, 2.0, 0.0, 4)
     with pytest.raises(InputError, match="chunks"):
         model.estimate(_plan("gpipe", 2, 4, v=2))
+
+
+@pytest.mark.parametrize("schedule", ["gpipe", "dapple", "1f1b", "interleaved", "zb-h1", "zb-h2"])
+@pytest.mark.parametrize("p", [1, 2, 3, 5])
+@pytest.mark.parametrize("m", [1, 2, 3, 4, 8, 12])
+def test_in_flight_counts_match_the_schedules(schedule: str, p: int, m: int) -> None:
+    # the one memory model's in-flight counts are each schedule's peak stash (one chunk)
+    from pipesim.profiles.costmodels.memory import in_flight_microbatches
+
+    options = {"chunks": 1} if schedule in ("interleaved", "zb-h1") else {}
+    sched = make_schedule(schedule, num_ranks=p, num_microbatches=m, **options)
+    split = schedule.startswith("zb")
+    timeline = evaluate(sched, fwd_time_s=1, bwd_time_s=2, wgrad_time_s=1 if split else 0)
+    assert tuple(timeline.peak_stashed) == tuple(in_flight_microbatches(schedule, r, p, m) for r in range(p))
+    if schedule == "dapple":
+        slow = make_schedule("dapple", num_ranks=p, num_microbatches=m, warmup="slow-link")
+        peaks = evaluate(slow, fwd_time_s=1, bwd_time_s=2).peak_stashed
+        assert tuple(peaks) == tuple(
+            in_flight_microbatches("dapple", r, p, m, warmup="slow-link") for r in range(p)
+        )
