@@ -1,5 +1,7 @@
 """Planners that propose parallel plans with analytic estimates: DAPPLE and the dp, GPipe and
-PipeDream baselines (see ``docs/planner.md``).
+PipeDream baselines (see ``docs/planner.md``). The estimate is a closed form per schedule whose
+cost does not grow with the micro-batch count; :func:`plan` ranks by it and may re-order its
+shortlist by a ``rerank`` callable (e.g. :func:`pipesim.rerank.simulated_rerank`).
 
 This layer imports only ``pipesim.errors``, ``pipesim.units``, ``pipesim.profiles``,
 ``pipesim.schedules`` and ``pipesim.plan``; it never imports the simulator.
