@@ -4,8 +4,11 @@ For each zoo model, cluster and global batch size, every planner (``dapple``, ``
 ``pipedream``, ``gpipe``) proposes its best plan; the plan is simulated and its throughput divided
 by the simulated throughput of one device running the whole batch (with gradient accumulation:
 the fewest micro-batches that fit in memory). The planner's own estimate of the same speedup is
-kept alongside. A planner with no plan that fits in memory gives a row with status
-``infeasible`` and no numbers.
+kept alongside, and the estimate's error against the simulation of the same plan
+(``estimate_error = (estimated - simulated) / simulated`` iteration time); :func:`error_summary`
+gives its distribution (median, 90th percentile and largest ``|error|``) over all the plans, the
+figures ``docs/planner.md`` states. A planner with no plan that fits in memory gives a row with
+status ``infeasible`` and no numbers.
 
 Compare with the speedup-vs-global-batch-size results of Fan et al., "DAPPLE: A Pipelined Data
 Parallel Approach for Training Large Models", PPoPP 2021, Sec. 6 (see experiments/README.md).
@@ -90,7 +93,8 @@ def run(
     Columns: model, cluster, global_batch_size, planner, status (``ok`` or ``infeasible``), stages,
     replicas (per stage, ``|``-joined), microbatches, devices, throughput_samples_per_s (simulated),
     single_device_samples_per_s (simulated), speedup (simulated), estimated_speedup (the planner's
-    ``speedup_vs_single``), estimated_speedup_vs_dp, fits (simulated peak within device memory).
+    ``speedup_vs_single``), estimated_speedup_vs_dp, fits (simulated peak within device memory),
+    estimated_time_s and simulated_time_s (iteration, seconds), estimate_error (relative, signed).
     """
     models = tuple(models or (SMALL_MODELS if small else MODELS))
     clusters = tuple(clusters or (SMALL_CLUSTERS if small else CLUSTERS))
@@ -119,6 +123,9 @@ def run(
                         "estimated_speedup": None,
                         "estimated_speedup_vs_dp": None,
                         "fits": None,
+                        "estimated_time_s": None,
+                        "simulated_time_s": None,
+                        "estimate_error": None,
                     }
                     try:
                         best = plan(profile, cluster, gbs, planner=planner, top=1)[0]
@@ -138,9 +145,34 @@ def run(
                         estimated_speedup=estimate.speedup_vs_single if estimate else None,
                         estimated_speedup_vs_dp=estimate.speedup_vs_dp if estimate else None,
                         fits=result.fits,
+                        estimated_time_s=estimate.iteration_time_s if estimate else None,
+                        simulated_time_s=result.iteration_time_s,
+                        estimate_error=(
+                            (estimate.iteration_time_s - result.iteration_time_s) / result.iteration_time_s
+                            if estimate
+                            else None
+                        ),
                     )
                     rows.append(row)
     return rows
+
+
+def error_summary(rows: Sequence[_common.Row]) -> dict[str, float]:
+    """Distribution of ``|estimate_error|`` over the rows with a plan: ``count``, ``median``,
+    ``p90`` (nearest rank) and ``max``, as fractions (0.03 = 3%); ``mean_signed`` for the bias."""
+    errors = sorted(abs(float(r["estimate_error"])) for r in rows if r["estimate_error"] is not None)
+    if not errors:
+        return {"count": 0.0, "median": math.nan, "p90": math.nan, "max": math.nan, "mean_signed": math.nan}
+    n = len(errors)
+    mid = (errors[(n - 1) // 2] + errors[n // 2]) / 2
+    signed = [float(r["estimate_error"]) for r in rows if r["estimate_error"] is not None]
+    return {
+        "count": float(n),
+        "median": mid,
+        "p90": errors[min(n - 1, math.ceil(0.9 * n) - 1)],
+        "max": errors[-1],
+        "mean_signed": sum(signed) / n,
+    }
 
 
 def _or_nan(value: float | None) -> float:
@@ -189,7 +221,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     csv_path = _common.write_csv(rows, args.out / f"{NAME}.csv")
     png_path = _common.save_figure(figure(rows), args.out / f"{NAME}.png")
     columns = ["model", "cluster", "global_batch_size", "planner", "stages", "microbatches"]
-    print(_common.table(rows, [*columns, "speedup", "estimated_speedup"]))
+    print(_common.table(rows, [*columns, "speedup", "estimated_speedup", "estimate_error"]))
+    summary = error_summary(rows)
+    print(
+        f"estimate vs simulation over {summary['count']:.0f} plans: |error| median "
+        f"{summary['median']:.1%}, p90 {summary['p90']:.1%}, max {summary['max']:.1%} "
+        f"(mean signed {summary['mean_signed']:+.1%})"
+    )
     print(f"wrote {csv_path} and {png_path}")
     return 0
 

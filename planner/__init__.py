@@ -1,16 +1,20 @@
 """Planners that propose parallel plans with analytic estimates: DAPPLE and the dp, GPipe and
-PipeDream baselines (see ``docs/planner.md``).
+PipeDream baselines (see ``docs/planner.md``). The estimate is a closed form per schedule whose
+cost does not grow with the micro-batch count; :func:`plan` ranks by it and may re-order its
+shortlist by a ``rerank`` callable (e.g. :func:`pipesim.rerank.simulated_rerank`).
 
 This layer imports only ``pipesim.errors``, ``pipesim.units``, ``pipesim.profiles``,
 ``pipesim.schedules`` and ``pipesim.plan``; it never imports the simulator.
 """
 
 from pipesim.planner.dapple import cut_positions, dapple_search, device_unit, replica_candidates
-from pipesim.planner.estimate import CostModel, pipeline_time_s
+from pipesim.planner.estimate import ESTIMATED_SCHEDULES, CostModel, pipeline_time_s
 from pipesim.planner.placement import Placement, device_order, parse_placement
-from pipesim.planner.search import estimate_plan, plan, planner_names
+from pipesim.planner.search import SHORTLIST, estimate_plan, plan, planner_names
 
 __all__ = [
+    "ESTIMATED_SCHEDULES",
+    "SHORTLIST",
     "CostModel",
     "Placement",
     "cut_positions",

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 
 from pipesim.errors import Infeasible
 from pipesim.plan import Plan, StagePlan, balanced_split, stage_ranges
@@ -34,17 +35,7 @@ def _with_estimate(model: CostModel, plan: Plan, limit: float) -> Plan | None:
     est = model.estimate(plan)
     if est.peak_memory_bytes > limit:
         return None
-    return Plan(
-        stages=plan.stages,
-        global_batch_size=plan.global_batch_size,
-        num_microbatches=plan.num_microbatches,
-        schedule=plan.schedule,
-        optimizer=plan.optimizer,
-        allreduce=plan.allreduce,
-        recompute=plan.recompute,
-        estimate=est,
-        planner=plan.planner,
-    )
+    return replace(plan, estimate=est)
 
 
 def _dp_plan(model: CostModel, gbs: int, replicas: int, limit: float, name: str) -> Plan | None:

@@ -35,6 +35,7 @@ __all__ = [
     "cut_positions",
     "dapple_search",
     "device_unit",
+    "even_split",
     "replica_candidates",
 ]
 
@@ -108,7 +109,7 @@ def cut_positions(profile: ModelProfile) -> tuple[int, ...]:
     crossing = [c.crossing_bytes for c in profile.cuts()]  # crossing[k]: stage starting at k + 1
     half = max(1, -(-n // (2 * CUT_BLOCKS)))
     out = [0]
-    for pos in _even_split(times, CUT_BLOCKS)[1:-1]:
+    for pos in even_split(times, CUT_BLOCKS)[1:-1]:
         window = range(max(1, pos - half), min(n - 1, pos + half) + 1)
         best = min(window, key=lambda s: (crossing[s - 1], abs(s - pos), s))
         if best > out[-1]:  # two boundaries that move to one cut merge their blocks
@@ -325,7 +326,7 @@ def _search_one(
     return SearchResult(time_s=best.z, stages=tuple(stages), num_microbatches=m, placement=policy)
 
 
-def _even_split(times: Sequence[float], parts: int) -> list[int]:
+def even_split(times: Sequence[float], parts: int) -> list[int]:
     """Block boundaries ``0 = c_0 < ... < c_parts = len(times)`` cutting where the running total
     first reaches ``k / parts`` of the whole (each part non-empty; ``parts <= len(times)``)."""
     n = len(times)
@@ -368,7 +369,7 @@ def _uniform_bound(
         stages = num_dev // r
         if stages > len(block_times) or stages * r != num_dev:
             continue
-        bounds = _even_split(block_times, stages)
+        bounds = even_split(block_times, stages)
         plan = Plan(
             stages=tuple(
                 StagePlan(
@@ -382,7 +383,7 @@ def _uniform_bound(
             global_batch_size=global_batch_size,
             num_microbatches=m,
         )
-        est = model.estimate(plan, contention=False, exact_schedule=False)
+        est = model.estimate(plan, decomposable=True)
         if est.peak_memory_bytes <= memory_limit_bytes:
             best = min(best, est.iteration_time_s)
     return best

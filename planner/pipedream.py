@@ -18,18 +18,20 @@ all-reduce of the stage's weights. Times are per profile batch (the paper's mini
 The partition found (stages with their replica counts, nested: a level-2 stage replicated over
 ``m'`` servers, each server running its level-1 partition) is flattened into a :class:`Plan`,
 placed server by server, and run with a flush (``1f1b``) schedule; the micro-batch count is the
-one the estimate likes best. Long models are first merged into at most :data:`MAX_BLOCKS` blocks
-of balanced time (a cost-saving coarsening, not in the paper).
+one the estimate likes best. Long models are first merged into :data:`MAX_BLOCKS` blocks of about
+equal time (cut where the running total reaches ``k / MAX_BLOCKS`` of the whole, linear time; a
+cost-saving coarsening, not in the paper).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pipesim.errors import Infeasible
-from pipesim.plan import Plan, StagePlan, balanced_split
+from pipesim.plan import Plan, StagePlan
 from pipesim.planner.baselines import divisors
+from pipesim.planner.dapple import even_split
 from pipesim.planner.estimate import CostModel
 
 __all__ = ["MAX_BLOCKS", "pipedream_plans"]
@@ -100,11 +102,8 @@ def pipedream_plans(model: CostModel, global_batch_size: int, memory_limit_bytes
     cluster = model.cluster
     n = profile.num_layers
     times = [lay.fwd_time_s + lay.bwd_time_s for lay in profile.layers]
-    sizes = balanced_split(times, min(n, MAX_BLOCKS)) if n > MAX_BLOCKS else [1] * n
-    bounds = [0]
-    for s in sizes:
-        bounds.append(bounds[-1] + s)
-    blocks = len(sizes)
+    bounds = even_split(times, MAX_BLOCKS) if n > MAX_BLOCKS else list(range(n + 1))
+    blocks = len(bounds) - 1
     block_time = [sum(times[bounds[b] : bounds[b + 1]]) for b in range(blocks)]
     cuts = profile.cuts()
     cut_bytes = [float(cuts[bounds[b + 1] - 1].crossing_bytes) for b in range(blocks - 1)] + [0.0]
@@ -163,17 +162,7 @@ def pipedream_plans(model: CostModel, global_batch_size: int, memory_limit_bytes
         if est.peak_memory_bytes > memory_limit_bytes:
             continue
         if best is None or best.estimate is None or est.iteration_time_s < best.estimate.iteration_time_s:
-            best = Plan(
-                stages=plan.stages,
-                global_batch_size=global_batch_size,
-                num_microbatches=m,
-                schedule="1f1b",
-                optimizer=model.optimizer,
-                allreduce=model.allreduce,
-                recompute=model.recompute,
-                estimate=est,
-                planner="pipedream",
-            )
+            best = replace(plan, estimate=est)
     if best is None:
         raise Infeasible(
             f"PipeDream's partition ({len(stages)} stages) fits in "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 
 from pipesim.errors import Infeasible, UnknownNameError, invalid
@@ -15,14 +15,18 @@ from pipesim.planner.estimate import CostModel
 from pipesim.planner.pipedream import pipedream_plans
 from pipesim.planner.placement import Placement, parse_placement
 from pipesim.profiles.hardware.cluster import Cluster
+from pipesim.profiles.inputs import resolve_inputs
 from pipesim.profiles.models.profile import ModelProfile
 
-__all__ = ["estimate_plan", "plan", "planner_names"]
+__all__ = ["SHORTLIST", "estimate_plan", "plan", "planner_names"]
 
 log = logging.getLogger(__name__)
 
-RERANK_SHORTLIST = 12
-"""DP results (best per micro-batch count and placement) re-ranked by the full estimate."""
+SHORTLIST = 8
+"""Plans the planner keeps after ranking by its estimate (or ``top``, when larger): the ones a
+``rerank`` callable re-orders. A rerank costs one simulation per plan (bert48 on 16 GPUs: about
+0.05 s each), so 8 keeps a reranked ``plan`` within a second while covering every micro-batch
+count the DAPPLE search found within its 10% slack on the zoo models."""
 
 _Planner = Callable[[CostModel, int, float, int, Sequence[Placement], Sequence[int] | None], list[Plan]]
 
@@ -35,33 +39,19 @@ def _dapple(
     placements: Sequence[Placement],
     ms: Sequence[int] | None,
 ) -> list[Plan]:
-    # The DP is exact for DAPPLE's closed-form latency; re-rank a wider shortlist by the full
-    # estimate (list-scheduled timeline, NIC sharing in the ending phase).
+    # The DP is exact for DAPPLE's closed form without NIC sharing; its results (the best per
+    # micro-batch count and placement policy) and the best data-parallel plan are ranked by the
+    # full estimate (the all-reduces that share a NIC add up).
     results = dapple_search(
-        model,
-        gbs,
-        placements=placements,
-        microbatch_counts=ms,
-        memory_limit_bytes=limit,
-        top=max(3 * top, RERANK_SHORTLIST),
+        model, gbs, placements=placements, microbatch_counts=ms, memory_limit_bytes=limit, top=2 * top
     )
     plans = [to_plan(r, gbs, optimizer=model.optimizer, allreduce=model.allreduce) for r in results]
-    dp_costs = [r.time_s for r in results]
     try:  # pure data parallelism is one point of DAPPLE's space: keep it in the shortlist
         best_dp = dp_plans(model, gbs, limit)[0]
         plans.append(replace(best_dp, planner="dapple", estimate=None))
-        dp_costs.append(model.estimate(best_dp, contention=False, exact_schedule=False).iteration_time_s)
     except Infeasible:
         pass
-    # Re-rank by the full estimate, in the order of the DP's cost. The full estimate adds link
-    # sharing and the real schedule's order to the DP's closed form and has never been seen below
-    # it, so once the DP cost reaches the top-th best full estimate the rest cannot enter the top.
-    keyed: list[tuple[float, int, Plan]] = []
-    for i in sorted(range(len(plans)), key=lambda k: (dp_costs[k], k)):
-        if len(keyed) >= top and dp_costs[i] >= sorted(t for t, _, _ in keyed)[top - 1]:
-            keyed.append((math.inf, i, plans[i]))
-            continue
-        keyed.append((model.estimate(plans[i]).iteration_time_s, i, plans[i]))
+    keyed = [(model.estimate(p).iteration_time_s, i, p) for i, p in enumerate(plans)]
     keyed.sort(key=lambda t: (t[0], t[1]))
     return [p for _, _, p in keyed]
 
@@ -80,34 +70,35 @@ def planner_names() -> tuple[str, ...]:
 
 
 def _finish(plan: Plan, model: CostModel, single_s: float | None, dp_s: float | None) -> Plan:
+    """``plan`` with its devices placed and its estimate (speedups filled in); every other field kept."""
     placement = plan.placement(model.cluster.num_devices)
-    stages = tuple(replace(st, devices=placement[i]) for i, st in enumerate(plan.stages))
+    stages = tuple(replace(st, devices=placement[i % plan.num_ranks]) for i, st in enumerate(plan.stages))
     est = model.estimate(plan)
     t = est.iteration_time_s
-    return Plan(
-        stages=stages,
-        global_batch_size=plan.global_batch_size,
-        num_microbatches=plan.num_microbatches,
-        schedule=plan.schedule,
-        schedule_options=plan.schedule_options,
-        optimizer=plan.optimizer,
-        allreduce=plan.allreduce,
-        recompute=plan.recompute,
-        planner=plan.planner,
-        estimate=Estimate(
-            iteration_time_s=t,
-            throughput_samples_per_s=est.throughput_samples_per_s,
-            peak_memory_bytes=est.peak_memory_bytes,
-            speedup_vs_single=None if single_s is None or t <= 0 else single_s / t,
-            speedup_vs_dp=None if dp_s is None or t <= 0 else dp_s / t,
-            device_peak_memory_bytes=est.device_peak_memory_bytes,
-        ),
+    estimate = replace(
+        est,
+        speedup_vs_single=None if single_s is None or t <= 0 else single_s / t,
+        speedup_vs_dp=None if dp_s is None or t <= 0 else dp_s / t,
     )
+    return replace(plan, stages=stages, estimate=estimate)
+
+
+def _reranked(plans: list[Plan], rerank: Callable[[Plan], float]) -> list[Plan]:
+    """``plans`` ordered by ``rerank`` (lower first; ties keep the estimate's order)."""
+    keyed = []
+    for i, p in enumerate(plans):
+        value = rerank(p)
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or math.isnan(value):
+            raise invalid("rerank", value, "must return a number of seconds (lower is better), not NaN")
+        keyed.append((float(value), i, p))
+    keyed.sort(key=lambda t: (t[0], t[1]))
+    log.info("rerank: order %s", [i for _, i, _ in keyed])
+    return [p for _, _, p in keyed]
 
 
 def plan(
-    profile: ModelProfile,
-    cluster: Cluster,
+    model: ModelProfile | str,
+    cluster: Cluster | str,
     global_batch_size: int,
     *,
     planner: str = "dapple",
@@ -118,12 +109,20 @@ def plan(
     recompute: Recompute | str | bool = Recompute.NONE,
     placements: Iterable[str | Placement] | None = None,
     microbatch_counts: Sequence[int] | None = None,
+    overrides: Mapping[str, object] | None = None,
+    rerank: Callable[[Plan], float] | None = None,
 ) -> list[Plan]:
-    """Plan a training iteration of ``profile`` on ``cluster``: ranked plans, best first.
+    """Plan a training iteration of a model on a cluster: ranked plans, best first.
+
+    The planner proposes plans and ranks them by the analytic estimate; the first
+    ``max(top, SHORTLIST)`` form the shortlist (:data:`SHORTLIST` = 8). With ``rerank`` the
+    shortlist is re-ordered by ``rerank(plan)`` (seconds, lower is better; e.g.
+    :func:`pipesim.rerank.simulated_rerank`, which simulates each plan) before the first ``top``
+    are returned. Each returned plan keeps its analytic :class:`~pipesim.plan.Estimate`.
 
     Args:
-        profile: the model.
-        cluster: the devices and links.
+        model: a :class:`ModelProfile`, or a zoo name, ``gpt:...`` spec or profile file path.
+        cluster: a :class:`Cluster`, or a preset name or cluster TOML path.
         global_batch_size: samples per iteration (>= 1).
         planner: ``dapple`` (default), ``dp``, ``gpipe`` or ``pipedream`` (see
             :func:`planner_names`).
@@ -135,21 +134,25 @@ def plan(
         placements: DAPPLE placement policies to try (default all: ``fresh-first``,
             ``append-first``, ``scatter-first``).
         microbatch_counts: micro-batch counts to try (default every divisor of the batch).
+        overrides: what-if changes to the cluster (``{"nic": "100GbE"}``); the model is
+            re-targeted to the cluster's device (:func:`pipesim.profiles.inputs.resolve_inputs`).
+        rerank: re-orders the shortlist by its value for each plan (lower is better, seconds).
 
     Returns:
         Plans with ``planner`` set and an :class:`~pipesim.plan.Estimate` (iteration time,
         throughput, peak memory, speedups over one device and over the best ``dp`` plan).
 
     Raises:
-        UnknownNameError: unknown planner or placement policy.
-        InputError: a bad batch size, ``top`` or memory limit.
+        UnknownNameError: unknown planner, placement policy, model or cluster.
+        InputError: a bad batch size, ``top``, memory limit or override, or a ``rerank`` value
+            that is not a number.
         Infeasible: no plan fits in memory.
     """
     if planner not in _PLANNERS:
         raise UnknownNameError("planner", planner, _PLANNERS)
     if not isinstance(global_batch_size, int) or isinstance(global_batch_size, bool) or global_batch_size < 1:
         raise invalid("global_batch_size", global_batch_size, "must be an integer >= 1")
-    if not isinstance(top, int) or top < 1:
+    if not isinstance(top, int) or isinstance(top, bool) or top < 1:
         raise invalid("top", top, "must be an integer >= 1")
     if memory_limit_bytes is not None and not (memory_limit_bytes > 0 and math.isfinite(memory_limit_bytes)):
         raise invalid("memory_limit_bytes", memory_limit_bytes, "must be a finite number > 0")
@@ -162,19 +165,24 @@ def plan(
                     f"each must be an integer >= 1 dividing the global batch ({global_batch_size})",
                 )
     policies = tuple(parse_placement(p) for p in placements) if placements is not None else tuple(Placement)
+    profile, machine = resolve_inputs(model, cluster, overrides=overrides)
     limit = (
-        float(memory_limit_bytes) if memory_limit_bytes is not None else float(cluster.device.memory_bytes)
+        float(memory_limit_bytes) if memory_limit_bytes is not None else float(machine.device.memory_bytes)
     )
-    model = CostModel(profile, cluster, optimizer=optimizer, recompute=recompute, allreduce=allreduce)
-    plans = _PLANNERS[planner](model, global_batch_size, limit, top, policies, microbatch_counts)
-    single = single_plan(model, global_batch_size, limit)
+    cost = CostModel(profile, machine, optimizer=optimizer, recompute=recompute, allreduce=allreduce)
+    keep = max(top, SHORTLIST)
+    plans = _PLANNERS[planner](cost, global_batch_size, limit, keep, policies, microbatch_counts)
+    single = single_plan(cost, global_batch_size, limit)
     single_s = single.estimate.iteration_time_s if single is not None and single.estimate else None
     try:
-        dp_best = dp_plans(model, global_batch_size, limit)[0] if planner != "dp" else plans[0]
+        dp_best = dp_plans(cost, global_batch_size, limit)[0] if planner != "dp" else plans[0]
         dp_s = dp_best.estimate.iteration_time_s if dp_best.estimate else None
     except Infeasible:
         dp_s = None
-    finished = [_finish(p, model, single_s, dp_s) for p in plans[:top]]
+    shortlist = [_finish(p, cost, single_s, dp_s) for p in plans[:keep]]
+    if rerank is not None:
+        shortlist = _reranked(shortlist, rerank)
+    finished = shortlist[:top]
     log.info(
         "planner %s: %d plans, best %.6g s",
         planner,
@@ -185,7 +193,9 @@ def plan(
 
 
 def estimate_plan(plan: Plan, profile: ModelProfile, cluster: Cluster) -> Estimate:
-    """The planner's analytic estimate of any dapple/1f1b/gpipe plan (no speedups filled in).
+    """The planner's analytic estimate of a plan (no speedups filled in).
+
+    Every schedule in :data:`pipesim.planner.estimate.ESTIMATED_SCHEDULES` has a closed form.
 
     Raises:
         InputError: the plan does not fit the model or cluster, or uses a schedule the estimate

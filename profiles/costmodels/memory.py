@@ -22,17 +22,19 @@ re-materialised during the backward as a transient working set.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from enum import Enum
 
-from pipesim.errors import parse_name
+from pipesim.errors import invalid, parse_name
 from pipesim.profiles.models.profile import ModelProfile
 
 __all__ = [
+    "IN_FLIGHT_SCHEDULES",
     "OPTIMIZERS",
     "OPTIMIZER_STATE_MULTIPLIER",
     "Optimizer",
     "Recompute",
+    "in_flight_microbatches",
     "stage_activation_bytes",
     "static_memory_bytes",
     "static_memory_multiplier",
@@ -161,3 +163,60 @@ def static_memory_bytes(profile: ModelProfile, layers: Iterable[int], optimizer:
     """
     params = sum(profile.layers[i].parameter_bytes for i in layers)
     return params * static_memory_multiplier(profile.dtype, optimizer)
+
+
+IN_FLIGHT_SCHEDULES: tuple[str, ...] = ("gpipe", "dapple", "1f1b", "interleaved", "zb-h1", "zb-h2")
+"""Schedules whose peak in-flight micro-batch counts :func:`in_flight_microbatches` knows."""
+
+
+def in_flight_microbatches(
+    schedule: str,
+    rank: int,
+    num_ranks: int,
+    num_microbatches: int,
+    *,
+    chunks: int = 1,
+    warmup: str | Sequence[int] = "default",
+) -> int:
+    """Forwards whose activations rank ``rank`` (0-based, of ``p``) holds at its peak.
+
+    With ``chunks = v > 1`` the count is of chunk forwards (each one micro-batch on one of the
+    rank's ``v`` stages). Activations are held from a forward until its backward (``B``), or its
+    weight-gradient ``W`` in the zero-bubble schedules (see ``docs/schedules.md``):
+
+    * ``gpipe``: ``m`` (all forwards run before the first backward);
+    * ``dapple`` / ``1f1b``: the warm-up count ``K_i = min(p - i, m)`` (``"slow-link"``:
+      ``min(2 (p - i) - 1, m)``; an explicit list gives ``K_i``), DAPPLE Sec. 3;
+    * ``interleaved``: ``min((v - 1) g + 2 (p - 1 - i) + 1, v m)`` with the round ``g`` of
+      micro-batches (``g = m / max(1, m // p)``; ``g = m`` for ``v = 1``);
+    * ``zb-h1``: the warm-up ``(v - 1) g + (p - 1 - i) + 1`` plus the ``i`` put-off ``W`` actions,
+      ``min((v - 1) g + p, v m)`` (``min(p, m)`` for ``v = 1``), Qi et al., ICLR 2024, Sec. 3.1;
+    * ``zb-h2``: ``min(2 p - 1, m)`` (ibid., Sec. 3.2).
+
+    Raises:
+        InputError: an unknown schedule, a bad warm-up, or ``rank`` outside ``0..p-1``.
+    """
+    p, m, v, i = num_ranks, num_microbatches, chunks, rank
+    if not 0 <= i < p:
+        raise invalid("rank", i, f"must be in 0..{p - 1}")
+    if schedule == "gpipe":
+        return m
+    if schedule in ("dapple", "1f1b"):
+        if isinstance(warmup, str):
+            if warmup == "default":
+                return min(p - i, m)
+            if warmup == "slow-link":
+                return min(2 * (p - i) - 1, m)
+            raise invalid("warmup", warmup, "must be 'default', 'slow-link' or a list of per-stage counts")
+        counts = list(warmup)
+        if len(counts) != p:
+            raise invalid("warmup", counts, f"must have one count per stage ({p})")
+        return min(int(counts[i]), m)
+    group = m // max(1, m // p) if v > 1 else m
+    if schedule == "interleaved":
+        return min((v - 1) * group + 2 * (p - 1 - i) + 1, v * m)
+    if schedule == "zb-h1":
+        return min((v - 1) * group + p, v * m)
+    if schedule == "zb-h2":
+        return min(2 * p - 1, m)
+    raise invalid("schedule", schedule, f"in-flight counts are known for {', '.join(IN_FLIGHT_SCHEDULES)}")

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import itertools
+import math
 from pathlib import Path
 
 import pytest
 
 import pipesim
 from pipesim.errors import Infeasible, InputError, UnknownNameError
-from pipesim.planner import plan, planner_names
+from pipesim.plan import Plan, StagePlan
+from pipesim.planner import SHORTLIST, plan, planner_names
 from pipesim.planner.dapple import cut_positions, device_unit, replica_candidates
 from pipesim.planner.placement import Placement, device_order, parse_placement, stage_start
 from pipesim.profiles import get_cluster, zoo_model
@@ -134,3 +136,65 @@ def test_hpgo_compat(tmp_path: Path) -> None:
         assert len(gpus) == replicas
     with pytest.raises(InputError, match="devices"):
         hpgo.cluster_from_seps([8, 12])
+
+
+def test_names_overrides_and_retargeting() -> None:
+    by_name = plan("gnmt16", "dapple-2x8-v100", 64, top=1)[0]
+    by_object = plan(zoo_model("gnmt16"), CLUSTER, 64, top=1)[0]
+    assert by_name == by_object
+    faster = plan("gnmt16", "dapple-2x8-v100", 64, top=1, overrides={"nic": "100GbE"})[0]
+    assert faster.estimate is not None
+    assert by_name.estimate is not None
+    assert faster.estimate.iteration_time_s < by_name.estimate.iteration_time_s
+    # the profile is re-targeted to the cluster's device: an A100 plans faster than a V100
+    a100 = plan("gnmt16", "dapple-2x8-v100", 64, top=1, overrides={"device": "A100-40GB"})[0]
+    assert a100.estimate is not None
+    assert a100.estimate.iteration_time_s < by_name.estimate.iteration_time_s
+    with pytest.raises(UnknownNameError, match="cluster"):
+        plan("gnmt16", "no-such-cluster", 64)
+
+
+def test_rerank_reorders_the_shortlist() -> None:
+    plain = plan("gnmt16", CLUSTER, 64, top=SHORTLIST)
+    seen: list[int] = []
+
+    def fewest_stages(p: Plan) -> float:
+        seen.append(p.num_stages)
+        return float(p.num_stages)
+
+    reranked = plan("gnmt16", CLUSTER, 64, top=SHORTLIST, rerank=fewest_stages)
+    assert len(seen) == len(plain)
+    assert [p.num_stages for p in reranked] == sorted(p.num_stages for p in plain)
+    top1 = plan("gnmt16", CLUSTER, 64, top=1, rerank=fewest_stages)
+    assert top1[0].num_stages == min(p.num_stages for p in plain)
+    with pytest.raises(InputError, match="rerank"):
+        plan("gnmt16", CLUSTER, 64, rerank=lambda p: math.nan)
+
+
+def test_finish_keeps_every_field() -> None:
+    from pipesim.planner.estimate import CostModel
+    from pipesim.planner.search import _finish
+
+    profile = zoo_model("bert48")
+    stages = tuple(
+        StagePlan(first_layer=a, last_layer=b, replicas=1) for a, b in ((0, 12), (13, 25), (26, 37), (38, 49))
+    )
+    p = Plan(
+        stages=stages,
+        global_batch_size=12,
+        num_microbatches=4,
+        schedule="interleaved",
+        chunks=2,
+        microbatch_sizes=(3, 2, 4, 3),
+        optimizer="sgd",
+        planner="test",
+    )
+    done = _finish(p, CostModel(profile, CLUSTER, optimizer="sgd"), 2.0, 1.0)
+    assert done.chunks == 2
+    assert done.microbatch_sizes == (3, 2, 4, 3)
+    assert done.schedule == "interleaved"
+    assert done.optimizer == "sgd"
+    assert done.planner == "test"
+    assert done.stages[2].devices == done.stages[0].devices  # virtual stages on their rank's devices
+    assert done.estimate is not None
+    assert done.estimate.speedup_vs_dp is not None

@@ -88,7 +88,7 @@ def _brute_force(model: CostModel, gbs: int, limit: float) -> float:
                             global_batch_size=gbs,
                             num_microbatches=m,
                         )
-                        est = model.estimate(plan, contention=False, exact_schedule=False)
+                        est = model.estimate(plan, decomposable=True)
                         if est.peak_memory_bytes <= limit:
                             best = min(best, est.iteration_time_s)
     return best
@@ -118,7 +118,7 @@ def test_dp_equals_brute_force(seed: int) -> None:
         global_batch_size=gbs,
         num_microbatches=found.num_microbatches,
     )
-    est = model.estimate(plan, contention=False, exact_schedule=False)
+    est = model.estimate(plan, decomposable=True)
     assert est.iteration_time_s == pytest.approx(found.time_s, rel=1e-9)
     assert est.peak_memory_bytes <= limit
 
