@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
+from pipesim.cli._common import positive_int, print_json
 from pipesim.errors import invalid
 from pipesim.schedules import evaluate, format_timeline, make_schedule, schedule_names
 
@@ -34,12 +34,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         ),
     )
     show.add_argument("name", help=f"schedule name: {', '.join(schedule_names())}")
-    show.add_argument("-p", "--ranks", type=int, required=True, help="pipeline ranks (devices in a pipeline)")
-    show.add_argument("-m", "--microbatches", type=int, required=True, help="micro-batches per iteration")
+    show.add_argument(
+        "-p", "--ranks", type=positive_int, required=True, help="pipeline ranks (devices in a pipeline)"
+    )
+    show.add_argument(
+        "-m", "--microbatches", type=positive_int, required=True, help="micro-batches per iteration"
+    )
     show.add_argument(
         "-v",
         "--chunks",
-        type=int,
+        type=positive_int,
         default=None,
         help="stages per rank for interleaved (default 2) and zb-h1 (default 1)",
     )
@@ -83,7 +87,7 @@ def _show(args: argparse.Namespace) -> int:
             "v": schedule.chunks,
             "ranks": schedule.to_order(),
         }
-        print(json.dumps(data, indent=2))
+        print_json(data)
         return 0
     timeline = evaluate(schedule, fwd_time_s=_FWD_SLOTS, bwd_time_s=_BWD_SLOTS, wgrad_time_s=_WGRAD_SLOTS)
     print(

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from pipesim.errors import FormatError, InputError, invalid
-from pipesim.fileio import atomic_write_text
+from pipesim.fileio import atomic_write_text, read_input_bytes
 from pipesim.profiles.models.profile import DTYPES, BatchPoint, Layer, ModelProfile
 
 if sys.version_info >= (3, 11):
@@ -458,7 +458,7 @@ def load_profile_file(path: str | os.PathLike[str]) -> ModelProfile:
     """
     source = Path(path)
     fmt = _format_of(source)
-    raw = source.read_bytes()
+    raw = read_input_bytes(source, what="profile file")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:

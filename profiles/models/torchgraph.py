@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipesim.errors import FormatError, InputError, invalid
+from pipesim.fileio import read_input_bytes
 from pipesim.profiles.models.profile import Layer, ModelProfile
 from pipesim.units import MS
 
@@ -365,7 +366,7 @@ def load_torchgraph(
         InputError: no profile batch size (neither ``pbs`` nor ``-pbs-N`` in the file name).
         OSError: the file cannot be read.
     """
-    raw = Path(path).read_bytes()
+    raw = read_input_bytes(path, what="TorchGraph profile")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
