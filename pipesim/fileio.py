@@ -157,7 +157,7 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
 
 
 def read_input_bytes(
-    path: str | os.PathLike[str], *, what: str = "file", limit: int = MAX_INPUT_BYTES
+    path: str | os.PathLike[str], *, what: str = "file", limit: int | None = None
 ) -> bytes:
     """Read a user's input file whole, at most ``limit`` bytes (default :data:`MAX_INPUT_BYTES`).
 
@@ -168,7 +168,7 @@ def read_input_bytes(
     Args:
         path: the file.
         what: what the file is, for messages (``"plan file"``, ``"sweep config"``).
-        limit: the most bytes accepted.
+        limit: the most bytes accepted (default :data:`MAX_INPUT_BYTES`, read at call time).
 
     Raises:
         InputError: the file does not exist, is a directory, or is larger than ``limit``
@@ -176,6 +176,8 @@ def read_input_bytes(
         OSError: the file exists but cannot be read (the error names the path).
     """
     shown = os.fspath(path)
+    if limit is None:
+        limit = MAX_INPUT_BYTES
     try:
         with open(shown, "rb") as handle:
             info = os.fstat(handle.fileno())
@@ -201,14 +203,12 @@ def read_input_bytes(
 
 
 def _too_big(what: str, path: str, limit: int) -> InputError:
-    return InputError(
-        f"{what} {path!r} is larger than {limit} bytes ({limit / 2**20:.0f} MiB), the most pipesim "
-        "reads from one input file"
-    )
+    size = f"{limit} bytes" + (f" ({limit / 2**20:g} MiB)" if limit >= 2**20 else "")
+    return InputError(f"{what} {path!r} is larger than {size}, the most pipesim reads from one input file")
 
 
 def read_input_text(
-    path: str | os.PathLike[str], *, what: str = "file", limit: int = MAX_INPUT_BYTES
+    path: str | os.PathLike[str], *, what: str = "file", limit: int | None = None
 ) -> str:
     """Read a user's UTF-8 text file (see :func:`read_input_bytes`); a leading BOM is dropped.
 
