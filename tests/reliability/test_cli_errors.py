@@ -41,7 +41,7 @@ def one_error_line(err: str) -> str:
         (["--stages", "4", "--chunks", "2", "--schedule", "interleaved"], None),  # 2 ranks x 2 chunks
         (["--stages", "2", "--gbs", "9" * 20], f"argument --gbs: '{'9' * 20}' must be <= 1099511627776"),
         (["--stages", "2", "--seed", "-1", "--jitter", "0.1"], "argument --seed: '-1' must be >= 0"),
-        (["--stages", "2", "--jitter", "1e155", "--seed", "1"], "--jitter: '1e155' must be a number in [0, 10]"),
+        (["--stages", "2", "--jitter", "1e155", "--seed", "1"], "'1e155' must be a number in [0, 10]"),
         (["--stages", "2", "--jitter", "nan", "--seed", "1"], "argument --jitter: 'nan'"),
         (["--stages", "\u0663"], "argument --stages: '\u0663' is not an integer (ASCII digits 0-9)"),
         (["--stages", "2", "--set", "device_memory_gib=1e300"], "must be at most 1e+18 in magnitude"),
