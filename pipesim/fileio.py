@@ -85,6 +85,14 @@ def _remove_stale_temps(target: Path) -> None:
                     os.unlink(entry.path)
 
 
+def _checked_name(path: str | os.PathLike[str]) -> str:
+    """``path`` as a string, refused when no file can have that name (a NUL byte)."""
+    shown = os.fspath(path)
+    if "\x00" in shown:
+        raise InputError(f"{shown!r} is not a file name: it contains a NUL character")
+    return shown
+
+
 def _named(exc: OSError, path: str) -> OSError:
     """``exc`` re-made to name the user's ``path`` (not a temporary file)."""
     if exc.errno is None:
@@ -109,10 +117,11 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
     place, never replaced.
 
     Raises:
+        InputError: ``path`` contains a NUL character.
         OSError: the directory does not exist or is not writable, the path is a directory, the
             disk is full, ...; the error names ``path``, never the temporary file.
     """
-    shown = os.fspath(path)
+    shown = _checked_name(path)
     target = Path(os.path.realpath(shown))
     try:
         mode = os.stat(target).st_mode
@@ -171,11 +180,11 @@ def read_input_bytes(
         limit: the most bytes accepted (default :data:`MAX_INPUT_BYTES`, read at call time).
 
     Raises:
-        InputError: the file does not exist, is a directory, or is larger than ``limit``
-            (the message names the path and the limit).
+        InputError: the file does not exist, is a directory, is larger than ``limit`` (the
+            message names the path and the limit), or the name contains a NUL character.
         OSError: the file exists but cannot be read (the error names the path).
     """
-    shown = os.fspath(path)
+    shown = _checked_name(path)
     if limit is None:
         limit = MAX_INPUT_BYTES
     try:

@@ -99,6 +99,8 @@ def parse_order(text: str) -> list[list[Action]]:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise FormatError(None, exc.lineno, f"invalid JSON: {exc.msg}") from None
+        except ValueError as exc:  # int() of a number over 4300 digits
+            raise FormatError(None, None, f"invalid JSON: {exc}") from None
         rows = _from_json(data)
     else:
         rows = _from_lines(text)

@@ -295,4 +295,6 @@ def load_sweep_config(path: str | Path) -> SweepConfig:
             line = int(found.group(1))
         message = re.sub(r"\s*\(at line \d+, column \d+\)", "", str(getattr(exc, "msg", "")) or str(exc))
         raise FormatError(file, line, f"not valid TOML: {message}") from None
+    except ValueError as exc:  # tomllib's int() of a number over 4300 digits
+        raise FormatError(file, None, f"not valid TOML: {exc}") from None
     return parse_sweep_config(data, path=file, text=text)

@@ -473,6 +473,8 @@ def load_profile_file(path: str | os.PathLike[str]) -> ModelProfile:
             raise FormatError(source, None, message) from exc
         except json.JSONDecodeError as exc:
             raise FormatError(source, exc.lineno, f"invalid JSON: {exc.msg} (column {exc.colno})") from exc
+        except ValueError as exc:  # int() of a number over 4300 digits
+            raise FormatError(source, None, f"invalid JSON: {exc}") from None
     else:
         try:
             data = tomllib.loads(text)
@@ -480,4 +482,6 @@ def load_profile_file(path: str | os.PathLike[str]) -> ModelProfile:
             found = _TOML_LINE.search(str(exc))
             toml_line = int(found.group(1)) if found else None
             raise FormatError(source, toml_line, f"invalid TOML: {exc}") from exc
+        except ValueError as exc:  # int() of a number over 4300 digits
+            raise FormatError(source, None, f"invalid TOML: {exc}") from None
     return _Reader(source).profile(data)

@@ -156,3 +156,10 @@ def test_parse_ascii_float(text: str, value: float | None) -> None:
 
 def test_ascii_int_has_pythons_digit_limit() -> None:
     assert parse_ascii_int("9" * 5000) is None
+
+
+def test_nul_in_a_name_is_an_input_error(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="NUL"):
+        read_input_bytes(f"{tmp_path}/a\x00b")
+    with pytest.raises(InputError, match="NUL"):
+        atomic_write_text(f"{tmp_path}/a\x00b", "x")
