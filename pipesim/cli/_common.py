@@ -190,12 +190,16 @@ def inputs_of(args: argparse.Namespace) -> tuple[ModelProfile, Cluster]:
     device, and the cluster with the overrides applied.
 
     Raises:
-        PipesimError: an unknown name, a malformed file, or a bad override.
+        PipesimError: an unknown name, a malformed file, a bad override, or a model with no
+            compute time (:func:`pipesim.api.check_has_compute`).
     """
+    from pipesim.api import check_has_compute
     from pipesim.profiles.inputs import resolve_inputs
 
     pbs = getattr(args, "pbs", None)
-    return resolve_inputs(args.model, args.cluster, overrides=overrides_of(args), pbs=pbs)
+    profile, cluster = resolve_inputs(args.model, args.cluster, overrides=overrides_of(args), pbs=pbs)
+    check_has_compute(profile)
+    return profile, cluster
 
 
 def print_json(data: Any, *, what: str = "--json output") -> None:

@@ -76,8 +76,17 @@ def test_value_errors_name_the_subcommand_once_and_shape_errors_show_usage(
     assert "the following arguments are required: --gbs" in err
 
 
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["simulate", "--stages", "1", "--gbs", "8", "--microbatches", "2", "--json"],
+        ["plan", "--gbs", "8", "--json"],
+        ["verify", "--gbs", "8"],
+        ["compare", "--gbs", "8", "--json"],
+    ],
+)
 def test_zero_compute_model_is_refused_before_simulating(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, command: list[str]
 ) -> None:
     data = profile_to_dict(zoo_model("gpt:layers=2,hidden=64,heads=2,seq=16,vocab=100"))
     for layer in data["layers"]:
@@ -85,10 +94,7 @@ def test_zero_compute_model_is_refused_before_simulating(
         layer["bwd_time_s"] = 0.0
     path = tmp_path / "nothing.json"
     path.write_text(json.dumps(data))
-    code, out, err = run(
-        capsys, "simulate", "--model", str(path), "--cluster", "dgx1-v100", "--stages", "1",
-        "--gbs", "8", "--microbatches", "2", "--json",
-    )
+    code, out, err = run(capsys, command[0], "--model", str(path), "--cluster", "dgx1-v100", *command[1:])
     assert code == 2
     assert out == ""
     assert "has no compute time" in one_error_line(err)
