@@ -159,3 +159,17 @@ def test_sweep_out_must_be_a_regular_file(capsys: pytest.CaptureFixture[str], tm
     assert code == 2
     assert "is not a regular file" in one_error_line(err)
     assert os.path.exists(fifo)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["-p", "1048576", "-m", "1048576"], "ranks x micro-batches x chunks must be at most 1048576"),
+        (["-p", "2", "-m", "4", "--warmup", "1,\u0663"], "--warmup='1,\u0663': must be 'default'"),
+        (["-p", "\u0662", "-m", "4"], "argument -p/--ranks: '\u0662' is not an integer"),
+    ],
+)
+def test_schedule_show_bounds(capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:
+    code, _, err = run(capsys, "schedule", "show", "dapple", *argv)
+    assert code == 2
+    assert message in one_error_line(err)
