@@ -12,15 +12,16 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pipesim.errors import invalid
+from pipesim.errors import check_count, invalid
 from pipesim.plan import Plan, Recompute, StagePlan, balanced_split, stage_ranges
 from pipesim.profiles.hardware.cluster import load_cluster
 from pipesim.profiles.inputs import ClusterLike, ModelLike, resolve_inputs
 from pipesim.profiles.models.loader import load_model
+from pipesim.profiles.models.profile import ModelProfile
 from pipesim.simulator import SimOptions, SimulationResult
 from pipesim.simulator import simulate as _simulate
 
-__all__ = ["load_cluster", "load_model", "make_plan", "resolve_inputs", "simulate"]
+__all__ = ["check_has_compute", "load_cluster", "load_model", "make_plan", "resolve_inputs", "simulate"]
 
 
 def make_plan(
@@ -58,7 +59,8 @@ def make_plan(
         schedule, schedule_options, chunks, optimizer, recompute, allreduce: see :class:`Plan`.
 
     Raises:
-        InputError: both or neither of ``stages``/``split`` are wrong, a split that does not
+        InputError: a model with no compute time, ``chunks`` < 1 or not dividing the number of
+            stages, both or neither of ``stages``/``split`` are wrong, a split that does not
             cover the model, a replica list of the wrong length, ``overrides`` without a
             cluster, or a bad model, cluster or override (see :func:`resolve_inputs`).
         Infeasible: more stages than layers.
@@ -69,13 +71,18 @@ def make_plan(
         raise invalid("overrides", dict(overrides), "need a cluster to apply them to")
     else:
         profile = load_model(model) if isinstance(model, str) else model
+    check_has_compute(profile)
+    check_count("chunks", chunks)
     if stages is not None and split is not None:
         raise invalid("stages", stages, "give either the number of stages or a split, not both")
     if split is None:
         times = [a.fwd_time_s + a.bwd_time_s for a in profile.layers]
         split = balanced_split(times, stages or 1)
     ranges = stage_ranges(split, profile.num_layers)
-    ranks = len(ranges) // chunks if chunks >= 1 else len(ranges)
+    if len(ranges) % chunks:
+        rule = f"must divide the number of stages ({len(ranges)}): each device runs `chunks` stages"
+        raise invalid("chunks", chunks, rule)
+    ranks = len(ranges) // chunks
     if replicas is None:
         replicas = [1] * ranks
     if len(replicas) != ranks:
@@ -115,7 +122,22 @@ def simulate(
         overrides: what-if changes to the cluster (``{"device": "H100-SXM", "nic": "100GbE"}``).
 
     Raises:
+        InputError: a model with no compute time (see :func:`check_has_compute`).
         PipesimError: see :func:`pipesim.simulator.simulate` and :func:`resolve_inputs`.
     """
     profile, machine = resolve_inputs(model, cluster, overrides=overrides)
+    check_has_compute(profile)
     return _simulate(plan, profile, machine, options)
+
+
+def check_has_compute(profile: ModelProfile) -> None:
+    """Refuse a model with no compute time: an iteration of it takes no time, and its throughput
+    (samples / 0 s) is infinite, which no output can carry.
+
+    Raises:
+        InputError: every layer's forward and backward time is 0 s.
+    """
+    total_s = sum(layer.fwd_time_s + layer.bwd_time_s for layer in profile.layers)
+    if not total_s > 0:
+        rule = "has no compute time (every layer's forward and backward time is 0 s); nothing to simulate"
+        raise invalid("model", profile.name, rule)

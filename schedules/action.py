@@ -55,7 +55,7 @@ _PEER_OFFSET: dict[Op, int] = {Op.SEND_F: 1, Op.RECV_F: -1, Op.SEND_B: -1, Op.RE
 # REDUCE_GRAD is torch's spelling of ALL_REDUCE; it is accepted when parsing, never emitted.
 _ALIASES: dict[str, Op] = {"REDUCE_GRAD": Op.ALL_REDUCE}
 _TOKEN = re.compile(
-    r"\s*(\d+)(SEND_F|RECV_F|SEND_B|RECV_B|ALL_REDUCE|REDUCE_GRAD|F|B|I|W)(\d*)\s*\Z"
+    r"\s*([0-9]{1,18})(SEND_F|RECV_F|SEND_B|RECV_B|ALL_REDUCE|REDUCE_GRAD|F|B|I|W)([0-9]{0,18})\s*\Z"
 )
 
 
@@ -119,7 +119,8 @@ class Action:
         ``REDUCE_GRAD`` (torch's name) is read as ``ALL_REDUCE``.
 
         Raises:
-            InputError: the text is not a token of the form ``{stage}{op}{microbatch}``.
+            InputError: the text is not a token of the form ``{stage}{op}{microbatch}`` (indices
+                are ASCII digits, at most 18 of them).
         """
         match = _TOKEN.match(text) if isinstance(text, str) else None
         if match is None:

@@ -17,13 +17,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pipesim.errors import FormatError, InputError
+from pipesim.fileio import parse_ascii_int
 from pipesim.schedules.action import Action
 from pipesim.schedules.schedule import Schedule
 from pipesim.schedules.validate import validate
 
 __all__ = ["parse_order", "schedule_from_order"]
 
-_RANK_PREFIX = re.compile(r"\s*(?:rank\s*)?(\d+)\s*:")
+_RANK_PREFIX = re.compile(r"\s*(?:rank\s*)?([0-9]{1,18})\s*:")
 
 
 def _action(token: str, line: int | None) -> Action:
@@ -33,14 +34,22 @@ def _action(token: str, line: int | None) -> Action:
         raise FormatError(None, line, str(exc)) from None
 
 
+def _rank_key(key: object) -> int | None:
+    if isinstance(key, str):
+        return parse_ascii_int(key)
+    return key if isinstance(key, int) and not isinstance(key, bool) else None
+
+
 def _from_json(data: Any) -> list[list[Action]]:
     if isinstance(data, Mapping) and "ranks" in data:
         data = data["ranks"]
     if isinstance(data, Mapping):
-        try:
-            keyed = {int(k): v for k, v in data.items()}
-        except (TypeError, ValueError):
-            raise FormatError(None, None, f"rank keys must be integers, got {sorted(data)}") from None
+        keys = {k: _rank_key(k) for k in data}
+        if any(rank is None for rank in keys.values()):
+            raise FormatError(None, None, f"rank keys must be integers, got {sorted(map(str, data))}")
+        if len(set(keys.values())) != len(keys):
+            raise FormatError(None, None, f"rank keys name a rank twice: {sorted(map(str, data))}")
+        keyed = {rank: data[k] for k, rank in keys.items() if rank is not None}
         if sorted(keyed) != list(range(len(keyed))):
             raise FormatError(None, None, f"rank keys must be 0..{len(keyed) - 1}, got {sorted(keyed)}")
         data = [keyed[r] for r in range(len(keyed))]
@@ -90,6 +99,8 @@ def parse_order(text: str) -> list[list[Action]]:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise FormatError(None, exc.lineno, f"invalid JSON: {exc.msg}") from None
+        except ValueError as exc:  # int() of a number over 4300 digits
+            raise FormatError(None, None, f"invalid JSON: {exc}") from None
         rows = _from_json(data)
     else:
         rows = _from_lines(text)

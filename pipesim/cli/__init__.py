@@ -9,14 +9,16 @@ become one line on stderr and exit code 2; nothing the user can type produces a 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
+import os
 import sys
 from collections.abc import Callable, Sequence
 from importlib import import_module
 
 from pipesim.errors import PipesimError
 
-__all__ = ["EXIT_OK", "EXIT_USAGE", "main"]
+__all__ = ["EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "main"]
 
 EXIT_OK = 0
 EXIT_USAGE = 2
@@ -36,17 +38,43 @@ _COMMAND_MODULES = (
 """Modules that each register one or more sub-commands, in the order ``--help`` lists them."""
 
 
+EXIT_INTERRUPTED = 130
+"""Exit code after Ctrl-C (128 + SIGINT, the shell convention)."""
+
+_USAGE_ERRORS = ("the following arguments are required", "unrecognized arguments", "invalid choice")
+"""argparse messages about the shape of the command line, which the usage line helps with."""
+
+
 class _Parser(argparse.ArgumentParser):
-    """An argument parser whose errors go through the same path as every other bad input."""
+    """An argument parser whose errors go through the same path as every other bad input.
+
+    The message is one line, ``pipesim: error: plan: argument --gbs: ...`` (the sub-command named
+    once); the usage line is printed only when the command line's shape is wrong (a missing or
+    unknown argument), not for a bad value.
+    """
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        self.print_usage(sys.stderr)
-        raise SystemExit(_fail(f"{self.prog}: {message}"))
+        if message.startswith(_USAGE_ERRORS):
+            self.print_usage(sys.stderr)
+        command = self.prog.removeprefix("pipesim").strip()
+        raise SystemExit(_fail(f"{command}: {message}" if command else message))
 
 
 def _fail(message: str) -> int:
     print(f"pipesim: error: {message}", file=sys.stderr)
     return EXIT_USAGE
+
+
+def _quiet_broken_pipe() -> int:
+    """The reader of stdout went away (``pipesim ... | head``): stop quietly.
+
+    As the Python documentation advises for SIGPIPE, stdout is pointed at ``os.devnull`` so the
+    interpreter's final flush does not fail again; the exit code is 1, as Python's own.
+    """
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    return 1
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -71,7 +99,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI with ``argv`` (default: ``sys.argv[1:]``) and return the exit code.
 
     Returns:
-        0 on success, 2 on any bad input (unknown name, malformed file, impossible plan).
+        0 on success, 2 on any bad input (unknown name, malformed file, impossible plan),
+        130 after Ctrl-C, 1 when stdout's reader went away (a closed pipe).
     """
     parser = build_parser()
     try:
@@ -82,11 +111,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
     func: Callable[[argparse.Namespace], int] = args.func
     try:
-        return func(args)
+        code = func(args)
+        sys.stdout.flush()
+        return code
+    except BrokenPipeError:
+        return _quiet_broken_pipe()
     except PipesimError as exc:
         return _fail(str(exc))
     except OSError as exc:
         where = f" {exc.filename!r}" if getattr(exc, "filename", None) else ""
         return _fail(f"cannot access{where}: {exc.strerror or exc}")
     except KeyboardInterrupt:
-        return _fail("interrupted")
+        print("pipesim: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED

@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
+
+from pipesim.fileio import json_text, parse_ascii_float, parse_ascii_int
+from pipesim.limits import (
+    MAX_COUNT,
+    MAX_GLOBAL_BATCH,
+    MAX_JITTER_CV,
+    MAX_OVERRIDE_MAGNITUDE,
+    MAX_SEED,
+)
 
 if TYPE_CHECKING:
     from pipesim.profiles.hardware.cluster import Cluster
@@ -16,27 +24,82 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 __all__ = [
+    "MAX_COUNT",
+    "MAX_GLOBAL_BATCH",
+    "MAX_JITTER_CV",
+    "MAX_OVERRIDE_MAGNITUDE",
+    "MAX_SEED",
     "add_cluster_arg",
     "add_model_args",
     "add_set_arg",
+    "batch_int",
+    "float_arg",
     "format_table",
     "inputs_of",
+    "int_arg",
+    "jitter_float",
+    "nonneg_int",
     "override_item",
     "overrides_of",
+    "positive_float",
     "positive_int",
     "print_json",
+    "seed_int",
 ]
 
 
-def positive_int(text: str) -> int:
-    """argparse type: an integer >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be >= 1")
-    return value
+def int_arg(minimum: int = 1, maximum: int = MAX_COUNT) -> Callable[[str], int]:
+    """An argparse type: an integer of ASCII digits in ``minimum..maximum``.
+
+    A bad value reads ``argument --gbs: '0' must be >= 1`` (or ``is not an integer``, ``must be <= ...``).
+    """
+
+    def parse(text: str) -> int:
+        value = parse_ascii_int(text)
+        if value is None:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer (ASCII digits 0-9)")
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{text!r} must be >= {minimum}")
+        if value > maximum:
+            raise argparse.ArgumentTypeError(f"{text!r} must be <= {maximum}")
+        return value
+
+    parse.__name__ = f"integer in {minimum}..{maximum}"
+    return parse
+
+
+def float_arg(minimum: float, maximum: float, *, above_minimum: bool = False) -> Callable[[str], float]:
+    """An argparse type: a finite number written in ASCII, ``minimum <= x <= maximum``
+    (``minimum < x`` with ``above_minimum``)."""
+    low = "(" if above_minimum else "["
+
+    def parse(text: str) -> float:
+        value = parse_ascii_float(text)
+        if (
+            value is None
+            or value > maximum
+            or value < minimum
+            or (above_minimum and value == minimum)
+        ):
+            raise argparse.ArgumentTypeError(f"{text!r} must be a number in {low}{minimum:g}, {maximum:g}]")
+        return value
+
+    parse.__name__ = f"number in {low}{minimum:g}, {maximum:g}]"
+    return parse
+
+
+positive_int = int_arg(1, MAX_COUNT)
+"""argparse type: an integer in ``1..MAX_COUNT``."""
+nonneg_int = int_arg(0, MAX_COUNT)
+"""argparse type: an integer in ``0..MAX_COUNT``."""
+batch_int = int_arg(1, MAX_GLOBAL_BATCH)
+"""argparse type: a global batch size in ``1..MAX_GLOBAL_BATCH``."""
+seed_int = int_arg(0, MAX_SEED)
+"""argparse type: a random seed in ``0..MAX_SEED``."""
+jitter_float = float_arg(0.0, MAX_JITTER_CV)
+"""argparse type: a coefficient of variation in ``[0, MAX_JITTER_CV]``."""
+positive_float = float_arg(0.0, 1e18, above_minimum=True)
+"""argparse type: a finite number in ``(0, 1e18]``."""
 
 
 def add_model_args(
@@ -90,24 +153,29 @@ def add_set_arg(parser: argparse.ArgumentParser, *, note: str = "") -> None:
 def override_item(text: str) -> tuple[str, object]:
     """argparse type of one ``--set KEY=VALUE``: ``"servers=4"`` -> ``("servers", 4)``.
 
-    Values that read as integers or floats become numbers; everything else stays a string. The
+    Values written as ASCII integers or finite numbers become numbers (at most
+    :data:`MAX_OVERRIDE_MAGNITUDE` in magnitude); everything else (``inf``, ``٣``) stays a string. The
     key and value are checked against the cluster later, by
     :func:`pipesim.profiles.inputs.resolve_cluster` (the one input path).
 
     Raises:
-        argparse.ArgumentTypeError: an item without ``=`` or with an empty key or value.
+        argparse.ArgumentTypeError: an item without ``=``, with an empty key or value, or with a
+            number too large.
     """
     key, sep, raw = text.partition("=")
     key, raw = key.strip(), raw.strip()
     if not sep or not key or not raw:
         raise argparse.ArgumentTypeError(f"{text!r} must be KEY=VALUE, e.g. nic=100GbE")
     value: object = raw
-    for kind in (int, float):
-        try:
-            value = kind(raw)
-            break
-        except ValueError:
-            continue
+    number: int | float | None = parse_ascii_int(raw)
+    if number is None:
+        number = parse_ascii_float(raw)
+    if number is not None:
+        if abs(number) > MAX_OVERRIDE_MAGNITUDE:
+            raise argparse.ArgumentTypeError(
+                f"{text!r}: a number given to --set must be at most {MAX_OVERRIDE_MAGNITUDE:g} in magnitude"
+            )
+        value = number
     return key, value
 
 
@@ -122,18 +190,25 @@ def inputs_of(args: argparse.Namespace) -> tuple[ModelProfile, Cluster]:
     device, and the cluster with the overrides applied.
 
     Raises:
-        PipesimError: an unknown name, a malformed file, or a bad override.
+        PipesimError: an unknown name, a malformed file, a bad override, or a model with no
+            compute time (:func:`pipesim.api.check_has_compute`).
     """
+    from pipesim.api import check_has_compute
     from pipesim.profiles.inputs import resolve_inputs
 
     pbs = getattr(args, "pbs", None)
-    return resolve_inputs(args.model, args.cluster, overrides=overrides_of(args), pbs=pbs)
+    profile, cluster = resolve_inputs(args.model, args.cluster, overrides=overrides_of(args), pbs=pbs)
+    check_has_compute(profile)
+    return profile, cluster
 
 
-def print_json(data: Any) -> None:
-    """Print ``data`` as indented JSON on stdout."""
-    json.dump(data, sys.stdout, indent=2)
-    sys.stdout.write("\n")
+def print_json(data: Any, *, what: str = "--json output") -> None:
+    """Print ``data`` as indented JSON on stdout (through :func:`pipesim.fileio.json_text`).
+
+    Raises:
+        PipesimError: ``data`` holds NaN or infinity (nothing is printed).
+    """
+    sys.stdout.write(json_text(data, what=what) + "\n")
 
 
 def format_table(

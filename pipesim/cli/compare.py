@@ -8,12 +8,15 @@ import time
 from pipesim.cli._common import (
     add_cluster_arg,
     add_model_args,
+    batch_int,
+    float_arg,
     format_table,
     inputs_of,
     positive_int,
     print_json,
 )
 from pipesim.cli.progress import Status
+from pipesim.limits import MAX_PRICE_PER_DEVICE_HOUR_USD
 from pipesim.units import GIB, MS
 
 __all__ = ["DEFAULT_CLUSTER", "DEFAULT_GBS", "DEFAULT_MODEL", "register"]
@@ -35,7 +38,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     add_model_args(p, required=False, default=DEFAULT_MODEL)
     add_cluster_arg(p, required=False, default=DEFAULT_CLUSTER)
     p.add_argument(
-        "--gbs", type=positive_int, default=DEFAULT_GBS, help=f"global batch size (default {DEFAULT_GBS})"
+        "--gbs", type=batch_int, default=DEFAULT_GBS, help=f"global batch size (default {DEFAULT_GBS})"
     )
     p.add_argument(
         "--schedules",
@@ -47,7 +50,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--plan", help="compare this plan file instead of planning")
     p.add_argument(
         "--price-per-hour",
-        type=float,
+        type=float_arg(0.0, MAX_PRICE_PER_DEVICE_HOUR_USD),
         default=None,
         metavar="USD",
         help="price of one device for one hour (default: the catalog's on-demand price)",

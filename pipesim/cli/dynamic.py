@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import argparse
 
-from pipesim.cli._common import add_cluster_arg, format_table, overrides_of, positive_int, print_json
+from pipesim.cli._common import (
+    add_cluster_arg,
+    format_table,
+    overrides_of,
+    positive_float,
+    positive_int,
+    print_json,
+    seed_int,
+)
 from pipesim.errors import invalid, vocabulary
 from pipesim.plan import Optimizer
 from pipesim.units import GIB, MS
@@ -43,7 +51,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         default=1024,
         help="samples drawn from --mix (global batch size; default 1024)",
     )
-    p.add_argument("--seed", type=int, default=0, help="seed of --mix (default 0)")
+    p.add_argument("--seed", type=seed_int, default=0, help="seed of --mix (default 0)")
     p.add_argument(
         "--strategies", default="pad,pack,dynamic", help="comma-separated (default pad,pack,dynamic)"
     )
@@ -55,7 +63,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "--memory-limit-gib",
         "--memory-limit",
         dest="memory_limit_gib",
-        type=float,
+        type=positive_float,
         default=None,
         help="activation memory one micro-batch may use, GiB (default: free device memory / stages)",
     )

@@ -8,6 +8,7 @@ from typing import Any
 from pipesim.cli._common import (
     add_cluster_arg,
     add_model_args,
+    batch_int,
     format_table,
     inputs_of,
     positive_int,
@@ -15,6 +16,7 @@ from pipesim.cli._common import (
 )
 from pipesim.cli.progress import Status
 from pipesim.errors import vocabulary
+from pipesim.fileio import parse_ascii_float
 from pipesim.plan import Optimizer, Plan, plan_to_dict
 from pipesim.units import GIB, MS
 
@@ -29,15 +31,12 @@ def _bytes(text: str) -> float:
         if raw.endswith(suffix):
             raw, scale = raw[: -len(suffix)], float(factor)
             break
-    try:
-        value = float(raw) * scale
-    except ValueError:
+    number = parse_ascii_float(raw)
+    if number is None or not 0 < number * scale <= 2.0**80:
         raise argparse.ArgumentTypeError(
-            f"{text!r} is not a byte count (e.g. 17179869184 or 16GiB)"
-        ) from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be > 0")
-    return value
+            f"{text!r} is not a byte count in (0, 2**80] (e.g. 17179869184 or 16GiB)"
+        )
+    return number * scale
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -45,7 +44,7 @@ def _common(p: argparse.ArgumentParser) -> None:
 
     add_model_args(p)
     add_cluster_arg(p)
-    p.add_argument("--gbs", type=positive_int, required=True, help="global batch size, samples")
+    p.add_argument("--gbs", type=batch_int, required=True, help="global batch size, samples")
     p.add_argument("--planner", default="dapple", choices=planner_names(), help="planner (default dapple)")
     p.add_argument("--top", type=positive_int, default=None, help="plans to show")
     p.add_argument(

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from pipesim.cli._common import format_table, positive_int, print_json
+from pipesim.cli._common import format_table, nonneg_int, positive_int, print_json, seed_int
 from pipesim.errors import InputError, PipesimError
 from pipesim.profiles.models.fileformat import PROFILE_EXTENSIONS, save_profile
 from pipesim.profiles.models.profile import DTYPES
@@ -83,11 +83,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--device", choices=DEVICES, default="cpu", help="where to run (default cpu)")
     p.add_argument("--dtype", choices=DTYPES, default="float32", help="model dtype (default float32)")
     p.add_argument("--repeats", type=positive_int, default=5, help="timed runs per block (default 5)")
-    p.add_argument("--warmup", type=int, default=2, help="untimed runs before them (default 2)")
+    p.add_argument("--warmup", type=nonneg_int, default=2, help="untimed runs before them (default 2)")
     p.add_argument(
         "--threads", type=positive_int, default=None, help="CPU threads for torch (default: torch's)"
     )
-    p.add_argument("--seed", type=int, default=0, help="seed of the weights and inputs (default 0)")
+    p.add_argument("--seed", type=seed_int, default=0, help="seed of the weights and inputs (default 0)")
     p.add_argument("--name", help="the profile's name (default: the factory's name)")
     p.add_argument(
         "--reference-device", help="device name stored in the profile (default: the GPU's name, or cpu)"

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
+from pipesim.cli._common import positive_int, print_json
 from pipesim.errors import invalid
+from pipesim.fileio import parse_ascii_int
+from pipesim.limits import MAX_COUNT
 from pipesim.schedules import evaluate, format_timeline, make_schedule, schedule_names
 
 __all__ = ["register"]
@@ -34,12 +36,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         ),
     )
     show.add_argument("name", help=f"schedule name: {', '.join(schedule_names())}")
-    show.add_argument("-p", "--ranks", type=int, required=True, help="pipeline ranks (devices in a pipeline)")
-    show.add_argument("-m", "--microbatches", type=int, required=True, help="micro-batches per iteration")
+    show.add_argument(
+        "-p", "--ranks", type=positive_int, required=True, help="pipeline ranks (devices in a pipeline)"
+    )
+    show.add_argument(
+        "-m", "--microbatches", type=positive_int, required=True, help="micro-batches per iteration"
+    )
     show.add_argument(
         "-v",
         "--chunks",
-        type=int,
+        type=positive_int,
         default=None,
         help="stages per rank for interleaved (default 2) and zb-h1 (default 1)",
     )
@@ -59,14 +65,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 def _warmup(text: str) -> str | list[int]:
     if text in ("default", "slow-link"):
         return text
-    try:
-        return [int(x) for x in text.split(",")]
-    except ValueError:
-        rule = "must be 'default', 'slow-link' or comma-separated integers"
-        raise invalid("--warmup", text, rule) from None
+    counts = [parse_ascii_int(x) for x in text.split(",")]
+    if any(c is None or not 0 <= c <= MAX_COUNT for c in counts):
+        rule = f"must be 'default', 'slow-link' or comma-separated integers in 0..{MAX_COUNT}"
+        raise invalid("--warmup", text, rule)
+    return [c for c in counts if c is not None]
+
+
+MAX_SHOWN_ACTIONS = 2**20
+"""The most actions ``schedule show`` lays out (ranks x micro-batches x chunks x 3 passes, about):
+a grid beyond it is unreadable and takes minutes to build."""
 
 
 def _show(args: argparse.Namespace) -> int:
+    size = args.ranks * args.microbatches * (args.chunks or 2)
+    if size > MAX_SHOWN_ACTIONS:
+        rule = f"ranks x micro-batches x chunks must be at most {MAX_SHOWN_ACTIONS} to show"
+        raise invalid("-p/-m/-v", (args.ranks, args.microbatches, args.chunks), rule)
     options: dict[str, Any] = {} if args.warmup is None else {"warmup": _warmup(args.warmup)}
     schedule = make_schedule(
         args.name,
@@ -83,7 +98,7 @@ def _show(args: argparse.Namespace) -> int:
             "v": schedule.chunks,
             "ranks": schedule.to_order(),
         }
-        print(json.dumps(data, indent=2))
+        print_json(data)
         return 0
     timeline = evaluate(schedule, fwd_time_s=_FWD_SLOTS, bwd_time_s=_BWD_SLOTS, wgrad_time_s=_WGRAD_SLOTS)
     print(

@@ -8,13 +8,18 @@ from typing import Any
 from pipesim.cli._common import (
     add_cluster_arg,
     add_model_args,
+    batch_int,
     format_table,
     inputs_of,
+    jitter_float,
     positive_int,
     print_json,
+    seed_int,
 )
 from pipesim.cli.progress import Status
 from pipesim.errors import invalid, vocabulary
+from pipesim.fileio import parse_ascii_int
+from pipesim.limits import MAX_COUNT, MAX_JITTER_CV
 from pipesim.plan import AllReduceAlgorithm, Optimizer, Recompute
 from pipesim.profiles.costmodels.collective import AllReduceOverlap
 from pipesim.units import GIB, MS
@@ -35,10 +40,12 @@ _CASE_KEYS = ("model", "cluster", "gbs", "microbatches", "stages", "split", "pla
 
 
 def _int_list(text: str) -> list[int]:
-    try:
-        values = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of integers") from None
+    parsed = [parse_ascii_int(x) for x in text.split(",") if x.strip()]
+    values = [v for v in parsed if v is not None and 0 <= v <= MAX_COUNT]
+    if len(values) != len(parsed):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a comma-separated list of integers in 0..{MAX_COUNT}"
+        )
     if not values:
         raise argparse.ArgumentTypeError("the list is empty")
     return values
@@ -54,7 +61,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     )
     add_model_args(p, required=False)
     add_cluster_arg(p, required=False)
-    p.add_argument("--gbs", type=positive_int, help="global batch size, samples (required unless --plan)")
+    p.add_argument("--gbs", type=batch_int, help="global batch size, samples (required unless --plan)")
     p.add_argument(
         "--microbatches", type=positive_int, help="micro-batches per iteration (required unless --plan)"
     )
@@ -84,9 +91,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         help="when a stage's gradient all-reduce starts (default after_backward, as DAPPLE)",
     )
     p.add_argument(
-        "--jitter", type=float, default=0.0, help="coefficient of variation of op times (needs --seed)"
+        "--jitter",
+        type=jitter_float,
+        default=0.0,
+        help=f"coefficient of variation of op times, 0..{MAX_JITTER_CV:g} (needs --seed)",
     )
-    p.add_argument("--seed", type=int, default=None, help="random seed for --jitter")
+    p.add_argument("--seed", type=seed_int, default=None, help="random seed for --jitter")
     p.add_argument("--free-links", action="store_true", help="zero-latency, infinite-bandwidth links")
     p.add_argument("--gantt", help="write a Gantt chart (.png, .svg or .pdf)")
     p.add_argument("--trace", help="write a Chrome/Perfetto trace (.json)")

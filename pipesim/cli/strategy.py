@@ -11,13 +11,19 @@ the FLOP-equivalent total cost and the strategy are PaSE's for the same flags; t
 from __future__ import annotations
 
 import argparse
-import os
-import tempfile
-from pathlib import Path
 from typing import Any
 
-from pipesim.cli._common import add_set_arg, format_table, overrides_of, print_json
+from pipesim.cli._common import (
+    add_set_arg,
+    batch_int,
+    format_table,
+    overrides_of,
+    positive_float,
+    positive_int,
+    print_json,
+)
 from pipesim.errors import invalid
+from pipesim.fileio import atomic_write_text
 
 __all__ = ["register"]
 
@@ -41,17 +47,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument(
         "-g", "--graph", default="alexnet", help=f"graph: {', '.join(graph_names())} (default: alexnet)"
     )
-    p.add_argument("-p", "--procs", type=int, default=32, help="number of devices (default: 32)")
-    p.add_argument("-b", "--batch", type=int, default=128, help="global batch size (default: 128)")
+    p.add_argument("-p", "--procs", type=positive_int, default=32, help="number of devices (default: 32)")
+    p.add_argument("-b", "--batch", type=batch_int, default=128, help="global batch size (default: 128)")
     p.add_argument(
         "-m",
         "--model",
-        type=int,
+        type=positive_int,
         default=None,
         help="model size: Transformer embedding width or RNN units (default: PaSE's graph sizes)",
     )
-    p.add_argument("--flops", type=float, default=10.0, help="peak TFLOP/s of each device (default: 10.0)")
-    p.add_argument("--bw", type=float, default=16.0, help="peak interconnect bandwidth, GB/s (default: 16.0)")
+    p.add_argument(
+        "--flops", type=positive_float, default=10.0, help="peak TFLOP/s of each device (default: 10.0)"
+    )
+    p.add_argument(
+        "--bw", type=positive_float, default=16.0, help="peak interconnect bandwidth, GB/s (default: 16.0)"
+    )
     p.add_argument(
         "--dump-graph", metavar="FILE.dot", default=None, help="write the layer graph in dot format"
     )
@@ -68,20 +78,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     )
     p.add_argument("--link", default=None, help="catalog link to express the cost in seconds (with --device)")
     p.set_defaults(func=_run)
-
-
-def _write_atomic(path: str, text: str) -> None:
-    target = Path(path)
-    fd, tmp = tempfile.mkstemp(
-        dir=target.parent if str(target.parent) else ".", prefix=".tmp-", suffix=".dot"
-    )
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _split_text(split: dict[str, int]) -> str:
@@ -104,7 +100,7 @@ def _run(args: argparse.Namespace) -> int:
     params = CostParams.from_pase_flags(args.flops, args.bw)
     plan = plan_strategy(args.graph, args.procs, args.batch, model_size=args.model, params=params)
     if args.dump_graph:
-        _write_atomic(args.dump_graph, plan.graph.to_dot())
+        atomic_write_text(args.dump_graph, plan.graph.to_dot())
     out: dict[str, Any] = {
         "graph": plan.graph.name,
         "procs": plan.graph.n_procs,

@@ -15,7 +15,9 @@ from itertools import product
 from pathlib import Path
 from typing import Any
 
-from pipesim.errors import FormatError, InputError, UnknownNameError, invalid
+from pipesim.errors import FormatError, InputError, UnknownNameError, check_nonneg, invalid
+from pipesim.fileio import read_input_text
+from pipesim.limits import MAX_GLOBAL_BATCH, MAX_OVERRIDE_MAGNITUDE, MAX_PRICE_PER_DEVICE_HOUR_USD
 from pipesim.planner import planner_names
 from pipesim.schedules.registry import lookup
 
@@ -96,7 +98,7 @@ class SweepConfig:
         clusters: cluster presets or cluster TOML files, at least one.
         overrides: what-if override sets applied to every cluster (default: ``((),)``, the
             clusters as given).
-        global_batch_sizes: samples per iteration, each >= 1.
+        global_batch_sizes: samples per iteration, each in ``1..MAX_GLOBAL_BATCH`` (2**40).
         planners: planner names (default ``("dapple",)``).
         schedules: canonical schedule names (default ``("gpipe", "dapple")``).
         price_per_device_hour_usd: price of one device for one hour, US dollars, for the cost
@@ -117,6 +119,9 @@ class SweepConfig:
     source: str | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
+        for gbs in self.global_batch_sizes:
+            if isinstance(gbs, bool) or not isinstance(gbs, int) or not 1 <= gbs <= MAX_GLOBAL_BATCH:
+                raise invalid("global_batch_sizes", gbs, f"must be integers in 1..{MAX_GLOBAL_BATCH}")
         for name in ("models", "clusters", "overrides", "global_batch_sizes", "planners", "schedules"):
             values = getattr(self, name)
             if not values:
@@ -126,9 +131,6 @@ class SweepConfig:
         for text in (*self.models, *self.clusters):
             if not text.strip():
                 raise invalid("models/clusters", text, "must not be empty")
-        for gbs in self.global_batch_sizes:
-            if isinstance(gbs, bool) or not isinstance(gbs, int) or gbs < 1:
-                raise invalid("global_batch_sizes", gbs, "must be integers >= 1")
         valid = planner_names()
         for name in self.planners:
             if name not in valid:
@@ -137,8 +139,9 @@ class SweepConfig:
             if lookup(name).value != name:
                 raise invalid("schedules", name, f"write the canonical name {lookup(name).value!r}")
         price = self.price_per_device_hour_usd
-        if price is not None and not (math.isfinite(price) and price >= 0):
-            raise invalid("price_per_device_hour_usd", price, "must be a finite number >= 0")
+        if price is not None and not (math.isfinite(price) and 0 <= price <= MAX_PRICE_PER_DEVICE_HOUR_USD):
+            rule = f"must be a number in [0, {MAX_PRICE_PER_DEVICE_HOUR_USD:g}]"
+            raise invalid("price_per_device_hour_usd", price, rule)
 
     def points(self) -> list[SweepPoint]:
         """Every point of the grid, in a fixed order (models outermost, schedules innermost)."""
@@ -202,6 +205,13 @@ def _overrides(value: object) -> tuple[Overrides, ...]:
         for key, val in item.items():
             if not isinstance(val, str | int | float | bool):
                 raise invalid(f"overrides[{i}].{key}", val, "must be a string, number or boolean")
+            if (
+                isinstance(val, int | float)
+                and not isinstance(val, bool)
+                and not abs(val) <= MAX_OVERRIDE_MAGNITUDE  # also refuses NaN and infinity
+            ):
+                rule = f"must be a finite number at most {MAX_OVERRIDE_MAGNITUDE:g} in magnitude"
+                raise invalid(f"overrides[{i}].{key}", val, rule)
         out.append(tuple(sorted(item.items())))
     return tuple(out)
 
@@ -252,7 +262,8 @@ def parse_sweep_config(
         if price is not None:
             if isinstance(price, bool) or not isinstance(price, int | float):
                 raise invalid("price_per_device_hour_usd", price, "must be a number")
-            kwargs["price_per_device_hour_usd"] = float(price)
+            field = "price_per_device_hour_usd"
+            kwargs[field] = check_nonneg(field, price, allow_inf=True)
         base_dir = Path(path).parent if path is not None else None
         return SweepConfig(**kwargs, base_dir=base_dir, source=None if path is None else str(path))
     except InputError as exc:
@@ -274,12 +285,7 @@ def load_sweep_config(path: str | Path) -> SweepConfig:
         OSError: the file exists but cannot be read.
     """
     file = Path(path)
-    try:
-        text = file.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError(f"sweep config {str(file)!r} does not exist") from None
-    except UnicodeDecodeError as exc:
-        raise FormatError(file, None, f"not UTF-8 text ({exc.reason})") from None
+    text = read_input_text(file, what="sweep config")
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -289,4 +295,6 @@ def load_sweep_config(path: str | Path) -> SweepConfig:
             line = int(found.group(1))
         message = re.sub(r"\s*\(at line \d+, column \d+\)", "", str(getattr(exc, "msg", "")) or str(exc))
         raise FormatError(file, line, f"not valid TOML: {message}") from None
+    except ValueError as exc:  # tomllib's int() of a number over 4300 digits
+        raise FormatError(file, None, f"not valid TOML: {exc}") from None
     return parse_sweep_config(data, path=file, text=text)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import math
 import multiprocessing
 import os
 import threading
@@ -144,25 +145,37 @@ def run_task(task: SweepTask) -> list[dict[str, object]]:
             out.append(_failed(row, exc))
             continue
         summary = done.to_dict()
-        out.append(
-            {
-                **row,
-                "num_stages": done.plan.num_stages,
-                "num_microbatches": done.plan.num_microbatches,
-                "num_devices": done.plan.num_devices,
-                "iteration_time_s": done.result.iteration_time_s,
-                "throughput_samples_per_s": done.result.throughput_samples_per_s,
-                "bubble_fraction": done.result.bubble_fraction,
-                "peak_memory_bytes": summary["peak_memory_bytes"],
-                "fits": done.result.fits,
-                "estimated_iteration_time_s": done.estimated_iteration_time_s,
-                "price_per_device_hour_usd": price,
-                "cost_per_million_samples_usd": summary["cost_per_million_samples_usd"],
-                "status": "ok",
-                "error": "",
-            }
-        )
+        done_row: dict[str, object] = {
+            **row,
+            "num_stages": done.plan.num_stages,
+            "num_microbatches": done.plan.num_microbatches,
+            "num_devices": done.plan.num_devices,
+            "iteration_time_s": done.result.iteration_time_s,
+            "throughput_samples_per_s": done.result.throughput_samples_per_s,
+            "bubble_fraction": done.result.bubble_fraction,
+            "peak_memory_bytes": summary["peak_memory_bytes"],
+            "fits": done.result.fits,
+            "estimated_iteration_time_s": done.estimated_iteration_time_s,
+            "price_per_device_hour_usd": price,
+            "cost_per_million_samples_usd": summary["cost_per_million_samples_usd"],
+            "status": "ok",
+            "error": "",
+        }
+        out.append(_finite_or_invalid(done_row))
     return out
+
+
+def _finite_or_invalid(row: dict[str, object]) -> dict[str, object]:
+    """``row``, or the row marked ``invalid`` when a number in it is NaN or infinite (a degenerate
+    input, e.g. a model with no compute time): a results file never holds ``inf`` or ``nan``."""
+    for column, value in row.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            message = f"{column}={value!r}: not a finite number; the inputs of this point are degenerate"
+            cleared = {
+                c: (None if isinstance(v, float) and not math.isfinite(v) else v) for c, v in row.items()
+            }
+            return {**cleared, "status": "invalid", "error": message}
+    return row
 
 
 def _load_inputs(config: SweepConfig) -> tuple[dict[str, ModelProfile], dict[tuple[str, Overrides], Cluster]]:

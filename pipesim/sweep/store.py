@@ -16,13 +16,14 @@ import logging
 import math
 import os
 import re
+import stat
 from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 from pipesim.errors import FormatError, InputError
-from pipesim.fileio import atomic_write_bytes
+from pipesim.fileio import atomic_write_bytes, read_input_bytes
 from pipesim.sweep.config import SweepPoint, overrides_text
 
 __all__ = ["COLUMNS", "PARAMETER_COLUMNS", "ResultsWriter", "format_line", "point_key", "read_results"]
@@ -159,6 +160,25 @@ def _scan(path: Path, data: bytes) -> tuple[list[list[str]], list[int], bool]:
     return rows, bad, partial
 
 
+def _existing(path: Path) -> bytes:
+    """The bytes of a results file about to be written, ``b""`` when there is none.
+
+    Raises:
+        InputError: the path exists and is not a regular file (``/dev/full``, a FIFO): a results
+            file is appended to and resumed, which only a regular file allows.
+    """
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        return b""
+    if not stat.S_ISREG(mode):
+        raise InputError(
+            f"results file {str(path)!r} is not a regular file; a sweep appends to and resumes "
+            "its results file, so give a file path"
+        )
+    return read_input_bytes(path, what="results file")
+
+
 class ResultsWriter:
     """The single writer of a results file: opens (and on resume repairs) it, then appends rows.
 
@@ -178,7 +198,7 @@ class ResultsWriter:
     def __init__(self, path: str | Path, *, resume: bool = False, overwrite: bool = False) -> None:
         self.path = Path(path)
         self.done_keys: set[str] = set()
-        data = self.path.read_bytes() if self.path.exists() else b""
+        data = _existing(self.path)
         if data and not resume and not overwrite:
             raise InputError(
                 f"results file {str(self.path)!r} already exists: pass --resume to continue it "
@@ -196,7 +216,7 @@ class ResultsWriter:
                 text = _header() + b"".join(format_line(dict(zip(COLUMNS, r, strict=True))) for r in rows)
                 atomic_write_bytes(self.path, text)
             self.done_keys = {r[-1] for r in rows}
-            data = self.path.read_bytes()
+            data = _existing(self.path)
         elif data:
             self.path.write_bytes(b"")
             data = b""
@@ -251,10 +271,7 @@ def read_results(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
         OSError: the file cannot be read.
     """
     file = Path(path)
-    try:
-        data = file.read_bytes()
-    except FileNotFoundError:
-        raise InputError(f"results file {str(file)!r} does not exist") from None
+    data = read_input_bytes(file, what="results file")
     rows, bad, partial = _scan(file, data)
     if bad:
         raise FormatError(

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from pipesim.errors import FormatError, InputError, invalid
-from pipesim.fileio import atomic_write_text
+from pipesim.fileio import atomic_write_text, read_input_bytes
 from pipesim.profiles.models.profile import DTYPES, BatchPoint, Layer, ModelProfile
 
 if sys.version_info >= (3, 11):
@@ -458,7 +458,7 @@ def load_profile_file(path: str | os.PathLike[str]) -> ModelProfile:
     """
     source = Path(path)
     fmt = _format_of(source)
-    raw = source.read_bytes()
+    raw = read_input_bytes(source, what="profile file")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -473,6 +473,8 @@ def load_profile_file(path: str | os.PathLike[str]) -> ModelProfile:
             raise FormatError(source, None, message) from exc
         except json.JSONDecodeError as exc:
             raise FormatError(source, exc.lineno, f"invalid JSON: {exc.msg} (column {exc.colno})") from exc
+        except ValueError as exc:  # int() of a number over 4300 digits
+            raise FormatError(source, None, f"invalid JSON: {exc}") from None
     else:
         try:
             data = tomllib.loads(text)
@@ -480,4 +482,6 @@ def load_profile_file(path: str | os.PathLike[str]) -> ModelProfile:
             found = _TOML_LINE.search(str(exc))
             toml_line = int(found.group(1)) if found else None
             raise FormatError(source, toml_line, f"invalid TOML: {exc}") from exc
+        except ValueError as exc:  # int() of a number over 4300 digits
+            raise FormatError(source, None, f"invalid TOML: {exc}") from None
     return _Reader(source).profile(data)

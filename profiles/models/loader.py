@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import stat
 from collections.abc import Callable
 from importlib import import_module
 from pathlib import Path
@@ -27,6 +28,16 @@ _EXTENSION_LIKE = re.compile(r"\.[A-Za-z][A-Za-z0-9]{0,9}$")
 
 def _looks_like_path(spec: str) -> bool:
     return "/" in spec or os.sep in spec or (os.altsep is not None and os.altsep in spec)
+
+
+def _file_kind(path: Path) -> str | None:
+    """``"file"`` (a regular file), ``"other"`` (exists, not a regular file) or ``None``: absent, or
+    a name no file can have (too long, a NUL byte), which then reads as a zoo name or spec."""
+    try:
+        mode = path.stat().st_mode
+    except (OSError, ValueError):
+        return None
+    return "file" if stat.S_ISREG(mode) else "other"
 
 
 def _check_pbs(pbs: int | None) -> None:
@@ -72,7 +83,8 @@ def load_model(spec: str, *, pbs: int | None = None) -> ModelProfile:
     """
     _check_pbs(pbs)
     path = Path(spec)
-    if path.is_file():
+    kind = _file_kind(path)
+    if kind == "file":
         if path.suffix.lower() in PROFILE_EXTENSIONS:
             profile = load_profile_file(path)
             if pbs is not None and pbs != profile.profile_batch_size:
@@ -82,7 +94,7 @@ def load_model(spec: str, *, pbs: int | None = None) -> ModelProfile:
                 )
             return profile
         return load_torchgraph(path, pbs=pbs)
-    if path.exists():
+    if kind == "other":
         raise InputError(f"model file {spec!r} is not a regular file")
     if _looks_like_path(spec) or path.suffix.lower() in _FILE_EXTENSIONS:
         raise _missing(spec)

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipesim.errors import FormatError, InputError, invalid
+from pipesim.fileio import read_input_bytes
 from pipesim.profiles.models.profile import Layer, ModelProfile
 from pipesim.units import MS
 
@@ -59,8 +60,9 @@ _STAGE = re.compile(r"\s+--\s+stage_id=(\S*)$")
 _META_START = re.compile(r"\s+--\s+(?=forward_compute_time=)")
 _HEAD = re.compile(r"(\S+)\s+--(?:\s+(.*))?")
 _FIELD_SPLIT = re.compile(r",\s*(?=[A-Za-z_]\w*=)")
-_NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?i:inf|infinity|nan)")
-_PBS = re.compile(r"-pbs-(\d+)(?:\D|$)")
+# ASCII digits only (``\d`` would take any Unicode digit, which float() and int() then accept).
+_NUMBER = re.compile(r"[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?|[-+]?(?i:inf|infinity|nan)")
+_PBS = re.compile(r"-pbs-([0-9]{1,18})(?:[^0-9]|$)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +87,7 @@ def _model_name(path: str | os.PathLike[str] | None) -> str:
     if path is None:
         return "torchgraph"
     stem = Path(path).stem
-    return re.sub(r"-pbs-\d+", "", stem) or stem or "torchgraph"
+    return re.sub(r"-pbs-[0-9]+", "", stem) or stem or "torchgraph"
 
 
 class _Parser:
@@ -119,7 +121,7 @@ class _Parser:
         stage_id: int | None = None
         stage = _STAGE.search(text)
         if stage is not None:
-            if not re.fullmatch(r"\d+", stage.group(1)):
+            if not re.fullmatch(r"[0-9]{1,18}", stage.group(1)):
                 raise self.error(line, f"stage_id={stage.group(1)!r}: expected an integer >= 0")
             stage_id = int(stage.group(1))
             text = text[: stage.start()]
@@ -365,7 +367,7 @@ def load_torchgraph(
         InputError: no profile batch size (neither ``pbs`` nor ``-pbs-N`` in the file name).
         OSError: the file cannot be read.
     """
-    raw = Path(path).read_bytes()
+    raw = read_input_bytes(path, what="TorchGraph profile")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -107,7 +107,7 @@ def test_bad_spec_and_output_fail_before_torch(
     assert "unknown extension '.csv'" in err
     code, _, err = run(capsys, "profile", "nets:make", "--batch-size", "2", "--warmup", "-1", "-o", "p.json")
     assert code == 2
-    assert "--warmup=-1" in err
+    assert "argument --warmup: '-1' must be >= 0" in err
 
 
 # --------------------------------------------------------------------------------------------

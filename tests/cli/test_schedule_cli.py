@@ -67,8 +67,8 @@ def test_show_dapple_warmup(capsys: pytest.CaptureFixture[str]) -> None:
     ("argv", "message"),
     [
         (["nope", "-p", "2", "-m", "2"], "unknown schedule 'nope'; valid schedule names: 1f1b, dapple"),
-        (["gpipe", "-p", "2", "-m", "0"], "num_microbatches=0: must be an integer >= 1"),
-        (["gpipe", "-p", "0", "-m", "2"], "num_ranks=0"),
+        (["gpipe", "-p", "2", "-m", "0"], "argument -m/--microbatches: '0' must be >= 1"),
+        (["gpipe", "-p", "0", "-m", "2"], "argument -p/--ranks: '0' must be >= 1"),
         (["interleaved", "-p", "2", "-m", "5", "-v", "2"], "multiple of the number of rounds"),
         (["gpipe", "-p", "2", "-m", "2", "-v", "2"], "chunks=2: must be 1 for schedule 'gpipe'"),
         (["dapple", "-p", "2", "-m", "2", "--warmup", "x,y"], "--warmup='x,y'"),

@@ -86,7 +86,7 @@ def test_gpt_with_pairs(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> N
         ("", [], "empty"),
         ("12\n600\n", [], "lengths[1]=600: sample is longer than bert48's maximum sequence length (512"),
         ("12\n400\n", ["--memory-limit-gib", "0.05"], "smaller than one sample of 400 tokens"),
-        ("12\n", ["--memory-limit-gib", "-1"], "--memory-limit-gib=-1.0: must be > 0"),
+        ("12\n", ["--memory-limit-gib", "-1"], "--memory-limit: '-1' must be a number in (0, 1e+18]"),
         ("12\n", ["--schedule", "bogus"], "--schedule='bogus'"),
         ("12\n", ["--strategies", "bucket"], "unknown strategy 'bucket'"),
         ("12\n", ["--model", "xlnet36"], "supports bert48, gpt"),

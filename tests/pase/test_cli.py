@@ -80,7 +80,7 @@ def test_json_simulation_keys(capsys: pytest.CaptureFixture[str]) -> None:
     ("argv", "message"),
     [
         (["-g", "vgg"], "unknown graph 'vgg'"),
-        (["-p", "0"], "procs=0"),
+        (["-p", "0"], "argument -p/--procs: '0' must be >= 1"),
         (["-p", "32", "-b", "16"], "batch=16"),
         (["--cluster", "dgx1-v100"], "needs --simulate"),
         (["--device", "v100"], "give both"),

@@ -315,7 +315,7 @@ def test_gpt_defaults_and_partial_specs() -> None:
     ("spec", "message"),
     [
         ("gpt:depth=3", r"gpt\.depth='3': unknown key; valid keys: layers, hidden, heads, seq, vocab"),
-        ("gpt:layers=0", r"gpt\.layers=0: must be an integer in 1\.\.1048576"),
+        ("gpt:layers=0", r"gpt\.layers=0: must be an integer in 1\.\.4096"),
         ("gpt:hidden=-5", r"gpt\.hidden=-5: must be an integer in"),
         ("gpt:seq=1k", r"gpt\.seq='1k': must be an integer"),
         ("gpt:hidden=1000,heads=16", r"gpt\.hidden=1000: must be a multiple of heads \(16\)"),

@@ -69,7 +69,7 @@ HEAD = 'models = ["bert48"]\nclusters = ["x"]\nglobal_batch_sizes = [8]\n'
         (
             'models = ["bert48"]\nclusters = ["dgx1-v100"]\n\nglobal_batch_sizes = [8, 0]\n',
             4,
-            r"global_batch_sizes=0: must be integers >= 1",
+            r"global_batch_sizes=0: must be integers in 1\.\.1099511627776",
         ),
         (
             'models = ["bert48"]\nclusters = ["dgx1-v100"]\nglobal_batch_sizes = [8.5]\n',
@@ -110,7 +110,7 @@ HEAD = 'models = ["bert48"]\nclusters = ["x"]\nglobal_batch_sizes = [8]\n'
         (
             HEAD + "price_per_device_hour_usd = -1\n",
             4,
-            "must be a finite number >= 0",
+            "price_per_device_hour_usd=-1: must be a number >= 0",
         ),
         ('models = ["bert48"\nclusters = ["x"]\n', 2, "not valid TOML"),
     ],

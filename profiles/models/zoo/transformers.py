@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pipesim.errors import invalid
+from pipesim.fileio import parse_ascii_int
 from pipesim.profiles.models.profile import Layer, ModelProfile
 from pipesim.profiles.models.zoo.roofline import REFERENCE_DEVICE, LayerCost, Roofline
 
@@ -200,6 +201,10 @@ GPT_DEFAULTS: dict[str, int] = {"layers": 24, "hidden": 2048, "heads": 16, "seq"
 24 layers, d_model 2048, 16 heads, context 2048; GPT-2 BPE vocabulary of 50257)."""
 
 _GPT_MAX = 1 << 20  # generous upper bound per key, to reject typos such as 20480000
+_GPT_MAX_LAYERS = 4096
+"""At most 4096 decoder blocks: 30x the deepest published dense transformers (~100-120 blocks),
+and a profile that builds in well under a second (``gpt:layers=1048576`` took over 2 minutes
+to plan)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -214,8 +219,8 @@ class GptSpec:
         vocab: vocabulary size, >= 1.
 
     Raises:
-        InputError: a value is not a positive integer (up to 2**20), or ``hidden`` is not a
-            multiple of ``heads``.
+        InputError: a value is not a positive integer (up to 4096 layers, 2**20 for the other
+            keys), or ``hidden`` is not a multiple of ``heads``.
     """
 
     layers: int = GPT_DEFAULTS["layers"]
@@ -227,8 +232,9 @@ class GptSpec:
     def __post_init__(self) -> None:
         for key in GPT_DEFAULTS:
             value = getattr(self, key)
-            if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= _GPT_MAX:
-                raise invalid(f"gpt.{key}", value, f"must be an integer in 1..{_GPT_MAX}")
+            most = _GPT_MAX_LAYERS if key == "layers" else _GPT_MAX
+            if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= most:
+                raise invalid(f"gpt.{key}", value, f"must be an integer in 1..{most}")
         if self.hidden % self.heads:
             raise invalid("gpt.hidden", self.hidden, f"must be a multiple of heads ({self.heads})")
 
@@ -262,10 +268,10 @@ def parse_gpt_spec(text: str) -> GptSpec:
                 raise invalid(f"gpt.{key}", raw.strip(), rule)
             if key in values:
                 raise invalid(f"gpt.{key}", raw.strip(), "given twice")
-            try:
-                values[key] = int(raw.strip())
-            except ValueError:
-                raise invalid(f"gpt.{key}", raw.strip(), "must be an integer") from None
+            number = parse_ascii_int(raw)
+            if number is None:
+                raise invalid(f"gpt.{key}", raw.strip(), "must be an integer (ASCII digits 0-9)")
+            values[key] = number
     return GptSpec(**values)
 
 
