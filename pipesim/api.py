@@ -15,9 +15,8 @@ from typing import Any
 from pipesim.errors import check_count, invalid
 from pipesim.plan import Plan, Recompute, StagePlan, balanced_split, stage_ranges
 from pipesim.profiles.hardware.cluster import load_cluster
-from pipesim.profiles.inputs import ClusterLike, ModelLike, resolve_inputs
+from pipesim.profiles.inputs import ClusterLike, ModelLike, check_has_compute, resolve_inputs
 from pipesim.profiles.models.loader import load_model
-from pipesim.profiles.models.profile import ModelProfile
 from pipesim.simulator import SimOptions, SimulationResult
 from pipesim.simulator import simulate as _simulate
 
@@ -71,7 +70,7 @@ def make_plan(
         raise invalid("overrides", dict(overrides), "need a cluster to apply them to")
     else:
         profile = load_model(model) if isinstance(model, str) else model
-    check_has_compute(profile)
+        check_has_compute(profile)
     check_count("chunks", chunks)
     if stages is not None and split is not None:
         raise invalid("stages", stages, "give either the number of stages or a split, not both")
@@ -126,18 +125,4 @@ def simulate(
         PipesimError: see :func:`pipesim.simulator.simulate` and :func:`resolve_inputs`.
     """
     profile, machine = resolve_inputs(model, cluster, overrides=overrides)
-    check_has_compute(profile)
     return _simulate(plan, profile, machine, options)
-
-
-def check_has_compute(profile: ModelProfile) -> None:
-    """Refuse a model with no compute time: an iteration of it takes no time, and its throughput
-    (samples / 0 s) is infinite, which no output can carry.
-
-    Raises:
-        InputError: every layer's forward and backward time is 0 s.
-    """
-    total_s = sum(layer.fwd_time_s + layer.bwd_time_s for layer in profile.layers)
-    if not total_s > 0:
-        rule = "has no compute time (every layer's forward and backward time is 0 s); nothing to simulate"
-        raise invalid("model", profile.name, rule)

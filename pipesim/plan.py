@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from pipesim.errors import FormatError, Infeasible, InputError, invalid
-from pipesim.fileio import atomic_write_text
+from pipesim.fileio import atomic_write_text, read_input_text
 from pipesim.profiles.costmodels.collective import AllReduceAlgorithm
 from pipesim.profiles.costmodels.memory import OPTIMIZERS, Optimizer, Recompute
 from pipesim.schedules.registry import ScheduleName
@@ -554,13 +554,17 @@ def load_plan(path: str | Path) -> Plan:
 
     Raises:
         FormatError: the file is not valid JSON or not a plan.
+        InputError: the path is missing or not a readable file of bounded size
+            (:func:`pipesim.fileio.read_input_text`).
         OSError: the file cannot be read.
     """
-    text = Path(path).read_text(encoding="utf-8")
+    text = read_input_text(path, what="plan file")
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise FormatError(path, exc.lineno, f"invalid JSON: {exc.msg}") from exc
+    except ValueError as exc:  # e.g. an integer of more digits than Python converts
+        raise FormatError(path, None, f"invalid JSON: {exc}") from None
     if isinstance(data, list):
         if not data:
             raise FormatError(path, None, "an empty list holds no plan")

@@ -13,13 +13,19 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from pipesim.errors import InputError
+from pipesim.errors import InputError, invalid
 from pipesim.profiles.costmodels.retarget import retarget_to
 from pipesim.profiles.hardware.cluster import Cluster, load_cluster, with_overrides
 from pipesim.profiles.models.loader import load_model
 from pipesim.profiles.models.profile import ModelProfile
 
-__all__ = ["ClusterLike", "ModelLike", "resolve_cluster", "resolve_inputs"]
+__all__ = [
+    "ClusterLike",
+    "ModelLike",
+    "check_has_compute",
+    "resolve_cluster",
+    "resolve_inputs",
+]
 
 ModelLike = ModelProfile | str
 """A model: a :class:`ModelProfile`, or a zoo name, ``gpt:...`` spec or profile file path."""
@@ -67,6 +73,19 @@ def resolve_cluster(cluster: ClusterLike, overrides: Mapping[str, object] | None
         raise InputError(f"overrides {_overrides_text(overrides)}: {message}") from None
 
 
+def check_has_compute(profile: ModelProfile) -> None:
+    """Refuse a model with no compute time: an iteration of it takes no time, and its throughput
+    (samples / 0 s) is infinite, which no output can carry.
+
+    Raises:
+        InputError: every layer's forward and backward time is 0 s.
+    """
+    total_s = sum(layer.fwd_time_s + layer.bwd_time_s for layer in profile.layers)
+    if not total_s > 0:
+        rule = "has no compute time (every layer's forward and backward time is 0 s); nothing to simulate"
+        raise invalid("model", profile.name, rule)
+
+
 def resolve_inputs(
     model: ModelLike,
     cluster: ClusterLike,
@@ -93,7 +112,8 @@ def resolve_inputs(
         UnknownNameError: an unknown model, cluster or device name.
         FormatError: a malformed model or cluster file.
         InputError: a bad override key or value (see :func:`resolve_cluster`), a ``pbs`` given
-            with a profile object, or a device that does not support the profile's dtype.
+            with a profile object, a model with no compute time (:func:`check_has_compute`), or a
+            device that does not support the profile's dtype.
     """
     if isinstance(model, str):
         profile = load_model(model, pbs=pbs)
@@ -105,6 +125,7 @@ def resolve_inputs(
         raise InputError(
             f"model={type(model).__name__}: must be a ModelProfile, a zoo name or a profile file path"
         )
+    check_has_compute(profile)
     machine = resolve_cluster(cluster, overrides)
     if profile.reference_device == machine.device.name:
         return profile, machine

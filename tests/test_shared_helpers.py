@@ -124,3 +124,14 @@ def test_resolve_inputs_pbs_only_for_paths() -> None:
     profile, _ = resolve_inputs("bert48", "dgx1-v100")
     with pytest.raises(InputError, match="pbs=4"):
         resolve_inputs(profile, "dgx1-v100", pbs=4)
+
+
+def test_every_entry_point_refuses_a_model_without_compute() -> None:
+    from pipesim.planner import plan
+    from tests.simulator.builders import equal_profile
+
+    idle = equal_profile(4, fwd_s=0.0, bwd_s=0.0)
+    with pytest.raises(InputError, match="has no compute time"):
+        resolve_inputs(idle, "dapple-2x8-v100")
+    with pytest.raises(InputError, match="has no compute time"):
+        plan(idle, "dapple-2x8-v100", 32)

@@ -191,15 +191,12 @@ def inputs_of(args: argparse.Namespace) -> tuple[ModelProfile, Cluster]:
 
     Raises:
         PipesimError: an unknown name, a malformed file, a bad override, or a model with no
-            compute time (:func:`pipesim.api.check_has_compute`).
+            compute time (:func:`pipesim.profiles.inputs.check_has_compute`).
     """
-    from pipesim.api import check_has_compute
     from pipesim.profiles.inputs import resolve_inputs
 
     pbs = getattr(args, "pbs", None)
-    profile, cluster = resolve_inputs(args.model, args.cluster, overrides=overrides_of(args), pbs=pbs)
-    check_has_compute(profile)
-    return profile, cluster
+    return resolve_inputs(args.model, args.cluster, overrides=overrides_of(args), pbs=pbs)
 
 
 def print_json(data: Any, *, what: str = "--json output") -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import json
+import math
 from typing import Any
 
 from pipesim.cli._common import (
@@ -51,6 +53,14 @@ def _common(p: argparse.ArgumentParser) -> None:
         "--memory-limit", type=_bytes, default=None, help="per-device memory limit, bytes (or 16GiB)"
     )
     p.add_argument("--optimizer", default="adam", choices=vocabulary(Optimizer))
+    p.add_argument(
+        "--rerank",
+        default="simulate",
+        choices=("simulate", "none"),
+        help="order the planner's shortlist of its best estimates by simulating each plan "
+        "(default), or keep the analytic estimate's order (none: faster, independent of the "
+        "micro-batch count)",
+    )
     p.add_argument("--json", action="store_true", help="print JSON")
 
 
@@ -75,11 +85,34 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     v.set_defaults(func=_run_verify)
 
 
-def _plans(args: argparse.Namespace, default_top: int, status: Status) -> tuple[list[Plan], Any, Any]:
+def _plan_key(plan: Plan) -> str:
+    """A plan's identity for the rerank cache: its file form (the estimate left out)."""
+    return json.dumps(plan_to_dict(plan), sort_keys=True)
+
+
+def _plans(
+    args: argparse.Namespace, default_top: int, status: Status, simulated: dict[str, float] | None = None
+) -> tuple[list[Plan], Any, Any]:
+    """Plan through the one input path; with ``--rerank simulate`` the shortlist is ordered by
+    simulated iteration time, and each simulated plan's time lands in ``simulated`` (seconds,
+    ``inf`` for a plan that does not fit)."""
     from pipesim.planner import plan as make_plans
+    from pipesim.rerank import simulated_rerank
 
     profile, cluster = inputs_of(args)
     status.update(f"planning {profile.name} on {cluster.name} ({args.planner}, global batch {args.gbs})")
+    rerank = None
+    if args.rerank == "simulate":
+        simulate_s = simulated_rerank(profile, cluster)
+        cache = {} if simulated is None else simulated
+
+        def rerank(plan: Plan) -> float:
+            key = _plan_key(plan)
+            if key not in cache:
+                status.update(f"simulating shortlisted plan {len(cache) + 1}")
+                cache[key] = simulate_s(plan)
+            return cache[key]
+
     plans = make_plans(
         profile,
         cluster,
@@ -88,6 +121,7 @@ def _plans(args: argparse.Namespace, default_top: int, status: Status) -> tuple[
         top=args.top or default_top,
         memory_limit_bytes=args.memory_limit,
         optimizer=args.optimizer,
+        rerank=rerank,
     )
     return plans, profile, cluster
 
@@ -118,17 +152,31 @@ def _fmt(value: float | None) -> str:
 def _run_plan(args: argparse.Namespace) -> int:
     from pipesim.plan import save_plan
 
+    simulated: dict[str, float] = {}
     with Status("loading the model and cluster") as status:
-        plans, _, _ = _plans(args, 5, status)
+        plans, _, _ = _plans(args, 5, status, simulated)
+    sim_s = [simulated.get(_plan_key(p)) for p in plans]
     if args.output:
         save_plan(plans[0], args.output)
     if args.json:
-        print_json([plan_json(p) for p in plans])
+        out = [plan_json(p) for p in plans]
+        if simulated:
+            for entry, value in zip(out, sim_s, strict=True):
+                # None: not simulated, or it does not fit in memory (JSON carries no infinity)
+                entry["simulated_iteration_time_s"] = (
+                    value if value is not None and math.isfinite(value) else None
+                )
+        print_json(out)
         return 0
     rows = []
-    for rank, p in enumerate(plans, start=1):
+    for rank, (p, sim) in enumerate(zip(plans, sim_s, strict=True), start=1):
         est = p.estimate
         assert est is not None
+        sim_cell = (
+            []
+            if not simulated
+            else ["-" if sim is None else "no fit" if math.isinf(sim) else f"{sim / MS:.2f}"]
+        )
         rows.append(
             [
                 rank,
@@ -136,6 +184,7 @@ def _run_plan(args: argparse.Namespace) -> int:
                 p.num_devices,
                 p.num_microbatches,
                 p.schedule,
+                *sim_cell,
                 f"{est.iteration_time_s / MS:.2f}",
                 f"{est.throughput_samples_per_s:.1f}",
                 _fmt(est.speedup_vs_dp),
@@ -150,14 +199,20 @@ def _run_plan(args: argparse.Namespace) -> int:
         "gpus",
         "M",
         "schedule",
-        "time ms",
+        *(["sim ms"] if simulated else []),
+        "est. ms",
         "samples/s",
         "vs dp",
         "vs 1",
         "peak GiB",
         "layers x replicas",
     ]
-    print(format_table(headers, rows, align="rrrrlrrrrrl"))
+    print(format_table(headers, rows, align="rrrrl" + ("r" if simulated else "") + "rrrrrl"))
+    if simulated:
+        print(
+            "order: the planner's shortlist by simulated time (sim ms); est. ms, samples/s, vs dp, vs 1 and "
+            "peak GiB are the analytic estimate (--rerank none: the estimate's order)"
+        )
     if args.output:
         print(f"best plan written to {args.output}")
     return 0

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from pipesim.errors import FormatError, InputError, UnknownNameError, invalid
+from pipesim.fileio import read_input_text
 
 __all__ = [
     "MIXES",
@@ -187,7 +188,7 @@ def load_lengths(path: str | Path) -> LengthBatch:
         FormatError, InputError: see :func:`parse_lengths`.
         OSError: the file cannot be read.
     """
-    return parse_lengths(Path(path).read_text(encoding="utf-8"), source=str(path))
+    return parse_lengths(read_input_text(path, what="lengths file"), source=str(path))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -16,7 +16,7 @@ from importlib import resources
 from pathlib import Path
 
 from pipesim.errors import FormatError, InputError, UnknownNameError
-from pipesim.fileio import atomic_write_text
+from pipesim.fileio import atomic_write_text, read_input_text
 from pipesim.profiles.hardware.catalog import DATA_PACKAGE, data_text
 from pipesim.profiles.hardware.cluster_config import (
     PARTS,
@@ -101,18 +101,14 @@ def load_cluster_file(path: str | Path) -> Cluster:
     """Read a cluster from a TOML file (schema in ``docs/hardware.md``); ``name`` defaults to the file stem.
 
     Raises:
-        InputError: the file does not exist.
+        InputError: the file does not exist or is not a readable file of bounded size
+            (:func:`pipesim.fileio.read_input_text`).
         FormatError: the file is not UTF-8 or valid TOML, or breaks the schema (see
             :func:`cluster_from_toml`).
         OSError: the file exists but cannot be read.
     """
     file = Path(path)
-    try:
-        text = file.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError(f"cluster file {str(file)!r} does not exist") from None
-    except UnicodeDecodeError as exc:
-        raise FormatError(file, None, f"not UTF-8 text ({exc.reason})") from None
+    text = read_input_text(file, what="cluster file")
     return cluster_from_toml(text, path=file, name=file.stem)
 
 

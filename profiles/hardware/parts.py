@@ -25,6 +25,10 @@ from pipesim.profiles.hardware.specs import DeviceSpec, LinkSpec
 from pipesim.profiles.models.profile import DTYPES
 from pipesim.units import GB, GBIT, GIB, TERA
 
+MAX_DEVICE_MEMORY_BYTES = 2.0**60
+"""The most memory a what-if device may declare (1 EiB), so that ``device_memory_gib=1e300`` is a
+clear error rather than an overflow."""
+
 __all__ = [
     "DEVICE_FIELDS",
     "LINK_FIELDS",
@@ -173,7 +177,12 @@ def build_device(cfg: Mapping[str, object], base: DeviceSpec | None) -> DeviceSp
         kwargs["memory_bytes"] = checked(check_count, mem_key, fields[mem_key])
     elif mem_key is not None:
         scale = GIB if mem_key.endswith("gib") else GB
-        kwargs["memory_bytes"] = round(checked(check_positive, mem_key, fields[mem_key]) * scale)
+        amount = checked(check_positive, mem_key, fields[mem_key])
+        if amount * scale > MAX_DEVICE_MEMORY_BYTES:
+            raise config_error(
+                mem_key, fields[mem_key], f"must be at most {MAX_DEVICE_MEMORY_BYTES / scale:g}"
+            )
+        kwargs["memory_bytes"] = round(amount * scale)
     elif base is None:
         raise ConfigError("device_memory_gib", "device_memory_gib: required for a custom device")
     bw_key = one_of(fields, ("device_memory_bandwidth_bytes_per_s", "device_memory_bandwidth_gb_per_s"))

@@ -18,6 +18,7 @@ from pipesim.profiles.models.profile import DTYPES
 __all__ = [
     "DEFAULT_COMPUTE_EFFICIENCY",
     "DEFAULT_MEMORY_EFFICIENCY",
+    "MIN_EFFICIENCY",
     "DeviceSpec",
     "LinkSpec",
 ]
@@ -27,6 +28,10 @@ DEFAULT_COMPUTE_EFFICIENCY = 0.4
 30-50% of peak (Narayanan et al., "Efficient Large-Scale Language Model Training on GPU Clusters
 Using Megatron-LM", SC 2021, report 44-52% of peak on A100 for their best configurations; smaller
 models and older software reach less). 0.4 is the middle of that band."""
+
+MIN_EFFICIENCY = 0.01
+"""The smallest compute or memory efficiency a device may declare: below 1% of peak a what-if
+describes no real accelerator (a typo such as ``1e-300`` would make iterations last 1e299 s)."""
 
 DEFAULT_MEMORY_EFFICIENCY = 0.8
 """Share of peak memory bandwidth that memory-bound layers reach: microbenchmarks of V100 HBM2
@@ -88,8 +93,13 @@ class DeviceSpec:
         object.__setattr__(self, "peak_flop_per_s", MappingProxyType(peaks))
         check_count(f"{self.name}.memory_bytes", self.memory_bytes)
         check_positive(f"{self.name}.memory_bandwidth_bytes_per_s", self.memory_bandwidth_bytes_per_s)
-        check_fraction(f"{self.name}.compute_efficiency", self.compute_efficiency)
-        check_fraction(f"{self.name}.memory_efficiency", self.memory_efficiency)
+        for key, value in (
+            ("compute_efficiency", self.compute_efficiency),
+            ("memory_efficiency", self.memory_efficiency),
+        ):
+            check_fraction(f"{self.name}.{key}", value)
+            if value < MIN_EFFICIENCY:
+                raise invalid(f"{self.name}.{key}", value, f"must be in [{MIN_EFFICIENCY}, 1]")
         if self.price_per_hour_usd is not None:
             check_nonneg(f"{self.name}.price_per_hour_usd", self.price_per_hour_usd)
 

@@ -41,6 +41,8 @@ def parse_toml(text: str, path: str | Path | None) -> dict[str, Any]:
             line = int(found.group(1))
         message = re.sub(r"\s*\(at line \d+, column \d+\)", "", message)
         raise FormatError(path, line, f"not valid TOML: {message}") from None
+    except ValueError as exc:  # e.g. an integer of more digits than Python converts
+        raise FormatError(path, None, f"not valid TOML: {exc}") from None
 
 
 def find_line(text: str, where: tuple[str | None, str] | None) -> int | None:

@@ -173,3 +173,50 @@ def test_schedule_show_bounds(capsys: pytest.CaptureFixture[str], argv: list[str
     code, _, err = run(capsys, "schedule", "show", "dapple", *argv)
     assert code == 2
     assert message in one_error_line(err)
+
+
+def test_plan_and_cluster_files_refuse_endless_devices(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if not Path("/dev/zero").is_char_device():
+        pytest.skip("no /dev/zero")
+    monkeypatch.setattr("pipesim.fileio.MAX_INPUT_BYTES", 4096)
+    base = ("simulate", "--model", "bert48", "--gbs", "32", "--microbatches", "4")
+    code, _, err = run(capsys, *base, "--cluster", "dapple-2x8-v100", "--plan", "/dev/zero")
+    assert code == 2
+    assert "plan file '/dev/zero' is larger than 4096 bytes" in one_error_line(err)
+    code, _, err = run(capsys, *base, "--stages", "2", "--cluster", "/dev/zero")
+    assert code == 2
+    assert "cluster file '/dev/zero' is larger than 4096 bytes" in one_error_line(err)
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("device_compute_efficiency=1e-300", r"compute_efficiency=1e-300: must be in [0.01, 1]"),
+        ("device_memory_efficiency=0.001", r"memory_efficiency=0.001: must be in [0.01, 1]"),
+        ("device_memory_gib=1e17", "device_memory_gib=1e+17: must be at most"),
+    ],
+)
+def test_absurd_device_what_ifs_are_refused(
+    capsys: pytest.CaptureFixture[str], override: str, message: str
+) -> None:
+    code, out, err = run(
+        capsys,
+        "simulate",
+        "--model",
+        "bert48",
+        "--cluster",
+        "dapple-2x8-v100",
+        "--gbs",
+        "32",
+        "--microbatches",
+        "4",
+        "--stages",
+        "2",
+        "--set",
+        override,
+    )
+    assert code == 2
+    assert out == ""
+    assert message in one_error_line(err)
