@@ -7,14 +7,12 @@ One type shared by the planner (which proposes plans with an :class:`Estimate`) 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from pipesim.errors import FormatError, Infeasible, InputError, invalid
-from pipesim.fileio import atomic_write_text, read_input_text
+from pipesim.errors import Infeasible, InputError, check_count, check_nonneg, check_positive, invalid
+from pipesim.limits import MAX_COUNT, MAX_GLOBAL_BATCH
 from pipesim.profiles.costmodels.collective import AllReduceAlgorithm
 from pipesim.profiles.costmodels.memory import OPTIMIZERS, Optimizer, Recompute
 from pipesim.schedules.registry import ScheduleName
@@ -30,11 +28,7 @@ __all__ = [
     "Recompute",
     "ScheduleName",
     "StagePlan",
-    "load_plan",
-    "plan_from_dict",
-    "plan_to_dict",
     "resplit",
-    "save_plan",
     "split_samples",
 ]
 
@@ -65,13 +59,16 @@ class StagePlan:
     devices: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
-        if self.first_layer < 0:
-            raise invalid("first_layer", self.first_layer, "must be >= 0")
+        check_count("first_layer", self.first_layer, minimum=0)
+        check_count("last_layer", self.last_layer, minimum=0)
         if self.last_layer < self.first_layer:
             raise invalid("last_layer", self.last_layer, f"must be >= first_layer ({self.first_layer})")
-        if self.replicas < 1:
-            raise invalid("replicas", self.replicas, "must be >= 1")
+        check_count("replicas", self.replicas, maximum=MAX_COUNT)
         if self.devices is not None:
+            if not isinstance(self.devices, tuple):
+                raise invalid("devices", self.devices, "must be a tuple of device ids")
+            for device in self.devices:
+                check_count("devices", device, minimum=0)
             if len(self.devices) != self.replicas:
                 raise invalid(
                     "devices",
@@ -109,6 +106,15 @@ class Estimate:
     speedup_vs_single: float | None = None
     speedup_vs_dp: float | None = None
     device_peak_memory_bytes: Mapping[int, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        check_positive("iteration_time_s", self.iteration_time_s)
+        check_nonneg("throughput_samples_per_s", self.throughput_samples_per_s)
+        check_nonneg("peak_memory_bytes", self.peak_memory_bytes)
+        for name in ("speedup_vs_single", "speedup_vs_dp"):
+            value = getattr(self, name)
+            if value is not None:
+                check_nonneg(name, value)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -199,8 +205,18 @@ class Plan:
         object.__setattr__(self, "optimizer", Optimizer.parse(self.optimizer))
         object.__setattr__(self, "recompute", Recompute.parse(self.recompute))
         object.__setattr__(self, "allreduce", AllReduceAlgorithm.parse(self.allreduce))
+        if not isinstance(self.stages, tuple) or not all(isinstance(s, StagePlan) for s in self.stages):
+            raise invalid("stages", self.stages, "must be a tuple of StagePlan")
         if not self.stages:
             raise invalid("stages", [], "a plan needs at least one stage")
+        if not isinstance(self.schedule_options, Mapping) or not all(
+            isinstance(k, str) for k in self.schedule_options
+        ):
+            raise invalid("schedule_options", self.schedule_options, "must be a mapping with text keys")
+        if self.estimate is not None and not isinstance(self.estimate, Estimate):
+            raise invalid("estimate", self.estimate, "must be an Estimate or None")
+        if self.planner is not None and not isinstance(self.planner, str):
+            raise invalid("planner", self.planner, "must be a planner name or None")
         expected = 0
         for index, stage in enumerate(self.stages):
             if stage.first_layer != expected:
@@ -210,12 +226,9 @@ class Plan:
                     f"stages must be contiguous from layer 0; expected {expected}",
                 )
             expected = stage.last_layer + 1
-        if self.global_batch_size < 1:
-            raise invalid("global_batch_size", self.global_batch_size, "must be >= 1")
-        if self.num_microbatches < 1:
-            raise invalid("num_microbatches", self.num_microbatches, "must be >= 1")
-        if self.chunks < 1:
-            raise invalid("chunks", self.chunks, "must be >= 1")
+        check_count("global_batch_size", self.global_batch_size, maximum=MAX_GLOBAL_BATCH)
+        check_count("num_microbatches", self.num_microbatches, maximum=MAX_COUNT)
+        check_count("chunks", self.chunks, maximum=MAX_COUNT)
         if len(self.stages) % self.chunks:
             raise invalid(
                 "chunks",
@@ -230,6 +243,10 @@ class Plan:
                     f"must divide the global batch size ({self.global_batch_size}) into equal micro-batches",
                 )
         else:
+            if not isinstance(self.microbatch_sizes, tuple):
+                raise invalid("microbatch_sizes", self.microbatch_sizes, "must be a tuple of sample counts")
+            for size in self.microbatch_sizes:
+                check_count("microbatch_sizes", size)
             if len(self.microbatch_sizes) != self.num_microbatches:
                 raise invalid(
                     "microbatch_sizes",
@@ -319,6 +336,10 @@ class Plan:
             raise Infeasible(
                 f"plan needs {self.num_devices} devices (sum of replicas) but the cluster has {num_devices}"
             )
+        if self.microbatch_sizes is not None:
+            smallest = min(self.microbatch_sizes)
+        else:
+            smallest = self.global_batch_size // self.num_microbatches
         for index, stage in enumerate(self.stages):
             for device in stage.devices or ():
                 if device >= num_devices:
@@ -327,7 +348,6 @@ class Plan:
                         list(stage.devices or ()),
                         f"device {device} is not in the cluster (ids 0..{num_devices - 1})",
                     )
-            smallest = min(self.microbatch_samples())
             if smallest < stage.replicas:
                 raise Infeasible(
                     f"stages[{index}].replicas={stage.replicas}: a micro-batch of {smallest} "
@@ -414,162 +434,6 @@ def resplit(
         if d <= b:
             k += 1
     return tuple(out)
-
-
-# --------------------------------------------------------------------------------------------
-# The plan file format (JSON)
-
-PLAN_FORMAT = "pipesim-plan"
-PLAN_VERSION = 1
-
-
-def plan_to_dict(plan: Plan) -> dict[str, Any]:
-    """Serialise a plan to the JSON-ready ``pipesim-plan`` form (units in key names)."""
-    data: dict[str, Any] = {
-        "format": PLAN_FORMAT,
-        "version": PLAN_VERSION,
-        "stages": [
-            {
-                "layers": [s.first_layer, s.last_layer],
-                "replicas": s.replicas,
-                **({"devices": list(s.devices)} if s.devices is not None else {}),
-            }
-            for s in plan.stages
-        ],
-        "global_batch_size": plan.global_batch_size,
-        "microbatches": plan.num_microbatches,
-        "schedule": plan.schedule.value,
-        "schedule_options": dict(plan.schedule_options),
-        "chunks": plan.chunks,
-        "optimizer": plan.optimizer.value,
-        "recompute": plan.recompute.value,
-        "allreduce": plan.allreduce.value,
-    }
-    if plan.microbatch_sizes is not None:
-        data["microbatch_sizes"] = list(plan.microbatch_sizes)
-    if plan.planner is not None:
-        data["planner"] = plan.planner
-    if plan.estimate is not None:
-        e = plan.estimate
-        data["estimate"] = {
-            "iteration_time_s": e.iteration_time_s,
-            "throughput_samples_per_s": e.throughput_samples_per_s,
-            "peak_memory_bytes": e.peak_memory_bytes,
-            "speedup_vs_single": e.speedup_vs_single,
-            "speedup_vs_dp": e.speedup_vs_dp,
-        }
-    return data
-
-
-def _get(
-    data: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where: str, path: str | None
-) -> Any:
-    if key not in data:
-        raise FormatError(path, None, f"missing key {where}{key}")
-    value = data[key]
-    if not isinstance(value, kind) or (isinstance(value, bool) and kind is int):
-        names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
-        raise FormatError(path, None, f"{where}{key}={value!r}: expected {names}")
-    return value
-
-
-def plan_from_dict(data: Mapping[str, Any], *, source: str | None = None) -> Plan:
-    """Build a plan from its ``pipesim-plan`` dictionary (see :func:`plan_to_dict`).
-
-    Accepts the output of ``pipesim plan --json`` too (a list is not accepted: pass one element).
-
-    Raises:
-        FormatError: a missing key or a value of the wrong type (names the file and key).
-        InputError: a value breaks a plan rule.
-    """
-    if not isinstance(data, Mapping):
-        raise FormatError(source, None, "a plan must be a JSON object")
-    stages_raw = _get(data, "stages", list, "", source)
-    stages = []
-    for i, raw in enumerate(stages_raw):
-        where = f"stages[{i}]."
-        if not isinstance(raw, Mapping):
-            raise FormatError(source, None, f"stages[{i}]: expected an object")
-        layers = _get(raw, "layers", list, where, source)
-        if len(layers) != 2 or not all(isinstance(x, int) for x in layers):
-            raise FormatError(source, None, f"{where}layers={layers!r}: expected [first, last] integers")
-        devices = raw.get("devices")
-        if devices is not None and (
-            not isinstance(devices, list) or not all(isinstance(d, int) for d in devices)
-        ):
-            raise FormatError(source, None, f"{where}devices={devices!r}: expected a list of integers")
-        stages.append(
-            StagePlan(
-                first_layer=layers[0],
-                last_layer=layers[1],
-                replicas=raw.get("replicas", 1),
-                devices=None if devices is None else tuple(devices),
-            )
-        )
-    estimate = None
-    if isinstance(data.get("estimate"), Mapping):
-        e = data["estimate"]
-        estimate = Estimate(
-            iteration_time_s=float(e.get("iteration_time_s", 0.0)),
-            throughput_samples_per_s=float(e.get("throughput_samples_per_s", 0.0)),
-            peak_memory_bytes=float(e.get("peak_memory_bytes", 0.0)),
-            speedup_vs_single=e.get("speedup_vs_single"),
-            speedup_vs_dp=e.get("speedup_vs_dp"),
-        )
-    sizes = data.get("microbatch_sizes")
-    try:
-        return Plan(
-            stages=tuple(stages),
-            global_batch_size=_get(data, "global_batch_size", int, "", source),
-            num_microbatches=_get(data, "microbatches", int, "", source),
-            schedule=lookup_schedule(data.get("schedule", ScheduleName.DAPPLE)),
-            schedule_options=dict(data.get("schedule_options") or {}),
-            chunks=int(data.get("chunks", 1)),
-            optimizer=Optimizer.parse(data.get("optimizer", Optimizer.ADAM)),
-            recompute=Recompute.parse(data.get("recompute", Recompute.NONE)),  # true/false: older files
-            allreduce=AllReduceAlgorithm.parse(data.get("allreduce", AllReduceAlgorithm.AUTO)),
-            microbatch_sizes=None if sizes is None else tuple(int(s) for s in sizes),
-            estimate=estimate,
-            planner=data.get("planner"),
-        )
-    except FormatError:
-        raise  # already names the file
-    except InputError as exc:
-        if source is None:
-            raise
-        raise InputError(f"{source}: {exc}") from exc
-
-
-def save_plan(plan: Plan, path: str | Path) -> None:
-    """Write a plan as JSON, atomically (a temporary file renamed into place).
-
-    Raises:
-        OSError: the file cannot be written.
-    """
-    atomic_write_text(path, json.dumps(plan_to_dict(plan), indent=2) + "\n")
-
-
-def load_plan(path: str | Path) -> Plan:
-    """Read a plan written by :func:`save_plan` or ``pipesim plan -o``.
-
-    Raises:
-        FormatError: the file is not valid JSON or not a plan.
-        InputError: the path is missing or not a readable file of bounded size
-            (:func:`pipesim.fileio.read_input_text`).
-        OSError: the file cannot be read.
-    """
-    text = read_input_text(path, what="plan file")
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise FormatError(path, exc.lineno, f"invalid JSON: {exc.msg}") from exc
-    except ValueError as exc:  # e.g. an integer of more digits than Python converts
-        raise FormatError(path, None, f"invalid JSON: {exc}") from None
-    if isinstance(data, list):
-        if not data:
-            raise FormatError(path, None, "an empty list holds no plan")
-        data = data[0]
-    return plan_from_dict(data, source=str(path))
 
 
 def stage_ranges(split: Sequence[int], num_layers: int) -> list[tuple[int, int]]:

@@ -19,7 +19,7 @@ import pipesim
 from pipesim.cli import main
 from pipesim.cli.progress import Status
 from pipesim.compare import compare
-from pipesim.plan import load_plan
+from pipesim.plan_file import load_plan
 from pipesim.planner import plan as plan_api
 from pipesim.profiles.inputs import resolve_inputs
 from pipesim.sweep import load_sweep_config, read_results, run_sweep

@@ -16,7 +16,7 @@ PACKAGES = {
     "simulator": "pipesim.simulator",
     "planner": "pipesim.planner",
 }
-BASE = {"pipesim.errors", "pipesim.units", "pipesim.fileio"}
+BASE = {"pipesim.errors", "pipesim.units", "pipesim.fileio", "pipesim.limits"}
 # layer -> the layers it may import (besides itself and the base modules)
 ALLOWED: dict[str, set[str]] = {
     "base": set(),

@@ -68,7 +68,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 def _run(args: argparse.Namespace) -> int:
     from pipesim.compare import compare, write_compare_outputs
-    from pipesim.plan import load_plan
+    from pipesim.plan_file import load_plan
 
     started = time.perf_counter()
     profile, cluster = inputs_of(args)

@@ -19,7 +19,8 @@ from pipesim.cli._common import (
 from pipesim.cli.progress import Status
 from pipesim.errors import vocabulary
 from pipesim.fileio import parse_ascii_float
-from pipesim.plan import Optimizer, Plan, plan_to_dict
+from pipesim.plan import Optimizer, Plan
+from pipesim.plan_file import plan_to_dict
 from pipesim.units import GIB, MS
 
 __all__ = ["plan_json", "register"]
@@ -150,7 +151,7 @@ def _fmt(value: float | None) -> str:
 
 
 def _run_plan(args: argparse.Namespace) -> int:
-    from pipesim.plan import save_plan
+    from pipesim.plan_file import save_plan
 
     simulated: dict[str, float] = {}
     with Status("loading the model and cluster") as status:

@@ -144,7 +144,7 @@ def _run(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
     from pipesim.api import make_plan, simulate
-    from pipesim.plan import load_plan
+    from pipesim.plan_file import load_plan
     from pipesim.simulator import SimOptions
 
     if all(getattr(args, key) is None for key in _CASE_KEYS):

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from pipesim.cli import main
-from pipesim.plan import load_plan
+from pipesim.plan_file import load_plan
 
 
 def test_plan_json_and_output(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

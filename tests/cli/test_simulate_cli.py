@@ -10,7 +10,7 @@ import pytest
 
 import pipesim
 from pipesim.cli import main
-from pipesim.plan import save_plan
+from pipesim.plan_file import save_plan
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
