@@ -19,16 +19,23 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from pipesim.errors import Infeasible
+from pipesim.limits import MAX_COUNT
 from pipesim.plan import Plan, StagePlan, balanced_split, stage_ranges
 from pipesim.planner.estimate import CostModel
 
-__all__ = ["divisors", "dp_plans", "gpipe_plans", "single_plan"]
+__all__ = ["candidate_microbatch_counts", "divisors", "dp_plans", "gpipe_plans", "single_plan"]
 
 
 def divisors(n: int) -> list[int]:
-    """The divisors of ``n`` in increasing order."""
+    """The divisors of ``n`` in increasing order (``O(sqrt(n))`` steps)."""
     small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
     return sorted(set(small + [n // d for d in small]))
+
+
+def candidate_microbatch_counts(global_batch_size: int) -> list[int]:
+    """The micro-batch counts a planner tries: the divisors of the global batch that a plan allows
+    (at most :data:`pipesim.limits.MAX_COUNT`), in increasing order."""
+    return [m for m in divisors(global_batch_size) if m <= MAX_COUNT]
 
 
 def _with_estimate(model: CostModel, plan: Plan, limit: float) -> Plan | None:
@@ -40,7 +47,7 @@ def _with_estimate(model: CostModel, plan: Plan, limit: float) -> Plan | None:
 
 def _dp_plan(model: CostModel, gbs: int, replicas: int, limit: float, name: str) -> Plan | None:
     n = model.profile.num_layers
-    for m in divisors(gbs):
+    for m in candidate_microbatch_counts(gbs):
         if gbs // m < replicas:
             break
         plan = Plan(
@@ -87,7 +94,8 @@ def dp_plans(model: CostModel, global_batch_size: int, memory_limit_bytes: float
     if not plans:
         raise Infeasible(
             f"no data-parallel plan for global batch {global_batch_size} fits in "
-            f"{memory_limit_bytes / 2**30:.3g} GiB per device, even with one sample per micro-batch"
+            f"{memory_limit_bytes / 2**30:.3g} GiB per device, even with the smallest micro-batch "
+            f"({-(-global_batch_size // MAX_COUNT)} samples; at most {MAX_COUNT} micro-batches)"
         )
     plans.sort(key=_time)
     model.memo[key] = list(plans)
@@ -114,7 +122,10 @@ def gpipe_plans(
     profile = model.profile
     n = profile.num_layers
     times = [lay.fwd_time_s + lay.bwd_time_s for lay in profile.layers]
-    ms = list(microbatch_counts) if microbatch_counts is not None else divisors(global_batch_size)
+    if microbatch_counts is None:
+        ms = candidate_microbatch_counts(global_batch_size)
+    else:
+        ms = list(microbatch_counts)
     plans: list[Plan] = []
     for stages in range(1, min(n, model.cluster.num_devices) + 1):
         ranges = stage_ranges(balanced_split(times, stages), n)

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from pipesim.errors import Infeasible
 from pipesim.plan import Plan, StagePlan
+from pipesim.planner.baselines import candidate_microbatch_counts
 from pipesim.planner.estimate import NEG_INF, CostModel, eval_lines
 from pipesim.planner.placement import Placement, device_order, stage_start
 from pipesim.profiles.costmodels.collective import AllReduceCurves, Lines
@@ -437,7 +438,7 @@ def dapple_search(
     ms = (
         list(microbatch_counts)
         if microbatch_counts is not None
-        else [m for m in range(1, global_batch_size + 1) if global_batch_size % m == 0]
+        else candidate_microbatch_counts(global_batch_size)
     )
     ms = [m for m in dict.fromkeys(ms) if global_batch_size % m == 0]
     cluster = model.cluster

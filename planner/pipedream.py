@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 
 from pipesim.errors import Infeasible
 from pipesim.plan import Plan, StagePlan
-from pipesim.planner.baselines import divisors
+from pipesim.planner.baselines import candidate_microbatch_counts
 from pipesim.planner.dapple import even_split
 from pipesim.planner.estimate import CostModel
 
@@ -145,7 +145,7 @@ def pipedream_plans(model: CostModel, global_batch_size: int, memory_limit_bytes
             gpu += r1
         server += m
     best: Plan | None = None
-    for m in divisors(global_batch_size):
+    for m in candidate_microbatch_counts(global_batch_size):
         if any((global_batch_size // m) < s.replicas for s in stages):
             break
         plan = Plan(

@@ -7,7 +7,8 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 
-from pipesim.errors import Infeasible, UnknownNameError, invalid
+from pipesim.errors import Infeasible, UnknownNameError, check_count, invalid
+from pipesim.limits import MAX_GLOBAL_BATCH
 from pipesim.plan import Estimate, Plan, Recompute
 from pipesim.planner.baselines import dp_plans, gpipe_plans, single_plan
 from pipesim.planner.dapple import dapple_search, to_plan
@@ -150,8 +151,7 @@ def plan(
     """
     if planner not in _PLANNERS:
         raise UnknownNameError("planner", planner, _PLANNERS)
-    if not isinstance(global_batch_size, int) or isinstance(global_batch_size, bool) or global_batch_size < 1:
-        raise invalid("global_batch_size", global_batch_size, "must be an integer >= 1")
+    check_count("global_batch_size", global_batch_size, maximum=MAX_GLOBAL_BATCH)
     if not isinstance(top, int) or isinstance(top, bool) or top < 1:
         raise invalid("top", top, "must be an integer >= 1")
     if memory_limit_bytes is not None and not (memory_limit_bytes > 0 and math.isfinite(memory_limit_bytes)):

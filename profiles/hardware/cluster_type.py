@@ -29,6 +29,7 @@ from pipesim.profiles.hardware.topology import (
 
 __all__ = [
     "MAX_DEVICES",
+    "MAX_NICS_PER_GPU",
     "Cluster",
     "cluster_to_dict",
     "describe_cluster",
@@ -38,6 +39,11 @@ __all__ = [
 
 MAX_DEVICES = 65536
 """Largest cluster pipesim builds (a guard against typos such as ``servers = 80000``)."""
+
+MAX_NICS_PER_GPU = 4
+"""Most NICs a server may have per GPU. Real servers have at most about one compute NIC per GPU
+(DGX H100: 8 ConnectX-7 for 8 GPUs, NVIDIA DGX H100 user guide), so four per GPU leaves room for
+what-ifs while keeping the number of links (and so memory and time) bounded by the GPU count."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -93,6 +99,13 @@ class Cluster:
             raise invalid("intra", self.topology, f"topology must be one of {valid}") from None
         for name in ("num_servers", "gpus_per_server", "nics_per_server", "gpus_per_pcie_switch"):
             check_count(name, getattr(self, name))
+        if self.nics_per_server > MAX_NICS_PER_GPU * self.gpus_per_server:
+            raise invalid(
+                "nics_per_server",
+                self.nics_per_server,
+                f"must be <= {MAX_NICS_PER_GPU} per GPU ({MAX_NICS_PER_GPU * self.gpus_per_server} "
+                f"for {self.gpus_per_server} GPUs per server)",
+            )
         if self.num_servers * self.gpus_per_server > MAX_DEVICES:
             raise invalid(
                 "num_servers * gpus_per_server",

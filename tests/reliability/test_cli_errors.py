@@ -220,3 +220,34 @@ def test_absurd_device_what_ifs_are_refused(
     assert code == 2
     assert out == ""
     assert message in one_error_line(err)
+
+
+@pytest.mark.parametrize("planner", ["dapple", "dp", "gpipe", "pipedream"])
+def test_the_largest_global_batch_plans_without_walking_it(
+    capsys: pytest.CaptureFixture[str], planner: str
+) -> None:
+    """2**40 samples: the planners try only the divisors a plan allows (at most 2**20 micro-batches),
+    found in sqrt(gbs) steps, and answer at once: here nothing fits in 16 GiB."""
+    code, out, err = run(
+        capsys,
+        "plan",
+        "--model",
+        "bert48",
+        "--cluster",
+        "dapple-2x8-v100",
+        "--gbs",
+        str(2**40),
+        "--planner",
+        planner,
+        "--rerank",
+        "none",
+    )
+    assert code == 2
+    assert out == ""
+    assert "fits in 16 GiB per device" in one_error_line(err)
+
+
+def test_nics_per_server_is_bounded(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "show", "cluster", "dapple-2x8-v100", "--set", "nics_per_server=1000000")
+    assert code == 2
+    assert "nics_per_server=1000000: must be <= 4 per GPU" in one_error_line(err)
