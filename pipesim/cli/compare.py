@@ -60,6 +60,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     )
     p.add_argument("--out", default="pipesim-compare", help="output directory (default ./pipesim-compare)")
     p.add_argument("--json", action="store_true", help="print the rows as JSON")
+    p.add_argument(
+        "--format",
+        dest="figure_format",
+        choices=("png", "svg", "pdf"),
+        default="png",
+        help="format of gantt.* and memory.* (default png)",
+    )
+    p.add_argument(
+        "--html",
+        action="store_true",
+        help="also write report.html: table, Gantt, memory chart and plan in one self-contained file",
+    )
     p.set_defaults(func=_run)
 
 
@@ -84,7 +96,14 @@ def _run(args: argparse.Namespace) -> int:
             train_samples=args.train_samples,
         )
         status.update(f"writing charts and traces to {args.out}/")
-        written = write_compare_outputs(rows, args.out, title=title, server_of=cluster.server_of)
+        written = write_compare_outputs(
+            rows,
+            args.out,
+            title=title,
+            server_of=cluster.server_of,
+            figure_format=args.figure_format,
+            html=args.html,
+        )
     if args.json:
         print_json([row.to_dict() for row in rows])
         return 0
@@ -104,7 +123,7 @@ def _run(args: argparse.Namespace) -> int:
                 f"{d['throughput_samples_per_s']:.1f}",
                 f"{d['speedup']:.2f}x",
                 f"{d['bubble_fraction']:.1%}",
-                f"{d['peak_memory_bytes'] / GIB:.2f} / {d['memory_capacity_bytes'] / GIB:.0f}",
+                f"{d['peak_memory_bytes'] / GIB:.2f} / {d['memory_capacity_bytes'] / GIB:.2f}",
                 "yes" if d["fits"] else "NO",
                 "-"
                 if d["estimated_iteration_time_s"] is None
