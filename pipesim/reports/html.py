@@ -15,16 +15,29 @@ import logging
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import matplotlib
 from matplotlib.figure import Figure
 
 from pipesim.fileio import atomic_write_text
+from pipesim.plan import Plan
+from pipesim.simulator.trace import SimulationResult
 from pipesim.units import GIB, MS
 
-if TYPE_CHECKING:
-    from pipesim.compare import CompareRow
+
+class CompareRow(Protocol):
+    """What the report reads of a :class:`pipesim.compare.CompareRow` (kept structural, so that
+    this module does not import :mod:`pipesim.compare`, which imports it)."""
+
+    @property
+    def label(self) -> str: ...
+    @property
+    def plan(self) -> Plan: ...
+    @property
+    def result(self) -> SimulationResult: ...
+    def to_dict(self) -> dict[str, Any]: ...
+
 
 __all__ = ["compare_report_html", "figure_data_uri", "write_compare_report"]
 
