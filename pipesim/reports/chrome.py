@@ -340,5 +340,3 @@ def write_chrome_trace(
         data = gzip.compress(data, mtime=0)
     atomic_write_bytes(target, data)
     return target
-
-
