@@ -299,6 +299,8 @@ def _draw_memory(
             ax.step(xs, ys, where="post", color=_MEMORY_LINE, linewidth=0.6, zorder=3)
         if cap > 0 and bottom <= cap <= top * 1.0000001:
             capacity_lines.append([(0.0, level(row, cap)), (x_max_ms, level(row, cap))])
+            if row in tick_rows and abs(level(row, cap) - level(row, top)) > 0.15:
+                ticks[level(row, cap)] = _gib(cap)
         if row in tick_rows:
             ticks[level(row, bottom)] = _gib(bottom)
             ticks[level(row, top)] = _gib(top)
