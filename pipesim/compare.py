@@ -237,6 +237,8 @@ def write_compare_outputs(
     server_of: Any = None,
     figure_format: str = "png",
     html: bool = False,
+    figsize: str | tuple[float, float] = "screen",
+    gantt_rows: str = "stage",
 ) -> list[Path]:
     """Write the comparison's figures, traces and tables into ``out_dir`` (created if missing).
 
@@ -252,12 +254,14 @@ def write_compare_outputs(
         server_of: device -> server index, for the traces' process layout.
         figure_format: ``"png"``, ``"svg"`` or ``"pdf"``.
         html: also write ``report.html``.
+        figsize: the Gantt chart's size (see :func:`pipesim.reports.gantt.gantt_figure`).
+        gantt_rows: ``"stage"`` (replicas share a row) or ``"device"``.
 
     Returns:
         The paths written.
 
     Raises:
-        InputError: no rows, or an unknown ``figure_format``.
+        InputError: no rows, an unknown ``figure_format``, or a bad ``figsize`` or ``gantt_rows``.
         OSError: the directory cannot be created or written.
     """
     from pipesim.reports.chrome import write_chrome_trace
@@ -271,7 +275,9 @@ def write_compare_outputs(
     out.mkdir(parents=True, exist_ok=True)
     labelled = [(row.label, row.result) for row in rows]
     written = [
-        write_compare_gantt(labelled, out / f"gantt.{figure_format}", title=title),
+        write_compare_gantt(
+            labelled, out / f"gantt.{figure_format}", title=title, figsize=figsize, rows=gantt_rows
+        ),
         write_memory_bar(labelled, out / f"memory.{figure_format}", title=f"{title}: peak memory per device"),
     ]
     for row in rows:

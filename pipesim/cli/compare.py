@@ -68,6 +68,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         help="format of gantt.* and memory.* (default png)",
     )
     p.add_argument(
+        "--figsize",
+        default="screen",
+        help="Gantt size: screen (default), double or single (paper columns), or WxH in inches",
+    )
+    p.add_argument(
+        "--gantt-rows",
+        choices=("stage", "device"),
+        default="stage",
+        help="Gantt rows: one per stage, replicas collapsed (default), or one per device",
+    )
+    p.add_argument(
         "--html",
         action="store_true",
         help="also write report.html: table, Gantt, memory chart and plan in one self-contained file",
@@ -78,8 +89,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 def _run(args: argparse.Namespace) -> int:
     from pipesim.compare import compare, write_compare_outputs
     from pipesim.plan import load_plan
+    from pipesim.reports.gantt import parse_figsize
 
     started = time.perf_counter()
+    figsize = parse_figsize(args.figsize)
     profile, cluster = inputs_of(args)
     schedules = [s.strip() for s in args.schedules.split(",") if s.strip()]
     base = load_plan(args.plan) if args.plan else None
@@ -103,6 +116,8 @@ def _run(args: argparse.Namespace) -> int:
             server_of=cluster.server_of,
             figure_format=args.figure_format,
             html=args.html,
+            figsize=figsize,
+            gantt_rows=args.gantt_rows,
         )
     if args.json:
         print_json([row.to_dict() for row in rows])

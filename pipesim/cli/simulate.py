@@ -44,19 +44,6 @@ def _int_list(text: str) -> list[int]:
     return values
 
 
-def _figsize(text: str) -> str | tuple[float, float]:
-    """``--figsize``: a named size or ``WxH`` inches."""
-    if "x" not in text:
-        return text  # a name; the Gantt writer checks it
-    width, _, height = text.partition("x")
-    try:
-        return (float(width), float(height))
-    except ValueError:
-        raise invalid(
-            "--figsize", text, "must be screen, double, single or WxH in inches (e.g. 7x4)"
-        ) from None
-
-
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """Add ``simulate``."""
     p = subparsers.add_parser(
@@ -217,7 +204,9 @@ def _run(args: argparse.Namespace) -> int:
         from pipesim.reports.montecarlo import parse_speed
 
         speeds = parse_speed(args.speed)
-    figsize = _figsize(args.figsize)
+    from pipesim.reports.gantt import parse_figsize
+
+    figsize = parse_figsize(args.figsize)
     if args.distribution and not args.runs:
         raise invalid("--distribution", args.distribution, "needs --runs")
     options = SimOptions(

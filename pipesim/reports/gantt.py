@@ -51,6 +51,7 @@ __all__ = [
     "compare_gantt_figure",
     "gantt_figure",
     "memory_bar_figure",
+    "parse_figsize",
     "save_figure",
     "write_compare_gantt",
     "write_gantt",
@@ -100,6 +101,7 @@ and one column (3.5 in)."""
 _MIN_WIDTH_IN = 3.0
 _CHAR_WIDTH_EM = 0.62  # average character width in DejaVu Sans, in font sizes (for label fitting)
 _MIN_LABEL_PT = 5.0  # smallest font for a micro-batch number on a bar
+_MIN_COMM_PT = 1.0  # narrowest drawn transfer (sends are often sub-pixel at iteration scale)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -207,6 +209,7 @@ def _draw_timeline(
     )
     boxes: dict[str, list[list[tuple[float, float]]]] = {g: [] for g in _STYLE}
     labels: list[tuple[float, float, float, str, str]] = []  # x0, x1, y, text, group
+    min_comm_ms = _MIN_COMM_PT * x_max_ms / geo.width_pt  # transfers drawn at least this wide
     for event in result.events:
         group = _GROUP_OF.get(event.kind)
         device = event.device
@@ -215,6 +218,8 @@ def _draw_timeline(
         row = row_of[device]
         top, bottom = compute_lane if event.kind.is_compute else _COMM_LANE
         x0, x1 = event.start_s / MS, event.end_s / MS
+        if not event.kind.is_compute:
+            x1 = max(x1, x0 + min_comm_ms)  # a 0.1 ms send in a 2 s iteration stays visible
         boxes[group].append(_box(x0, x1, row + top, row + bottom))
         if event.kind.is_compute and event.microbatch is not None:
             labels.append((x0, x1, row + (top + bottom) / 2, str(event.microbatch), group))
@@ -379,6 +384,23 @@ def _header(name: str | None, result: SimulationResult) -> str:
         f"peak memory {_gib(result.peak_memory_bytes)} GiB",
     ]
     return "   ·   ".join(parts).replace("micro-batchs", "micro-batches")
+
+
+def parse_figsize(text: str) -> str | tuple[float, float]:
+    """A ``--figsize`` value: a name from :data:`FIGSIZES`, or ``WxH`` in inches (``7x4``).
+
+    Raises:
+        InputError: neither a known name nor two numbers joined by ``x``.
+    """
+    if text in FIGSIZES:
+        return text
+    width, sep, height = text.partition("x")
+    try:
+        if sep:
+            return (float(width), float(height))
+    except ValueError:
+        pass
+    raise invalid("--figsize", text, f"must be {', '.join(FIGSIZES)} or WxH in inches (e.g. 7x4)")
 
 
 def _figure_width(figsize: str | tuple[float, float]) -> tuple[float, float | None]:
