@@ -24,7 +24,7 @@ NEEDS = {
     "convert": "a TorchGraph profile file (vgg-19-pbs-32.txt) that is not in the repository",
     "profile": "PyTorch and the user's own model module",
 }
-SLOW = ("compare", "sweep", "plot", "dynamic", "strategy", "verify")
+SLOW = ("compare", "report", "sweep", "plot", "dynamic", "strategy", "verify")
 """Sub-commands that take seconds; they run under ``pytest -m slow``."""
 
 

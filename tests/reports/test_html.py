@@ -151,3 +151,18 @@ def test_report_in_headless_chromium(rows: list[CompareRow], tmp_path: Path) -> 
     assert dom.returncode == 0
     assert dom.stdout.count("<img") == 2
     assert "Summary" in dom.stdout
+
+
+def test_report_command_writes_one_page(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from pipesim.cli import main
+
+    out = tmp_path / "r.html"
+    code = main(["report", "--model", MODEL, "--cluster", "dgx1-v100", "--gbs", "32", "-o", str(out)])
+    assert code == 0
+    assert capsys.readouterr().out.strip() == f"wrote {out}"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.html"]
+    parser = _Page()
+    parser.feed(out.read_text())
+    assert [v for tag, k, v in parser.attrs if tag == "img" and k == "src" and v.startswith("data:")]
+    assert main(["report", "-o", str(tmp_path / "r.png")]) == 2
+    assert "--out" in capsys.readouterr().err
