@@ -282,7 +282,7 @@ def _draw_memory(
     capacity = {d.device: d.memory_capacity_bytes for d in result.devices}
     fontsize = _tick_fontsize(geo, n)
     capacity_lines: list[list[tuple[float, float]]] = []
-    tick_rows = range(n) if geo.height * 72.0 / max(n, 1) >= 2.4 * fontsize else [n - 1]
+    tick_rows = [n - 1]  # all bands share one scale: ticks on the lowest band only, so labels never collide
     ticks: dict[float, str] = {}
     labels: list[str] = []
     colours: list[str] = []
@@ -375,7 +375,16 @@ def _plural(count: int, word: str) -> str:
     return f"{count} {word}" if count == 1 else f"{count} {word}s"
 
 
-def _header(name: str | None, result: SimulationResult) -> str:
+def _header(name: str | None, result: SimulationResult, *, short: bool = False) -> str:
+    if short:  # one paper column: the same figures, fewer words
+        parts = [
+            name or result.schedule,
+            f"{result.num_stages}x{result.num_microbatches}",
+            f"{result.iteration_time_s / MS:.1f} ms",
+            f"bubble {result.bubble_fraction:.0%}",
+            f"{_gib(result.peak_memory_bytes)} GiB",
+        ]
+        return " · ".join(parts)
     parts = [
         name or result.schedule,
         f"{_plural(result.num_stages, 'stage')} x {_plural(result.num_microbatches, 'micro-batch')}",
@@ -384,6 +393,12 @@ def _header(name: str | None, result: SimulationResult) -> str:
         f"peak memory {_gib(result.peak_memory_bytes)} GiB",
     ]
     return "   ·   ".join(parts).replace("micro-batchs", "micro-batches")
+
+
+def _fit(text: str, width_in: float, font: float) -> str:
+    """``text`` cut (with an ellipsis) to what ``width_in`` holds at ``font`` points."""
+    room = int(width_in * 72.0 / (font * _CHAR_WIDTH_EM))
+    return text if len(text) <= room else text[: max(room - 1, 1)] + "…"
 
 
 def parse_figsize(text: str) -> str | tuple[float, float]:
@@ -472,7 +487,8 @@ def _compose(
         ax = fig.add_axes(geo.rect(), sharex=first)
         first = first or ax
         _draw_timeline(ax, result, rs, geo, x_max_ms)
-        ax.set_title(_header(name, result), loc="left", fontsize=font, pad=3)
+        header = _header(name, result, short=width_in < 6)
+        ax.set_title(_fit(header, geo.width_pt / 72.0, font), loc="left", fontsize=font, pad=3)
         bottom_ax = ax
         if m_h is not None:
             mgeo = _Geometry(fig_w=width_in, fig_h=fig_h, top=t_top + t_h + gap_in, height=m_h, style=style)
@@ -504,7 +520,14 @@ def _compose(
     }
     fig.legend(handles=handles, loc="center", bbox_to_anchor=(0.5, legend_y), **legend)
     if title:
-        fig.text(0.5, 1.0 - (0.15 + title_in / 2) / fig_h, title, ha="center", va="center", fontsize=font + 2)
+        fig.text(
+            0.5,
+            1.0 - (0.15 + title_in / 2) / fig_h,
+            _fit(title, width_in - 0.2, font + 2),
+            ha="center",
+            va="center",
+            fontsize=font + 2,
+        )
     return fig
 
 
