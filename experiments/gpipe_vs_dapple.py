@@ -70,7 +70,7 @@ def run(*, small: bool = False, points: Sequence[tuple[str, int]] | None = None)
                     "global_batch_size": gbs,
                     "schedule": entry.label,
                     "stages": d["stages"],
-                    "replicas": d["replicas"].replace(",", "|"),
+                    "replicas": "|".join(str(r) for r in d["replicas"]),
                     "microbatches": d["microbatches"],
                     "iteration_time_s": d["iteration_time_s"],
                     "throughput_samples_per_s": d["throughput_samples_per_s"],

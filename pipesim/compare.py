@@ -22,7 +22,15 @@ from pipesim.profiles.models.profile import ModelProfile
 from pipesim.schedules.registry import lookup
 from pipesim.simulator import SimOptions, SimulationResult, simulate
 
-__all__ = ["DEFAULT_SCHEDULES", "CompareRow", "compare", "write_compare_outputs"]
+__all__ = [
+    "DEFAULT_SCHEDULES",
+    "FIGURE_FORMATS",
+    "CompareRow",
+    "compare",
+    "csv_cell",
+    "csv_rows",
+    "write_compare_outputs",
+]
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +53,8 @@ class CompareRow:
         estimated_iteration_time_s: the planner's estimate for this plan and schedule, or
             ``None`` when its estimate does not model the schedule.
         cost: dollars per million samples (and for ``train_samples``), or ``None`` without a price.
+        model: the model's name (as the profile names it).
+        cluster: the cluster's name.
     """
 
     label: str
@@ -53,17 +63,22 @@ class CompareRow:
     speedup: float
     estimated_iteration_time_s: float | None
     cost: TrainingCost | None = None
+    model: str = ""
+    cluster: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        """The row as written to ``rows.json`` and ``rows.csv`` (SI units in key names)."""
+        """The row as written to ``rows.json`` (SI units in key names; ``replicas`` is a list of
+        counts, one per pipeline rank). :func:`csv_rows` flattens it for ``rows.csv``."""
         fullest = max(self.result.devices, key=lambda d: d.peak_memory_bytes)
         stages = self.plan.stages[: self.plan.num_ranks]
         return {
             "label": self.label,
+            "model": self.model,
+            "cluster": self.cluster,
             "schedule": self.plan.schedule,
             "stages": self.plan.num_stages,
             "split": "|".join(f"{s.first_layer}-{s.last_layer}" for s in self.plan.stages),
-            "replicas": ",".join(str(s.replicas) for s in stages),
+            "replicas": [s.replicas for s in stages],
             "microbatches": self.plan.num_microbatches,
             "global_batch_size": self.plan.global_batch_size,
             "iteration_time_s": self.result.iteration_time_s,
@@ -153,6 +168,8 @@ def compare(
                 speedup=speedup,
                 estimated_iteration_time_s=estimate,
                 cost=cost,
+                model=profile.name,
+                cluster=machine.name,
             )
         )
     return rows
@@ -183,39 +200,94 @@ def interleave(base: Plan, profile: ModelProfile, *, chunks: int) -> Plan:
     )
 
 
+FIGURE_FORMATS: tuple[str, ...] = ("png", "svg", "pdf")
+"""Figure formats :func:`write_compare_outputs` writes."""
+
+
+def csv_cell(value: object) -> str:
+    """A value as a CSV cell, the way sweep CSVs write them: ``true``/``false`` for booleans, an
+    empty cell for ``None``, ``repr`` for floats (round-trips exactly) and ``a|b|c`` for lists."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, list | tuple):
+        return "|".join(csv_cell(v) for v in value)
+    return str(value)
+
+
+def csv_rows(rows: Sequence[CompareRow]) -> str:
+    """The ``rows.csv`` text of a comparison: a header and one line per row (see :func:`csv_cell`)."""
+    table = [row.to_dict() for row in rows]
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    if table:
+        writer.writerow(list(table[0]))
+        writer.writerows([csv_cell(v) for v in d.values()] for d in table)
+    return buffer.getvalue()
+
+
 def write_compare_outputs(
-    rows: Sequence[CompareRow], out_dir: str | Path, *, title: str, server_of: Any = None
+    rows: Sequence[CompareRow],
+    out_dir: str | Path,
+    *,
+    title: str,
+    server_of: Any = None,
+    figure_format: str = "png",
+    html: bool = False,
+    figsize: str | tuple[float, float] = "screen",
+    gantt_rows: str = "stage",
 ) -> list[Path]:
     """Write the comparison's figures, traces and tables into ``out_dir`` (created if missing).
 
-    Files: ``gantt.png`` (side-by-side timelines with memory curves), ``memory.png`` (peak memory
-    per device), ``trace_<schedule>.json`` (Chrome/Perfetto), ``rows.json`` and ``rows.csv``.
-    Every file is written atomically.
+    Files: ``gantt.<fmt>`` (side-by-side timelines with memory curves), ``memory.<fmt>`` (peak
+    memory per device), ``trace_<schedule>.json`` (Chrome/Perfetto, with flow arrows),
+    ``rows.json``, ``rows.csv`` and, with ``html``, ``report.html`` (one self-contained page:
+    table, Gantt, memory chart and plan). Every file is written atomically.
+
+    Args:
+        rows: the comparison (:func:`compare`).
+        out_dir: the directory.
+        title: the figures' title.
+        server_of: device -> server index, for the traces' process layout.
+        figure_format: ``"png"``, ``"svg"`` or ``"pdf"``.
+        html: also write ``report.html``.
+        figsize: the Gantt chart's size (see :func:`pipesim.reports.gantt.gantt_figure`).
+        gantt_rows: ``"stage"`` (replicas share a row) or ``"device"``.
 
     Returns:
         The paths written.
 
     Raises:
+        InputError: no rows, an unknown ``figure_format``, or a bad ``figsize`` or ``gantt_rows``.
         OSError: the directory cannot be created or written.
     """
     from pipesim.reports.chrome import write_chrome_trace
     from pipesim.reports.gantt import write_compare_gantt, write_memory_bar
 
+    if not rows:
+        raise invalid("rows", [], "must hold at least one comparison row")
+    if figure_format not in FIGURE_FORMATS:
+        raise invalid("figure_format", figure_format, f"must be one of {', '.join(FIGURE_FORMATS)}")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     labelled = [(row.label, row.result) for row in rows]
     written = [
-        write_compare_gantt(labelled, out / "gantt.png", title=title),
-        write_memory_bar(labelled, out / "memory.png", title=f"{title}: peak memory per device"),
+        write_compare_gantt(
+            labelled, out / f"gantt.{figure_format}", title=title, figsize=figsize, rows=gantt_rows
+        ),
+        write_memory_bar(labelled, out / f"memory.{figure_format}", title=f"{title}: peak memory per device"),
     ]
     for row in rows:
         written.append(write_chrome_trace(row.result, out / f"trace_{row.label}.json", server_of=server_of))
     table = [row.to_dict() for row in rows]
     atomic_write_text(out / "rows.json", json.dumps(table, indent=2) + "\n")
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=list(table[0]), lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(table)
-    atomic_write_text(out / "rows.csv", buffer.getvalue())
+    atomic_write_text(out / "rows.csv", csv_rows(rows))
     written += [out / "rows.json", out / "rows.csv"]
+    if html:
+        from pipesim.reports.html import write_compare_report
+
+        written.append(write_compare_report(rows, out / "report.html", title=title))
     return written

@@ -14,6 +14,7 @@ __all__ = [
     "MAX_OVERRIDE_MAGNITUDE",
     "MAX_PRICE_PER_DEVICE_HOUR_USD",
     "MAX_SEED",
+    "MAX_TRAIN_SAMPLES",
 ]
 
 MAX_COUNT = 2**20
@@ -21,6 +22,9 @@ MAX_COUNT = 2**20
 MAX_GLOBAL_BATCH = 2**40
 """The largest global batch size, samples (about 1.1e12: far above any real run, small enough
 that every time and cost computed from it stays finite)."""
+MAX_TRAIN_SAMPLES = 10**15
+"""The most samples a time-and-cost-to-train question may name (``compare --train-samples``):
+far above the largest published runs (15e12 tokens at 4096 per sample is about 4e9 samples)."""
 MAX_SEED = 2**63 - 1
 """The largest random seed (seeds are integers in ``0..2**63-1``)."""
 MAX_JITTER_CV = 10.0

@@ -29,6 +29,7 @@ _COMMAND_MODULES = (
     "pipesim.cli.dynamic",
     "pipesim.cli.schedule",
     "pipesim.cli.compare",
+    "pipesim.cli.report",
     "pipesim.cli.simulate",
     "pipesim.cli.plan",
     "pipesim.cli.profile",

@@ -15,6 +15,7 @@ from pipesim.limits import (
     MAX_JITTER_CV,
     MAX_OVERRIDE_MAGNITUDE,
     MAX_SEED,
+    MAX_TRAIN_SAMPLES,
 )
 
 if TYPE_CHECKING:
@@ -44,6 +45,7 @@ __all__ = [
     "positive_float",
     "positive_int",
     "print_json",
+    "samples_int",
     "seed_int",
 ]
 
@@ -94,6 +96,8 @@ nonneg_int = int_arg(0, MAX_COUNT)
 """argparse type: an integer in ``0..MAX_COUNT``."""
 batch_int = int_arg(1, MAX_GLOBAL_BATCH)
 """argparse type: a global batch size in ``1..MAX_GLOBAL_BATCH``."""
+samples_int = int_arg(1, MAX_TRAIN_SAMPLES)
+"""argparse type: a number of training samples in ``1..MAX_TRAIN_SAMPLES``."""
 seed_int = int_arg(0, MAX_SEED)
 """argparse type: a random seed in ``0..MAX_SEED``."""
 jitter_float = float_arg(0.0, MAX_JITTER_CV)

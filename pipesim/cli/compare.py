@@ -12,8 +12,8 @@ from pipesim.cli._common import (
     float_arg,
     format_table,
     inputs_of,
-    positive_int,
     print_json,
+    samples_int,
 )
 from pipesim.cli.progress import Status
 from pipesim.limits import MAX_PRICE_PER_DEVICE_HOUR_USD
@@ -57,20 +57,45 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     )
     p.add_argument(
         "--train-samples",
-        type=positive_int,
+        type=samples_int,
         default=None,
         help="report time and cost to train this many samples",
     )
     p.add_argument("--out", default="pipesim-compare", help="output directory (default ./pipesim-compare)")
     p.add_argument("--json", action="store_true", help="print the rows as JSON")
+    p.add_argument(
+        "--format",
+        dest="figure_format",
+        choices=("png", "svg", "pdf"),
+        default="png",
+        help="format of gantt.* and memory.* (default png)",
+    )
+    p.add_argument(
+        "--figsize",
+        default="screen",
+        help="Gantt size: screen (default), double or single (paper columns), or WxH in inches",
+    )
+    p.add_argument(
+        "--gantt-rows",
+        choices=("stage", "device"),
+        default="stage",
+        help="Gantt rows: one per stage, replicas collapsed (default), or one per device",
+    )
+    p.add_argument(
+        "--html",
+        action="store_true",
+        help="also write report.html: table, Gantt, memory chart and plan in one self-contained file",
+    )
     p.set_defaults(func=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
     from pipesim.compare import compare, write_compare_outputs
     from pipesim.plan_file import load_plan
+    from pipesim.reports.gantt import parse_figsize
 
     started = time.perf_counter()
+    figsize = parse_figsize(args.figsize)
     profile, cluster = inputs_of(args)
     schedules = [s.strip() for s in args.schedules.split(",") if s.strip()]
     base = load_plan(args.plan) if args.plan else None
@@ -87,7 +112,16 @@ def _run(args: argparse.Namespace) -> int:
             train_samples=args.train_samples,
         )
         status.update(f"writing charts and traces to {args.out}/")
-        written = write_compare_outputs(rows, args.out, title=title, server_of=cluster.server_of)
+        written = write_compare_outputs(
+            rows,
+            args.out,
+            title=title,
+            server_of=cluster.server_of,
+            figure_format=args.figure_format,
+            html=args.html,
+            figsize=figsize,
+            gantt_rows=args.gantt_rows,
+        )
     if args.json:
         print_json([row.to_dict() for row in rows])
         return 0
@@ -107,7 +141,7 @@ def _run(args: argparse.Namespace) -> int:
                 f"{d['throughput_samples_per_s']:.1f}",
                 f"{d['speedup']:.2f}x",
                 f"{d['bubble_fraction']:.1%}",
-                f"{d['peak_memory_bytes'] / GIB:.2f} / {d['memory_capacity_bytes'] / GIB:.0f}",
+                f"{d['peak_memory_bytes'] / GIB:.2f} / {d['memory_capacity_bytes'] / GIB:.2f}",
                 "yes" if d["fits"] else "NO",
                 "-"
                 if d["estimated_iteration_time_s"] is None

@@ -98,7 +98,36 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     )
     p.add_argument("--seed", type=seed_int, default=None, help="random seed for --jitter")
     p.add_argument("--free-links", action="store_true", help="zero-latency, infinite-bandwidth links")
+    p.add_argument(
+        "--speed",
+        "--stragglers",
+        dest="speed",
+        default=None,
+        metavar="gpuN=F,...",
+        help="what-if slow devices: relative compute speed per GPU, e.g. gpu5=0.5 (half speed)",
+    )
+    p.add_argument(
+        "--runs",
+        type=positive_int,
+        default=None,
+        help="Monte Carlo: simulate --runs seeds (from --seed, default 0) with --jitter and print "
+        "the mean, p50 and p95 iteration time",
+    )
+    p.add_argument(
+        "--distribution", help="with --runs: write the iteration-time histogram (.png, .svg or .pdf)"
+    )
     p.add_argument("--gantt", help="write a Gantt chart (.png, .svg or .pdf)")
+    p.add_argument(
+        "--gantt-rows",
+        choices=("stage", "device"),
+        default="stage",
+        help="Gantt rows: one per stage, replicas collapsed (default), or one per device",
+    )
+    p.add_argument(
+        "--figsize",
+        default="screen",
+        help="Gantt size: screen (default), double or single (paper columns), or WxH in inches",
+    )
     p.add_argument("--trace", help="write a Chrome/Perfetto trace (.json)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=_run)
@@ -180,24 +209,54 @@ def _run(args: argparse.Namespace) -> int:
             recompute=args.recompute,
             allreduce=args.allreduce,
         )
+    speeds: dict[int, float] = {}
+    if args.speed is not None:
+        from pipesim.reports.montecarlo import parse_speed
+
+        speeds = parse_speed(args.speed)
+    from pipesim.reports.gantt import parse_figsize
+
+    figsize = parse_figsize(args.figsize)
+    if args.distribution and not args.runs:
+        raise invalid("--distribution", args.distribution, "needs --runs")
     options = SimOptions(
         free_links=args.free_links,
         jitter=args.jitter,
-        seed=args.seed,
+        seed=args.seed if args.seed is not None or not args.runs else 0,
         allreduce_overlap=args.allreduce_overlap,
+        speed_factors=speeds,
     )
     with Status(f"simulating {profile.name} on {cluster.name} ({plan.num_microbatches} micro-batches)"):
         result = simulate(plan, profile, cluster, options)
     if args.gantt:
         from pipesim.reports.gantt import write_gantt
 
-        write_gantt(result, args.gantt, title=f"{profile.name} on {cluster.name}: {result.schedule}")
+        write_gantt(
+            result,
+            args.gantt,
+            title=f"{profile.name} on {cluster.name}: {result.schedule}",
+            rows=args.gantt_rows,
+            figsize=figsize,
+        )
     if args.trace:
         from pipesim.reports.chrome import write_chrome_trace
 
         write_chrome_trace(result, args.trace, server_of=cluster.server_of)
+    summary = None
+    if args.runs:
+        from pipesim.reports.montecarlo import monte_carlo, write_distribution
+
+        with Status(f"simulating {args.runs} seeds"):
+            summary = monte_carlo(
+                plan, profile, cluster, options, runs=args.runs, first_seed=options.seed or 0
+            )
+        if args.distribution:
+            write_distribution(summary, args.distribution, title=f"{profile.name} on {cluster.name}")
     if args.json:
-        print_json(result_json(result))
+        document = result_json(result)
+        if summary is not None:
+            document["monte_carlo"] = summary.to_dict()
+        print_json(document)
         return 0
     print(
         f"{profile.name} on {cluster.name}: {plan.num_stages} stages, "
@@ -225,7 +284,15 @@ def _run(args: argparse.Namespace) -> int:
     print(format_table(["device", "stage", "busy ms", "comm wait ms", "bubble ms", "peak GiB", "fits"], rows))
     if not result.fits:
         print("warning: the plan does not fit in device memory on at least one device")
-    for path in (args.gantt, args.trace):
+    if speeds:
+        print("slowed: " + ", ".join(f"gpu{d} at {f:g}x speed" for d, f in sorted(speeds.items())))
+    if summary is not None:
+        print(
+            f"{args.runs} runs (seeds {summary.seeds[0]}-{summary.seeds[-1]}, jitter {args.jitter:g}): "
+            f"mean {summary.mean_s / MS:.2f} ms, p50 {summary.p50_s / MS:.2f} ms, "
+            f"p95 {summary.p95_s / MS:.2f} ms (min {summary.min_s / MS:.2f}, max {summary.max_s / MS:.2f})"
+        )
+    for path in (args.gantt, args.trace, args.distribution):
         if path:
             print(f"wrote {path}")
     return 0

@@ -60,7 +60,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         help="keep rows with this value, repeatable (a column given twice keeps either value)",
     )
     q.add_argument("--title", help="figure title")
-    q.add_argument("--log-x", action="store_true", help="logarithmic x axis")
+    q.add_argument(
+        "--log-x",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="logarithmic x axis (default: base 2 for batch sizes, micro-batches, stages and GPU counts)",
+    )
     q.add_argument("--log-y", action="store_true", help="logarithmic y axis")
     q.add_argument("-o", "--output", required=True, help="figure file: .png, .svg or .pdf")
     q.set_defaults(func=_run_plot)

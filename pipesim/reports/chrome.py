@@ -13,6 +13,14 @@ The output opens in https://ui.perfetto.dev and in ``chrome://tracing``. Its lay
 
 Events are ``"X"`` (complete) events with ``ts`` and ``dur`` in microseconds, named ``"F3"`` /
 ``"B3"`` (kind and micro-batch) with the stage, micro-batch, device, peer and bytes in ``args``.
+Flow arrows (``"s"``/``"f"`` pairs, category ``"dependency"``) join each op to what it unblocks:
+the op that produced a transfer to its send, the send to the op on the peer that consumed it, and
+on one device a stage's op to the next stage's op of the same micro-batch (chunks sharing a
+device, and the last stage's forward to its backward). The trace records no explicit edges, so
+they are derived: a send's producer is the latest op on its device with the same micro-batch and
+stage that ended by the send's start (a forward for activations, a backward or input-gradient
+pass for gradients), its consumer the earliest such op on the peer that started after the send
+ended, preferring the next (activations) or previous (gradients) stage.
 Process and track names and their order come from ``"M"`` metadata events. Same result in, same
 bytes out: the events are sorted and the keys are written in sorted order.
 
@@ -36,7 +44,13 @@ from pipesim.fileio import atomic_write_bytes
 from pipesim.simulator.trace import EventKind, SimulationResult, TraceEvent
 from pipesim.units import MIB
 
-__all__ = ["chrome_trace", "default_link_server", "trace_event_name", "write_chrome_trace"]
+__all__ = [
+    "chrome_trace",
+    "default_link_server",
+    "dependency_edges",
+    "trace_event_name",
+    "write_chrome_trace",
+]
 
 log = logging.getLogger(__name__)
 
@@ -220,8 +234,8 @@ def chrome_trace(
     Returns:
         A JSON-ready dict ``{"traceEvents": [...], "displayTimeUnit": "ms", "otherData": {...}}``.
         ``ts`` and ``dur`` are microseconds (rounded to the nanosecond); memory counters are MiB.
-        Events are ordered: metadata, then complete events by (ts, pid, tid), then counters by
-        (pid, name, ts).
+        Events are ordered: metadata, then complete events by (ts, pid, tid), then flow event
+        pairs (``"s"`` then ``"f"``, by flow id), then counters by (pid, name, ts).
 
     Raises:
         InputError: ``server_of`` or ``link_server`` returns something other than a non-negative
@@ -259,6 +273,10 @@ def chrome_trace(
             }
         )
     complete.sort(key=lambda e: (e["ts"], e["pid"], e["tid"], e["dur"], e["name"]))
+    flows = _flow_events(
+        result,
+        [layout.tracks[(e.resource, lane)][:2] for e, lane in zip(result.events, lane_of, strict=True)],
+    )
 
     counters: list[dict[str, Any]] = []
     for device in sorted(result.memory):
@@ -292,12 +310,107 @@ def chrome_trace(
         "generator": "pipesim",
     }
     log.debug(
-        "chrome trace: %d tracks, %d events, %d counter points",
+        "chrome trace: %d tracks, %d events, %d flow arrows, %d counter points",
         len(layout.tracks),
         len(complete),
+        len(flows) // 2,
         len(counters),
     )
-    return {"traceEvents": metadata + complete + counters, "displayTimeUnit": "ms", "otherData": other}
+    events = metadata + complete + flows + counters
+    return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": other}
+
+
+_EPS_S = 1e-12
+
+
+def dependency_edges(result: SimulationResult) -> list[tuple[int, int]]:
+    """The dependencies shown as flow arrows, as ``(from, to)`` positions in ``result.events``.
+
+    Derived from the events (see the module docstring): producer op -> send, send -> consumer op
+    on the peer, and on one device a stage's op -> the next stage's op of the same micro-batch.
+    Sorted; each pair once.
+    """
+    events = result.events
+    compute: dict[tuple[int, int], list[int]] = {}  # (device, microbatch) -> compute event positions
+    for i, e in enumerate(events):
+        if e.kind.is_compute and e.device is not None and e.microbatch is not None:
+            compute.setdefault((e.device, e.microbatch), []).append(i)
+    forward_kinds = (EventKind.FORWARD,)
+    backward_kinds = (EventKind.BACKWARD, EventKind.INPUT_GRAD)
+    edges: set[tuple[int, int]] = set()
+    for i, e in enumerate(events):
+        if e.kind not in (EventKind.SEND_ACTIVATION, EventKind.SEND_GRADIENT):
+            continue
+        if e.device is None or e.microbatch is None:
+            continue
+        kinds = forward_kinds if e.kind is EventKind.SEND_ACTIVATION else backward_kinds
+        step = 1 if e.kind is EventKind.SEND_ACTIVATION else -1
+        mine = [
+            j
+            for j in compute.get((e.device, e.microbatch), [])
+            if events[j].kind in kinds
+            and events[j].end_s <= e.start_s + _EPS_S
+            and (e.stage is None or events[j].stage == e.stage)
+        ]
+        if mine:
+            edges.add((max(mine, key=lambda j: (events[j].end_s, j)), i))
+        if e.peer is None:
+            continue
+        theirs = [
+            j
+            for j in compute.get((e.peer, e.microbatch), [])
+            if events[j].kind in kinds and events[j].start_s >= e.end_s - _EPS_S
+        ]
+        if e.stage is not None and any(events[j].stage == e.stage + step for j in theirs):
+            theirs = [j for j in theirs if events[j].stage == e.stage + step]
+        if theirs:
+            edges.add((i, min(theirs, key=lambda j: (events[j].start_s, j))))
+    last_stage = result.num_stages - 1
+    for positions in compute.values():
+        by_stage = {(events[j].kind, events[j].stage): j for j in positions}
+        for j in positions:
+            e = events[j]
+            if e.stage is None:
+                continue
+            if e.kind is EventKind.FORWARD:
+                nxt = by_stage.get((EventKind.FORWARD, e.stage + 1))
+                if nxt is None and e.stage == last_stage:
+                    nxt = by_stage.get((EventKind.BACKWARD, e.stage))
+            elif e.kind is EventKind.BACKWARD:
+                nxt = by_stage.get((EventKind.BACKWARD, e.stage - 1))
+            else:
+                continue
+            if nxt is not None and events[nxt].start_s >= e.end_s - _EPS_S:
+                edges.add((j, nxt))
+    return sorted(edges)
+
+
+def _flow_events(result: SimulationResult, track_of: list[tuple[int, int]]) -> list[dict[str, Any]]:
+    """``"s"``/``"f"`` flow event pairs for :func:`dependency_edges`, each bound to its slice.
+
+    Each end sits at the middle of its slice (a point the slice encloses); the ``"f"`` end has
+    ``"bp": "e"`` (bind to the enclosing slice, not the next one).
+    """
+    out: list[dict[str, Any]] = []
+    for flow_id, (a, b) in enumerate(dependency_edges(result), start=1):
+        src, dst = result.events[a], result.events[b]
+        name = f"{trace_event_name(src)} -> {trace_event_name(dst)}"
+        for event, phase, (pid, tid) in ((src, "s", track_of[a]), (dst, "f", track_of[b])):
+            start = _us(event.start_s)
+            middle = round(start + (_us(event.end_s) - start) / 2, _TS_DECIMALS)
+            flow: dict[str, Any] = {
+                "ph": phase,
+                "id": flow_id,
+                "name": name,
+                "cat": "dependency",
+                "pid": pid,
+                "tid": tid,
+                "ts": middle,
+            }
+            if phase == "f":
+                flow["bp"] = "e"
+            out.append(flow)
+    return out
 
 
 def write_chrome_trace(
@@ -340,5 +453,3 @@ def write_chrome_trace(
         data = gzip.compress(data, mtime=0)
     atomic_write_bytes(target, data)
     return target
-
-

@@ -1,15 +1,24 @@
-"""Gantt charts of simulated iterations: per-device timelines with memory curves, and memory bars.
+"""Gantt charts of simulated iterations: per-stage timelines with memory curves, and memory bars.
 
-Each device is one row. Its compute stream (F / B / I / W bars, micro-batch numbers on the bars
-wide enough to hold them) sits on a light grey band, so idle time shows as the grey background;
-its communication stream (sends and the gradient all-reduce) is a thinner lane under it. Under
-the timeline a memory panel has one band per device, in the same order, with the device's
-allocation over time as a filled step curve and its capacity as a dashed line; all bands share one
-scale, and the peak and capacity in GiB are printed at the right.
+By default each pipeline stage is one row: the replicas of a stage (and its tensor-parallel
+ranks) run the same schedule, so the row shows the lowest-numbered device of the group and its
+label names the whole group (``s0 · gpu0-3``); ``rows="device"`` gives every device its own row.
+A row's compute stream (F / B / I / W bars, micro-batch numbers on every bar wide enough to hold
+them) sits on a light grey band, so idle time shows as grey; its communication stream (sends and
+the gradient all-reduce) is a thinner lane under it. Under the timeline a memory panel has one
+band per row with the allocation over time as a filled step curve (the group's fullest device),
+filled red where the device runs over its capacity, and the capacity as a red dashed line; all
+bands share one scale, with ticks in GiB on the right. Every mark drawn has a legend entry.
+
+Sizes: ``figsize="screen"`` (11 in wide), ``"double"`` (a two-column paper's full width, 7.16 in)
+or ``"single"`` (one column, 3.5 in), or ``(width, height)`` in inches; fonts and margins follow
+the width, the height follows the number of rows unless given. Numbers are printed with one
+decimal (GiB, ms) throughout.
 
 Figures are built on :class:`matplotlib.figure.Figure` directly (no pyplot, no global state, no
-display needed); the writers pick PNG, SVG or PDF from the file extension and write atomically.
-Row heights shrink with the number of devices, so 32 devices x 64 micro-batches stays readable.
+display needed), one collection per colour rather than one artist per op, so 64 stages x 256
+micro-batches draws in about a second; the writers pick PNG, SVG or PDF from the file extension
+and write atomically.
 
 Colours: the Okabe-Ito colour-blind-safe palette (Okabe & Ito, "Color Universal Design", 2008),
 plus indigo from Paul Tol's qualitative scheme for the all-reduce.
@@ -26,11 +35,10 @@ from pathlib import Path
 from typing import Any
 
 import matplotlib
-from matplotlib.collections import PolyCollection
+from matplotlib.collections import LineCollection, PolyCollection
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
-from matplotlib.transforms import blended_transform_factory
 
 from pipesim.errors import invalid
 from pipesim.fileio import atomic_write_bytes
@@ -38,10 +46,12 @@ from pipesim.simulator.trace import EventKind, SimulationResult
 from pipesim.units import GIB, MS
 
 __all__ = [
+    "FIGSIZES",
     "FORMATS",
     "compare_gantt_figure",
     "gantt_figure",
     "memory_bar_figure",
+    "parse_figsize",
     "save_figure",
     "write_compare_gantt",
     "write_gantt",
@@ -75,7 +85,7 @@ _IDLE = "#E6E6E6"
 _MEMORY_FILL = "#8FB3D9"
 _MEMORY_LINE = "#1F4E79"
 _OVER_FILL = "#F4A582"
-_OVER_TEXT = "#B2182B"
+_CAPACITY = "#B2182B"
 _RESULT_COLOURS = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000")
 
 # vertical layout of a timeline row, in row units around the row centre (y grows downwards)
@@ -85,31 +95,79 @@ _FULL_LANE = (-0.42, 0.42)
 _MEMORY_BAND = 0.84  # share of a memory row the scale's maximum fills
 _CAPACITY_SHOWN = 2.0  # draw the capacity line when it is at most this multiple of the peak
 
-# sizes in inches / points
-_WIDTH_IN = 14.0
-_LEFT_IN, _RIGHT_IN = 1.25, 1.45
-_LEGEND_IN, _TITLE_IN, _HEADER_IN, _BOTTOM_IN = 0.4, 0.4, 0.3, 0.55
-_GAP_IN, _ENTRY_GAP_IN = 0.12, 0.5
-_CHAR_WIDTH_EM = 0.62  # average digit width in DejaVu Sans, in font sizes (for label fitting)
+FIGSIZES: dict[str, float] = {"screen": 11.0, "double": 7.16, "single": 3.5}
+"""Named figure widths in inches: a screen, a two-column paper's full text width (IEEE, 7.16 in)
+and one column (3.5 in)."""
+_MIN_WIDTH_IN = 3.0
+_CHAR_WIDTH_EM = 0.62  # average character width in DejaVu Sans, in font sizes (for label fitting)
+_MIN_LABEL_PT = 5.0  # smallest font for a micro-batch number on a bar
+_MIN_COMM_PT = 1.0  # narrowest drawn transfer (sends are often sub-pixel at iteration scale)
 
 
-def _row_height_in(num_devices: int) -> float:
-    """Timeline row height: roomy for a few devices, down to 0.2 in for 30 and more."""
-    return min(0.42, max(0.2, 6.0 / max(num_devices, 1)))
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Style:
+    """Font sizes (points) and margins (inches) for one figure width."""
+
+    font: float
+    left_in: float
+    right_in: float
+
+    @staticmethod
+    def for_width(width_in: float, labels: Sequence[str]) -> _Style:
+        font = 9.0 if width_in >= 10 else 7.0 if width_in >= 6 else 6.0
+        longest = max((len(t) for t in labels), default=4)
+        left = 0.15 + longest * _CHAR_WIDTH_EM * font / 72.0
+        return _Style(font=font, left_in=min(left, 0.3 * width_in), right_in=0.15 + 4 * font / 72.0 * 1.2)
 
 
-def _devices(result: SimulationResult) -> list[int]:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Row:
+    """One timeline row: the device drawn, the devices it stands for, the memory device shown."""
+
+    label: str
+    device: int
+    devices: tuple[int, ...]
+    memory_device: int
+
+
+def _span(devices: Sequence[int]) -> str:
+    ds = sorted(devices)
+    if len(ds) > 1 and ds[-1] - ds[0] == len(ds) - 1:
+        return f"gpu{ds[0]}-{ds[-1]}"
+    shown = ",".join(str(d) for d in ds[:3]) + (",…" if len(ds) > 3 else "")
+    return f"gpu{shown}"
+
+
+def _stages_text(stages: Sequence[int]) -> str:
+    return ",".join(str(s) for s in stages[:3]) + (",…" if len(stages) > 3 else "")
+
+
+def _rows(result: SimulationResult, by_device: bool) -> list[_Row]:
+    """The rows of a result: one per device, or one per group of devices holding the same stages."""
     found = {d.device for d in result.devices} | set(result.memory)
     found |= {e.device for e in result.events if e.device is not None and e.kind in _GROUP_OF}
-    return sorted(found)
-
-
-def _device_label(result: SimulationResult, device: int) -> str:
-    stages = next((d.stages for d in result.devices if d.device == device), ())
-    if not stages:
-        return f"gpu{device}"
-    shown = ",".join(str(s) for s in stages[:3]) + (",…" if len(stages) > 3 else "")
-    return f"gpu{device} · s{shown}"
+    stages_of = {d.device: d.stages for d in result.devices}
+    peak = {d.device: d.peak_memory_bytes for d in result.devices}
+    if by_device:
+        return [
+            _Row(
+                label=f"gpu{d} · s{_stages_text(stages_of[d])}" if stages_of.get(d) else f"gpu{d}",
+                device=d,
+                devices=(d,),
+                memory_device=d,
+            )
+            for d in sorted(found)
+        ]
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for d in sorted(found):
+        groups.setdefault(stages_of.get(d) or (-1 - d,), []).append(d)
+    rows = []
+    for stages, members in groups.items():
+        name = f"s{_stages_text(stages)} · {_span(members)}" if stages[0] >= 0 else _span(members)
+        fullest = max(members, key=lambda d: (peak.get(d, 0.0), -d))
+        rows.append(_Row(label=name, device=members[0], devices=tuple(members), memory_device=fullest))
+    rows.sort(key=lambda r: (stages_of.get(r.device) or (1 << 30,), r.device))
+    return rows
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -120,23 +178,24 @@ class _Geometry:
     fig_h: float
     top: float  # inches from the figure's top edge to the panel's top
     height: float
+    style: _Style
 
     def rect(self) -> tuple[float, float, float, float]:
-        left = _LEFT_IN / self.fig_w
-        width = (self.fig_w - _LEFT_IN - _RIGHT_IN) / self.fig_w
+        left = self.style.left_in / self.fig_w
+        width = (self.fig_w - self.style.left_in - self.style.right_in) / self.fig_w
         bottom = (self.fig_h - self.top - self.height) / self.fig_h
         return (left, bottom, width, self.height / self.fig_h)
 
     @property
     def width_pt(self) -> float:
-        return (self.fig_w - _LEFT_IN - _RIGHT_IN) * 72.0
+        return (self.fig_w - self.style.left_in - self.style.right_in) * 72.0
 
 
 def _draw_timeline(
-    ax: Any, result: SimulationResult, devices: list[int], geo: _Geometry, x_max_ms: float
+    ax: Any, result: SimulationResult, rows: list[_Row], geo: _Geometry, x_max_ms: float
 ) -> None:
-    row_of = {d: i for i, d in enumerate(devices)}
-    n = len(devices)
+    row_of = {r.device: i for i, r in enumerate(rows)}
+    n = len(rows)
     has_comm = any(e.kind in _GROUP_OF and not e.kind.is_compute for e in result.events)
     compute_lane = _COMPUTE_LANE if has_comm else _FULL_LANE
     end_ms = result.iteration_time_s / MS
@@ -150,6 +209,7 @@ def _draw_timeline(
     )
     boxes: dict[str, list[list[tuple[float, float]]]] = {g: [] for g in _STYLE}
     labels: list[tuple[float, float, float, str, str]] = []  # x0, x1, y, text, group
+    min_comm_ms = _MIN_COMM_PT * x_max_ms / geo.width_pt  # transfers drawn at least this wide
     for event in result.events:
         group = _GROUP_OF.get(event.kind)
         device = event.device
@@ -158,6 +218,8 @@ def _draw_timeline(
         row = row_of[device]
         top, bottom = compute_lane if event.kind.is_compute else _COMM_LANE
         x0, x1 = event.start_s / MS, event.end_s / MS
+        if not event.kind.is_compute:
+            x1 = max(x1, x0 + min_comm_ms)  # a 0.1 ms send in a 2 s iteration stays visible
         boxes[group].append(_box(x0, x1, row + top, row + bottom))
         if event.kind.is_compute and event.microbatch is not None:
             labels.append((x0, x1, row + (top + bottom) / 2, str(event.microbatch), group))
@@ -168,19 +230,21 @@ def _draw_timeline(
                     verts, facecolors=_STYLE[group][1], edgecolors="white", linewidths=0.3, zorder=2
                 )
             )
-    # label the bars that hold their number: bar width and lane height measured in points
+    # label every bar that holds its number (shrinking the font down to _MIN_LABEL_PT to fit)
     pt_per_ms = geo.width_pt / x_max_ms
     lane_pt = (compute_lane[1] - compute_lane[0]) * geo.height * 72.0 / max(n, 1)
-    fontsize = min(8.0, lane_pt * 0.62)
-    if fontsize >= 4.5:
+    largest = min(geo.style.font - 1.0, lane_pt * 0.7)
+    if largest >= _MIN_LABEL_PT:
         for x0, x1, y, text, group in labels:
-            if (x1 - x0) * pt_per_ms >= len(text) * _CHAR_WIDTH_EM * fontsize + 3.0:
-                style = {"fontsize": fontsize, "color": _STYLE[group][2], "zorder": 3, "clip_on": True}
+            fits = ((x1 - x0) * pt_per_ms - 1.5) / (len(text) * _CHAR_WIDTH_EM)
+            size = min(largest, fits)
+            if size >= _MIN_LABEL_PT:
+                style = {"fontsize": size, "color": _STYLE[group][2], "zorder": 3, "clip_on": True}
                 ax.text((x0 + x1) / 2, y, text, ha="center", va="center", **style)
     ax.set_ylim(n - 0.5, -0.5)
     ax.set_xlim(0.0, x_max_ms)
     ax.set_yticks(range(n))
-    ax.set_yticklabels([_device_label(result, d) for d in devices], fontsize=_tick_fontsize(geo, n))
+    ax.set_yticklabels([r.label for r in rows], fontsize=_tick_fontsize(geo, n))
     ax.tick_params(axis="y", length=0)
     ax.axvline(end_ms, color="black", linewidth=0.8, linestyle=":", zorder=4)
     ax.grid(axis="x", color="#BBBBBB", linewidth=0.4, zorder=0)
@@ -193,13 +257,17 @@ def _box(x0: float, x1: float, y0: float, y1: float) -> list[tuple[float, float]
 
 
 def _tick_fontsize(geo: _Geometry, n: int) -> float:
-    return max(5.0, min(9.0, geo.height * 72.0 / max(n, 1) * 0.62))
+    return max(5.0, min(geo.style.font, geo.height * 72.0 / max(n, 1) * 0.62))
+
+
+def _gib(nbytes: float) -> str:
+    return f"{nbytes / GIB:.1f}"
 
 
 def _draw_memory(
     ax: Any,
     result: SimulationResult,
-    devices: list[int],
+    rows: list[_Row],
     geo: _Geometry,
     x_max_ms: float,
     band_bytes: tuple[float, float],
@@ -210,39 +278,60 @@ def _draw_memory(
         share = min(max((nbytes - bottom) / (top - bottom), 0.0), 1.0 / _MEMORY_BAND)
         return row + _MEMORY_BAND / 2 - _MEMORY_BAND * share
 
-    n = len(devices)
+    n = len(rows)
     capacity = {d.device: d.memory_capacity_bytes for d in result.devices}
-    to_right = blended_transform_factory(ax.transAxes, ax.transData)
     fontsize = _tick_fontsize(geo, n)
-    right = {"ha": "left", "fontsize": fontsize, "clip_on": False}
-    for row, device in enumerate(devices):
+    capacity_lines: list[list[tuple[float, float]]] = []
+    tick_rows = [n - 1]  # all bands share one scale: ticks on the lowest band only, so labels never collide
+    ticks: dict[float, str] = {}
+    labels: list[str] = []
+    colours: list[str] = []
+    for row, entry in enumerate(rows):
+        device = entry.memory_device
         base = row + _MEMORY_BAND / 2
         curve = result.memory.get(device)
         peak = curve.peak_bytes if curve is not None else 0.0
         cap = capacity.get(device, 0.0)
-        over = cap > 0 and peak > cap
         if curve is not None and curve.times_s:
             xs, values = _steps(curve.times_s, curve.bytes, result.iteration_time_s)
             ys = [level(row, b) for b in values]
-            fill = _OVER_FILL if over else _MEMORY_FILL
-            ax.fill_between(xs, base, ys, step="post", facecolor=fill, edgecolor="none", zorder=2)
+            ax.fill_between(xs, base, ys, step="post", facecolor=_MEMORY_FILL, edgecolor="none", zorder=2)
+            if cap > 0 and peak > cap:
+                over = [min(y, level(row, cap)) for y in ys]
+                ax.fill_between(
+                    xs, level(row, cap), over, step="post", facecolor=_OVER_FILL, edgecolor="none", zorder=2
+                )
             ax.step(xs, ys, where="post", color=_MEMORY_LINE, linewidth=0.6, zorder=3)
-        if bottom <= cap <= top * 1.0000001:
-            ax.hlines(
-                level(row, cap), 0.0, x_max_ms, colors="black", linestyles="--", linewidth=0.7, zorder=4
-            )
-        text = f"{peak / GIB:.3g} / {cap / GIB:.3g} GiB" if cap > 0 else f"{peak / GIB:.3g} GiB"
-        colour = _OVER_TEXT if over else "black"
-        ax.text(1.008, row, text, transform=to_right, va="center", color=colour, **right)
-    band = f"band {bottom / GIB:.3g}-{top / GIB:.3g} GiB"
-    ax.text(1.008, 1.0, band, transform=ax.transAxes, va="bottom", color="#555555", **right)
+        if cap > 0 and bottom <= cap <= top * 1.0000001:
+            capacity_lines.append([(0.0, level(row, cap)), (x_max_ms, level(row, cap))])
+            if row in tick_rows and abs(level(row, cap) - level(row, top)) > 0.15:
+                ticks[level(row, cap)] = _gib(cap)
+        if row in tick_rows:
+            ticks[level(row, bottom)] = _gib(bottom)
+            ticks[level(row, top)] = _gib(top)
+        shown = "" if len(entry.devices) == 1 else f" (gpu{device})"
+        labels.append(f"{entry.label.split(' · ')[0]}{shown}  {_gib(peak)} GiB")
+        colours.append(_CAPACITY if cap > 0 and peak > cap else "black")
+    if capacity_lines:
+        ax.add_collection(
+            LineCollection(capacity_lines, colors=_CAPACITY, linestyles="--", linewidths=1.0, zorder=4)
+        )
     for row in range(1, n):
         ax.axhline(row - 0.5, color="#CCCCCC", linewidth=0.4, zorder=1)
     ax.set_ylim(n - 0.5, -0.5)
     ax.set_xlim(0.0, x_max_ms)
     ax.set_yticks(range(n))
-    ax.set_yticklabels([f"gpu{d}" for d in devices], fontsize=fontsize)
+    ax.set_yticklabels(labels, fontsize=fontsize)
+    for tick, colour in zip(ax.get_yticklabels(), colours, strict=True):
+        tick.set_color(colour)
     ax.tick_params(axis="y", length=0)
+    scale = ax.twinx()
+    scale.set_ylim(n - 0.5, -0.5)
+    scale.set_yticks(sorted(ticks))
+    scale.set_yticklabels([ticks[k] for k in sorted(ticks)], fontsize=max(5.0, fontsize - 1))
+    scale.tick_params(axis="y", length=2, pad=1)
+    scale.set_ylabel("GiB", fontsize=fontsize, labelpad=2)
+    scale.set_label("memory_scale")
     ax.set_label("memory")
 
 
@@ -250,10 +339,9 @@ def _memory_range(results: Sequence[SimulationResult]) -> tuple[float, float]:
     """The bytes at the bottom and top of every memory band (shared by all ``results``).
 
     The top is the highest peak, raised to the smallest capacity when that is at most twice as far
-    above the bottom as the peak (so the dashed capacity line shows; a far-off capacity would
-    squash the curves flat, and is only printed at the right). The bottom is the lowest allocation
-    of any device (its static memory) when that is over a quarter of the top, else 0, so the part
-    that changes over the iteration fills the band.
+    above the bottom as the peak (so the capacity line shows; a far-off capacity would squash the
+    curves flat). The bottom is the lowest allocation of any device (its static memory) when that
+    is over a quarter of the top, else 0, so the part that changes over the iteration fills the band.
     """
     curves = [c for r in results for c in r.memory.values() if c.bytes]
     top = max([c.peak_bytes for c in curves] + [1.0])
@@ -283,15 +371,64 @@ def _steps(
     return xs, ys
 
 
-def _header(name: str | None, result: SimulationResult) -> str:
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}" if count == 1 else f"{count} {word}s"
+
+
+def _header(name: str | None, result: SimulationResult, *, short: bool = False) -> str:
+    if short:  # one paper column: the same figures, fewer words
+        parts = [
+            name or result.schedule,
+            f"{result.num_stages}x{result.num_microbatches}",
+            f"{result.iteration_time_s / MS:.1f} ms",
+            f"bubble {result.bubble_fraction:.0%}",
+            f"{_gib(result.peak_memory_bytes)} GiB",
+        ]
+        return " · ".join(parts)
     parts = [
         name or result.schedule,
-        f"{result.num_stages} stages x {result.num_microbatches} micro-batches",
-        f"iteration {result.iteration_time_s / MS:.2f} ms",
+        f"{_plural(result.num_stages, 'stage')} x {_plural(result.num_microbatches, 'micro-batch')}",
+        f"iteration {result.iteration_time_s / MS:.1f} ms",
         f"bubble {result.bubble_fraction:.1%}",
-        f"peak memory {result.peak_memory_bytes / GIB:.2f} GiB",
+        f"peak memory {_gib(result.peak_memory_bytes)} GiB",
     ]
-    return "   ·   ".join(parts)
+    return "   ·   ".join(parts).replace("micro-batchs", "micro-batches")
+
+
+def _fit(text: str, width_in: float, font: float) -> str:
+    """``text`` cut (with an ellipsis) to what ``width_in`` holds at ``font`` points."""
+    room = int(width_in * 72.0 / (font * _CHAR_WIDTH_EM))
+    return text if len(text) <= room else text[: max(room - 1, 1)] + "…"
+
+
+def parse_figsize(text: str) -> str | tuple[float, float]:
+    """A ``--figsize`` value: a name from :data:`FIGSIZES`, or ``WxH`` in inches (``7x4``).
+
+    Raises:
+        InputError: neither a known name nor two numbers joined by ``x``.
+    """
+    if text in FIGSIZES:
+        return text
+    width, sep, height = text.partition("x")
+    try:
+        if sep:
+            return (float(width), float(height))
+    except ValueError:
+        pass
+    raise invalid("--figsize", text, f"must be {', '.join(FIGSIZES)} or WxH in inches (e.g. 7x4)")
+
+
+def _figure_width(figsize: str | tuple[float, float]) -> tuple[float, float | None]:
+    if isinstance(figsize, str):
+        if figsize not in FIGSIZES:
+            raise invalid("figsize", figsize, f"must be one of {', '.join(FIGSIZES)} or (width, height)")
+        return FIGSIZES[figsize], None
+    if len(figsize) != 2:
+        raise invalid("figsize", figsize, "must be a name or (width, height) in inches")
+    width, height = (float(v) for v in figsize)
+    if not width >= _MIN_WIDTH_IN or not height > 0 or width > 100 or height > 200:
+        raise invalid("figsize", figsize, f"width must be {_MIN_WIDTH_IN:g}-100 in, height 0-200 in")
+    return width, height
 
 
 def _compose(
@@ -299,66 +436,98 @@ def _compose(
     *,
     title: str | None,
     show_memory: bool,
-    width_in: float,
+    figsize: str | tuple[float, float],
+    rows: str,
 ) -> Figure:
     if not entries:
         raise invalid("results", [], "must hold at least one result")
-    if not width_in >= 6.0:
-        raise invalid("width_in", width_in, "must be >= 6 inches")
-    device_lists = [_devices(r) for _, r in entries]
-    row_in = _row_height_in(max(len(ds) for ds in device_lists))
+    if rows not in ("stage", "device"):
+        raise invalid("rows", rows, "must be 'stage' (one row per stage) or 'device'")
+    width_in, height_in = _figure_width(figsize)
+    row_lists = [_rows(r, rows == "device") for _, r in entries]
+    # memory labels are the longest: "s12 (gpu48)  38.2 GiB"
+    style = _Style.for_width(width_in, [row.label + " 000.0 GiB" for rs in row_lists for row in rs])
+    font = style.font
+    title_in, legend_in, header_in = 2.2 * font / 72, 2.0 * font / 72, 2.0 * font / 72
+    gap_in, entry_gap_in, bottom_in = 0.6 * font / 72, 3.6 * font / 72, 3.5 * font / 72
+    # memory rows are 0.7 of a timeline row; fixed parts + total rows * row height = height
+    units = sum(max(len(rs), 1) * (1.7 if show_memory else 1.0) for rs in row_lists)
+    fixed = 0.15 + (title_in if title else 0.0) + legend_in + bottom_in
+    fixed += sum(header_in + (gap_in if show_memory else 0.0) for _ in entries)
+    fixed += entry_gap_in * (len(entries) - 1)
+    if height_in is None:
+        most = max(len(rs) for rs in row_lists)
+        row_in = min(0.42, max(0.16, 6.0 / max(most, 1))) * (0.6 + 0.4 * width_in / FIGSIZES["screen"])
+    else:
+        row_in = (height_in - fixed) / units
+        if row_in <= 0.02:
+            raise invalid("figsize", figsize, f"is too short for {int(units)} rows")
     mem_row_in = row_in * 0.7
     x_max_ms = max(max((r.iteration_time_s for _, r in entries), default=0.0) / MS, 1e-9)
     band_bytes = _memory_range([r for _, r in entries])
-    top_in = 0.15 + (_TITLE_IN if title else 0.0) + _LEGEND_IN
-    plan: list[tuple[float, float, float | None]] = []  # (timeline top, height, memory height)
+    top_in = 0.15 + (title_in if title else 0.0) + legend_in
+    layout: list[tuple[float, float, float | None]] = []  # (timeline top, height, memory height)
     cursor = top_in
-    for devices in device_lists:
-        cursor += _HEADER_IN
-        timeline_h = max(len(devices), 1) * row_in
-        memory_h = max(len(devices), 1) * mem_row_in if show_memory else None
-        plan.append((cursor, timeline_h, memory_h))
-        cursor += timeline_h + (_GAP_IN + memory_h if memory_h is not None else 0.0) + _ENTRY_GAP_IN
-    fig_h = cursor - _ENTRY_GAP_IN + _BOTTOM_IN
+    for rs in row_lists:
+        cursor += header_in
+        timeline_h = max(len(rs), 1) * row_in
+        memory_h = max(len(rs), 1) * mem_row_in if show_memory else None
+        layout.append((cursor, timeline_h, memory_h))
+        cursor += timeline_h + (gap_in + memory_h if memory_h is not None else 0.0) + entry_gap_in
+    fig_h = height_in if height_in is not None else cursor - entry_gap_in + bottom_in
     fig = Figure(figsize=(width_in, fig_h))
     present: set[str] = set()
+    over = False
     first: Any = None
     bottom_ax: Any = None
-    for (name, result), devices, (t_top, t_h, m_h) in zip(entries, device_lists, plan, strict=True):
+    for (name, result), rs, (t_top, t_h, m_h) in zip(entries, row_lists, layout, strict=True):
         present |= {_GROUP_OF[e.kind] for e in result.events if e.kind in _GROUP_OF}
-        geo = _Geometry(fig_w=width_in, fig_h=fig_h, top=t_top, height=t_h)
+        over |= any(d.memory_capacity_bytes > 0 and not d.fits for d in result.devices)
+        geo = _Geometry(fig_w=width_in, fig_h=fig_h, top=t_top, height=t_h, style=style)
         ax = fig.add_axes(geo.rect(), sharex=first)
         first = first or ax
-        _draw_timeline(ax, result, devices, geo, x_max_ms)
-        ax.set_title(_header(name, result), loc="left", fontsize=9, pad=4)
+        _draw_timeline(ax, result, rs, geo, x_max_ms)
+        header = _header(name, result, short=width_in < 6)
+        ax.set_title(_fit(header, geo.width_pt / 72.0, font), loc="left", fontsize=font, pad=3)
         bottom_ax = ax
         if m_h is not None:
-            mgeo = _Geometry(fig_w=width_in, fig_h=fig_h, top=t_top + t_h + _GAP_IN, height=m_h)
+            mgeo = _Geometry(fig_w=width_in, fig_h=fig_h, top=t_top + t_h + gap_in, height=m_h, style=style)
             max_ax = fig.add_axes(mgeo.rect(), sharex=first)
-            _draw_memory(max_ax, result, devices, mgeo, x_max_ms, band_bytes)
+            _draw_memory(max_ax, result, rs, mgeo, x_max_ms, band_bytes)
             ax.tick_params(axis="x", labelbottom=False)
             bottom_ax = max_ax
-        bottom_ax.tick_params(axis="x", labelsize=8)
+        bottom_ax.tick_params(axis="x", labelsize=font - 1)
     if bottom_ax is not None:  # the last entry's lowest panel carries the axis label
-        bottom_ax.set_xlabel("time (ms)", fontsize=9)
+        bottom_ax.set_xlabel("time (ms)", fontsize=font)
     handles: list[Any] = [
         Patch(facecolor=_STYLE[g][1], edgecolor="white", label=_STYLE[g][0]) for g in _STYLE if g in present
     ]
     handles.append(Patch(facecolor=_IDLE, edgecolor="#999999", linewidth=0.5, label="idle"))
+    handles.append(Line2D([], [], color="black", linestyle=":", linewidth=0.8, label="iteration end"))
     if show_memory:
         handles.append(Patch(facecolor=_MEMORY_FILL, edgecolor=_MEMORY_LINE, linewidth=0.6, label="memory"))
-        handles.append(Line2D([], [], color="black", linestyle="--", linewidth=0.8, label="capacity"))
-    legend_y = 1.0 - (0.15 + (_TITLE_IN if title else 0.0) + _LEGEND_IN / 2) / fig_h
+        if over:
+            handles.append(Patch(facecolor=_OVER_FILL, edgecolor="none", label="over capacity"))
+        handles.append(Line2D([], [], color=_CAPACITY, linestyle="--", linewidth=1.0, label="capacity"))
+    legend_y = 1.0 - (0.15 + (title_in if title else 0.0) + legend_in / 2) / fig_h
+    ncol = len(handles) if width_in >= 10 else (len(handles) + 1) // 2
     legend = {
-        "ncol": len(handles),
+        "ncol": ncol,
         "frameon": False,
-        "fontsize": 9,
-        "handlelength": 1.6,
-        "columnspacing": 1.4,
+        "fontsize": font,
+        "handlelength": 1.4,
+        "columnspacing": 1.0,
     }
     fig.legend(handles=handles, loc="center", bbox_to_anchor=(0.5, legend_y), **legend)
     if title:
-        fig.text(0.5, 1.0 - (0.15 + _TITLE_IN / 2) / fig_h, title, ha="center", va="center", fontsize=12)
+        fig.text(
+            0.5,
+            1.0 - (0.15 + title_in / 2) / fig_h,
+            _fit(title, width_in - 0.2, font + 2),
+            ha="center",
+            va="center",
+            fontsize=font + 2,
+        )
     return fig
 
 
@@ -367,27 +536,33 @@ def gantt_figure(
     *,
     title: str | None = None,
     show_memory: bool = True,
-    width_in: float = _WIDTH_IN,
+    figsize: str | tuple[float, float] = "screen",
+    rows: str = "stage",
 ) -> Figure:
-    """The Gantt chart of one simulated iteration, with each device's memory curve beneath.
+    """The Gantt chart of one simulated iteration, with each row's memory curve beneath.
 
-    The figure has one timeline Axes (label ``"timeline"``, one row per device, device 0 on top)
-    and, when ``show_memory``, one memory Axes (label ``"memory"``) with a band per device.
+    The figure has one timeline Axes (label ``"timeline"``, one row per stage or device, the
+    first stage on top) and, when ``show_memory``, one memory Axes (label ``"memory"``) with a
+    band per row and a GiB scale on its right (label ``"memory_scale"``).
 
     Args:
         result: the simulation result.
         title: a title over the chart; ``None`` for none (the panel header always names the
             schedule, iteration time, bubble and peak memory).
         show_memory: draw the memory panel.
-        width_in: figure width in inches (>= 6); the height follows from the number of devices.
+        figsize: ``"screen"``, ``"double"``, ``"single"`` (see :data:`FIGSIZES`) or
+            ``(width, height)`` in inches (width >= 3).
+        rows: ``"stage"`` (default: a stage's replicas and tensor-parallel ranks share one row)
+            or ``"device"`` (one row per device).
 
     Returns:
         A :class:`matplotlib.figure.Figure` (not attached to pyplot).
 
     Raises:
-        InputError: ``width_in`` is below 6.
+        InputError: an unknown ``figsize`` name, a width below 3 in, a height too short for the
+            rows, or an unknown ``rows``.
     """
-    return _compose([(None, result)], title=title, show_memory=show_memory, width_in=width_in)
+    return _compose([(None, result)], title=title, show_memory=show_memory, figsize=figsize, rows=rows)
 
 
 def compare_gantt_figure(
@@ -395,7 +570,8 @@ def compare_gantt_figure(
     *,
     title: str | None = None,
     show_memory: bool = True,
-    width_in: float = _WIDTH_IN,
+    figsize: str | tuple[float, float] = "screen",
+    rows: str = "stage",
 ) -> Figure:
     """Gantt charts of several results stacked on one shared time axis, e.g. GPipe vs DAPPLE.
 
@@ -407,15 +583,16 @@ def compare_gantt_figure(
         results: ``(name, result)`` pairs, drawn top to bottom.
         title: a title over the figure, or ``None``.
         show_memory: draw each result's memory panel.
-        width_in: figure width in inches (>= 6).
+        figsize: see :func:`gantt_figure`.
+        rows: ``"stage"`` or ``"device"``, see :func:`gantt_figure`.
 
     Returns:
         A :class:`matplotlib.figure.Figure`.
 
     Raises:
-        InputError: ``results`` is empty or ``width_in`` is below 6.
+        InputError: ``results`` is empty, or a bad ``figsize`` or ``rows``.
     """
-    return _compose(list(results), title=title, show_memory=show_memory, width_in=width_in)
+    return _compose(list(results), title=title, show_memory=show_memory, figsize=figsize, rows=rows)
 
 
 def memory_bar_figure(rows: Sequence[tuple[str, SimulationResult]], *, title: str | None = None) -> Figure:
@@ -468,7 +645,7 @@ def memory_bar_figure(rows: Sequence[tuple[str, SimulationResult]], *, title: st
             zorder=3,
         )
         handles.append(
-            Patch(facecolor=colour, label=f"{name} (max {result.peak_memory_bytes / GIB:.3g} GiB)")
+            Patch(facecolor=colour, label=f"{name} (max {result.peak_memory_bytes / GIB:.1f} GiB)")
         )
         caps = [(x, d.memory_capacity_bytes / GIB) for x, d in zip(xs, result.devices, strict=True)]
         caps = [(x, c) for x, c in caps if c > 0]
@@ -545,7 +722,7 @@ def write_gantt(
         result: the simulation result.
         path: the target file.
         dpi: PNG resolution.
-        **kw: passed to :func:`gantt_figure` (``title``, ``show_memory``, ``width_in``).
+        **kw: passed to :func:`gantt_figure` (``title``, ``show_memory``, ``figsize``, ``rows``).
 
     Returns:
         The path written.

@@ -4,6 +4,12 @@
 returns a :class:`matplotlib.figure.Figure` (built without pyplot, so no display is needed);
 :func:`write_sweep_plot` saves it as PNG, SVG or PDF by the file's extension.
 
+Axes are labelled in words with units (``throughput (samples/s)``, see :func:`axis_label`);
+counts that grow in powers of two (batch sizes, micro-batches, devices, stages) get a base-2
+logarithmic axis with a tick at each value drawn; the legend sits outside the data, at the right.
+Rows that differ only in a ``seed`` column (repeated jittered runs) are one point: their mean,
+with an error bar of one standard deviation.
+
 Colours: the Okabe-Ito colour-blind-safe palette (Okabe & Ito, "Color Universal Design", 2008).
 """
 
@@ -15,11 +21,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from matplotlib.figure import Figure
+from matplotlib.ticker import FixedLocator, NullLocator
 
 from pipesim.errors import InputError, invalid
 
-__all__ = ["KINDS", "plot_sweep", "write_sweep_plot"]
+__all__ = ["KINDS", "axis_label", "plot_sweep", "write_sweep_plot"]
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +39,46 @@ _MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 
 Rows = Sequence[Mapping[str, Any]]
 FilterValue = object | Sequence[object]
+
+
+_LABELS: dict[str, str] = {
+    "global_batch_size": "global batch size (samples)",
+    "num_microbatches": "micro-batches per iteration",
+    "num_stages": "pipeline stages",
+    "num_devices": "GPUs",
+    "iteration_time_s": "iteration time (s)",
+    "estimated_iteration_time_s": "estimated iteration time (s)",
+    "throughput_samples_per_s": "throughput (samples/s)",
+    "bubble_fraction": "bubble (fraction of the iteration)",
+    "peak_memory_bytes": "peak memory (bytes)",
+    "price_per_device_hour_usd": "price per GPU-hour (USD)",
+    "cost_per_million_samples_usd": "cost per million samples (USD)",
+    "fits": "fits in memory",
+}
+_UNIT_SUFFIXES = (
+    ("_samples_per_s", "samples/s"),
+    ("_bytes_per_s", "bytes/s"),
+    ("_per_s", "1/s"),
+    ("_bytes", "bytes"),
+    ("_usd", "USD"),
+    ("_s", "s"),
+)
+_POWER_OF_TWO_COLUMNS = frozenset(
+    {"global_batch_size", "num_microbatches", "num_stages", "num_devices", "microbatches", "devices", "gpus"}
+)
+_REPEAT_COLUMNS = ("seed",)  # rows differing only here are repeats of one point (error bars)
+
+
+def axis_label(column: str) -> str:
+    """A human axis label with its unit for a results column: ``throughput_samples_per_s`` ->
+    ``throughput (samples/s)``; unknown columns lose their unit suffix to a ``(unit)`` and their
+    underscores to spaces."""
+    if column in _LABELS:
+        return _LABELS[column]
+    for suffix, unit in _UNIT_SUFFIXES:
+        if column.endswith(suffix) and len(column) > len(suffix):
+            return f"{column[: -len(suffix)].replace('_', ' ')} ({unit})"
+    return column.replace("_", " ")
 
 
 def _text(value: object) -> str:
@@ -74,6 +122,11 @@ def _check_unique(
         other = seen.setdefault(spot, row)
         if other is not row:
             differ = [c for c in columns if c not in ("key",) and _text(row[c]) != _text(other[c])]
+            differ = [c for c in differ if c not in _REPEAT_COLUMNS]
+            if not [c for c in differ if c in _PARAMETERS or c in by or c == x] and any(
+                c in _REPEAT_COLUMNS for c in columns
+            ):
+                continue  # repeats of one point under different seeds: averaged, with error bars
             params = [c for c in differ if c in _PARAMETERS] or differ
             raise InputError(
                 f"several rows share x {x}={spot[1]}"
@@ -94,7 +147,7 @@ def plot_sweep(
     kind: str = "line",
     filters: Mapping[str, FilterValue] | None = None,
     title: str | None = None,
-    log_x: bool = False,
+    log_x: bool | None = None,
     log_y: bool = False,
 ) -> Figure:
     """Plot ``y`` against ``x`` for sweep results, one series per value of the ``by`` columns.
@@ -112,7 +165,9 @@ def plot_sweep(
         filters: keep only rows whose column has this value (or one of these values); values
             compare by their text in the results file (``16``, ``true``, ``gpipe``).
         title: figure title (default: ``"<y> by <by>"``).
-        log_x: logarithmic horizontal axis (lines with numeric x only).
+        log_x: logarithmic horizontal axis (lines with numeric x only); ``None`` (default) picks
+            base 2 for power-of-two counts (batch sizes, micro-batches, stages, GPUs) whose
+            values span at least a factor of 4.
         log_y: logarithmic vertical axis.
 
     Returns:
@@ -154,34 +209,55 @@ def plot_sweep(
     for row in sorted(drawn, key=lambda r: _group_label(r, by_columns) if by_columns else ""):
         groups.setdefault(_group_label(row, by_columns) if by_columns else y, []).append(row)
 
-    fig = Figure(figsize=(7.0, 4.5), layout="constrained")
+    fig = Figure(figsize=(7.0, 4.2), layout="constrained")
     ax = fig.subplots()
     width = 0.8 / len(groups)
+    any_errors = False
     for i, (label, members) in enumerate(groups.items()):
         colour = _COLOURS[i % len(_COLOURS)]
-        members = sorted(members, key=lambda r: position[r[x] if numeric_x else _text(r[x])])
-        slots = [position[r[x] if numeric_x else _text(r[x])] for r in members]
-        values = [float(r[y]) for r in members]
+        points: dict[Any, list[float]] = {}  # x key -> y values (several: repeats under seeds)
+        for r in members:
+            points.setdefault(r[x] if numeric_x else _text(r[x]), []).append(float(r[y]))
+        keys = sorted(points, key=lambda k: position[k])
+        slots = [position[k] for k in keys]
+        values = [float(np.mean(points[k])) for k in keys]
+        errors = [float(np.std(points[k])) if len(points[k]) > 1 else 0.0 for k in keys]
+        yerr = errors if any(errors) else None
+        any_errors |= yerr is not None
         if kind == "bar":
             offsets = [s - 0.4 + width * (i + 0.5) for s in slots]
-            ax.bar(offsets, values, width=width, color=colour, label=label)
+            ax.bar(offsets, values, width=width, color=colour, label=label, yerr=yerr, capsize=3)
         else:
-            xs = [float(r[x]) for r in members] if numeric_x else slots
+            xs = [float(k) for k in keys] if numeric_x else slots
             ax.plot(xs, values, marker=_MARKERS[i % len(_MARKERS)], color=colour, label=label)
+            if yerr is not None:
+                ax.errorbar(xs, values, yerr=yerr, fmt="none", ecolor=colour, capsize=3)
     if kind == "bar" or not numeric_x:
         ax.set_xticks(range(len(categories)), [_text(c) for c in categories])
-    elif log_x:
-        ax.set_xscale("log")
+    else:
+        positive = all(float(c) > 0 for c in categories)
+        span = float(categories[-1]) / float(categories[0]) if positive else 0.0
+        auto = x in _POWER_OF_TWO_COLUMNS and positive and span >= 4
+        if log_x or (log_x is None and auto):
+            ax.set_xscale("log", base=2)
+        if (log_x or (log_x is None and auto)) and len(categories) <= 16:
+            ax.xaxis.set_major_locator(FixedLocator([float(c) for c in categories]))
+            ax.xaxis.set_minor_locator(NullLocator())
+            ax.set_xticklabels([_text(c) for c in categories])
     if log_y:
         ax.set_yscale("log")
-    ax.set_xlabel(x)
-    ax.set_ylabel(y)
+    ax.set_xlabel(axis_label(x))
+    ax.set_ylabel(axis_label(y))
     ax.grid(True, axis="y", alpha=0.3)
-    if by_columns:
-        ax.legend(title=", ".join(by_columns), fontsize="small")
-    ax.set_title(
-        title if title is not None else f"{y}" + (f" by {', '.join(by_columns)}" if by_columns else "")
-    )
+    if by_columns or any_errors:
+        legend_title = ", ".join(by_columns) + (" (mean ± s.d. over seeds)" if any_errors else "")
+        longest = max(len(label) for label in groups)
+        where: dict[str, Any] = {"loc": "upper left", "bbox_to_anchor": (1.02, 1.0)}  # right of the data
+        if longest > 24:  # long names: below the axes, so the plot keeps its width
+            where = {"loc": "upper center", "bbox_to_anchor": (0.5, -0.14), "ncol": 1 if longest > 40 else 2}
+        ax.legend(title=legend_title.strip(), fontsize="small", frameon=False, **where)
+    default_title = axis_label(y) + (f" by {', '.join(by_columns)}" if by_columns else "")
+    ax.set_title(title if title is not None else default_title[:1].upper() + default_title[1:])
     log.debug("plotted %d rows in %d series", len(drawn), len(groups))
     return fig
 

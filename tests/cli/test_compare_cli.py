@@ -119,3 +119,62 @@ def test_cost_columns(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
         )
         assert row["cost_to_train_usd"] == pytest.approx(row["cost_per_million_samples_usd"])
         assert row["time_to_train_s"] == pytest.approx(1e6 / row["throughput_samples_per_s"])
+
+
+def test_rows_files_are_typed_like_sweep_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _out, err = run(
+        capsys,
+        "compare",
+        "--model",
+        "gpt:layers=8,hidden=512,heads=8,seq=256,vocab=1000",
+        "--cluster",
+        "dgx1-v100",
+        "--gbs",
+        "32",
+        "--out",
+        str(tmp_path),
+    )
+    assert code == 0, err
+    rows = json.loads((tmp_path / "rows.json").read_text())
+    for r in rows:
+        assert isinstance(r["replicas"], list)
+        assert all(isinstance(n, int) for n in r["replicas"])
+        assert r["cluster"] == "dgx1-v100"
+        assert r["model"]
+    with (tmp_path / "rows.csv").open() as handle:
+        table = list(csv.DictReader(handle))
+    for r, j in zip(table, rows, strict=True):
+        assert r["fits"] == ("true" if j["fits"] else "false")
+        assert r["replicas"] == "|".join(str(n) for n in j["replicas"])
+        assert r["model"] == j["model"]
+        assert float(r["iteration_time_s"]) == j["iteration_time_s"]
+
+
+def test_paper_size_vector_figures_and_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(
+        capsys,
+        "compare",
+        "--model",
+        "gpt:layers=8,hidden=512,heads=8,seq=256,vocab=1000",
+        "--cluster",
+        "dgx1-v100",
+        "--gbs",
+        "32",
+        "--out",
+        str(tmp_path),
+        "--format",
+        "pdf",
+        "--figsize",
+        "single",
+        "--gantt-rows",
+        "device",
+        "--html",
+    )
+    assert code == 0, err
+    assert (tmp_path / "gantt.pdf").read_bytes().startswith(b"%PDF")
+    assert (tmp_path / "memory.pdf").read_bytes().startswith(b"%PDF")
+    assert (tmp_path / "report.html").read_text().startswith("<!DOCTYPE html>")
+    assert "wrote 7 files" in out
+    code, _out, err = run(capsys, "compare", "--out", str(tmp_path), "--figsize", "a4")
+    assert code == 2
+    assert "--figsize='a4': must be screen, double, single or WxH" in err

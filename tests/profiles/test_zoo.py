@@ -99,6 +99,7 @@ def test_parameter_counts_exact_closed_forms() -> None:
     # XLNet: 5 projections without bias, 3 biases + segment embedding, 2 layer norms, FFN
     xlnet_layer = 5 * h * h + 3 * h + 2 * h + 4 * h + (h * 4 * h + 4 * h) + (4 * h * h + h)
     assert zoo_model("xlnet36").parameter_count == (32000 + 1) * h + 36 * xlnet_layer + 32000
+
     # GNMT (PipeDream gnmt_large): LSTM = 4h x (in + h) weights + two 4h biases
     def lstm(fan_in: int) -> int:
         return 4 * h * (fan_in + h) + 8 * h
@@ -128,8 +129,14 @@ def test_parameter_count_same_in_both_dtypes() -> None:
 
 
 def _unit_roofline(dtype: str = "float32") -> Roofline:
-    return Roofline(device="test", dtype=dtype, matmul_flop_per_s=1e12, memory_bytes_per_s=1e11,
-                    winograd_speedup=2.0, kernel_overhead_s=1e-6)
+    return Roofline(
+        device="test",
+        dtype=dtype,
+        matmul_flop_per_s=1e12,
+        memory_bytes_per_s=1e11,
+        winograd_speedup=2.0,
+        kernel_overhead_s=1e-6,
+    )
 
 
 def test_gemm_flop_bytes_and_time_by_hand() -> None:

@@ -15,7 +15,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipesim.errors import InputError
-from pipesim.reports.chrome import chrome_trace, default_link_server, trace_event_name, write_chrome_trace
+from pipesim.reports.chrome import (
+    chrome_trace,
+    default_link_server,
+    dependency_edges,
+    trace_event_name,
+    write_chrome_trace,
+)
 from pipesim.simulator.trace import DeviceMetrics, EventKind, MemoryCurve, SimulationResult, TraceEvent
 from pipesim.units import MIB
 from tests.simulator._fake_result import pipeline_result
@@ -24,6 +30,8 @@ REQUIRED = {
     "X": {"ph", "name", "cat", "pid", "tid", "ts", "dur", "args"},
     "M": {"ph", "name", "pid", "tid", "args"},
     "C": {"ph", "name", "pid", "ts", "args"},
+    "s": {"ph", "name", "cat", "id", "pid", "tid", "ts"},
+    "f": {"ph", "name", "cat", "id", "pid", "tid", "ts", "bp"},
 }
 
 
@@ -309,6 +317,14 @@ def c(device: int, ts: float, mib: float) -> dict[str, Any]:
     }
 
 
+def flow(flow_id: int, name: str, src: tuple[int, float], dst: tuple[int, float]) -> list[dict[str, Any]]:
+    common = {"id": flow_id, "name": name, "cat": "dependency", "pid": 1}
+    return [
+        {"ph": "s", **common, "tid": src[0], "ts": src[1]},
+        {"ph": "f", **common, "tid": dst[0], "ts": dst[1], "bp": "e"},
+    ]
+
+
 GOLDEN_TINY = {
     "displayTimeUnit": "ms",
     "otherData": {
@@ -364,6 +380,12 @@ GOLDEN_TINY = {
         ),
         x("B0", "B", 1, 5000.0, 2000.0, kind="B", device=0, stage=0, microbatch=0),
         x("all-reduce s0", "allreduce", 2, 7000.0, 250.0, kind="allreduce", device=0, stage=0, bytes=2048.0),
+        # flow arrows: F0 -> its send -> F0 on gpu1 -> B0 (last stage) -> send back -> B0 on gpu0
+        *flow(1, "F0 -> send act 0", (1, 500.0), (2, 1250.0)),
+        *flow(2, "send act 0 -> F0", (2, 1250.0), (3, 2000.0)),
+        *flow(3, "F0 -> B0", (3, 2000.0), (3, 3500.0)),
+        *flow(4, "B0 -> send grad 0", (3, 3500.0), (4, 4750.0)),
+        *flow(5, "send grad 0 -> B0", (4, 4750.0), (1, 6000.0)),
         c(0, 0.0, 2.0),
         c(0, 7000.0, 1.0),
         c(1, 0.0, 1.0),
@@ -506,3 +528,86 @@ def test_overlapping_transfers_get_numbered_tracks_and_idle_links_none() -> None
         "send act 3": "gpu0 comm",
     }
     no_overlap_per_track(trace)
+
+
+def check_trace_event_format(trace: dict[str, Any]) -> None:
+    """Check a trace against the Trace Event Format document's rules for the phases we write:
+    JSON object form with ``traceEvents``; every event has ``ph``, ``pid``, ``tid`` (ints) and
+    ``ts`` (microseconds, >= 0) except metadata; ``X`` has ``dur`` >= 0; flow events come in
+    ``s``/``f`` pairs sharing ``id``, ``cat`` and ``name``, the start before the finish, each
+    inside an ``X`` slice on its own thread (``bp: "e"`` binds the finish to the enclosing slice),
+    and ``displayTimeUnit`` is ``"ms"`` or ``"ns"``."""
+    assert set(trace) >= {"traceEvents"}
+    assert trace.get("displayTimeUnit", "ms") in ("ms", "ns")
+    slices: dict[tuple[int, int], list[tuple[float, float]]] = {}
+    flows: dict[int, dict[str, dict[str, Any]]] = {}
+    for event in trace["traceEvents"]:
+        ph = event["ph"]
+        assert ph in REQUIRED, f"unknown phase {ph!r}"
+        assert set(event) >= REQUIRED[ph], event
+        assert isinstance(event["pid"], int)
+        if ph != "C":
+            assert isinstance(event["tid"], int)
+        if ph != "M":
+            assert isinstance(event["ts"], float)
+            assert event["ts"] >= 0
+        if ph == "X":
+            assert event["dur"] >= 0
+            slices.setdefault((event["pid"], event["tid"]), []).append(
+                (event["ts"], event["ts"] + event["dur"])
+            )
+        if ph in "sf":
+            assert ph not in flows.setdefault(event["id"], {}), f"flow {event['id']} has two {ph!r} events"
+            flows[event["id"]][ph] = event
+            if ph == "f":
+                assert event["bp"] == "e"
+    for flow_id, pair in flows.items():
+        assert set(pair) == {"s", "f"}, f"flow {flow_id} is not a pair"
+        start, finish = pair["s"], pair["f"]
+        assert (start["cat"], start["name"]) == (finish["cat"], finish["name"])
+        assert start["ts"] <= finish["ts"]
+        for end in (start, finish):
+            spans = slices.get((end["pid"], end["tid"]), [])
+            assert any(a <= end["ts"] <= b for a, b in spans), f"flow {flow_id} end outside any slice"
+
+
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
+def test_trace_follows_the_trace_event_format_with_flows(schedule: str) -> None:
+    result = pipeline_result(p=4, m=4, schedule=schedule)
+    trace = chrome_trace(result, server_of=two_servers)
+    check_trace_event_format(trace)
+    starts = [e for e in trace["traceEvents"] if e["ph"] == "s"]
+    sends = [e for e in result.events if e.kind in (EventKind.SEND_ACTIVATION, EventKind.SEND_GRADIENT)]
+    # every send has an arrow in (from its producer) and out (to its consumer)
+    assert sum(1 for e in starts if e["name"].startswith("send")) == len(sends)
+    assert sum(1 for e in starts if " -> send" in e["name"]) == len(sends)
+
+
+def test_flow_edges_join_each_send_to_its_consumer() -> None:
+    result = pipeline_result(p=3, m=2, schedule="1f1b")
+    events = result.events
+    for a, b in dependency_edges(result):
+        src, dst = events[a], events[b]
+        assert src.microbatch == dst.microbatch
+        assert dst.start_s >= src.end_s - 1e-12
+        if src.kind is EventKind.SEND_ACTIVATION:
+            assert (dst.kind, dst.device, dst.stage) == (EventKind.FORWARD, src.peer, src.stage + 1)
+        if src.kind is EventKind.SEND_GRADIENT:
+            assert dst.kind in (EventKind.BACKWARD, EventKind.INPUT_GRAD)
+            assert (dst.device, dst.stage) == (src.peer, src.stage - 1)
+
+
+def test_real_simulation_trace_is_valid(tmp_path: Path) -> None:
+    import pipesim
+
+    profile, cluster = pipesim.resolve_inputs(
+        "gpt:layers=8,hidden=256,heads=4,seq=128,vocab=1000", "dgx1-v100"
+    )
+    plan = pipesim.make_plan(
+        profile, cluster, global_batch_size=32, num_microbatches=4, stages=2, replicas=[2, 2]
+    )
+    result = pipesim.simulate(plan, profile, cluster)
+    path = write_chrome_trace(result, tmp_path / "t.json", server_of=cluster.server_of)
+    trace = json.loads(path.read_text())
+    check_trace_event_format(trace)
+    assert len([e for e in trace["traceEvents"] if e["ph"] == "s"]) >= 2 * 16  # 16 sends, in and out

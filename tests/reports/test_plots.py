@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from pipesim.cli import main
@@ -48,9 +49,9 @@ def test_lines_one_per_group_sorted_by_x() -> None:
     (ax,) = fig.axes
     data = {line.get_label(): line.get_xydata().tolist() for line in ax.get_lines()}
     assert data == {"dapple": [[16, 250], [32, 350]], "gpipe": [[16, 200], [32, 300]]}
-    assert ax.get_xlabel() == "global_batch_size"
-    assert ax.get_ylabel() == "throughput_samples_per_s"
-    assert ax.get_title() == "throughput_samples_per_s by schedule"
+    assert ax.get_xlabel() == "global batch size (samples)"
+    assert ax.get_ylabel() == "throughput (samples/s)"
+    assert ax.get_title() == "Throughput (samples/s) by schedule"
 
 
 def test_bars_grouped_by_category() -> None:
@@ -192,3 +193,56 @@ def test_cli_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         == 2
     )
     assert "--filter='oops': must be COLUMN=VALUE" in capsys.readouterr().err
+
+
+def test_human_labels_log2_batch_axis_and_legend_outside() -> None:
+    rows = [
+        {"schedule": s, "global_batch_size": g, "throughput_samples_per_s": float(g + k), "status": "ok"}
+        for k, s in enumerate(["gpipe", "dapple"])
+        for g in (64, 128, 256)
+    ]
+    fig = plot_sweep(rows, x="global_batch_size", y="throughput_samples_per_s", by="schedule")
+    (ax,) = fig.axes
+    assert ax.get_xlabel() == "global batch size (samples)"
+    assert ax.get_ylabel() == "throughput (samples/s)"
+    assert ax.get_xscale() == "log"
+    assert list(ax.get_xticks()) == [64.0, 128.0, 256.0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["64", "128", "256"]
+    legend = ax.get_legend()
+    fig.canvas.draw()
+    assert legend.get_window_extent().x0 >= ax.get_window_extent().x1  # right of the data
+    linear = plot_sweep(rows, x="global_batch_size", y="throughput_samples_per_s", by="schedule", log_x=False)
+    assert linear.axes[0].get_xscale() == "linear"
+
+
+def test_axis_label_units() -> None:
+    from pipesim.reports.plots import axis_label
+
+    assert axis_label("peak_memory_bytes") == "peak memory (bytes)"
+    assert axis_label("comm_wait_time_s") == "comm wait time (s)"
+    assert axis_label("link_bandwidth_bytes_per_s") == "link bandwidth (bytes/s)"
+    assert axis_label("schedule") == "schedule"
+
+
+def test_repeats_under_seeds_become_error_bars() -> None:
+    rows = [
+        {
+            "schedule": "gpipe",
+            "jitter": 0.1,
+            "seed": seed,
+            "num_devices": n,
+            "iteration_time_s": n + 0.1 * seed,
+        }
+        for n in (2, 4, 8)
+        for seed in range(3)
+    ]
+    fig = plot_sweep(rows, x="num_devices", y="iteration_time_s", by="schedule")
+    (ax,) = fig.axes
+    (line,) = ax.lines[:1]
+    assert list(line.get_ydata()) == pytest.approx([2.1, 4.1, 8.1])  # the mean of seeds 0, 1, 2
+    bars = [c for c in ax.collections if c.get_segments()]
+    (segments,) = [c.get_segments() for c in bars]
+    spread = float(np.std([0.0, 0.1, 0.2]))
+    assert [seg[1][1] - seg[0][1] for seg in segments] == pytest.approx([2 * spread] * 3)
+    assert "s.d. over seeds" in ax.get_legend().get_title().get_text()
+    assert ax.get_xscale() == "log"

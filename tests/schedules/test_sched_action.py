@@ -74,8 +74,14 @@ def test_frozen_and_hashable() -> None:
 
 @pytest.mark.parametrize(
     ("text", "peer"),
-    [("1SEND_F0", 2), ("1RECV_F0", 0), ("1SEND_B0", 0), ("1RECV_B0", 2), ("1F0", None),
-     ("1ALL_REDUCE", None)],
+    [
+        ("1SEND_F0", 2),
+        ("1RECV_F0", 0),
+        ("1SEND_B0", 0),
+        ("1RECV_B0", 2),
+        ("1F0", None),
+        ("1ALL_REDUCE", None),
+    ],
 )
 def test_peer(text: str, peer: int | None) -> None:
     assert Action.parse(text).peer == peer
@@ -83,7 +89,12 @@ def test_peer(text: str, peer: int | None) -> None:
 
 def test_is_compute() -> None:
     assert [Action.parse(t).is_compute for t in ("0F0", "0B0", "0I0", "0W0", "0SEND_F0", "0ALL_REDUCE")] == [
-        True, True, True, True, False, False,
+        True,
+        True,
+        True,
+        True,
+        False,
+        False,
     ]
 
 

@@ -28,31 +28,61 @@ EXACT = [
     ("gpipe", 3, 2, {}, ["0F0 0F1 0B0 0B1", "1F0 1F1 1B0 1B1", "2F0 2F1 2B0 2B1"]),
     ("1f1b", 1, 3, {}, ["0F0 0B0 0F1 0B1 0F2 0B2"]),
     ("1f1b", 2, 4, {}, ["0F0 0F1 0B0 0F2 0B1 0F3 0B2 0B3", "1F0 1B0 1F1 1B1 1F2 1B2 1F3 1B3"]),
-    ("1f1b", 3, 4, {}, [
-        "0F0 0F1 0F2 0B0 0F3 0B1 0B2 0B3",
-        "1F0 1F1 1B0 1F2 1B1 1F3 1B2 1B3",
-        "2F0 2B0 2F1 2B1 2F2 2B2 2F3 2B3",
-    ]),
+    (
+        "1f1b",
+        3,
+        4,
+        {},
+        [
+            "0F0 0F1 0F2 0B0 0F3 0B1 0B2 0B3",
+            "1F0 1F1 1B0 1F2 1B1 1F3 1B2 1B3",
+            "2F0 2B0 2F1 2B1 2F2 2B2 2F3 2B3",
+        ],
+    ),
     # fewer micro-batches than ranks: K_i = min(p - i, m)
     ("1f1b", 4, 2, {}, ["0F0 0F1 0B0 0B1", "1F0 1F1 1B0 1B1", "2F0 2F1 2B0 2B1", "3F0 3B0 3F1 3B1"]),
-    ("dapple", 3, 4, {"warmup": "slow-link"}, [
-        "0F0 0F1 0F2 0F3 0B0 0B1 0B2 0B3",
-        "1F0 1F1 1F2 1B0 1F3 1B1 1B2 1B3",
-        "2F0 2B0 2F1 2B1 2F2 2B2 2F3 2B3",
-    ]),
-    ("dapple", 3, 3, {"warmup": [2, 2, 1]}, [
-        "0F0 0F1 0B0 0F2 0B1 0B2",
-        "1F0 1F1 1B0 1F2 1B1 1B2",
-        "2F0 2B0 2F1 2B1 2F2 2B2",
-    ]),
-    ("interleaved", 2, 2, {"chunks": 2}, [
-        "0F0 0F1 2F0 2F1 2B0 2B1 0B0 0B1",
-        "1F0 1F1 3F0 3B0 3F1 3B1 1B0 1B1",
-    ]),
-    ("interleaved", 2, 4, {"chunks": 2}, [
-        "0F0 0F1 2F0 2F1 0F2 2B0 0F3 2B1 2F2 0B0 2F3 0B1 2B2 2B3 0B2 0B3",
-        "1F0 1F1 3F0 3B0 3F1 3B1 1F2 1B0 1F3 1B1 3F2 3B2 3F3 3B3 1B2 1B3",
-    ]),
+    (
+        "dapple",
+        3,
+        4,
+        {"warmup": "slow-link"},
+        [
+            "0F0 0F1 0F2 0F3 0B0 0B1 0B2 0B3",
+            "1F0 1F1 1F2 1B0 1F3 1B1 1B2 1B3",
+            "2F0 2B0 2F1 2B1 2F2 2B2 2F3 2B3",
+        ],
+    ),
+    (
+        "dapple",
+        3,
+        3,
+        {"warmup": [2, 2, 1]},
+        [
+            "0F0 0F1 0B0 0F2 0B1 0B2",
+            "1F0 1F1 1B0 1F2 1B1 1B2",
+            "2F0 2B0 2F1 2B1 2F2 2B2",
+        ],
+    ),
+    (
+        "interleaved",
+        2,
+        2,
+        {"chunks": 2},
+        [
+            "0F0 0F1 2F0 2F1 2B0 2B1 0B0 0B1",
+            "1F0 1F1 3F0 3B0 3F1 3B1 1B0 1B1",
+        ],
+    ),
+    (
+        "interleaved",
+        2,
+        4,
+        {"chunks": 2},
+        [
+            "0F0 0F1 2F0 2F1 0F2 2B0 0F3 2B1 2F2 0B0 2F3 0B1 2B2 2B3 0B2 0B3",
+            "1F0 1F1 3F0 3B0 3F1 3B1 1F2 1B0 1F3 1B1 3F2 3B2 3F3 3B3 1B2 1B3",
+        ],
+    ),
     ("zb-h1", 2, 3, {}, ["0F0 0F1 0I0 0W0 0F2 0I1 0W1 0I2 0W2", "1F0 1I0 1F1 1I1 1W0 1F2 1I2 1W1 1W2"]),
     ("zb-h1", 3, 1, {}, ["0F0 0I0 0W0", "1F0 1I0 1W0", "2F0 2I0 2W0"]),
     ("zb-h2", 2, 3, {}, ["0F0 0F1 0F2 0I0 0W0 0I1 0W1 0I2 0W2", "1F0 1I0 1F1 1I1 1F2 1I2 1W0 1W1 1W2"]),
@@ -120,9 +150,10 @@ def test_small_grid_structure(p: int, m: int) -> None:
 def test_one_f_one_b_and_dapple_agree() -> None:
     for p in range(1, 7):
         for m in range(1, 13):
-            assert one_f_one_b(num_ranks=p, num_microbatches=m).ranks == dapple(
-                num_ranks=p, num_microbatches=m
-            ).ranks
+            assert (
+                one_f_one_b(num_ranks=p, num_microbatches=m).ranks
+                == dapple(num_ranks=p, num_microbatches=m).ranks
+            )
 
 
 def test_interleaved_one_chunk_is_dapple_slow_link() -> None:
@@ -133,9 +164,10 @@ def test_interleaved_one_chunk_is_dapple_slow_link() -> None:
 
 
 def test_gpipe_is_dapple_with_full_warmup() -> None:
-    assert gpipe(num_ranks=3, num_microbatches=4).ranks == dapple(
-        num_ranks=3, num_microbatches=4, warmup=[4, 4, 4]
-    ).ranks
+    assert (
+        gpipe(num_ranks=3, num_microbatches=4).ranks
+        == dapple(num_ranks=3, num_microbatches=4, warmup=[4, 4, 4]).ranks
+    )
 
 
 @pytest.mark.parametrize(

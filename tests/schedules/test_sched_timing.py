@@ -44,7 +44,10 @@ def test_gpipe_with_transfers(p: int, m: int, c_f: Fraction, c_b: Fraction) -> N
     # (m + p - 1)(t_f + t_b) + (p - 1)(c_f + c_b)
     t = evaluate(
         make_schedule("gpipe", num_ranks=p, num_microbatches=m),
-        fwd_time_s=2, bwd_time_s=3, fwd_comm_time_s=c_f, bwd_comm_time_s=c_b,
+        fwd_time_s=2,
+        bwd_time_s=3,
+        fwd_comm_time_s=c_f,
+        bwd_comm_time_s=c_b,
     )
     assert t.makespan == (m + p - 1) * 5 + (p - 1) * (c_f + c_b)
 
@@ -75,7 +78,9 @@ def test_zb_h1_idle_per_stage(p: int, extra: int, t_f: int, t_i: int, t_w: int) 
     m = p + extra
     t = evaluate(
         make_schedule("zb-h1", num_ranks=p, num_microbatches=m),
-        fwd_time_s=t_f, bwd_time_s=t_i + t_w, wgrad_time_s=t_w,
+        fwd_time_s=t_f,
+        bwd_time_s=t_i + t_w,
+        wgrad_time_s=t_w,
     )
     assert t.idle == ((p - 1) * (t_f + t_i - t_w),) * p
     assert t.makespan == m * (t_f + t_i + t_w) + (p - 1) * (t_f + t_i - t_w)
@@ -85,8 +90,9 @@ def test_zb_h1_idle_per_stage(p: int, extra: int, t_f: int, t_i: int, t_w: int) 
 @pytest.mark.parametrize("m", range(1, 10))
 def test_zb_h2_is_a_parallelogram(p: int, m: int) -> None:
     # With T_F = T_I = T_W no rank idles between its first and last action once m >= 2p - 1.
-    t = evaluate(make_schedule("zb-h2", num_ranks=p, num_microbatches=m), fwd_time_s=2, bwd_time_s=4,
-                 wgrad_time_s=2)
+    t = evaluate(
+        make_schedule("zb-h2", num_ranks=p, num_microbatches=m), fwd_time_s=2, bwd_time_s=4, wgrad_time_s=2
+    )
     for r in range(p):
         span = t.ends[r][-1] - t.starts[r][0]
         if m >= 2 * p - 1:
@@ -164,8 +170,9 @@ def test_matches_slow_reference(name: str, p: int, m: int, data: st.DataObject) 
     t_w = data.draw(st.lists(st.integers(0, 5), min_size=n, max_size=n))
     t_b = [w + data.draw(st.integers(0, 9)) for w in t_w]
     c_f, c_b = data.draw(st.integers(0, 4)), data.draw(st.integers(0, 4))
-    timeline = evaluate(schedule, fwd_time_s=t_f, bwd_time_s=t_b, wgrad_time_s=t_w,
-                        fwd_comm_time_s=c_f, bwd_comm_time_s=c_b)
+    timeline = evaluate(
+        schedule, fwd_time_s=t_f, bwd_time_s=t_b, wgrad_time_s=t_w, fwd_comm_time_s=c_f, bwd_comm_time_s=c_b
+    )
     expected = reference(schedule, t_f, t_b, t_w, c_f, c_b)
     for r, row in enumerate(schedule.ranks):
         assert [expected[str(a)] for a in row] == list(timeline.starts[r])
@@ -232,8 +239,13 @@ def test_lowered_schedule_is_rejected() -> None:
 
 def test_deadlock_reported_even_without_the_check() -> None:
     rows = ("0F0 0B0 0F1 0B1", "1F0 1F1 1B0 1B1")  # rank 0 wants 1B0 before 0F1: stuck
-    bad = Schedule(name="t", num_ranks=2, num_stages=2, num_microbatches=2,
-                   ranks=tuple(tuple(Action.parse(t) for t in row.split()) for row in rows))
+    bad = Schedule(
+        name="t",
+        num_ranks=2,
+        num_stages=2,
+        num_microbatches=2,
+        ranks=tuple(tuple(Action.parse(t) for t in row.split()) for row in rows),
+    )
     with pytest.raises(ScheduleError, match="deadlock"):
         evaluate(bad, fwd_time_s=1, bwd_time_s=1, check=False)
     with pytest.raises(ScheduleError, match="deadlock"):

@@ -20,7 +20,10 @@ GOLDEN = Path(__file__).with_name("torch_golden.json")
 CASES = [
     (name, p, m, v)
     for name, chunk_range in (
-        ("gpipe", (1,)), ("1f1b", (1,)), ("interleaved", (1, 2, 3)), ("zb-h1", (1, 2, 3))
+        ("gpipe", (1,)),
+        ("1f1b", (1,)),
+        ("interleaved", (1, 2, 3)),
+        ("zb-h1", (1, 2, 3)),
     )
     for v in chunk_range
     for p in range(1, 5)

@@ -82,7 +82,7 @@ def check_invariants(result: SimulationResult, plan: Plan) -> None:
         for mb in range(plan.num_microbatches):
             ops = ops_per_stage[(s, mb)]
             assert "F" in ops
-            assert ("B" in ops or {"I", "W"} <= ops)
+            assert "B" in ops or {"I", "W"} <= ops
     # dependencies: F(s, mb) after F(s-1, mb) ended (on at least the first replica that feeds it);
     # a backward after the forward of the same micro-batch on the same device
     f_first_end: dict[tuple[int, int], float] = {}
