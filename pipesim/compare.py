@@ -5,7 +5,6 @@ from __future__ import annotations
 import csv
 import dataclasses
 import io
-import json
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -13,12 +12,13 @@ from pathlib import Path
 from typing import Any
 
 from pipesim.errors import invalid
-from pipesim.fileio import atomic_write_text
+from pipesim.fileio import atomic_write_text, json_text
 from pipesim.plan import Plan, StagePlan, balanced_split, stage_ranges
-from pipesim.planner import estimate_plan, plan
+from pipesim.planner import ESTIMATED_SCHEDULES, estimate_plan, plan
 from pipesim.pricing import TrainingCost, training_cost
 from pipesim.profiles.inputs import ClusterLike, ModelLike, resolve_inputs
 from pipesim.profiles.models.profile import ModelProfile
+from pipesim.rerank import simulated_rerank
 from pipesim.schedules.registry import lookup
 from pipesim.simulator import SimOptions, SimulationResult, simulate
 
@@ -38,7 +38,6 @@ DEFAULT_SCHEDULES: tuple[str, ...] = ("gpipe", "dapple")
 """The default comparison: GPipe against DAPPLE's early backward on the same (DAPPLE) plan."""
 
 # Schedules the planner's analytic estimate models; the others are simulated only.
-_ESTIMATED = ("gpipe", "dapple", "1f1b")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -110,6 +109,7 @@ def compare(
     options: SimOptions | None = None,
     price_per_device_hour_usd: float | None = None,
     train_samples: int | None = None,
+    rerank: bool = True,
 ) -> list[CompareRow]:
     """Plan once, then simulate the plan under each schedule.
 
@@ -126,6 +126,8 @@ def compare(
         price_per_device_hour_usd: device price for the cost columns (default: the catalog's
             price of the cluster's device; no cost columns when neither is known).
         train_samples: samples to train on, for the time-to-train and cost-to-train columns.
+        rerank: order the planner's shortlist by simulation before taking its best plan
+            (:func:`pipesim.rerank.simulated_rerank`); ``False`` takes the analytic estimate's best.
 
     Returns:
         One row per schedule, in the order given.
@@ -142,7 +144,8 @@ def compare(
     if len(set(names)) != len(names):
         raise invalid("schedules", list(schedules), "must not repeat a schedule")
     if base_plan is None:
-        base_plan = plan(profile, machine, global_batch_size, planner=planner, top=1)[0]
+        by_simulation = simulated_rerank(profile, machine, options) if rerank else None
+        base_plan = plan(profile, machine, global_batch_size, planner=planner, top=1, rerank=by_simulation)[0]
     rows: list[CompareRow] = []
     for name in names:
         if name == "interleaved":
@@ -151,7 +154,9 @@ def compare(
             variant = dataclasses.replace(base_plan, schedule=lookup(name), estimate=None)
         log.info("simulating %s with schedule %s", profile.name, name)
         result = simulate(variant, profile, machine, options)
-        estimate = estimate_plan(variant, profile, machine).iteration_time_s if name in _ESTIMATED else None
+        estimate = (
+            estimate_plan(variant, profile, machine).iteration_time_s if name in ESTIMATED_SCHEDULES else None
+        )
         speedup = rows[0].result.iteration_time_s / result.iteration_time_s if rows else 1.0
         price = price_per_device_hour_usd
         if price is None:
@@ -283,7 +288,7 @@ def write_compare_outputs(
     for row in rows:
         written.append(write_chrome_trace(row.result, out / f"trace_{row.label}.json", server_of=server_of))
     table = [row.to_dict() for row in rows]
-    atomic_write_text(out / "rows.json", json.dumps(table, indent=2) + "\n")
+    atomic_write_text(out / "rows.json", json_text(table, what="rows.json") + "\n")
     atomic_write_text(out / "rows.csv", csv_rows(rows))
     written += [out / "rows.json", out / "rows.csv"]
     if html:

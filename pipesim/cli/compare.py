@@ -49,6 +49,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--planner", default="dapple", help="planner whose best plan is compared (default dapple)")
     p.add_argument("--plan", help="compare this plan file instead of planning")
     p.add_argument(
+        "--rerank",
+        default="simulate",
+        choices=("simulate", "none"),
+        help="pick the planner's best plan by simulating its shortlist (default), or by its analytic "
+        "estimate alone (none)",
+    )
+    p.add_argument(
         "--price-per-hour",
         type=float_arg(0.0, MAX_PRICE_PER_DEVICE_HOUR_USD),
         default=None,
@@ -110,6 +117,7 @@ def _run(args: argparse.Namespace) -> int:
             base_plan=base,
             price_per_device_hour_usd=args.price_per_hour,
             train_samples=args.train_samples,
+            rerank=args.rerank == "simulate",
         )
         status.update(f"writing charts and traces to {args.out}/")
         written = write_compare_outputs(

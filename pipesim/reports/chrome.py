@@ -31,7 +31,6 @@ Reference: the Trace Event Format document (Google, "Trace Event Format", the ``
 from __future__ import annotations
 
 import gzip
-import json
 import logging
 import os
 import re
@@ -40,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from pipesim.errors import invalid
-from pipesim.fileio import atomic_write_bytes
+from pipesim.fileio import atomic_write_bytes, json_text
 from pipesim.simulator.trace import EventKind, SimulationResult, TraceEvent
 from pipesim.units import MIB
 
@@ -448,7 +447,9 @@ def write_chrome_trace(
             "path", str(target), f"extension {extension} is not one of {', '.join(_VALID_SUFFIXES)}"
         )
     trace = chrome_trace(result, server_of=server_of, link_server=link_server)
-    data = json.dumps(trace, sort_keys=True, separators=(",", ":")).encode("utf-8")
+    data = json_text(trace, what="Chrome trace", indent=None, sort_keys=True, separators=(",", ":")).encode(
+        "utf-8"
+    )
     if name.endswith(".gz"):
         data = gzip.compress(data, mtime=0)
     atomic_write_bytes(target, data)

@@ -70,7 +70,12 @@ def test_more_schedules_and_json(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert [r["schedule"] for r in rows] == ["1f1b", "interleaved", "zb-h1", "zb-h2"]
     assert rows[0]["speedup"] == 1.0
     assert rows[1]["stages"] == 2 * rows[0]["stages"] or rows[0]["stages"] == 1
-    assert rows[2]["estimated_iteration_time_s"] is None
+    # every schedule now has an analytic estimate (planner.ESTIMATED_SCHEDULES), within reach of
+    # the simulation on this small NVLink case
+    for row in rows:
+        est, sim = row["estimated_iteration_time_s"], row["iteration_time_s"]
+        assert est is not None
+        assert abs(est - sim) / sim < 0.25, (row["schedule"], est, sim)
 
 
 @pytest.mark.parametrize(
