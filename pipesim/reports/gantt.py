@@ -392,7 +392,7 @@ def _header(name: str | None, result: SimulationResult, *, short: bool = False) 
         f"bubble {result.bubble_fraction:.1%}",
         f"peak memory {_gib(result.peak_memory_bytes)} GiB",
     ]
-    return "   ·   ".join(parts).replace("micro-batchs", "micro-batches")
+    return "  ·  ".join(parts).replace("micro-batchs", "micro-batches")
 
 
 def _fit(text: str, width_in: float, font: float) -> str:
