@@ -185,16 +185,43 @@ test_profile_file_fast, test_profile_file_slow = pair(profile_text, check_profil
 # --- sweep config TOML -------------------------------------------------------------------------
 
 _SWEEP_VALUES = [
-    '["bert48"]', '"bert48"', '["dgx1-v100"]', "[8, 16]", "[[8]]", "8", "[0]", "[1e308]", "1e308",
-    "nan", "inf", "-1", '["dapple"]', '["gpipe", "1f1b"]', '[{device = "A100-80GB"}]',
-    "[{servers = nan}]", "[{servers = 1e300}]", "[]", "true", '"\u0663"', "[8, 8]",
+    '["bert48"]',
+    '"bert48"',
+    '["dgx1-v100"]',
+    "[8, 16]",
+    "[[8]]",
+    "8",
+    "[0]",
+    "[1e308]",
+    "1e308",
+    "nan",
+    "inf",
+    "-1",
+    '["dapple"]',
+    '["gpipe", "1f1b"]',
+    '[{device = "A100-80GB"}]',
+    "[{servers = nan}]",
+    "[{servers = 1e300}]",
+    "[]",
+    "true",
+    '"\u0663"',
+    "[8, 8]",
 ]
 sweep_line = st.builds(
     lambda k, v: f"{k} = {v}",
-    one_of_junk(st.sampled_from(
-        ["models", "clusters", "global_batch_sizes", "planners", "schedules", "overrides",
-         "price_per_device_hour_usd"]
-    )),
+    one_of_junk(
+        st.sampled_from(
+            [
+                "models",
+                "clusters",
+                "global_batch_sizes",
+                "planners",
+                "schedules",
+                "overrides",
+                "price_per_device_hour_usd",
+            ]
+        )
+    ),
     one_of_junk(st.sampled_from(_SWEEP_VALUES)),
 )
 sweep_text = st.lists(st.one_of(sweep_line, sweep_line, sweep_line, junk_text), max_size=8).map("\n".join)
@@ -271,10 +298,20 @@ test_gpt_spec_fast, test_gpt_spec_slow = pair(gpt_spec, check_gpt)
 set_item = st.one_of(
     st.builds(
         lambda k, v: f"{k}={v}",
-        one_of_junk(st.sampled_from(
-            ["servers", "gpus_per_server", "device", "nic", "intra", "nic_latency_us", "device_memory_gib",
-             "device_compute_efficiency"]
-        )),
+        one_of_junk(
+            st.sampled_from(
+                [
+                    "servers",
+                    "gpus_per_server",
+                    "device",
+                    "nic",
+                    "intra",
+                    "nic_latency_us",
+                    "device_memory_gib",
+                    "device_compute_efficiency",
+                ]
+            )
+        ),
         st.one_of(numbers_text, st.sampled_from(["A100-80GB", "100GbE", "nvswitch", "4", "0", "-1"])),
     ),
     junk_text,
@@ -375,3 +412,77 @@ test_model_spec_fast, test_model_spec_slow = pair(
     ),
     check_model_spec,
 )
+
+
+# ---------------------------------------------------------------- cluster TOML files
+
+_CLUSTER_BASE = {
+    "name": '"c"',
+    "servers": "2",
+    "gpus_per_server": "8",
+    "intra": '"dgx1"',
+    "device": '"V100-SXM2-16GB"',
+    "nic": '"25GbE"',
+    "nics_per_server": "1",
+}
+_CLUSTER_KEYS = (
+    *_CLUSTER_BASE,
+    "description",
+    "gpus_per_pcie_switch",
+    "intra_link",
+    "pcie",
+    "device_memory_gib",
+    "device_compute_efficiency",
+    "nic_bandwidth_gbit_per_s",
+    "nic_latency_us",
+    "speed",
+)
+_TOML_VALUES = st.sampled_from(
+    [
+        '"x"',
+        "0",
+        "-1",
+        "1e999",
+        "nan",
+        "inf",
+        "1" * 5000,
+        "true",
+        "[8]",
+        "{a = 1}",
+        '"٣"',
+        "0.5",
+        "2",
+        "1e300",
+        '"nvswitch"',
+        '"pcie"',
+        '"NVLink3"',
+        '"H100-SXM"',
+        '"A100-80GB"',
+        "65537",
+        "100000",
+    ]
+)
+
+
+def _check_cluster_toml(lines: dict[str, str]) -> None:
+    from pipesim.profiles.hardware.cluster_file import cluster_from_toml
+
+    text = "\n".join(f"{key} = {value}" for key, value in lines.items())
+    accepts_or_refuses(cluster_from_toml, text, path="c.toml")
+
+
+test_cluster_toml_fast, test_cluster_toml_slow = pair(
+    st.dictionaries(st.sampled_from(_CLUSTER_KEYS), _TOML_VALUES, max_size=4).map(
+        lambda changes: {**_CLUSTER_BASE, **changes}
+    ),
+    _check_cluster_toml,
+)
+
+
+def _check_cluster_text(text: str) -> None:
+    from pipesim.profiles.hardware.cluster_file import cluster_from_toml
+
+    accepts_or_refuses(cluster_from_toml, text, path="c.toml")
+
+
+test_cluster_text_fast, test_cluster_text_slow = pair(st.text(max_size=200), _check_cluster_text)
