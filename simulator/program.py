@@ -133,6 +133,16 @@ class Collective:
 
 _NO_MARKS: tuple[tuple[float, int], ...] = ()
 
+_Template = tuple[
+    str | None,
+    int,
+    str,
+    float,
+    tuple[float, ...],
+    tuple[float, ...],
+    tuple[tuple[str, int, int, int, float, tuple[int, ...]], ...],
+]
+
 
 @functools.lru_cache(maxsize=4096)
 def _resplit(
@@ -210,48 +220,35 @@ class Program:
         after = last_backwards(sched.row(rank), reduce) if reduce else None
         samples = self._costs.samples
         cached = self._costs.uniform  # costs depend on the micro-batch's size only: reuse them
-        computes: dict[tuple[Op, int, int], tuple[str, float, tuple[float, ...], tuple[float, ...]]] = {}
-        recvs: dict[tuple[Op, int, int], int] = {}
-        sends: dict[tuple[Op, int, int], tuple[tuple[str, int, int, int, float, tuple[int, ...]], ...]] = {}
-        op_recv_f = Op.RECV_F
+        # (op, stage, samples) -> (receive kind or None, pieces, op name, duration, alloc, free, send parts)
+        templates: dict[tuple[Op, int, int], _Template] = {}
+        new = tuple.__new__  # namedtuples made without their Python-level __new__ (the same tuples)
         no_sends: tuple[Send, ...] = ()
         step = 0
         for recv_op, op, s, mb, send_op, reduced in lowered_blocks(
             sched.row(rank), num_ranks=sched.num_ranks, num_stages=sched.num_stages, allreduce_after=after
         ):
-            n = samples[mb]
-            recv = None
-            if recv_op is not None:
-                key = (recv_op, s, n)
-                pieces = recvs.get(key) if cached else None
-                if pieces is None:
-                    src = s - 1 if recv_op is op_recv_f else s + 1
-                    pieces = sum(1 for _, k, _ in self._pieces(src, s, mb) if k == replica)
-                    if cached:
-                        recvs[key] = pieces
-                recv = Recv(("act" if recv_op is op_recv_f else "grad", s, mb, replica), pieces, step)
-                step += 1
-            key = (op, s, n)
-            parts = computes.get(key) if cached else None
-            if parts is None:
-                parts = self._compute_parts(op, s, mb, replica)
+            key = (op, s, samples[mb])
+            template = templates.get(key) if cached else None
+            if template is None:
+                template = self._template(recv_op, op, s, mb, send_op, replica)
                 if cached:
-                    computes[key] = parts
-            name, duration, alloc, free = parts
+                    templates[key] = template
+            kind, pieces, name, duration, alloc, free, parts = template
+            recv = None
+            if kind is not None:
+                recv = new(Recv, ((kind, s, mb, replica), pieces, step))
+                step += 1
             marks = self._marks.get(s, _NO_MARKS) if reduced else _NO_MARKS
-            compute = Compute(name, s, mb, duration, alloc, free, marks, step)
+            compute = new(Compute, (name, s, mb, duration, alloc, free, marks, step))
             step += 1
             out = no_sends
             if send_op is not None:
-                key = (send_op, s, n)
-                pieces_out = sends.get(key) if cached else None
-                if pieces_out is None:
-                    pieces_out = tuple(self._send_parts(send_op, s, mb, replica))
-                    if cached:
-                        sends[key] = pieces_out
                 out = tuple(
-                    Send((kind, dst, mb, k), s, mb, dst_device, nbytes, route)
-                    for kind, dst, k, dst_device, nbytes, route in pieces_out
+                    [
+                        new(Send, ((kind_out, dst, mb, k), s, mb, dst_device, nbytes, route))
+                        for kind_out, dst, k, dst_device, nbytes, route in parts
+                    ]
                 )
                 step += 1
             post = None
@@ -261,6 +258,20 @@ class Program:
                     post = Post(cid)
                 step += 1
             yield (recv, compute, out, post)
+
+    def _template(
+        self, recv_op: Op | None, op: Op, s: int, mb: int, send_op: Op | None, replica: int
+    ) -> _Template:
+        """What a block's instructions hold besides the micro-batch and the step (see :meth:`blocks`)."""
+        kind = None
+        pieces = 0
+        if recv_op is not None:
+            kind = "act" if recv_op is Op.RECV_F else "grad"
+            src = s - 1 if recv_op is Op.RECV_F else s + 1
+            pieces = sum(1 for _, k, _ in self._pieces(src, s, mb) if k == replica)
+        name, duration, alloc, free = self._compute_parts(op, s, mb, replica)
+        parts = tuple(self._send_parts(send_op, s, mb, replica)) if send_op is not None else ()
+        return (kind, pieces, name, duration, alloc, free, parts)
 
     def _compute_parts(
         self, op: Op, s: int, mb: int, replica: int
