@@ -366,10 +366,14 @@ class Network:
 
         # Apply the new rates lazily: only flows whose rate changed get new finish times.
         heap = self._heap
+        recording = self._on_link is not None
+        changed: list[Flow] = []  # (when recording) the flows whose rate changed
         for f in flows:
             f.bott = f.new_bott
             rate = f.new_rate
             if rate != f.rate:
+                if recording:
+                    changed.append(f)
                 if f.rate > 0.0:
                     left = f.remaining - f.rate * (now - f.t_last)
                     f.remaining = left if left > 0.0 else 0.0
@@ -384,8 +388,8 @@ class Network:
         self._n_refills += 1
         self._n_refilled += len(flows)
 
-        if self._on_link is not None:
-            self._record_links(region, flows, now)
+        if recording:
+            self._record_links(region, changed, now)
         if len(heap) > 64 and len(heap) > 4 * self._n_active:
             self._compact_heap()
         self._arm()
@@ -420,6 +424,11 @@ class Network:
         )
 
     def _record_links(self, region: set[int], flows: list[Flow], now: float) -> None:
+        """Close the busy stretch of every link whose total rate changed at ``now``.
+
+        Only the links of ``region`` (flows came or went) and of ``flows`` (the flows whose rate
+        changed) can have a new total: every other link carries the same flows at the same rates.
+        """
         assert self._on_link is not None
         links = set(region)
         for f in flows:
