@@ -19,7 +19,7 @@ from pipesim.schedules.validate import deadlock_error
 from pipesim.simulator.collectives import allreduce
 from pipesim.simulator.fastpath import LinksShared, execute_fast
 from pipesim.simulator.microbatch_costs import MicrobatchCosts
-from pipesim.simulator.network import LinkInterval, Network
+from pipesim.simulator.network import Network
 from pipesim.simulator.options import SimOptions
 from pipesim.simulator.program import Collective, Compute, Program, Recv, Send, lower
 from pipesim.simulator.tally import Tally
@@ -48,6 +48,7 @@ class _Engine:
     def __init__(self, program: Program, cluster: Cluster, options: SimOptions) -> None:
         self.program = program
         self.cluster = cluster
+        self.link_names = tuple(link.name for link in cluster.links)
         self.record = options.record_trace
         self.tally = Tally(program, record=options.record_trace)
         self.env = simpy.Environment()
@@ -58,7 +59,7 @@ class _Engine:
             link_names=[link.name for link in cluster.links],
             free_links=options.free_links,
             contention=options.contention,
-            on_link_interval=self._on_link_interval if options.record_trace else None,
+            on_link_stretch=self._on_link_stretch if options.record_trace else None,
         )
         self.arrivals: dict[tuple[str, int, int, int], _Arrival] = {}
         self.ready = [0] * len(program.collectives)
@@ -100,15 +101,15 @@ class _Engine:
 
         return callback
 
-    def _on_link_interval(self, interval: LinkInterval) -> None:
-        if interval.end_s > interval.start_s:
+    def _on_link_stretch(self, link: int, start_s: float, end_s: float, bytes_per_s: float) -> None:
+        if end_s > start_s:
             self.tally.events.append(
                 TraceEvent(
-                    resource=self.cluster.links[interval.link].name,
+                    resource=self.link_names[link],
                     kind=EventKind.LINK,
-                    start_s=interval.start_s,
-                    end_s=interval.end_s,
-                    nbytes=interval.bytes_per_s * (interval.end_s - interval.start_s),
+                    start_s=start_s,
+                    end_s=end_s,
+                    nbytes=bytes_per_s * (end_s - start_s),
                 )
             )
 

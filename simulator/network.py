@@ -83,6 +83,10 @@ class Network:
         on_link_interval: called with a :class:`LinkInterval` each time a link's total rate
             changes after being > 0 (per-link utilisation tracks). Costs one pass over the
             re-filled links per re-fill; leave ``None`` when not needed.
+        on_link_stretch: the same records as plain arguments ``(link, start_s, end_s,
+            bytes_per_s)``, without building a :class:`LinkInterval` per record (for callers
+            that keep hundreds of thousands of them, such as the engine's trace). At most one
+            of ``on_link_interval`` and ``on_link_stretch``.
 
     Raises:
         InputError: a bandwidth, latency or the overhead breaks its rule, the lengths differ, or
@@ -101,6 +105,7 @@ class Network:
         contention: bool = True,
         on_transfer: Callable[[TransferRecord], None] | None = None,
         on_link_interval: Callable[[LinkInterval], None] | None = None,
+        on_link_stretch: Callable[[int, float, float, float], None] | None = None,
     ) -> None:
         self._env = env
         self._cap = [
@@ -125,7 +130,15 @@ class Network:
         self._free = bool(free_links)
         self._contention = bool(contention)
         self._on_transfer = on_transfer
-        self._on_link = on_link_interval
+        if on_link_interval is not None and on_link_stretch is not None:
+            raise invalid("on_link_stretch", "a callback", "must be None when on_link_interval is given")
+        if on_link_interval is not None:
+            interval = on_link_interval
+
+            def on_link_stretch(link: int, start_s: float, end_s: float, bytes_per_s: float) -> None:
+                interval(LinkInterval(link=link, start_s=start_s, end_s=end_s, bytes_per_s=bytes_per_s))
+
+        self._on_link = on_link_stretch
 
         self._link_flows: list[dict[int, Flow]] = [{} for _ in range(n_links)]
         self._link_mark = [-1] * n_links
@@ -429,7 +442,8 @@ class Network:
         Only the links of ``region`` (flows came or went) and of ``flows`` (the flows whose rate
         changed) can have a new total: every other link carries the same flows at the same rates.
         """
-        assert self._on_link is not None
+        on_link = self._on_link
+        assert on_link is not None
         links = set(region)
         for f in flows:
             links.update(f.links)
@@ -440,7 +454,7 @@ class Network:
             if total != old:
                 since = self._link_since[link]
                 if old > 0.0 and now > since:
-                    self._on_link(LinkInterval(link=link, start_s=since, end_s=now, bytes_per_s=old))
+                    on_link(link, since, now, old)
                 self._link_rate[link] = total
                 self._link_since[link] = now
 
