@@ -23,11 +23,15 @@ from pipesim.simulator.network import Network
 from pipesim.simulator.options import SimOptions
 from pipesim.simulator.program import Collective, Compute, Program, Recv, Send, lower
 from pipesim.simulator.tally import Tally
-from pipesim.simulator.trace import EventKind, SimulationResult, TraceEvent
+from pipesim.simulator.trace import EventKind, SimulationResult, new_event
+
+_LINK = EventKind.LINK
 
 __all__ = ["SimOptions", "simulate"]
 
 log = logging.getLogger(__name__)
+
+_LINK = EventKind.LINK
 
 
 class _Arrival:
@@ -103,15 +107,9 @@ class _Engine:
 
     def _on_link_stretch(self, link: int, start_s: float, end_s: float, bytes_per_s: float) -> None:
         if end_s > start_s:
-            self.tally.events.append(
-                TraceEvent(
-                    resource=self.link_names[link],
-                    kind=EventKind.LINK,
-                    start_s=start_s,
-                    end_s=end_s,
-                    nbytes=bytes_per_s * (end_s - start_s),
-                )
-            )
+            nbytes = bytes_per_s * (end_s - start_s)
+            event = new_event(self.link_names[link], _LINK, start_s, end_s, None, None, None, nbytes, None)
+            self.tally.events.append(event)
 
     # ---------------------------------------------------------------------------------------
     def stream(self, index: int) -> Generator[simpy.Event, Any, None]:
