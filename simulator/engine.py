@@ -21,7 +21,7 @@ from pipesim.simulator.fastpath import LinksShared, execute_fast
 from pipesim.simulator.microbatch_costs import MicrobatchCosts
 from pipesim.simulator.network import Network
 from pipesim.simulator.options import SimOptions
-from pipesim.simulator.program import Collective, Compute, Program, Recv, Send, lower
+from pipesim.simulator.program import Collective, Program, Send, lower
 from pipesim.simulator.tally import Tally
 from pipesim.simulator.trace import EventKind, SimulationResult, new_event
 
@@ -120,34 +120,35 @@ class _Engine:
         arrivals = self.arrivals
         busy = 0.0
         wait_comm = 0.0
-        for ins in self.program.stream(rank, replica):
-            if isinstance(ins, Compute):
-                start = env.now
-                duration = ins.duration_s
-                if ins.marks:
-                    env.process(self._marks(ins.marks, duration))
-                if duration > 0:
-                    yield env.timeout(duration)
-                busy += duration
-                end = env.now
-                tally.compute(device, ins, start, end)
-            elif isinstance(ins, Send):
-                self._send(ins, device)
-            elif isinstance(ins, Recv):
-                target = arrivals.get(ins.key)
+        # the blocks of the device's stream (:meth:`Program.blocks`): a receive, a compute, its
+        # sends and a post, in this order, exactly as the flattened stream lists them
+        for recv, ins, sends, post in self.program.blocks(rank, replica):
+            if recv is not None:
+                target = arrivals.get(recv.key)
                 if target is None:
-                    target = arrivals[ins.key] = _Arrival()
-                if target.arrived < ins.pieces:
+                    target = arrivals[recv.key] = _Arrival()
+                if target.arrived < recv.pieces:
                     free_at = env.now
-                    target.expected = ins.pieces
+                    target.expected = recv.pieces
                     target.event = env.event()
-                    self.position[index] = ins.step
+                    self.position[index] = recv.step
                     yield target.event
                     # Time the data spent on the wire after it was produced (or after we were free).
                     wait_comm += max(0.0, env.now - max(free_at, target.produced_s))
-                del arrivals[ins.key]
-            else:  # Post
-                self._ready(ins.collective)
+                del arrivals[recv.key]
+            start = env.now
+            duration = ins.duration_s
+            if ins.marks:
+                env.process(self._marks(ins.marks, duration))
+            if duration > 0:
+                yield env.timeout(duration)
+            busy += duration
+            end = env.now
+            tally.compute(device, ins, start, end)
+            for send in sends:
+                self._send(send, device)
+            if post is not None:
+                self._ready(post.collective)
         tally.stream_done(device, busy, wait_comm, env.now)
         self.finished.add(index)
         self.running -= 1

@@ -38,6 +38,7 @@ import heapq
 import logging
 import math
 from collections.abc import Callable, Sequence
+from operator import attrgetter
 from typing import Any
 
 import simpy
@@ -50,6 +51,8 @@ from pipesim.simulator.maxmin import Flow, progressive_fill
 __all__ = ["LinkInterval", "Network", "NetworkStats", "TransferRecord"]
 
 logger = logging.getLogger(__name__)
+
+_RATE = attrgetter("rate")
 
 _FLUSH_PRIORITY = EventPriority(2)
 """SimPy event priority of the rate re-fill: after the URGENT (0) and NORMAL (1) events of the
@@ -448,15 +451,17 @@ class Network:
         for f in flows:
             links.update(f.links)
         link_flows = self._link_flows
+        link_rate = self._link_rate
+        link_since = self._link_since
         for link in sorted(links):
-            total = sum([f.rate for f in link_flows[link].values()])
-            old = self._link_rate[link]
+            total = sum(map(_RATE, link_flows[link].values()))  # left to right, as a plain loop
+            old = link_rate[link]
             if total != old:
-                since = self._link_since[link]
+                since = link_since[link]
                 if old > 0.0 and now > since:
                     on_link(link, since, now, old)
-                self._link_rate[link] = total
-                self._link_since[link] = now
+                link_rate[link] = total
+                link_since[link] = now
 
     def _compact_heap(self) -> None:
         self._heap = [e for e in self._heap if not e[3].done and e[3].version == e[2]]
