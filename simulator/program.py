@@ -12,7 +12,9 @@
 
 The engine (:mod:`pipesim.simulator.engine`) executes the instructions and decides nothing.
 Instructions are small named tuples (cheap to make by the million, printable); the lists are
-generated lazily (:meth:`Program.stream`) so a program of any length runs in constant memory;
+generated lazily from the schedule's stream (:meth:`Program.blocks`: one compute instruction with
+the receive before it and the sends and post after it; :meth:`Program.stream`: the blocks
+flattened) so a program of any length runs in constant memory;
 :meth:`Program.instructions` and :meth:`Program.format` materialize one device's list to look at.
 
 Instruction semantics (per device, strictly in list order on its compute stream):
