@@ -5,6 +5,11 @@ construction: the test suite runs :func:`~pipesim.schedules.validate` on every g
 of (p, m, v), so the generators skip that linear-time check at run time (it is a third of the
 simulator's time on a 16 x 1024 pipeline). Only user-given DAPPLE warm-up lists, which can
 deadlock, are validated here.
+
+Each order is defined once, as a :class:`~pipesim.schedules.schedule.ScheduleStream` whose rows
+are generated lazily (:func:`stream_of` gives a generator's streaming sibling, which the
+simulator lowers in memory that does not grow with the micro-batch count); the public
+generators return that stream, materialized.
 They share one shape, written here once: each rank runs ``K`` leading forwards, then alternates one
 backward and one forward until its forwards run out, then drains its backwards. Schedules differ
 only in ``K`` per rank, in which (stage, micro-batch) the n-th forward or backward of a rank is,
@@ -14,14 +19,14 @@ slots with unit costs (every action takes one slot); ``.`` is idle.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from pipesim.errors import check_count, invalid
-from pipesim.schedules.action import Action, Op
-from pipesim.schedules.schedule import Schedule
+from pipesim.schedules.action import Op
+from pipesim.schedules.schedule import Schedule, ScheduleStream, Step
 from pipesim.schedules.validate import validate
 
-__all__ = ["dapple", "gpipe", "interleaved", "one_f_one_b", "zb_h1", "zb_h2"]
+__all__ = ["dapple", "gpipe", "interleaved", "one_f_one_b", "stream_of", "zb_h1", "zb_h2"]
 
 _Pick = Callable[[int], tuple[int, int]]
 """Maps a rank's n-th forward (or backward) to its (stage, micro-batch)."""
@@ -33,7 +38,7 @@ def _check_counts(num_ranks: int, num_microbatches: int, chunks: int = 1) -> Non
         check_count(field, value)
 
 
-def _rank_order(
+def _rank_steps(
     leading: int,
     total: int,
     forward: _Pick,
@@ -41,50 +46,49 @@ def _rank_order(
     *,
     split: bool = False,
     w_delay: int = 0,
-) -> list[Action]:
+) -> Iterator[Step]:
     """One rank's order: ``leading`` forwards, then (backward, forward) pairs, then the backwards.
 
     With ``split`` the backward is ``I`` and the rank's ``W`` actions follow their ``I`` in the
     same order: after its j-th ``I`` the rank runs the oldest pending ``W`` when ``j >= w_delay``,
-    and runs the rest at the end.
+    and runs the rest at the end. Yields ``(op, stage, microbatch)``, lazily.
     """
-    out: list[Action] = []
+    op_f, op_w = Op.F, Op.W
+    op_back = Op.I if split else Op.B
     leading = max(1, min(leading, total))
     for n in range(leading):
         stage, mb = forward(n)
-        out.append(Action(stage=stage, op=Op.F, microbatch=mb))
+        yield (op_f, stage, mb)
     pending = 0
     for j in range(total):
         stage, mb = backward(j)
-        out.append(Action(stage=stage, op=Op.I if split else Op.B, microbatch=mb))
+        yield (op_back, stage, mb)
         if split and j >= w_delay:
             stage, mb = backward(pending)
-            out.append(Action(stage=stage, op=Op.W, microbatch=mb))
+            yield (op_w, stage, mb)
             pending += 1
         if leading + j < total:
             stage, mb = forward(leading + j)
-            out.append(Action(stage=stage, op=Op.F, microbatch=mb))
+            yield (op_f, stage, mb)
     while split and pending < total:
         stage, mb = backward(pending)
-        out.append(Action(stage=stage, op=Op.W, microbatch=mb))
+        yield (op_w, stage, mb)
         pending += 1
-    return out
 
 
 def _single(name: str, p: int, m: int, leading: Sequence[int], *, split: bool = False,
-            w_delay: Sequence[int] | None = None, check: bool = False) -> Schedule:
-    rows = []
-    for r in range(p):
+            w_delay: Sequence[int] | None = None) -> ScheduleStream:
+    """Stage ``r`` on rank ``r``; the n-th forward and backward of a rank are micro-batch ``n``."""
+    leading = tuple(leading)
+    delays = (0,) * p if w_delay is None else tuple(w_delay)
 
-        def pick(n: int, r: int = r) -> tuple[int, int]:
+    def rows(r: int) -> Iterator[Step]:
+        def pick(n: int) -> tuple[int, int]:
             return r, n
 
-        delay = 0 if w_delay is None else w_delay[r]
-        rows.append(tuple(_rank_order(leading[r], m, pick, pick, split=split, w_delay=delay)))
-    schedule = Schedule(name=name, num_ranks=p, num_stages=p, num_microbatches=m, ranks=tuple(rows))
-    if check:
-        validate(schedule)
-    return schedule
+        return _rank_steps(leading[r], m, pick, pick, split=split, w_delay=delays[r])
+
+    return ScheduleStream(name=name, num_ranks=p, num_stages=p, num_microbatches=m, rows=rows)
 
 
 def gpipe(*, num_ranks: int, num_microbatches: int) -> Schedule:
@@ -101,6 +105,10 @@ def gpipe(*, num_ranks: int, num_microbatches: int) -> Schedule:
     Raises:
         InputError: a count below 1.
     """
+    return _gpipe(num_ranks=num_ranks, num_microbatches=num_microbatches).materialize()
+
+
+def _gpipe(*, num_ranks: int, num_microbatches: int) -> ScheduleStream:
     _check_counts(num_ranks, num_microbatches)
     return _single("gpipe", num_ranks, num_microbatches, [num_microbatches] * num_ranks)
 
@@ -135,6 +143,12 @@ def dapple(
             with values outside ``1..m``; ScheduleError when an explicit list deadlocks (a stage
             needs ``K_i >= K_{i+1}``).
     """
+    return _dapple(num_ranks=num_ranks, num_microbatches=num_microbatches, warmup=warmup).materialize()
+
+
+def _dapple(
+    *, num_ranks: int, num_microbatches: int, warmup: str | Sequence[int] = "default"
+) -> ScheduleStream:
     _check_counts(num_ranks, num_microbatches)
     p, m = num_ranks, num_microbatches
     if isinstance(warmup, str):
@@ -150,7 +164,10 @@ def dapple(
             raise invalid("warmup", warmup, f"must be {p} integers in 1..{m} (one per stage)")
     # Built-in warm-up rules are valid by construction (the test suite validates them over a grid
     # of p and m); a user's list may deadlock, so only it is checked here.
-    return _single("dapple", p, m, counts, check=not isinstance(warmup, str))
+    stream = _single("dapple", p, m, counts)
+    if not isinstance(warmup, str):
+        validate(stream.materialize())
+    return stream
 
 
 def one_f_one_b(*, num_ranks: int, num_microbatches: int) -> Schedule:
@@ -168,6 +185,10 @@ def one_f_one_b(*, num_ranks: int, num_microbatches: int) -> Schedule:
     Raises:
         InputError: a count below 1.
     """
+    return _one_f_one_b(num_ranks=num_ranks, num_microbatches=num_microbatches).materialize()
+
+
+def _one_f_one_b(*, num_ranks: int, num_microbatches: int) -> ScheduleStream:
     _check_counts(num_ranks, num_microbatches)
     p, m = num_ranks, num_microbatches
     return _single("1f1b", p, m, [min(p - i, m) for i in range(p)])
@@ -186,27 +207,28 @@ def _round_size(num_ranks: int, num_microbatches: int) -> int:
     return num_microbatches // rounds
 
 
-def _looped(name: str, p: int, m: int, v: int, extra: int, *, split: bool) -> Schedule:
+def _looped(name: str, p: int, m: int, v: int, extra: int, *, split: bool) -> ScheduleStream:
     """Megatron's looped order with ``v`` stages per rank; ``extra`` warm-up forwards per hop.
 
     Rounds only matter with ``v > 1``; torch checks its round rule for ``v = 1`` too, pipesim does not.
     """
     group = _round_size(p, m) if v > 1 else m
     total = v * m
-    rows = []
-    for r in range(p):
+
+    def rows(r: int) -> Iterator[Step]:
         # The n-th forward of rank r: rounds of `group` micro-batches go through chunk 0, then 1, ...
-        def forward(n: int, r: int = r) -> tuple[int, int]:
+        def forward(n: int) -> tuple[int, int]:
             return ((n // group) % v) * p + r, (n // (group * v)) * group + n % group
 
-        def backward(n: int, r: int = r) -> tuple[int, int]:
+        def backward(n: int) -> tuple[int, int]:
             return (v - 1 - (n // group) % v) * p + r, (n // (group * v)) * group + n % group
 
         # forwards before the first backward: all of chunks 0..v-2 for the first round, plus
         # `extra` per hop to the last rank, plus the forward that starts the steady state
         leading = min((v - 1) * group + extra * (p - 1 - r) + 1, total)
-        rows.append(tuple(_rank_order(leading, total, forward, backward, split=split, w_delay=r)))
-    return Schedule(name=name, num_ranks=p, num_stages=v * p, num_microbatches=m, ranks=tuple(rows))
+        return _rank_steps(leading, total, forward, backward, split=split, w_delay=r)
+
+    return ScheduleStream(name=name, num_ranks=p, num_stages=v * p, num_microbatches=m, rows=rows)
 
 
 def interleaved(*, num_ranks: int, num_microbatches: int, chunks: int = 2) -> Schedule:
@@ -232,6 +254,10 @@ def interleaved(*, num_ranks: int, num_microbatches: int, chunks: int = 2) -> Sc
     Raises:
         InputError: a count below 1, or ``m`` not a multiple of ``max(1, m // p)``.
     """
+    return _interleaved(num_ranks=num_ranks, num_microbatches=num_microbatches, chunks=chunks).materialize()
+
+
+def _interleaved(*, num_ranks: int, num_microbatches: int, chunks: int = 2) -> ScheduleStream:
     _check_counts(num_ranks, num_microbatches, chunks)
     return _looped("interleaved", num_ranks, num_microbatches, chunks, 2, split=False)
 
@@ -254,6 +280,10 @@ def zb_h1(*, num_ranks: int, num_microbatches: int, chunks: int = 1) -> Schedule
     Raises:
         InputError: a count below 1, or (``chunks > 1``) ``m`` not a multiple of ``max(1, m // p)``.
     """
+    return _zb_h1(num_ranks=num_ranks, num_microbatches=num_microbatches, chunks=chunks).materialize()
+
+
+def _zb_h1(*, num_ranks: int, num_microbatches: int, chunks: int = 1) -> ScheduleStream:
     _check_counts(num_ranks, num_microbatches, chunks)
     return _looped("zb-h1", num_ranks, num_microbatches, chunks, 1, split=True)
 
@@ -276,7 +306,36 @@ def zb_h2(*, num_ranks: int, num_microbatches: int) -> Schedule:
     Raises:
         InputError: a count below 1.
     """
+    return _zb_h2(num_ranks=num_ranks, num_microbatches=num_microbatches).materialize()
+
+
+def _zb_h2(*, num_ranks: int, num_microbatches: int) -> ScheduleStream:
     _check_counts(num_ranks, num_microbatches)
     p, m = num_ranks, num_microbatches
     leading = [min(2 * (p - i) - 1, m) for i in range(p)]
     return _single("zb-h2", p, m, leading, split=True, w_delay=[2 * i for i in range(p)])
+
+
+_STREAMS: dict[Callable[..., Schedule], Callable[..., ScheduleStream]] = {
+    gpipe: _gpipe,
+    dapple: _dapple,
+    one_f_one_b: _one_f_one_b,
+    interleaved: _interleaved,
+    zb_h1: _zb_h1,
+    zb_h2: _zb_h2,
+}
+
+
+def stream_of(generator: Callable[..., Schedule]) -> Callable[..., ScheduleStream]:
+    """The streaming sibling of a generator of this module: same arguments, same checks, same
+    order, but a :class:`~pipesim.schedules.schedule.ScheduleStream` whose rows are generated
+    lazily (the generator is that stream, materialized).
+
+    Raises:
+        InputError: ``generator`` is not one of this module's generators.
+    """
+    found = _STREAMS.get(generator)
+    if found is None:
+        name = getattr(generator, "__name__", generator)
+        raise invalid("generator", name, "must be a generator of this module")
+    return found

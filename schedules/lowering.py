@@ -5,40 +5,112 @@ stage's gradient all-reduce; ``lower`` does both at once. ``merge_backward`` and
 convert between the full backward ``B`` and its zero-bubble split ``I`` + ``W``. Every pass
 validates what it returns.
 
-``lowered_steps`` is the one place communication is derived: it walks one rank's compute actions
-and yields the lowered steps as plain ``(op, stage, microbatch)`` tuples, lazily, so that the
-simulator (:mod:`pipesim.simulator.program`) can stream a lowered program of any length without
-building it; ``add_communication`` and ``lower`` are that generator, materialized and validated.
+``lowered_blocks`` is the one place communication is derived: it walks one rank's compute steps
+and yields, lazily, each compute step with the receive before it, the send after it and whether
+the stage's all-reduce follows, so that the simulator (:mod:`pipesim.simulator.program`) can
+stream a lowered program of any length without building it; ``lowered_steps`` flattens those
+blocks into plain ``(op, stage, microbatch)`` steps, and ``add_communication`` and ``lower`` are
+that generator, materialized and validated.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 
 from pipesim.errors import InputError, invalid
 from pipesim.schedules.action import Action, Op
-from pipesim.schedules.schedule import Schedule
+from pipesim.schedules.schedule import Schedule, Step
 from pipesim.schedules.validate import validate
 
 __all__ = [
+    "Block",
     "Step",
     "add_allreduce",
     "add_communication",
+    "last_backwards",
     "lower",
+    "lowered_blocks",
     "lowered_steps",
     "merge_backward",
     "split_backward",
 ]
 
-Step = tuple[Op, int, int | None]
-"""One lowered step as a plain tuple: ``(op, stage, microbatch)`` (``None`` for ``ALL_REDUCE``)."""
 
 
 def _rebuilt(schedule: Schedule, rows: list[list[Action]]) -> Schedule:
     result = replace(schedule, ranks=tuple(tuple(row) for row in rows))
     validate(result)
     return result
+
+
+Block = tuple[Op | None, Op, int, int, Op | None, bool]
+"""One compute action with its communication: ``(receive op or None, op, stage, microbatch,
+send op or None, whether the stage's ALL_REDUCE follows)``; it stands for the lowered steps
+``RECV, op, SEND, ALL_REDUCE`` (those present), in that order, all of the same stage and micro-batch."""
+
+
+def last_backwards(steps: Iterable[Step], stages: Iterable[int]) -> dict[int, int]:
+    """For each of ``stages``, the index in ``steps`` of its last ``B`` or ``W`` (absent if none)."""
+    wanted = set(stages)
+    found: dict[int, int] = {}
+    if wanted:
+        op_b, op_w = Op.B, Op.W
+        for i, (op, s, _) in enumerate(steps):
+            if (op is op_b or op is op_w) and s in wanted:
+                found[s] = i
+    return found
+
+
+def lowered_blocks(
+    steps: Iterable[Step],
+    *,
+    num_ranks: int,
+    num_stages: int,
+    allreduce_after: Mapping[int, int] | None = None,
+) -> Iterator[Block]:
+    """The lowered steps of one rank's compute steps, one :data:`Block` per compute step, lazily.
+
+    Rules (the communication of :func:`add_communication`, the all-reduce of
+    :func:`add_allreduce`): ``RECV_F(s, m)`` just before ``F(s, m)`` when ``s > 0``; ``SEND_F(s, m)``
+    just after it when ``s`` is not the last stage; ``RECV_B(s, m)`` just before ``B(s, m)`` or
+    ``I(s, m)`` when ``s`` is not the last stage and ``SEND_B(s, m)`` just after it when
+    ``s > 0``; all of these only with more than one rank (stages on one rank exchange nothing).
+    ``ALL_REDUCE(s)`` right after the stage's last ``B`` or ``W`` on this rank and the send that
+    follows it, for each stage in ``allreduce_after``.
+
+    Args:
+        steps: one rank's compute steps ``(op, stage, microbatch)``, in order.
+        num_ranks: pipeline ranks of the schedule.
+        num_stages: stages of the schedule.
+        allreduce_after: stage -> index in ``steps`` of its last ``B`` or ``W``
+            (:func:`last_backwards`), for the stages that get an ``ALL_REDUCE``.
+
+    Yields:
+        One block per compute step, in order.
+
+    Raises:
+        InputError: a communication step in ``steps`` (raised when it is reached).
+    """
+    last = num_stages - 1
+    multi = num_ranks > 1
+    reduce = allreduce_after or {}
+    op_f, op_b, op_i, op_w = Op.F, Op.B, Op.I, Op.W
+    recv_f, send_f, recv_b, send_b = Op.RECV_F, Op.SEND_F, Op.RECV_B, Op.SEND_B
+    for i, (op, s, mb) in enumerate(steps):
+        if op is op_f:
+            recv = recv_f if s > 0 and multi else None
+            send = send_f if s < last and multi else None
+        elif op is op_b or op is op_i:
+            recv = recv_b if s < last and multi else None
+            send = send_b if s > 0 and multi else None
+        elif op is op_w:
+            recv = send = None
+        else:
+            text = f"{s}{op.value}{'' if mb is None else mb}"
+            raise InputError(f"lowering takes compute actions only; {text} is communication")
+        assert mb is not None
+        yield (recv, op, s, mb, send, bool(reduce) and reduce.get(s) == i)
 
 
 def lowered_steps(
@@ -48,15 +120,8 @@ def lowered_steps(
     num_stages: int,
     allreduce_stages: Iterable[int] = (),
 ) -> Iterator[Step]:
-    """The lowered steps of one rank's compute actions, generated lazily.
-
-    Rules (the communication of :func:`add_communication`, the all-reduce of
-    :func:`add_allreduce`): ``RECV_F(s, m)`` just before ``F(s, m)`` when ``s > 0``; ``SEND_F(s, m)``
-    just after it when ``s`` is not the last stage; ``RECV_B(s, m)`` just before ``B(s, m)`` or
-    ``I(s, m)`` when ``s`` is not the last stage and ``SEND_B(s, m)`` just after it when
-    ``s > 0``; all of these only with more than one rank (stages on one rank exchange nothing).
-    ``ALL_REDUCE(s)`` for each stage in ``allreduce_stages`` right after the stage's last ``B`` or
-    ``W`` on this rank and the send that follows it.
+    """The lowered steps of one rank's compute actions, generated lazily (:func:`lowered_blocks`,
+    flattened).
 
     Args:
         row: one rank's compute actions, in order (communication actions are refused).
@@ -70,33 +135,17 @@ def lowered_steps(
     Raises:
         InputError: a communication action in ``row`` (raised when it is reached).
     """
-    p, last = num_ranks, num_stages - 1
-    reduce = set(allreduce_stages)
-    last_backward: dict[int, int] = {}
-    if reduce:
-        for i, a in enumerate(row):
-            if a.op is Op.B or a.op is Op.W:
-                last_backward[a.stage] = i
-    op_f, op_b, op_i = Op.F, Op.B, Op.I
-    for i, a in enumerate(row):
-        op, s, mb = a.op, a.stage, a.microbatch
-        if op is op_f:
-            if s > 0 and p > 1:
-                yield (Op.RECV_F, s, mb)
-            yield (op, s, mb)
-            if s < last and p > 1:
-                yield (Op.SEND_F, s, mb)
-        elif op is op_b or op is op_i:
-            if s < last and p > 1:
-                yield (Op.RECV_B, s, mb)
-            yield (op, s, mb)
-            if s > 0 and p > 1:
-                yield (Op.SEND_B, s, mb)
-        elif op is Op.W:
-            yield (op, s, mb)
-        else:
-            raise InputError(f"lowering takes compute actions only; {a} is communication")
-        if s in reduce and last_backward.get(s) == i:
+    steps = [(a.op, a.stage, a.microbatch) for a in row]
+    after = last_backwards(steps, allreduce_stages)
+    for recv, op, s, mb, send, reduce in lowered_blocks(
+        steps, num_ranks=num_ranks, num_stages=num_stages, allreduce_after=after
+    ):
+        if recv is not None:
+            yield (recv, s, mb)
+        yield (op, s, mb)
+        if send is not None:
+            yield (send, s, mb)
+        if reduce:
             yield (Op.ALL_REDUCE, s, None)
 
 

@@ -8,9 +8,9 @@ from typing import Any
 
 from pipesim.errors import invalid, parse_name
 from pipesim.schedules import generators
-from pipesim.schedules.schedule import Schedule
+from pipesim.schedules.schedule import Schedule, ScheduleStream
 
-__all__ = ["ScheduleName", "lookup", "make_schedule", "schedule_names"]
+__all__ = ["ScheduleName", "lookup", "make_schedule", "schedule_names", "stream_schedule"]
 
 
 class ScheduleName(str, Enum):
@@ -90,6 +90,17 @@ def make_schedule(
         ScheduleError: options that give a schedule that cannot run (e.g. a DAPPLE warm-up list
             that deadlocks).
     """
+    maker, kwargs = _resolve(name, chunks, options)
+    schedule = maker(num_ranks=num_ranks, num_microbatches=num_microbatches, **kwargs)
+    if microbatch_sizes is not None:
+        schedule = schedule.with_microbatch_sizes(tuple(microbatch_sizes))
+    return schedule
+
+
+def _resolve(
+    name: str | ScheduleName, chunks: int | None, options: dict[str, Any]
+) -> tuple[_Maker, dict[str, Any]]:
+    """The generator ``name`` picks and its keyword arguments, or raise (see :func:`make_schedule`)."""
     key = lookup(name)
     if key not in _REGISTRY:
         rule = "depends on micro-batch memory sizes: build it with pipesim.planner.dynamic.memory_aware"
@@ -106,7 +117,21 @@ def make_schedule(
     elif chunks not in (None, 1):
         rule = f"must be 1 for schedule {key.value!r} (only interleaved and zb-h1 take chunks)"
         raise invalid("chunks", chunks, rule)
-    schedule = maker(num_ranks=num_ranks, num_microbatches=num_microbatches, **kwargs)
-    if microbatch_sizes is not None:
-        schedule = schedule.with_microbatch_sizes(tuple(microbatch_sizes))
-    return schedule
+    return maker, kwargs
+
+
+def stream_schedule(
+    name: str | ScheduleName,
+    *,
+    num_ranks: int,
+    num_microbatches: int,
+    chunks: int | None = None,
+    **options: Any,
+) -> ScheduleStream:
+    """The named schedule as a :class:`ScheduleStream`: the order :func:`make_schedule` gives,
+    with rows generated lazily (memory that does not grow with ``num_microbatches``).
+
+    Same arguments (but no micro-batch sizes) and errors as :func:`make_schedule`.
+    """
+    maker, kwargs = _resolve(name, chunks, options)
+    return generators.stream_of(maker)(num_ranks=num_ranks, num_microbatches=num_microbatches, **kwargs)

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
 from pipesim.errors import InputError, invalid
-from pipesim.schedules.action import Action
+from pipesim.schedules.action import Action, Op
 
-__all__ = ["Schedule", "ScheduleError", "format_grid"]
+__all__ = ["Schedule", "ScheduleError", "ScheduleStream", "Step", "format_grid"]
+
+Step = tuple[Op, int, int | None]
+"""One action as a plain tuple: ``(op, stage, microbatch)`` (``None`` for ``ALL_REDUCE``)."""
 
 _MAX_GRID_STEPS = 120
 """Grids wider than this many steps are cut to a window around the marked step."""
@@ -193,3 +197,69 @@ class Schedule:
     def grid(self) -> str:
         """The schedule as a text grid (ranks as rows, steps as columns)."""
         return format_grid(self.ranks)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScheduleStream:
+    """A compute-only schedule whose rows are generated on demand, in constant memory.
+
+    The streaming sibling of :class:`Schedule` for consumers that walk each rank's order once
+    (the simulator's lowering): ``row(r)`` returns a fresh iterator of rank ``r``'s
+    ``(op, stage, microbatch)`` steps, in the same order ``materialize().ranks[r]`` holds as
+    :class:`Action` objects. The generators (:mod:`pipesim.schedules.generators`) define each
+    schedule's order once, as such a stream; the materialized :class:`Schedule` is built from it.
+
+    Attributes:
+        name: the schedule's name.
+        num_ranks: pipeline ranks.
+        num_stages: stages.
+        num_microbatches: micro-batches.
+        rows: ``rows(r)`` makes rank ``r``'s step iterator.
+        microbatch_sizes: samples per micro-batch, or ``None`` for equal micro-batches.
+    """
+
+    name: str
+    num_ranks: int
+    num_stages: int
+    num_microbatches: int
+    rows: Callable[[int], Iterator[Step]]
+    microbatch_sizes: tuple[int, ...] | None = None
+
+    def row(self, rank: int) -> Iterator[Step]:
+        """Rank ``rank``'s compute steps ``(op, stage, microbatch)``, in order, generated lazily."""
+        return self.rows(rank)
+
+    def materialize(self) -> Schedule:
+        """The :class:`Schedule` with every row built.
+
+        Raises:
+            InputError: a row that breaks a rule of :class:`Schedule`.
+        """
+        ranks = tuple(
+            tuple(Action(stage=s, op=op, microbatch=mb) for op, s, mb in self.rows(r))
+            for r in range(self.num_ranks)
+        )
+        return Schedule(
+            name=self.name,
+            num_ranks=self.num_ranks,
+            num_stages=self.num_stages,
+            num_microbatches=self.num_microbatches,
+            ranks=ranks,
+            microbatch_sizes=self.microbatch_sizes,
+        )
+
+    @classmethod
+    def of(cls, schedule: Schedule) -> ScheduleStream:
+        """The stream of an already built (compute-only) ``schedule``'s rows."""
+
+        def rows(rank: int) -> Iterator[Step]:
+            return ((a.op, a.stage, a.microbatch) for a in schedule.ranks[rank])
+
+        return cls(
+            name=schedule.name,
+            num_ranks=schedule.num_ranks,
+            num_stages=schedule.num_stages,
+            num_microbatches=schedule.num_microbatches,
+            rows=rows,
+            microbatch_sizes=schedule.microbatch_sizes,
+        )

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import logging
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
 import simpy
@@ -17,15 +19,19 @@ from pipesim.schedules.validate import deadlock_error
 from pipesim.simulator.collectives import allreduce
 from pipesim.simulator.fastpath import LinksShared, execute_fast
 from pipesim.simulator.microbatch_costs import MicrobatchCosts
-from pipesim.simulator.network import LinkInterval, Network
+from pipesim.simulator.network import Network
 from pipesim.simulator.options import SimOptions
-from pipesim.simulator.program import Collective, Compute, Program, Recv, Send, lower
+from pipesim.simulator.program import Collective, Program, Send, lower
 from pipesim.simulator.tally import Tally
-from pipesim.simulator.trace import EventKind, SimulationResult, TraceEvent
+from pipesim.simulator.trace import EventKind, SimulationResult, new_event
+
+_LINK = EventKind.LINK
 
 __all__ = ["SimOptions", "simulate"]
 
 log = logging.getLogger(__name__)
+
+_LINK = EventKind.LINK
 
 
 class _Arrival:
@@ -46,6 +52,7 @@ class _Engine:
     def __init__(self, program: Program, cluster: Cluster, options: SimOptions) -> None:
         self.program = program
         self.cluster = cluster
+        self.link_names = tuple(link.name for link in cluster.links)
         self.record = options.record_trace
         self.tally = Tally(program, record=options.record_trace)
         self.env = simpy.Environment()
@@ -56,7 +63,7 @@ class _Engine:
             link_names=[link.name for link in cluster.links],
             free_links=options.free_links,
             contention=options.contention,
-            on_link_interval=self._on_link_interval if options.record_trace else None,
+            on_link_stretch=self._on_link_stretch if options.record_trace else None,
         )
         self.arrivals: dict[tuple[str, int, int, int], _Arrival] = {}
         self.ready = [0] * len(program.collectives)
@@ -98,17 +105,11 @@ class _Engine:
 
         return callback
 
-    def _on_link_interval(self, interval: LinkInterval) -> None:
-        if interval.end_s > interval.start_s:
-            self.tally.events.append(
-                TraceEvent(
-                    resource=self.cluster.links[interval.link].name,
-                    kind=EventKind.LINK,
-                    start_s=interval.start_s,
-                    end_s=interval.end_s,
-                    nbytes=interval.bytes_per_s * (interval.end_s - interval.start_s),
-                )
-            )
+    def _on_link_stretch(self, link: int, start_s: float, end_s: float, bytes_per_s: float) -> None:
+        if end_s > start_s:
+            nbytes = bytes_per_s * (end_s - start_s)
+            event = new_event(self.link_names[link], _LINK, start_s, end_s, None, None, None, nbytes, None)
+            self.tally.events.append(event)
 
     # ---------------------------------------------------------------------------------------
     def stream(self, index: int) -> Generator[simpy.Event, Any, None]:
@@ -119,34 +120,35 @@ class _Engine:
         arrivals = self.arrivals
         busy = 0.0
         wait_comm = 0.0
-        for ins in self.program.stream(rank, replica):
-            if isinstance(ins, Compute):
-                start = env.now
-                duration = ins.duration_s
-                if ins.marks:
-                    env.process(self._marks(ins.marks, duration))
-                if duration > 0:
-                    yield env.timeout(duration)
-                busy += duration
-                end = env.now
-                tally.compute(device, ins, start, end)
-            elif isinstance(ins, Send):
-                self._send(ins, device)
-            elif isinstance(ins, Recv):
-                target = arrivals.get(ins.key)
+        # the blocks of the device's stream (:meth:`Program.blocks`): a receive, a compute, its
+        # sends and a post, in this order, exactly as the flattened stream lists them
+        for recv, ins, sends, post in self.program.blocks(rank, replica):
+            if recv is not None:
+                target = arrivals.get(recv.key)
                 if target is None:
-                    target = arrivals[ins.key] = _Arrival()
-                if target.arrived < ins.pieces:
+                    target = arrivals[recv.key] = _Arrival()
+                if target.arrived < recv.pieces:
                     free_at = env.now
-                    target.expected = ins.pieces
+                    target.expected = recv.pieces
                     target.event = env.event()
-                    self.position[index] = ins.step
+                    self.position[index] = recv.step
                     yield target.event
                     # Time the data spent on the wire after it was produced (or after we were free).
                     wait_comm += max(0.0, env.now - max(free_at, target.produced_s))
-                del arrivals[ins.key]
-            else:  # Post
-                self._ready(ins.collective)
+                del arrivals[recv.key]
+            start = env.now
+            duration = ins.duration_s
+            if ins.marks:
+                env.process(self._marks(ins.marks, duration))
+            if duration > 0:
+                yield env.timeout(duration)
+            busy += duration
+            end = env.now
+            tally.compute(device, ins, start, end)
+            for send in sends:
+                self._send(send, device)
+            if post is not None:
+                self._ready(post.collective)
         tally.stream_done(device, busy, wait_comm, env.now)
         self.finished.add(index)
         self.running -= 1
@@ -260,6 +262,38 @@ def simulate(
     unshared = opts.free_links or not opts.contention
     if executor == "fast" and not unshared:
         raise invalid("executor", executor, "the fast path needs free_links=True or contention=False")
+    with _cyclic_gc_paused():
+        return _run(plan, profile, cluster, opts, schedule, costs, executor, unshared)
+
+
+@contextlib.contextmanager
+def _cyclic_gc_paused() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector for the duration of a run.
+
+    A run allocates millions of small long-lived objects (SimPy events, trace events); the
+    collector's passes over them took about a third of a 1024-GPU run (benchmarks/README.md).
+    Reference counting still frees everything that is not in a cycle; cycles made during the run
+    are collected by the collector's first pass after it. It is re-enabled only if it was on.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _run(
+    plan: Plan,
+    profile: ModelProfile,
+    cluster: Cluster,
+    opts: SimOptions,
+    schedule: Schedule | None,
+    costs: MicrobatchCosts | None,
+    executor: str,
+    unshared: bool,
+) -> SimulationResult:
     program = lower(plan, profile, cluster, opts, schedule=schedule, costs=costs)
     if executor != "simpy" and unshared:
         return execute_fast(program, cluster, record_trace=opts.record_trace, free_links=opts.free_links)

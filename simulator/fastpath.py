@@ -34,7 +34,7 @@ from pipesim.profiles.hardware.cluster import Cluster
 from pipesim.schedules.validate import deadlock_error
 from pipesim.simulator.collectives import allreduce
 from pipesim.simulator.network import Network
-from pipesim.simulator.program import Compute, Instruction, Program, Recv, Send
+from pipesim.simulator.program import Block, Program
 from pipesim.simulator.tally import Tally
 from pipesim.simulator.trace import SimulationResult
 
@@ -169,18 +169,19 @@ def execute_fast(
     holds = _LinkHolds() if shared else None
     tally = Tally(program, record=record_trace)
     links = _Transfers(cluster, free_links=free_links)
-    streams = [program.stream(rank, replica) for rank, replica, _ in program.streams]
+    streams = [program.blocks(rank, replica) for rank, replica, _ in program.streams]
     devices = [device for _, _, device in program.streams]
     n = len(streams)
     t_free = [0.0] * n
     busy = [0.0] * n
     wait = [0.0] * n
-    pending: list[Recv | None] = [None] * n
+    pending: list[Block | None] = [None] * n  # a block whose receive has not arrived yet
     step_at = [0] * n
     # arrival key -> [pieces arrived, last arrival time, last production time]
     arrivals: dict[tuple[str, int, int, int], list[float]] = {}
     waiting: dict[tuple[str, int, int, int], tuple[int, int]] = {}  # key -> (stream, pieces)
     ready_at = [0.0] * len(program.collectives)
+    memory_now, memory_peak = tally.memory_now, tally.memory_peak
     finished = 0
     over = [False] * n  # streams that ran their last instruction
     runnable = list(range(n - 1, -1, -1))
@@ -189,42 +190,75 @@ def execute_fast(
         device = devices[i]
         it = streams[i]
         t = t_free[i]
-        ins: Instruction | None = pending[i]
+        busy_i = busy[i]
+        wait_i = wait[i]
+        # without a trace the tally's memory rule (Tally.compute: allocate at the start, free at
+        # the end, the peak after each allocation) runs inline here, on the device's state
+        now = memory_now[device]
+        peak_t, peak = memory_peak[device]
+        last_backward = 0.0
+        computes = 0
+        block = pending[i]
         pending[i] = None
-        if ins is None:
-            ins = next(it, None)
-        while ins is not None:
-            if isinstance(ins, Compute):
-                duration = ins.duration_s
-                if ins.marks:
-                    mark_t, elapsed = t, 0.0
-                    for fraction, cid in ins.marks:
-                        if fraction * duration > elapsed:
-                            mark_t += fraction * duration - elapsed
-                            elapsed = fraction * duration
-                        ready_at[cid] = max(ready_at[cid], mark_t)
-                start = t
-                if duration > 0:
-                    t = t + duration
-                busy[i] += duration
+        if block is None:
+            block = next(it, None)
+        while block is not None:
+            recv, ins, sends, post = block
+            if recv is not None:
+                got = arrivals.get(recv.key)
+                if got is None or got[0] < recv.pieces:
+                    if recv.pieces:  # (a replica that receives nothing never waits)
+                        waiting[recv.key] = (i, recv.pieces)
+                        pending[i] = block
+                        step_at[i] = recv.step
+                        break
+                else:
+                    del arrivals[recv.key]
+                    if got[1] > t:
+                        wait_i += max(0.0, got[1] - max(t, got[2]))
+                        t = got[1]
+            duration = ins.duration_s
+            if ins.marks:
+                mark_t, elapsed = t, 0.0
+                for fraction, cid in ins.marks:
+                    if fraction * duration > elapsed:
+                        mark_t += fraction * duration - elapsed
+                        elapsed = fraction * duration
+                    ready_at[cid] = max(ready_at[cid], mark_t)
+            start = t
+            if duration > 0:
+                t = t + duration
+            busy_i += duration
+            if record_trace:
                 tally.compute(device, ins, start, t)
-            elif isinstance(ins, Send):
-                key = ins.key
+            else:
+                computes += 1
+                for nbytes in ins.alloc_bytes:
+                    now += nbytes
+                    if now > peak:
+                        peak_t, peak = start, now
+                for nbytes in ins.free_bytes:
+                    now -= nbytes
+                if ins.op == "B" or ins.op == "W":
+                    last_backward = t
+            for send in sends:
+                key = send.key
                 got = arrivals.get(key)
                 if got is None:
                     got = arrivals[key] = [0, 0.0, 0.0]
                 if t > got[2]:
                     got[2] = t
-                if ins.route:
+                if send.route:
                     tally.num_ops += 1
-                    end = t + links.time_s(ins.route, ins.nbytes)
+                    end = t + links.time_s(send.route, send.nbytes)
                     if holds is not None:
-                        latency, held = links.flow(ins.route, ins.nbytes)
+                        latency, held = links.flow(send.route, send.nbytes)
                         if held:
                             holds.hold(held, t + latency, end)
                             if holds.added % 1024 == 0:
                                 holds.prune(min(t_free[j] for j in range(n) if not over[j]))
-                    tally.send(device, key[0], ins.stage, key[2], ins.nbytes, ins.dst_device, t, end)
+                    if record_trace:
+                        tally.send(device, key[0], send.stage, key[2], send.nbytes, send.dst_device, t, end)
                 else:
                     end = t
                 got[0] += 1
@@ -234,27 +268,22 @@ def execute_fast(
                 if woken is not None and got[0] == woken[1]:
                     del waiting[key]
                     runnable.append(woken[0])
-            elif isinstance(ins, Recv):
-                got = arrivals.get(ins.key)
-                if got is None or got[0] < ins.pieces:
-                    if ins.pieces:  # (a replica that receives nothing never waits)
-                        waiting[ins.key] = (i, ins.pieces)
-                        pending[i] = ins
-                        step_at[i] = ins.step
-                        break
-                else:
-                    del arrivals[ins.key]
-                    if got[1] > t:
-                        wait[i] += max(0.0, got[1] - max(t, got[2]))
-                        t = got[1]
-            else:  # Post
-                ready_at[ins.collective] = max(ready_at[ins.collective], t)
-            ins = next(it, None)
+            if post is not None:
+                ready_at[post.collective] = max(ready_at[post.collective], t)
+            block = next(it, None)
         t_free[i] = t
-        if ins is None:
+        busy[i] = busy_i
+        wait[i] = wait_i
+        if not record_trace:
+            memory_now[device] = now
+            memory_peak[device] = (peak_t, peak)
+            tally.num_ops += computes
+            if last_backward > tally.last_backward_end:
+                tally.last_backward_end = last_backward
+        if block is None:
             over[i] = True
             finished += 1
-            tally.stream_done(device, busy[i], wait[i], t)
+            tally.stream_done(device, busy_i, wait_i, t)
     if finished < n:
         lowered = program.lowered_schedule()
         stuck: dict[int, tuple[int, int, str | None]] = {}

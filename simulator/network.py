@@ -38,6 +38,7 @@ import heapq
 import logging
 import math
 from collections.abc import Callable, Sequence
+from operator import attrgetter
 from typing import Any
 
 import simpy
@@ -50,6 +51,8 @@ from pipesim.simulator.maxmin import Flow, progressive_fill
 __all__ = ["LinkInterval", "Network", "NetworkStats", "TransferRecord"]
 
 logger = logging.getLogger(__name__)
+
+_RATE = attrgetter("rate")
 
 _FLUSH_PRIORITY = EventPriority(2)
 """SimPy event priority of the rate re-fill: after the URGENT (0) and NORMAL (1) events of the
@@ -83,6 +86,10 @@ class Network:
         on_link_interval: called with a :class:`LinkInterval` each time a link's total rate
             changes after being > 0 (per-link utilisation tracks). Costs one pass over the
             re-filled links per re-fill; leave ``None`` when not needed.
+        on_link_stretch: the same records as plain arguments ``(link, start_s, end_s,
+            bytes_per_s)``, without building a :class:`LinkInterval` per record (for callers
+            that keep hundreds of thousands of them, such as the engine's trace). At most one
+            of ``on_link_interval`` and ``on_link_stretch``.
 
     Raises:
         InputError: a bandwidth, latency or the overhead breaks its rule, the lengths differ, or
@@ -101,6 +108,7 @@ class Network:
         contention: bool = True,
         on_transfer: Callable[[TransferRecord], None] | None = None,
         on_link_interval: Callable[[LinkInterval], None] | None = None,
+        on_link_stretch: Callable[[int, float, float, float], None] | None = None,
     ) -> None:
         self._env = env
         self._cap = [
@@ -125,7 +133,15 @@ class Network:
         self._free = bool(free_links)
         self._contention = bool(contention)
         self._on_transfer = on_transfer
-        self._on_link = on_link_interval
+        if on_link_interval is not None and on_link_stretch is not None:
+            raise invalid("on_link_stretch", "a callback", "must be None when on_link_interval is given")
+        if on_link_interval is not None:
+            interval = on_link_interval
+
+            def on_link_stretch(link: int, start_s: float, end_s: float, bytes_per_s: float) -> None:
+                interval(LinkInterval(link=link, start_s=start_s, end_s=end_s, bytes_per_s=bytes_per_s))
+
+        self._on_link = on_link_stretch
 
         self._link_flows: list[dict[int, Flow]] = [{} for _ in range(n_links)]
         self._link_mark = [-1] * n_links
@@ -366,10 +382,14 @@ class Network:
 
         # Apply the new rates lazily: only flows whose rate changed get new finish times.
         heap = self._heap
+        recording = self._on_link is not None
+        changed: list[Flow] = []  # (when recording) the flows whose rate changed
         for f in flows:
             f.bott = f.new_bott
             rate = f.new_rate
             if rate != f.rate:
+                if recording:
+                    changed.append(f)
                 if f.rate > 0.0:
                     left = f.remaining - f.rate * (now - f.t_last)
                     f.remaining = left if left > 0.0 else 0.0
@@ -384,8 +404,8 @@ class Network:
         self._n_refills += 1
         self._n_refilled += len(flows)
 
-        if self._on_link is not None:
-            self._record_links(region, flows, now)
+        if recording:
+            self._record_links(region, changed, now)
         if len(heap) > 64 and len(heap) > 4 * self._n_active:
             self._compact_heap()
         self._arm()
@@ -420,20 +440,28 @@ class Network:
         )
 
     def _record_links(self, region: set[int], flows: list[Flow], now: float) -> None:
-        assert self._on_link is not None
+        """Close the busy stretch of every link whose total rate changed at ``now``.
+
+        Only the links of ``region`` (flows came or went) and of ``flows`` (the flows whose rate
+        changed) can have a new total: every other link carries the same flows at the same rates.
+        """
+        on_link = self._on_link
+        assert on_link is not None
         links = set(region)
         for f in flows:
             links.update(f.links)
         link_flows = self._link_flows
+        link_rate = self._link_rate
+        link_since = self._link_since
         for link in sorted(links):
-            total = sum([f.rate for f in link_flows[link].values()])
-            old = self._link_rate[link]
+            total = sum(map(_RATE, link_flows[link].values()))  # left to right, as a plain loop
+            old = link_rate[link]
             if total != old:
-                since = self._link_since[link]
+                since = link_since[link]
                 if old > 0.0 and now > since:
-                    self._on_link(LinkInterval(link=link, start_s=since, end_s=now, bytes_per_s=old))
-                self._link_rate[link] = total
-                self._link_since[link] = now
+                    on_link(link, since, now, old)
+                link_rate[link] = total
+                link_since[link] = now
 
     def _compact_heap(self) -> None:
         self._heap = [e for e in self._heap if not e[3].done and e[3].version == e[2]]

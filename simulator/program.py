@@ -3,7 +3,7 @@
 ``lower(plan, profile, cluster, options)`` turns a plan into a :class:`Program`:
 
     schedule (compute actions per pipeline rank, :mod:`pipesim.schedules`)
-      -> stage-level lowering (:func:`pipesim.schedules.lowering.lowered_steps`: sends and
+      -> stage-level lowering (:func:`pipesim.schedules.lowering.lowered_blocks`: sends and
          receives between stages, one ``ALL_REDUCE`` per replicated stage)
       -> device-level expansion (here): each rank's steps become the instruction list of each of
          its replicas' devices, with durations, memory, bytes and routes filled in; a send between
@@ -12,7 +12,9 @@
 
 The engine (:mod:`pipesim.simulator.engine`) executes the instructions and decides nothing.
 Instructions are small named tuples (cheap to make by the million, printable); the lists are
-generated lazily (:meth:`Program.stream`) so a program of any length runs in constant memory;
+generated lazily from the schedule's stream (:meth:`Program.blocks`: one compute instruction with
+the receive before it and the sends and post after it; :meth:`Program.stream`: the blocks
+flattened) so a program of any length runs in constant memory;
 :meth:`Program.instructions` and :meth:`Program.format` materialize one device's list to look at.
 
 Instruction semantics (per device, strictly in list order on its compute stream):
@@ -44,16 +46,18 @@ from pipesim.plan import Plan, resplit
 from pipesim.profiles.costmodels.memory import static_memory_bytes
 from pipesim.profiles.hardware.cluster import Cluster
 from pipesim.profiles.models.profile import ModelProfile
-from pipesim.schedules import Schedule, make_schedule
+from pipesim.schedules import Schedule
 from pipesim.schedules.action import Op
+from pipesim.schedules.lowering import last_backwards, lowered_blocks
 from pipesim.schedules.lowering import lower as lower_schedule
-from pipesim.schedules.lowering import lowered_steps
+from pipesim.schedules.registry import stream_schedule
+from pipesim.schedules.schedule import ScheduleStream
 from pipesim.schedules.validate import validate
 from pipesim.simulator.microbatch_costs import MicrobatchCosts
 from pipesim.simulator.options import SimOptions
 from pipesim.simulator.stage_costs import CostOptions, StageCosts, StageFacts
 
-__all__ = ["Collective", "Compute", "Instruction", "Post", "Program", "Recv", "Send", "lower"]
+__all__ = ["Block", "Collective", "Compute", "Instruction", "Post", "Program", "Recv", "Send", "lower"]
 
 ArrivalKey = tuple[str, int, int, int]
 """``("act" | "grad", receiving stage, micro-batch, receiving replica)``."""
@@ -99,6 +103,10 @@ class Post(NamedTuple):
 
 Instruction = Compute | Recv | Send | Post
 
+Block = tuple[Recv | None, Compute, tuple[Send, ...], Post | None]
+"""One compute instruction with the receive just before it, the sends and the post just after it
+(the stream is the blocks, flattened)."""
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Collective:
@@ -127,6 +135,16 @@ class Collective:
 
 _NO_MARKS: tuple[tuple[float, int], ...] = ()
 
+_Template = tuple[
+    str | None,
+    int,
+    str,
+    float,
+    tuple[float, ...],
+    tuple[float, ...],
+    tuple[tuple[str, int, int, int, float, tuple[int, ...]], ...],
+]
+
 
 @functools.lru_cache(maxsize=4096)
 def _resplit(
@@ -140,7 +158,8 @@ class Program:
 
     Build it with :func:`lower`. Attributes:
         plan: the plan it runs.
-        schedule: the compute-only schedule (validated) whose lowering this is.
+        schedule: the compute-only schedule (validated) whose lowering this is, as a stream
+            (its rows are generated when a device's instructions are).
         stages: per-stage facts (:class:`StageFacts`).
         streams: ``(rank, replica, device)`` of every device stream, in start order.
         collectives: every gradient all-reduce (:class:`Collective`).
@@ -151,7 +170,7 @@ class Program:
         self,
         *,
         plan: Plan,
-        schedule: Schedule,
+        schedule: ScheduleStream,
         stages: list[StageFacts],
         collectives: list[Collective],
         static_memory: dict[int, float],
@@ -181,64 +200,80 @@ class Program:
 
     def lowered_schedule(self) -> Schedule:
         """The stage-level lowered schedule (sends, receives, all-reduces), validated."""
-        return lower_schedule(self.schedule, self._posts.keys() | self._marks.keys())
+        return lower_schedule(self.schedule.materialize(), self._posts.keys() | self._marks.keys())
 
     def stream(self, rank: int, replica: int) -> Iterator[Instruction]:
-        """The instructions of the device running ``replica`` of ``rank``, generated lazily."""
+        """The instructions of the device running ``replica`` of ``rank``, generated lazily
+        (:meth:`blocks`, flattened)."""
+        for recv, compute, sends, post in self.blocks(rank, replica):
+            if recv is not None:
+                yield recv
+            yield compute
+            yield from sends
+            if post is not None:
+                yield post
+
+    def blocks(self, rank: int, replica: int) -> Iterator[Block]:
+        """The instructions of the device running ``replica`` of ``rank``, one :data:`Block` per
+        compute instruction (with the receive before it, the sends and the post after it),
+        generated lazily from the schedule's rows (:func:`pipesim.schedules.lowering.lowered_blocks`)."""
         sched = self.schedule
-        row = sched.ranks[rank]
         reduce = {s for s in self._posts.keys() | self._marks.keys() if s % sched.num_ranks == rank}
-        last_backward: dict[int, int] = {}
-        for i, a in enumerate(row):
-            if a.op is Op.B or a.op is Op.W:
-                last_backward[a.stage] = i
+        after = last_backwards(sched.row(rank), reduce) if reduce else None
         samples = self._costs.samples
         cached = self._costs.uniform  # costs depend on the micro-batch's size only: reuse them
-        computes: dict[tuple[Op, int, int], tuple[str, float, tuple[float, ...], tuple[float, ...]]] = {}
-        recvs: dict[tuple[Op, int, int], int] = {}
-        sends: dict[tuple[Op, int, int], tuple[tuple[str, int, int, int, float, tuple[int, ...]], ...]] = {}
-        op_f, op_b, op_i, op_w = Op.F, Op.B, Op.I, Op.W
-        op_recv_f, op_recv_b, op_reduce = Op.RECV_F, Op.RECV_B, Op.ALL_REDUCE
-        compute_index = -1
-        steps = lowered_steps(
-            row, num_ranks=sched.num_ranks, num_stages=sched.num_stages, allreduce_stages=reduce
-        )
-        for step, (op, s, mb) in enumerate(steps):
-            if op is op_reduce:
+        # (op, stage, samples) -> (receive kind or None, pieces, op name, duration, alloc, free, send parts)
+        templates: dict[tuple[Op, int, int], _Template] = {}
+        new = tuple.__new__  # namedtuples made without their Python-level __new__ (the same tuples)
+        no_sends: tuple[Send, ...] = ()
+        step = 0
+        for recv_op, op, s, mb, send_op, reduced in lowered_blocks(
+            sched.row(rank), num_ranks=sched.num_ranks, num_stages=sched.num_stages, allreduce_after=after
+        ):
+            key = (op, s, samples[mb])
+            template = templates.get(key) if cached else None
+            if template is None:
+                template = self._template(recv_op, op, s, mb, send_op, replica)
+                if cached:
+                    templates[key] = template
+            kind, pieces, name, duration, alloc, free, parts = template
+            recv = None
+            if kind is not None:
+                recv = new(Recv, ((kind, s, mb, replica), pieces, step))
+                step += 1
+            marks = self._marks.get(s, _NO_MARKS) if reduced else _NO_MARKS
+            compute = new(Compute, (name, s, mb, duration, alloc, free, marks, step))
+            step += 1
+            out = no_sends
+            if send_op is not None:
+                out = tuple(
+                    [
+                        new(Send, ((kind_out, dst, mb, k), s, mb, dst_device, nbytes, route))
+                        for kind_out, dst, k, dst_device, nbytes, route in parts
+                    ]
+                )
+                step += 1
+            post = None
+            if reduced:
                 cid = self._posts.get(s)
                 if cid is not None:
-                    yield Post(cid)
-                continue
-            assert mb is not None
-            key = (op, s, samples[mb])
-            if op is op_f or op is op_b or op is op_i or op is op_w:
-                compute_index += 1
-                parts = computes.get(key) if cached else None
-                if parts is None:
-                    parts = self._compute_parts(op, s, mb, replica)
-                    if cached:
-                        computes[key] = parts
-                name, duration, alloc, free = parts
-                marks = _NO_MARKS
-                if (op is op_b or op is op_w) and last_backward.get(s) == compute_index:
-                    marks = self._marks.get(s, _NO_MARKS)
-                yield Compute(name, s, mb, duration, alloc, free, marks, step)
-            elif op is op_recv_f or op is op_recv_b:
-                pieces = recvs.get(key) if cached else None
-                if pieces is None:
-                    src = s - 1 if op is op_recv_f else s + 1
-                    pieces = sum(1 for _, k, _ in self._pieces(src, s, mb) if k == replica)
-                    if cached:
-                        recvs[key] = pieces
-                yield Recv(("act" if op is op_recv_f else "grad", s, mb, replica), pieces, step)
-            else:  # SEND_F or SEND_B
-                out = sends.get(key) if cached else None
-                if out is None:
-                    out = tuple(self._send_parts(op, s, mb, replica))
-                    if cached:
-                        sends[key] = out
-                for kind, dst, k, dst_device, nbytes, route in out:
-                    yield Send((kind, dst, mb, k), s, mb, dst_device, nbytes, route)
+                    post = Post(cid)
+                step += 1
+            yield (recv, compute, out, post)
+
+    def _template(
+        self, recv_op: Op | None, op: Op, s: int, mb: int, send_op: Op | None, replica: int
+    ) -> _Template:
+        """What a block's instructions hold besides the micro-batch and the step (see :meth:`blocks`)."""
+        kind = None
+        pieces = 0
+        if recv_op is not None:
+            kind = "act" if recv_op is Op.RECV_F else "grad"
+            src = s - 1 if recv_op is Op.RECV_F else s + 1
+            pieces = sum(1 for _, k, _ in self._pieces(src, s, mb) if k == replica)
+        name, duration, alloc, free = self._compute_parts(op, s, mb, replica)
+        parts = tuple(self._send_parts(send_op, s, mb, replica)) if send_op is not None else ()
+        return (kind, pieces, name, duration, alloc, free, parts)
 
     def _compute_parts(
         self, op: Op, s: int, mb: int, replica: int
@@ -395,8 +430,9 @@ def lower(
     plan.check_against(profile.num_layers, cluster.num_devices)
     if costs is not None:
         costs.check_shape(plan.num_stages, plan.num_microbatches)
+    stream: ScheduleStream
     if schedule is None:
-        schedule = make_schedule(
+        stream = stream_schedule(
             plan.schedule,
             num_ranks=plan.num_ranks,
             num_microbatches=plan.num_microbatches,
@@ -418,6 +454,7 @@ def lower(
     else:
         schedule = schedule.compute_only()
         validate(schedule)
+        stream = ScheduleStream.of(schedule)
     placement = plan.placement(cluster.num_devices)
     stages = _stage_facts(plan, profile, placement)
     opts = CostOptions(
@@ -474,7 +511,7 @@ def lower(
     static = {d: static_memory_bytes(profile, layers, plan.optimizer) for d, layers in device_layers.items()}
     return Program(
         plan=plan,
-        schedule=schedule,
+        schedule=stream,
         stages=stages,
         collectives=collectives,
         static_memory=static,

@@ -12,7 +12,14 @@ from operator import attrgetter
 
 from pipesim.profiles.hardware.cluster import Cluster
 from pipesim.simulator.program import Compute, Program
-from pipesim.simulator.trace import DeviceMetrics, EventKind, MemoryCurve, SimulationResult, TraceEvent
+from pipesim.simulator.trace import (
+    DeviceMetrics,
+    EventKind,
+    MemoryCurve,
+    SimulationResult,
+    TraceEvent,
+    new_event,
+)
 
 __all__ = ["OP_KIND", "Tally"]
 
@@ -75,16 +82,9 @@ class Tally:
         self.memory_peak[device] = (peak_t, peak)
         self.num_ops += 1
         if record:
+            kind = OP_KIND[ins.op]
             self.events.append(
-                TraceEvent(
-                    resource=f"gpu{device}",
-                    kind=OP_KIND[ins.op],
-                    start_s=start,
-                    end_s=end,
-                    device=device,
-                    stage=ins.stage,
-                    microbatch=ins.microbatch,
-                )
+                new_event(f"gpu{device}", kind, start, end, device, ins.stage, ins.microbatch, 0.0, None)
             )
         if (ins.op == "B" or ins.op == "W") and end > self.last_backward_end:
             self.last_backward_end = end
@@ -94,19 +94,9 @@ class Tally:
     ) -> None:
         """Record one delivered transfer's trace event (when recording)."""
         if self.record:
-            self.events.append(
-                TraceEvent(
-                    resource=f"gpu{device}.comm",
-                    kind=EventKind.SEND_ACTIVATION if kind == "act" else EventKind.SEND_GRADIENT,
-                    start_s=start,
-                    end_s=end,
-                    device=device,
-                    stage=stage,
-                    microbatch=mb,
-                    nbytes=nbytes,
-                    peer=peer,
-                )
-            )
+            event_kind = EventKind.SEND_ACTIVATION if kind == "act" else EventKind.SEND_GRADIENT
+            resource = f"gpu{device}.comm"
+            self.events.append(new_event(resource, event_kind, start, end, device, stage, mb, nbytes, peer))
 
     def collective(
         self, members: tuple[int, ...], stage: int, nbytes: float, start: float, end: float

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
-__all__ = ["DeviceMetrics", "EventKind", "MemoryCurve", "SimulationResult", "TraceEvent"]
+__all__ = ["DeviceMetrics", "EventKind", "MemoryCurve", "SimulationResult", "TraceEvent", "new_event"]
 
 
 class EventKind(str, Enum):
@@ -58,6 +58,41 @@ class TraceEvent:
     def duration_s(self) -> float:
         """``end_s - start_s``, seconds."""
         return self.end_s - self.start_s
+
+
+_SLOTS = tuple(
+    getattr(TraceEvent, name).__set__
+    for name in ("resource", "kind", "start_s", "end_s", "device", "stage", "microbatch", "nbytes", "peer")
+)
+
+
+def new_event(
+    resource: str,
+    kind: EventKind,
+    start_s: float,
+    end_s: float,
+    device: int | None,
+    stage: int | None,
+    microbatch: int | None,
+    nbytes: float,
+    peer: int | None,
+) -> TraceEvent:
+    """``TraceEvent(resource=..., ...)`` with every field given positionally: the same (equal,
+    frozen) object, made in about half the time by filling its slots directly instead of through
+    the frozen dataclass's per-field ``object.__setattr__`` (a traced 1024-GPU run makes a
+    million of them)."""
+    event = object.__new__(TraceEvent)
+    s_resource, s_kind, s_start, s_end, s_device, s_stage, s_mb, s_nbytes, s_peer = _SLOTS
+    s_resource(event, resource)
+    s_kind(event, kind)
+    s_start(event, start_s)
+    s_end(event, end_s)
+    s_device(event, device)
+    s_stage(event, stage)
+    s_mb(event, microbatch)
+    s_nbytes(event, nbytes)
+    s_peer(event, peer)
+    return event
 
 
 @dataclass(frozen=True, slots=True)

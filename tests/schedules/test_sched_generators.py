@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from pipesim.errors import InputError
@@ -212,3 +214,64 @@ def test_generator_docstrings_carry_a_p4_m8_grid() -> None:
         doc = gen.__doc__ or ""
         assert "p=4, m=8" in doc
         assert "rank 3" in doc
+
+
+STREAM_CASES = [
+    (name, p, m, chunks, options)
+    for name, chunks, options in [
+        ("gpipe", None, {}),
+        ("1f1b", None, {}),
+        ("dapple", None, {}),
+        ("dapple", None, {"warmup": "slow-link"}),
+        ("zb-h2", None, {}),
+        ("interleaved", 2, {}),
+        ("interleaved", 3, {}),
+        ("zb-h1", 1, {}),
+        ("zb-h1", 2, {}),
+    ]
+    for p in (1, 2, 3, 4)
+    for m in (1, 2, 3, 4, 5, 8)
+    if chunks is None or chunks == 1 or m % max(1, m // p) == 0
+]
+
+
+@pytest.mark.parametrize(("name", "p", "m", "chunks", "options"), STREAM_CASES)
+def test_stream_schedule_is_make_schedule_row_by_row(
+    name: str, p: int, m: int, chunks: int | None, options: dict[str, object]
+) -> None:
+    from pipesim.schedules.registry import stream_schedule
+
+    built = make_schedule(name, num_ranks=p, num_microbatches=m, chunks=chunks, **options)
+    stream = stream_schedule(name, num_ranks=p, num_microbatches=m, chunks=chunks, **options)
+    assert (stream.name, stream.num_ranks, stream.num_stages, stream.num_microbatches) == (
+        built.name, built.num_ranks, built.num_stages, built.num_microbatches,
+    )  # fmt: skip
+    for r in range(p):  # every call gives a fresh iterator of the same row
+        expected = [(a.op, a.stage, a.microbatch) for a in built.ranks[r]]
+        assert list(stream.row(r)) == expected
+        assert list(stream.row(r)) == expected
+    assert stream.materialize() == built
+
+
+def test_stream_schedule_refuses_what_make_schedule_refuses() -> None:
+    from pipesim.schedules.generators import stream_of
+    from pipesim.schedules.registry import stream_schedule
+
+    with pytest.raises(InputError, match="num_microbatches"):
+        stream_schedule("1f1b", num_ranks=2, num_microbatches=0)
+    with pytest.raises(InputError, match="chunks"):
+        stream_schedule("gpipe", num_ranks=2, num_microbatches=4, chunks=2)
+    with pytest.raises(InputError, match="options"):
+        stream_schedule("gpipe", num_ranks=2, num_microbatches=4, warmup="default")
+    with pytest.raises(ScheduleError):  # an explicit DAPPLE warm-up list that deadlocks
+        stream_schedule("dapple", num_ranks=3, num_microbatches=4, warmup=[1, 2, 1])
+    with pytest.raises(InputError, match="generator"):
+        stream_of(make_schedule)
+
+
+def test_stream_rows_are_lazy() -> None:
+    from pipesim.schedules.registry import stream_schedule
+
+    stream = stream_schedule("1f1b", num_ranks=4, num_microbatches=10**9)
+    first = [f"{s}{op.value}{mb}" for op, s, mb in itertools.islice(stream.row(1), 5)]
+    assert first == ["1F0", "1F1", "1F2", "1B0", "1F3"]

@@ -301,3 +301,17 @@ def test_link_tracks_are_recorded() -> None:
     assert links
     assert all(e.resource in result.link_names for e in links)
     assert all(e.end_s > e.start_s and e.nbytes > 0 for e in links)
+
+
+def test_new_event_is_the_trace_event_with_those_fields() -> None:
+    from pipesim.simulator.trace import EventKind, TraceEvent, new_event
+
+    made = new_event("gpu3.comm", EventKind.SEND_GRADIENT, 1.0, 2.5, 3, 4, 5, 6.0, 7)
+    assert made == TraceEvent(
+        resource="gpu3.comm", kind=EventKind.SEND_GRADIENT, start_s=1.0, end_s=2.5,
+        device=3, stage=4, microbatch=5, nbytes=6.0, peer=7,
+    )  # fmt: skip
+    assert hash(made) == hash(TraceEvent(resource="gpu3.comm", kind=EventKind.SEND_GRADIENT, start_s=1.0,
+                                         end_s=2.5, device=3, stage=4, microbatch=5, nbytes=6.0, peer=7))
+    with pytest.raises(AttributeError):
+        made.start_s = 0.0  # type: ignore[misc]

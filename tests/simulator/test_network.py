@@ -184,6 +184,25 @@ def test_records_of_transfers_and_link_intervals() -> None:
     assert net.link_name(1) == "link1"
 
 
+def test_link_stretches_are_the_link_intervals_as_plain_arguments() -> None:
+    def run(**hook: object) -> None:
+        env = simpy.Environment()
+        net = Network(env, [2.0, 4.0, 1.0], [0.5, 0.0, 0.1], **hook)  # type: ignore[arg-type]
+        net.transfer((0, 1), 2.0)
+        net.transfer((1,), 2.0)
+        net.transfer((1, 2), 3.0)
+        env.run()
+
+    intervals: list[LinkInterval] = []
+    stretches: list[tuple[int, float, float, float]] = []
+    run(on_link_interval=intervals.append)
+    run(on_link_stretch=lambda *args: stretches.append(args))
+    assert len(intervals) >= 4
+    assert stretches == [(i.link, i.start_s, i.end_s, i.bytes_per_s) for i in intervals]
+    with pytest.raises(InputError, match="on_link_stretch"):
+        run(on_link_interval=intervals.append, on_link_stretch=lambda *args: None)
+
+
 def test_same_instant_changes_share_one_refill() -> None:
     _, net = run_jobs([1.0] * 4, [0.0] * 4, [(0.0, (i,), 1.0) for i in range(4)])
     assert net.stats.refills == 2  # all four start together, all four end together

@@ -158,3 +158,45 @@ def test_without_trace_a_peak_at_time_zero_is_kept() -> None:
         assert curve.peak_bytes == full.memory[device].peak_bytes
         assert curve.peak_bytes == lean.devices[0].peak_memory_bytes
     assert lean.stage_peak_memory_bytes == full.stage_peak_memory_bytes
+
+
+def _as_steps(program: object, ins: object) -> tuple[object, int, int | None]:
+    from pipesim.schedules import Op
+
+    if isinstance(ins, Compute):
+        return (Op(ins.op), ins.stage, ins.microbatch)
+    if isinstance(ins, Recv):
+        return (Op.RECV_F if ins.key[0] == "act" else Op.RECV_B, ins.key[1], ins.key[2])
+    if isinstance(ins, Send):
+        return (Op.SEND_F if ins.key[0] == "act" else Op.SEND_B, ins.stage, ins.microbatch)
+    assert isinstance(ins, Post)
+    return (Op.ALL_REDUCE, program.collectives[ins.collective].stage, None)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("schedule", "chunks"),
+    [("gpipe", 1), ("1f1b", 1), ("dapple", 1), ("interleaved", 2), ("zb-h1", 2), ("zb-h2", 1)],
+)
+def test_streamed_program_is_the_materialized_lowering(schedule: str, chunks: int) -> None:
+    """The program lowered from the lazy schedule stream runs, on every device, exactly the
+    lowered schedule built from ``make_schedule`` (same steps, same step indices)."""
+    from pipesim.schedules import make_schedule
+    from pipesim.schedules.lowering import lower as lower_schedule
+
+    p, m = 3, 6
+    profile = equal_profile(p * chunks, parameter_bytes=1 << 20)
+    plan = one_layer_per_stage(p, m, schedule=schedule, chunks=chunks, replicas=2)
+    program = lower(plan, profile, CLUSTER, SimOptions())
+    built = make_schedule(schedule, num_ranks=p, num_microbatches=m, chunks=chunks if chunks > 1 else None)
+    lowered = lower_schedule(built, range(p * chunks))
+    assert program.lowered_schedule() == lowered
+    for rank, replica, device in program.streams:
+        got = program.instructions(device)
+        want = [(a.op, a.stage, a.microbatch) for a in lowered.ranks[rank]]
+        assert [_as_steps(program, ins) for ins in got] == want, (rank, replica)
+        for ins in got:
+            if isinstance(ins, Compute | Recv):
+                assert _as_steps(program, ins) == want[ins.step]
+        blocks = program.blocks(rank, replica)
+        flat = [i for recv, compute, sends, post in blocks for i in (recv, compute, *sends, post)]
+        assert [i for i in flat if i is not None] == got
