@@ -220,6 +220,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.distribution and not args.runs:
         raise invalid("--distribution", args.distribution, "needs --runs")
     options = SimOptions(
+        record_trace=bool(args.gantt or args.trace),  # the table and --json read no trace events
         free_links=args.free_links,
         jitter=args.jitter,
         seed=args.seed if args.seed is not None or not args.runs else 0,
