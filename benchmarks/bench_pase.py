@@ -34,6 +34,7 @@ PASE_SEARCH_S = {
     ("resnet101", 4): 7.05,
     ("resnet101", 8): 51.0,
     ("resnet101", 16): 164.7,
+    ("resnet101", 32): 224.9,
     ("inception3", 4): 2.13,
     ("inception3", 8): 3.90,
     ("inception3", 16): 8.79,
