@@ -13,6 +13,7 @@ a device needs but does not hold comes from a device holding it (among several r
 
 from __future__ import annotations
 
+import datetime
 import math
 import time
 from collections.abc import Mapping
@@ -21,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from pipesim.errors import Infeasible
+from pipesim.errors import Infeasible, check_count
 from pipesim.planner.pase import (
     ELEMENT_BYTES,
     CostParams,
@@ -49,6 +50,7 @@ __all__ = [
     "bottleneck_bandwidth",
     "estimate_seconds",
     "lower_strategy",
+    "pase_text",
     "plan_strategy",
     "simulate_plan",
 ]
@@ -116,6 +118,8 @@ def plan_strategy(
     *,
     model_size: int | None = None,
     params: CostParams | None = None,
+    warmup: int = 0,
+    repeats: int = 1,
 ) -> StrategyPlan:
     """Find PaSE's strategy for a built-in graph and price pure data parallelism beside it.
 
@@ -124,23 +128,30 @@ def plan_strategy(
             ``transformer``).
         n_procs: devices, >= 1.
         batch: global batch size.
-        model_size: Transformer embedding width / RNN units (default: PaSE's).
+        model_size: PaSE's ``-m``: checked, read by none of the graphs (as in PaSE).
         params: the cost model's machine (default: PaSE's 10 TFLOP/s, 16 GB/s, 8-byte words
             for ``r``, fp32 elements for seconds).
+        warmup: untimed searches first (PaSE's ``--measure``: 2).
+        repeats: timed searches; ``search_time_s`` is their mean (PaSE's ``--measure``: 5).
 
     Raises:
         UnknownNameError: unknown graph.
-        InputError: bad ``n_procs``/``batch``/``model_size``, or a batch too small to split
-            ``n_procs`` ways.
+        InputError: bad ``n_procs``/``batch``/``model_size``/``warmup``/``repeats``, or a batch
+            too small to split ``n_procs`` ways.
         Infeasible: the search's tables would be too large.
     """
     params = params or CostParams()
     pase_graph = build_graph(graph, n_procs, batch, model_size=model_size)
     dp = data_parallel_choice(pase_graph)
     r = params.flop_per_word
+    check_count("warmup", warmup, minimum=0)
+    check_count("repeats", repeats)
+    for _ in range(warmup):
+        search(pase_graph, r)
     start = time.perf_counter()
-    result = search(pase_graph, r)
-    elapsed = time.perf_counter() - start
+    for _ in range(repeats):
+        result = search(pase_graph, r)
+    elapsed = (time.perf_counter() - start) / repeats
     return StrategyPlan(
         graph=pase_graph,
         params=params,
@@ -149,6 +160,50 @@ def plan_strategy(
         data_parallel_cost=pase_graph.total_cost(dp, r),
         search_time_s=elapsed,
     )
+
+
+_PASE_TYPES = {
+    "add": "Elementwise",
+    "batchnorm": "Norm",
+    "concat": "Concat",
+    "conv": "Conv",
+    "einsum": "Einsum",
+    "fc": "FC",
+    "lstm": "LSTM",
+    "mean": "ReduceMean",
+    "norm": "Norm",
+    "pool": "Pooling",
+    "ravel": "Ravel",
+    "softmax": "Softmax",
+    "stack": "Stack",
+    "unravel": "Unravel",
+    "unstack": "Unstack",
+    "xent": "SoftmaxCrossEntropy",
+}
+"""pipesim vertex kinds as PaSE's op class names (``nn_ops.py``)."""
+
+
+def pase_text(plan: StrategyPlan) -> str:
+    """What PaSE's ``scheduler.py`` prints for the plan (commit 32aa761), as one string.
+
+    One ``Node: i; Type: T; Configs: n`` line per vertex, ``Processing time:`` (the mean search
+    time as a ``datetime.timedelta``), the strategy (each vertex's split factors in PaSE's layout
+    of a pandas Series) between ``=====`` lines, and ``Total cost: %0.2f``. PaSE's
+    ``Einsum domain:`` lines are not printed.
+    """
+    lines = [
+        f"Node: {v.id}; Type: {_PASE_TYPES.get(v.kind, v.kind)}; Configs: {len(v.configs)}"
+        for v in plan.graph.vertices
+    ]
+    lines += ["", f"Processing time:  {datetime.timedelta(seconds=plan.search_time_s)}", ""]
+    index = [str(v.id) for v in plan.graph.vertices]
+    values = [str(tuple(int(c) for c in v.configs[plan.result.choice[v.id]])) for v in plan.graph.vertices]
+    wi = max(map(len, index), default=0)
+    wv = max(map(len, values), default=0)
+    lines += ["Strategy with minimum cost:", "====="]
+    lines += [f"{i:<{wi}}    {val:>{wv}}" for i, val in zip(index, values, strict=True)]
+    lines += ["=====", f"Total cost: {plan.result.cost:0.2f}"]
+    return "\n".join(lines)
 
 
 def estimate_seconds(

@@ -1,16 +1,21 @@
 """The ``strategy`` sub-command: PaSE's per-layer parallelization strategy for a built-in graph.
 
 ``pipesim strategy -g GRAPH -p PROCS -b BATCH [-m MODEL_SIZE] [--flops TFLOPS] [--bw GBPS]
-[--dump-graph FILE.dot] [--json] [--simulate [--cluster NAME]] [--device NAME --link NAME]``;
-flags and defaults as PaSE's ``scheduler.py`` (p 32, batch 128, 10 TFLOP/s, 16 GB/s). ``--flops``
-and ``--bw`` mean what PaSE's mean: the FLOP-per-word ratio ``r`` uses PaSE's 8-byte words, so
-the FLOP-equivalent total cost and the strategy are PaSE's for the same flags; the seconds
-(``total_cost_s``, ``--device/--link``, ``--simulate``) move 4-byte fp32 elements.
+[-d [FILE.dot]] [--algo {0,1}] [--profile] [--measure] [--pase-output] [--json]
+[--simulate [--cluster NAME]] [--device NAME --link NAME]``; flags and defaults as PaSE's
+``scheduler.py`` at commit 32aa761 (p 8, batch 128, model size 128, 10 TFLOP/s, 16 GB/s).
+``--flops`` and ``--bw`` mean what PaSE's mean: the FLOP-per-word ratio ``r`` uses PaSE's 8-byte
+words, so the FLOP-equivalent total cost and the strategy are PaSE's for the same flags; the
+seconds (``total_cost_s``, ``--device/--link``, ``--simulate``) move 4-byte fp32 elements.
+``--pase-output`` prints what PaSE prints (see :func:`pipesim.strategy.pase_text`).
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
+import pstats
+import sys
 from typing import Any
 
 from pipesim.cli._common import (
@@ -47,14 +52,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument(
         "-g", "--graph", default="alexnet", help=f"graph: {', '.join(graph_names())} (default: alexnet)"
     )
-    p.add_argument("-p", "--procs", type=positive_int, default=32, help="number of devices (default: 32)")
+    p.add_argument("-p", "--procs", type=positive_int, default=8, help="number of devices (default: 8)")
     p.add_argument("-b", "--batch", type=batch_int, default=128, help="global batch size (default: 128)")
     p.add_argument(
         "-m",
         "--model",
         type=positive_int,
-        default=None,
-        help="model size: Transformer embedding width or RNN units (default: PaSE's graph sizes)",
+        default=128,
+        help="model size (default: 128); parsed as PaSE does, and, as in PaSE, no graph reads it",
     )
     p.add_argument(
         "--flops", type=positive_float, default=10.0, help="peak TFLOP/s of each device (default: 10.0)"
@@ -63,7 +68,30 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "--bw", type=positive_float, default=16.0, help="peak interconnect bandwidth, GB/s (default: 16.0)"
     )
     p.add_argument(
-        "--dump-graph", metavar="FILE.dot", default=None, help="write the layer graph in dot format"
+        "-d",
+        "--dump-graph",
+        metavar="FILE.dot",
+        nargs="?",
+        const="graph.dot",
+        default=None,
+        help="write the layer graph in dot format (bare -d: graph.dot, as PaSE)",
+    )
+    p.add_argument(
+        "--algo",
+        type=int,
+        choices=(0, 1),
+        default=0,
+        help="PaSE's elimination order (0) or its naive breadth-first order (1); both are exact, "
+        "pipesim runs its own exact search for either and prints the same minimum",
+    )
+    p.add_argument("--profile", action="store_true", help="print a cProfile of the search (as PaSE)")
+    p.add_argument(
+        "--measure", action="store_true", help="time the search as PaSE does: 2 warm-up runs, mean of 5"
+    )
+    p.add_argument(
+        "--pase-output",
+        action="store_true",
+        help="print what PaSE's scheduler.py prints (strategy table and 'Total cost:')",
     )
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument(
@@ -89,7 +117,13 @@ def _run(args: argparse.Namespace) -> int:
     from pipesim.planner.pase import CostParams
     from pipesim.profiles.hardware.catalog import get_device, get_link
     from pipesim.profiles.inputs import resolve_cluster
-    from pipesim.strategy import bottleneck_bandwidth, estimate_seconds, plan_strategy, simulate_plan
+    from pipesim.strategy import (
+        bottleneck_bandwidth,
+        estimate_seconds,
+        pase_text,
+        plan_strategy,
+        simulate_plan,
+    )
 
     if (args.device is None) != (args.link is None):
         raise invalid("--device/--link", (args.device, args.link), "give both or neither")
@@ -97,15 +131,31 @@ def _run(args: argparse.Namespace) -> int:
         raise invalid("--cluster", args.cluster, "needs --simulate")
     if args.overrides and not args.simulate:
         raise invalid("--set", [f"{k}={v}" for k, v in args.overrides], "needs --simulate")
+    if args.pase_output and args.json:
+        raise invalid("--pase-output", True, "cannot be combined with --json")
     params = CostParams.from_pase_flags(args.flops, args.bw)
-    plan = plan_strategy(args.graph, args.procs, args.batch, model_size=args.model, params=params)
+    timing = {"warmup": 2, "repeats": 5} if args.measure else {}
+    profiler = cProfile.Profile() if args.profile else None
+    if profiler is not None:
+        profiler.enable()
+    plan = plan_strategy(args.graph, args.procs, args.batch, model_size=args.model, params=params, **timing)
+    if profiler is not None:
+        profiler.disable()
     if args.dump_graph:
         atomic_write_text(args.dump_graph, plan.graph.to_dot())
+    if args.pase_output:
+        if args.dump_graph:
+            print(f"Graph written to {args.dump_graph}.\n")
+        if profiler is not None:
+            pstats.Stats(profiler, stream=sys.stdout).sort_stats("cumtime").print_stats()
+        print(pase_text(plan))
+        return 0
     out: dict[str, Any] = {
         "graph": plan.graph.name,
         "procs": plan.graph.n_procs,
         "batch": plan.graph.batch,
         "model_size": args.model,
+        "algo": args.algo,
         "flops_tflops": args.flops,
         "bw_gbps": args.bw,
         "flop_per_word": params.flop_per_word,
@@ -174,6 +224,8 @@ def _run(args: argparse.Namespace) -> int:
             f"{sim_out['data_parallel_step_time_s'] * 1e3:.3f} ms (estimate "
             f"{sim_out['data_parallel_estimate_s'] * 1e3:.3f} ms)"
         )
+    if profiler is not None:
+        pstats.Stats(profiler, stream=sys.stdout).sort_stats("cumtime").print_stats(20)
     if args.dump_graph:
         print(f"graph written to {args.dump_graph}")
     return 0

@@ -1,12 +1,12 @@
 """PaSE's built-in networks: alexnet, resnet101, inception3, rnnlm, transformer.
 
-Layer shapes follow PaSE's ``graph.py`` (Elango, IPDPS 2021, public implementation), which the
-paper evaluates: AlexNet on 227x227 images with a 1024-class FC8; ResNet-101 (torchvision layout,
-227x227 input); Inception-v3 (torchvision layout, 299x299, no auxiliary head); a Transformer of 6
-encoder and 6 decoder layers (sequence 512, vocabulary 50,000, embedding 1024, 16 heads of
-``d_k = 128``, feed-forward ``16 x 512``); and an RNN language model (2 LSTM layers of 2048 units,
-sequence 64, vocabulary 50,000). ``model_size`` overrides the Transformer's embedding width or
-the RNN's units (PaSE's ``-m`` flag is parsed but none of these five graphs reads it).
+Layer shapes follow PaSE's ``graph.py`` at commit 32aa761 (github.com/baidu-research/PaSE, main
+branch; Elango, IPDPS 2021): AlexNet on 227x227 images with a 1024-class FC8; ResNet-101
+(torchvision layout, 227x227 input); Inception-v3 (torchvision layout, 299x299, no auxiliary
+head); a Transformer of 6 encoder and 6 decoder layers, post-norm (sequence 256, vocabulary
+50,000, embedding 512, 8 heads of ``d_k = 64``, feed-forward 2048; PaSE's "Small" model); and an
+RNN language model (2 LSTM layers of 2048 units, sequence 256, vocabulary 100,000). The last two
+use PaSE's cutoff of 1 element per device, the others 4.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from pipesim.planner.pase.ops import GraphBuilder, Tensor
 __all__ = ["build_graph", "graph_names"]
 
 
-def _alexnet(g: GraphBuilder, b: int, _m: int | None) -> None:
+def _alexnet(g: GraphBuilder, b: int) -> None:
     x = g.input((b, 3, 227, 227))
     x = g.conv(x, (96, 3, 11, 11), stride=4, pw_op_cnt=1, name="conv1")
     x = g.pool(x, (3, 3), stride=2, name="pool1")
@@ -38,7 +38,7 @@ def _alexnet(g: GraphBuilder, b: int, _m: int | None) -> None:
     g.softmax_xent(x)
 
 
-def _resnet101(g: GraphBuilder, b: int, _m: int | None) -> None:
+def _resnet101(g: GraphBuilder, b: int) -> None:
     expansion = 4
     inplanes = 64
 
@@ -66,7 +66,7 @@ def _resnet101(g: GraphBuilder, b: int, _m: int | None) -> None:
     g.softmax_xent(x)
 
 
-def _inception3(g: GraphBuilder, b: int, _m: int | None) -> None:
+def _inception3(g: GraphBuilder, b: int) -> None:
     def conv(
         x: Tensor, fltr: tuple[int, int, int, int], stride: int = 1, pad: int | tuple[int, int] = 0
     ) -> Tensor:
@@ -121,59 +121,54 @@ def _inception3(g: GraphBuilder, b: int, _m: int | None) -> None:
     g.softmax_xent(x)
 
 
-def _transformer(g: GraphBuilder, b: int, m: int | None) -> None:
-    seq, vocab, embed, heads, d_k, n_layers = 512, 50000, m or 1024, 16, 128, 6
-    ff = heads * 512
+def _transformer(g: GraphBuilder, b: int) -> None:
+    # PaSE's "Small" configuration, the one its graph.py builds (model_size = 0 there).
+    seq, vocab, embed, heads, ff, n_layers, d_k = 256, 50000, 512, 8, 2048, 6, 64
+    pos = g.input((b, seq, embed))  # one positional encoding, shared by encoder and decoder
 
-    def attention(q: Tensor, k: Tensor, v: Tensor, tag: str) -> Tensor:
-        qkv = g.stack([q, k, v], name=f"{tag}.stack")
-        qkv = g.einsum("sble,shek->sbhlk", qkv, g.input((3, heads, embed, d_k)), name=f"{tag}.qkv")
-        q2, k2, v2 = g.unstack(qkv, name=f"{tag}.unstack")
-        logits = g.einsum("bhlk,bhmk->bhlm", q2, k2, name=f"{tag}.qk")
+    def attention(xs: list[Tensor], tag: str) -> Tensor:
+        if len(xs) == 3:  # cross-attention: query from xs[0], keys and values from xs[1:]
+            qkv = g.stack(xs, name=f"{tag}.stack")
+            eq = "sble,shek->sbhlk"
+        else:  # self-attention: one input serves as query, key and value
+            qkv, eq = xs[0], "ble,shek->sbhlk"
+        qkv = g.einsum(eq, qkv, g.input((3, heads, embed, d_k)), name=f"{tag}.qkv")
+        q, k, v = g.unstack(qkv, name=f"{tag}.unstack")
+        logits = g.einsum("bhlk,bhmk->bhlm", q, k, name=f"{tag}.qk")
         weights = g.softmax(logits, 3, name=f"{tag}.softmax")
-        scores = g.einsum("bhlm,bhmk->bhlk", weights, v2, name=f"{tag}.av")
-        return g.einsum("bhlk,hek->ble", scores, g.input((heads, embed, d_k)), name=f"{tag}.out")
+        scores = g.einsum("bhlm,bhmk->bhlk", weights, v, name=f"{tag}.av")
+        scores = g.einsum("bhlk,hek->ble", scores, g.input((heads, embed, d_k)), name=f"{tag}.out")
+        return g.norm(g.elementwise(xs[0], scores, name=f"{tag}.res"), name=f"{tag}.norm")
 
     def feed_forward(x: Tensor, tag: str) -> Tensor:
         h = g.einsum("ble,ef->blf", x, g.input((embed, ff)), pw_op_cnt=2, name=f"{tag}.ff1")
-        return g.einsum("blf,fe->ble", h, g.input((ff, embed)), name=f"{tag}.ff2")
+        h = g.einsum("blf,fe->ble", h, g.input((ff, embed)), name=f"{tag}.ff2")
+        return g.norm(g.elementwise(x, h, name=f"{tag}.res"), name=f"{tag}.norm")
 
-    def encoder(x: Tensor, tag: str) -> Tensor:
-        n1 = g.norm(x, name=f"{tag}.norm1")
-        att = g.elementwise(x, attention(n1, n1, n1, f"{tag}.att"), name=f"{tag}.res1")
-        n2 = g.norm(att, name=f"{tag}.norm2")
-        return g.elementwise(att, feed_forward(n2, f"{tag}.ffn"), name=f"{tag}.res2")
-
-    def decoder(x: Tensor, enc: Tensor, tag: str) -> Tensor:
-        n1 = g.norm(x, name=f"{tag}.norm1")
-        a1 = g.elementwise(x, attention(n1, n1, n1, f"{tag}.att1"), name=f"{tag}.res1")
-        n2 = g.norm(a1, name=f"{tag}.norm2")
-        a2 = g.elementwise(a1, attention(n2, enc, enc, f"{tag}.att2"), name=f"{tag}.res2")
-        n3 = g.norm(a2, name=f"{tag}.norm3")
-        return g.elementwise(a2, feed_forward(n3, f"{tag}.ffn"), name=f"{tag}.res3")
-
-    pos = g.input((b, seq, embed))
     x = g.elementwise(g.embedding(g.input((b, seq)), vocab, embed, name="enc.embed"), pos, name="enc.pos")
     for i in range(n_layers):
-        x = encoder(x, f"enc{i}")
-    enc = g.norm(x, name="enc.norm")
+        x = feed_forward(attention([x], f"enc{i}.att"), f"enc{i}.ffn")
+    enc = x
     x = g.elementwise(g.embedding(g.input((b, seq)), vocab, embed, name="dec.embed"), pos, name="dec.pos")
     for i in range(n_layers):
-        x = decoder(x, enc, f"dec{i}")
-    x = g.norm(x, name="dec.norm")
+        a1 = attention([x], f"dec{i}.att1")
+        x = feed_forward(attention([a1, enc, enc], f"dec{i}.att2"), f"dec{i}.ffn")
     x = g.einsum("ble,ev->blv", x, g.input((embed, vocab)), name="proj")
     g.softmax_xent(x)
 
 
-def _rnnlm(g: GraphBuilder, b: int, m: int | None) -> None:
-    seq, vocab, units, layers = 64, 50000, m or 2048, 2
+def _rnnlm(g: GraphBuilder, b: int) -> None:
+    seq, vocab, units, layers = 256, 100000, 2048, 2
     x = g.embedding(g.input((b, seq)), vocab, units)
     x = g.lstm(x, units, layers, name="lstm")
-    x = g.einsum("bln,nv->blv", x, g.input((units, vocab)), name="proj")
+    x = g.fc(x, vocab, name="proj")
     g.softmax_xent(x)
 
 
-_GRAPHS: dict[str, Callable[[GraphBuilder, int, int | None], None]] = {
+_CUTOFFS = {"transformer": 1, "rnnlm": 1}
+"""PaSE's ``Ops.SetCutoff(1)`` in these two graphs (lets heads and layers be split)."""
+
+_GRAPHS: dict[str, Callable[[GraphBuilder, int], None]] = {
     "alexnet": _alexnet,
     "resnet101": _resnet101,
     "inception3": _inception3,
@@ -188,7 +183,7 @@ def graph_names() -> tuple[str, ...]:
 
 
 def build_graph(
-    name: str, n_procs: int, batch: int, *, model_size: int | None = None, cutoff: int = DEFAULT_CUTOFF
+    name: str, n_procs: int, batch: int, *, model_size: int | None = None, cutoff: int | None = None
 ) -> PaseGraph:
     """Build a built-in graph with every layer's configurations for ``n_procs`` devices.
 
@@ -196,8 +191,9 @@ def build_graph(
         name: one of :func:`graph_names` (case-insensitive).
         n_procs: devices, >= 1.
         batch: global batch size, >= 1.
-        model_size: Transformer embedding width / RNN units; ``None``: PaSE's sizes.
-        cutoff: fewest elements per device along a split dimension (PaSE: 4).
+        model_size: PaSE's ``-m``: checked, but, as in PaSE, none of the graphs reads it.
+        cutoff: fewest elements per device along a split dimension; ``None``: PaSE's (1 for
+            ``transformer`` and ``rnnlm``, 4 for the others).
 
     Raises:
         UnknownNameError: no such graph.
@@ -206,11 +202,13 @@ def build_graph(
     key = name.strip().lower() if isinstance(name, str) else ""
     if key not in _GRAPHS:
         raise UnknownNameError("graph", str(name), _GRAPHS)
+    if cutoff is None:
+        cutoff = _CUTOFFS.get(key, DEFAULT_CUTOFF)
     for field, value in (("procs", n_procs), ("batch", batch), ("cutoff", cutoff)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise invalid(field, value, "must be an integer >= 1")
     if model_size is not None and (not isinstance(model_size, int) or model_size < 1):
         raise invalid("model_size", model_size, "must be an integer >= 1")
     builder = GraphBuilder(key, n_procs, batch, cutoff)
-    _GRAPHS[key](builder, batch, model_size)
+    _GRAPHS[key](builder, batch)
     return builder.build()

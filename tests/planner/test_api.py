@@ -1,10 +1,9 @@
-"""The planner API: registry, ranking, estimates, errors, and the HPGO compatibility module."""
+"""The planner API: registry, ranking, estimates, errors (HPGO compatibility: tests/compat)."""
 
 from __future__ import annotations
 
 import itertools
 import math
-from pathlib import Path
 
 import pytest
 
@@ -112,30 +111,6 @@ def test_verify_api() -> None:
     report = pipesim.verify(best, CLUSTER, profile=profile)
     assert abs(report.relative_error) < 0.05
     assert report.peak_memory_relative_error == pytest.approx(0.0, abs=1e-9)
-
-
-def test_hpgo_compat(tmp_path: Path) -> None:
-    import pipesim.compat.hpgo as hpgo
-
-    graph = tmp_path / "toy-pbs-4.txt"
-    lines = []
-    for i in range(6):
-        lines.append(
-            f"node{i} -- Linear{i} -- forward_compute_time={2 + i % 3}.0, "
-            f"backward_compute_time={4 + i % 2}.0, activation_size=4194304.0, parameter_size=67108864.0"
-        )
-    lines += [f"\tnode{i} -- node{i + 1}" for i in range(5)]
-    graph.write_text("\n".join(lines) + "\n")
-    conductor = hpgo.conductor_from_torch_graph_and_seps(str(graph), 4, 64, [8, 16])
-    speedup, stages = conductor.py_orchestrate()
-    assert speedup >= 1.0
-    assert stages[0][0] == 0
-    assert stages[-1][1] == 6
-    for first, end, replicas, gpus in stages:
-        assert end > first
-        assert len(gpus) == replicas
-    with pytest.raises(InputError, match="devices"):
-        hpgo.cluster_from_seps([8, 12])
 
 
 def test_names_overrides_and_retargeting() -> None:
