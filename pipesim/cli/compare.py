@@ -99,7 +99,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 def _run(args: argparse.Namespace) -> int:
     from pipesim.compare import compare, write_compare_outputs
     from pipesim.plan_file import load_plan
-    from pipesim.reports.gantt import parse_figsize
+    from pipesim.reports.figsize import parse_figsize
 
     started = time.perf_counter()
     figsize = parse_figsize(args.figsize)

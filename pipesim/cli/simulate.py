@@ -214,7 +214,7 @@ def _run(args: argparse.Namespace) -> int:
         from pipesim.reports.montecarlo import parse_speed
 
         speeds = parse_speed(args.speed)
-    from pipesim.reports.gantt import parse_figsize
+    from pipesim.reports.figsize import parse_figsize
 
     figsize = parse_figsize(args.figsize)
     if args.distribution and not args.runs:

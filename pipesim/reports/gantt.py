@@ -42,6 +42,7 @@ from matplotlib.patches import Patch
 
 from pipesim.errors import invalid
 from pipesim.fileio import atomic_write_bytes
+from pipesim.reports.figsize import FIGSIZES, figure_width, parse_figsize
 from pipesim.simulator.trace import EventKind, SimulationResult
 from pipesim.units import GIB, MS
 
@@ -95,10 +96,6 @@ _FULL_LANE = (-0.42, 0.42)
 _MEMORY_BAND = 0.84  # share of a memory row the scale's maximum fills
 _CAPACITY_SHOWN = 2.0  # draw the capacity line when it is at most this multiple of the peak
 
-FIGSIZES: dict[str, float] = {"screen": 11.0, "double": 7.16, "single": 3.5}
-"""Named figure widths in inches: a screen, a two-column paper's full text width (IEEE, 7.16 in)
-and one column (3.5 in)."""
-_MIN_WIDTH_IN = 3.0
 _CHAR_WIDTH_EM = 0.62  # average character width in DejaVu Sans, in font sizes (for label fitting)
 _MIN_LABEL_PT = 5.0  # smallest font for a micro-batch number on a bar
 _MIN_COMM_PT = 1.0  # narrowest drawn transfer (sends are often sub-pixel at iteration scale)
@@ -401,36 +398,6 @@ def _fit(text: str, width_in: float, font: float) -> str:
     return text if len(text) <= room else text[: max(room - 1, 1)] + "…"
 
 
-def parse_figsize(text: str) -> str | tuple[float, float]:
-    """A ``--figsize`` value: a name from :data:`FIGSIZES`, or ``WxH`` in inches (``7x4``).
-
-    Raises:
-        InputError: neither a known name nor two numbers joined by ``x``.
-    """
-    if text in FIGSIZES:
-        return text
-    width, sep, height = text.partition("x")
-    try:
-        if sep:
-            return (float(width), float(height))
-    except ValueError:
-        pass
-    raise invalid("--figsize", text, f"must be {', '.join(FIGSIZES)} or WxH in inches (e.g. 7x4)")
-
-
-def _figure_width(figsize: str | tuple[float, float]) -> tuple[float, float | None]:
-    if isinstance(figsize, str):
-        if figsize not in FIGSIZES:
-            raise invalid("figsize", figsize, f"must be one of {', '.join(FIGSIZES)} or (width, height)")
-        return FIGSIZES[figsize], None
-    if len(figsize) != 2:
-        raise invalid("figsize", figsize, "must be a name or (width, height) in inches")
-    width, height = (float(v) for v in figsize)
-    if not width >= _MIN_WIDTH_IN or not height > 0 or width > 100 or height > 200:
-        raise invalid("figsize", figsize, f"width must be {_MIN_WIDTH_IN:g}-100 in, height 0-200 in")
-    return width, height
-
-
 def _compose(
     entries: Sequence[tuple[str | None, SimulationResult]],
     *,
@@ -443,7 +410,7 @@ def _compose(
         raise invalid("results", [], "must hold at least one result")
     if rows not in ("stage", "device"):
         raise invalid("rows", rows, "must be 'stage' (one row per stage) or 'device'")
-    width_in, height_in = _figure_width(figsize)
+    width_in, height_in = figure_width(figsize)
     row_lists = [_rows(r, rows == "device") for _, r in entries]
     # memory labels are the longest: "s12 (gpu48)  38.2 GiB"
     style = _Style.for_width(width_in, [row.label + " 000.0 GiB" for rs in row_lists for row in rs])

@@ -255,3 +255,19 @@ def test_no_lazy_export_is_shadowed_by_a_submodule() -> None:
     package = Path(pipesim.__file__).parent
     submodules = {p.stem for p in package.glob("*.py")} | {p.name for p in package.iterdir() if p.is_dir()}
     assert not (set(pipesim.__all__) & submodules)
+
+
+def test_simulate_without_figures_does_not_load_matplotlib() -> None:
+    """A table or --json run needs no plotting library: matplotlib's import alone costs more than
+    simulating a thousand micro-batches (benchmarks/bench_simulator.py case (c))."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from pipesim.cli import main; "
+        "main(['simulate', '--model', 'bert48', '--cluster', 'dapple-2x8-v100', '--gbs', '32', "
+        "'--microbatches', '4', '--stages', '2', '--figsize', 'double', '--json']); "
+        "print('matplotlib' in sys.modules, file=sys.stderr)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stderr.strip().splitlines()[-1] == "False"
