@@ -31,6 +31,7 @@ __all__ = [
     "MAX_OVERRIDE_MAGNITUDE",
     "MAX_SEED",
     "add_cluster_arg",
+    "add_gantt_args",
     "add_model_args",
     "add_set_arg",
     "batch_int",
@@ -77,12 +78,7 @@ def float_arg(minimum: float, maximum: float, *, above_minimum: bool = False) ->
 
     def parse(text: str) -> float:
         value = parse_ascii_float(text)
-        if (
-            value is None
-            or value > maximum
-            or value < minimum
-            or (above_minimum and value == minimum)
-        ):
+        if value is None or value > maximum or value < minimum or (above_minimum and value == minimum):
             raise argparse.ArgumentTypeError(f"{text!r} must be a number in {low}{minimum:g}, {maximum:g}]")
         return value
 
@@ -226,3 +222,18 @@ def format_table(
         if k == 0:
             lines.append("  ".join("-" * w for w in widths))
     return "\n".join(lines)
+
+
+def add_gantt_args(parser: argparse.ArgumentParser) -> None:
+    """Add ``--figsize`` and ``--gantt-rows`` (the Gantt chart's size and rows)."""
+    parser.add_argument(
+        "--figsize",
+        default="screen",
+        help="Gantt size: screen (default), double or single (paper columns), or WxH in inches",
+    )
+    parser.add_argument(
+        "--gantt-rows",
+        choices=("stage", "device"),
+        default="stage",
+        help="Gantt rows: one per stage, replicas collapsed (default), or one per device",
+    )

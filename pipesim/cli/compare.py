@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import time
+from typing import TYPE_CHECKING, Any
 
 from pipesim.cli._common import (
     add_cluster_arg,
+    add_gantt_args,
     add_model_args,
     batch_int,
     float_arg,
@@ -18,6 +20,10 @@ from pipesim.cli._common import (
 from pipesim.cli.progress import Status
 from pipesim.limits import MAX_PRICE_PER_DEVICE_HOUR_USD
 from pipesim.units import GIB, MS
+
+if TYPE_CHECKING:
+    from pipesim.compare import CompareRow
+    from pipesim.profiles.hardware.cluster import Cluster
 
 __all__ = ["DEFAULT_CLUSTER", "DEFAULT_GBS", "DEFAULT_MODEL", "register"]
 
@@ -35,26 +41,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         f"With no arguments: {DEFAULT_MODEL} on {DEFAULT_CLUSTER}, global batch {DEFAULT_GBS}, "
         "GPipe vs DAPPLE early-backward on the DAPPLE plan.",
     )
-    add_model_args(p, required=False, default=DEFAULT_MODEL)
-    add_cluster_arg(p, required=False, default=DEFAULT_CLUSTER)
-    p.add_argument(
-        "--gbs", type=batch_int, default=DEFAULT_GBS, help=f"global batch size (default {DEFAULT_GBS})"
-    )
-    p.add_argument(
-        "--schedules",
-        default="gpipe,dapple",
-        help="comma-separated schedules, one row each; the first is the speedup baseline "
-        "(default gpipe,dapple)",
-    )
-    p.add_argument("--planner", default="dapple", help="planner whose best plan is compared (default dapple)")
-    p.add_argument("--plan", help="compare this plan file instead of planning")
-    p.add_argument(
-        "--rerank",
-        default="simulate",
-        choices=("simulate", "none"),
-        help="pick the planner's best plan by simulating its shortlist (default), or by its analytic "
-        "estimate alone (none)",
-    )
+    add_comparison_args(p)
     p.add_argument(
         "--price-per-hour",
         type=float_arg(0.0, MAX_PRICE_PER_DEVICE_HOUR_USD),
@@ -77,17 +64,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         default="png",
         help="format of gantt.* and memory.* (default png)",
     )
-    p.add_argument(
-        "--figsize",
-        default="screen",
-        help="Gantt size: screen (default), double or single (paper columns), or WxH in inches",
-    )
-    p.add_argument(
-        "--gantt-rows",
-        choices=("stage", "device"),
-        default="stage",
-        help="Gantt rows: one per stage, replicas collapsed (default), or one per device",
-    )
+    add_gantt_args(p)
     p.add_argument(
         "--html",
         action="store_true",
@@ -96,28 +73,71 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.set_defaults(func=_run)
 
 
-def _run(args: argparse.Namespace) -> int:
-    from pipesim.compare import compare, write_compare_outputs
-    from pipesim.plan_file import load_plan
-    from pipesim.reports.figsize import parse_figsize
+def add_comparison_args(p: argparse.ArgumentParser) -> None:
+    """The inputs of a comparison, shared by ``compare`` and ``report``: model, cluster and
+    ``--set``, ``--gbs``, ``--schedules``, ``--planner``, ``--plan`` and ``--rerank``."""
+    add_model_args(p, required=False, default=DEFAULT_MODEL)
+    add_cluster_arg(p, required=False, default=DEFAULT_CLUSTER)
+    p.add_argument(
+        "--gbs", type=batch_int, default=DEFAULT_GBS, help=f"global batch size (default {DEFAULT_GBS})"
+    )
+    p.add_argument(
+        "--schedules",
+        default="gpipe,dapple",
+        help="comma-separated schedules, one row each; the first is the speedup baseline "
+        "(default gpipe,dapple)",
+    )
+    p.add_argument("--planner", default="dapple", help="planner whose best plan is compared (default dapple)")
+    p.add_argument("--plan", help="compare this plan file instead of planning")
+    p.add_argument(
+        "--rerank",
+        default="simulate",
+        choices=("simulate", "none"),
+        help="pick the planner's best plan by simulating its shortlist (default), or by its analytic "
+        "estimate alone (none)",
+    )
 
-    started = time.perf_counter()
-    figsize = parse_figsize(args.figsize)
+
+def comparison_rows(
+    args: argparse.Namespace, status: Status, **options: Any
+) -> tuple[list[CompareRow], str, Cluster]:
+    """Run the comparison the arguments of :func:`add_comparison_args` describe.
+
+    ``options`` go to :func:`pipesim.compare.compare` as they are (prices, training samples).
+
+    Returns:
+        The rows, the title (``model on cluster``) and the cluster (overrides applied).
+    """
+    from pipesim.compare import compare
+    from pipesim.plan_file import load_plan
+
     profile, cluster = inputs_of(args)
     schedules = [s.strip() for s in args.schedules.split(",") if s.strip()]
     base = load_plan(args.plan) if args.plan else None
     title = f"{profile.name} on {cluster.name}"
-    with Status(f"comparing {', '.join(schedules)} for {title}") as status:
-        rows = compare(
-            profile,
-            cluster,
-            base.global_batch_size if base else args.gbs,
-            schedules=schedules,
-            planner=args.planner,
-            base_plan=base,
-            price_per_device_hour_usd=args.price_per_hour,
-            train_samples=args.train_samples,
-            rerank=args.rerank == "simulate",
+    status.update(f"comparing {', '.join(schedules)} for {title}")
+    rows = compare(
+        profile,
+        cluster,
+        base.global_batch_size if base else args.gbs,
+        schedules=schedules,
+        planner=args.planner,
+        base_plan=base,
+        rerank=args.rerank == "simulate",
+        **options,
+    )
+    return rows, title, cluster
+
+
+def _run(args: argparse.Namespace) -> int:
+    from pipesim.compare import write_compare_outputs
+    from pipesim.reports.figsize import parse_figsize
+
+    started = time.perf_counter()
+    figsize = parse_figsize(args.figsize)
+    with Status("loading the model and cluster") as status:
+        rows, title, cluster = comparison_rows(
+            args, status, price_per_device_hour_usd=args.price_per_hour, train_samples=args.train_samples
         )
         status.update(f"writing charts and traces to {args.out}/")
         written = write_compare_outputs(

@@ -7,6 +7,7 @@ from typing import Any
 
 from pipesim.cli._common import (
     add_cluster_arg,
+    add_gantt_args,
     add_model_args,
     batch_int,
     format_table,
@@ -117,17 +118,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "--distribution", help="with --runs: write the iteration-time histogram (.png, .svg or .pdf)"
     )
     p.add_argument("--gantt", help="write a Gantt chart (.png, .svg or .pdf)")
-    p.add_argument(
-        "--gantt-rows",
-        choices=("stage", "device"),
-        default="stage",
-        help="Gantt rows: one per stage, replicas collapsed (default), or one per device",
-    )
-    p.add_argument(
-        "--figsize",
-        default="screen",
-        help="Gantt size: screen (default), double or single (paper columns), or WxH in inches",
-    )
+    add_gantt_args(p)
     p.add_argument("--trace", help="write a Chrome/Perfetto trace (.json)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=_run)
