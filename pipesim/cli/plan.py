@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 from typing import Any
@@ -88,7 +89,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 def _plan_key(plan: Plan) -> str:
     """A plan's identity for the rerank cache: its file form (the estimate left out)."""
-    return json.dumps(plan_to_dict(plan), sort_keys=True)
+    return json.dumps(plan_to_dict(dataclasses.replace(plan, estimate=None)), sort_keys=True)
 
 
 def _plans(
