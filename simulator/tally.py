@@ -8,7 +8,7 @@ its end only.
 
 from __future__ import annotations
 
-from operator import attrgetter
+from operator import itemgetter
 
 from pipesim.profiles.hardware.cluster import Cluster
 from pipesim.simulator.program import Compute, Program
@@ -30,6 +30,14 @@ OP_KIND = {
     "W": EventKind.WEIGHT_GRAD,
 }
 """The trace kind of each compute op."""
+
+
+_EVENT_ORDER = itemgetter(
+    TraceEvent._fields.index("start_s"),
+    TraceEvent._fields.index("resource"),
+    TraceEvent._fields.index("end_s"),
+)
+"""Trace order: by start, then resource, then end (fields of the :class:`TraceEvent` tuple)."""
 
 
 class Tally:
@@ -162,7 +170,7 @@ class Tally:
                 )
             )
         stage_peak = tuple(max(self.memory_peak[d][1] for d in stage.devices) for stage in program.stages)
-        events = sorted(self.events, key=attrgetter("start_s", "resource", "end_s"))
+        events = sorted(self.events, key=_EVENT_ORDER)
         return SimulationResult(
             iteration_time_s=iteration,
             global_batch_size=plan.global_batch_size,
