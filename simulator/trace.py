@@ -32,8 +32,7 @@ class TraceEvent(NamedTuple):
     """One interval of activity (an immutable record; build it with keywords).
 
     A named tuple rather than a dataclass: a traced 1024-GPU run makes a million of them, and a
-    tuple is made in a third of the time and left alone by the cyclic garbage collector once it
-    has seen it holds no containers.
+    tuple is made in a third of the time.
 
     Attributes:
         resource: where it ran: ``"gpu3"`` for a device's compute stream, ``"gpu3.comm"`` for its
