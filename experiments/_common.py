@@ -76,7 +76,7 @@ def save_figure(fig: Figure, path: Path, *, dpi: float = 110.0) -> Path:
         InputError: an unsupported extension.
         OSError: the file cannot be written.
     """
-    from pipesim.reports.gantt import save_figure as save
+    from pipesim.reports.figure_file import save_figure as save
 
     path.parent.mkdir(parents=True, exist_ok=True)
     return save(fig, path, dpi=dpi)

@@ -270,7 +270,8 @@ def write_compare_outputs(
         OSError: the directory cannot be created or written.
     """
     from pipesim.reports.chrome import write_chrome_trace
-    from pipesim.reports.gantt import write_compare_gantt, write_memory_bar
+    from pipesim.reports.gantt import write_compare_gantt
+    from pipesim.reports.memory_bars import write_memory_bar
 
     if not rows:
         raise invalid("rows", [], "must hold at least one comparison row")

@@ -26,7 +26,6 @@ plus indigo from Paul Tol's qualitative scheme for the all-reduce.
 
 from __future__ import annotations
 
-import io
 import logging
 import os
 from collections.abc import Sequence
@@ -34,35 +33,28 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import matplotlib
 from matplotlib.collections import LineCollection, PolyCollection
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from pipesim.errors import invalid
-from pipesim.fileio import atomic_write_bytes
 from pipesim.reports.figsize import FIGSIZES, figure_width, parse_figsize
+from pipesim.reports.figure_file import figure_format, save_figure
 from pipesim.simulator.trace import EventKind, SimulationResult
 from pipesim.units import GIB, MS
 
 __all__ = [
     "FIGSIZES",
-    "FORMATS",
+    "RESULT_COLOURS",
     "compare_gantt_figure",
     "gantt_figure",
-    "memory_bar_figure",
     "parse_figsize",
-    "save_figure",
     "write_compare_gantt",
     "write_gantt",
-    "write_memory_bar",
 ]
 
 log = logging.getLogger(__name__)
-
-FORMATS: dict[str, str] = {".png": "png", ".svg": "svg", ".pdf": "pdf"}
-"""File extension -> matplotlib format for the chart writers."""
 
 # group -> (legend label, face colour, text colour on the bar)
 _STYLE: dict[str, tuple[str, str, str]] = {
@@ -87,7 +79,7 @@ _MEMORY_FILL = "#8FB3D9"
 _MEMORY_LINE = "#1F4E79"
 _OVER_FILL = "#F4A582"
 _CAPACITY = "#B2182B"
-_RESULT_COLOURS = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000")
+RESULT_COLOURS = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000")
 
 # vertical layout of a timeline row, in row units around the row centre (y grows downwards)
 _COMPUTE_LANE = (-0.42, 0.10)  # top, bottom offsets when the row has a comm lane
@@ -562,124 +554,6 @@ def compare_gantt_figure(
     return _compose(list(results), title=title, show_memory=show_memory, figsize=figsize, rows=rows)
 
 
-def memory_bar_figure(rows: Sequence[tuple[str, SimulationResult]], *, title: str | None = None) -> Figure:
-    """Peak memory per device for one or more results, as grouped bars with the capacity dashed.
-
-    Each device has a group of bars, one per result (colour = result); the hatched lower part of a
-    bar is the device's static memory (weights, gradients, optimizer state), the rest its peak
-    activations. The device's capacity is a dashed line across each bar. GiB on the y axis.
-
-    Args:
-        rows: ``(name, result)`` pairs.
-        title: a title, or ``None``.
-
-    Returns:
-        A :class:`matplotlib.figure.Figure`.
-
-    Raises:
-        InputError: ``rows`` is empty.
-    """
-    if not rows:
-        raise invalid("rows", [], "must hold at least one result")
-    devices = sorted({d.device for _, r in rows for d in r.devices})
-    k = len(rows)
-    width_in = min(24.0, max(8.0, 1.8 + len(devices) * (0.16 * k + 0.12)))
-    fig = Figure(figsize=(width_in, 4.6))
-    ax = fig.add_axes((0.9 / width_in, 0.7 / 4.6, 1.0 - 1.2 / width_in, 3.2 / 4.6))
-    bar_w = 0.8 / k
-    column = {d: i for i, d in enumerate(devices)}
-    handles: list[Any] = []
-    for j, (name, result) in enumerate(rows):
-        colour = _RESULT_COLOURS[j % len(_RESULT_COLOURS)]
-        xs = [column[d.device] - 0.4 + (j + 0.5) * bar_w for d in result.devices]
-        ax.bar(
-            xs,
-            [d.peak_memory_bytes / GIB for d in result.devices],
-            width=bar_w,
-            color=colour,
-            edgecolor="white",
-            linewidth=0.4,
-            zorder=2,
-        )
-        ax.bar(
-            xs,
-            [d.static_memory_bytes / GIB for d in result.devices],
-            width=bar_w,
-            color=colour,
-            hatch="////",
-            edgecolor="white",
-            linewidth=0.0,
-            zorder=3,
-        )
-        handles.append(
-            Patch(facecolor=colour, label=f"{name} (max {result.peak_memory_bytes / GIB:.1f} GiB)")
-        )
-        caps = [(x, d.memory_capacity_bytes / GIB) for x, d in zip(xs, result.devices, strict=True)]
-        caps = [(x, c) for x, c in caps if c > 0]
-        if caps:
-            ax.hlines(
-                [c for _, c in caps],
-                [x - bar_w / 2 for x, _ in caps],
-                [x + bar_w / 2 for x, _ in caps],
-                colors="black",
-                linestyles="--",
-                linewidth=0.9,
-                zorder=4,
-            )
-    handles.append(
-        Patch(facecolor="#999999", hatch="////", edgecolor="white", label="static (weights, grads, opt.)")
-    )
-    handles.append(Line2D([], [], color="black", linestyle="--", linewidth=0.9, label="capacity"))
-    ax.set_xticks(range(len(devices)))
-    ax.set_xticklabels([f"gpu{d}" for d in devices], fontsize=8, rotation=90 if len(devices) > 16 else 0)
-    ax.set_xlim(-0.6, len(devices) - 0.4)
-    ax.set_ylabel("peak memory (GiB)", fontsize=9)
-    ax.grid(axis="y", color="#DDDDDD", linewidth=0.5, zorder=0)
-    ax.set_axisbelow(True)
-    ax.set_label("memory_bars")
-    legend = {"ncol": min(len(handles), 4), "frameon": False, "fontsize": 8}
-    fig.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 1.0 - 0.08 / 4.6), **legend)
-    if title:
-        ax.set_title(title, fontsize=11, pad=4)
-    return fig
-
-
-def save_figure(fig: Figure, path: str | os.PathLike[str], *, dpi: float = 110.0) -> Path:
-    """Save ``fig`` atomically as PNG, SVG or PDF, chosen by the extension of ``path``.
-
-    SVG and PDF are written without a creation date and with a fixed SVG id salt, so the same
-    figure gives the same bytes.
-
-    Args:
-        fig: the figure.
-        path: the target file; the extension (case-insensitive) picks the format.
-        dpi: resolution for PNG, dots per inch.
-
-    Returns:
-        The path written.
-
-    Raises:
-        InputError: the extension is not ``.png``, ``.svg`` or ``.pdf``.
-        OSError: the file cannot be written.
-    """
-    target = Path(path)
-    fmt = _format_of(target)
-    metadata: dict[str, Any] = {"svg": {"Date": None}, "pdf": {"CreationDate": None}}.get(fmt, {})
-    buffer = io.BytesIO()
-    with matplotlib.rc_context({"svg.hashsalt": "pipesim"}):
-        fig.savefig(buffer, format=fmt, dpi=dpi, metadata=metadata)
-    atomic_write_bytes(target, buffer.getvalue())
-    log.debug("wrote %s (%d bytes)", target, buffer.tell())
-    return target
-
-
-def _format_of(path: str | os.PathLike[str]) -> str:
-    suffix = Path(path).suffix.lower()
-    if suffix not in FORMATS:
-        raise invalid("path", str(path), f"extension {suffix or '(none)'} is not one of {', '.join(FORMATS)}")
-    return FORMATS[suffix]
-
-
 def write_gantt(
     result: SimulationResult, path: str | os.PathLike[str], *, dpi: float = 110.0, **kw: Any
 ) -> Path:
@@ -698,7 +572,7 @@ def write_gantt(
         InputError: bad extension (checked before drawing) or bad figure arguments.
         OSError: the file cannot be written.
     """
-    _format_of(path)
+    figure_format(path)
     return save_figure(gantt_figure(result, **kw), path, dpi=dpi)
 
 
@@ -715,22 +589,5 @@ def write_compare_gantt(
         InputError: bad extension (checked before drawing), no results, or bad figure arguments.
         OSError: the file cannot be written.
     """
-    _format_of(path)
+    figure_format(path)
     return save_figure(compare_gantt_figure(results, **kw), path, dpi=dpi)
-
-
-def write_memory_bar(
-    rows: Sequence[tuple[str, SimulationResult]],
-    path: str | os.PathLike[str],
-    *,
-    dpi: float = 110.0,
-    **kw: Any,
-) -> Path:
-    """Draw :func:`memory_bar_figure` and save it (PNG, SVG or PDF by extension).
-
-    Raises:
-        InputError: bad extension (checked before drawing) or no rows.
-        OSError: the file cannot be written.
-    """
-    _format_of(path)
-    return save_figure(memory_bar_figure(rows, **kw), path, dpi=dpi)

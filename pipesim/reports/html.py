@@ -136,7 +136,8 @@ def compare_report_html(rows: Sequence[CompareRow], *, title: str) -> str:
         InputError: ``rows`` is empty.
     """
     from pipesim.errors import invalid
-    from pipesim.reports.gantt import compare_gantt_figure, memory_bar_figure
+    from pipesim.reports.gantt import compare_gantt_figure
+    from pipesim.reports.memory_bars import memory_bar_figure
 
     if not rows:
         raise invalid("rows", [], "must hold at least one comparison row")

@@ -200,7 +200,7 @@ def write_distribution(
         InputError: bad extension.
         OSError: the file cannot be written.
     """
-    from pipesim.reports.gantt import _format_of, save_figure
+    from pipesim.reports.figure_file import figure_format, save_figure
 
-    _format_of(path)
+    figure_format(path)
     return save_figure(distribution_figure(summary, title=title), path)

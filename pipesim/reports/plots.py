@@ -275,6 +275,6 @@ def write_sweep_plot(
         InputError: as for :func:`plot_sweep`, or an extension other than ``.png``, ``.svg``, ``.pdf``.
         OSError: the file cannot be written.
     """
-    from pipesim.reports.gantt import save_figure
+    from pipesim.reports.figure_file import save_figure
 
     return save_figure(plot_sweep(rows_or_path, **options), path)

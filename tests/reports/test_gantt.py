@@ -15,11 +15,10 @@ from pipesim.errors import InputError
 from pipesim.reports.gantt import (
     compare_gantt_figure,
     gantt_figure,
-    memory_bar_figure,
     write_compare_gantt,
     write_gantt,
-    write_memory_bar,
 )
+from pipesim.reports.memory_bars import memory_bar_figure, write_memory_bar
 from pipesim.simulator.trace import EventKind, TraceEvent
 from pipesim.units import GIB, MS
 from tests.simulator._fake_result import pipeline_result
