@@ -240,6 +240,25 @@ def _search_one(
             found = devs_cache[key] = order[num_dev - start - r : num_dev - start]
         return found
 
+    def transfer(start: int, r: int, q: int, rf: int, i: int) -> tuple[float, float]:
+        """Forward and backward transfer times across the cut before layer ``i``, seconds, from a
+        stage of ``r`` replicas at ``start`` to the suffix's first stage (``rf`` replicas)."""
+        if b % r == 0 and b % rf == 0:
+            key = (start, r, q - rf, rf)
+            lines = xfer.get(key)
+            if lines is None:
+                new_devs = devices(start, r)
+                old = devices(q - rf, rf)
+                lines = xfer[key] = (model.transfer_lines(new_devs, old), model.transfer_lines(old, new_devs))
+            nbytes = b * cut[i - 1]
+            return eval_lines(lines[0], nbytes), eval_lines(lines[1], nbytes)
+        # uneven shares: the estimate's own pieces (its transfer_s), as lines of bytes per sample
+        ukey = (start, r, q - rf, rf, b)
+        ulines = uneven.get(ukey)
+        if ulines is None:
+            ulines = uneven[ukey] = _uneven_lines(model, devices(start, r), devices(q - rf, rf), b)
+        return eval_lines(ulines[0], cut[i - 1]), eval_lines(ulines[1], cut[i - 1])
+
     best: _Entry | None = None
     bound = threshold
     mm1 = m - 1
@@ -265,23 +284,9 @@ def _search_one(
                     curves = ar_cache[akey]
                 else:
                     curves = ar_cache[akey] = model.allreduce_curves(devices(start, r)) if r > 1 else None
-                shifted: list[tuple[float, float, int, _Entry]] | None
+                shifted: list[tuple[float, float, int, _Entry]] | None = None
                 if i == n:
                     shifted = [(e.w, e.z, min(e.k + 1, m), e) for e in entries]
-                elif b % r == 0 and b % rf == 0:
-                    key = (start, r, q - rf, rf)
-                    lines = xfer.get(key)
-                    if lines is None:
-                        new_devs = devices(start, r)
-                        old = devices(q - rf, rf)
-                        lines = xfer[key] = (
-                            model.transfer_lines(new_devs, old),
-                            model.transfer_lines(old, new_devs),
-                        )
-                    nbytes = b * cut[i - 1]
-                    shifted = _shifted(entries, eval_lines(lines[0], nbytes), eval_lines(lines[1], nbytes), m)
-                else:
-                    shifted = None  # uneven shares: transfer lines costlier, built when first needed
                 q2 = start + r
                 left = num_dev - q2
                 max_act = 0.0
@@ -322,20 +327,12 @@ def _search_one(
                     fb = fwd + bwd
                     bar = bwd + ar
                     if shifted is None:
-                        # with free transfers each entry is no slower, so this bounds them below
+                        # the transfer pseudo-stage is built only for a stage that may be fast
+                        # enough: with free transfers every entry is no slower, a lower bound
                         lb = min(max(head_ar, fwd + max(e.z, bar + e.w)) for e in entries)
                         if lb >= bound:
                             break  # as `not any_alive` below would
-                        ukey = (start, r, q - rf, rf, b)
-                        ulines = uneven.get(ukey)
-                        if ulines is None:
-                            ulines = uneven[ukey] = _uneven_lines(
-                                model, devices(start, r), devices(q - rf, rf), b
-                            )
-                        # the estimate's own pieces (its transfer_s), as lines of bytes per sample
-                        shifted = _shifted(
-                            entries, eval_lines(ulines[0], cut[i - 1]), eval_lines(ulines[1], cut[i - 1]), m
-                        )
+                        shifted = _shifted(entries, *transfer(start, r, q, rf, i), m)
                     any_alive = False
                     for w1, z1, k2, e in shifted:
                         z2 = fwd + (z1 if z1 > bar + w1 else bar + w1)
@@ -418,7 +415,7 @@ def _uniform_bound(
     """The DP's cost of the best *uniform* plan for ``m`` (an upper bound on the DP optimum).
 
     Uniform: ``S`` stages of about equal time (cut at ``positions``), each on ``N / S`` devices
-    placed by one of the searched ``policies`` (so the plan is in the searched space), for every
+    placed by each of the searched ``policies`` (so the plan is in the searched space), for every
     ``S`` that gives an allowed replica count; ``inf`` if none fits.
     """
     cluster = model.cluster
