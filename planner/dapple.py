@@ -473,12 +473,15 @@ def dapple_search(
     top: int = 5,
     slack: float = 0.1,
 ) -> list[SearchResult]:
-    """The best plan for each (micro-batch count, placement) pair, best first, at most ``top``.
+    """The best plans for (micro-batch count, placement) pairs, best first: ``top`` and each policy's best.
 
     The micro-batch counts are searched in order of the cost of their best uniform plan
-    (balanced stages of equal width; an upper bound on their optimum), and the search starts
-    with the threshold ``(1 + slack)`` times the best such bound, so every search prunes from
-    its first state on. The best result is exact for the search space: replica counts from
+    (balanced stages of equal width; an upper bound on their optimum), starting with the
+    threshold ``(1 + slack)`` times the best such bound, so every search prunes from its first
+    state on. A second pass then finds the best plan of every policy that the first pruned (its
+    own uniform bound seeds it), so the results hold each policy's best
+    (the full estimate, which ranks them later, can order the policies differently). The best
+    result is exact for the search space: replica counts from
     :func:`replica_candidates` (at :func:`device_unit` granularity), stage starts from
     :func:`cut_positions`.
 
@@ -491,10 +494,11 @@ def dapple_search(
         top: how many results to keep.
         slack: also prune whatever is more than ``slack`` (relative) slower than the best plan
             found so far (or than the best uniform plan), even when fewer than ``top`` results
-            are kept (the best stays exact).
+            are kept (the best, and each policy's best, stay exact).
 
     Returns:
-        Up to ``top`` results, fastest first (ties: fewer micro-batches, then policy order).
+        The ``top`` fastest results, plus the best of any policy not among them, fastest first
+        (ties: fewer micro-batches, then policy order).
 
     Raises:
         Infeasible: no plan fits in memory.
@@ -510,27 +514,50 @@ def dapple_search(
     unit = device_unit(cluster.num_devices, cluster.gpus_per_server)
     positions = cut_positions(model.profile)
     policies = _distinct_policies(placements, unit, cluster.gpus_per_server)
-    uniform = {m: _uniform_bound(model, global_batch_size, m, limit, positions, unit, policies) for m in ms}
+    # the DP's cost can favour one policy whose plans the full estimate (NIC sharing) ranks far
+    # lower (gnmt16 on 1024 GPUs: scatter-first), so every policy keeps its best
+    uniform = {
+        (m, policy): _uniform_bound(model, global_batch_size, m, limit, positions, unit, [policy])
+        for m in ms
+        for policy in policies
+    }
     rank = {m: k for k, m in enumerate(ms)}
-    ms.sort(key=lambda m: (uniform[m], rank[m]))
+    ms.sort(key=lambda m: (min((uniform[m, p] for p in policies), default=math.inf), rank[m]))
+    found_by: dict[Placement, list[SearchResult]] = {p: [] for p in policies}
     seed = min(uniform.values(), default=math.inf) * (1.0 + slack)
-    results: list[SearchResult] = []
-    for m in ms:
+    everything: list[SearchResult] = []
+    for m in ms:  # the results within `slack` of the best, over all policies
         for policy in policies:
             threshold = seed
-            if results:
-                threshold = min(threshold, min(r.time_s for r in results) * (1.0 + slack))
-            if len(results) >= top:
-                threshold = min(threshold, sorted(r.time_s for r in results)[top - 1])
+            if everything:
+                threshold = min(threshold, min(r.time_s for r in everything) * (1.0 + slack))
+            if len(everything) >= top:
+                threshold = min(threshold, sorted(r.time_s for r in everything)[top - 1])
             found = _search_one(model, global_batch_size, m, policy, limit, threshold, positions, unit)
             if found is not None:
-                results.append(found)
+                everything.append(found)
+                found_by[policy].append(found)
+    for policy in policies:  # then each policy's own best, which the pass above may have pruned
+        mine = found_by[policy]
+        own = min((uniform[m, policy] for m in ms), default=math.inf) * (1.0 + slack)
+        for m in ms:
+            threshold = min([own, *(r.time_s for r in mine)])
+            if any(r.num_microbatches == m for r in mine):
+                continue  # this pair's best is already exact
+            found = _search_one(model, global_batch_size, m, policy, limit, threshold, positions, unit)
+            if found is not None:
+                mine.append(found)
+    results = [r for p in policies for r in found_by[p]]
     if not results:
         raise Infeasible(
             f"no DAPPLE plan for global batch {global_batch_size} fits in {limit / 2**30:.3g} GiB per device"
         )
     order = {p: i for i, p in enumerate(Placement)}
-    results.sort(key=lambda r: (r.time_s, r.num_microbatches, order[r.placement]))
+
+    def sort_key(r: SearchResult) -> tuple[float, int, int]:
+        return (r.time_s, r.num_microbatches, order[r.placement])
+
+    results.sort(key=sort_key)
     unique: list[SearchResult] = []
     seen: set[tuple[object, ...]] = set()
     for r in results:  # two policies may give the same plan
@@ -538,7 +565,15 @@ def dapple_search(
         if key not in seen:
             seen.add(key)
             unique.append(r)
-    return unique[:top]
+    # the first `top`, plus the best of each policy when it is not among them
+    kept = unique[:top]
+    for policy in policies:
+        if found_by[policy] and not any(r.placement is policy for r in kept):
+            best_of = next((r for r in unique if r.placement is policy), None)
+            if best_of is not None:
+                kept.append(best_of)
+    kept.sort(key=sort_key)
+    return kept
 
 
 def to_plan(result: SearchResult, global_batch_size: int, *, optimizer: str, allreduce: str) -> Plan:

@@ -230,3 +230,22 @@ def test_placement_restriction_keeps_the_best_of_the_searched_policies(seed: int
         found = dapple_search(model, 8, placements=[policy], memory_limit_bytes=16 * 2**30, top=1)[0]
         assert found.placement is policy
         assert found.time_s == pytest.approx(expected, rel=1e-9)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_every_policy_keeps_its_best(seed: int) -> None:
+    # the full estimate ranks the DP's results later and may order the policies differently, so
+    # even with top=1 the results hold each policy's own optimum (or the same plan found by another)
+    rng = random.Random(400 + seed)
+    model = CostModel(_profile(rng, 5, branching=False), CLUSTER, optimizer="sgd")
+    results = dapple_search(model, 16, memory_limit_bytes=16 * 2**30, top=1)
+    for policy in Placement:
+        alone = dapple_search(model, 16, placements=[policy], memory_limit_bytes=16 * 2**30, top=1)[0]
+        assert any(
+            r.time_s == pytest.approx(alone.time_s, rel=1e-12)
+            and (
+                r.placement is policy
+                or (r.stages, r.num_microbatches) == (alone.stages, alone.num_microbatches)
+            )
+            for r in results
+        )
