@@ -20,9 +20,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from pipesim.errors import Infeasible
-from pipesim.plan import Plan, StagePlan
+from pipesim.plan import Plan, StagePlan, resplit, split_samples
 from pipesim.planner.baselines import candidate_microbatch_counts
-from pipesim.planner.estimate import NEG_INF, CostModel, eval_lines
+from pipesim.planner.estimate import NEG_INF, CostModel, _canonical, eval_lines
 from pipesim.planner.placement import Placement, device_order, stage_start
 from pipesim.profiles.costmodels.collective import AllReduceCurves, Lines
 from pipesim.profiles.costmodels.memory import Recompute
@@ -73,23 +73,23 @@ def replica_candidates(
 ) -> list[int]:
     """Replica counts the search tries for a micro-batch of ``microbatch_size`` samples.
 
-    With ``unit == 1`` (the default up to :data:`MAX_DEVICE_UNITS` devices): every
-    ``r <= num_devices`` that divides the micro-batch (so the replicas get equal shares) and is
-    a power of two or a multiple of the server size. With a larger unit (big clusters, see
-    :func:`device_unit`): ``unit * 2^j <= num_devices`` dividing the micro-batch.
+    Up to :data:`MAX_DEVICE_UNITS` devices (``unit == 1``, the default there): every count
+    ``1..min(microbatch_size, num_devices)``, DAPPLE's full space. A count that does not divide
+    the micro-batch gives uneven shares (:func:`pipesim.plan.split_samples`), which the estimate
+    times at the largest share. On a larger cluster (``unit > 1``, see :func:`device_unit`) the
+    space is bounded to structured counts: ``unit * 2^j <= num_devices`` that divide the
+    micro-batch (each of the up to 64 multiples of the unit would cost the search about as much
+    as the whole structured set). ``gpus_per_server`` only sets the default unit.
     """
     u = device_unit(num_devices, gpus_per_server) if unit is None else unit
+    if u == 1:
+        return list(range(1, min(microbatch_size, num_devices) + 1))
     out = []
-    if u > 1:
-        r = u
-        while r <= min(microbatch_size, num_devices):
-            if microbatch_size % r == 0:
-                out.append(r)
-            r *= 2
-        return out
-    for r in range(1, min(microbatch_size, num_devices) + 1):
-        if microbatch_size % r == 0 and (r & (r - 1) == 0 or r % gpus_per_server == 0):
+    r = u
+    while r <= min(microbatch_size, num_devices):
+        if microbatch_size % r == 0:
             out.append(r)
+        r *= 2
     return out
 
 
@@ -157,6 +157,39 @@ def _insert(bucket: list[_Entry], entry: _Entry) -> bool:
     return True
 
 
+def _uneven_lines(
+    model: CostModel, src: tuple[int, ...], dst: tuple[int, ...], samples: int
+) -> tuple[Lines, Lines]:
+    """:meth:`CostModel.transfer_s` of a micro-batch of ``samples`` split unevenly, forward (``src``
+    to ``dst``) and back, as lines of the bytes per sample (the same pieces: the time is linear
+    in every piece's bytes). Cached in ``model.memo`` per placement up to renumbering the servers."""
+    cache: dict[tuple[object, ...], tuple[Lines, Lines]]
+    cache = model.memo.setdefault(("dapple-uneven",), {})  # type: ignore[assignment]
+    key = (_canonical(src, dst, g=model.cluster.gpus_per_server), samples)
+    found = cache.get(key)
+    if found is None:
+        route = model.cluster.route
+        fwd = resplit(split_samples(samples, len(src)), split_samples(samples, len(dst)))
+        bwd = resplit(split_samples(samples, len(dst)), split_samples(samples, len(src)))
+        found = cache[key] = (
+            model._piece_lines([(route(src[i], dst[k]), float(n)) for i, k, n in fwd if src[i] != dst[k]]),
+            model._piece_lines([(route(dst[i], src[k]), float(n)) for i, k, n in bwd if dst[i] != src[k]]),
+        )
+    return found
+
+
+def _shifted(
+    entries: Sequence[_Entry], t_f: float, t_b: float, m: int
+) -> list[tuple[float, float, int, _Entry]]:
+    """``(W, Z, k, entry)`` of each suffix with the transfer pseudo-stage (``t_f`` forward, ``t_b``
+    backward, seconds) put in front; it does not depend on the new stage's first layer."""
+    head_t = t_f + (m - 1) * (t_f + t_b) + t_b
+    return [
+        (max(head_t, t_f + t_b + e.w), max(head_t, t_f + max(e.z, t_b + e.w)), min(e.k + 1, m), e)
+        for e in entries
+    ]
+
+
 def _search_one(
     model: CostModel,
     global_batch_size: int,
@@ -181,7 +214,8 @@ def _search_one(
     cands = replica_candidates(b, num_dev, g, unit)
     if not cands:
         return None
-    tables = {r: model.share_table(b // r) for r in cands}
+    # the estimate times every replica at the largest share of an uneven split
+    tables = {r: model.share_table(-(-b // r)) for r in cands}
     recompute = model.recompute is Recompute.FULL
     cut = model.cut_bytes_per_sample
     params = model._params
@@ -192,6 +226,8 @@ def _search_one(
     # caches shared by every run on this model (they do not depend on the micro-batch count)
     xfer: dict[tuple[int, int, int, int], tuple[Lines, Lines]]
     xfer = model.memo.setdefault(("dapple-xfer", policy), {})  # type: ignore[assignment]
+    uneven: dict[tuple[int, int, int, int, int], tuple[Lines, Lines]]
+    uneven = model.memo.setdefault(("dapple-xfer-uneven", policy), {})  # type: ignore[assignment]
     devs_cache: dict[tuple[int, int], tuple[int, ...]]
     devs_cache = model.memo.setdefault(("dapple-devices", policy), {})  # type: ignore[assignment]
     ar_cache: dict[tuple[int, int], AllReduceCurves | None]
@@ -203,6 +239,25 @@ def _search_one(
         if found is None:
             found = devs_cache[key] = order[num_dev - start - r : num_dev - start]
         return found
+
+    def transfer(start: int, r: int, q: int, rf: int, i: int) -> tuple[float, float]:
+        """Forward and backward transfer times across the cut before layer ``i``, seconds, from a
+        stage of ``r`` replicas at ``start`` to the suffix's first stage (``rf`` replicas)."""
+        if b % r == 0 and b % rf == 0:
+            key = (start, r, q - rf, rf)
+            lines = xfer.get(key)
+            if lines is None:
+                new_devs = devices(start, r)
+                old = devices(q - rf, rf)
+                lines = xfer[key] = (model.transfer_lines(new_devs, old), model.transfer_lines(old, new_devs))
+            nbytes = b * cut[i - 1]
+            return eval_lines(lines[0], nbytes), eval_lines(lines[1], nbytes)
+        # uneven shares: the estimate's own pieces (its transfer_s), as lines of bytes per sample
+        ukey = (start, r, q - rf, rf, b)
+        ulines = uneven.get(ukey)
+        if ulines is None:
+            ulines = uneven[ukey] = _uneven_lines(model, devices(start, r), devices(q - rf, rf), b)
+        return eval_lines(ulines[0], cut[i - 1]), eval_lines(ulines[1], cut[i - 1])
 
     best: _Entry | None = None
     bound = threshold
@@ -223,38 +278,14 @@ def _search_one(
                 if start + r > num_dev:
                     break
                 tab = tables[r]
-                share = b // r
+                share = -(-b // r)
                 akey = (start, r)
                 if akey in ar_cache:
                     curves = ar_cache[akey]
                 else:
                     curves = ar_cache[akey] = model.allreduce_curves(devices(start, r)) if r > 1 else None
-                if i < n:
-                    key = (start, r, q - rf, rf)
-                    lines = xfer.get(key)
-                    if lines is None:
-                        new_devs = devices(start, r)
-                        old = devices(q - rf, rf)
-                        lines = xfer[key] = (
-                            model.transfer_lines(new_devs, old),
-                            model.transfer_lines(old, new_devs),
-                        )
-                    nbytes = b * cut[i - 1]
-                    t_f = eval_lines(lines[0], nbytes)
-                    t_b = eval_lines(lines[1], nbytes)
-                    # the transfer pseudo-stage in front of the suffix does not depend on the new
-                    # stage's first layer: apply it once
-                    head_t = t_f + mm1 * (t_f + t_b) + t_b
-                    shifted = [
-                        (
-                            max(head_t, t_f + t_b + e.w),
-                            max(head_t, t_f + max(e.z, t_b + e.w)),
-                            min(e.k + 1, m),
-                            e,
-                        )
-                        for e in entries
-                    ]
-                else:
+                shifted: list[tuple[float, float, int, _Entry]] | None = None
+                if i == n:
                     shifted = [(e.w, e.z, min(e.k + 1, m), e) for e in entries]
                 q2 = start + r
                 left = num_dev - q2
@@ -295,6 +326,13 @@ def _search_one(
                     head_ar = head + ar
                     fb = fwd + bwd
                     bar = bwd + ar
+                    if shifted is None:
+                        # the transfer pseudo-stage is built only for a stage that may be fast
+                        # enough: with free transfers every entry is no slower, a lower bound
+                        lb = min(max(head_ar, fwd + max(e.z, bar + e.w)) for e in entries)
+                        if lb >= bound:
+                            break  # as `not any_alive` below would
+                        shifted = _shifted(entries, *transfer(start, r, q, rf, i), m)
                     any_alive = False
                     for w1, z1, k2, e in shifted:
                         z2 = fwd + (z1 if z1 > bar + w1 else bar + w1)
@@ -345,6 +383,26 @@ def even_split(times: Sequence[float], parts: int) -> list[int]:
     return bounds
 
 
+def _placed(
+    cluster_devices: int,
+    gpus_per_server: int,
+    order: Sequence[int],
+    policy: Placement,
+    replicas: Sequence[int],
+) -> list[tuple[int, ...]] | None:
+    """The devices the DP's placement rule gives stages of ``replicas`` (placed from the last stage);
+    ``None`` when they do not fit."""
+    used = 0
+    out: list[tuple[int, ...]] = []
+    for r in reversed(replicas):
+        start = stage_start(used, policy, gpus_per_server)
+        if start + r > cluster_devices:
+            return None
+        out.append(tuple(order[cluster_devices - start - r : cluster_devices - start]))
+        used = start + r
+    return out[::-1]
+
+
 def _uniform_bound(
     model: CostModel,
     global_batch_size: int,
@@ -352,11 +410,13 @@ def _uniform_bound(
     memory_limit_bytes: float,
     positions: Sequence[int],
     unit: int,
+    policies: Sequence[Placement],
 ) -> float:
     """The DP's cost of the best *uniform* plan for ``m`` (an upper bound on the DP optimum).
 
-    Uniform: ``S`` stages of about equal time (cut at ``positions``), each on ``N / S`` devices in
-    append-first order, for every ``S`` that gives an allowed replica count; ``inf`` if none fits.
+    Uniform: ``S`` stages of about equal time (cut at ``positions``), each on ``N / S`` devices
+    placed by each of the searched ``policies`` (so the plan is in the searched space), for every
+    ``S`` that gives an allowed replica count; ``inf`` if none fits.
     """
     cluster = model.cluster
     num_dev = cluster.num_devices
@@ -364,29 +424,34 @@ def _uniform_bound(
     cands = set(replica_candidates(b, num_dev, cluster.gpus_per_server, unit))
     layer_times = [lay.fwd_time_s + lay.bwd_time_s for lay in model.profile.layers]
     block_times = [sum(layer_times[positions[k] : positions[k + 1]]) for k in range(len(positions) - 1)]
-    order = device_order(cluster, Placement.APPEND_FIRST)
     best = math.inf
     for r in sorted(cands, reverse=True):
         stages = num_dev // r
         if stages > len(block_times) or stages * r != num_dev:
             continue
         bounds = even_split(block_times, stages)
-        plan = Plan(
-            stages=tuple(
-                StagePlan(
-                    first_layer=positions[bounds[k]],
-                    last_layer=positions[bounds[k + 1]] - 1,
-                    replicas=r,
-                    devices=order[k * r : (k + 1) * r],
-                )
-                for k in range(stages)
-            ),
-            global_batch_size=global_batch_size,
-            num_microbatches=m,
-        )
-        est = model.estimate(plan, decomposable=True)
-        if est.peak_memory_bytes <= memory_limit_bytes:
-            best = min(best, est.iteration_time_s)
+        for policy in policies:
+            devs = _placed(
+                num_dev, cluster.gpus_per_server, device_order(cluster, policy), policy, [r] * stages
+            )
+            if devs is None:
+                continue
+            plan = Plan(
+                stages=tuple(
+                    StagePlan(
+                        first_layer=positions[bounds[k]],
+                        last_layer=positions[bounds[k + 1]] - 1,
+                        replicas=r,
+                        devices=devs[k],
+                    )
+                    for k in range(stages)
+                ),
+                global_batch_size=global_batch_size,
+                num_microbatches=m,
+            )
+            est = model.estimate(plan, decomposable=True)
+            if est.peak_memory_bytes <= memory_limit_bytes:
+                best = min(best, est.iteration_time_s)
     return best
 
 
@@ -408,12 +473,15 @@ def dapple_search(
     top: int = 5,
     slack: float = 0.1,
 ) -> list[SearchResult]:
-    """The best plan for each (micro-batch count, placement) pair, best first, at most ``top``.
+    """The best plans for (micro-batch count, placement) pairs, best first: ``top`` and each policy's best.
 
     The micro-batch counts are searched in order of the cost of their best uniform plan
-    (balanced stages of equal width; an upper bound on their optimum), and the search starts
-    with the threshold ``(1 + slack)`` times the best such bound, so every search prunes from
-    its first state on. The best result is exact for the search space: replica counts from
+    (balanced stages of equal width; an upper bound on their optimum), starting with the
+    threshold ``(1 + slack)`` times the best such bound, so every search prunes from its first
+    state on. A second pass then finds the best plan of every policy that the first pruned (its
+    own uniform bound seeds it), so the results hold each policy's best
+    (the full estimate, which ranks them later, can order the policies differently). The best
+    result is exact for the search space: replica counts from
     :func:`replica_candidates` (at :func:`device_unit` granularity), stage starts from
     :func:`cut_positions`.
 
@@ -426,10 +494,11 @@ def dapple_search(
         top: how many results to keep.
         slack: also prune whatever is more than ``slack`` (relative) slower than the best plan
             found so far (or than the best uniform plan), even when fewer than ``top`` results
-            are kept (the best stays exact).
+            are kept (the best, and each policy's best, stay exact).
 
     Returns:
-        Up to ``top`` results, fastest first (ties: fewer micro-batches, then policy order).
+        The ``top`` fastest results, plus the best of any policy not among them, fastest first
+        (ties: fewer micro-batches, then policy order).
 
     Raises:
         Infeasible: no plan fits in memory.
@@ -445,27 +514,50 @@ def dapple_search(
     unit = device_unit(cluster.num_devices, cluster.gpus_per_server)
     positions = cut_positions(model.profile)
     policies = _distinct_policies(placements, unit, cluster.gpus_per_server)
-    uniform = {m: _uniform_bound(model, global_batch_size, m, limit, positions, unit) for m in ms}
+    # the DP's cost can favour one policy whose plans the full estimate (NIC sharing) ranks far
+    # lower (gnmt16 on 1024 GPUs: scatter-first), so every policy keeps its best
+    uniform = {
+        (m, policy): _uniform_bound(model, global_batch_size, m, limit, positions, unit, [policy])
+        for m in ms
+        for policy in policies
+    }
     rank = {m: k for k, m in enumerate(ms)}
-    ms.sort(key=lambda m: (uniform[m], rank[m]))
+    ms.sort(key=lambda m: (min((uniform[m, p] for p in policies), default=math.inf), rank[m]))
+    found_by: dict[Placement, list[SearchResult]] = {p: [] for p in policies}
     seed = min(uniform.values(), default=math.inf) * (1.0 + slack)
-    results: list[SearchResult] = []
-    for m in ms:
+    everything: list[SearchResult] = []
+    for m in ms:  # the results within `slack` of the best, over all policies
         for policy in policies:
             threshold = seed
-            if results:
-                threshold = min(threshold, min(r.time_s for r in results) * (1.0 + slack))
-            if len(results) >= top:
-                threshold = min(threshold, sorted(r.time_s for r in results)[top - 1])
+            if everything:
+                threshold = min(threshold, min(r.time_s for r in everything) * (1.0 + slack))
+            if len(everything) >= top:
+                threshold = min(threshold, sorted(r.time_s for r in everything)[top - 1])
             found = _search_one(model, global_batch_size, m, policy, limit, threshold, positions, unit)
             if found is not None:
-                results.append(found)
+                everything.append(found)
+                found_by[policy].append(found)
+    for policy in policies:  # then each policy's own best, which the pass above may have pruned
+        mine = found_by[policy]
+        own = min((uniform[m, policy] for m in ms), default=math.inf) * (1.0 + slack)
+        for m in ms:
+            threshold = min([own, *(r.time_s for r in mine)])
+            if any(r.num_microbatches == m for r in mine):
+                continue  # this pair's best is already exact
+            found = _search_one(model, global_batch_size, m, policy, limit, threshold, positions, unit)
+            if found is not None:
+                mine.append(found)
+    results = [r for p in policies for r in found_by[p]]
     if not results:
         raise Infeasible(
             f"no DAPPLE plan for global batch {global_batch_size} fits in {limit / 2**30:.3g} GiB per device"
         )
     order = {p: i for i, p in enumerate(Placement)}
-    results.sort(key=lambda r: (r.time_s, r.num_microbatches, order[r.placement]))
+
+    def sort_key(r: SearchResult) -> tuple[float, int, int]:
+        return (r.time_s, r.num_microbatches, order[r.placement])
+
+    results.sort(key=sort_key)
     unique: list[SearchResult] = []
     seen: set[tuple[object, ...]] = set()
     for r in results:  # two policies may give the same plan
@@ -473,7 +565,15 @@ def dapple_search(
         if key not in seen:
             seen.add(key)
             unique.append(r)
-    return unique[:top]
+    # the first `top`, plus the best of each policy when it is not among them
+    kept = unique[:top]
+    for policy in policies:
+        if found_by[policy] and not any(r.placement is policy for r in kept):
+            best_of = next((r for r in unique if r.placement is policy), None)
+            if best_of is not None:
+                kept.append(best_of)
+    kept.sort(key=sort_key)
+    return kept
 
 
 def to_plan(result: SearchResult, global_batch_size: int, *, optimizer: str, allreduce: str) -> Plan:

@@ -19,7 +19,7 @@ from pipesim.profiles.hardware.cluster import Cluster
 from pipesim.profiles.inputs import resolve_inputs
 from pipesim.profiles.models.profile import ModelProfile
 
-__all__ = ["SHORTLIST", "estimate_plan", "plan", "planner_names"]
+__all__ = ["SHORTLIST", "estimate_plan", "plan", "plan_identity", "planner_names"]
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +82,29 @@ def _finish(plan: Plan, model: CostModel, single_s: float | None, dp_s: float | 
         speedup_vs_dp=None if dp_s is None or t <= 0 else dp_s / t,
     )
     return replace(plan, stages=stages, estimate=estimate)
+
+
+def plan_identity(plan: Plan) -> tuple[object, ...]:
+    """What makes two plans the same plan: per stage its layers, replicas and set of devices, and
+    the micro-batches, schedule (with chunks and options), optimizer, all-reduce and recomputation.
+
+    Devices are compared as sets: replicas of one stage listed in another order are the same plan.
+    """
+    return (
+        tuple(
+            (st.first_layer, st.last_layer, st.replicas, tuple(sorted(st.devices or ())))
+            for st in plan.stages
+        ),
+        plan.global_batch_size,
+        plan.num_microbatches,
+        plan.microbatch_sizes,
+        plan.schedule,
+        plan.chunks,
+        tuple(sorted((str(k), repr(v)) for k, v in dict(plan.schedule_options).items())),
+        plan.optimizer,
+        plan.allreduce,
+        plan.recompute,
+    )
 
 
 def _reranked(plans: list[Plan], rerank: Callable[[Plan], float]) -> list[Plan]:
@@ -179,7 +202,16 @@ def plan(
         dp_s = dp_best.estimate.iteration_time_s if dp_best.estimate else None
     except Infeasible:
         dp_s = None
-    shortlist = [_finish(p, cost, single_s, dp_s) for p in plans[:keep]]
+    shortlist: list[Plan] = []
+    seen: set[tuple[object, ...]] = set()
+    for p in plans:  # two proposals may be one plan (e.g. a one-stage DAPPLE plan and the best dp plan)
+        finished_plan = _finish(p, cost, single_s, dp_s)
+        key = plan_identity(finished_plan)
+        if key not in seen:
+            seen.add(key)
+            shortlist.append(finished_plan)
+            if len(shortlist) == keep:
+                break
     if rerank is not None:
         shortlist = _reranked(shortlist, rerank)
     finished = shortlist[:top]

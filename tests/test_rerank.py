@@ -17,10 +17,10 @@ OPTIONS = SimOptions(record_trace=False)
 
 
 def test_rerank_fixes_a_wrong_analytic_order() -> None:
-    # vgg19 at global batch 1024: the estimate's best DAPPLE plan simulates at 1.03 s, 64% above
-    # its estimate of 0.63 s (its stages' activations meet on the NICs, which the closed form
-    # does not see); the shortlist also holds pure data parallelism, estimated at 0.69 s and
-    # simulated at 0.69 s, which the simulated rerank puts first.
+    # vgg19 at global batch 1024 on 2 x 8 V100: the estimate's best DAPPLE plan (13:1:1 replicas,
+    # uneven shares, 16 micro-batches) is estimated at 0.519 s and simulates at 0.538 s; the
+    # second (14:2, 2 micro-batches) is estimated at 0.547 s and simulates at 0.512 s, which the
+    # simulated rerank puts first (pure data parallelism simulates at 0.69 s).
     profile = zoo_model("vgg19")
     plain = plan(profile, CLUSTER, 1024, top=SHORTLIST)
     rerank = simulated_rerank(profile, CLUSTER)
@@ -29,7 +29,7 @@ def test_rerank_fixes_a_wrong_analytic_order() -> None:
     assert sorted(sims) != sims  # the analytic order is wrong here
     best_sim = simulate(reranked[0], profile, CLUSTER, OPTIONS).iteration_time_s
     assert best_sim == pytest.approx(min(sims), rel=1e-12)
-    assert best_sim < 0.75 * sims[0]
+    assert best_sim < 0.96 * sims[0]
     assert [rerank(p) for p in reranked] == sorted(rerank(p) for p in reranked)
     assert all(p.estimate is not None for p in reranked)
 

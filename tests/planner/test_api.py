@@ -70,8 +70,8 @@ def test_placement_policies() -> None:
     assert stage_start(3, Placement.FRESH_FIRST, 8) == 8
     assert stage_start(8, Placement.FRESH_FIRST, 8) == 8
     assert stage_start(3, Placement.APPEND_FIRST, 8) == 3
-    assert replica_candidates(12, 16, 8) == [1, 2, 4]
-    assert replica_candidates(64, 16, 8) == [1, 2, 4, 8, 16]
+    assert replica_candidates(12, 16, 8) == list(range(1, 13))  # uneven shares included
+    assert replica_candidates(64, 16, 8) == list(range(1, 17))
 
 
 def test_big_clusters_use_whole_server_units() -> None:

@@ -55,23 +55,43 @@ def _place(
     return out[::-1]
 
 
-def _brute_force(model: CostModel, gbs: int, limit: float) -> float:
-    """The best DP cost over every split (at the DP's cut positions), replica counts (its
-    candidates at its device unit), policy and micro-batch count."""
+def _replica_tuples(stages: int, devices: int, largest: int, unit: int) -> list[tuple[int, ...]]:
+    """Every assignment of replica counts to ``stages`` stages, each at most ``largest``, using at
+    most ``devices`` devices (written out here, not the planner's candidates): any count with
+    ``unit == 1``, else ``unit`` times a power of two dividing ``largest`` (the micro-batch)."""
+    counts = [
+        r
+        for r in range(1, min(largest, devices) + 1)
+        if unit == 1 or (r % unit == 0 and (r // unit) & (r // unit - 1) == 0 and largest % r == 0)
+    ]
+    return [reps for reps in itertools.product(counts, repeat=stages) if sum(reps) <= devices]
+
+
+def _brute_force(
+    model: CostModel,
+    gbs: int,
+    limit: float,
+    *,
+    unit: int = 1,
+    split: tuple[int, ...] | None = None,
+    policies: tuple[Placement, ...] = tuple(Placement),
+) -> tuple[float, int]:
+    """The best DAPPLE cost (``decomposable`` estimate) over every stage split (at ``split``, default
+    every layer), every replica count per stage (``unit``-multiples up to the micro-batch size,
+    uneven shares included), every placement policy and every micro-batch count dividing ``gbs``;
+    with the number of plans that fit in memory."""
     cluster = model.cluster
     n = model.profile.num_layers
-    inner = cut_positions(model.profile)[1:-1]
-    unit = device_unit(cluster.num_devices, cluster.gpus_per_server)
+    inner = list(split[1:-1]) if split is not None else list(range(1, n))
     best = math.inf
+    fitting = 0
     for m in [d for d in range(1, gbs + 1) if gbs % d == 0]:
-        cands = replica_candidates(gbs // m, cluster.num_devices, cluster.gpus_per_server, unit)
         for stages in range(1, len(inner) + 2):
+            tuples = _replica_tuples(stages, cluster.num_devices, gbs // m, unit)
             for cuts in itertools.combinations(inner, stages - 1):
                 bounds = [0, *cuts, n]
-                for reps in itertools.product(cands, repeat=stages):
-                    if sum(reps) > cluster.num_devices:
-                        continue
-                    for policy in Placement:
+                for reps in tuples:
+                    for policy in policies:
                         devs = _place(policy, list(reps), cluster)
                         if devs is None:
                             continue
@@ -90,19 +110,13 @@ def _brute_force(model: CostModel, gbs: int, limit: float) -> float:
                         )
                         est = model.estimate(plan, decomposable=True)
                         if est.peak_memory_bytes <= limit:
+                            fitting += 1
                             best = min(best, est.iteration_time_s)
-    return best
+    return best, fitting
 
 
-@pytest.mark.parametrize("seed", range(16))
-def test_dp_equals_brute_force(seed: int) -> None:
-    rng = random.Random(seed)
-    n = rng.randint(1, 7 if seed < 16 else 9)
-    profile = _profile(rng, n, branching=seed % 3 == 0)
-    gbs = rng.choice([4, 8, 16])
-    model = CostModel(profile, CLUSTER, optimizer=rng.choice(["sgd", "adam"]))
-    limit = rng.choice([16 * 2**30, 6 * 2**30, 3 * 2**30])
-    expected = _brute_force(model, gbs, limit)
+def _check_against_brute_force(model: CostModel, gbs: int, limit: float, **kw: object) -> None:
+    expected, _ = _brute_force(model, gbs, limit, **kw)  # type: ignore[arg-type]
     if math.isinf(expected):
         with pytest.raises(Infeasible):
             dapple_search(model, gbs, memory_limit_bytes=limit, top=1)
@@ -123,23 +137,59 @@ def test_dp_equals_brute_force(seed: int) -> None:
     assert est.peak_memory_bytes <= limit
 
 
+SMALL = {
+    "1x4": with_overrides(get_cluster("pcie-4x4-v100-10gbe"), {"servers": 1}),
+    "2x2": with_overrides(get_cluster("pcie-4x4-v100-10gbe"), {"servers": 2, "gpus_per_server": 2}),
+    "2x4": CLUSTER,
+}
+
+
+@pytest.mark.parametrize("seed", range(18))
+def test_dp_equals_brute_force(seed: int) -> None:
+    # uneven replicas included: batches such as 6 and 12 leave micro-batches that 4 or 5 replicas
+    # split unevenly (and 3 or 7 replicas split almost any micro-batch unevenly)
+    rng = random.Random(seed)
+    cluster = SMALL[("1x4", "2x2", "2x4")[seed % 3]]
+    n = rng.randint(1, 6)
+    profile = _profile(rng, n, branching=seed % 4 == 0)
+    gbs = rng.choice([4, 6, 8, 12, 16])
+    model = CostModel(profile, cluster, optimizer=rng.choice(["sgd", "adam"]))
+    limit = rng.choice([16 * 2**30, 6 * 2**30, 3 * 2**30])
+    _check_against_brute_force(model, gbs, limit)
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("seed", range(16, 30))
+@pytest.mark.parametrize("seed", range(18, 40))
 def test_dp_equals_brute_force_more(seed: int) -> None:
     test_dp_equals_brute_force(seed)
 
 
-@pytest.mark.parametrize("seed", range(4))
+def test_brute_force_reaches_uneven_plans() -> None:
+    # the space the tests compare over really holds plans whose replicas split a micro-batch unevenly
+    rng = random.Random(7)
+    model = CostModel(_profile(rng, 3, branching=False), CLUSTER, optimizer="sgd")
+    plan = Plan(
+        stages=(
+            StagePlan(first_layer=0, last_layer=1, replicas=5, devices=(0, 1, 2, 3, 4)),
+            StagePlan(first_layer=2, last_layer=2, replicas=3, devices=(5, 6, 7)),
+        ),
+        global_batch_size=12,
+        num_microbatches=2,
+    )
+    assert math.isfinite(model.estimate(plan, decomposable=True).iteration_time_s)
+    assert (5, 3) in _replica_tuples(2, 8, 6, 1)
+
+
+@pytest.mark.parametrize("seed", range(3))
 def test_dp_equals_brute_force_on_a_big_cluster(seed: int) -> None:
     # 128 GPUs: replica counts are whole servers (4 GPUs) times powers of two
     assert device_unit(BIG.num_devices, BIG.gpus_per_server) == 4
     rng = random.Random(100 + seed)
-    profile = _profile(rng, rng.randint(2, 4), branching=seed % 2 == 1)
+    profile = _profile(rng, rng.randint(2, 3), branching=seed % 2 == 1)
     model = CostModel(profile, BIG, optimizer="sgd")
     gbs = rng.choice([64, 128])
-    expected = _brute_force(model, gbs, 16 * 2**30)
+    _check_against_brute_force(model, gbs, 16 * 2**30, unit=4)
     found = dapple_search(model, gbs, memory_limit_bytes=16 * 2**30, top=1)[0]
-    assert found.time_s == pytest.approx(expected, rel=1e-9)
     assert all(len(d) % 4 == 0 for _, _, d in found.stages)
 
 
@@ -154,7 +204,48 @@ def test_dp_equals_brute_force_with_coarse_cuts(seed: int, monkeypatch: pytest.M
     assert positions == (0, *positions[1:-1], 8)
     assert len(positions) == 4
     model = CostModel(profile, CLUSTER, optimizer="sgd")
-    expected = _brute_force(model, 8, 16 * 2**30)
+    _check_against_brute_force(model, 8, 16 * 2**30, split=positions)
     found = dapple_search(model, 8, memory_limit_bytes=16 * 2**30, top=1)[0]
-    assert found.time_s == pytest.approx(expected, rel=1e-9)
     assert {f for f, _, _ in found.stages} <= set(positions)
+
+
+def test_replica_candidates_are_the_full_space() -> None:
+    # every count the devices and the micro-batch allow, uneven shares included
+    assert replica_candidates(16, 16, 8) == list(range(1, 17))
+    assert replica_candidates(6, 8, 4) == [1, 2, 3, 4, 5, 6]
+    # above 64 devices: whole-server units times powers of two that divide the micro-batch
+    assert replica_candidates(128, 128, 4) == [4, 8, 16, 32, 64, 128]
+    assert replica_candidates(96, 128, 4) == [4, 8, 16, 32]
+    assert replica_candidates(3, 128, 4) == []
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_placement_restriction_keeps_the_best_of_the_searched_policies(seed: int) -> None:
+    # the uniform plan that seeds the threshold comes from a searched policy: searching one policy
+    # alone still returns that policy's optimum (brute force over that policy only)
+    rng = random.Random(300 + seed)
+    model = CostModel(_profile(rng, 4, branching=False), CLUSTER, optimizer="sgd")
+    for policy in Placement:
+        expected, _ = _brute_force(model, 8, 16 * 2**30, policies=(policy,))
+        found = dapple_search(model, 8, placements=[policy], memory_limit_bytes=16 * 2**30, top=1)[0]
+        assert found.placement is policy
+        assert found.time_s == pytest.approx(expected, rel=1e-9)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_every_policy_keeps_its_best(seed: int) -> None:
+    # the full estimate ranks the DP's results later and may order the policies differently, so
+    # even with top=1 the results hold each policy's own optimum (or the same plan found by another)
+    rng = random.Random(400 + seed)
+    model = CostModel(_profile(rng, 5, branching=False), CLUSTER, optimizer="sgd")
+    results = dapple_search(model, 16, memory_limit_bytes=16 * 2**30, top=1)
+    for policy in Placement:
+        alone = dapple_search(model, 16, placements=[policy], memory_limit_bytes=16 * 2**30, top=1)[0]
+        assert any(
+            r.time_s == pytest.approx(alone.time_s, rel=1e-12)
+            and (
+                r.placement is policy
+                or (r.stages, r.num_microbatches) == (alone.stages, alone.num_microbatches)
+            )
+            for r in results
+        )
