@@ -69,11 +69,20 @@ def device_unit(num_devices: int, gpus_per_server: int) -> int:
 
 
 def replica_candidates(
-    microbatch_size: int, num_devices: int, gpus_per_server: int, unit: int | None = None
+    microbatch_size: int,
+    num_devices: int,
+    gpus_per_server: int,
+    unit: int | None = None,
+    *,
+    full: bool = True,
 ) -> list[int]:
     """Replica counts the search tries for a micro-batch of ``microbatch_size`` samples.
 
-    Up to :data:`MAX_DEVICE_UNITS` devices (``unit == 1``, the default there): every count
+    With ``full=False`` (the planner's default, ``replica_space="structured"``) and
+    ``unit == 1``: the counts that divide the micro-batch (equal shares) and are a power of two or
+    a multiple of the server size; about 3x faster to search on 16 GPUs.
+    With ``full`` (``replica_space="full"``), up to :data:`MAX_DEVICE_UNITS` devices (``unit ==
+    1``, the default there): every count
     ``1..min(microbatch_size, num_devices)``, DAPPLE's full space. A count that does not divide
     the micro-batch gives uneven shares (:func:`pipesim.plan.split_samples`), which the estimate
     times at the largest share. On a larger cluster (``unit > 1``, see :func:`device_unit`) the
@@ -83,7 +92,12 @@ def replica_candidates(
     """
     u = device_unit(num_devices, gpus_per_server) if unit is None else unit
     if u == 1:
-        return list(range(1, min(microbatch_size, num_devices) + 1))
+        counts = range(1, min(microbatch_size, num_devices) + 1)
+        if full:
+            return list(counts)
+        return [
+            r for r in counts if microbatch_size % r == 0 and (r & (r - 1) == 0 or r % gpus_per_server == 0)
+        ]
     out = []
     r = u
     while r <= min(microbatch_size, num_devices):
@@ -199,6 +213,7 @@ def _search_one(
     threshold: float,
     positions: Sequence[int],
     unit: int,
+    full_space: bool = True,
 ) -> SearchResult | None:
     """Exact DP for one micro-batch count and policy; ``None`` when nothing beats ``threshold``.
 
@@ -211,7 +226,7 @@ def _search_one(
     g = cluster.gpus_per_server
     b = global_batch_size // m
     order = device_order(cluster, policy)
-    cands = replica_candidates(b, num_dev, g, unit)
+    cands = replica_candidates(b, num_dev, g, unit, full=full_space)
     if not cands:
         return None
     # the estimate times every replica at the largest share of an uneven split
@@ -411,6 +426,7 @@ def _uniform_bound(
     positions: Sequence[int],
     unit: int,
     policies: Sequence[Placement],
+    full_space: bool = True,
 ) -> float:
     """The DP's cost of the best *uniform* plan for ``m`` (an upper bound on the DP optimum).
 
@@ -421,7 +437,7 @@ def _uniform_bound(
     cluster = model.cluster
     num_dev = cluster.num_devices
     b = global_batch_size // m
-    cands = set(replica_candidates(b, num_dev, cluster.gpus_per_server, unit))
+    cands = set(replica_candidates(b, num_dev, cluster.gpus_per_server, unit, full=full_space))
     layer_times = [lay.fwd_time_s + lay.bwd_time_s for lay in model.profile.layers]
     block_times = [sum(layer_times[positions[k] : positions[k + 1]]) for k in range(len(positions) - 1)]
     best = math.inf
@@ -472,6 +488,7 @@ def dapple_search(
     memory_limit_bytes: float | None = None,
     top: int = 5,
     slack: float = 0.1,
+    full_replica_space: bool = True,
 ) -> list[SearchResult]:
     """The best plans for (micro-batch count, placement) pairs, best first: ``top`` and each policy's best.
 
@@ -495,6 +512,8 @@ def dapple_search(
         slack: also prune whatever is more than ``slack`` (relative) slower than the best plan
             found so far (or than the best uniform plan), even when fewer than ``top`` results
             are kept (the best, and each policy's best, stay exact).
+        full_replica_space: every replica count (DAPPLE's space, uneven shares included), or
+            the structured counts only (see :func:`replica_candidates`).
 
     Returns:
         The ``top`` fastest results, plus the best of any policy not among them, fastest first
@@ -517,7 +536,9 @@ def dapple_search(
     # the DP's cost can favour one policy whose plans the full estimate (NIC sharing) ranks far
     # lower (gnmt16 on 1024 GPUs: scatter-first), so every policy keeps its best
     uniform = {
-        (m, policy): _uniform_bound(model, global_batch_size, m, limit, positions, unit, [policy])
+        (m, policy): _uniform_bound(
+            model, global_batch_size, m, limit, positions, unit, [policy], full_replica_space
+        )
         for m in ms
         for policy in policies
     }
@@ -533,7 +554,9 @@ def dapple_search(
                 threshold = min(threshold, min(r.time_s for r in everything) * (1.0 + slack))
             if len(everything) >= top:
                 threshold = min(threshold, sorted(r.time_s for r in everything)[top - 1])
-            found = _search_one(model, global_batch_size, m, policy, limit, threshold, positions, unit)
+            found = _search_one(
+                model, global_batch_size, m, policy, limit, threshold, positions, unit, full_replica_space
+            )
             if found is not None:
                 everything.append(found)
                 found_by[policy].append(found)
@@ -544,7 +567,9 @@ def dapple_search(
             threshold = min([own, *(r.time_s for r in mine)])
             if any(r.num_microbatches == m for r in mine):
                 continue  # this pair's best is already exact
-            found = _search_one(model, global_batch_size, m, policy, limit, threshold, positions, unit)
+            found = _search_one(
+                model, global_batch_size, m, policy, limit, threshold, positions, unit, full_replica_space
+            )
             if found is not None:
                 mine.append(found)
     results = [r for p in policies for r in found_by[p]]

@@ -19,7 +19,7 @@ from pipesim.profiles.hardware.cluster import Cluster
 from pipesim.profiles.inputs import resolve_inputs
 from pipesim.profiles.models.profile import ModelProfile
 
-__all__ = ["SHORTLIST", "estimate_plan", "plan", "plan_identity", "planner_names"]
+__all__ = ["REPLICA_SPACES", "SHORTLIST", "estimate_plan", "plan", "plan_identity", "planner_names"]
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +29,14 @@ SHORTLIST = 8
 0.05 s each), so 8 keeps a reranked ``plan`` within a second while covering every micro-batch
 count the DAPPLE search found within its 10% slack on the zoo models."""
 
-_Planner = Callable[[CostModel, int, float, int, Sequence[Placement], Sequence[int] | None], list[Plan]]
+_Planner = Callable[[CostModel, int, float, int, Sequence[Placement], Sequence[int] | None, bool], list[Plan]]
+
+REPLICA_SPACES = ("structured", "full")
+"""The DAPPLE planner's replica spaces (:func:`plan`'s ``replica_space``): ``structured``, counts
+that divide the micro-batch and are a power of two or a multiple of the server size (fast; the
+default); ``full``, every count the devices and the micro-batch allow, uneven shares included
+(DAPPLE's space: it finds plans such as VGG-19's 15:1 on 2 x 8 GPUs, at about 3x the planning time
+on 16 GPUs, see benchmarks/README.md)."""
 
 
 def _dapple(
@@ -39,12 +46,19 @@ def _dapple(
     top: int,
     placements: Sequence[Placement],
     ms: Sequence[int] | None,
+    full: bool,
 ) -> list[Plan]:
     # The DP is exact for DAPPLE's closed form without NIC sharing; its results (the best per
     # micro-batch count and placement policy) and the best data-parallel plan are ranked by the
     # full estimate (the all-reduces that share a NIC add up).
     results = dapple_search(
-        model, gbs, placements=placements, microbatch_counts=ms, memory_limit_bytes=limit, top=2 * top
+        model,
+        gbs,
+        placements=placements,
+        microbatch_counts=ms,
+        memory_limit_bytes=limit,
+        top=2 * top,
+        full_replica_space=full,
     )
     plans = [to_plan(r, gbs, optimizer=model.optimizer, allreduce=model.allreduce) for r in results]
     try:  # pure data parallelism is one point of DAPPLE's space: keep it in the shortlist
@@ -59,9 +73,11 @@ def _dapple(
 
 _PLANNERS: dict[str, _Planner] = {
     "dapple": _dapple,
-    "dp": lambda model, gbs, limit, top, pl, ms: dp_plans(model, gbs, limit),
-    "gpipe": lambda model, gbs, limit, top, pl, ms: gpipe_plans(model, gbs, limit, microbatch_counts=ms),
-    "pipedream": lambda model, gbs, limit, top, pl, ms: pipedream_plans(model, gbs, limit),
+    "dp": lambda model, gbs, limit, top, pl, ms, full: dp_plans(model, gbs, limit),
+    "gpipe": lambda model, gbs, limit, top, pl, ms, full: gpipe_plans(
+        model, gbs, limit, microbatch_counts=ms
+    ),
+    "pipedream": lambda model, gbs, limit, top, pl, ms, full: pipedream_plans(model, gbs, limit),
 }
 
 
@@ -135,6 +151,7 @@ def plan(
     microbatch_counts: Sequence[int] | None = None,
     overrides: Mapping[str, object] | None = None,
     rerank: Callable[[Plan], float] | None = None,
+    replica_space: str = "structured",
 ) -> list[Plan]:
     """Plan a training iteration of a model on a cluster: ranked plans, best first.
 
@@ -161,19 +178,23 @@ def plan(
         overrides: what-if changes to the cluster (``{"nic": "100GbE"}``); the model is
             re-targeted to the cluster's device (:func:`pipesim.profiles.inputs.resolve_inputs`).
         rerank: re-orders the shortlist by its value for each plan (lower is better, seconds).
+        replica_space: the DAPPLE planner's replica counts, ``structured`` (default) or ``full``
+            (see :data:`REPLICA_SPACES`); the other planners ignore it.
 
     Returns:
         Plans with ``planner`` set and an :class:`~pipesim.plan.Estimate` (iteration time,
         throughput, peak memory, speedups over one device and over the best ``dp`` plan).
 
     Raises:
-        UnknownNameError: unknown planner, placement policy, model or cluster.
+        UnknownNameError: unknown planner, placement policy, replica space, model or cluster.
         InputError: a bad batch size, ``top``, memory limit or override, or a ``rerank`` value
             that is not a number.
         Infeasible: no plan fits in memory.
     """
     if planner not in _PLANNERS:
         raise UnknownNameError("planner", planner, _PLANNERS)
+    if replica_space not in REPLICA_SPACES:
+        raise UnknownNameError("replica space", str(replica_space), REPLICA_SPACES)
     check_count("global_batch_size", global_batch_size, maximum=MAX_GLOBAL_BATCH)
     if not isinstance(top, int) or isinstance(top, bool) or top < 1:
         raise invalid("top", top, "must be an integer >= 1")
@@ -194,7 +215,8 @@ def plan(
     )
     cost = CostModel(profile, machine, optimizer=optimizer, recompute=recompute, allreduce=allreduce)
     keep = max(top, SHORTLIST)
-    plans = _PLANNERS[planner](cost, global_batch_size, limit, keep, policies, microbatch_counts)
+    full = replica_space == "full"
+    plans = _PLANNERS[planner](cost, global_batch_size, limit, keep, policies, microbatch_counts, full)
     single = single_plan(cost, global_batch_size, limit)
     single_s = single.estimate.iteration_time_s if single is not None and single.estimate else None
     try:

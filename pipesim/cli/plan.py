@@ -56,6 +56,14 @@ def _common(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--optimizer", default="adam", choices=vocabulary(Optimizer))
     p.add_argument(
+        "--replica-space",
+        default="structured",
+        choices=("structured", "full"),
+        help="DAPPLE planner's replica counts: structured (divide the micro-batch; power of two or "
+        "a multiple of the server size; default) or full (every count, uneven shares included, as "
+        "DAPPLE searches; about 3x slower)",
+    )
+    p.add_argument(
         "--rerank",
         default="simulate",
         choices=("simulate", "none"),
@@ -124,6 +132,7 @@ def _plans(
         memory_limit_bytes=args.memory_limit,
         optimizer=args.optimizer,
         rerank=rerank,
+        replica_space=args.replica_space,
     )
     return plans, profile, cluster
 
