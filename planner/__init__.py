@@ -10,10 +10,18 @@ This layer imports only ``pipesim.errors``, ``pipesim.units``, ``pipesim.profile
 from pipesim.planner.dapple import cut_positions, dapple_search, device_unit, replica_candidates
 from pipesim.planner.estimate import ESTIMATED_SCHEDULES, CostModel, pipeline_time_s
 from pipesim.planner.placement import Placement, device_order, parse_placement
-from pipesim.planner.search import SHORTLIST, estimate_plan, plan, planner_names
+from pipesim.planner.search import (
+    REPLICA_SPACES,
+    SHORTLIST,
+    estimate_plan,
+    plan,
+    plan_identity,
+    planner_names,
+)
 
 __all__ = [
     "ESTIMATED_SCHEDULES",
+    "REPLICA_SPACES",
     "SHORTLIST",
     "CostModel",
     "Placement",
@@ -25,6 +33,7 @@ __all__ = [
     "parse_placement",
     "pipeline_time_s",
     "plan",
+    "plan_identity",
     "planner_names",
     "replica_candidates",
 ]
