@@ -87,6 +87,7 @@ _COMM_LANE = (0.16, 0.42)
 _FULL_LANE = (-0.42, 0.42)
 _MEMORY_BAND = 0.84  # share of a memory row the scale's maximum fills
 _CAPACITY_SHOWN = 2.0  # draw the capacity line when it is at most this multiple of the peak
+_MIN_TICK_GAP_ROWS = 0.35  # label the capacity on the GiB scale only this far (in rows) from the top
 
 _CHAR_WIDTH_EM = 0.62  # average character width in DejaVu Sans, in font sizes (for label fitting)
 _MIN_LABEL_PT = 5.0  # smallest font for a micro-batch number on a bar
@@ -293,7 +294,7 @@ def _draw_memory(
             ax.step(xs, ys, where="post", color=_MEMORY_LINE, linewidth=0.6, zorder=3)
         if cap > 0 and bottom <= cap <= top * 1.0000001:
             capacity_lines.append([(0.0, level(row, cap)), (x_max_ms, level(row, cap))])
-            if row in tick_rows and abs(level(row, cap) - level(row, top)) > 0.15:
+            if row in tick_rows and abs(level(row, cap) - level(row, top)) > _MIN_TICK_GAP_ROWS:
                 ticks[level(row, cap)] = _gib(cap)
         if row in tick_rows:
             ticks[level(row, bottom)] = _gib(bottom)
