@@ -7,7 +7,7 @@ This layer imports only ``pipesim.errors``, ``pipesim.units``, ``pipesim.profile
 ``pipesim.schedules`` and ``pipesim.plan``; it never imports the simulator.
 """
 
-from pipesim.planner.dapple import cut_positions, dapple_search, device_unit, replica_candidates
+from pipesim.planner.dapple import dapple_search
 from pipesim.planner.estimate import ESTIMATED_SCHEDULES, CostModel, pipeline_time_s
 from pipesim.planner.placement import Placement, device_order, parse_placement
 from pipesim.planner.search import (
@@ -18,6 +18,7 @@ from pipesim.planner.search import (
     plan_identity,
     planner_names,
 )
+from pipesim.planner.search_space import cut_positions, device_unit, replica_candidates
 
 __all__ = [
     "ESTIMATED_SCHEDULES",

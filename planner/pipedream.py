@@ -31,8 +31,8 @@ from dataclasses import dataclass, replace
 from pipesim.errors import Infeasible
 from pipesim.plan import Plan, StagePlan
 from pipesim.planner.baselines import candidate_microbatch_counts
-from pipesim.planner.dapple import even_split
 from pipesim.planner.estimate import CostModel
+from pipesim.planner.search_space import even_split
 
 __all__ = ["MAX_BLOCKS", "pipedream_plans"]
 

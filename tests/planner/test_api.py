@@ -11,8 +11,8 @@ import pipesim
 from pipesim.errors import Infeasible, InputError, UnknownNameError
 from pipesim.plan import Plan, StagePlan
 from pipesim.planner import SHORTLIST, plan, planner_names
-from pipesim.planner.dapple import cut_positions, device_unit, replica_candidates
 from pipesim.planner.placement import Placement, device_order, parse_placement, stage_start
+from pipesim.planner.search_space import cut_positions, device_unit, replica_candidates
 from pipesim.profiles import get_cluster, zoo_model
 from pipesim.profiles.models.profile import Layer, ModelProfile
 

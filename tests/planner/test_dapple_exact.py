@@ -10,10 +10,11 @@ import pytest
 
 from pipesim.errors import Infeasible
 from pipesim.plan import Plan, StagePlan
-from pipesim.planner import dapple
-from pipesim.planner.dapple import cut_positions, dapple_search, device_unit, replica_candidates
+from pipesim.planner import search_space
+from pipesim.planner.dapple import dapple_search
 from pipesim.planner.estimate import CostModel
 from pipesim.planner.placement import Placement, device_order, stage_start
+from pipesim.planner.search_space import cut_positions, device_unit, replica_candidates
 from pipesim.profiles import Cluster, get_cluster, with_overrides
 from pipesim.profiles.models.profile import Layer, ModelProfile
 
@@ -196,8 +197,8 @@ def test_dp_equals_brute_force_on_a_big_cluster(seed: int) -> None:
 @pytest.mark.parametrize("seed", range(4))
 def test_dp_equals_brute_force_with_coarse_cuts(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
     # a "long" model: stages may start only at the block boundaries of cut_positions
-    monkeypatch.setattr(dapple, "MAX_EXACT_LAYERS", 4)
-    monkeypatch.setattr(dapple, "CUT_BLOCKS", 3)
+    monkeypatch.setattr(search_space, "MAX_EXACT_LAYERS", 4)
+    monkeypatch.setattr(search_space, "CUT_BLOCKS", 3)
     rng = random.Random(200 + seed)
     profile = _profile(rng, 8, branching=seed % 2 == 0)
     positions = cut_positions(profile)

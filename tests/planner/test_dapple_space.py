@@ -10,9 +10,10 @@ from pipesim.errors import UnknownNameError
 from pipesim.plan import Plan, StagePlan
 from pipesim.planner import plan
 from pipesim.planner import search as planner_search
-from pipesim.planner.dapple import dapple_search, replica_candidates
+from pipesim.planner.dapple import dapple_search
 from pipesim.planner.estimate import CostModel
 from pipesim.planner.search import plan_identity
+from pipesim.planner.search_space import replica_candidates
 from pipesim.profiles import get_cluster, zoo_model
 from pipesim.profiles.models.profile import Layer, ModelProfile
 
