@@ -19,11 +19,12 @@ from hypothesis import strategies as st
 
 from pipesim.cli.simulate import result_json
 from pipesim.fileio import json_text
-from pipesim.plan import Plan, StagePlan
+from pipesim.plan import Plan
 from pipesim.profiles.hardware.cluster import get_cluster
-from pipesim.profiles.models.profile import Layer, ModelProfile
+from pipesim.profiles.models.profile import ModelProfile
 from pipesim.schedules import schedule_names
 from pipesim.simulator import SimOptions, simulate
+from tests.simulator.builders import random_plan
 
 CLUSTER = get_cluster("dapple-2x8-v100")  # 16 GPUs on 2 servers: NVLink inside, 25 GbE between
 SCHEDULES = sorted(schedule_names())
@@ -33,36 +34,7 @@ Case = tuple[Plan, ModelProfile, SimOptions]
 @st.composite
 def cases(draw: st.DrawFn, schedule: str | None = None) -> Case:
     name = schedule or draw(st.sampled_from(SCHEDULES))
-    chunks = 2 if name == "interleaved" else 1
-    p = draw(st.integers(1, 4))
-    m = p * draw(st.integers(1, 2)) if chunks > 1 else draw(st.integers(1, 8))
-    sizes = [draw(st.integers(1, 3)) for _ in range(p * chunks)]
-    replicas = [draw(st.integers(1, 3)) for _ in range(p)]
-    layers = tuple(
-        Layer(
-            name=f"l{i}",
-            fwd_time_s=draw(st.floats(1e-4, 5e-2)),
-            bwd_time_s=draw(st.floats(1e-4, 1e-1)),
-            activation_bytes=draw(st.integers(1, 8 << 20)),
-            parameter_bytes=draw(st.integers(0, 64 << 20)),
-            wgrad_fraction=draw(st.sampled_from([0.0, 0.3, 0.5])),
-        )
-        for i in range(sum(sizes))
-    )
-    profile = ModelProfile(name="random", layers=layers, profile_batch_size=draw(st.sampled_from([1, 2, 4])))
-    stages, first = [], 0
-    for s, n in enumerate(sizes):
-        stages.append(StagePlan(first_layer=first, last_layer=first + n - 1, replicas=replicas[s % p]))
-        first += n
-    plan = Plan(
-        stages=tuple(stages),
-        global_batch_size=m * max(replicas) * draw(st.integers(1, 2)),
-        num_microbatches=m,
-        schedule=name,
-        chunks=chunks,
-        recompute=draw(st.sampled_from(["none", "full"])),
-        allreduce=draw(st.sampled_from(["ring", "hierarchical", "auto"])),
-    )
+    plan, profile = random_plan(draw, name, max_microbatches=8, min_op_time_s=1e-4, recompute=True)
     jitter = draw(st.sampled_from([0.0, 0.2]))
     options = SimOptions(
         free_links=draw(st.booleans()),

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pipesim.plan import Plan, StagePlan
 from pipesim.profiles.models.profile import Layer, ModelProfile
+
+if TYPE_CHECKING:
+    from hypothesis import strategies as st
 
 
 def equal_profile(
@@ -53,3 +58,51 @@ def one_layer_per_stage(
         chunks=chunks,
         **kw,  # type: ignore[arg-type]
     )
+
+
+def random_plan(
+    draw: st.DrawFn,
+    schedule: str,
+    *,
+    max_microbatches: int,
+    min_op_time_s: float,
+    recompute: bool = False,
+) -> tuple[Plan, ModelProfile]:
+    """A random plan of ``schedule`` and its random profile, drawn with hypothesis ``draw``: 1-4
+    pipeline ranks (two chunks each for ``interleaved``), 1-3 layers per stage, 1-3 replicas per
+    rank, layer times from ``min_op_time_s``, any all-reduce algorithm, and with ``recompute``
+    either recomputation mode."""
+    from hypothesis import strategies as st
+
+    chunks = 2 if schedule == "interleaved" else 1
+    p = draw(st.integers(1, 4))
+    m = p * draw(st.integers(1, 2)) if chunks > 1 else draw(st.integers(1, max_microbatches))
+    sizes = [draw(st.integers(1, 3)) for _ in range(p * chunks)]
+    replicas = [draw(st.integers(1, 3)) for _ in range(p)]
+    batch = draw(st.sampled_from([1, 2, 4]))
+    layers = tuple(
+        Layer(
+            name=f"l{i}",
+            fwd_time_s=draw(st.floats(min_op_time_s, 5e-2)),
+            bwd_time_s=draw(st.floats(min_op_time_s, 1e-1)),
+            activation_bytes=draw(st.integers(1, 8 << 20)),
+            parameter_bytes=draw(st.integers(0, 64 << 20)),
+            wgrad_fraction=draw(st.sampled_from([0.0, 0.3, 0.5])),
+        )
+        for i in range(sum(sizes))
+    )
+    profile = ModelProfile(name="random", layers=layers, profile_batch_size=batch)
+    stages, first = [], 0
+    for s, n in enumerate(sizes):
+        stages.append(StagePlan(first_layer=first, last_layer=first + n - 1, replicas=replicas[s % p]))
+        first += n
+    plan = Plan(
+        stages=tuple(stages),
+        global_batch_size=m * max(replicas) * draw(st.integers(1, 2)),
+        num_microbatches=m,
+        schedule=schedule,
+        chunks=chunks,
+        recompute=draw(st.sampled_from(["none", "full"])) if recompute else "none",
+        allreduce=draw(st.sampled_from(["ring", "hierarchical", "auto"])),
+    )
+    return plan, profile

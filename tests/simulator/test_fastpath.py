@@ -9,11 +9,11 @@ from hypothesis import strategies as st
 from pipesim.errors import InputError
 from pipesim.plan import Plan, StagePlan
 from pipesim.profiles.hardware.cluster import get_cluster
-from pipesim.profiles.models.profile import Layer, ModelProfile
+from pipesim.profiles.models.profile import ModelProfile
 from pipesim.simulator import SimOptions, SimulationResult, simulate
 from pipesim.simulator.fastpath import LinksShared, execute_fast
 from pipesim.simulator.program import lower
-from tests.simulator.builders import equal_profile, one_layer_per_stage
+from tests.simulator.builders import equal_profile, one_layer_per_stage, random_plan
 
 CLUSTER = get_cluster("dapple-2x8-v100")  # 16 GPUs on 2 servers: NVLink inside, 25 GbE between
 SCHEDULES = ["gpipe", "dapple", "1f1b", "zb-h1", "zb-h2", "interleaved"]
@@ -52,41 +52,7 @@ def assert_same(fast: SimulationResult, ref: SimulationResult) -> None:
 @st.composite
 def cases(draw: st.DrawFn) -> tuple[Plan, ModelProfile, SimOptions]:
     schedule = draw(st.sampled_from(SCHEDULES))
-    chunks = 2 if schedule == "interleaved" else 1
-    p = draw(st.integers(1, 4))
-    m = draw(st.integers(1, 6))
-    if chunks > 1:
-        m = p * draw(st.integers(1, 2))
-    stages = p * chunks
-    sizes = [draw(st.integers(1, 3)) for _ in range(stages)]
-    replicas = [draw(st.integers(1, 3)) for _ in range(p)]
-    batch = draw(st.sampled_from([1, 2, 4]))
-    layers = tuple(
-        Layer(
-            name=f"l{i}",
-            fwd_time_s=draw(st.floats(1e-3, 5e-2)),
-            bwd_time_s=draw(st.floats(1e-3, 1e-1)),
-            activation_bytes=draw(st.integers(1, 8 << 20)),
-            parameter_bytes=draw(st.integers(0, 64 << 20)),
-            wgrad_fraction=draw(st.sampled_from([0.0, 0.3, 0.5])),
-        )
-        for i in range(sum(sizes))
-    )
-    profile = ModelProfile(name="random", layers=layers, profile_batch_size=batch)
-    first = 0
-    stage_plans = []
-    for s, n in enumerate(sizes):
-        stage_plans.append(StagePlan(first_layer=first, last_layer=first + n - 1, replicas=replicas[s % p]))
-        first += n
-    samples = m * max(replicas) * draw(st.integers(1, 2))
-    plan = Plan(
-        stages=tuple(stage_plans),
-        global_batch_size=samples,
-        num_microbatches=m,
-        schedule=schedule,
-        chunks=chunks,
-        allreduce=draw(st.sampled_from(["ring", "hierarchical", "auto"])),
-    )
+    plan, profile = random_plan(draw, schedule, max_microbatches=6, min_op_time_s=1e-3)
     options = SimOptions(
         free_links=draw(st.booleans()),
         contention=False,
