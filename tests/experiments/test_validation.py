@@ -1,0 +1,35 @@
+"""Every published measurement in experiments/validation is reproduced within its tolerance."""
+
+from __future__ import annotations
+
+import pytest
+
+from experiments.validation.record import Record, all_records, relative_error
+
+RECORDS = all_records()
+
+
+def test_records_have_sources_and_unique_names() -> None:
+    assert len({r.name for r in RECORDS}) == len(RECORDS)
+    for r in RECORDS:
+        assert r.source.strip()
+        assert r.quantity.strip()
+
+
+@pytest.mark.parametrize("record", RECORDS, ids=lambda r: r.name)
+def test_published_measurement_within_tolerance(record: Record) -> None:
+    predicted = record.predict()
+    error = relative_error(predicted, record.published)
+    assert abs(error) <= record.tolerance, (
+        f"{record.name}: published {record.published:.4g}, predicted {predicted:.4g} "
+        f"({error:+.1%}, tolerance {record.tolerance:.0%}); {record.source}"
+    )
+
+
+def test_record_rejects_bad_fields() -> None:
+    with pytest.raises(ValueError, match="kind"):
+        Record(name="x", source="s", quantity="q", kind="other", published=1.0, predict=lambda: 1.0,
+               tolerance=0.1)
+    with pytest.raises(ValueError, match="tolerance"):
+        Record(name="x", source="s", quantity="q", kind="ratio", published=1.0, predict=lambda: 1.0,
+               tolerance=1.5)
