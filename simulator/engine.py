@@ -18,20 +18,17 @@ from pipesim.schedules import Schedule
 from pipesim.schedules.validate import deadlock_error
 from pipesim.simulator.collectives import allreduce
 from pipesim.simulator.fastpath import LinksShared, execute_fast
+from pipesim.simulator.link_records import LinkStretches
 from pipesim.simulator.microbatch_costs import MicrobatchCosts
 from pipesim.simulator.network import Network
 from pipesim.simulator.options import SimOptions
 from pipesim.simulator.program import Collective, Program, Send, lower
 from pipesim.simulator.tally import Tally
-from pipesim.simulator.trace import EventKind, SimulationResult, new_event
-
-_LINK = EventKind.LINK
+from pipesim.simulator.trace import SimulationResult
 
 __all__ = ["SimOptions", "simulate"]
 
 log = logging.getLogger(__name__)
-
-_LINK = EventKind.LINK
 
 
 class _Arrival:
@@ -52,9 +49,9 @@ class _Engine:
     def __init__(self, program: Program, cluster: Cluster, options: SimOptions) -> None:
         self.program = program
         self.cluster = cluster
-        self.link_names = tuple(link.name for link in cluster.links)
         self.record = options.record_trace
         self.tally = Tally(program, record=options.record_trace)
+        self.link_stretches = LinkStretches() if options.record_trace else None
         self.env = simpy.Environment()
         self.network = Network(
             self.env,
@@ -63,7 +60,7 @@ class _Engine:
             link_names=[link.name for link in cluster.links],
             free_links=options.free_links,
             contention=options.contention,
-            on_link_stretch=self._on_link_stretch if options.record_trace else None,
+            link_stretches=self.link_stretches,
         )
         self.arrivals: dict[tuple[str, int, int, int], _Arrival] = {}
         self.ready = [0] * len(program.collectives)
@@ -104,12 +101,6 @@ class _Engine:
             self._deliver(target)
 
         return callback
-
-    def _on_link_stretch(self, link: int, start_s: float, end_s: float, bytes_per_s: float) -> None:
-        if end_s > start_s:
-            nbytes = bytes_per_s * (end_s - start_s)
-            event = new_event(self.link_names[link], _LINK, start_s, end_s, None, None, None, nbytes, None)
-            self.tally.events.append(event)
 
     # ---------------------------------------------------------------------------------------
     def stream(self, index: int) -> Generator[simpy.Event, Any, None]:
@@ -205,7 +196,8 @@ class _Engine:
                 if index not in self.finished and rank not in stuck:
                     stuck[rank] = (rank, self.position.get(index, 0), None)
             raise deadlock_error(lowered.ranks, [stuck[r] for r in sorted(stuck)])
-        return self.tally.result(self.cluster, tuple(link.name for link in self.cluster.links))
+        link_names = tuple(link.name for link in self.cluster.links)
+        return self.tally.result(self.cluster, link_names, self.link_stretches)
 
 
 def simulate(

@@ -3,9 +3,10 @@ stretches and work counters."""
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass
 
-__all__ = ["LinkInterval", "NetworkStats", "TransferRecord"]
+__all__ = ["LinkInterval", "LinkStretches", "NetworkStats", "TransferRecord"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -44,6 +45,36 @@ class LinkInterval:
     start_s: float
     end_s: float
     bytes_per_s: float
+
+
+class LinkStretches:
+    """Link busy stretches kept in columns: what :class:`LinkInterval` records hold, without an
+    object per record (a traced 1024-GPU run makes most of a million of them).
+
+    ``data`` is one flat array of doubles, four per stretch in the order they were closed:
+    ``link, start_s, end_s, bytes_per_s`` (link indices are small integers, exact as doubles).
+    A :class:`~pipesim.simulator.network.Network` given one (``link_stretches=``) appends to it;
+    :meth:`intervals` turns it into :class:`LinkInterval` objects.
+    """
+
+    __slots__ = ("data",)
+
+    FIELDS = 4
+    """Doubles per stretch."""
+
+    def __init__(self) -> None:
+        self.data = array("d")
+
+    def __len__(self) -> int:
+        return len(self.data) // self.FIELDS
+
+    def intervals(self) -> list[LinkInterval]:
+        """The stretches as :class:`LinkInterval` objects, in the order they were closed."""
+        d = self.data
+        return [
+            LinkInterval(link=int(d[k]), start_s=d[k + 1], end_s=d[k + 2], bytes_per_s=d[k + 3])
+            for k in range(0, len(d), self.FIELDS)
+        ]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

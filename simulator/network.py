@@ -45,10 +45,10 @@ import simpy
 from simpy.events import EventPriority
 
 from pipesim.errors import check_nonneg, check_positive, invalid
-from pipesim.simulator.link_records import LinkInterval, NetworkStats, TransferRecord
+from pipesim.simulator.link_records import LinkInterval, LinkStretches, NetworkStats, TransferRecord
 from pipesim.simulator.maxmin import Flow, progressive_fill
 
-__all__ = ["LinkInterval", "Network", "NetworkStats", "TransferRecord"]
+__all__ = ["LinkInterval", "LinkStretches", "Network", "NetworkStats", "TransferRecord"]
 
 logger = logging.getLogger(__name__)
 
@@ -87,9 +87,12 @@ class Network:
             changes after being > 0 (per-link utilisation tracks). Costs one pass over the
             re-filled links per re-fill; leave ``None`` when not needed.
         on_link_stretch: the same records as plain arguments ``(link, start_s, end_s,
-            bytes_per_s)``, without building a :class:`LinkInterval` per record (for callers
-            that keep hundreds of thousands of them, such as the engine's trace). At most one
-            of ``on_link_interval`` and ``on_link_stretch``.
+            bytes_per_s)``, without building a :class:`LinkInterval` per record.
+        link_stretches: the same records appended, in columns, to this
+            :class:`~pipesim.simulator.link_records.LinkStretches` (no call and no object per
+            record: for callers that keep hundreds of thousands of them, such as the engine's
+            trace). At most one of ``on_link_interval``, ``on_link_stretch`` and
+            ``link_stretches``.
 
     Raises:
         InputError: a bandwidth, latency or the overhead breaks its rule, the lengths differ, or
@@ -109,6 +112,7 @@ class Network:
         on_transfer: Callable[[TransferRecord], None] | None = None,
         on_link_interval: Callable[[LinkInterval], None] | None = None,
         on_link_stretch: Callable[[int, float, float, float], None] | None = None,
+        link_stretches: LinkStretches | None = None,
     ) -> None:
         self._env = env
         self._cap = [
@@ -133,15 +137,31 @@ class Network:
         self._free = bool(free_links)
         self._contention = bool(contention)
         self._on_transfer = on_transfer
-        if on_link_interval is not None and on_link_stretch is not None:
-            raise invalid("on_link_stretch", "a callback", "must be None when on_link_interval is given")
-        if on_link_interval is not None:
+        given = [on_link_interval, on_link_stretch, link_stretches]
+        if sum(x is not None for x in given) > 1:
+            raise invalid(
+                "on_link_stretch",
+                "several link recorders",
+                "give at most one of on_link_interval, on_link_stretch and link_stretches",
+            )
+        # Every recorder is fed one (link, start_s, end_s, bytes_per_s) tuple per stretch.
+        self._on_link: Callable[[tuple[int, float, float, float]], None] | None = None
+        if link_stretches is not None:
+            self._on_link = link_stretches.data.extend
+        elif on_link_interval is not None:
             interval = on_link_interval
 
-            def on_link_stretch(link: int, start_s: float, end_s: float, bytes_per_s: float) -> None:
-                interval(LinkInterval(link=link, start_s=start_s, end_s=end_s, bytes_per_s=bytes_per_s))
+            def emit_interval(rec: tuple[int, float, float, float]) -> None:
+                interval(LinkInterval(link=rec[0], start_s=rec[1], end_s=rec[2], bytes_per_s=rec[3]))
 
-        self._on_link = on_link_stretch
+            self._on_link = emit_interval
+        elif on_link_stretch is not None:
+            stretch = on_link_stretch
+
+            def emit_stretch(rec: tuple[int, float, float, float]) -> None:
+                stretch(*rec)
+
+            self._on_link = emit_stretch
 
         self._link_flows: list[dict[int, Flow]] = [{} for _ in range(n_links)]
         self._link_mark = [-1] * n_links
@@ -459,7 +479,7 @@ class Network:
             if total != old:
                 since = link_since[link]
                 if old > 0.0 and now > since:
-                    on_link(link, since, now, old)
+                    on_link((link, since, now, old))
                 link_rate[link] = total
                 link_since[link] = now
 

@@ -8,17 +8,19 @@ its end only.
 
 from __future__ import annotations
 
-from operator import itemgetter
+from array import array
 
 from pipesim.profiles.hardware.cluster import Cluster
+from pipesim.simulator.link_records import LinkStretches
 from pipesim.simulator.program import Compute, Program
-from pipesim.simulator.trace import (
-    DeviceMetrics,
-    EventKind,
-    MemoryCurve,
-    SimulationResult,
-    TraceEvent,
-    new_event,
+from pipesim.simulator.trace import DeviceMetrics, EventKind, MemoryCurve, SimulationResult, TraceEvent
+from pipesim.simulator.trace_log import (
+    ALL_REDUCE,
+    OP_CODE,
+    SEND_ACTIVATION,
+    SEND_GRADIENT,
+    TraceEvents,
+    TraceLog,
 )
 
 __all__ = ["OP_KIND", "Tally"]
@@ -32,14 +34,6 @@ OP_KIND = {
 """The trace kind of each compute op."""
 
 
-_EVENT_ORDER = itemgetter(
-    TraceEvent._fields.index("start_s"),
-    TraceEvent._fields.index("resource"),
-    TraceEvent._fields.index("end_s"),
-)
-"""Trace order: by start, then resource, then end (fields of the :class:`TraceEvent` tuple)."""
-
-
 class Tally:
     """Counters, memory curves and (optionally) trace events of one executed program.
 
@@ -51,11 +45,15 @@ class Tally:
     def __init__(self, program: Program, *, record: bool) -> None:
         self.program = program
         self.record = record
-        self.events: list[TraceEvent] = []
+        self.log = TraceLog()  # trace records, in columns (see trace_log), when recording
+        self._compute_record = self.log.compute.extend
+        self._comm_record = self.log.comm.extend
         static = program.static_memory_bytes
         self.memory_now = dict(static)
         self.memory_peak = {d: (0.0, b) for d, b in static.items()}  # device -> (time, peak bytes)
-        self.memory_log: dict[int, list[tuple[float, float]]] = {d: [(0.0, b)] for d, b in static.items()}
+        # when recording, each device's memory curve as two columns: times, bytes
+        self.memory_times = {d: array("d", (0.0,)) for d in static} if record else {}
+        self.memory_bytes = {d: array("d", (b,)) for d, b in static.items()} if record else {}
         self.busy: dict[int, float] = {}
         self.comm_wait: dict[int, float] = {}
         self.allreduce_time: dict[int, float] = {}
@@ -65,35 +63,39 @@ class Tally:
 
     def compute(self, device: int, ins: Compute, start: float, end: float) -> None:
         """Count one compute op that ran from ``start`` to ``end`` seconds: its memory (allocated
-        at the start, freed at the end), its trace event, and the end of a backward."""
+        at the start, freed at the end), its trace record, and the end of a backward."""
         now = self.memory_now[device]
         peak_t, peak = self.memory_peak[device]
-        record = self.record
-        log_ = self.memory_log[device]
-        for nbytes in ins.alloc_bytes:
-            now += nbytes
-            if now > peak:
-                peak_t, peak = start, now
-            if record:
-                if log_[-1][0] == start:
-                    log_[-1] = (start, now)
+        if self.record:
+            times = self.memory_times[device]
+            values = self.memory_bytes[device]
+            for nbytes in ins.alloc_bytes:
+                now += nbytes
+                if now > peak:
+                    peak_t, peak = start, now
+                if times[-1] == start:
+                    values[-1] = now
                 else:
-                    log_.append((start, now))
-        for nbytes in ins.free_bytes:
-            now -= nbytes
-            if record:
-                if log_[-1][0] == end:
-                    log_[-1] = (end, now)
+                    times.append(start)
+                    values.append(now)
+            for nbytes in ins.free_bytes:
+                now -= nbytes
+                if times[-1] == end:
+                    values[-1] = now
                 else:
-                    log_.append((end, now))
+                    times.append(end)
+                    values.append(now)
+            self._compute_record((device, OP_CODE[ins.op], ins.stage, ins.microbatch, start, end))
+        else:
+            for nbytes in ins.alloc_bytes:
+                now += nbytes
+                if now > peak:
+                    peak_t, peak = start, now
+            for nbytes in ins.free_bytes:
+                now -= nbytes
         self.memory_now[device] = now
         self.memory_peak[device] = (peak_t, peak)
         self.num_ops += 1
-        if record:
-            kind = OP_KIND[ins.op]
-            self.events.append(
-                new_event(f"gpu{device}", kind, start, end, device, ins.stage, ins.microbatch, 0.0, None)
-            )
         if (ins.op == "B" or ins.op == "W") and end > self.last_backward_end:
             self.last_backward_end = end
 
@@ -102,9 +104,8 @@ class Tally:
     ) -> None:
         """Record one delivered transfer's trace event (when recording)."""
         if self.record:
-            event_kind = EventKind.SEND_ACTIVATION if kind == "act" else EventKind.SEND_GRADIENT
-            resource = f"gpu{device}.comm"
-            self.events.append(new_event(resource, event_kind, start, end, device, stage, mb, nbytes, peer))
+            code = SEND_ACTIVATION if kind == "act" else SEND_GRADIENT
+            self._comm_record((device, code, stage, mb, nbytes, peer, start, end))
 
     def collective(
         self, members: tuple[int, ...], stage: int, nbytes: float, start: float, end: float
@@ -113,17 +114,7 @@ class Tally:
         for device in members:
             self.allreduce_time[device] = self.allreduce_time.get(device, 0.0) + (end - start)
             if self.record:
-                self.events.append(
-                    TraceEvent(
-                        resource=f"gpu{device}.comm",
-                        kind=EventKind.ALL_REDUCE,
-                        start_s=start,
-                        end_s=end,
-                        device=device,
-                        stage=stage,
-                        nbytes=nbytes,
-                    )
-                )
+                self._comm_record((device, ALL_REDUCE, stage, -1, nbytes, -1, start, end))
         self.end_time = max(self.end_time, end)
 
     def stream_done(self, device: int, busy: float, comm_wait: float, end: float) -> None:
@@ -132,8 +123,11 @@ class Tally:
         self.comm_wait[device] = comm_wait
         self.end_time = max(self.end_time, end)
 
-    def result(self, cluster: Cluster, link_names: tuple[str, ...]) -> SimulationResult:
-        """The :class:`SimulationResult` of the executed program."""
+    def result(
+        self, cluster: Cluster, link_names: tuple[str, ...], links: LinkStretches | None = None
+    ) -> SimulationResult:
+        """The :class:`SimulationResult` of the executed program, with the link busy stretches
+        ``links`` (when recording) among its events."""
         program = self.program
         plan = program.plan
         iteration = self.end_time
@@ -145,15 +139,18 @@ class Tally:
         metrics: list[DeviceMetrics] = []
         memory: dict[int, MemoryCurve] = {}
         for device in sorted(program.static_memory_bytes):
-            curve = self.memory_log[device]
-            if not self.record:  # no per-op records: the start, the peak and the end
+            if self.record:
+                memory[device] = MemoryCurve(
+                    tuple(self.memory_times[device]), tuple(self.memory_bytes[device])
+                )
+            else:  # no per-op records: the start, the peak and the end
                 peak_t, peak = self.memory_peak[device]
-                curve = [curve[0]]
+                curve = [(0.0, program.static_memory_bytes[device])]
                 if peak > curve[0][1]:
                     curve = [(0.0, peak)] if peak_t == 0 else [curve[0], (peak_t, peak)]
                 if self.memory_now[device] != curve[-1][1]:
                     curve.append((max(iteration, curve[-1][0]), self.memory_now[device]))
-            memory[device] = MemoryCurve(tuple(t for t, _ in curve), tuple(b for _, b in curve))
+                memory[device] = MemoryCurve(tuple(t for t, _ in curve), tuple(b for _, b in curve))
             busy = self.busy.get(device, 0.0)
             wait = self.comm_wait.get(device, 0.0)
             metrics.append(
@@ -170,12 +167,14 @@ class Tally:
                 )
             )
         stage_peak = tuple(max(self.memory_peak[d][1] for d in stage.devices) for stage in program.stages)
-        events = sorted(self.events, key=_EVENT_ORDER)
+        events: tuple[TraceEvent, ...] | TraceEvents = (
+            TraceEvents(self.log, links, link_names) if self.record else ()
+        )
         return SimulationResult(
             iteration_time_s=iteration,
             global_batch_size=plan.global_batch_size,
             devices=tuple(metrics),
-            events=tuple(events),
+            events=events,
             memory=memory,
             schedule=program.schedule.name,
             num_stages=plan.num_stages,

@@ -127,7 +127,9 @@ class SimulationResult:
         iteration_time_s: from the first op to the end of the last all-reduce, seconds.
         global_batch_size: samples per iteration.
         devices: per-device metrics, by device id.
-        events: every trace event, sorted by (start, resource).
+        events: every trace event, sorted by (start, resource, end); a sequence that behaves as
+            the tuple of events (from a simulation, a :class:`~pipesim.simulator.trace_log.TraceEvents`
+            that makes them on first read); ``()`` without a trace.
         memory: each device's memory curve, keyed by device id.
         schedule: the schedule name that ran.
         num_stages: pipeline stages (virtual stages for interleaved schedules).
@@ -141,7 +143,7 @@ class SimulationResult:
     iteration_time_s: float
     global_batch_size: int
     devices: tuple[DeviceMetrics, ...]
-    events: tuple[TraceEvent, ...]
+    events: Sequence[TraceEvent]
     memory: dict[int, MemoryCurve]
     schedule: str
     num_stages: int

@@ -1,0 +1,195 @@
+"""Trace records kept in columns while a run executes, made into :class:`TraceEvent` objects when read.
+
+A traced 1024-GPU run records about a million events. Building a :class:`TraceEvent` per record
+as it happens, sorting them and having the garbage collector visit each one cost about 40 % of the
+run (benchmarks/README.md, case (b)); most callers (sweeps, ``--json``, the benchmarks) never read
+them. So the executors append the fields of each record to flat arrays of doubles (a
+:class:`TraceLog`, and the network's :class:`~pipesim.simulator.link_records.LinkStretches`), and
+:class:`TraceEvents` turns them into the sorted tuple of events on first read, with exactly the
+values an eager recorder would have put in each event.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Iterator, Sequence
+from itertools import repeat
+from typing import Any, SupportsIndex, overload
+
+import numpy as np
+
+from pipesim.simulator.link_records import LinkStretches
+from pipesim.simulator.trace import EventKind, TraceEvent, new_event
+
+__all__ = ["COMM_FIELDS", "COMPUTE_FIELDS", "OP_CODE", "TraceEvents", "TraceLog"]
+
+COMPUTE_FIELDS = 6
+"""Doubles per compute record: device, op code (:data:`OP_CODE`), stage, micro-batch, start_s, end_s."""
+
+COMM_FIELDS = 8
+"""Doubles per communication record: device, kind code (0 activation, 1 gradient, 2 all-reduce),
+stage, micro-batch (-1: none), nbytes, peer (-1: none), start_s, end_s."""
+
+OP_CODE = {"F": 0, "B": 1, "I": 2, "W": 3}
+"""The code of each compute op in a compute record."""
+
+_COMPUTE_KINDS = (EventKind.FORWARD, EventKind.BACKWARD, EventKind.INPUT_GRAD, EventKind.WEIGHT_GRAD)
+_COMM_KINDS = (EventKind.SEND_ACTIVATION, EventKind.SEND_GRADIENT, EventKind.ALL_REDUCE)
+SEND_ACTIVATION, SEND_GRADIENT, ALL_REDUCE = 0.0, 1.0, 2.0
+"""Kind codes of communication records."""
+
+
+class TraceLog:
+    """The compute and communication records of one run, in the order they happened.
+
+    Small integers (devices, stages, micro-batches, codes) are exact as doubles. Each record is
+    appended with one ``extend`` of a tuple (see :data:`COMPUTE_FIELDS` and :data:`COMM_FIELDS`).
+    """
+
+    __slots__ = ("comm", "compute")
+
+    def __init__(self) -> None:
+        self.compute = array("d")
+        self.comm = array("d")
+
+
+class TraceEvents(Sequence[TraceEvent]):
+    """The trace events of a run, sorted by (start, resource, end), in record order on ties.
+
+    Behaves as the tuple of :class:`TraceEvent` it stands for (indexing, slicing, iteration,
+    ``len``, ``==`` with a tuple, ``+`` with a tuple); the events are made on first use other
+    than ``len``. Resources: ``"gpu<d>"`` for compute records, ``"gpu<d>.comm"`` for
+    communication records, the link's name for link stretches (link names hold ``"->"``, so a
+    link never shares a track with a device: the three kinds of records never tie).
+
+    Args:
+        log: the compute and communication records.
+        links: the link busy stretches, or ``None``.
+        link_names: the name of each link, by index.
+    """
+
+    __slots__ = ("_events", "_link_names", "_links", "_log")
+
+    def __init__(self, log: TraceLog, links: LinkStretches | None, link_names: Sequence[str]) -> None:
+        self._log: TraceLog | None = log
+        self._links = links
+        self._link_names = tuple(link_names)
+        self._events: tuple[TraceEvent, ...] | None = None
+
+    def _all(self) -> tuple[TraceEvent, ...]:
+        if self._events is None:
+            assert self._log is not None
+            self._events = _materialize(self._log, self._links, self._link_names)
+            self._log = self._links = None  # the events now hold everything
+        return self._events
+
+    def __len__(self) -> int:
+        if self._events is not None:
+            return len(self._events)
+        assert self._log is not None
+        n = len(self._log.compute) // COMPUTE_FIELDS + len(self._log.comm) // COMM_FIELDS
+        return n + (len(self._links) if self._links is not None else 0)
+
+    @overload
+    def __getitem__(self, index: SupportsIndex) -> TraceEvent: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> tuple[TraceEvent, ...]: ...
+
+    def __getitem__(self, index: SupportsIndex | slice) -> TraceEvent | tuple[TraceEvent, ...]:
+        return self._all()[index]
+
+    def __iter__(self) -> Iterator[TraceEvent]:
+        return iter(self._all())
+
+    def __contains__(self, value: object) -> bool:
+        return value in self._all()
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, TraceEvents):
+            return self._all() == other._all()
+        if isinstance(other, tuple):
+            return self._all() == other
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._all())
+
+    def __add__(self, other: tuple[TraceEvent, ...]) -> tuple[TraceEvent, ...]:
+        return self._all() + tuple(other)
+
+    def __radd__(self, other: tuple[TraceEvent, ...]) -> tuple[TraceEvent, ...]:
+        return tuple(other) + self._all()
+
+    def __repr__(self) -> str:
+        return f"TraceEvents(<{len(self)} events>)"
+
+
+def _ints(column: Any) -> list[int]:
+    return column.astype(np.int64).tolist()  # type: ignore[no-any-return]
+
+
+def _or_none(values: list[int]) -> list[int | None]:
+    return [v if v >= 0 else None for v in values]
+
+
+def _materialize(
+    log: TraceLog, links: LinkStretches | None, link_names: tuple[str, ...]
+) -> tuple[TraceEvent, ...]:
+    """The events of the records, with the fields and the order an eager recorder gives."""
+    c = np.frombuffer(log.compute, dtype=np.float64).reshape(-1, COMPUTE_FIELDS)
+    m = np.frombuffer(log.comm, dtype=np.float64).reshape(-1, COMM_FIELDS)
+    lk = np.frombuffer(links.data if links is not None else array("d"), dtype=np.float64)
+    lk = lk.reshape(-1, LinkStretches.FIELDS)
+    c_dev, m_dev, l_idx = _ints(c[:, 0]), _ints(m[:, 0]), _ints(lk[:, 0])
+    gpu = {d: f"gpu{d}" for d in set(c_dev)}
+    comm = {d: f"gpu{d}.comm" for d in set(m_dev)}
+    link = {k: link_names[k] for k in set(l_idx)}
+    rank = {name: i for i, name in enumerate(sorted({*gpu.values(), *comm.values(), *link.values()}))}
+    ranks = [rank[gpu[d]] for d in c_dev] + [rank[comm[d]] for d in m_dev] + [rank[link[k]] for k in l_idx]
+    starts = np.concatenate((c[:, 4], m[:, 6], lk[:, 1]))
+    ends = np.concatenate((c[:, 5], m[:, 7], lk[:, 2]))
+    # lexsort is stable: records that tie on (start, resource, end) keep their record order.
+    order = np.lexsort((ends, np.asarray(ranks, dtype=np.int64), starts)).tolist()
+
+    events: list[TraceEvent] = list(
+        map(
+            new_event,
+            map(gpu.__getitem__, c_dev),
+            map(_COMPUTE_KINDS.__getitem__, _ints(c[:, 1])),
+            c[:, 4].tolist(),
+            c[:, 5].tolist(),
+            c_dev,
+            _ints(c[:, 2]),
+            _ints(c[:, 3]),
+            repeat(0.0),
+            repeat(None),
+        )
+    )
+    events += map(
+        new_event,
+        map(comm.__getitem__, m_dev),
+        map(_COMM_KINDS.__getitem__, _ints(m[:, 1])),
+        m[:, 6].tolist(),
+        m[:, 7].tolist(),
+        m_dev,
+        _ints(m[:, 2]),
+        _or_none(_ints(m[:, 3])),
+        m[:, 4].tolist(),
+        _or_none(_ints(m[:, 5])),
+    )
+    # a stretch moved bytes_per_s * (end_s - start_s) bytes: the same two IEEE operations
+    nbytes = lk[:, 3] * (lk[:, 2] - lk[:, 1])
+    events += map(
+        new_event,
+        map(link.__getitem__, l_idx),
+        repeat(EventKind.LINK),
+        lk[:, 1].tolist(),
+        lk[:, 2].tolist(),
+        repeat(None),
+        repeat(None),
+        repeat(None),
+        nbytes.tolist(),
+        repeat(None),
+    )
+    return tuple(map(events.__getitem__, order))
