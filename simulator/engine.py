@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import logging
+from collections import deque
 from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
@@ -63,6 +64,9 @@ class _Engine:
             link_stretches=self.link_stretches,
         )
         self.arrivals: dict[tuple[str, int, int, int], _Arrival] = {}
+        # p2p streams (src device, dst device) with a transfer on the wire -> sends queued behind it
+        self.queued: dict[tuple[int, int], deque[tuple[Send, _Arrival, int]]] = {}
+        self.channels = options.p2p_channels if options.contention else 1
         self.ready = [0] * len(program.collectives)
         self.done = [self.env.event() for _ in program.collectives]
         self.drained = self.env.event()
@@ -87,18 +91,47 @@ class _Engine:
             self._deliver(target)
             return
         self.tally.num_ops += 1
-        done = self.network.transfer(ins.route, ins.nbytes)
-        done.callbacks.append(self._on_delivery(target, ins, device, produced))
+        # one p2p stream per (src, dst) pair: its transfers go one after another, in issue order
+        # (FIFO, as NCCL runs the operations it is given on one CUDA stream; docs/communication.md)
+        pair = (device, ins.dst_device)
+        waiting = self.queued.get(pair)
+        if waiting is not None:
+            waiting.append((ins, target, device))
+            return
+        self.queued[pair] = deque()
+        self._start(ins, target, device)
+
+    def _start(self, ins: Send, target: _Arrival, device: int) -> None:
+        """Put one transfer on the wire now: ``p2p_channels`` equal flows over its route."""
+        n = self.channels
+        if n == 1:
+            done = self.network.transfer(ins.route, ins.nbytes)
+            done.callbacks.append(self._on_delivery(target, ins, device, self.env.now, 1))
+            return
+        callback = self._on_delivery(target, ins, device, self.env.now, n)
+        for _ in range(n):
+            self.network.transfer(ins.route, ins.nbytes / n).callbacks.append(callback)
 
     def _on_delivery(
-        self, target: _Arrival, ins: Send, device: int, start: float
+        self, target: _Arrival, ins: Send, device: int, start: float, flows: int
     ) -> Callable[[simpy.Event], None]:
+        left = [flows]
+
         def callback(_: simpy.Event) -> None:
+            left[0] -= 1
+            if left[0]:
+                return
             key = ins.key
             self.tally.send(
                 device, key[0], ins.stage, key[2], ins.nbytes, ins.dst_device, start, self.env.now
             )
             self._deliver(target)
+            pair = (device, ins.dst_device)
+            waiting = self.queued[pair]
+            if waiting:
+                self._start(*waiting.popleft())
+            else:
+                del self.queued[pair]
 
         return callback
 
@@ -214,11 +247,12 @@ def simulate(
 
     The plan is lowered (:func:`pipesim.simulator.program.lower`) into per-device instruction
     lists, which this engine executes: every device runs its instructions in order on its compute
-    stream; activations and gradients travel over the cluster's links as flows that share each
-    link max-min fairly; each replicated stage all-reduces its gradients among its replicas with
-    transfers over the same links. Memory per device is tracked over time (see
-    :mod:`pipesim.profiles.costmodels.memory`); without ``record_trace`` only each curve's start,
-    peak and end are kept.
+    stream; activations and gradients travel over the cluster's links, one at a time and in issue
+    order between each ordered pair of devices (a FIFO stream, as NCCL runs them), as flows that
+    share each link max-min fairly with other streams' flows; each replicated stage all-reduces
+    its gradients among its replicas with transfers over the same links. Memory per device is
+    tracked over time (see :mod:`pipesim.profiles.costmodels.memory`); without ``record_trace``
+    only each curve's start, peak and end are kept.
 
     Args:
         plan: the plan to execute.

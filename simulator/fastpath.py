@@ -1,7 +1,11 @@
 """The fast path: SimPy-free execution of a lowered program when no two transfers share a link.
 
-When no two transfers slow each other down, the link model has no state: a transfer over a route
-takes the route's latency plus its bytes over the route's slowest link (free links: nothing).
+Transfers from one device to another form a FIFO stream (one at a time, in issue order; see
+:mod:`pipesim.simulator.engine`): a transfer starts when it is issued or when its stream's
+previous transfer arrived, whichever is later, so one stream's transfers never share a link with
+each other. When no two transfers slow each other down, the link model has no state: a transfer
+over a route takes the route's latency plus its bytes over the route's slowest link (free links:
+nothing; ``p2p_channels`` equal flows of one transfer take the same time as one).
 That holds by construction with ``SimOptions(free_links=True)`` or ``contention=False``. With
 max-min sharing on (``contention=True``) it holds exactly when no two flows are ever on one link
 at the same time (a flow alone gets its bottleneck's full bandwidth under max-min): the fast path
@@ -181,6 +185,7 @@ def execute_fast(
     arrivals: dict[tuple[str, int, int, int], list[float]] = {}
     waiting: dict[tuple[str, int, int, int], tuple[int, int]] = {}  # key -> (stream, pieces)
     ready_at = [0.0] * len(program.collectives)
+    wire_free: dict[tuple[int, int], float] = {}  # p2p stream (src, dst) -> its last arrival
     memory_now, memory_peak = tally.memory_now, tally.memory_peak
     finished = 0
     over = [False] * n  # streams that ran their last instruction
@@ -250,15 +255,22 @@ def execute_fast(
                     got[2] = t
                 if send.route:
                     tally.num_ops += 1
-                    end = t + links.time_s(send.route, send.nbytes)
+                    # FIFO per (src, dst) stream: it starts once the stream's previous one arrived
+                    pair = (device, send.dst_device)
+                    begin = wire_free.get(pair, 0.0)
+                    if begin < t:
+                        begin = t
+                    end = wire_free[pair] = begin + links.time_s(send.route, send.nbytes)
                     if holds is not None:
                         latency, held = links.flow(send.route, send.nbytes)
                         if held:
-                            holds.hold(held, t + latency, end)
+                            holds.hold(held, begin + latency, end)
                             if holds.added % 1024 == 0:
                                 holds.prune(min(t_free[j] for j in range(n) if not over[j]))
                     if record_trace:
-                        tally.send(device, key[0], send.stage, key[2], send.nbytes, send.dst_device, t, end)
+                        tally.send(
+                            device, key[0], send.stage, key[2], send.nbytes, send.dst_device, begin, end
+                        )
                 else:
                     end = t
                 got[0] += 1

@@ -9,7 +9,11 @@ from dataclasses import dataclass, field
 from pipesim.errors import invalid
 from pipesim.profiles.costmodels.collective import AllReduceOverlap
 
-__all__ = ["SimOptions"]
+__all__ = ["MAX_P2P_CHANNELS", "SimOptions"]
+
+MAX_P2P_CHANNELS = 64
+"""The most channels per peer a point-to-point stream may use (a bound on user input; NCCL's own
+channel count per communicator is bounded by its compile-time ``MAXCHANNELS``)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -34,6 +38,12 @@ class SimOptions:
         bucket_bytes: bucket size for ``"bucketed"``, bytes (default 25 MiB, DDP's default
             ``bucket_cap_mb``).
         record_trace: keep every trace event (set ``False`` for big sweeps).
+        p2p_channels: channels per peer of a point-to-point stream (NCCL's channels to one peer):
+            transfers from one device to another go one after another in issue order (one
+            stream per ordered device pair, as NCCL runs operations on one CUDA stream), each
+            split into this many equal flows that share links max-min fairly with other streams'
+            flows (default 1; 1..64). Matters only where streams share a link under
+            ``contention`` (docs/communication.md).
     """
 
     free_links: bool = False
@@ -44,6 +54,7 @@ class SimOptions:
     allreduce_overlap: AllReduceOverlap = AllReduceOverlap.AFTER_BACKWARD
     bucket_bytes: float = 25 * 1024**2
     record_trace: bool = True
+    p2p_channels: int = 1
 
     def __post_init__(self) -> None:
         for device, factor in self.speed_factors.items():
@@ -60,6 +71,13 @@ class SimOptions:
         object.__setattr__(self, "allreduce_overlap", AllReduceOverlap.parse(self.allreduce_overlap))
         if not (math.isfinite(self.bucket_bytes) and self.bucket_bytes > 0):
             raise invalid("bucket_bytes", self.bucket_bytes, "must be a finite number > 0")
+        channels = self.p2p_channels
+        if (
+            isinstance(channels, bool)
+            or not isinstance(channels, int)
+            or not 1 <= channels <= MAX_P2P_CHANNELS
+        ):
+            raise invalid("p2p_channels", channels, f"must be an integer from 1 to {MAX_P2P_CHANNELS}")
 
     def jitter_for(self, op: str) -> float:
         """The coefficient of variation for op ``"F"``, ``"B"``, ``"I"`` or ``"W"``."""

@@ -92,6 +92,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         help="when a stage's gradient all-reduce starts (default after_backward, as DAPPLE)",
     )
     p.add_argument(
+        "--p2p-channels",
+        type=int,
+        default=1,
+        help="channels per peer of a point-to-point stream (NCCL's channels to one peer; each "
+        "transfer is split over them; default 1; docs/communication.md)",
+    )
+    p.add_argument(
         "--jitter",
         type=jitter_float,
         default=0.0,
@@ -217,6 +224,7 @@ def _run(args: argparse.Namespace) -> int:
         seed=args.seed if args.seed is not None or not args.runs else 0,
         allreduce_overlap=args.allreduce_overlap,
         speed_factors=speeds,
+        p2p_channels=args.p2p_channels,
     )
     with Status(f"simulating {profile.name} on {cluster.name} ({plan.num_microbatches} micro-batches)"):
         result = simulate(plan, profile, cluster, options)

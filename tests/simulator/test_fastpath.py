@@ -61,6 +61,7 @@ def cases(draw: st.DrawFn) -> tuple[Plan, ModelProfile, SimOptions]:
         speed_factors={0: draw(st.sampled_from([0.5, 1.0]))},
         jitter=draw(st.sampled_from([0.0, 0.1])),
         seed=7,
+        p2p_channels=draw(st.sampled_from([1, 2])),
     )
     return plan, profile, options
 
@@ -135,7 +136,7 @@ def pipelines(draw: st.DrawFn) -> tuple[Plan, ModelProfile]:
 @given(case=pipelines())
 def test_shortcut_with_contention_equals_the_engine_or_steps_aside(case: tuple[Plan, ModelProfile]) -> None:
     plan, profile = case
-    options = SimOptions(record_trace=False)
+    options = SimOptions(record_trace=False, p2p_channels=2 if plan.num_microbatches % 2 else 1)
     program = lower(plan, profile, CLUSTER, options)
     ref = simulate(plan, profile, CLUSTER, options, executor="simpy")
     try:
@@ -158,13 +159,33 @@ def test_shortcut_applies_to_a_deep_pipeline_and_matches_the_engine() -> None:
 
 
 def test_shortcut_steps_aside_when_flows_share_a_link() -> None:
-    # activations far slower to send than to compute: consecutive sends overlap on one link
-    profile = equal_profile(2, fwd_s=1e-6, bwd_s=2e-6, activation_bytes=1 << 30)
-    plan = one_layer_per_stage(2, 4, schedule="gpipe")
+    # transfers far slower than compute; stages on 0, 8, 1, 9: the streams 0 -> 8 and 1 -> 9 both
+    # leave server 0 through its NIC at once (one stream's own transfers queue, never share)
+    profile = equal_profile(4, fwd_s=1e-6, bwd_s=2e-6, activation_bytes=1 << 28)
+    plan = Plan(
+        stages=tuple(
+            StagePlan(first_layer=i, last_layer=i, devices=(d,)) for i, d in enumerate((0, 8, 1, 9))
+        ),
+        global_batch_size=16,
+        num_microbatches=4,
+        schedule="gpipe",
+    )
     options = SimOptions(record_trace=False)
     program = lower(plan, profile, CLUSTER, options)
     with pytest.raises(LinksShared):
         execute_fast(program, CLUSTER, record_trace=False, free_links=False, contention=True)
-    assert_same(
-        simulate(plan, profile, CLUSTER, options), simulate(plan, profile, CLUSTER, options, executor="simpy")
-    )
+    shared = simulate(plan, profile, CLUSTER, options)
+    assert_same(shared, simulate(plan, profile, CLUSTER, options, executor="simpy"))
+    alone = simulate(plan, profile, CLUSTER, SimOptions(record_trace=False, contention=False))
+    assert shared.iteration_time_s > alone.iteration_time_s * 1.2
+
+
+def test_one_streams_queued_transfers_take_the_shortcut() -> None:
+    # the same slow transfers between ONE pair of devices queue on their stream: no link is
+    # shared, so the shortcut applies and equals the engine
+    profile = equal_profile(2, fwd_s=1e-6, bwd_s=2e-6, activation_bytes=1 << 28)
+    plan = one_layer_per_stage(2, 4, schedule="gpipe")
+    options = SimOptions(record_trace=False)
+    program = lower(plan, profile, CLUSTER, options)
+    fast = execute_fast(program, CLUSTER, record_trace=False, free_links=False, contention=True)
+    assert_same(fast, simulate(plan, profile, CLUSTER, options, executor="simpy"))

@@ -1,0 +1,136 @@
+"""NCCL all-reduce bus bandwidth inside one server (nccl-tests ``all_reduce_perf``) against pipesim's
+collective model on the matching cluster preset.
+
+nccl-tests reports, for an all-reduce of S bytes per rank over n ranks taking t seconds,
+``algbw = S / t`` and ``busbw = algbw * 2 (n - 1) / n`` (the per-link rate of a ring; nccl-tests
+``doc/PERFORMANCE.md``). pipesim's prediction runs the simulator's all-reduce
+(:func:`pipesim.simulator.collectives.allreduce`, made of transfers over the preset's links,
+alone on the network) and converts its time the same way. Link bandwidths are the catalog's
+peak times ``achievable_fraction`` (``profiles/hardware/data/links.toml``); nothing here is fitted
+to a record.
+
+Not covered: H100's default all-reduce algorithm is NVLink SHARP (NVLS, reduction inside the
+NVSwitch; busbw ~480 GB/s on 8 GPUs, NVIDIA/nccl-tests issue 212), which pipesim does not model:
+its H100 records are the ring figures (``NCCL_ALGO=RING``). DGX-1 (hybrid cube-mesh, where NCCL
+runs several rings over disjoint NVLinks at once) has no record: pipesim runs one ring.
+"""
+
+from __future__ import annotations
+
+import simpy
+
+from experiments.validation.record import Record
+from pipesim.profiles.hardware.cluster import Cluster, get_cluster
+from pipesim.simulator.collectives import allreduce
+from pipesim.simulator.network import Network
+
+__all__ = ["allreduce_busbw_gb_per_s", "records"]
+
+
+def allreduce_busbw_gb_per_s(cluster: Cluster, members: int, nbytes: float, algorithm: str = "auto") -> float:
+    """nccl-tests bus bandwidth, GB/s (1e9 bytes/s), of an all-reduce of ``nbytes`` per rank among
+    devices ``0 .. members - 1`` of ``cluster``, simulated alone on its links."""
+    env = simpy.Environment()
+    network = Network(
+        env,
+        [link.bandwidth_bytes_per_s for link in cluster.links],
+        [link.latency_s for link in cluster.links],
+    )
+    body = allreduce(
+        env,
+        network,
+        list(range(members)),
+        nbytes,
+        cluster.route,
+        server_of=cluster.server_of,
+        algorithm=algorithm,
+    )
+    env.process(body)
+    env.run()
+    algbw = nbytes / env.now
+    return algbw * 2 * (members - 1) / members / 1e9
+
+
+def _busbw(preset: str, members: int, nbytes: float) -> float:
+    return allreduce_busbw_gb_per_s(get_cluster(preset), members, nbytes)
+
+
+_GIB = 1 << 30
+
+
+def records() -> list[Record]:
+    """Intra-server all-reduce bus bandwidths of DGX/HGX A100 and H100 (NVSwitch)."""
+    return [
+        Record(
+            name="nccl-a100-8gpu-allreduce-busbw",
+            source=(
+                "NVIDIA/nccl-tests issue 149 (github.com/NVIDIA/nccl-tests/issues/149), comment by "
+                "the NCCL maintainer (sjeaugey, 2023-07-05): 8 x A100 SXM on NVSwitch, all_reduce_perf "
+                "up to 8 GB 'should reach 230 GB/s' busbw (12 NVLinks x ~20 GB/s effective = 240 "
+                "GB/s, other GPU bottlenecks limit it to ~230)"
+            ),
+            quantity="all-reduce bus bandwidth, 8 GPUs, 8 GiB per rank (GB/s)",
+            kind="absolute",
+            published=230.0,
+            predict=lambda: _busbw("dgx-a100-x2", 8, 8 * _GIB),
+            tolerance=0.10,
+            note="devices 0-7 of dgx-a100-x2 (one server; NVLink3-x12 to NVSwitch, 0.8 achievable)",
+        ),
+        Record(
+            name="nccl-a100-8gpu-allreduce-busbw-4g",
+            source=(
+                "NVIDIA/nccl-tests issue 175 (github.com/NVIDIA/nccl-tests/issues/175), description "
+                "(2023-10-29): one server of 8 x A100, all_reduce_perf -b 8 -e 4G -f 2 -g 8, result "
+                "232.54 GB/s"
+            ),
+            quantity="all-reduce bus bandwidth, 8 GPUs, 4 GiB per rank (GB/s)",
+            kind="absolute",
+            published=232.54,
+            predict=lambda: _busbw("dgx-a100-x2", 8, 4 * _GIB),
+            tolerance=0.10,
+            note="devices 0-7 of dgx-a100-x2 (one server); the issue's server is taken as an HGX A100",
+        ),
+        Record(
+            name="nccl-h100-8gpu-ring-allreduce-busbw",
+            source=(
+                "NVIDIA/nccl issue 1455 (github.com/NVIDIA/nccl/issues/1455), description "
+                "(2024-09-19): 8 x H100 SXM, NCCL_ALGO=RING all_reduce_perf -b 2G -e 4G, busbw "
+                "'about 365-370 GBps when gpus from 2 to 8'; midpoint 367.5. Also NVIDIA/nccl-tests "
+                "issue 212 (sjeaugey): ~370 GB/s effective NVLink bandwidth with NCCL_ALGO=RING"
+            ),
+            quantity="ring all-reduce bus bandwidth, 8 GPUs, 4 GiB per rank (GB/s)",
+            kind="absolute",
+            published=367.5,
+            predict=lambda: _busbw("dgx-h100-x4", 8, 4 * _GIB),
+            tolerance=0.10,
+            note="devices 0-7 of dgx-h100-x4 (one server; NVLink4-x18 to NVSwitch, 0.8 achievable)",
+        ),
+        Record(
+            name="nccl-h100-2gpu-ring-allreduce-busbw",
+            source=(
+                "NVIDIA/nccl issue 1455 (github.com/NVIDIA/nccl/issues/1455), description "
+                "(2024-09-19): NCCL_ALGO=RING busbw about 365-370 GB/s for 2 to 8 GPUs; 2 GPUs, "
+                "midpoint 367.5"
+            ),
+            quantity="ring all-reduce bus bandwidth, 2 GPUs, 4 GiB per rank (GB/s)",
+            kind="absolute",
+            published=367.5,
+            predict=lambda: _busbw("dgx-h100-x4", 2, 4 * _GIB),
+            tolerance=0.10,
+            note="devices 0-1 of dgx-h100-x4",
+        ),
+        Record(
+            name="nccl-h100-4gpu-ring-allreduce-busbw",
+            source=(
+                "NVIDIA/nccl issue 1455 (github.com/NVIDIA/nccl/issues/1455), description "
+                "(2024-09-19): NCCL_ALGO=RING busbw about 365-370 GB/s for 2 to 8 GPUs; 4 GPUs, "
+                "midpoint 367.5"
+            ),
+            quantity="ring all-reduce bus bandwidth, 4 GPUs, 4 GiB per rank (GB/s)",
+            kind="absolute",
+            published=367.5,
+            predict=lambda: _busbw("dgx-h100-x4", 4, 4 * _GIB),
+            tolerance=0.10,
+            note="devices 0-3 of dgx-h100-x4",
+        ),
+    ]
