@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import logging
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
 import simpy
@@ -23,7 +25,6 @@ from pipesim.simulator.options import SimOptions
 from pipesim.simulator.program import Collective, Program, Send, lower
 from pipesim.simulator.tally import Tally
 from pipesim.simulator.trace import SimulationResult
-from pipesim.simulator.trace_log import cyclic_gc_paused
 
 __all__ = ["SimOptions", "simulate"]
 
@@ -253,8 +254,26 @@ def simulate(
     unshared = opts.free_links or not opts.contention
     if executor == "fast" and not unshared:
         raise invalid("executor", executor, "the fast path needs free_links=True or contention=False")
-    with cyclic_gc_paused():
+    with _cyclic_gc_paused():
         return _run(plan, profile, cluster, opts, schedule, costs, executor, unshared)
+
+
+@contextlib.contextmanager
+def _cyclic_gc_paused() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector for the duration of a run.
+
+    A run allocates millions of small long-lived objects (SimPy events, trace events); the
+    collector's passes over them took about a third of a 1024-GPU run (benchmarks/README.md).
+    Reference counting still frees everything that is not in a cycle; cycles made during the run
+    are collected by the collector's first pass after it. It is re-enabled only if it was on.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def _run(

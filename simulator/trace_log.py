@@ -11,7 +11,6 @@ values an eager recorder would have put in each event.
 
 from __future__ import annotations
 
-import contextlib
 import gc
 from array import array
 from collections.abc import Iterator, Sequence
@@ -24,7 +23,7 @@ import numpy as np
 from pipesim.simulator.link_records import LinkStretches
 from pipesim.simulator.trace import EventKind, TraceEvent
 
-__all__ = ["COMM_FIELDS", "COMPUTE_FIELDS", "OP_CODE", "TraceEvents", "TraceLog", "cyclic_gc_paused"]
+__all__ = ["COMM_FIELDS", "COMPUTE_FIELDS", "OP_CODE", "TraceEvents", "TraceLog"]
 
 COMPUTE_FIELDS = 6
 """Doubles per compute record: device, op code (:data:`OP_CODE`), stage, micro-batch, start_s, end_s."""
@@ -84,8 +83,15 @@ class TraceEvents(Sequence[TraceEvent]):
     def _all(self) -> tuple[TraceEvent, ...]:
         if self._events is None:
             assert self._log is not None
-            with cyclic_gc_paused():  # a million new tuples: no collector passes while they come
+            # A million new tuples: no collector passes while they come (the engine pauses the
+            # collector during a run for the same reason); re-enabled only if it was on.
+            was_enabled = gc.isenabled()
+            gc.disable()
+            try:
                 self._events = _materialize(self._log, self._links, self._link_names)
+            finally:
+                if was_enabled:
+                    gc.enable()
             self._log = self._links = None  # the events now hold everything
         return self._events
 
@@ -129,26 +135,6 @@ class TraceEvents(Sequence[TraceEvent]):
 
     def __repr__(self) -> str:
         return f"TraceEvents(<{len(self)} events>)"
-
-
-@contextlib.contextmanager
-def cyclic_gc_paused() -> Iterator[None]:
-    """Pause Python's cyclic garbage collector inside the ``with`` block (a run, or the making
-    of its events).
-
-    Both allocate hundreds of thousands of small long-lived objects (SimPy events, trace events);
-    the collector's passes over them took about a third of a 1024-GPU run before the trace was
-    kept in columns (benchmarks/README.md). Reference counting still frees everything that is not
-    in a cycle; cycles made inside the block are collected by the collector's first pass after
-    it. It is re-enabled only if it was on.
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def _ints(column: Any) -> list[int]:
