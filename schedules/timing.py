@@ -129,8 +129,11 @@ def evaluate(
 
     Each rank runs its actions strictly in order, one at a time; an action starts when its rank is
     free and its dependencies (see :class:`~pipesim.schedules.action.Action`) have ended, plus the
-    transfer time when the dependency ran on another rank. Transfers are independent of each other
-    (no link sharing) and cost nothing between stages on the same rank.
+    transfer time when the dependency ran on another rank. Transfers from one rank to another go
+    one at a time in the order the sending rank produced them (a FIFO stream per ordered rank
+    pair, as the simulator's point-to-point streams): one starts when its producer ends or when
+    the pair's previous transfer has arrived, whichever is later. Streams do not slow each other
+    down (no link sharing); stages on the same rank exchange data at no cost.
 
     Args:
         schedule: a compute-only schedule (``schedule.compute_only()`` drops communication).
@@ -176,6 +179,10 @@ def evaluate(
     # transfer time into stage s's forward from s - 1, and into s's backward from s + 1
     into_f: list[Time] = [0 if s == 0 or p == 1 else c_f[s - 1] for s in range(stages)]
     into_b: list[Time] = [0 if s == stages - 1 or p == 1 else c_b[s] for s in range(stages)]
+    # arrival of stage s's input activation / output gradient, set when its producer ends
+    arrive_f: list[list[Time]] = [[0] * m for _ in range(stages)]
+    arrive_b: list[list[Time]] = [[0] * m for _ in range(stages)]
+    wire: dict[tuple[int, int], Time] = {}  # (src rank, dst rank) -> its last arrival
 
     ranks = schedule.ranks
     f_end: list[list[Time | None]] = [[None] * m for _ in range(stages)]
@@ -206,12 +213,14 @@ def evaluate(
                     if dep is None:
                         waiting[(s - 1) * m + mb] = r
                         break
-                    t = dep + into_f[s]
+                    t = arrive_f[s][mb]
                     start = t if t > t_free else t_free
                 else:
                     start = t_free
                 end = start + f_time[s][mb]
                 f_end[s][mb] = end
+                if s != last:
+                    arrive_f[s + 1][mb] = _arrival(wire, r, (s + 1) % p, end, into_f[s + 1])
                 stashed[s] += 1
                 if stashed[s] > peak[s]:
                     peak[s] = stashed[s]
@@ -227,7 +236,7 @@ def evaluate(
                     if dep is None:
                         waiting[(stages + s + 1) * m + mb] = r
                         break
-                    t = dep + into_b[s]
+                    t = arrive_b[s][mb]
                     if t > start:
                         start = t
                 if op is op_b:
@@ -236,6 +245,8 @@ def evaluate(
                 else:
                     end = start + i_time[s][mb]
                 g_end[s][mb] = end
+                if s:
+                    arrive_b[s - 1][mb] = _arrival(wire, r, (s - 1) % p, end, into_b[s - 1])
                 key = (stages + s) * m + mb
             else:  # W
                 dep = g_end[s][mb]
@@ -268,3 +279,14 @@ def evaluate(
         busy=tuple(busy),
         peak_stashed=tuple(peak),
     )
+
+
+def _arrival(wire: dict[tuple[int, int], Time], src: int, dst: int, produced: Time, cost: Time) -> Time:
+    """When a transfer produced at ``produced`` from rank ``src`` to ``dst`` arrives: it starts
+    after the pair's previous one arrived (FIFO), and takes ``cost`` (none on the same rank)."""
+    if src == dst:
+        return produced
+    free = wire.get((src, dst), produced)
+    arrival = (produced if produced > free else free) + cost
+    wire[(src, dst)] = arrival
+    return arrival

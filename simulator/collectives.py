@@ -1,6 +1,6 @@
 """Collectives: gradient all-reduce among a stage's replicas, built from real network transfers.
 
-Two algorithms, both made of :meth:`Network.transfer` calls over the routes the caller gives, so
+Three algorithms, all made of :meth:`Network.transfer` calls over the routes the caller gives, so
 link sharing (with each other and with any other traffic) shows up by itself:
 
 * **ring** over n members (in the given order): 2(n - 1) steps; in each step every member sends a
@@ -22,12 +22,23 @@ link sharing (with each other and with any other traffic) shows up by itself:
   ring over the members ordered by server, as do k == 1 and g == 1, where both algorithms are the
   same ring.
 
-``auto`` chooses per call: ring when hierarchical does not apply (no ``server_of``, uneven
-servers, one server, one member per server); otherwise whichever has the smaller
+* **tree** (NCCL's double binary tree, built by
+  :func:`pipesim.profiles.costmodels.collective.double_binary_tree`): a chain inside each
+  server towards its first member, two binary trees over the servers' first members; each tree
+  carries half the data. Per phase (reduce up the trees, then broadcast down): ``depth - 1``
+  steps in which every edge of both trees carries one pipeline chunk c (the pipeline filling;
+  :data:`~pipesim.profiles.costmodels.collective.TREE_CHUNK_BYTES`), then one step in which
+  every edge carries ``S / 2`` (the stream). Uncontended, on equal links:
+  ``2 [(depth - 1)(a + c / B') + a + S / (2 B')]`` with B' the rate an edge gets when the
+  step's edges share links.
+
+``auto`` chooses per call the fastest of the algorithms that apply by
 :func:`estimate_allreduce_time_s`, a cheap analytic estimate on the actual routes (per step, each
 chunk's rate is its route's tightest ``capacity / chunks of this step on the link``; ties go to
-ring). The estimate is :mod:`pipesim.profiles.costmodels.collective`, the same curves the planner
-uses, so planner and simulator pick the same algorithm.
+ring, then hierarchical): hierarchical needs ``server_of`` and even servers (more than one, with
+more than one member), tree members on two servers or more. The estimate is
+:mod:`pipesim.profiles.costmodels.collective`, the same curves the planner uses, so planner and
+simulator pick the same algorithm.
 
 One member (or none) costs zero time. Every function here takes plain callables for routing, so it
 does not depend on the cluster type: ``route(src_device, dst_device) -> tuple[int, ...]`` and
@@ -57,6 +68,7 @@ __all__ = [
     "hierarchical_allreduce_time_s",
     "ring_allreduce",
     "ring_allreduce_time_s",
+    "tree_allreduce",
 ]
 
 Route = Callable[[int, int], tuple[int, ...]]
@@ -195,6 +207,36 @@ def hierarchical_allreduce(
     return _hierarchical_body(env, network, intra, inter, nbytes, k, g, tag)
 
 
+def tree_allreduce(
+    env: simpy.Environment,
+    network: Network,
+    members: Sequence[int],
+    nbytes: float,
+    route: Route,
+    *,
+    server_of: ServerOf | None = None,
+    tag: object = None,
+) -> Process:
+    """Double binary tree all-reduce (module docstring) of ``nbytes`` among ``members``.
+
+    Inputs are checked now; the returned generator is the SimPy process body.
+
+    Args:
+        env, network, members, nbytes, route, tag: as in :func:`ring_allreduce`.
+        server_of: ``server_of(device)``: chains inside servers; without it every member is
+            its own server.
+
+    Raises:
+        InputError: no members, duplicate members, or bad ``nbytes``.
+    """
+    _check_members(members)
+    check_nonneg("nbytes", nbytes)
+    shape = collective_cost.double_binary_tree(members, server_of)
+    up = [route(c, p) for c, p in shape.up]
+    down = [route(p, c) for c, p in shape.up]
+    return _tree_body(env, network, up, down, shape.depth, nbytes, tag)
+
+
 def allreduce(
     env: simpy.Environment,
     network: Network,
@@ -212,7 +254,7 @@ def allreduce(
         env, network, members, nbytes, route, tag: as in :func:`ring_allreduce`.
         server_of: ``server_of(device)``; required for ``hierarchical``; without it ``auto``
             means ring.
-        algorithm: ``"ring"``, ``"hierarchical"`` or ``"auto"`` (default).
+        algorithm: ``"ring"``, ``"hierarchical"``, ``"tree"`` or ``"auto"`` (default).
 
     Returns:
         The SimPy process body.
@@ -228,6 +270,8 @@ def allreduce(
         if server_of is None:
             raise invalid("server_of", None, "is required for the hierarchical all-reduce")
         return hierarchical_allreduce(env, network, members, nbytes, route, server_of, tag=tag)
+    if algo is AllReduceAlgorithm.TREE:
+        return tree_allreduce(env, network, members, nbytes, route, server_of=server_of, tag=tag)
     return ring_allreduce(env, network, members, nbytes, route, tag=tag)
 
 
@@ -246,7 +290,7 @@ def estimate_allreduce_time_s(
     Each step takes the slowest of its chunks, a chunk taking its route's latency (plus the
     network's overhead) plus ``chunk / min over its links of (bandwidth / chunks of this step on
     the link)``. Exact for equal chunks on a bottleneck that only they share (so for the closed
-    forms); contention with other traffic is not seen. ``auto`` gives the smaller of the two.
+    forms); contention with other traffic is not seen. ``auto`` gives the fastest that applies.
 
     Raises:
         UnknownNameError: unknown algorithm.
@@ -270,7 +314,7 @@ def choose_allreduce_algorithm(
     *,
     server_of: ServerOf | None = None,
 ) -> AllReduceAlgorithm:
-    """The algorithm ``auto`` runs: ring or hierarchical (the rule is in the module docstring).
+    """The algorithm ``auto`` runs: ring, hierarchical or tree (the rule is in the module docstring).
 
     Raises:
         InputError: bad members or bytes.
@@ -279,10 +323,7 @@ def choose_allreduce_algorithm(
     check_nonneg("nbytes", nbytes)
     if server_of is None or len(order) <= 1 or network.free_links:
         return AllReduceAlgorithm.RING
-    curves = _curves(network, order, route, server_of)
-    if curves.uses_hierarchical(nbytes, "auto"):
-        return AllReduceAlgorithm.HIERARCHICAL
-    return AllReduceAlgorithm.RING
+    return _curves(network, order, route, server_of).algorithm_for(nbytes, AllReduceAlgorithm.AUTO)
 
 
 def _curves(
@@ -333,6 +374,25 @@ def _hierarchical_body(
         yield from _ring_steps(env, network, inter, nbytes / g / k, 2 * (k - 1), tag)
     if g > 1:
         yield from _ring_steps(env, network, intra, nbytes / g, g - 1, tag)  # all-gather
+
+
+def _tree_body(
+    env: simpy.Environment,
+    network: Network,
+    up: list[tuple[int, ...]],
+    down: list[tuple[int, ...]],
+    depth: int,
+    nbytes: float,
+    tag: object,
+) -> Process:
+    if depth == 0:
+        return
+    half = nbytes / 2
+    chunk = min(float(collective_cost.TREE_CHUNK_BYTES), half)
+    for routes in (up, down):  # reduce towards the roots, then broadcast back
+        for _ in range(depth - 1):  # the pipeline fills, one chunk per edge and step
+            yield _all_of(env, [network.transfer(r, chunk, tag=tag) for r in routes])
+        yield _all_of(env, [network.transfer(r, half, tag=tag) for r in routes])
 
 
 def _all_of(env: simpy.Environment, events: list[Any]) -> Any:

@@ -21,9 +21,24 @@ the only traffic), other traffic is not seen. Since every step is ``max(a + b * 
 its chunks, a whole algorithm is a convex piecewise-linear function of the gradient bytes,
 returned as :data:`Lines` so a caller can evaluate it for many sizes cheaply.
 
-``auto`` picks hierarchical when it applies and is strictly faster, else ring (the simulator's
-rule). Everything here is pure: routes, bandwidths and latencies come in as callables, so this
-module serves the planner (on a :class:`~pipesim.profiles.hardware.cluster.Cluster`) and the simulator
+* **tree** (NCCL's double binary tree; Sanders, Speck and Traeff, "Two-tree algorithms for full
+  bandwidth broadcast, reduction and scan", Parallel Computing 2009): inside each server the
+  members form a chain towards the server's first member (its head); the heads form two
+  binary trees, the second over the heads mirrored (shifted by one for an odd count), so a leaf
+  of one is an inner node of the other. Each tree reduces half of the data towards its root,
+  then broadcasts it back, pipelined in chunks of :data:`TREE_CHUNK_BYTES`: a phase (reduce,
+  then broadcast) is ``depth - 1`` steps of one chunk on every edge of both trees (filling the
+  pipeline) and one step of ``S / 2`` on every edge (the stream), where ``depth`` is the longest
+  path to a root in edges. Latency grows with ``depth`` (chain + log2 of the servers), not with
+  the member count as the ring's ``2 (n - 1)`` steps do.
+
+``auto`` takes the fastest of the algorithms that apply (ties go to ring, then hierarchical):
+hierarchical with even servers, tree with members on two servers or more (NCCL's trees span
+servers, a chain within each); as NCCL's tuner, whose model picks ring for large messages and
+tree where latency dominates at scale.
+
+Everything here is pure: routes, bandwidths and latencies come in as callables, so this module
+serves the planner (on a :class:`~pipesim.profiles.hardware.cluster.Cluster`) and the simulator
 (on its network) alike.
 """
 
@@ -37,17 +52,26 @@ from enum import Enum
 from pipesim.errors import check_nonneg, invalid, parse_name
 
 __all__ = [
+    "TREE_CHUNK_BYTES",
     "AllReduceAlgorithm",
     "AllReduceCurves",
     "AllReduceOverlap",
     "Lines",
+    "TreeCost",
+    "TreeShape",
     "allreduce_curves",
     "allreduce_time_s",
+    "double_binary_tree",
     "eval_lines",
     "group_by_server",
     "prune_lines",
     "step_lines",
 ]
+
+TREE_CHUNK_BYTES = 512 * 1024
+"""Pipeline chunk of the tree all-reduce, bytes: one of NCCL's ``NCCL_STEPS`` = 8 slots of its
+default 4 MiB channel buffer (``NCCL_BUFFSIZE``, NCCL documentation, environment variables;
+``NCCL_STEPS`` in NCCL's ``src/include/device.h``)."""
 
 Lines = tuple[tuple[float, float], ...]
 """A convex piecewise-linear time of ``x`` bytes: ``max(a + b * x for a, b in lines)``, seconds
@@ -59,6 +83,7 @@ class AllReduceAlgorithm(str, Enum):
 
     RING = "ring"
     HIERARCHICAL = "hierarchical"
+    TREE = "tree"
     AUTO = "auto"
 
     def __str__(self) -> str:
@@ -69,7 +94,7 @@ class AllReduceAlgorithm(str, Enum):
         """The algorithm called ``name`` (case-insensitive).
 
         Raises:
-            UnknownNameError: ``name`` is not ``ring``, ``hierarchical`` or ``auto``.
+            UnknownNameError: ``name`` is not ``ring``, ``hierarchical``, ``tree`` or ``auto``.
         """
         return parse_name("all-reduce algorithm", cls, name)
 
@@ -177,6 +202,106 @@ def group_by_server(members: Sequence[int], server_of: Callable[[int], int]) -> 
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class TreeShape:
+    """The edges of a double binary tree all-reduce (see the module docstring).
+
+    Attributes:
+        depth: the longest path from a member to its tree's root, in edges (0: one member).
+        up: ``(child, parent)`` device pairs of both trees (chain edges once per tree), the
+            transfers of one step of the reduce phase; the broadcast phase runs them reversed.
+    """
+
+    depth: int
+    up: tuple[tuple[int, int], ...]
+
+
+def _btree_parents(count: int) -> tuple[list[int], int]:
+    """Parents (-1 for the root, position 0) of NCCL's binary tree over positions 0..count-1, and
+    its height in edges.
+
+    A position's lowest set bit ``b`` gives its level: the parent is the position with that bit
+    cleared and the next one set, or with the bit cleared where that is past the end; odd
+    positions are the leaves (NCCL's ``ncclGetBtree``, ``src/graph/trees.cc``, described).
+    """
+    parent = [-1] * count
+    for r in range(1, count):
+        bit = r & -r
+        up = (r ^ bit) | (bit << 1)
+        parent[r] = up if up < count else r ^ bit
+    height = 0
+    for r in range(count):
+        edges, at = 0, r
+        while parent[at] >= 0:
+            at = parent[at]
+            edges += 1
+        height = max(height, edges)
+    return parent, height
+
+
+def double_binary_tree(members: Sequence[int], server_of: Callable[[int], int] | None = None) -> TreeShape:
+    """The double binary tree among ``members``: a chain inside each server, two binary trees
+    over the servers' first members (the second over them mirrored, or shifted by one position
+    for an odd count).
+
+    Without ``server_of`` every member is its own server (two binary trees over the members).
+
+    Raises:
+        InputError: no members or duplicates.
+    """
+    order = list(members)
+    if not order or len(set(order)) != len(order):
+        raise invalid("members", order, "must be distinct device ids, at least one")
+    groups = group_by_server(order, server_of) if server_of is not None else [[m] for m in order]
+    chain = [(g[j], g[j - 1]) for g in groups for j in range(1, len(g))]
+    heads = [g[0] for g in groups]
+    k = len(heads)
+    parent, height = _btree_parents(k)
+    # the second tree: positions mirrored (even count) or shifted by one (odd), so that the
+    # leaves of one tree (odd positions) are inner nodes of the other, as NCCL builds it
+    second = [heads[k - 1 - i] for i in range(k)] if k % 2 == 0 else [heads[(i + 1) % k] for i in range(k)]
+    up: list[tuple[int, int]] = []
+    for at in (heads, second):
+        up.extend(chain)
+        up.extend((at[i], at[parent[i]]) for i in range(k) if parent[i] >= 0)
+    depth = max(len(g) for g in groups) - 1 + height
+    return TreeShape(depth=depth, up=tuple(up))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TreeCost:
+    """The tree all-reduce's time on fixed routes (see the module docstring).
+
+    Attributes:
+        depth: :attr:`TreeShape.depth`.
+        up: one reduce step with ``x`` bytes on every edge, :data:`Lines` of ``x``.
+        down: one broadcast step with ``x`` bytes on every edge, :data:`Lines` of ``x``.
+    """
+
+    depth: int
+    up: Lines
+    down: Lines
+
+    def time_s(self, nbytes: float) -> float:
+        """Seconds to all-reduce ``nbytes`` per member: per phase, ``depth - 1`` steps of one chunk
+        (the pipeline fills) and one step of half the data on every edge."""
+        if self.depth == 0:
+            return 0.0
+        half = nbytes / 2
+        chunk = min(float(TREE_CHUNK_BYTES), half)
+        fill = self.depth - 1
+        return sum(fill * eval_lines(step, chunk) + eval_lines(step, half) for step in (self.up, self.down))
+
+
+def tree_cost(
+    shape: TreeShape, route: RouteFn, bandwidth: LinkValue, latency: LinkValue, *, overhead_s: float = 0.0
+) -> TreeCost:
+    """The :class:`TreeCost` of ``shape`` on these routes (a step's chunks share links equally)."""
+    up = step_lines([route(c, p) for c, p in shape.up], 1.0, bandwidth, latency, overhead_s=overhead_s)
+    down = step_lines([route(p, c) for c, p in shape.up], 1.0, bandwidth, latency, overhead_s=overhead_s)
+    return TreeCost(depth=shape.depth, up=up, down=down)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class AllReduceCurves:
     """The time of an all-reduce among fixed members as functions of the gradient bytes.
 
@@ -185,31 +310,52 @@ class AllReduceCurves:
         hierarchical: the hierarchical all-reduce (the server-ordered ring for uneven servers),
             or ``None`` where it is the plain ring (one member, one server, one member per server).
         even: whether the servers hold equal member counts (``auto`` considers hierarchical only then).
+        tree: the tree all-reduce (:class:`TreeCost`), or ``None`` for one member.
+        tree_in_auto: whether ``auto`` considers the tree (members on two servers or more).
     """
 
     ring: Lines
     hierarchical: Lines | None
     even: bool
+    tree: TreeCost | None = None
+    tree_in_auto: bool = False
+
+    def algorithm_for(
+        self, nbytes: float, algorithm: str | AllReduceAlgorithm = AllReduceAlgorithm.AUTO
+    ) -> AllReduceAlgorithm:
+        """The algorithm that runs for ``nbytes`` when ``algorithm`` is asked for: itself, except
+        ``hierarchical`` where it is the plain ring (``RING``), ``tree`` without a tree (one
+        member: ``RING``), and ``auto``: the fastest that applies, ties to ring then hierarchical."""
+        algo = AllReduceAlgorithm.parse(algorithm)
+        if algo is AllReduceAlgorithm.RING:
+            return algo
+        if algo is AllReduceAlgorithm.HIERARCHICAL:
+            return algo if self.hierarchical is not None else AllReduceAlgorithm.RING
+        if algo is AllReduceAlgorithm.TREE:
+            return algo if self.tree is not None else AllReduceAlgorithm.RING
+        best, best_s = AllReduceAlgorithm.RING, eval_lines(self.ring, nbytes)
+        if self.hierarchical is not None and self.even:
+            hier = eval_lines(self.hierarchical, nbytes)
+            if hier < best_s:
+                best, best_s = AllReduceAlgorithm.HIERARCHICAL, hier
+        if self.tree is not None and self.tree_in_auto and self.tree.time_s(nbytes) < best_s:
+            best = AllReduceAlgorithm.TREE
+        return best
 
     def time_s(self, nbytes: float, algorithm: str | AllReduceAlgorithm = AllReduceAlgorithm.AUTO) -> float:
         """Estimated time of an all-reduce of ``nbytes`` per member with ``algorithm``, seconds."""
-        ring = eval_lines(self.ring, nbytes)
-        if self.hierarchical is None or algorithm == AllReduceAlgorithm.RING:
-            return ring
-        hier = eval_lines(self.hierarchical, nbytes)
-        if algorithm == AllReduceAlgorithm.HIERARCHICAL:
-            return hier
-        return hier if self.even and hier < ring else ring
+        algo = self.algorithm_for(nbytes, algorithm)
+        if algo is AllReduceAlgorithm.HIERARCHICAL and self.hierarchical is not None:
+            return eval_lines(self.hierarchical, nbytes)
+        if algo is AllReduceAlgorithm.TREE and self.tree is not None:
+            return self.tree.time_s(nbytes)
+        return eval_lines(self.ring, nbytes)
 
     def uses_hierarchical(
         self, nbytes: float, algorithm: str | AllReduceAlgorithm = AllReduceAlgorithm.AUTO
     ) -> bool:
         """Whether ``algorithm`` runs the hierarchical (or server-ordered) form for ``nbytes``."""
-        if self.hierarchical is None or algorithm == AllReduceAlgorithm.RING:
-            return False
-        if algorithm == AllReduceAlgorithm.HIERARCHICAL:
-            return True
-        return self.even and eval_lines(self.hierarchical, nbytes) < eval_lines(self.ring, nbytes)
+        return self.algorithm_for(nbytes, algorithm) is AllReduceAlgorithm.HIERARCHICAL
 
 
 def allreduce_curves(
@@ -221,7 +367,7 @@ def allreduce_curves(
     server_of: Callable[[int], int] | None = None,
     overhead_s: float = 0.0,
 ) -> AllReduceCurves:
-    """Ring and hierarchical all-reduce time curves among ``members`` (see the module docstring).
+    """Ring, hierarchical and tree all-reduce time curves among ``members`` (module docstring).
 
     Args:
         members: distinct device ids in ring order.
@@ -252,14 +398,22 @@ def allreduce_curves(
         return _scale(steps, 2.0 * (n - 1))
 
     ring = ring_of(order)
+    tree = tree_cost(double_binary_tree(order, server_of), route, bandwidth, latency, overhead_s=overhead_s)
     if server_of is None:
-        return AllReduceCurves(ring=ring, hierarchical=None, even=True)
+        return AllReduceCurves(ring=ring, hierarchical=None, even=True, tree=tree)
     groups = group_by_server(order, server_of)
     even = len({len(x) for x in groups}) == 1
+    spans = len(groups) > 1
     if len(groups) == 1 or (even and len(groups[0]) == 1):
-        return AllReduceCurves(ring=ring, hierarchical=None, even=even)
+        return AllReduceCurves(ring=ring, hierarchical=None, even=even, tree=tree, tree_in_auto=spans)
     if not even:
-        return AllReduceCurves(ring=ring, hierarchical=ring_of([m for x in groups for m in x]), even=False)
+        return AllReduceCurves(
+            ring=ring,
+            hierarchical=ring_of([m for x in groups for m in x]),
+            even=False,
+            tree=tree,
+            tree_in_auto=True,
+        )
     k, g = len(groups), len(groups[0])
     intra = step_lines(
         [route(x[i], x[(i + 1) % g]) for x in groups for i in range(g)],
@@ -276,7 +430,7 @@ def allreduce_curves(
         overhead_s=overhead_s,
     )
     hier = _add(_scale(intra, 2.0 * (g - 1)), _scale(inter, 2.0 * (k - 1)))
-    return AllReduceCurves(ring=ring, hierarchical=hier, even=True)
+    return AllReduceCurves(ring=ring, hierarchical=hier, even=True, tree=tree, tree_in_auto=True)
 
 
 def allreduce_time_s(
@@ -292,8 +446,8 @@ def allreduce_time_s(
 ) -> float:
     """Estimated all-reduce time of ``nbytes`` per member among ``members``, seconds.
 
-    ``algorithm``: ``auto`` (hierarchical when it applies and is strictly faster), ``ring`` or
-    ``hierarchical`` (uneven servers: the ring ordered by server). One member costs 0.
+    ``algorithm``: ``auto`` (the fastest that applies, see the module docstring), ``ring``,
+    ``hierarchical`` (uneven servers: the ring ordered by server) or ``tree``. One member costs 0.
 
     Raises:
         InputError: unknown algorithm (:class:`~pipesim.errors.UnknownNameError`), bad members,

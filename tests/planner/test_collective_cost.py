@@ -119,7 +119,7 @@ def test_errors() -> None:
     route = lambda a, b: (0,)  # noqa: E731
     one = lambda i: 1.0  # noqa: E731
     with pytest.raises(InputError, match="algorithm"):
-        allreduce_time_s([0, 1], 1.0, route, one, one, algorithm="tree")
+        allreduce_time_s([0, 1], 1.0, route, one, one, algorithm="butterfly")
     with pytest.raises(InputError, match="members"):
         allreduce_time_s([0, 0], 1.0, route, one, one)
     with pytest.raises(InputError, match="nbytes"):

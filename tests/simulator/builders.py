@@ -103,6 +103,6 @@ def random_plan(
         schedule=schedule,
         chunks=chunks,
         recompute=draw(st.sampled_from(["none", "full"])) if recompute else "none",
-        allreduce=draw(st.sampled_from(["ring", "hierarchical", "auto"])),
+        allreduce=draw(st.sampled_from(["ring", "hierarchical", "tree", "auto"])),
     )
     return plan, profile

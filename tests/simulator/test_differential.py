@@ -92,3 +92,43 @@ def test_simulator_equals_the_analytic_evaluator(case: tuple[Plan, ModelProfile]
     for device in result.devices:
         rank = device.stages[0] % plan.num_ranks
         assert abs(device.busy_time_s - timeline.busy[rank]) <= 1e-9 * timeline.makespan
+
+
+def test_queued_transfers_agree_with_the_evaluator() -> None:
+    # activations far slower to send than to compute (c_f ~ 9 ms over 10 GbE, t_f = 1 ms): the
+    # transfers queue on their stream in both the simulator and the evaluator
+    layers = tuple(
+        Layer(
+            name=f"l{i}",
+            fwd_time_s=1e-3,
+            bwd_time_s=2e-3,
+            activation_bytes=8 << 20,
+            parameter_bytes=0,
+            wgrad_fraction=0.0,
+        )
+        for i in range(3)
+    )
+    profile = ModelProfile(name="queued", layers=layers, profile_batch_size=1)
+    for schedule in ("gpipe", "1f1b"):
+        plan = Plan(
+            stages=tuple(StagePlan(first_layer=i, last_layer=i, devices=(4 * i,)) for i in range(3)),
+            global_batch_size=6,
+            num_microbatches=6,
+            schedule=schedule,
+        )
+        c = [
+            PCIE.route_latency_s(a, a + 4) + (8 << 20) / PCIE.route_bandwidth_bytes_per_s(a, a + 4)
+            for a in (0, 4)
+        ]
+        timeline = evaluate(
+            make_schedule(schedule, num_ranks=3, num_microbatches=6),
+            fwd_time_s=1e-3,
+            bwd_time_s=2e-3,
+            fwd_comm_time_s=c,
+            bwd_comm_time_s=c,
+        )
+        for executor in ("simpy", "fast"):
+            result = simulate(plan, profile, PCIE, NO_CONTENTION, executor=executor)
+            assert abs(result.iteration_time_s - timeline.makespan) <= 1e-9 * timeline.makespan
+        if schedule == "gpipe":  # 6 activations queue on each hop: far above the independent sum
+            assert timeline.makespan > 2 * 6 * c[0]
