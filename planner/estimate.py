@@ -494,7 +494,7 @@ class CostModel:
             stash += (k - first) * max(a.stash_bytes for a in acts)
             work = max(a.work_bytes for a in acts)
             if plan.schedule in ("zb-h1", "zb-h2"):  # full recomputation: inputs held from I to W
-                stash += held_until_w(plan.schedule, r, k, chunks=v) * max(a.held_bytes for a in acts)
+                stash += held_until_w(plan.schedule, r, k) * max(a.held_bytes for a in acts)
             for d in placement[r]:
                 peak[d] = static + stash + work
         return peak

@@ -385,21 +385,18 @@ def in_flight_microbatches(
     raise invalid("schedule", schedule, f"in-flight counts are known for {', '.join(IN_FLIGHT_SCHEDULES)}")
 
 
-def held_until_w(schedule: str, rank: int, in_flight: int, *, chunks: int = 1) -> int:
+def held_until_w(schedule: str, rank: int, in_flight: int) -> int:
     """Micro-batches whose ``I`` has run but whose ``W`` still waits, at rank ``rank``'s memory
     peak in a zero-bubble schedule (0-based ``rank``; ``in_flight``: its
     :func:`in_flight_microbatches` count ``K``).
 
     With ``full`` recomputation each of them still holds its re-materialised layer inputs
     (:attr:`StageActivations.held_bytes`). ZB-H1 puts off ``i`` weight-gradient passes on rank
-    ``i`` (Qi et al., ICLR 2024, Sec. 3.1); ZB-H2 ``2 i`` (its rank ``i`` runs ``2 (p - i) - 1``
-    warm-up forwards of the ``2 p - 1`` it holds); at most ``K - 1`` either way, the bound taken
-    for looped (``chunks > 1``) schedules. Other schedules do not split the backward: 0. Held
-    equal to the simulator's peak for equal stages in ``tests/planner/test_recompute_estimate.py``.
+    ``i`` (Qi et al., ICLR 2024, Sec. 3.1; with chunks too); ZB-H2 ``2 i`` (its rank ``i`` runs
+    ``2 (p - i) - 1`` warm-up forwards of the ``2 p - 1`` it holds); at most ``K - 1``. Other
+    schedules do not split the backward: 0. Held equal to the simulator's peak for equal stages
+    in ``tests/planner/test_recompute_estimate.py``.
     """
     if schedule not in ("zb-h1", "zb-h2"):
         return 0
-    bound = max(0, in_flight - 1)
-    if chunks > 1:
-        return bound
-    return min(rank if schedule == "zb-h1" else 2 * rank, bound)
+    return min(rank if schedule == "zb-h1" else 2 * rank, max(0, in_flight - 1))
