@@ -13,7 +13,7 @@ from typing import Any
 
 from pipesim.errors import invalid
 from pipesim.fileio import atomic_write_text, json_text
-from pipesim.plan import Plan, StagePlan, balanced_split, stage_ranges
+from pipesim.plan import Plan, Recompute, StagePlan, balanced_split, stage_ranges
 from pipesim.planner import ESTIMATED_SCHEDULES, estimate_plan, plan
 from pipesim.pricing import TrainingCost, training_cost
 from pipesim.profiles.inputs import ClusterLike, ModelLike, resolve_inputs
@@ -110,6 +110,7 @@ def compare(
     price_per_device_hour_usd: float | None = None,
     train_samples: int | None = None,
     rerank: bool = True,
+    recompute: Recompute | str | bool | None = None,
 ) -> list[CompareRow]:
     """Plan once, then simulate the plan under each schedule.
 
@@ -128,6 +129,8 @@ def compare(
         train_samples: samples to train on, for the time-to-train and cost-to-train columns.
         rerank: order the planner's shortlist by simulation before taking its best plan
             (:func:`pipesim.rerank.simulated_rerank`); ``False`` takes the analytic estimate's best.
+        recompute: activation recomputation (``none``, ``full``, ``selective``) to plan and
+            simulate with; ``None`` (default) keeps ``base_plan``'s mode, or plans with ``none``.
 
     Returns:
         One row per schedule, in the order given.
@@ -145,7 +148,17 @@ def compare(
         raise invalid("schedules", list(schedules), "must not repeat a schedule")
     if base_plan is None:
         by_simulation = simulated_rerank(profile, machine, options) if rerank else None
-        base_plan = plan(profile, machine, global_batch_size, planner=planner, top=1, rerank=by_simulation)[0]
+        base_plan = plan(
+            profile,
+            machine,
+            global_batch_size,
+            planner=planner,
+            top=1,
+            rerank=by_simulation,
+            recompute=Recompute.NONE if recompute is None else recompute,
+        )[0]
+    elif recompute is not None:
+        base_plan = dataclasses.replace(base_plan, recompute=Recompute.parse(recompute), estimate=None)
     rows: list[CompareRow] = []
     for name in names:
         if name == "interleaved":

@@ -134,8 +134,9 @@ class Plan:
         chunks: model chunks per device for interleaved schedules (1 otherwise).
         optimizer: an :class:`Optimizer` or its name (sets optimizer-state memory).
         recompute: :class:`Recompute` mode: ``full`` keeps only each stage's input per in-flight
-            micro-batch and recomputes the rest during the backward; ``none`` (default) keeps
-            everything. A boolean is accepted (``True`` is ``full``).
+            micro-batch and replays its forward before each backward; ``selective`` drops and
+            replays only the transformer layers' attention core; ``none`` (default) keeps
+            everything (see ``docs/recompute.md``). A boolean is accepted (``True`` is ``full``).
         allreduce: gradient all-reduce algorithm among a stage's replicas
             (:class:`AllReduceAlgorithm` or its name).
         microbatch_sizes: per-micro-batch sample counts for variable-size micro-batches (they must

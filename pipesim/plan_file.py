@@ -14,8 +14,9 @@ Format ``pipesim-plan``, version 1::
      "allreduce": "auto", "microbatch_sizes": [...], "planner": "dapple",
      "estimate": {"iteration_time_s": ..., ...}}
 
-Only ``stages``, ``global_batch_size`` and ``microbatches`` are required. ``pipesim plan --json``
-output (a list of such objects, with ``simulated_iteration_time_s``) is accepted too.
+Only ``stages``, ``global_batch_size`` and ``microbatches`` are required. ``recompute`` is
+``none``, ``full`` or ``selective`` (``true``/``false`` of older files read as full/none).
+``pipesim plan --json`` output (a list of such objects, with ``simulated_iteration_time_s``) is accepted too.
 """
 
 from __future__ import annotations
@@ -188,7 +189,8 @@ def _recompute(reader: _Reader) -> Recompute | bool:
     if isinstance(value, bool):
         return value  # plan files before the recompute modes wrote true/false
     if not isinstance(value, str):
-        raise reader.fail("recompute", value, "expected a recompute mode name (none, full) or a boolean")
+        names = ", ".join(m.value for m in Recompute)
+        raise reader.fail("recompute", value, f"expected a recompute mode name ({names}) or a boolean")
     return Recompute.parse(value)
 
 

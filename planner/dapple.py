@@ -131,7 +131,7 @@ def _search_one(
         return None
     # the estimate times every replica at the largest share of an uneven split
     tables = {r: model.share_table(-(-b // r)) for r in cands}
-    recompute = model.recompute is Recompute.FULL
+    held_mode = model.recompute is Recompute.FULL  # the stage's saved bytes re-materialised at once
     cut = model.cut_bytes_per_sample
     params = model._params
     mult = model._multiplier
@@ -205,7 +205,7 @@ def _search_one(
                 q2 = start + r
                 left = num_dev - q2
                 max_act = 0.0
-                fwd_i, bwd_i, st_i = tab.fwd[i], tab.bwd[i], tab.stashed[i]
+                fwd_i, bwd_i, st_i, held_i = tab.fwd[i], tab.bwd[i], tab.stashed[i], tab.held[i]
                 acts = tab.acts
                 prev = i
                 for pj in range(pi - 1, -1, -1):
@@ -221,16 +221,12 @@ def _search_one(
                     bwd = bwd_i - tab.bwd[first]
                     pbytes = params[i] - params[first]
                     static = pbytes * mult
-                    saved = st_i - tab.stashed[first]
+                    kept = st_i - tab.stashed[first]  # per recompute mode (stage_activations)
                     inputs = cut[first - 1] * share if first > 0 else 0.0
-                    if recompute:
-                        stash, work = inputs, saved
-                        if static + work > memory_limit_bytes:
-                            break  # a longer stage only needs more memory
-                    else:
-                        stash, work = inputs + saved, max_act
-                        if static + k_min * saved + work > memory_limit_bytes:
-                            break
+                    held = held_i - tab.held[first] if held_mode else 0.0
+                    stash, work = inputs + kept, held + max_act
+                    if static + k_min * kept + work > memory_limit_bytes:
+                        break  # a longer stage only needs more memory
                     lb_extra = 0.0
                     if first > 0 and full is not None:
                         lb_extra = full.fwd[first] / left
@@ -483,7 +479,14 @@ def dapple_search(
     return kept
 
 
-def to_plan(result: SearchResult, global_batch_size: int, *, optimizer: str, allreduce: str) -> Plan:
+def to_plan(
+    result: SearchResult,
+    global_batch_size: int,
+    *,
+    optimizer: str,
+    allreduce: str,
+    recompute: Recompute | str | bool = Recompute.NONE,
+) -> Plan:
     """Turn a search result into a :class:`Plan` (schedule ``dapple``, planner ``dapple``)."""
     return Plan(
         stages=tuple(
@@ -495,6 +498,7 @@ def to_plan(result: SearchResult, global_batch_size: int, *, optimizer: str, all
         schedule="dapple",
         optimizer=optimizer,
         allreduce=allreduce,
+        recompute=recompute,
         schedule_options={},
         planner="dapple",
     )

@@ -25,6 +25,9 @@ stages, never on the number of micro-batches. The simulator owns execution; this
   memory model (:mod:`pipesim.profiles.costmodels.memory`, whose
   :func:`~pipesim.profiles.costmodels.memory.in_flight_microbatches` gives the in-flight
   counts per schedule).
+* **Recomputation** (``full``, ``selective``): the replayed forward is part of every backward
+  (of ``I`` when split), as in the simulator; bytes per mode from
+  :func:`~pipesim.profiles.costmodels.memory.stage_activations` (see ``docs/recompute.md``).
 """
 
 from __future__ import annotations
@@ -55,8 +58,14 @@ from pipesim.profiles.costmodels.collective import (
 from pipesim.profiles.costmodels.memory import (
     IN_FLIGHT_SCHEDULES,
     Recompute,
+    StageActivations,
+    check_recompute,
+    held_until_w,
     in_flight_microbatches,
-    stage_activation_bytes,
+    layer_kept_bytes,
+    layer_recompute_times_s,
+    layer_transient_bytes,
+    stage_activations,
     static_memory_multiplier,
 )
 from pipesim.profiles.hardware.cluster import Cluster
@@ -108,10 +117,11 @@ class _ShareTable:
     """Prefix sums of per-layer costs at one share size (samples per replica per micro-batch)."""
 
     fwd: tuple[float, ...]  # fwd[i] = sum of layers < i
-    bwd: tuple[float, ...]
+    bwd: tuple[float, ...]  # the backward plus the forward that recomputation replays in it
     wgrad: tuple[float, ...]  # weight-gradient part of bwd (zero-bubble schedules' W)
-    stashed: tuple[float, ...]
-    acts: tuple[float, ...]  # per layer (not a prefix)
+    stashed: tuple[float, ...]  # bytes kept per in-flight micro-batch (layer_kept_bytes, by mode)
+    acts: tuple[float, ...]  # per layer (not a prefix): its backward working set (layer_transient_bytes)
+    held: tuple[float, ...]  # saved bytes a full recomputation re-materialises (0 for other modes)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -120,7 +130,8 @@ class StageCosts:
 
     Attributes:
         fwd_s: forward time of a replica at the largest share of a micro-batch, seconds.
-        bwd_s: backward time (input and weight gradients), seconds.
+        bwd_s: backward time (input and weight gradients, plus the forward that recomputation
+            replays first), seconds.
         wgrad_s: the weight-gradient part of ``bwd_s`` (``W`` of the zero-bubble schedules), seconds.
         allreduce_s: gradient all-reduce among the replicas, seconds (0 for one replica).
         send_fwd_s: the activation transfer to the next stage, seconds (0 for the last stage).
@@ -156,13 +167,14 @@ class CostModel:
         profile: the model.
         cluster: the devices and links.
         optimizer: ``sgd``, ``momentum`` or ``adam`` (optimizer-state memory).
-        recompute: activation recomputation, ``none`` or ``full`` (``True`` is ``full``;
-            memory only; the time of the recomputation is not
-            modelled, as in the simulator).
+        recompute: activation recomputation, ``none``, ``full`` or ``selective`` (``True`` is
+            ``full``): its replayed forward time is added to every backward and its memory per
+            mode taken from :mod:`pipesim.profiles.costmodels.memory`.
         allreduce: ``auto``, ``ring`` or ``hierarchical``.
 
     Raises:
-        InputError: unknown optimizer or all-reduce algorithm.
+        InputError: unknown optimizer or all-reduce algorithm, or ``selective`` for a profile
+            without attention cores.
     """
 
     def __init__(
@@ -179,7 +191,7 @@ class CostModel:
         self.profile = profile
         self.cluster = cluster
         self.optimizer = optimizer
-        self.recompute = Recompute.parse(recompute)
+        self.recompute = check_recompute(profile, recompute)
         self.allreduce = allreduce
         self._multiplier = static_memory_multiplier(profile.dtype, optimizer)
         self._params = list(_prefix([layer.parameter_bytes for layer in profile.layers]))
@@ -203,16 +215,18 @@ class CostModel:
         """Prefix sums of forward, backward, weight-gradient and saved bytes at ``samples`` per replica."""
         table = self._shares.get(samples)
         if table is None:
-            p = self.profile
+            p, mode = self.profile, self.recompute
             bwd = p.bwd_times_s(samples)
+            replay = layer_recompute_times_s(p, samples, mode)
             table = _ShareTable(
                 fwd=_prefix(p.fwd_times_s(samples)),
-                bwd=_prefix(bwd),
+                bwd=_prefix([b + r for b, r in zip(bwd, replay, strict=True)]),
                 wgrad=_prefix(
                     [b * layer.weight_grad_fraction for b, layer in zip(bwd, p.layers, strict=True)]
                 ),
-                stashed=_prefix(p.stashed_bytes(samples)),
-                acts=tuple(p.activation_bytes(samples)),
+                stashed=_prefix(layer_kept_bytes(p, samples, mode)),
+                acts=tuple(layer_transient_bytes(p, samples, mode)),
+                held=_prefix(p.stashed_bytes(samples) if mode is Recompute.FULL else [0.0] * p.num_layers),
             )
             self._shares[samples] = table
         return table
@@ -225,9 +239,10 @@ class CostModel:
         """Weights + gradients + optimizer state of layers ``first..last`` on one replica, bytes."""
         return (self._params[last + 1] - self._params[first]) * self._multiplier
 
-    def activation_bytes(self, first: int, last: int, samples: float) -> tuple[float, float]:
-        """``(stash, work)`` of a replica for one micro-batch share (see ``stage_activation_bytes``)."""
-        return stage_activation_bytes(self.profile, first, last, samples, self.recompute)
+    def activations(self, first: int, last: int, samples: float) -> StageActivations:
+        """Stash, work and held bytes of a replica for one micro-batch share
+        (:func:`~pipesim.profiles.costmodels.memory.stage_activations`)."""
+        return stage_activations(self.profile, first, last, samples, self.recompute)
 
     # ------------------------------------------------------------------------------ all-reduce
     def allreduce_curves(self, devices: Sequence[int]) -> AllReduceCurves:
@@ -470,14 +485,16 @@ class CostModel:
         for r in range(p):
             stages = plan.stages[r::p]
             share = -(-samples // stages[0].replicas)
-            acts = [self.activation_bytes(st.first_layer, st.last_layer, share) for st in stages]
+            acts = [self.activations(st.first_layer, st.last_layer, share) for st in stages]
             static = sum(self.static_bytes(st.first_layer, st.last_layer) for st in stages)
             k = in_flight_microbatches(plan.schedule, r, p, m, chunks=v, warmup=warmup)
             # the warm-up runs rounds of `group` micro-batches through chunk 0, then 1, ...
             first = min(k, v * group)  # forward j of the first round goes to chunk (j // group) % v
-            stash = sum(min(group, max(0, first - c * group)) * acts[c][0] for c in range(v))
-            stash += (k - first) * max(a[0] for a in acts)
-            work = max(a[1] for a in acts)
+            stash = sum(min(group, max(0, first - c * group)) * acts[c].stash_bytes for c in range(v))
+            stash += (k - first) * max(a.stash_bytes for a in acts)
+            work = max(a.work_bytes for a in acts)
+            if plan.schedule in ("zb-h1", "zb-h2"):  # full recomputation: inputs held from I to W
+                stash += held_until_w(plan.schedule, r, k) * max(a.held_bytes for a in acts)
             for d in placement[r]:
                 peak[d] = static + stash + work
         return peak

@@ -60,7 +60,10 @@ def _dapple(
         top=2 * top,
         full_replica_space=full,
     )
-    plans = [to_plan(r, gbs, optimizer=model.optimizer, allreduce=model.allreduce) for r in results]
+    plans = [
+        to_plan(r, gbs, optimizer=model.optimizer, allreduce=model.allreduce, recompute=model.recompute)
+        for r in results
+    ]
     try:  # pure data parallelism is one point of DAPPLE's space: keep it in the shortlist
         best_dp = dp_plans(model, gbs, limit)[0]
         plans.append(replace(best_dp, planner="dapple", estimate=None))
@@ -171,7 +174,8 @@ def plan(
         memory_limit_bytes: per-device memory limit, bytes (default: the device's memory).
         optimizer: ``sgd``, ``momentum`` or ``adam`` (optimizer-state memory).
         allreduce: gradient all-reduce algorithm, ``auto``, ``ring`` or ``hierarchical``.
-        recompute: activation recomputation, ``none`` or ``full`` (``True`` is ``full``; memory only).
+        recompute: activation recomputation, ``none``, ``full`` or ``selective`` (``True`` is
+            ``full``): memory per mode and the replayed forward's time (see ``docs/recompute.md``).
         placements: DAPPLE placement policies to try (default all: ``fresh-first``,
             ``append-first``, ``scatter-first``).
         microbatch_counts: micro-batch counts to try (default every divisor of the batch).

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from pipesim.errors import invalid
-from pipesim.plan import Plan, resplit
+from pipesim.plan import Plan, Recompute, resplit
 from pipesim.profiles.costmodels.memory import static_memory_bytes
 from pipesim.profiles.hardware.cluster import Cluster
 from pipesim.profiles.models.profile import ModelProfile
@@ -242,6 +242,8 @@ class Program:
                 recv = new(Recv, ((kind, s, mb, replica), pieces, step))
                 step += 1
             marks = self._marks.get(s, _NO_MARKS) if reduced else _NO_MARKS
+            if marks and name == "B" and self._costs.recompute is not Recompute.NONE:
+                marks = self._after_replay(marks, s, mb, replica)
             compute = new(Compute, (name, s, mb, duration, alloc, free, marks, step))
             step += 1
             out = no_sends
@@ -278,16 +280,32 @@ class Program:
     def _compute_parts(
         self, op: Op, s: int, mb: int, replica: int
     ) -> tuple[str, float, tuple[float, ...], tuple[float, ...]]:
-        """``(op, duration s, bytes allocated at the start, bytes freed at the end)``."""
-        fwd, bwd, stash, work = self._costs.of(s, mb, replica)
+        """``(op, duration s, bytes allocated at the start, bytes freed at the end)``.
+
+        With activation recomputation the replayed forward (``rec``) runs at the start of ``B``
+        (of ``I`` when the backward is split), inside the same instruction; with a split backward
+        the re-materialised layer inputs (``held``) stay until ``W`` has read them.
+        """
+        fwd, bwd, stash, work, rec, held = self._costs.of(s, mb, replica)
         wf = self.stages[s].wgrad_fraction
         if op is Op.F:
             return ("F", fwd, (stash,), ())
         if op is Op.B:
-            return ("B", bwd, (work,), (work, stash))
+            return ("B", rec + bwd, (work,), (work, stash))
         if op is Op.I:
-            return ("I", bwd * (1.0 - wf), (work,), (work,))
-        return ("W", bwd * wf, (), (stash,))
+            return ("I", rec + bwd * (1.0 - wf), (work,), (work - held,) if held else (work,))
+        return ("W", bwd * wf, (), (stash, held) if held else (stash,))
+
+    def _after_replay(
+        self, marks: tuple[tuple[float, int], ...], s: int, mb: int, replica: int
+    ) -> tuple[tuple[float, int], ...]:
+        """Bucket marks of a ``B`` that starts with a recomputed forward: a bucket's gradients
+        exist once the replay and its share of the backward have run."""
+        _, bwd, _, _, rec, _ = self._costs.of(s, mb, replica)
+        total = rec + bwd
+        if total <= 0:
+            return marks
+        return tuple(((rec + f * bwd) / total, c) for f, c in marks)
 
     def _send_parts(
         self, op: Op, s: int, mb: int, replica: int

@@ -2,7 +2,9 @@
 
 The lowering (:mod:`pipesim.simulator.program`) asks :class:`StageCosts` for every compute op;
 answers are cached by the share's sample count unless explicit per-micro-batch costs or jitter
-make every micro-batch different. Memory figures come from :mod:`pipesim.profiles.costmodels.memory`.
+make every micro-batch different. Memory figures and the forward time that activation
+recomputation replays come from :mod:`pipesim.profiles.costmodels.memory` (``stage_activations``,
+``layer_recompute_times_s``), the same functions the planner's estimate uses.
 """
 
 from __future__ import annotations
@@ -12,12 +14,19 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipesim.plan import Plan, split_samples
-from pipesim.profiles.costmodels.memory import stage_activation_bytes
+from pipesim.errors import invalid
+from pipesim.plan import Plan, Recompute, split_samples
+from pipesim.profiles.costmodels.memory import check_recompute, layer_recompute_times_s, stage_activations
 from pipesim.profiles.models.profile import ModelProfile
 from pipesim.simulator.microbatch_costs import MicrobatchCosts
 
-__all__ = ["CostOptions", "StageCosts", "StageFacts"]
+__all__ = ["CostOptions", "OpCosts", "StageCosts", "StageFacts"]
+
+OpCosts = tuple[float, float, float, float, float, float]
+"""``(forward s, backward s, stash bytes, work bytes, recompute s, held bytes)`` of one replica's
+share of a micro-batch on a stage: ``recompute`` is the forward time replayed before the backward
+(0 without recomputation), ``held`` the part of ``work`` a split backward's ``W`` still reads
+(see :class:`pipesim.profiles.costmodels.memory.StageActivations`)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -76,9 +85,17 @@ class StageCosts:
         costs: MicrobatchCosts | None,
     ) -> None:
         self.plan, self.profile, self.stages, self.explicit = plan, profile, stages, costs
+        self.recompute = check_recompute(profile, plan.recompute)
+        if costs is not None and self.recompute is not Recompute.NONE:
+            raise invalid(
+                "recompute",
+                self.recompute.value,
+                "explicit micro-batch costs carry their own backward times and stash bytes: give "
+                "recompute none and fold any recomputation into bwd_time_s and stash_bytes",
+            )
         self.samples = plan.microbatch_samples()
         self._shares: dict[tuple[int, int], tuple[tuple[int, int], ...]] = {}
-        self._by_size: dict[tuple[int, int], tuple[float, float, float, float]] = {}
+        self._by_size: dict[tuple[int, int], OpCosts] = {}
         self._out: list[float] = []
         for stage in stages:
             spec = plan.stages[stage.index]
@@ -118,8 +135,8 @@ class StageCosts:
             return self.explicit.out_bytes[stage][mb] / self.samples[mb]
         return self._out[stage]
 
-    def of(self, stage: int, mb: int, replica: int) -> tuple[float, float, float, float]:
-        """``(forward s, backward s, stash bytes, work bytes)`` of one replica's share of ``mb``."""
+    def of(self, stage: int, mb: int, replica: int) -> OpCosts:
+        """The :data:`OpCosts` of one replica's share of ``mb`` on ``stage``."""
         facts = self.stages[stage]
         n = self.samples[mb]
         start, stop = self.shares(n, len(facts.devices))[replica]
@@ -128,6 +145,7 @@ class StageCosts:
             c = self.explicit
             fwd, bwd = c.fwd_time_s[stage][mb] * part / n, c.bwd_time_s[stage][mb] * part / n
             stash, work = c.stash_bytes[stage][mb] * part / n, c.work_bytes[stage][mb] * part / n
+            rec, held = 0.0, 0.0
         else:
             key = (stage, part)
             found = self._by_size.get(key)
@@ -135,15 +153,23 @@ class StageCosts:
                 layers = facts.layers
                 f_all, b_all = self.profile.fwd_times_s(part), self.profile.bwd_times_s(part)
                 spec = self.plan.stages[stage]
-                s_bytes, w_bytes = stage_activation_bytes(
-                    self.profile, spec.first_layer, spec.last_layer, part, self.plan.recompute
+                acts = stage_activations(
+                    self.profile, spec.first_layer, spec.last_layer, part, self.recompute
                 )
-                found = (sum(f_all[i] for i in layers), sum(b_all[i] for i in layers), s_bytes, w_bytes)
+                r_all = layer_recompute_times_s(self.profile, part, self.recompute)
+                found = (
+                    sum(f_all[i] for i in layers),
+                    sum(b_all[i] for i in layers),
+                    acts.stash_bytes,
+                    acts.work_bytes,
+                    sum(r_all[i] for i in layers),
+                    acts.held_bytes,
+                )
                 self._by_size[key] = found
-            fwd, bwd, stash, work = found
+            fwd, bwd, stash, work, rec, held = found
         speed = self.speed[stage][replica]
-        fwd, bwd = fwd / speed, bwd / speed
-        if self.jitter is not None:
+        fwd, bwd, rec = fwd / speed, bwd / speed, rec / speed
+        if self.jitter is not None:  # the replayed forward draws the micro-batch's forward noise
             f_noise, b_noise = self.jitter[stage][replica]
-            fwd, bwd = fwd * f_noise[mb], bwd * b_noise[mb]
-        return fwd, bwd, stash, work
+            fwd, bwd, rec = fwd * f_noise[mb], bwd * b_noise[mb], rec * f_noise[mb]
+        return fwd, bwd, stash, work, rec, held

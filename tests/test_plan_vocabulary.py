@@ -103,7 +103,7 @@ def test_sim_options_overlap_is_an_enum() -> None:
 
 def test_one_home_per_vocabulary() -> None:
     assert sim_collectives.AllReduceAlgorithm is collective.AllReduceAlgorithm
-    assert vocabulary(Recompute) == ("none", "full")
+    assert vocabulary(Recompute) == ("none", "full", "selective")
     assert vocabulary(collective.AllReduceOverlap) == ("after_backward", "end", "bucketed")
 
 

@@ -8,6 +8,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from pipesim.errors import vocabulary
 from pipesim.fileio import json_text, parse_ascii_float, parse_ascii_int
 from pipesim.limits import (
     MAX_COUNT,
@@ -118,6 +119,23 @@ def add_model_args(
         type=positive_int,
         default=None,
         help="profile batch size of a TorchGraph file whose name carries no -pbs-N",
+    )
+
+
+def add_recompute_arg(parser: argparse.ArgumentParser, *, default: str | None = "none") -> None:
+    """Add ``--recompute none|full|selective`` (``--recompute`` alone is ``full``); see
+    ``docs/recompute.md``. ``default=None`` leaves the plan file's mode (``--plan``) in force."""
+    from pipesim.plan import Recompute
+
+    parser.add_argument(
+        "--recompute",
+        nargs="?",
+        const="full",
+        default=default,
+        choices=vocabulary(Recompute),
+        help="activation recomputation: none (default), full (replay each stage's forward before "
+        "its backward; also --recompute alone) or selective (replay only the transformer "
+        "attention core, Korthikanti et al. 2022; needs zoo transformer shapes)",
     )
 
 

@@ -10,6 +10,7 @@ from pipesim.cli._common import (
     add_cluster_arg,
     add_gantt_args,
     add_model_args,
+    add_recompute_arg,
     batch_int,
     float_arg,
     format_table,
@@ -75,7 +76,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 def add_comparison_args(p: argparse.ArgumentParser) -> None:
     """The inputs of a comparison, shared by ``compare`` and ``report``: model, cluster and
-    ``--set``, ``--gbs``, ``--schedules``, ``--planner``, ``--plan`` and ``--rerank``."""
+    ``--set``, ``--gbs``, ``--schedules``, ``--planner``, ``--plan``, ``--rerank`` and ``--recompute``."""
     add_model_args(p, required=False, default=DEFAULT_MODEL)
     add_cluster_arg(p, required=False, default=DEFAULT_CLUSTER)
     p.add_argument(
@@ -96,6 +97,7 @@ def add_comparison_args(p: argparse.ArgumentParser) -> None:
         help="pick the planner's best plan by simulating its shortlist (default), or by its analytic "
         "estimate alone (none)",
     )
+    add_recompute_arg(p, default=None)  # with --plan: given, it replaces the plan file's mode
 
 
 def comparison_rows(
@@ -124,6 +126,7 @@ def comparison_rows(
         planner=args.planner,
         base_plan=base,
         rerank=args.rerank == "simulate",
+        recompute=args.recompute,
         **options,
     )
     return rows, title, cluster

@@ -11,6 +11,7 @@ from typing import Any
 from pipesim.cli._common import (
     add_cluster_arg,
     add_model_args,
+    add_recompute_arg,
     batch_int,
     format_table,
     inputs_of,
@@ -55,6 +56,7 @@ def _common(p: argparse.ArgumentParser) -> None:
         "--memory-limit", type=_bytes, default=None, help="per-device memory limit, bytes (or 16GiB)"
     )
     p.add_argument("--optimizer", default="adam", choices=vocabulary(Optimizer))
+    add_recompute_arg(p)
     p.add_argument(
         "--replica-space",
         default="structured",
@@ -131,6 +133,7 @@ def _plans(
         top=args.top or default_top,
         memory_limit_bytes=args.memory_limit,
         optimizer=args.optimizer,
+        recompute=args.recompute,
         rerank=rerank,
         replica_space=args.replica_space,
     )

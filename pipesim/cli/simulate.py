@@ -9,6 +9,7 @@ from pipesim.cli._common import (
     add_cluster_arg,
     add_gantt_args,
     add_model_args,
+    add_recompute_arg,
     batch_int,
     format_table,
     inputs_of,
@@ -76,14 +77,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     )
     p.add_argument("--chunks", type=positive_int, default=1, help="model chunks per device (interleaved)")
     p.add_argument("--optimizer", default="adam", choices=vocabulary(Optimizer))
-    p.add_argument(
-        "--recompute",
-        nargs="?",
-        const="full",
-        default="none",
-        choices=vocabulary(Recompute),
-        help="activation recomputation: none (default) or full (also --recompute alone)",
-    )
+    add_recompute_arg(p, default=None)  # with --plan: given, it replaces the plan file's mode
     p.add_argument("--allreduce", default="auto", choices=vocabulary(AllReduceAlgorithm))
     p.add_argument(
         "--allreduce-overlap",
@@ -188,6 +182,8 @@ def _run(args: argparse.Namespace) -> int:
         plan = load_plan(args.plan)
         if args.schedule:
             plan = replace(plan, schedule=args.schedule)
+        if args.recompute is not None:
+            plan = replace(plan, recompute=Recompute.parse(args.recompute))
     else:
         if args.gbs is None:
             raise invalid("--gbs", None, "is required unless --plan is given")
@@ -204,7 +200,7 @@ def _run(args: argparse.Namespace) -> int:
             schedule=args.schedule or "dapple",
             chunks=args.chunks,
             optimizer=args.optimizer,
-            recompute=args.recompute,
+            recompute=args.recompute or Recompute.NONE,
             allreduce=args.allreduce,
         )
     speeds: dict[int, float] = {}

@@ -1,6 +1,7 @@
 """Sweep configs: the TOML file that names the grid of points a sweep runs (see ``docs/sweep.md``).
 
-A config lists models, clusters, cluster overrides, global batch sizes, planners and schedules;
+A config lists models, clusters, cluster overrides, global batch sizes, planners, recompute modes
+and schedules;
 the sweep runs their Cartesian product, one :class:`SweepPoint` per combination.
 """
 
@@ -19,6 +20,7 @@ from pipesim.errors import FormatError, InputError, UnknownNameError, check_nonn
 from pipesim.fileio import read_input_text
 from pipesim.limits import MAX_GLOBAL_BATCH, MAX_OVERRIDE_MAGNITUDE, MAX_PRICE_PER_DEVICE_HOUR_USD
 from pipesim.planner import planner_names
+from pipesim.profiles.costmodels.memory import Recompute
 from pipesim.schedules.registry import lookup
 
 if sys.version_info >= (3, 11):
@@ -43,6 +45,7 @@ Overrides = tuple[tuple[str, Scalar], ...]
 
 DEFAULT_PLANNERS: tuple[str, ...] = ("dapple",)
 DEFAULT_SCHEDULES: tuple[str, ...] = ("gpipe", "dapple")
+DEFAULT_RECOMPUTE: tuple[str, ...] = ("none",)
 
 _KEYS = (
     "models",
@@ -51,6 +54,7 @@ _KEYS = (
     "global_batch_sizes",
     "planners",
     "schedules",
+    "recompute",
     "price_per_device_hour_usd",
 )
 
@@ -79,6 +83,8 @@ class SweepPoint:
         global_batch_size: samples per iteration.
         planner: the planner whose best plan runs.
         schedule: the schedule the plan runs with (canonical name).
+        recompute: the activation recomputation the plan is made and run with (``none``,
+            ``full`` or ``selective``).
     """
 
     model: str
@@ -87,6 +93,7 @@ class SweepPoint:
     global_batch_size: int
     planner: str
     schedule: str
+    recompute: str = "none"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -101,6 +108,7 @@ class SweepConfig:
         global_batch_sizes: samples per iteration, each in ``1..MAX_GLOBAL_BATCH`` (2**40).
         planners: planner names (default ``("dapple",)``).
         schedules: canonical schedule names (default ``("gpipe", "dapple")``).
+        recompute: recompute modes (default ``("none",)``; see ``docs/recompute.md``).
         price_per_device_hour_usd: price of one device for one hour, US dollars, for the cost
             column; ``None`` takes each cluster's device price (the catalog's on-demand price).
         base_dir: directory that relative model and cluster file paths are resolved against
@@ -114,6 +122,7 @@ class SweepConfig:
     overrides: tuple[Overrides, ...] = ((),)
     planners: tuple[str, ...] = DEFAULT_PLANNERS
     schedules: tuple[str, ...] = DEFAULT_SCHEDULES
+    recompute: tuple[str, ...] = DEFAULT_RECOMPUTE
     price_per_device_hour_usd: float | None = None
     base_dir: Path | None = field(default=None, compare=False)
     source: str | None = field(default=None, compare=False)
@@ -122,7 +131,8 @@ class SweepConfig:
         for gbs in self.global_batch_sizes:
             if isinstance(gbs, bool) or not isinstance(gbs, int) or not 1 <= gbs <= MAX_GLOBAL_BATCH:
                 raise invalid("global_batch_sizes", gbs, f"must be integers in 1..{MAX_GLOBAL_BATCH}")
-        for name in ("models", "clusters", "overrides", "global_batch_sizes", "planners", "schedules"):
+        axes = ("models", "clusters", "overrides", "global_batch_sizes", "planners", "schedules", "recompute")
+        for name in axes:
             values = getattr(self, name)
             if not values:
                 raise invalid(name, list(values), "must list at least one value")
@@ -138,6 +148,10 @@ class SweepConfig:
         for name in self.schedules:
             if lookup(name).value != name:
                 raise invalid("schedules", name, f"write the canonical name {lookup(name).value!r}")
+        modes = tuple(m.value for m in Recompute)
+        for name in self.recompute:
+            if name not in modes:
+                raise invalid("recompute", name, f"must be one of {', '.join(modes)}")
         price = self.price_per_device_hour_usd
         if price is not None and not (math.isfinite(price) and 0 <= price <= MAX_PRICE_PER_DEVICE_HOUR_USD):
             rule = f"must be a number in [0, {MAX_PRICE_PER_DEVICE_HOUR_USD:g}]"
@@ -146,13 +160,16 @@ class SweepConfig:
     def points(self) -> list[SweepPoint]:
         """Every point of the grid, in a fixed order (models outermost, schedules innermost)."""
         return [
-            SweepPoint(model=m, cluster=c, overrides=o, global_batch_size=g, planner=p, schedule=s)
-            for m, c, o, g, p, s in product(
+            SweepPoint(
+                model=m, cluster=c, overrides=o, global_batch_size=g, planner=p, recompute=r, schedule=s
+            )
+            for m, c, o, g, p, r, s in product(
                 self.models,
                 self.clusters,
                 self.overrides,
                 self.global_batch_sizes,
                 self.planners,
+                self.recompute,
                 self.schedules,
             )
         ]
@@ -252,6 +269,10 @@ def parse_sweep_config(
         for key in ("models", "clusters", "planners"):
             if key in data:
                 kwargs[key] = _string_list(data[key], key)
+        if "recompute" in data:
+            kwargs["recompute"] = tuple(
+                name.strip().lower() for name in _string_list(data["recompute"], "recompute")
+            )
         if "schedules" in data:
             kwargs["schedules"] = tuple(_schedule(s) for s in _string_list(data["schedules"], "schedules"))
         if "overrides" in data:

@@ -1,7 +1,8 @@
 """Running a sweep: every point of a config, in parallel processes or on a Dask cluster.
 
-The points that share a model, cluster, overrides, batch size and planner form one task: the
-task plans once and simulates the plan under each of its schedules (as ``pipesim compare`` does).
+The points that share a model, cluster, overrides, batch size, planner and recompute mode form
+one task: the task plans once and simulates the plan under each of its schedules (as
+``pipesim compare`` does).
 Tasks run in worker processes (or Dask workers); the parent process writes each finished row to
 the results file (:class:`~pipesim.sweep.store.ResultsWriter`).
 """
@@ -42,7 +43,8 @@ class SweepTask:
     """The unit of work sent to a worker: one planning problem and the schedules to simulate.
 
     Attributes:
-        points: the points (same model, cluster, overrides, batch size, planner; one per schedule).
+        points: the points (same model, cluster, overrides, batch size, planner,
+            recompute mode; one per schedule).
         keys: each point's results key, in the same order.
         profile: the loaded model (re-targeted to the cluster's device by the worker, through
             :func:`~pipesim.profiles.inputs.resolve_inputs`, so that a device that cannot run
@@ -95,6 +97,7 @@ def _base_row(point: SweepPoint, key: str) -> dict[str, object]:
         "global_batch_size": point.global_batch_size,
         "planner": point.planner,
         "schedule": point.schedule,
+        "recompute": point.recompute,
         "key": key,
     }
 
@@ -125,7 +128,9 @@ def run_task(task: SweepTask) -> list[dict[str, object]]:
         price = task.cluster.device.price_per_hour_usd
     try:
         profile, cluster = resolve_inputs(task.profile, task.cluster)
-        base = plan(profile, cluster, first.global_batch_size, planner=first.planner, top=1)[0]
+        base = plan(
+            profile, cluster, first.global_batch_size, planner=first.planner, top=1, recompute=first.recompute
+        )[0]
     except (Infeasible, InputError) as exc:
         return [_failed(row, exc) for row in rows]
     options = SimOptions(record_trace=False)
@@ -230,7 +235,14 @@ def _tasks(config: SweepConfig, done: set[str]) -> tuple[list[SweepTask], int]:
         if key in done:
             skipped += 1
             continue
-        group = (point.model, point.cluster, point.overrides, point.global_batch_size, point.planner)
+        group = (
+            point.model,
+            point.cluster,
+            point.overrides,
+            point.global_batch_size,
+            point.planner,
+            point.recompute,
+        )
         groups.setdefault(group, []).append((point, key))
     tasks = [
         SweepTask(

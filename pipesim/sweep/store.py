@@ -37,6 +37,7 @@ PARAMETER_COLUMNS: tuple[str, ...] = (
     "global_batch_size",
     "planner",
     "schedule",
+    "recompute",
 )
 """The columns that name a point (the grid's axes)."""
 
@@ -80,7 +81,7 @@ def point_key(point: SweepPoint, price_per_device_hour_usd: float | None) -> str
     The key hashes the point's parameters as the config writes them, so it is the same in every
     run, process and machine.
     """
-    parts = (
+    parts: tuple[str, ...] = (
         "pipesim-sweep-v1",
         point.model,
         point.cluster,
@@ -90,6 +91,8 @@ def point_key(point: SweepPoint, price_per_device_hour_usd: float | None) -> str
         point.schedule,
         "" if price_per_device_hour_usd is None else repr(float(price_per_device_hour_usd)),
     )
+    if point.recompute != "none":  # keys of points without recomputation stay as they were
+        parts += (f"recompute={point.recompute}",)
     return hashlib.sha256("\x1f".join(parts).encode("utf-8")).hexdigest()[:16]
 
 

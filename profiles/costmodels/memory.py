@@ -16,13 +16,28 @@ fp32 Adam costs 4 + 4 + 8 = 16 bytes per parameter as well.
 
 Activations: each in-flight micro-batch keeps, on a stage, the bytes its layers save for backward
 (``Layer.saved_activation_bytes``, the PipeDream/DAPPLE convention being the layer outputs) plus
-the stage's received input; with recomputation only the received input is kept and the rest is
-re-materialised during the backward as a transient working set.
+the stage's received input. Recomputation (:class:`Recompute`) trades that memory for time:
+
+* ``full``: only the stage's received input is kept; the backward first replays the stage's whole
+  forward, so one micro-batch's saved bytes are re-materialised at once (transient), and the
+  replay costs the stage's forward time again.
+* ``selective``: the attention core of every transformer layer (``Q K^T``, softmax, dropout,
+  attention over ``V``) is not kept and is replayed layer by layer in the backward, Korthikanti
+  et al., "Reducing Activation Recomputation in Large Transformer Models" (MLSys 2023,
+  arXiv:2205.05198), Sec. 4.2: a block then keeps ``34 s b h`` bytes in fp16 instead of
+  ``s b h (34 + 5 a s / h)`` (their Eq. 1 and Table 2, no tensor parallelism). It needs the
+  layers' attention-core figures (``Layer.attention_core_saved_bytes``,
+  ``Layer.attention_core_fwd_share``), which the transformer zoo sets; other profiles refuse it.
+
+:func:`stage_activations` is the one place the bytes per micro-batch of each mode are computed
+(the simulator's memory tally and the planner's estimate both use it), and
+:func:`layer_recompute_times_s` the one place the replayed forward time is.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from enum import Enum
 
 from pipesim.errors import invalid, parse_name
@@ -34,8 +49,15 @@ __all__ = [
     "OPTIMIZER_STATE_MULTIPLIER",
     "Optimizer",
     "Recompute",
+    "StageActivations",
+    "check_recompute",
+    "held_until_w",
     "in_flight_microbatches",
+    "layer_kept_bytes",
+    "layer_recompute_times_s",
+    "layer_transient_bytes",
     "stage_activation_bytes",
+    "stage_activations",
     "static_memory_bytes",
     "static_memory_multiplier",
 ]
@@ -67,10 +89,13 @@ OPTIMIZERS: tuple[str, ...] = tuple(o.value for o in Optimizer)
 
 class Recompute(str, Enum):
     """Activation recomputation: ``none`` stashes every saved activation of an in-flight
-    micro-batch; ``full`` keeps only each stage's input and recomputes the rest in the backward."""
+    micro-batch; ``full`` keeps only each stage's input and replays the stage's forward before
+    its backward; ``selective`` drops and replays only the transformer layers' attention core
+    (Korthikanti et al. 2022, see the module docstring)."""
 
     NONE = "none"
     FULL = "full"
+    SELECTIVE = "selective"
 
     def __str__(self) -> str:
         return self.value
@@ -116,38 +141,176 @@ def static_memory_multiplier(dtype: str, optimizer: str | Optimizer) -> float:
     return 2.0 + OPTIMIZER_STATE_MULTIPLIER[key]
 
 
-def stage_activation_bytes(
-    profile: ModelProfile, first_layer: int, last_layer: int, samples: float, recompute: Recompute | bool
-) -> tuple[float, float]:
-    """Activation memory of one replica of a stage for one micro-batch share of ``samples``, bytes.
+def check_recompute(profile: ModelProfile, recompute: Recompute | str | bool) -> Recompute:
+    """The mode for ``recompute``, checked against what ``profile`` knows.
 
-    Returns ``(stash, work)``: ``stash`` is kept from the forward until the backward ends (the
-    stage's received input, the cut's crossing bytes, plus every layer's saved bytes; with
-    ``recompute = full`` only the input), ``work`` is the transient working set of the backward
-    (the largest layer output; with ``full`` recomputation the re-materialised saved bytes). A device holding
-    ``K`` micro-batches in flight peaks at ``static + K * stash + work``.
+    Raises:
+        UnknownNameError: an unknown mode name.
+        InputError: ``selective`` for a profile none of whose layers has attention-core figures
+            (``Layer.attention_core_saved_bytes``), e.g. a TorchGraph file or a CNN: there is
+            no attention core to recompute.
+    """
+    mode = Recompute.parse(recompute)
+    if mode is Recompute.SELECTIVE and not any(
+        layer.attention_core_saved_bytes is not None for layer in profile.layers
+    ):
+        raise invalid(
+            "recompute",
+            mode.value,
+            f"selective recomputation needs transformer layer shapes (Layer.attention_core_saved_bytes), "
+            f"and no layer of {profile.name!r} has them (a TorchGraph, CNN or file profile); "
+            "use none or full",
+        )
+    return mode
+
+
+def _core_shares(profile: ModelProfile) -> list[tuple[float, float]]:
+    """Per layer ``(share of its saved bytes, share of its forward time)`` in its attention core."""
+    out = []
+    for layer in profile.layers:
+        saved = layer.stashed_bytes
+        core = layer.attention_core_saved_bytes or 0
+        byte_share = min(1.0, core / saved) if saved > 0 else 0.0
+        out.append((byte_share, layer.attention_core_fwd_share or 0.0))
+    return out
+
+
+def layer_kept_bytes(profile: ModelProfile, samples: float, recompute: Recompute | str | bool) -> list[float]:
+    """Bytes each layer keeps from its forward until its backward for ``samples`` samples.
+
+    ``none``: the layer's saved bytes; ``full``: nothing (the stage's input, kept instead, is
+    added by :func:`stage_activations`); ``selective``: the saved bytes less the attention core's
+    (the core's share of the saved bytes at the profile batch, applied at every batch size).
+
+    Raises:
+        InputError: ``samples`` is not > 0, or ``selective`` for a profile without attention
+            cores (see :func:`check_recompute`).
+    """
+    mode = check_recompute(profile, recompute)
+    saved = profile.stashed_bytes(samples)
+    if mode is Recompute.NONE:
+        return saved
+    if mode is Recompute.FULL:
+        return [0.0] * len(saved)
+    return [b * (1.0 - share) for b, (share, _) in zip(saved, _core_shares(profile), strict=True)]
+
+
+def layer_transient_bytes(
+    profile: ModelProfile, samples: float, recompute: Recompute | str | bool
+) -> list[float]:
+    """Each layer's transient working set during its backward for ``samples`` samples, bytes:
+    its output activation (the gradient it produces has that size), plus with ``selective`` its
+    re-materialised attention core.
+
+    Raises:
+        InputError: as :func:`layer_kept_bytes`.
+    """
+    mode = check_recompute(profile, recompute)
+    acts = profile.activation_bytes(samples)
+    if mode is not Recompute.SELECTIVE:
+        return acts
+    saved = profile.stashed_bytes(samples)
+    return [
+        a + b * share for a, b, (share, _) in zip(acts, saved, _core_shares(profile), strict=True)
+    ]
+
+
+def layer_recompute_times_s(
+    profile: ModelProfile, samples: float, recompute: Recompute | str | bool
+) -> list[float]:
+    """Forward time each layer replays during its backward for ``samples`` samples, seconds.
+
+    ``none``: 0; ``full``: the layer's whole forward; ``selective``: the attention core's share
+    of its forward (``Layer.attention_core_fwd_share``; 0 for a layer without one).
+
+    Raises:
+        InputError: as :func:`layer_kept_bytes`.
+    """
+    mode = check_recompute(profile, recompute)
+    if mode is Recompute.NONE:
+        return [0.0] * profile.num_layers
+    fwd = profile.fwd_times_s(samples)
+    if mode is Recompute.FULL:
+        return fwd
+    return [f * share for f, (_, share) in zip(fwd, _core_shares(profile), strict=True)]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StageActivations:
+    """Activation memory of one replica of a stage for one micro-batch share, bytes.
+
+    A device holding ``K`` micro-batches in flight peaks at ``static + K * stash_bytes + work_bytes``.
+
+    Attributes:
+        stash_bytes: kept from the micro-batch's forward until its backward ends: the stage's
+            received input (the cut's crossing bytes) plus every layer's kept bytes
+            (:func:`layer_kept_bytes`).
+        work_bytes: transient during the micro-batch's backward: the largest layer working set
+            (:func:`layer_transient_bytes`), plus with ``full`` recomputation the whole stage's
+            re-materialised saved bytes.
+        held_bytes: the part of ``work_bytes`` that the weight-gradient pass still reads when a
+            schedule splits the backward into ``I`` and ``W`` (zero-bubble): the re-materialised
+            layer inputs of ``full`` recomputation (0 otherwise; a selective attention core has
+            no weights, so ``W`` never reads it).
+    """
+
+    stash_bytes: float
+    work_bytes: float
+    held_bytes: float
+
+
+def stage_activations(
+    profile: ModelProfile,
+    first_layer: int,
+    last_layer: int,
+    samples: float,
+    recompute: Recompute | str | bool,
+) -> StageActivations:
+    """Activation memory of one replica of a stage for one micro-batch share of ``samples``.
 
     Args:
         profile: the :class:`~pipesim.profiles.models.profile.ModelProfile`.
         first_layer: the stage's first layer.
         last_layer: its last layer (inclusive).
         samples: samples of the replica's share of a micro-batch (> 0).
-        recompute: activation recomputation, a :class:`Recompute` mode (or a boolean, ``True``
-            for ``full``).
+        recompute: a :class:`Recompute` mode or name (or a boolean, ``True`` for ``full``).
 
     Raises:
-        InputError: ``samples`` is not > 0, or an unknown recompute mode.
+        InputError: ``samples`` is not > 0, an unknown recompute mode, or ``selective`` for a
+            profile without attention cores.
     """
+    mode = check_recompute(profile, recompute)
     layers = range(first_layer, last_layer + 1)
-    stashed = profile.stashed_bytes(samples)
     inputs = 0.0
     if first_layer > 0:
         inputs = profile.cuts()[first_layer - 1].crossing_bytes / profile.profile_batch_size * samples
-    saved = sum(stashed[i] for i in layers)
-    if Recompute.parse(recompute) is Recompute.FULL:
-        return inputs, saved
-    acts = profile.activation_bytes(samples)
-    return inputs + saved, max(acts[i] for i in layers)
+    kept = layer_kept_bytes(profile, samples, mode)
+    transient = layer_transient_bytes(profile, samples, mode)
+    held = 0.0
+    if mode is Recompute.FULL:
+        saved = profile.stashed_bytes(samples)
+        held = sum(saved[i] for i in layers)
+    return StageActivations(
+        stash_bytes=inputs + sum(kept[i] for i in layers),
+        work_bytes=held + max(transient[i] for i in layers),
+        held_bytes=held,
+    )
+
+
+def stage_activation_bytes(
+    profile: ModelProfile,
+    first_layer: int,
+    last_layer: int,
+    samples: float,
+    recompute: Recompute | str | bool,
+) -> tuple[float, float]:
+    """``(stash, work)`` of :func:`stage_activations` (bytes), for callers that need no more.
+
+    Raises:
+        InputError: as :func:`stage_activations`.
+    """
+    acts = stage_activations(profile, first_layer, last_layer, samples, recompute)
+    return acts.stash_bytes, acts.work_bytes
 
 
 def static_memory_bytes(profile: ModelProfile, layers: Iterable[int], optimizer: str | Optimizer) -> float:
@@ -220,3 +383,20 @@ def in_flight_microbatches(
     if schedule == "zb-h2":
         return min(2 * p - 1, m)
     raise invalid("schedule", schedule, f"in-flight counts are known for {', '.join(IN_FLIGHT_SCHEDULES)}")
+
+
+def held_until_w(schedule: str, rank: int, in_flight: int) -> int:
+    """Micro-batches whose ``I`` has run but whose ``W`` still waits, at rank ``rank``'s memory
+    peak in a zero-bubble schedule (0-based ``rank``; ``in_flight``: its
+    :func:`in_flight_microbatches` count ``K``).
+
+    With ``full`` recomputation each of them still holds its re-materialised layer inputs
+    (:attr:`StageActivations.held_bytes`). ZB-H1 puts off ``i`` weight-gradient passes on rank
+    ``i`` (Qi et al., ICLR 2024, Sec. 3.1; with chunks too); ZB-H2 ``2 i`` (its rank ``i`` runs
+    ``2 (p - i) - 1`` warm-up forwards of the ``2 p - 1`` it holds); at most ``K - 1``. Other
+    schedules do not split the backward: 0. Held equal to the simulator's peak for equal stages
+    in ``tests/planner/test_recompute_estimate.py``.
+    """
+    if schedule not in ("zb-h1", "zb-h2"):
+        return 0
+    return min(rank if schedule == "zb-h1" else 2 * rank, max(0, in_flight - 1))

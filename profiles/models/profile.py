@@ -38,10 +38,17 @@ class Layer:
         wgrad_fraction: the share of ``bwd_time_s`` spent on weight gradients (zero-bubble
             schedules split B into input-gradient and weight-gradient parts), or ``None`` for the
             default (half of the backward for a layer with parameters, none for one without).
+        attention_core_saved_bytes: of ``saved_activation_bytes``, the bytes of the layer's
+            attention core (``Q K^T`` scores, softmax and dropout outputs, dropout mask) for the
+            profile batch, which ``selective`` recomputation drops and replays; ``None`` for a
+            layer whose shapes are unknown (see :mod:`pipesim.profiles.costmodels.memory`).
+        attention_core_fwd_share: the share of ``fwd_time_s`` spent in that attention core (what
+            ``selective`` recomputation replays), or ``None``.
 
     Raises:
         InputError: a time, byte count or FLOP count is negative or not finite, the name is
-            empty, or ``wgrad_fraction`` is outside [0, 1].
+            empty, ``wgrad_fraction`` or ``attention_core_fwd_share`` is outside [0, 1], or
+            ``attention_core_saved_bytes`` exceeds the saved bytes.
     """
 
     name: str
@@ -55,6 +62,8 @@ class Layer:
     fwd_memory_bytes: float | None = None
     bwd_memory_bytes: float | None = None
     wgrad_fraction: float | None = None
+    attention_core_saved_bytes: int | None = None
+    attention_core_fwd_share: float | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -71,6 +80,20 @@ class Layer:
             check_nonneg(f"{self.name}.wgrad_fraction", self.wgrad_fraction)
             if self.wgrad_fraction > 1:
                 raise invalid(f"{self.name}.wgrad_fraction", self.wgrad_fraction, "must be <= 1")
+        if self.attention_core_saved_bytes is not None:
+            check_count(f"{self.name}.attention_core_saved_bytes", self.attention_core_saved_bytes, minimum=0)
+            if self.attention_core_saved_bytes > self.stashed_bytes:
+                raise invalid(
+                    f"{self.name}.attention_core_saved_bytes",
+                    self.attention_core_saved_bytes,
+                    f"must be <= the layer's saved bytes ({self.stashed_bytes})",
+                )
+        if self.attention_core_fwd_share is not None:
+            check_nonneg(f"{self.name}.attention_core_fwd_share", self.attention_core_fwd_share)
+            if self.attention_core_fwd_share > 1:
+                raise invalid(
+                    f"{self.name}.attention_core_fwd_share", self.attention_core_fwd_share, "must be <= 1"
+                )
 
     @property
     def stashed_bytes(self) -> int:

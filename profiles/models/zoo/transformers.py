@@ -17,11 +17,20 @@ plus the softmax and dropout outputs, 2 as^2b; the MLP keeps its input and the G
 output, 9 sbh for an FFN of 4h; the two layer norms keep their inputs, 2 sbh; masks: two sbh
 and one as^2b bytes). For d = 2 this is 34 sbh + 5 as^2b, for d = 4 it is 66 sbh + 9 as^2b.
 XLNet adds its projected position keys and pre-shift position scores.
+
+Each block also records its *attention core* for selective recomputation (Korthikanti et al.,
+Sec. 4.2): the kernels from ``Q K^T`` to the attention over ``V`` (XLNet: with the position
+scores and their shift, but not the position-key projection, which has weights), whose saved
+tensors are the softmax and dropout outputs and the dropout mask, a s^2 b x (2 d + 1) bytes
+(5 as^2b in fp16; XLNet adds its position scores, a s^2 b x d). ``Layer.attention_core_fwd_share``
+is those kernels' share of the block's roofline forward time: the memory-bound softmax and
+dropout included, so it exceeds the paper's FLOP share ``4 b s^2 h / (24 b s h^2 + 4 b s^2 h)
+= s / (6 h + s)`` (its Sec. 5: 2.7% for GPT-3, whose s = 2048, h = 12288).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pipesim.errors import invalid
 from pipesim.fileio import parse_ascii_int
@@ -35,6 +44,7 @@ __all__ = [
     "GPT_DEFAULTS",
     "XLNET36_BATCH",
     "XLNET36_SEQ",
+    "AttentionCore",
     "GptSpec",
     "bert48",
     "gpt",
@@ -59,9 +69,35 @@ _BERT_POSITIONS = 512  # BERT's learned position embeddings
 _XLNET_VOCAB = 32000  # XLNet SentencePiece vocabulary (Yang et al., 2019)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AttentionCore:
+    """A block's attention core (what selective recomputation replays), for the profile batch.
+
+    Attributes:
+        fwd_time_s: roofline forward time of its kernels, seconds.
+        fwd_flop: their forward FLOP.
+        saved_bytes: the bytes it saves for the backward (softmax and dropout outputs, mask).
+    """
+
+    fwd_time_s: float
+    fwd_flop: float
+    saved_bytes: float
+
+
+def _with_core(layer: Layer, core: AttentionCore) -> Layer:
+    """``layer`` with its attention-core fields set (see the module docstring)."""
+    share = core.fwd_time_s / layer.fwd_time_s if layer.fwd_time_s > 0 else 0.0
+    return replace(
+        layer,
+        attention_core_saved_bytes=min(round(core.saved_bytes), layer.stashed_bytes),
+        attention_core_fwd_share=min(1.0, share),
+    )
+
+
 def _block(lc: LayerCost, *, batch: int, seq: int, hidden: int, heads: int, ffn: int,
-           pos_keys: int = 0, bias: bool = True) -> None:
-    """Cost of one post- or pre-LN transformer block over ``batch`` x ``seq`` tokens.
+           pos_keys: int = 0, bias: bool = True) -> AttentionCore:
+    """Cost of one post- or pre-LN transformer block over ``batch`` x ``seq`` tokens; returns its
+    attention core.
 
     ``pos_keys`` > 0 adds XLNet's relative-position attention: a position projection over
     ``pos_keys`` relative positions per sample and a second score matmul against them.
@@ -74,18 +110,29 @@ def _block(lc: LayerCost, *, batch: int, seq: int, hidden: int, heads: int, ffn:
     lc.layernorm(bsh, hidden)
     for _ in range(3):  # Q, K, V projections
         lc.linear(t, hidden, hidden, bias=bias)
+    core_t0, core_f0, core_b0 = lc.fwd.time_s, lc.fwd.flop, lc.saved_bytes
     lc.gemm(seq, seq, d_head, count=batch * heads, weight=False)  # Q K^T
     if pos_keys:
+        proj_t0, proj_f0 = lc.fwd.time_s, lc.fwd.flop
         lc.linear(batch * pos_keys, hidden, hidden, bias=False)  # relative-position keys
+        core_t0 += lc.fwd.time_s - proj_t0  # a projection with weights: not in the core
+        core_f0 += lc.fwd.flop - proj_f0
         lc.gemm(seq, pos_keys, d_head, count=batch * heads, weight=False)  # Q R^T
         lc.eltwise(scores, fwd_passes=3, bwd_passes=3)  # relative shift and sum of the scores
         lc.params += 3 * hidden  # per-layer content, position and segment biases
         lc.params += 2 * hidden  # segment embeddings (2 x heads x d_head)
-        lc.save(batch * pos_keys * hidden)  # projected position keys
+        lc.save(batch * pos_keys * hidden)  # projected position keys (an input of the core)
+        core_b0 += batch * pos_keys * hidden * lc.rl.elem_bytes
         lc.save(scores)  # position scores before the shift
     lc.eltwise(scores, fwd_passes=2, bwd_passes=3, flop_per_element=5)  # scale, mask, softmax
     lc.dropout(scores)
     lc.gemm(seq, d_head, seq, count=batch * heads, weight=False)  # probabilities @ V
+    core = AttentionCore(
+        fwd_time_s=lc.fwd.time_s - core_t0,
+        fwd_flop=lc.fwd.flop - core_f0,
+        # the dropout mask counted by dropout(scores), the two score-sized outputs saved below
+        saved_bytes=lc.saved_bytes - core_b0 + 2 * scores * lc.rl.elem_bytes,
+    )
     lc.linear(t, hidden, hidden, bias=bias)  # output projection
     lc.dropout(bsh)
     lc.eltwise(bsh, fwd_passes=3, bwd_passes=1)  # residual add
@@ -100,6 +147,7 @@ def _block(lc: LayerCost, *, batch: int, seq: int, hidden: int, heads: int, ffn:
     # 5 (attention) + 9 (MLP, ffn = 4h generalised to 1 + 2 ffn/h) + 2 (layer norms) sbh
     lc.save(bsh * (5 + 1 + 2 * ffn / hidden + 2))
     lc.save(2 * scores)  # softmax output and dropout output
+    return core
 
 
 def _embedding(lc: LayerCost, *, tokens: int, hidden: int, rows: int) -> None:
@@ -149,8 +197,8 @@ def bert48(rl: Roofline, batch: int) -> ModelProfile:
     layers.append(emb.build(output_elements=t * hidden))
     for i in range(48):
         lc = LayerCost(f"encoder{i}", rl)
-        _block(lc, batch=batch, seq=seq, hidden=hidden, heads=heads, ffn=ffn)
-        layers.append(lc.build(output_elements=t * hidden))
+        core = _block(lc, batch=batch, seq=seq, hidden=hidden, heads=heads, ffn=ffn)
+        layers.append(_with_core(lc.build(output_elements=t * hidden), core))
     head = LayerCost("head", rl)
     head.linear(batch, hidden, hidden)  # pooler (first token) + tanh
     head.linear(batch, hidden, 2)  # next-sentence classifier
@@ -184,8 +232,10 @@ def xlnet36(rl: Roofline, batch: int) -> ModelProfile:
     layers.append(emb.build(output_elements=t * hidden))
     for i in range(36):
         lc = LayerCost(f"layer{i}", rl)
-        _block(lc, batch=batch, seq=seq, hidden=hidden, heads=heads, ffn=ffn, pos_keys=2 * seq, bias=False)
-        layers.append(lc.build(output_elements=t * hidden))
+        core = _block(
+            lc, batch=batch, seq=seq, hidden=hidden, heads=heads, ffn=ffn, pos_keys=2 * seq, bias=False
+        )
+        layers.append(_with_core(lc.build(output_elements=t * hidden), core))
     head = LayerCost("head", rl)
     _lm_head(head, tokens=t, hidden=hidden, vocab=_XLNET_VOCAB)
     head.params += _XLNET_VOCAB
@@ -293,8 +343,10 @@ def gpt(rl: Roofline, batch: int, spec: GptSpec) -> ModelProfile:
     layers.append(emb.build(output_elements=t * spec.hidden))
     for i in range(spec.layers):
         lc = LayerCost(f"block{i}", rl)
-        _block(lc, batch=batch, seq=spec.seq, hidden=spec.hidden, heads=spec.heads, ffn=4 * spec.hidden)
-        layers.append(lc.build(output_elements=t * spec.hidden))
+        core = _block(
+            lc, batch=batch, seq=spec.seq, hidden=spec.hidden, heads=spec.heads, ffn=4 * spec.hidden
+        )
+        layers.append(_with_core(lc.build(output_elements=t * spec.hidden), core))
     head = LayerCost("head", rl)
     head.layernorm(t * spec.hidden, spec.hidden)
     head.save(t * spec.hidden)

@@ -1,0 +1,93 @@
+"""The memory model's recompute modes against Korthikanti et al. 2022 (arXiv:2205.05198)."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipesim.errors import InputError
+from pipesim.profiles.costmodels.memory import (
+    Recompute,
+    check_recompute,
+    layer_kept_bytes,
+    layer_recompute_times_s,
+    stage_activations,
+)
+from pipesim.profiles.models.loader import load_model
+from pipesim.profiles.models.profile import Layer
+from pipesim.profiles.models.zoo import zoo_model
+from pipesim.profiles.models.zoo.roofline import LayerCost, roofline_for
+from pipesim.profiles.models.zoo.transformers import _block
+
+TORCHGRAPH = "/work/shared/data/torchgraph/vgg-19-pbs-32.txt"
+
+
+@pytest.mark.parametrize(("s", "h", "a", "b"), [(2048, 12288, 96, 1), (512, 1024, 16, 2)])
+def test_selective_keeps_34_sbh_per_block_in_fp16(s: int, h: int, a: int, b: int) -> None:
+    # Korthikanti et al. Eq. 1 / Table 2 (no tensor parallelism): sbh(34 + 5as/h) bytes per
+    # layer without recomputation, 34 sbh with selective recomputation, 0 kept with full (the
+    # layer input, 2 sbh, is kept by the stage as its received activation instead).
+    profile = zoo_model(
+        f"gpt:layers=2,hidden={h},heads={a},seq={s},vocab=1000", dtype="float16", batch_size=b
+    )
+    block = profile.layers[1]
+    assert block.stashed_bytes == s * b * h * 34 + 5 * a * s * s * b
+    assert block.attention_core_saved_bytes == 5 * a * s * s * b
+    assert layer_kept_bytes(profile, b, "none")[1] == s * b * h * 34 + 5 * a * s * s * b
+    assert layer_kept_bytes(profile, b, "selective")[1] == pytest.approx(s * b * h * 34, rel=1e-12)
+    assert layer_kept_bytes(profile, 2 * b, "selective")[1] == pytest.approx(2 * s * b * h * 34, rel=1e-12)
+    assert layer_kept_bytes(profile, b, "full")[1] == 0
+    # per stage: the received input (2 sbh) plus the kept bytes of both blocks
+    stages = {mode: stage_activations(profile, 1, 2, b, mode) for mode in Recompute}
+    assert stages[Recompute.SELECTIVE].stash_bytes == pytest.approx(2 * s * b * h + 2 * 34 * s * b * h)
+    assert stages[Recompute.FULL].stash_bytes == 2 * s * b * h
+    assert stages[Recompute.FULL].held_bytes == 2 * block.stashed_bytes
+
+
+def test_attention_core_flop_share_is_the_papers() -> None:
+    # Korthikanti et al. Sec. 5: a layer's forward is 24 bsh^2 + 4 bs^2 h FLOP, its attention core
+    # 4 bs^2 h (Q K^T and attention over V), so selective recomputation replays s / (6h + s) of
+    # the forward's matmul FLOP: 2.7% for GPT-3 (s = 2048, h = 12288). The zoo's core also counts
+    # the softmax and dropout element-wise FLOP (6 per score), and its time share adds their
+    # memory traffic.
+    s, h, a, b = 2048, 12288, 96, 1
+    lc = LayerCost("block", roofline_for("float16"))
+    core = _block(lc, batch=b, seq=s, hidden=h, heads=a, ffn=4 * h)
+    scores = b * a * s * s
+    matmul_core = core.fwd_flop - 6 * scores
+    assert matmul_core == 4 * b * s * s * h
+    ratio = matmul_core / (24 * b * s * h * h + 4 * b * s * s * h)
+    assert ratio == pytest.approx(s / (6 * h + s))
+    assert round(100 * ratio, 1) == 2.7
+    assert core.fwd_time_s / lc.fwd.time_s > ratio  # softmax and dropout are memory-bound
+
+
+def test_replayed_time_per_mode() -> None:
+    profile = zoo_model("bert48")
+    fwd = profile.fwd_times_s(6)
+    full = layer_recompute_times_s(profile, 6, "full")
+    sel = layer_recompute_times_s(profile, 6, "selective")
+    assert full == fwd
+    assert sel[0] == 0.0  # the embeddings have no attention core
+    assert sel[-1] == 0.0  # nor has the head
+    share = profile.layers[1].attention_core_fwd_share
+    assert share is not None
+    assert 0.05 < share < 0.2
+    assert sel[1] == pytest.approx(share * fwd[1])
+    assert layer_recompute_times_s(profile, 6, "none") == [0.0] * profile.num_layers
+
+
+def test_selective_is_refused_without_transformer_shapes() -> None:
+    for profile in (zoo_model("vgg19"), load_model(TORCHGRAPH)):
+        with pytest.raises(InputError, match=r"recompute='selective'.*Layer\.attention_core_saved_bytes"):
+            check_recompute(profile, "selective")
+        assert check_recompute(profile, "full") is Recompute.FULL
+
+
+def test_layer_checks_its_attention_core_fields() -> None:
+    base = {"name": "x", "fwd_time_s": 1.0, "bwd_time_s": 1.0, "activation_bytes": 10, "parameter_bytes": 0}
+    with pytest.raises(InputError, match=r"x\.attention_core_saved_bytes=11: must be <= the layer's saved"):
+        Layer(**base, attention_core_saved_bytes=11)  # type: ignore[arg-type]
+    with pytest.raises(InputError, match=r"x\.attention_core_fwd_share=1\.5: must be <= 1"):
+        Layer(**base, attention_core_fwd_share=1.5)  # type: ignore[arg-type]
+    with pytest.raises(InputError, match=r"x\.attention_core_fwd_share"):
+        Layer(**base, attention_core_fwd_share=-0.1)  # type: ignore[arg-type]
