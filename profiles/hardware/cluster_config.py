@@ -222,8 +222,11 @@ def _server_group(flat: Mapping[str, object], base: ServerGroup | None) -> Serve
         raise ConfigError(key if key in flat else None, str(exc)) from None
 
 
-def _groups_from_list(flat: Mapping[str, object], value: object) -> tuple[ServerGroup, ...]:
-    """The groups of a ``group`` list; top-level server keys are defaults for every group."""
+def _groups_from_list(
+    flat: Mapping[str, object], value: object, base: ServerGroup | None
+) -> tuple[ServerGroup, ...]:
+    """The groups of a ``group`` list; top-level server keys are defaults for every group, and
+    keys given nowhere keep ``base``'s (a what-if on a cluster: its first group)."""
     if not isinstance(value, list | tuple) or not value or not all(isinstance(g, Mapping) for g in value):
         raise config_error("group", value, "must be a non-empty list of tables ([[group]] in TOML)")
     if "servers" in flat:
@@ -246,7 +249,7 @@ def _groups_from_list(flat: Mapping[str, object], value: object) -> tuple[Server
             if "device" in group_flat:  # a group's own device drops the top-level device fields
                 merged = {k: v for k, v in merged.items() if _part_of(k) != "device"}
             merged.update(group_flat)
-            out.append(_server_group(merged, None))
+            out.append(_server_group(merged, base))
         except ConfigError as exc:
             raise ConfigError("group", f"group {i}: {exc}") from None
     return tuple(out)
@@ -315,7 +318,7 @@ def cluster_from_config(config: Mapping[str, object], *, base: Cluster | None = 
     flat, _ = flatten_config(config)
     _check_keys(flat)
     if "group" in flat:
-        groups = _groups_from_list(flat, flat["group"])
+        groups = _groups_from_list(flat, flat["group"], base.groups[0] if base is not None else None)
     elif base is None:
         groups = (_server_group(flat, None),)
     elif base.is_homogeneous:

@@ -285,6 +285,29 @@ class Cluster:
             spec.peak_for(dtype) * spec.compute_efficiency
         )
 
+    def device_speed_factors(self, dtype: str) -> dict[int, float]:
+        """Relative compute speed of every device not of the reference type (1 / :meth:`compute_time_factor`).
+
+        Empty for a single-device-type cluster. The simulator multiplies these into its
+        per-device ``speed_factors``, so a heterogeneous cluster costs each device by its own type.
+
+        Raises:
+            InputError: a device has no rate for ``dtype``.
+        """
+        out: dict[int, float] = {}
+        for block, group in zip(self._blocks, self.groups, strict=True):
+            if group.device == self.device:
+                continue
+            speed = 1.0 / self.compute_time_factor(block.first_device, dtype)
+            out.update((d, speed) for d in range(block.first_device, block.first_device + group.num_devices))
+        return out
+
+    @property
+    def servers_interchangeable(self) -> bool:
+        """Whether renumbering servers leaves every route's cost unchanged: identical servers on
+        one non-blocking switch (a rail fat-tree's hop count depends on which servers talk)."""
+        return self.is_homogeneous and self.fabric.kind is FabricKind.SWITCH
+
     def devices_of_server(self, server: int) -> range:
         """The device ids of ``server``.
 
