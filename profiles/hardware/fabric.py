@@ -333,6 +333,24 @@ class LinkTable(Sequence[Link]):
     def __repr__(self) -> str:
         return f"LinkTable({self._len} links)"
 
+    def bandwidths_bytes_per_s(self) -> list[float]:
+        """Every link's effective bandwidth, bytes/s, in index order, without making the links."""
+        out: list[float] = []
+        for block in self._blocks:
+            out.extend([lk.spec.effective_bandwidth_bytes_per_s for lk in block.template.links] * block.servers)
+        if self._network is not None:
+            out.extend(self._network.link(i).bandwidth_bytes_per_s for i in range(self._network.num_links))
+        return out
+
+    def latencies_s(self) -> list[float]:
+        """Every link's latency, seconds, in index order, without making the links."""
+        out: list[float] = []
+        for block in self._blocks:
+            out.extend([lk.latency_s for lk in block.template.links] * block.servers)
+        if self._network is not None:
+            out.extend(self._network.link(i).latency_s for i in range(self._network.num_links))
+        return out
+
     def _link(self, i: int) -> Link:
         net = self._network
         if net is not None and i >= net.base:
