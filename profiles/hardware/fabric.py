@@ -337,7 +337,9 @@ class LinkTable(Sequence[Link]):
         """Every link's effective bandwidth, bytes/s, in index order, without making the links."""
         out: list[float] = []
         for block in self._blocks:
-            out.extend([lk.spec.effective_bandwidth_bytes_per_s for lk in block.template.links] * block.servers)
+            out.extend(
+                [lk.spec.effective_bandwidth_bytes_per_s for lk in block.template.links] * block.servers
+            )
         if self._network is not None:
             out.extend(self._network.link(i).bandwidth_bytes_per_s for i in range(self._network.num_links))
         return out
