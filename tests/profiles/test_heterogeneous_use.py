@@ -50,6 +50,13 @@ def test_the_simulator_costs_each_device_by_its_own_type() -> None:
     assert both.iteration_time_s == pytest.approx(half.iteration_time_s, rel=1e-12)
 
 
+def test_each_device_has_its_own_memory_capacity() -> None:
+    cluster = mixed()
+    result = simulate(one_layer_per_stage(2, 4), equal_profile(2), cluster, SimOptions(free_links=True))
+    capacity = {m.device: m.memory_capacity_bytes for m in result.devices}
+    assert capacity == {0: 80 * 2**30, 1: 16 * 2**30}
+
+
 def test_uneven_servers_of_one_device_simulate_at_one_speed() -> None:
     cluster = mixed("A100-80GB", gpus=(1, 2))
     assert cluster.device_speed_factors("float32") == {}
