@@ -362,7 +362,7 @@ class Cluster:
             if network is not None:
                 src_rail = src_fabric.gpu_nics[src_local]
                 dst_rail = dst_fabric.gpu_nics[dst_local]
-                if src_rail != dst_rail:
+                if src_rail != dst_rail and _has_nvlink(src_block):
                     proxy = src_fabric.gpu_on_rail(dst_rail, prefer=dst_local)
                     if proxy is not None:  # PXN: over NVLink to the GPU on the destination's rail
                         prefix = tuple(src_base + i for i in src_fabric.local_routes[src_local][proxy])
@@ -404,6 +404,11 @@ class Cluster:
                 return None
             total += group.device.price_per_hour_usd * group.num_devices
         return total
+
+
+def _has_nvlink(block: ServerBlock) -> bool:
+    """Whether the servers of ``block`` have NVLink (PXN forwards over NVLink only)."""
+    return block.template.has_nvlink
 
 
 def _rebuild_cluster(

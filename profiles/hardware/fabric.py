@@ -26,10 +26,10 @@ through one switch); every uplink crosses one more switch and gets ``switch_late
 Routes across servers (see :mod:`pipesim.profiles.hardware.cluster_type`) go up to the lowest
 common level: same leaf -> NIC, leaf, NIC; same pod -> leaf, spine, leaf; else leaf, pod spine,
 core, pod spine, leaf. **Cross-rail traffic uses PXN**: as NCCL's PXN (NCCL >= 2.12) does, the
-data first moves inside the source server (over NVLink where there is NVLink) to the GPU on the
-destination's rail, which sends it on its own rail. Only when the source server has no GPU on
-that rail (servers with fewer NICs) does the route go up its own rail and cross rails at the
-spine (the spine level joins all rails of its pod).
+data first moves over NVLink inside the source server to the GPU on the destination's rail,
+which sends it on its own rail. When the source server has no NVLink (``pcie``) or no GPU on that
+rail (servers with fewer NICs), the route goes up its own rail and crosses rails at the spine
+(the spine level joins all rails of its pod).
 """
 
 from __future__ import annotations

@@ -180,6 +180,8 @@ class ServerFabric:
     down_routes: tuple[tuple[int, ...], ...]
     gpu_nics: tuple[int, ...] = ()
     """``gpu_nics[g]``: the NIC (= rail) local GPU ``g`` uses across servers."""
+    has_nvlink: bool = False
+    """Whether the GPUs are joined by NVLink (``nvswitch`` or ``dgx1``)."""
 
     def gpu_on_rail(self, rail: int, prefer: int) -> int | None:
         """The local GPU to forward through to reach rail ``rail`` (PXN): ``prefer`` when it is on
@@ -301,6 +303,7 @@ def build_server_fabric(
         up_routes=tuple(up(g) for g in gpus),
         down_routes=tuple(down(g) for g in gpus),
         gpu_nics=tuple(nic_of(g, gpus_per_server, nics_per_server) for g in gpus),
+        has_nvlink=topology is not Topology.PCIE,
     )
 
 

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 import simpy
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pipesim.errors import FormatError, InputError
 from pipesim.profiles.hardware.catalog import get_device, get_link
@@ -365,3 +367,36 @@ def test_building_is_deterministic() -> None:
     ]
     assert cluster_to_toml(a) == cluster_to_toml(b)
     assert dataclasses.replace(a, name="x").links == a.links
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    servers=st.integers(1, 7),
+    gpus=st.integers(1, 4),
+    nics=st.integers(1, 4),
+    per_leaf=st.integers(1, 3),
+    levels=st.sampled_from([2, 3]),
+    per_pod=st.integers(1, 2),
+    intra=st.sampled_from(["nvswitch", "pcie"]),
+    second=st.integers(0, 3),
+)
+def test_route_properties_on_random_rail_clusters(
+    servers: int, gpus: int, nics: int, per_leaf: int, levels: int, per_pod: int, intra: str, second: int
+) -> None:
+    groups: list[dict[str, object]] = [{"servers": servers, "gpus_per_server": gpus, "nics_per_server": nics}]
+    if second:  # a second group of servers with another GPU count and fewer NICs
+        groups.append({"servers": 1, "gpus_per_server": second, "nics_per_server": 1})
+    cluster = cluster_from_config(
+        {
+            "intra": intra,
+            "device": "A100",
+            "nic": "IB-HDR",
+            "fabric": "rail",
+            "fabric_levels": levels,
+            "servers_per_leaf": per_leaf,
+            "units_per_pod": per_pod,
+            "group": groups,
+        }
+    )
+    check_link_table(cluster)
+    check_routes(cluster)
