@@ -79,7 +79,8 @@ def _uneven_lines(
     in every piece's bytes). Cached in ``model.memo`` per placement up to renumbering the servers."""
     cache: dict[tuple[object, ...], tuple[Lines, Lines]]
     cache = model.memo.setdefault(("dapple-uneven",), {})  # type: ignore[assignment]
-    key = (_canonical(src, dst, g=model.cluster.gpus_per_server), samples)
+    cluster = model.cluster
+    key = (_canonical(src, dst, g=cluster.gpus_per_server, renumber=cluster.servers_interchangeable), samples)
     found = cache.get(key)
     if found is None:
         route = model.cluster.route

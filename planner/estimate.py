@@ -92,12 +92,16 @@ _DEVICE_CACHE_LIMIT = 1 << 16
 """Most device tuples whose all-reduce curves are also cached by identity (beyond the canonical cache)."""
 
 
-def _canonical(*groups: Sequence[int], g: int) -> tuple[tuple[int, ...], ...]:
+def _canonical(*groups: Sequence[int], g: int, renumber: bool = True) -> tuple[tuple[int, ...], ...]:
     """``groups`` with servers renumbered in order of first appearance (local GPU ids kept).
 
     Servers are identical and joined by one non-blocking switch, so any collective or transfer
     costs the same after renumbering: the key lets one computation serve every placement.
+    ``renumber=False`` (a cluster whose servers are not interchangeable, e.g. a rail fat-tree)
+    keeps the device ids as they are.
     """
+    if not renumber:
+        return tuple(tuple(group) for group in groups)
     ranks: dict[int, int] = {}
     out = []
     for group in groups:
@@ -199,7 +203,16 @@ class CostModel:
         self._shares: dict[float, _ShareTable] = {}
         self._bw = [link.bandwidth_bytes_per_s for link in cluster.links]
         self._lat = [link.latency_s for link in cluster.links]
+        if not cluster.is_homogeneous:
+            raise invalid(
+                "cluster",
+                cluster.name,
+                "the planner needs identical servers (one device type and one GPU count); this cluster "
+                f"has {len(cluster.groups)} server groups: plan each group's servers as their own cluster, "
+                "or simulate a given plan on it",
+            )
         self._g = cluster.gpus_per_server
+        self._renumber = cluster.servers_interchangeable
         self._ar_cache: dict[tuple[int, ...], AllReduceCurves] = {}
         self._ar_by_devices: dict[tuple[int, ...], AllReduceCurves] = {}
         self._xfer_cache: dict[tuple[tuple[int, ...], ...], Lines] = {}
@@ -255,7 +268,7 @@ class CostModel:
         found = self._ar_by_devices.get(devs)
         if found is not None:
             return found
-        (key,) = _canonical(devs, g=self._g)
+        (key,) = _canonical(devs, g=self._g, renumber=self._renumber)
         found = self._ar_cache.get(key)
         if found is None:
             cluster = self.cluster
@@ -306,7 +319,7 @@ class CostModel:
 
         Cached per placement up to renumbering the servers.
         """
-        key = _canonical(src, dst, g=self._g)
+        key = _canonical(src, dst, g=self._g, renumber=self._renumber)
         cached = self._xfer_cache.get(key)
         if cached is not None:
             return cached

@@ -37,7 +37,7 @@ with ``after_drain``, every compute stream has finished.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -416,6 +416,14 @@ def _name(value: object) -> str:
     return str(getattr(value, "value", value))
 
 
+def _device_speeds(cluster: Cluster, dtype: str, what_if: Mapping[int, float]) -> dict[int, float]:
+    """Per-device compute speed: a heterogeneous cluster's device types times the what-if factors."""
+    speeds = cluster.device_speed_factors(dtype)
+    for device, factor in what_if.items():
+        speeds[device] = speeds.get(device, 1.0) * factor
+    return speeds
+
+
 def lower(
     plan: Plan,
     profile: ModelProfile,
@@ -476,7 +484,7 @@ def lower(
     placement = plan.placement(cluster.num_devices)
     stages = _stage_facts(plan, profile, placement)
     opts = CostOptions(
-        speed_factors=dict(options.speed_factors),
+        speed_factors=_device_speeds(cluster, profile.dtype, options.speed_factors),
         jitter_f=options.jitter_for("F"),
         jitter_b=options.jitter_for("B"),
         seed=options.seed,

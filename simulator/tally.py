@@ -131,7 +131,6 @@ class Tally:
         program = self.program
         plan = program.plan
         iteration = self.end_time
-        capacity = float(cluster.device.memory_bytes)
         device_stages: dict[int, list[int]] = {}
         for stage in program.stages:
             for device in stage.devices:
@@ -163,7 +162,7 @@ class Tally:
                     allreduce_time_s=self.allreduce_time.get(device, 0.0),
                     static_memory_bytes=program.static_memory_bytes[device],
                     peak_memory_bytes=self.memory_peak[device][1],
-                    memory_capacity_bytes=capacity,
+                    memory_capacity_bytes=float(cluster.device_spec(device).memory_bytes),
                 )
             )
         stage_peak = tuple(max(self.memory_peak[d][1] for d in stage.devices) for stage in program.stages)

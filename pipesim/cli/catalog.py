@@ -130,6 +130,10 @@ def _show_cluster(args: argparse.Namespace) -> int:
     print(f"{cluster.name}: {describe_cluster(cluster)}")
     device = cluster.device
     print(f"device {device.name}: {device.memory_bytes / GIB:.0f} GiB")
+    if len(cluster.links) > _MAX_LINK_ROWS:
+        print(_link_summary(cluster))
+        print(f"({len(cluster.links)} links: --json lists every one)")
+        return 0
     rows = [
         (
             link.index,
@@ -142,6 +146,23 @@ def _show_cluster(args: argparse.Namespace) -> int:
     ]
     print(format_table(["#", "link", "kind", "GB/s", "latency us"], rows, align="rllrr"))
     return 0
+
+
+_MAX_LINK_ROWS = 512
+"""Clusters with more links show one row per kind of link instead of one per link."""
+
+
+def _link_summary(cluster: Any) -> str:
+    """One row per (kind, spec) of link: how many, effective GB/s, latency."""
+    groups: dict[tuple[str, str, float, float], int] = {}
+    for link in cluster.links:
+        key = (link.kind.value, link.spec.name, link.bandwidth_bytes_per_s, link.latency_s)
+        groups[key] = groups.get(key, 0) + 1
+    rows = [
+        (kind, spec, count, f"{bw / 1e9:.2f}", f"{lat * 1e6:.3g}")
+        for (kind, spec, bw, lat), count in sorted(groups.items())
+    ]
+    return format_table(["kind", "spec", "links", "GB/s", "latency us"], rows, align="llrrr")
 
 
 def _convert(args: argparse.Namespace) -> int:

@@ -39,22 +39,46 @@ __all__ = [
 ]
 
 
+def _table_lines(header: str, table: Mapping[str, object], parts: tuple[str, ...]) -> list[str]:
+    """``[header]`` (or ``[[header]]``) with its scalar keys, then one sub-table per part."""
+    lines = ["", header]
+    subtables: list[str] = []
+    for key, value in table.items():
+        if isinstance(value, Mapping) and key in parts:
+            subtables.append(key)
+        else:
+            lines.append(f"{key} = {toml_value(value)}")
+    name = header.strip("[]")
+    for key in subtables:
+        sub = table[key]
+        assert isinstance(sub, Mapping)
+        lines.append("")
+        lines.append(f"[{name + '.' if name else ''}{key}]")
+        lines.extend(f"{k} = {toml_value(v)}" for k, v in sub.items())
+    return lines
+
+
 def cluster_to_toml(cluster: Cluster) -> str:
     """``cluster`` as TOML text in the file schema (SI keys, every figure explicit)."""
     config = cluster_to_config(cluster)
     lines = ["# pipesim cluster (schema: docs/hardware.md)"]
     tables: list[str] = []
     for key, value in config.items():
-        if isinstance(value, Mapping) and key in PARTS:
+        if (isinstance(value, Mapping) and key in PARTS) or key == "group":
             tables.append(key)
         else:
             lines.append(f"{key} = {toml_value(value)}")
     for key in tables:
-        table = config[key]
-        assert isinstance(table, Mapping)
-        lines.append("")
-        lines.append(f"[{key}]")
-        lines.extend(f"{sub} = {toml_value(v)}" for sub, v in table.items())
+        value = config[key]
+        if key == "group":
+            assert isinstance(value, list)
+            for group in value:
+                lines.extend(_table_lines("[[group]]", group, PARTS))
+        else:
+            assert isinstance(value, Mapping)
+            lines.append("")
+            lines.append(f"[{key}]")
+            lines.extend(f"{sub} = {toml_value(v)}" for sub, v in value.items())
     return "\n".join(lines) + "\n"
 
 

@@ -1,10 +1,17 @@
-"""The Cluster type: servers of identical GPUs, their directed links and the routes between GPUs.
+"""The Cluster type: servers of GPUs, their directed links and the routes between GPUs.
 
-A :class:`Cluster` is ``num_servers`` identical servers of ``gpus_per_server`` GPUs, connected
-inside by a :class:`~pipesim.profiles.hardware.topology.Topology` and across by NICs into one
-non-blocking switch. Device ids are global, ``0 .. num_devices - 1``, server-major: device ``d``
-is GPU ``d % gpus_per_server`` of server ``d // gpus_per_server``. How links are laid out and how
-routes go is documented in :mod:`pipesim.profiles.hardware.topology`.
+A :class:`Cluster` is one or more groups of identical servers (:class:`ServerGroup`: a device
+type, a GPU count, an inside topology), connected across by NICs into a fabric
+(:class:`~pipesim.profiles.hardware.fabric.FabricSpec`: one non-blocking switch, or a
+rail-optimised fat-tree). Device ids are global, ``0 .. num_devices - 1``, server-major in group
+order: in a cluster of identical servers device ``d`` is GPU ``d % gpus_per_server`` of server
+``d // gpus_per_server``. How links are laid out and how routes go is documented in
+:mod:`pipesim.profiles.hardware.topology` (inside servers) and
+:mod:`pipesim.profiles.hardware.fabric` (between them).
+
+Links are made on demand from per-server templates (:class:`~pipesim.profiles.hardware.fabric.LinkTable`)
+and routes are computed on demand and cached, so building a 16,384-GPU cluster costs a few
+templates, not its links or its O(n^2) routes.
 
 Only the type and its views live here; clusters come from configs
 (:mod:`pipesim.profiles.hardware.cluster_config`), files and presets
@@ -14,23 +21,25 @@ Only the type and its views live here; clusters come from configs
 
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass, field
 
-from pipesim.errors import check_count, invalid
+from pipesim.errors import invalid
+from pipesim.profiles.hardware.fabric import FabricKind, FabricSpec, LinkTable, RailNetwork, ServerBlock
 from pipesim.profiles.hardware.specs import DeviceSpec, LinkSpec
 from pipesim.profiles.hardware.topology import (
-    Link,
+    MAX_NICS_PER_GPU,
     ServerFabric,
+    ServerGroup,
     Topology,
-    build_links,
-    build_server_fabric,
 )
 
 __all__ = [
     "MAX_DEVICES",
     "MAX_NICS_PER_GPU",
     "Cluster",
+    "ServerGroup",
     "cluster_to_dict",
     "describe_cluster",
     "device_spec_to_dict",
@@ -40,134 +49,196 @@ __all__ = [
 MAX_DEVICES = 65536
 """Largest cluster pipesim builds (a guard against typos such as ``servers = 80000``)."""
 
-MAX_NICS_PER_GPU = 4
-"""Most NICs a server may have per GPU. Real servers have at most about one compute NIC per GPU
-(DGX H100: 8 ConnectX-7 for 8 GPUs, NVIDIA DGX H100 user guide), so four per GPU leaves room for
-what-ifs while keeping the number of links (and so memory and time) bounded by the GPU count."""
+
+def _merge_groups(groups: tuple[ServerGroup, ...]) -> tuple[ServerGroup, ...]:
+    """Adjacent groups of the same server kind merged into one (so equal clusters compare equal)."""
+    out: list[ServerGroup] = []
+    for group in groups:
+        if out and out[-1].same_server(group):
+            prev = out.pop()
+            out.append(
+                ServerGroup(
+                    servers=prev.servers + group.servers,
+                    device=prev.device,
+                    gpus_per_server=prev.gpus_per_server,
+                    topology=prev.topology,
+                    intra_link=prev.intra_link,
+                    pcie_link=prev.pcie_link,
+                    nics_per_server=prev.nics_per_server,
+                    gpus_per_pcie_switch=prev.gpus_per_pcie_switch,
+                )
+            )
+        else:
+            out.append(group)
+    return tuple(out)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Cluster:
-    """Servers of identical GPUs with their links; built once, then queried for routes.
+    """Groups of servers with their links and fabric; built once, then queried for routes.
 
     Attributes:
         name: the cluster's name.
-        device: the GPU model every device is.
-        num_servers: number of servers.
-        gpus_per_server: GPUs in each server.
-        topology: how the GPUs inside a server are connected.
-        intra_link: the NVLink spec inside a server: the per-GPU port into the NVSwitch fabric for
-            ``nvswitch`` (e.g. ``NVLink3-x12``), one NVLink for ``dgx1`` (doubled pairs get two);
-            ``None`` for ``pcie``.
-        pcie_link: the spec of every PCIe hop (GPU, NIC and PCIe-switch uplinks, all x16).
-        nic: the spec of one NIC port (its link to the switch, each direction).
-        nics_per_server: NICs in each server.
-        gpus_per_pcie_switch: GPUs under each PCIe switch (default 2, as in DGX-1 and DGX A100).
+        groups: the server groups, in device-id order (adjacent groups of the same server kind
+            are merged). One group: a homogeneous cluster.
+        nic: the spec of one NIC port (its link to the first switch, each direction).
+        fabric: the network between servers (default: one non-blocking switch).
         description: free text (what the cluster models, sources).
-        links: every directed link, server-major (derived; see :mod:`pipesim.profiles.hardware.topology`).
+        links: every directed link (derived; see :mod:`pipesim.profiles.hardware.topology` and
+            :mod:`pipesim.profiles.hardware.fabric`).
+
+    The properties ``device``, ``gpus_per_server``, ``topology``, ``intra_link``, ``pcie_link``,
+    ``nics_per_server`` and ``gpus_per_pcie_switch`` describe the first group (``gpus_per_server``
+    refuses a cluster whose servers differ in GPU count); :meth:`device_spec` gives any device's
+    own type.
 
     Raises:
-        InputError: a count below 1, more than :data:`MAX_DEVICES` devices, ``dgx1`` without
-            exactly 8 GPUs per server, a missing NVLink spec for ``nvswitch``/``dgx1``, or one given
-            for ``pcie``.
+        InputError: no group, a bad group (see :class:`ServerGroup`), more than
+            :data:`MAX_DEVICES` devices, a NIC that is not a ``LinkSpec``.
     """
 
     name: str
-    device: DeviceSpec
-    num_servers: int
-    gpus_per_server: int
-    topology: Topology
-    intra_link: LinkSpec | None
-    pcie_link: LinkSpec
+    groups: tuple[ServerGroup, ...]
     nic: LinkSpec
-    nics_per_server: int = 1
-    gpus_per_pcie_switch: int = 2
+    fabric: FabricSpec = field(default_factory=FabricSpec)
     description: str = ""
-    links: tuple[Link, ...] = field(init=False, repr=False, compare=False)
-    _fabric: ServerFabric = field(init=False, repr=False, compare=False)
+    links: LinkTable = field(init=False, repr=False, compare=False)
+    _blocks: tuple[ServerBlock, ...] = field(init=False, repr=False, compare=False)
+    _device_starts: list[int] = field(init=False, repr=False, compare=False)
+    _network: RailNetwork | None = field(init=False, repr=False, compare=False)
     _routes: dict[tuple[int, int], tuple[int, ...]] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
             raise invalid("name", self.name, "must be a non-empty string")
-        if not isinstance(self.device, DeviceSpec):
-            raise invalid("device", self.device, "must be a DeviceSpec")
-        try:
-            object.__setattr__(self, "topology", Topology(self.topology))
-        except ValueError:
-            valid = ", ".join(t.value for t in Topology)
-            raise invalid("intra", self.topology, f"topology must be one of {valid}") from None
-        for name in ("num_servers", "gpus_per_server", "nics_per_server", "gpus_per_pcie_switch"):
-            check_count(name, getattr(self, name))
-        if self.nics_per_server > MAX_NICS_PER_GPU * self.gpus_per_server:
-            raise invalid(
-                "nics_per_server",
-                self.nics_per_server,
-                f"must be <= {MAX_NICS_PER_GPU} per GPU ({MAX_NICS_PER_GPU * self.gpus_per_server} "
-                f"for {self.gpus_per_server} GPUs per server)",
+        groups = tuple(self.groups) if isinstance(self.groups, tuple | list) else ()
+        if not groups or not all(isinstance(g, ServerGroup) for g in groups):
+            raise invalid("groups", self.groups, "must be a non-empty sequence of ServerGroup")
+        groups = _merge_groups(groups)
+        object.__setattr__(self, "groups", groups)
+        if not isinstance(self.nic, LinkSpec):
+            raise invalid("nic", self.nic, "must be a LinkSpec")
+        if not isinstance(self.fabric, FabricSpec):
+            raise invalid("fabric", self.fabric, "must be a FabricSpec")
+        total = sum(g.num_devices for g in groups)
+        if total > MAX_DEVICES:
+            raise invalid("num_servers * gpus_per_server", total, f"must be <= {MAX_DEVICES}")
+        templates: dict[ServerGroup, ServerFabric] = {}
+        blocks: list[ServerBlock] = []
+        server = device = link = 0
+        for group in groups:
+            kind = ServerGroup(
+                servers=1,
+                device=group.device,
+                gpus_per_server=group.gpus_per_server,
+                topology=group.topology,
+                intra_link=group.intra_link,
+                pcie_link=group.pcie_link,
+                nics_per_server=group.nics_per_server,
+                gpus_per_pcie_switch=group.gpus_per_pcie_switch,
             )
-        if self.num_servers * self.gpus_per_server > MAX_DEVICES:
-            raise invalid(
-                "num_servers * gpus_per_server",
-                self.num_servers * self.gpus_per_server,
-                f"must be <= {MAX_DEVICES}",
-            )
-        if self.topology is Topology.DGX1 and self.gpus_per_server != 8:
-            raise invalid("gpus_per_server", self.gpus_per_server, "the dgx1 topology has exactly 8 GPUs")
-        if self.topology is Topology.PCIE:
-            if self.intra_link is not None:
-                raise invalid(
-                    "intra_link", self.intra_link.name, "only nvswitch and dgx1 servers have NVLink"
-                )
-        elif not isinstance(self.intra_link, LinkSpec):
-            raise invalid(
-                "intra_link", self.intra_link, f"a {self.topology.value} server needs an NVLink spec"
-            )
-        for name in ("pcie_link", "nic"):
-            if not isinstance(getattr(self, name), LinkSpec):
-                raise invalid(name, getattr(self, name), "must be a LinkSpec")
-        fabric = build_server_fabric(
-            topology=self.topology,
-            gpus_per_server=self.gpus_per_server,
-            intra_link=self.intra_link,
-            pcie_link=self.pcie_link,
-            gpus_per_pcie_switch=self.gpus_per_pcie_switch,
-            nic=self.nic,
-            nics_per_server=self.nics_per_server,
-        )
-        object.__setattr__(self, "_fabric", fabric)
-        object.__setattr__(self, "links", build_links(fabric, self.num_servers))
+            template = templates.get(kind)
+            if template is None:
+                template = templates[kind] = group.fabric(self.nic)
+            blocks.append(ServerBlock(server, group.servers, device, group.gpus_per_server, link, template))
+            server += group.servers
+            device += group.num_devices
+            link += group.servers * len(template.links)
+        network = None
+        if self.fabric.kind is FabricKind.RAIL:
+            rails = max(g.nics_per_server for g in groups)
+            network = RailNetwork(spec=self.fabric, nic=self.nic, rails=rails, num_servers=server, base=link)
+        object.__setattr__(self, "_blocks", tuple(blocks))
+        object.__setattr__(self, "_device_starts", [b.first_device for b in blocks])
+        object.__setattr__(self, "_network", network)
+        object.__setattr__(self, "links", LinkTable(blocks, network))
         object.__setattr__(self, "_routes", {})
 
     def __reduce__(self) -> tuple[object, ...]:
         # Pickle the configuration only; the link table and route cache are rebuilt on load.
-        return (
-            _rebuild_cluster,
-            (
-                self.name,
-                self.device,
-                self.num_servers,
-                self.gpus_per_server,
-                self.topology,
-                self.intra_link,
-                self.pcie_link,
-                self.nic,
-                self.nics_per_server,
-                self.gpus_per_pcie_switch,
-                self.description,
-            ),
-        )
+        return (_rebuild_cluster, (self.name, self.groups, self.nic, self.fabric, self.description))
+
+    # ----------------------------------------------------------------------------------------
+    # The first group (the whole cluster when it is homogeneous)
+    @property
+    def device(self) -> DeviceSpec:
+        """The GPU model of the first group (of every device in a single-device-type cluster)."""
+        return self.groups[0].device
+
+    @property
+    def gpus_per_server(self) -> int:
+        """GPUs in each server.
+
+        Raises:
+            InputError: the servers differ in GPU count (see :attr:`server_gpu_counts`).
+        """
+        counts = {g.gpus_per_server for g in self.groups}
+        if len(counts) != 1:
+            raise invalid(
+                "gpus_per_server",
+                sorted(counts),
+                f"cluster {self.name!r} has servers of different GPU counts; this needs identical servers",
+            )
+        return self.groups[0].gpus_per_server
+
+    @property
+    def topology(self) -> Topology:
+        """How the GPUs inside a server of the first group are connected."""
+        return self.groups[0].topology
+
+    @property
+    def intra_link(self) -> LinkSpec | None:
+        """The NVLink spec of the first group (``None`` for ``pcie``)."""
+        return self.groups[0].intra_link
+
+    @property
+    def pcie_link(self) -> LinkSpec:
+        """The PCIe spec of the first group."""
+        return self.groups[0].pcie_link
+
+    @property
+    def nics_per_server(self) -> int:
+        """NICs in each server of the first group."""
+        return self.groups[0].nics_per_server
+
+    @property
+    def gpus_per_pcie_switch(self) -> int:
+        """GPUs under each PCIe switch in the first group."""
+        return self.groups[0].gpus_per_pcie_switch
+
+    @property
+    def is_homogeneous(self) -> bool:
+        """Whether every server is the same kind (one group)."""
+        return len(self.groups) == 1
+
+    @property
+    def server_gpu_counts(self) -> tuple[int, ...]:
+        """GPUs in each server, in server order."""
+        return tuple(g.gpus_per_server for g in self.groups for _ in range(g.servers))
 
     # ----------------------------------------------------------------------------------------
     # Devices
     @property
     def num_devices(self) -> int:
-        """Total GPUs: ``num_servers * gpus_per_server``."""
-        return self.num_servers * self.gpus_per_server
+        """Total GPUs."""
+        last = self._blocks[-1]
+        return last.first_device + last.servers * last.gpus
+
+    @property
+    def num_servers(self) -> int:
+        """Total servers."""
+        last = self._blocks[-1]
+        return last.first_server + last.servers
 
     def _check_device(self, device: int) -> None:
         if not isinstance(device, int) or isinstance(device, bool) or not 0 <= device < self.num_devices:
             raise invalid("device", device, f"must be a device id in 0..{self.num_devices - 1}")
+
+    def _locate(self, device: int) -> tuple[ServerBlock, int, int]:
+        """``(block, server, local index)`` of a valid device id."""
+        block = self._blocks[bisect.bisect_right(self._device_starts, device) - 1]
+        offset, local = divmod(device - block.first_device, block.gpus)
+        return block, block.first_server + offset, local
 
     def server_of(self, device: int) -> int:
         """The server that holds ``device``.
@@ -176,7 +247,7 @@ class Cluster:
             InputError: ``device`` is not in ``0 .. num_devices - 1``.
         """
         self._check_device(device)
-        return device // self.gpus_per_server
+        return self._locate(device)[1]
 
     def local_index(self, device: int) -> int:
         """``device``'s GPU index inside its server.
@@ -185,7 +256,57 @@ class Cluster:
             InputError: ``device`` is not in ``0 .. num_devices - 1``.
         """
         self._check_device(device)
-        return device % self.gpus_per_server
+        return self._locate(device)[2]
+
+    def device_spec(self, device: int) -> DeviceSpec:
+        """The GPU model of ``device`` (its group's).
+
+        Raises:
+            InputError: ``device`` is not in ``0 .. num_devices - 1``.
+        """
+        self._check_device(device)
+        block = self._locate(device)[0]
+        return self.groups[self._blocks.index(block)].device
+
+    def compute_time_factor(self, device: int, dtype: str) -> float:
+        """How much longer ``device`` takes than :attr:`device` for the same compute, at ``dtype``.
+
+        The ratio of peak rates (reference / this device's); 1.0 for a device of the reference
+        type. A profile retargeted to :attr:`device` costs a layer on ``device`` at its time times
+        this factor.
+
+        Raises:
+            InputError: ``device`` is out of range, or a device has no rate for ``dtype``.
+        """
+        spec = self.device_spec(device)
+        if spec == self.device:
+            return 1.0
+        return (self.device.peak_for(dtype) * self.device.compute_efficiency) / (
+            spec.peak_for(dtype) * spec.compute_efficiency
+        )
+
+    def device_speed_factors(self, dtype: str) -> dict[int, float]:
+        """Relative compute speed of every device not of the reference type (1 / :meth:`compute_time_factor`).
+
+        Empty for a single-device-type cluster. The simulator multiplies these into its
+        per-device ``speed_factors``, so a heterogeneous cluster costs each device by its own type.
+
+        Raises:
+            InputError: a device has no rate for ``dtype``.
+        """
+        out: dict[int, float] = {}
+        for block, group in zip(self._blocks, self.groups, strict=True):
+            if group.device == self.device:
+                continue
+            speed = 1.0 / self.compute_time_factor(block.first_device, dtype)
+            out.update((d, speed) for d in range(block.first_device, block.first_device + group.num_devices))
+        return out
+
+    @property
+    def servers_interchangeable(self) -> bool:
+        """Whether renumbering servers leaves every route's cost unchanged: identical servers on
+        one non-blocking switch (a rail fat-tree's hop count depends on which servers talk)."""
+        return self.is_homogeneous and self.fabric.kind is FabricKind.SWITCH
 
     def devices_of_server(self, server: int) -> range:
         """The device ids of ``server``.
@@ -195,7 +316,9 @@ class Cluster:
         """
         if not isinstance(server, int) or isinstance(server, bool) or not 0 <= server < self.num_servers:
             raise invalid("server", server, f"must be a server index in 0..{self.num_servers - 1}")
-        return range(server * self.gpus_per_server, (server + 1) * self.gpus_per_server)
+        block = next(b for b in reversed(self._blocks) if b.first_server <= server)
+        start = block.first_device + (server - block.first_server) * block.gpus
+        return range(start, start + block.gpus)
 
     def gpu_node(self, device: int) -> str:
         """The node name of ``device`` in :attr:`links`, e.g. ``"s1.gpu3"``.
@@ -204,7 +327,7 @@ class Cluster:
             InputError: ``device`` is not in ``0 .. num_devices - 1``.
         """
         self._check_device(device)
-        server, local = divmod(device, self.gpus_per_server)
+        _, server, local = self._locate(device)
         return f"s{server}.gpu{local}"
 
     # ----------------------------------------------------------------------------------------
@@ -215,7 +338,7 @@ class Cluster:
         Returns:
             Indices into :attr:`links`, forming a contiguous path from ``gpu_node(src_device)`` to
             ``gpu_node(dst_device)``; ``()`` when the two are the same device. Deterministic and
-            cached.
+            cached (computed on first use).
 
         Raises:
             InputError: a device id is out of range.
@@ -226,18 +349,31 @@ class Cluster:
             return cached
         self._check_device(src_device)
         self._check_device(dst_device)
-        fabric = self._fabric
-        per_server = len(fabric.links)
-        src_server, src_local = divmod(src_device, self.gpus_per_server)
-        dst_server, dst_local = divmod(dst_device, self.gpus_per_server)
+        src_block, src_server, src_local = self._locate(src_device)
+        dst_block, dst_server, dst_local = self._locate(dst_device)
+        src_fabric, dst_fabric = src_block.template, dst_block.template
+        src_base = src_block.link_base(src_server)
         if src_server == dst_server:
-            base = src_server * per_server
-            result = tuple(base + i for i in fabric.local_routes[src_local][dst_local])
+            result = tuple(src_base + i for i in src_fabric.local_routes[src_local][dst_local])
         else:
-            up_base = src_server * per_server
-            down_base = dst_server * per_server
-            result = tuple(up_base + i for i in fabric.up_routes[src_local]) + tuple(
-                down_base + i for i in fabric.down_routes[dst_local]
+            prefix: tuple[int, ...] = ()
+            middle: tuple[int, ...] = ()
+            network = self._network
+            if network is not None:
+                src_rail = src_fabric.gpu_nics[src_local]
+                dst_rail = dst_fabric.gpu_nics[dst_local]
+                if src_rail != dst_rail and _has_nvlink(src_block):
+                    proxy = src_fabric.gpu_on_rail(dst_rail, prefer=dst_local)
+                    if proxy is not None:  # PXN: over NVLink to the GPU on the destination's rail
+                        prefix = tuple(src_base + i for i in src_fabric.local_routes[src_local][proxy])
+                        src_local, src_rail = proxy, dst_rail
+                middle = network.path(src_server, src_rail, dst_server, dst_rail)
+            dst_base = dst_block.link_base(dst_server)
+            result = (
+                prefix
+                + tuple(src_base + i for i in src_fabric.up_routes[src_local])
+                + middle
+                + tuple(dst_base + i for i in dst_fabric.down_routes[dst_local])
             )
         self._routes[key] = result
         return result
@@ -261,39 +397,29 @@ class Cluster:
 
     @property
     def price_per_hour_usd(self) -> float | None:
-        """On-demand price of all devices, US dollars per hour, or ``None`` when the device has none."""
-        if self.device.price_per_hour_usd is None:
-            return None
-        return self.device.price_per_hour_usd * self.num_devices
+        """On-demand price of all devices, US dollars per hour, or ``None`` when a device has none."""
+        total = 0.0
+        for group in self.groups:
+            if group.device.price_per_hour_usd is None:
+                return None
+            total += group.device.price_per_hour_usd * group.num_devices
+        return total
+
+
+def _has_nvlink(block: ServerBlock) -> bool:
+    """Whether the servers of ``block`` have NVLink (PXN forwards over NVLink only)."""
+    return block.template.has_nvlink
 
 
 def _rebuild_cluster(
     name: str,
-    device: DeviceSpec,
-    num_servers: int,
-    gpus_per_server: int,
-    topology: Topology,
-    intra_link: LinkSpec | None,
-    pcie_link: LinkSpec,
+    groups: tuple[ServerGroup, ...],
     nic: LinkSpec,
-    nics_per_server: int,
-    gpus_per_pcie_switch: int,
+    fabric: FabricSpec,
     description: str,
 ) -> Cluster:
     """Unpickle a :class:`Cluster` (see ``Cluster.__reduce__``)."""
-    return Cluster(
-        name=name,
-        device=device,
-        num_servers=num_servers,
-        gpus_per_server=gpus_per_server,
-        topology=topology,
-        intra_link=intra_link,
-        pcie_link=pcie_link,
-        nic=nic,
-        nics_per_server=nics_per_server,
-        gpus_per_pcie_switch=gpus_per_pcie_switch,
-        description=description,
-    )
+    return Cluster(name=name, groups=groups, nic=nic, fabric=fabric, description=description)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -326,22 +452,52 @@ def link_spec_to_dict(spec: LinkSpec) -> dict[str, object]:
     }
 
 
-def cluster_to_dict(cluster: Cluster) -> dict[str, object]:
+def _group_to_dict(group: ServerGroup) -> dict[str, object]:
+    return {
+        "servers": group.servers,
+        "device": group.device.name,
+        "gpus_per_server": group.gpus_per_server,
+        "topology": group.topology.value,
+        "intra_link": None if group.intra_link is None else group.intra_link.name,
+        "pcie_link": group.pcie_link.name,
+        "nics_per_server": group.nics_per_server,
+        "gpus_per_pcie_switch": group.gpus_per_pcie_switch,
+    }
+
+
+def _fabric_to_dict(fabric: FabricSpec) -> dict[str, object]:
+    return {
+        "kind": fabric.kind.value,
+        "levels": fabric.levels,
+        "servers_per_leaf": fabric.servers_per_leaf,
+        "units_per_pod": fabric.units_per_pod,
+        "oversubscription": fabric.oversubscription,
+        "switch_latency_s": fabric.switch_latency_s,
+    }
+
+
+def cluster_to_dict(cluster: Cluster, *, with_links: bool = True) -> dict[str, object]:
     """A JSON-ready dict of a cluster (for ``pipesim show cluster --json``).
 
-    Keys: ``name``, ``description``, ``device`` (:func:`device_spec_to_dict`), ``servers``,
-    ``gpus_per_server``, ``num_devices``, ``topology``, ``intra_link``, ``pcie_link``, ``nic``
-    (:func:`link_spec_to_dict`, ``intra_link`` may be ``None``), ``nics_per_server``,
-    ``gpus_per_pcie_switch``, ``price_per_hour_usd`` and ``links``: one dict per directed link
-    with ``index``, ``name``, ``kind``, ``src_node``, ``dst_node``, ``bandwidth_bytes_per_s``
+    Keys: ``name``, ``description``, ``device`` (:func:`device_spec_to_dict`, the first group's),
+    ``servers``, ``gpus_per_server`` (``None`` when servers differ in GPU count), ``num_devices``,
+    ``topology``, ``intra_link``, ``pcie_link``, ``nic`` (:func:`link_spec_to_dict`,
+    ``intra_link`` may be ``None``), ``nics_per_server``, ``gpus_per_pcie_switch`` (the first
+    group's), ``groups`` (one dict per server group: ``servers``, ``device``, ``gpus_per_server``,
+    ``topology``, ``intra_link``, ``pcie_link`` (spec names), ``nics_per_server``,
+    ``gpus_per_pcie_switch``), ``fabric`` (``kind``, ``levels``, ``servers_per_leaf``,
+    ``units_per_pod``, ``oversubscription``, ``switch_latency_s``), ``num_links``,
+    ``price_per_hour_usd`` and, with ``with_links``, ``links``: one dict per directed link with
+    ``index``, ``name``, ``kind``, ``src_node``, ``dst_node``, ``bandwidth_bytes_per_s``
     (effective), ``latency_s`` and ``spec`` (the spec's name).
     """
-    return {
+    uniform = len({g.gpus_per_server for g in cluster.groups}) == 1
+    data: dict[str, object] = {
         "name": cluster.name,
         "description": cluster.description,
         "device": device_spec_to_dict(cluster.device),
         "servers": cluster.num_servers,
-        "gpus_per_server": cluster.gpus_per_server,
+        "gpus_per_server": cluster.gpus_per_server if uniform else None,
         "num_devices": cluster.num_devices,
         "topology": cluster.topology.value,
         "intra_link": None if cluster.intra_link is None else link_spec_to_dict(cluster.intra_link),
@@ -349,8 +505,13 @@ def cluster_to_dict(cluster: Cluster) -> dict[str, object]:
         "nic": link_spec_to_dict(cluster.nic),
         "nics_per_server": cluster.nics_per_server,
         "gpus_per_pcie_switch": cluster.gpus_per_pcie_switch,
+        "groups": [_group_to_dict(g) for g in cluster.groups],
+        "fabric": _fabric_to_dict(cluster.fabric),
+        "num_links": len(cluster.links),
         "price_per_hour_usd": cluster.price_per_hour_usd,
-        "links": [
+    }
+    if with_links:
+        data["links"] = [
             {
                 "index": link.index,
                 "name": link.name,
@@ -362,47 +523,71 @@ def cluster_to_dict(cluster: Cluster) -> dict[str, object]:
                 "spec": link.spec.name,
             }
             for link in cluster.links
-        ],
-    }
+        ]
+    return data
 
 
 def _gb_per_s(value: float) -> str:
     return f"{value / 1e9:.4g} GB/s"
 
 
-def describe_cluster(cluster: Cluster) -> str:
-    """A short human-readable description: a one-line summary, then one indented line per part.
-
-    The name is not included; example first line: ``2 servers x 8 V100-SXM2-16GB = 16 GPUs``.
-    """
-    dev = cluster.device
+def _describe_group(group: ServerGroup, prefix: str) -> list[str]:
+    dev = group.device
     lines = [
-        f"{cluster.num_servers} server{'s' if cluster.num_servers != 1 else ''} x "
-        f"{cluster.gpus_per_server} {dev.name} = {cluster.num_devices} GPUs",
-        f"  device: {dev.memory_bytes / 2**30:.4g} GiB, {dev.memory_bandwidth_bytes_per_s / 1e9:.4g} GB/s, "
+        f"{prefix}device: {dev.name}, {dev.memory_bytes / 2**30:.4g} GiB, "
+        f"{dev.memory_bandwidth_bytes_per_s / 1e9:.4g} GB/s, "
         + ", ".join(f"{dtype} {peak / 1e12:.4g} TFLOPS" for dtype, peak in dev.peak_flop_per_s.items())
         + f" (x{dev.compute_efficiency:g} achievable)",
     ]
-    if cluster.intra_link is not None:
-        intra = cluster.intra_link
+    if group.intra_link is not None:
+        intra = group.intra_link
         what = (
             "per GPU into NVSwitch"
-            if cluster.topology is Topology.NVSWITCH
+            if group.topology is Topology.NVSWITCH
             else "per NVLink (doubled pairs x2)"
         )
         lines.append(
-            f"  intra: {cluster.topology.value}, {intra.name} {_gb_per_s(intra.bandwidth_bytes_per_s)} {what}"
-            f", {intra.latency_s * 1e6:.3g} us"
+            f"{prefix}intra: {group.topology.value}, {intra.name} "
+            f"{_gb_per_s(intra.bandwidth_bytes_per_s)} {what}, {intra.latency_s * 1e6:.3g} us"
         )
     else:
         lines.append(
-            f"  intra: pcie, {cluster.gpus_per_pcie_switch} GPUs per PCIe switch, {cluster.pcie_link.name} "
-            f"{_gb_per_s(cluster.pcie_link.bandwidth_bytes_per_s)}"
+            f"{prefix}intra: pcie, {group.gpus_per_pcie_switch} GPUs per PCIe switch, {group.pcie_link.name} "
+            f"{_gb_per_s(group.pcie_link.bandwidth_bytes_per_s)}"
         )
+    return lines
+
+
+def describe_cluster(cluster: Cluster) -> str:
+    """A short human-readable description: a one-line summary, then one indented line per part.
+
+    The name is not included; example first line: ``2 servers x 8 V100-SXM2-16GB = 16 GPUs``
+    (heterogeneous: ``2 x 8 A100-80GB + 1 x 4 V100-SXM2-16GB = 20 GPUs``).
+    """
+    groups = cluster.groups
+    if len(groups) == 1:
+        g = groups[0]
+        lines = [
+            f"{g.servers} server{'s' if g.servers != 1 else ''} x {g.gpus_per_server} {g.device.name} = "
+            f"{cluster.num_devices} GPUs",
+            *_describe_group(g, "  "),
+        ]
+    else:
+        lines = [
+            " + ".join(f"{g.servers} x {g.gpus_per_server} {g.device.name}" for g in groups)
+            + f" = {cluster.num_devices} GPUs in {cluster.num_servers} servers"
+        ]
+        for i, g in enumerate(groups):
+            lines.append(
+                f"  group {i}: {g.servers} server{'s' if g.servers != 1 else ''} x {g.gpus_per_server} GPUs"
+            )
+            lines.extend(_describe_group(g, "    "))
+    nics = {g.nics_per_server for g in groups}
+    nic_count = str(nics.pop()) if len(nics) == 1 else "/".join(str(g.nics_per_server) for g in groups)
     lines.append(
-        f"  network: {cluster.nics_per_server} x {cluster.nic.name} per server "
+        f"  network: {nic_count} x {cluster.nic.name} per server "
         f"({_gb_per_s(cluster.nic.bandwidth_bytes_per_s)} each, {cluster.nic.latency_s * 1e6:.3g} us), "
-        "non-blocking switch"
+        + cluster.fabric.describe()
     )
     lines.append(f"  {len(cluster.links)} directed links")
     if cluster.price_per_hour_usd is not None:

@@ -50,20 +50,28 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from pipesim.profiles.hardware.specs import LinkSpec
+from pipesim.errors import check_count, invalid
+from pipesim.profiles.hardware.specs import DeviceSpec, LinkSpec
 
 __all__ = [
     "DGX1_NVLINKS",
+    "MAX_NICS_PER_GPU",
     "SWITCH_NODE",
     "Link",
     "LinkKind",
     "ServerFabric",
+    "ServerGroup",
     "Topology",
-    "build_links",
     "build_server_fabric",
     "nic_of",
     "pcie_switch_of",
 ]
+
+
+MAX_NICS_PER_GPU = 4
+"""Most NICs a server may have per GPU. Real servers have at most about one compute NIC per GPU
+(DGX H100: 8 ConnectX-7 for 8 GPUs, NVIDIA DGX H100 user guide), so four per GPU leaves room for
+what-ifs while keeping the number of links (and so memory and time) bounded by the GPU count."""
 
 
 class Topology(str, Enum):
@@ -170,6 +178,17 @@ class ServerFabric:
     local_routes: tuple[tuple[tuple[int, ...], ...], ...]
     up_routes: tuple[tuple[int, ...], ...]
     down_routes: tuple[tuple[int, ...], ...]
+    gpu_nics: tuple[int, ...] = ()
+    """``gpu_nics[g]``: the NIC (= rail) local GPU ``g`` uses across servers."""
+    has_nvlink: bool = False
+    """Whether the GPUs are joined by NVLink (``nvswitch`` or ``dgx1``)."""
+
+    def gpu_on_rail(self, rail: int, prefer: int) -> int | None:
+        """The local GPU to forward through to reach rail ``rail`` (PXN): ``prefer`` when it is on
+        that rail, else the lowest GPU on it; ``None`` when the server has no NIC on that rail."""
+        if 0 <= prefer < len(self.gpu_nics) and self.gpu_nics[prefer] == rail:
+            return prefer
+        return next((g for g, nic in enumerate(self.gpu_nics) if nic == rail), None)
 
 
 SWITCH_NODE = "switch"
@@ -283,27 +302,104 @@ def build_server_fabric(
         local_routes=tuple(tuple(local(a, b) for b in gpus) for a in gpus),
         up_routes=tuple(up(g) for g in gpus),
         down_routes=tuple(down(g) for g in gpus),
+        gpu_nics=tuple(nic_of(g, gpus_per_server, nics_per_server) for g in gpus),
+        has_nvlink=topology is not Topology.PCIE,
     )
 
 
-def build_links(fabric: ServerFabric, num_servers: int) -> tuple[Link, ...]:
-    """Instantiate the server template ``num_servers`` times; server-major link indices."""
-    out: list[Link] = []
-    for s in range(num_servers):
-        prefix = f"s{s}."
-        for t in fabric.links:
-            src = t.src if t.src == SWITCH_NODE else prefix + t.src
-            dst = t.dst if t.dst == SWITCH_NODE else prefix + t.dst
-            out.append(
-                Link(
-                    index=len(out),
-                    name=f"{src}->{dst}",
-                    kind=t.kind,
-                    src_node=src,
-                    dst_node=dst,
-                    bandwidth_bytes_per_s=t.spec.effective_bandwidth_bytes_per_s,
-                    latency_s=t.latency_s,
-                    spec=t.spec,
-                )
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServerGroup:
+    """``servers`` identical servers: one device type, one GPU count, one inside topology.
+
+    Attributes:
+        servers: how many servers of this kind.
+        device: the GPU model of every GPU in them.
+        gpus_per_server: GPUs in each server.
+        topology: how the GPUs inside a server are connected.
+        intra_link: the NVLink spec (the per-GPU port into NVSwitch for ``nvswitch``, one NVLink
+            for ``dgx1``); ``None`` for ``pcie``.
+        pcie_link: the spec of every PCIe hop.
+        nics_per_server: NICs in each server (NIC ``k`` is on rail ``k`` of a rail fabric).
+        gpus_per_pcie_switch: GPUs under each PCIe switch.
+
+    Raises:
+        InputError: a count below 1, more than ``MAX_NICS_PER_GPU`` NICs per GPU, ``dgx1`` without
+            exactly 8 GPUs, a missing NVLink spec for ``nvswitch``/``dgx1`` or one given for ``pcie``.
+    """
+
+    servers: int
+    device: DeviceSpec
+    gpus_per_server: int
+    topology: Topology
+    intra_link: LinkSpec | None
+    pcie_link: LinkSpec
+    nics_per_server: int = 1
+    gpus_per_pcie_switch: int = 2
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.device, DeviceSpec):
+            raise invalid("device", self.device, "must be a DeviceSpec")
+        try:
+            object.__setattr__(self, "topology", Topology(self.topology))
+        except ValueError:
+            valid = ", ".join(t.value for t in Topology)
+            raise invalid("intra", self.topology, f"topology must be one of {valid}") from None
+        for name in ("servers", "gpus_per_server", "nics_per_server", "gpus_per_pcie_switch"):
+            check_count(name, getattr(self, name))
+        if self.nics_per_server > MAX_NICS_PER_GPU * self.gpus_per_server:
+            raise invalid(
+                "nics_per_server",
+                self.nics_per_server,
+                f"must be <= {MAX_NICS_PER_GPU} per GPU ({MAX_NICS_PER_GPU * self.gpus_per_server} "
+                f"for {self.gpus_per_server} GPUs per server)",
             )
-    return tuple(out)
+        if self.topology is Topology.DGX1 and self.gpus_per_server != 8:
+            raise invalid("gpus_per_server", self.gpus_per_server, "the dgx1 topology has exactly 8 GPUs")
+        if self.topology is Topology.PCIE:
+            if self.intra_link is not None:
+                raise invalid(
+                    "intra_link", self.intra_link.name, "only nvswitch and dgx1 servers have NVLink"
+                )
+        elif not isinstance(self.intra_link, LinkSpec):
+            raise invalid(
+                "intra_link", self.intra_link, f"a {self.topology.value} server needs an NVLink spec"
+            )
+        if not isinstance(self.pcie_link, LinkSpec):
+            raise invalid("pcie_link", self.pcie_link, "must be a LinkSpec")
+
+    @property
+    def num_devices(self) -> int:
+        """GPUs in the group: ``servers * gpus_per_server``."""
+        return self.servers * self.gpus_per_server
+
+    def same_server(self, other: ServerGroup) -> bool:
+        """Whether ``other``'s servers are the same kind as these (everything but the count)."""
+        return (
+            self.device,
+            self.gpus_per_server,
+            self.topology,
+            self.intra_link,
+            self.pcie_link,
+            self.nics_per_server,
+            self.gpus_per_pcie_switch,
+        ) == (
+            other.device,
+            other.gpus_per_server,
+            other.topology,
+            other.intra_link,
+            other.pcie_link,
+            other.nics_per_server,
+            other.gpus_per_pcie_switch,
+        )
+
+    def fabric(self, nic: LinkSpec) -> ServerFabric:
+        """The link template of one of these servers with ``nic`` ports."""
+        return build_server_fabric(
+            topology=self.topology,
+            gpus_per_server=self.gpus_per_server,
+            intra_link=self.intra_link,
+            pcie_link=self.pcie_link,
+            gpus_per_pcie_switch=self.gpus_per_pcie_switch,
+            nic=nic,
+            nics_per_server=self.nics_per_server,
+        )
