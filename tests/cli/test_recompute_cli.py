@@ -61,6 +61,21 @@ def test_plan_writes_the_mode_and_simulate_reads_or_replaces_it(
     assert json.loads(text)["iteration_time_s"] < kept
 
 
+def test_text_output_names_the_mode(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    argv = [*SMALL, "--gbs", "16"]
+    code, out, err = run(capsys, "simulate", *argv, "--microbatches", "4", "--stages", "2", "--recompute")
+    assert code == 0, err
+    assert out.splitlines()[0].endswith("schedule dapple, recompute full")
+    code, out, err = run(capsys, "simulate", *argv, "--microbatches", "4", "--stages", "2")
+    assert code == 0, err
+    assert "recompute" not in out.splitlines()[0]
+    code, out, err = run(
+        capsys, "compare", *argv, "--rerank", "none", "--recompute", "selective", "--out", str(tmp_path)
+    )
+    assert code == 0, err
+    assert ", recompute selective (dapple plan)" in out.splitlines()[0]
+
+
 def test_compare_takes_the_mode(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     rows = {}
     for mode in ("none", "full"):
