@@ -160,7 +160,9 @@ def _run(args: argparse.Namespace) -> int:
     print(
         f"{title}: global batch {first.global_batch_size}, {first.num_stages} stages, replicas "
         f"{','.join(str(s.replicas) for s in first.stages[: first.num_ranks])}, "
-        f"{first.num_microbatches} micro-batches ({args.plan or args.planner + ' plan'})"
+        f"{first.num_microbatches} micro-batches"
+        + ("" if first.recompute.value == "none" else f", recompute {first.recompute.value}")
+        + f" ({args.plan or args.planner + ' plan'})"
     )
     table = []
     for row in rows:

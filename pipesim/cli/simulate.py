@@ -259,6 +259,7 @@ def _run(args: argparse.Namespace) -> int:
         f"replicas {','.join(str(s.replicas) for s in plan.stages[: plan.num_ranks])}, "
         f"{plan.num_microbatches} micro-batches of {plan.global_batch_size // plan.num_microbatches}, "
         f"schedule {result.schedule}"
+        + ("" if plan.recompute is Recompute.NONE else f", recompute {plan.recompute.value}")
     )
     print(
         f"iteration {result.iteration_time_s / MS:.2f} ms, {result.throughput_samples_per_s:.1f} samples/s, "

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from pipesim.cli._common import positive_int
+from pipesim.cli._common import add_recompute_arg, positive_int
 from pipesim.errors import invalid
 
 __all__ = ["register"]
@@ -36,6 +37,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         help="run on a Dask distributed cluster (tcp://host:8786; needs pip install 'pipesim[dask]')",
     )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress line")
+    add_recompute_arg(p, default=None)  # given, it replaces the config's `recompute` list
     p.set_defaults(func=_run_sweep)
 
     q = subparsers.add_parser(
@@ -96,6 +98,8 @@ def _run_sweep(args: argparse.Namespace) -> int:
 
     started = time.perf_counter()
     config = load_sweep_config(args.config)
+    if args.recompute is not None:
+        config = dataclasses.replace(config, recompute=(args.recompute,))
     out = Path(args.out) if args.out else Path(Path(args.config).stem + ".csv")
     try:
         summary = run_sweep(

@@ -62,8 +62,15 @@ _TOP_OPTIONAL = (
     "stage_ids",
 )
 _LAYER_REQUIRED = ("name", "fwd_time_s", "bwd_time_s", "activation_bytes", "parameter_bytes")
-_LAYER_OPTIONAL_INT = ("saved_activation_bytes",)
-_LAYER_OPTIONAL_FLOAT = ("fwd_flop", "bwd_flop", "fwd_memory_bytes", "bwd_memory_bytes", "wgrad_fraction")
+_LAYER_OPTIONAL_INT = ("saved_activation_bytes", "attention_core_saved_bytes")
+_LAYER_OPTIONAL_FLOAT = (
+    "fwd_flop",
+    "bwd_flop",
+    "fwd_memory_bytes",
+    "bwd_memory_bytes",
+    "wgrad_fraction",
+    "attention_core_fwd_share",
+)
 _POINT_REQUIRED = ("batch_size", "fwd_time_s", "bwd_time_s", "activation_bytes")
 _POINT_OPTIONAL = ("saved_activation_bytes",)
 _INT64_MAX = 2**63 - 1

@@ -61,6 +61,21 @@ def test_plan_writes_the_mode_and_simulate_reads_or_replaces_it(
     assert json.loads(text)["iteration_time_s"] < kept
 
 
+def test_text_output_names_the_mode(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    argv = [*SMALL, "--gbs", "16"]
+    code, out, err = run(capsys, "simulate", *argv, "--microbatches", "4", "--stages", "2", "--recompute")
+    assert code == 0, err
+    assert out.splitlines()[0].endswith("schedule dapple, recompute full")
+    code, out, err = run(capsys, "simulate", *argv, "--microbatches", "4", "--stages", "2")
+    assert code == 0, err
+    assert "recompute" not in out.splitlines()[0]
+    code, out, err = run(
+        capsys, "compare", *argv, "--rerank", "none", "--recompute", "selective", "--out", str(tmp_path)
+    )
+    assert code == 0, err
+    assert ", recompute selective (dapple plan)" in out.splitlines()[0]
+
+
 def test_compare_takes_the_mode(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     rows = {}
     for mode in ("none", "full"):
@@ -130,3 +145,27 @@ def test_sweep_config_recompute_axis() -> None:
         parse_sweep_config({**base, "recompute": "sometimes"}, path="sweep.toml")
     with pytest.raises(FormatError, match=r"recompute=\[.full., .full.\]: must not repeat a value"):
         parse_sweep_config({**base, "recompute": ["full", "full"]}, path="sweep.toml")
+
+
+def test_sweep_runs_the_recompute_axis(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    from pipesim.sweep.store import read_results
+
+    config = tmp_path / "rc.toml"
+    config.write_text(
+        f'models = ["{SMALL[1]}"]\nclusters = ["dgx1-v100"]\nglobal_batch_sizes = [16]\n'
+        'schedules = ["gpipe"]\nrecompute = ["none", "full"]\n'
+    )
+    out = tmp_path / "rc.csv"
+    code, _, err = run(capsys, "sweep", str(config), "--out", str(out), "--workers", "1", "-q")
+    assert code == 0, err
+    rows = {row["recompute"]: row for row in read_results(out)}
+    assert set(rows) == {"none", "full"}
+    assert rows["full"]["iteration_time_s"] > rows["none"]["iteration_time_s"]
+    assert rows["full"]["peak_memory_bytes"] < rows["none"]["peak_memory_bytes"]
+    assert rows["none"]["key"] != rows["full"]["key"]
+    only = tmp_path / "only.csv"
+    code, _, err = run(
+        capsys, "sweep", str(config), "--out", str(only), "--workers", "1", "-q", "--recompute", "selective"
+    )
+    assert code == 0, err
+    assert [row["recompute"] for row in read_results(only)] == ["selective"]

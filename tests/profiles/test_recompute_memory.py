@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from pipesim.errors import InputError
@@ -12,6 +14,7 @@ from pipesim.profiles.costmodels.memory import (
     layer_recompute_times_s,
     stage_activations,
 )
+from pipesim.profiles.models.fileformat import profile_from_dict, profile_to_dict, save_profile
 from pipesim.profiles.models.loader import load_model
 from pipesim.profiles.models.profile import Layer
 from pipesim.profiles.models.zoo import zoo_model
@@ -91,3 +94,17 @@ def test_layer_checks_its_attention_core_fields() -> None:
         Layer(**base, attention_core_fwd_share=1.5)  # type: ignore[arg-type]
     with pytest.raises(InputError, match=r"x\.attention_core_fwd_share"):
         Layer(**base, attention_core_fwd_share=-0.1)  # type: ignore[arg-type]
+
+
+def test_profile_files_keep_the_attention_core(tmp_path: Path) -> None:
+    profile = zoo_model("bert48")
+    for suffix in (".json", ".toml"):
+        path = tmp_path / f"bert48{suffix}"
+        save_profile(profile, path)
+        loaded = load_model(str(path))
+        assert loaded == profile
+        assert check_recompute(loaded, "selective") is Recompute.SELECTIVE
+    data = profile_to_dict(profile)
+    data["layers"][1]["attention_core_fwd_share"] = 2.0
+    with pytest.raises(InputError, match=r"attention_core_fwd_share=2\.0: must be <= 1"):
+        profile_from_dict(data)
