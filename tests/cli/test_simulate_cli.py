@@ -271,3 +271,18 @@ def test_simulate_without_figures_does_not_load_matplotlib() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stderr.strip().splitlines()[-1] == "False"
+
+
+def test_p2p_channels_option(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["simulate", "--model", "bert48", "--cluster", "dapple-2x8-v100", "--gbs", "32"]
+    args += ["--microbatches", "8", "--stages", "4", "--replicas", "4,4,4,4", "--json"]
+    code, one, err = run(capsys, *args)
+    assert code == 0, err
+    code, four, err = run(capsys, *args, "--p2p-channels", "4")
+    assert code == 0, err
+    assert json.loads(four)["iteration_time_s"] > 0
+    assert json.loads(one)["iteration_time_s"] > 0
+    code, _, err = run(capsys, *args, "--p2p-channels", "0")
+    assert code == 2
+    assert "p2p_channels=0" in err
+    assert "Traceback" not in err

@@ -105,3 +105,26 @@ def test_channels_split_a_transfer_into_equal_flows(channels: int) -> None:
 def test_bad_channel_counts_are_refused(value: object) -> None:
     with pytest.raises(InputError, match="p2p_channels"):
         SimOptions(p2p_channels=value)  # type: ignore[arg-type]
+
+
+def test_more_channels_win_a_larger_share_against_a_collective() -> None:
+    # the last stage's replicas (1 and 8) all-reduce across the NICs right as replica 8 sends its
+    # last gradient to stage 0 (device 0) over the same uplink: with 4 channels the gradient's
+    # flows hold 4 of 5 max-min shares instead of 1 of 2, and it arrives sooner
+    profile = equal_profile(2, fwd_s=1e-3, bwd_s=2e-3, activation_bytes=1 << 26, parameter_bytes=1 << 28)
+    plan = Plan(
+        stages=(
+            StagePlan(first_layer=0, last_layer=0, devices=(0,)),
+            StagePlan(first_layer=1, last_layer=1, replicas=2, devices=(1, 8)),
+        ),
+        global_batch_size=8,
+        num_microbatches=2,
+        schedule="1f1b",
+    )
+    ends = {}
+    for channels in (1, 4):
+        result = simulate(plan, profile, CLUSTER, SimOptions(p2p_channels=channels), executor="simpy")
+        grads = [e for e in result.events if e.kind is EventKind.SEND_GRADIENT and e.device == 8]
+        ends[channels] = sorted(e.end_s for e in grads)
+    assert ends[4][0] == pytest.approx(ends[1][0], rel=1e-12)  # alone on the link: the same
+    assert ends[4][1] < ends[1][1] * 0.9
