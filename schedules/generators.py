@@ -26,7 +26,17 @@ from pipesim.schedules.action import Op
 from pipesim.schedules.schedule import Schedule, ScheduleStream, Step
 from pipesim.schedules.validate import validate
 
-__all__ = ["dapple", "gpipe", "interleaved", "one_f_one_b", "stream_of", "zb_h1", "zb_h2"]
+__all__ = [
+    "dapple",
+    "gpipe",
+    "interleaved",
+    "interleaved_zb",
+    "looped_bfs",
+    "one_f_one_b",
+    "stream_of",
+    "zb_h1",
+    "zb_h2",
+]
 
 _Pick = Callable[[int], tuple[int, int]]
 """Maps a rank's n-th forward (or backward) to its (stage, micro-batch)."""
@@ -316,6 +326,68 @@ def _zb_h2(*, num_ranks: int, num_microbatches: int) -> ScheduleStream:
     return _single("zb-h2", p, m, leading, split=True, w_delay=[2 * i for i in range(p)])
 
 
+def looped_bfs(*, num_ranks: int, num_microbatches: int, chunks: int = 2) -> Schedule:
+    """Breadth-first looped pipeline (Lamy-Poirier, "Breadth-First Pipeline Parallelism",
+    MLSys 2023), torch's ``ScheduleLoopedBFS``.
+
+    Rank ``r`` holds the ``v = chunks`` stages ``r, r + p, ..., r + (v - 1) p`` (looped
+    placement) and runs every micro-batch's forward on its first stage, then on its second, ...;
+    then the backwards from its last stage down, each stage's micro-batches in reverse order
+    (``m - 1`` first: the last forward is the first whose gradient is ready). It is GPipe looped
+    ``v`` times: every stage holds all ``m`` micro-batches' activations (``v m``
+    stage-micro-batches per rank, i.e. ``m`` micro-batches of the rank's layers). With equal
+    stages of ``t_f / v`` and ``t_b / v`` the makespan is ``(m + (p - 1) / v)(t_f + t_b)`` for
+    ``m >= p`` (the bubble of interleaved 1F1B with GPipe's memory). Unit-cost slots for p=2,
+    m=4, v=2 (stages 0..3)::
+
+        rank 0 0F0 0F1 0F2 0F3 2F0 2F1 2F2 2F3 .   .   .   .   2B3 2B3 2B2 2B2 2B1 2B1 2B0 2B0 0B3 0B3 ...
+        rank 1 .   1F0 1F1 1F2 1F3 3F0 3F1 3F2 3F3 3B3 3B3 3B2 3B2 3B1 3B1 3B0 3B0 1B3 1B3 1B2 1B2 ...
+
+    Raises:
+        InputError: a count below 1.
+    """
+    return _looped_bfs(num_ranks=num_ranks, num_microbatches=num_microbatches, chunks=chunks).materialize()
+
+
+def _looped_bfs(*, num_ranks: int, num_microbatches: int, chunks: int = 2) -> ScheduleStream:
+    _check_counts(num_ranks, num_microbatches, chunks)
+    p, m, v = num_ranks, num_microbatches, chunks
+
+    def rows(r: int) -> Iterator[Step]:
+        for c in range(v):
+            for mb in range(m):
+                yield (Op.F, c * p + r, mb)
+        for c in reversed(range(v)):
+            for mb in reversed(range(m)):
+                yield (Op.B, c * p + r, mb)
+
+    return ScheduleStream(name="looped-bfs", num_ranks=p, num_stages=v * p, num_microbatches=m, rows=rows)
+
+
+def interleaved_zb(*, num_ranks: int, num_microbatches: int, chunks: int = 2) -> Schedule:
+    """Interleaved zero bubble, torch's ``ScheduleInterleavedZeroBubble`` (ZB1P of Qi et al.,
+    ICLR 2024, looped over ``v = chunks`` stages per rank): the order of :func:`zb_h1` with
+    ``chunks`` stages per rank, default 2 (``zb-h1`` is its ``v = 1`` case).
+
+    Rank ``r`` runs ``(v - 1) g + (p - 1 - r) + 1`` forwards before its first ``I`` (``g`` the
+    round size of :func:`interleaved`) and puts off its ``W`` s by ``r``. Unit-cost slots for
+    p=2, m=4, v=2 (stages 0..3)::
+
+        rank 0 0F0 0F1 2F0 2F1 0F2 .   2I0 0F3 2I1 2W0 2F2 0I0 2F3 0I1 0W0 2I2 2W1 2I3 2W2 ...
+        rank 1 .   1F0 1F1 3F0 3I0 3F1 3I1 3W0 1F2 1I0 1W1 ...
+
+    Raises:
+        InputError: a count below 1, or ``m`` not a multiple of ``max(1, m // p)``.
+    """
+    stream = _interleaved_zb(num_ranks=num_ranks, num_microbatches=num_microbatches, chunks=chunks)
+    return stream.materialize()
+
+
+def _interleaved_zb(*, num_ranks: int, num_microbatches: int, chunks: int = 2) -> ScheduleStream:
+    _check_counts(num_ranks, num_microbatches, chunks)
+    return _looped("interleaved-zb", num_ranks, num_microbatches, chunks, 1, split=True)
+
+
 _STREAMS: dict[Callable[..., Schedule], Callable[..., ScheduleStream]] = {
     gpipe: _gpipe,
     dapple: _dapple,
@@ -323,6 +395,8 @@ _STREAMS: dict[Callable[..., Schedule], Callable[..., ScheduleStream]] = {
     interleaved: _interleaved,
     zb_h1: _zb_h1,
     zb_h2: _zb_h2,
+    looped_bfs: _looped_bfs,
+    interleaved_zb: _interleaved_zb,
 }
 
 

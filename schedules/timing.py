@@ -74,7 +74,7 @@ class Timeline:
             InputError: the action is not in the schedule.
         """
         target = Action.parse(action) if isinstance(action, str) else action
-        r = target.stage % self.schedule.num_ranks
+        r = self.schedule.stage_ranks[target.stage] if target.stage < self.schedule.num_stages else 0
         for i, a in enumerate(self.schedule.ranks[r]):
             if a == target:
                 return self.starts[r][i], self.ends[r][i]
@@ -174,8 +174,9 @@ def evaluate(
     c_f = _boundaries("fwd_comm_time_s", fwd_comm_time_s, stages)
     c_b = _boundaries("bwd_comm_time_s", bwd_comm_time_s, stages)
     # transfer time into stage s's forward from s - 1, and into s's backward from s + 1
-    into_f: list[Time] = [0 if s == 0 or p == 1 else c_f[s - 1] for s in range(stages)]
-    into_b: list[Time] = [0 if s == stages - 1 or p == 1 else c_b[s] for s in range(stages)]
+    where = schedule.stage_ranks  # no transfer time between two stages on one rank
+    into_f: list[Time] = [0 if s == 0 or where[s - 1] == where[s] else c_f[s - 1] for s in range(stages)]
+    into_b: list[Time] = [0 if s == stages - 1 or where[s + 1] == where[s] else c_b[s] for s in range(stages)]
 
     ranks = schedule.ranks
     f_end: list[list[Time | None]] = [[None] * m for _ in range(stages)]

@@ -30,6 +30,7 @@ from pipesim.profiles.models.profile import ModelProfile
 
 __all__ = [
     "IN_FLIGHT_SCHEDULES",
+    "IN_FLIGHT_SCHEDULES_ALL",
     "OPTIMIZERS",
     "OPTIMIZER_STATE_MULTIPLIER",
     "Optimizer",
@@ -169,6 +170,22 @@ IN_FLIGHT_SCHEDULES: tuple[str, ...] = ("gpipe", "dapple", "1f1b", "interleaved"
 """Schedules whose peak in-flight micro-batch counts :func:`in_flight_microbatches` knows."""
 
 
+IN_FLIGHT_SCHEDULES_ALL: tuple[str, ...] = (
+    *IN_FLIGHT_SCHEDULES,
+    "looped-bfs",
+    "interleaved-zb",
+    "zbv",
+    "dualpipev",
+    "v-half",
+    "v-min",
+    "zb-auto",
+    "pipedream-async",
+    "pipedream-2bw",
+)
+"""Every schedule :func:`in_flight_microbatches` knows (:data:`IN_FLIGHT_SCHEDULES` are those the
+planner's estimate covers)."""
+
+
 def in_flight_microbatches(
     schedule: str,
     rank: int,
@@ -177,6 +194,7 @@ def in_flight_microbatches(
     *,
     chunks: int = 1,
     warmup: str | Sequence[int] = "default",
+    memory_limit: int | None = None,
 ) -> int:
     """Forwards whose activations rank ``rank`` (0-based, of ``p``) holds at its peak.
 
@@ -191,7 +209,16 @@ def in_flight_microbatches(
       micro-batches (``g = m / max(1, m // p)``; ``g = m`` for ``v = 1``);
     * ``zb-h1``: the warm-up ``(v - 1) g + (p - 1 - i) + 1`` plus the ``i`` put-off ``W`` actions,
       ``min((v - 1) g + p, v m)`` (``min(p, m)`` for ``v = 1``), Qi et al., ICLR 2024, Sec. 3.1;
-    * ``zb-h2``: ``min(2 p - 1, m)`` (ibid., Sec. 3.2).
+    * ``zb-h2``: ``min(2 p - 1, m)`` (ibid., Sec. 3.2);
+    * ``looped-bfs``: ``v m`` (every micro-batch on every chunk before the first backward);
+    * ``interleaved-zb``: as ``zb-h1``;
+    * ``zbv`` (two chunks in a V): ``min(2 p, 2 m, m + i + 1)``, i.e. ``p`` micro-batches of the
+      rank's layers for ``m >= 2p - 1``, as 1F1B's first stage (Qi et al., ICLR 2024, sec. 6);
+    * ``dualpipev``: ``2 p + 1`` (``m >= 2p``);
+    * ``v-half`` / ``v-min`` (two chunks): at most ``min(2 L, 2 m)`` with ``L = (p + 2) // 2`` /
+      ``(p + 4) // 3`` micro-batches (Qi et al., NeurIPS 2024); the greedy order reaches it;
+    * ``zb-auto``: ``min(memory_limit, m)`` (default limit ``p``);
+    * ``pipedream-async`` / ``pipedream-2bw``: as ``1f1b``.
 
     Raises:
         InputError: an unknown schedule, a bad warm-up, or ``rank`` outside ``0..p-1``.
@@ -219,4 +246,26 @@ def in_flight_microbatches(
         return min((v - 1) * group + p, v * m)
     if schedule == "zb-h2":
         return min(2 * p - 1, m)
-    raise invalid("schedule", schedule, f"in-flight counts are known for {', '.join(IN_FLIGHT_SCHEDULES)}")
+    return _in_flight_more(schedule, i, p, m, v, memory_limit)
+
+
+def _in_flight_more(schedule: str, i: int, p: int, m: int, v: int, memory_limit: int | None) -> int:
+    """:func:`in_flight_microbatches` for the schedules past :data:`IN_FLIGHT_SCHEDULES`."""
+    if schedule == "looped-bfs":
+        return v * m
+    if schedule == "interleaved-zb":
+        group = m // max(1, m // p) if v > 1 else m
+        return min((v - 1) * group + p, v * m)
+    if schedule == "zbv":
+        return min(2 * p, 2 * m, m + i + 1)
+    if schedule == "dualpipev":
+        return 2 * p + 1
+    if schedule in ("v-half", "v-min"):
+        limit = (p + 2) // 2 if schedule == "v-half" else (p + 4) // 3
+        return min(2 * limit, 2 * m)
+    if schedule == "zb-auto":
+        return min(p if memory_limit is None else memory_limit, m)
+    if schedule in ("pipedream-async", "pipedream-2bw"):
+        return min(p - i, m)
+    known = ", ".join(IN_FLIGHT_SCHEDULES_ALL)
+    raise invalid("schedule", schedule, f"in-flight counts are known for {known}")
