@@ -19,7 +19,8 @@ from pipesim.pricing import TrainingCost, training_cost
 from pipesim.profiles.inputs import ClusterLike, ModelLike, resolve_inputs
 from pipesim.profiles.models.profile import ModelProfile
 from pipesim.rerank import simulated_rerank
-from pipesim.schedules.registry import lookup
+from pipesim.schedules.placement import stage_ranks
+from pipesim.schedules.registry import lookup, placement_of, schedule_info
 from pipesim.simulator import SimOptions, SimulationResult, simulate
 
 __all__ = [
@@ -148,8 +149,9 @@ def compare(
         base_plan = plan(profile, machine, global_batch_size, planner=planner, top=1, rerank=by_simulation)[0]
     rows: list[CompareRow] = []
     for name in names:
-        if name == "interleaved":
-            variant = interleave(base_plan, profile, chunks=2)
+        chunks = schedule_info(name).default_chunks if name != "memory-aware" else 1
+        if chunks > 1:  # interleaved, looped BFS, interleaved ZB and the V shapes: 2 stages per rank
+            variant = interleave(base_plan, profile, chunks=chunks, schedule=name)
         else:
             variant = dataclasses.replace(base_plan, schedule=lookup(name), estimate=None)
         log.info("simulating %s with schedule %s", profile.name, name)
@@ -180,9 +182,11 @@ def compare(
     return rows
 
 
-def interleave(base: Plan, profile: ModelProfile, *, chunks: int) -> Plan:
-    """The interleaved-1F1B version of a plan: the same ranks (replicas, devices), each holding
-    ``chunks`` model chunks, the model cut into ``ranks x chunks`` stages balanced by time.
+def interleave(base: Plan, profile: ModelProfile, *, chunks: int, schedule: str = "interleaved") -> Plan:
+    """The multi-chunk version of a plan for ``schedule`` (interleaved 1F1B by default): the same
+    ranks (replicas, devices), each holding ``chunks`` model chunks, the model cut into
+    ``ranks x chunks`` stages balanced by time and placed as the schedule places them (looped, or
+    a V).
 
     Raises:
         Infeasible: the model has fewer layers than ``ranks x chunks``.
@@ -191,18 +195,17 @@ def interleave(base: Plan, profile: ModelProfile, *, chunks: int) -> Plan:
     ranks = base.stages[: base.num_ranks]
     times = [layer.fwd_time_s + layer.bwd_time_s for layer in profile.layers]
     ranges = stage_ranges(balanced_split(times, len(ranks) * chunks), profile.num_layers)
+    where = stage_ranks(placement_of(schedule) or "looped", len(ranges), len(ranks))
     stages = tuple(
         StagePlan(
             first_layer=a,
             last_layer=b,
-            replicas=ranks[i % len(ranks)].replicas,
-            devices=ranks[i % len(ranks)].devices,
+            replicas=ranks[where[i]].replicas,
+            devices=ranks[where[i]].devices,
         )
         for i, (a, b) in enumerate(ranges)
     )
-    return dataclasses.replace(
-        base, stages=stages, schedule=lookup("interleaved"), chunks=chunks, estimate=None
-    )
+    return dataclasses.replace(base, stages=stages, schedule=lookup(schedule), chunks=chunks, estimate=None)
 
 
 FIGURE_FORMATS: tuple[str, ...] = ("png", "svg", "pdf")

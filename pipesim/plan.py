@@ -275,9 +275,9 @@ class Plan:
                 placed[device] = rank
 
     def _check_chunk_placement(self) -> None:
-        self.check_stage_placement(
-            stage_ranks(placement_of(self.schedule), len(self.stages), self.num_ranks)
-        )
+        placement = placement_of(self.schedule)
+        if placement is not None:  # a custom order is checked when it is given to the simulator
+            self.check_stage_placement(stage_ranks(placement, len(self.stages), self.num_ranks))
 
     def check_stage_placement(self, ranks: Sequence[int]) -> None:
         """Check that every stage runs on the devices of its rank's first stage.

@@ -9,7 +9,8 @@ SOSP 2019: "1F1B-RR" with one worker per stage); what differs from the flushed 1
   micro-batches run back to back minus that of ``m`` (``m (t_f + t_b)`` with equal stages and
   free links, against 1F1B's ``(m + p - 1)(t_f + t_b)``): the fill and drain are paid once for
   the whole run, not once per iteration;
-- the weights kept (:func:`weight_versions`): asynchronous PipeDream stashes one weight version
+- the weights kept (:func:`pipesim.profiles.costmodels.memory.weight_versions`, which the
+  simulator adds to each device's static memory): asynchronous PipeDream stashes one weight version
   per in-flight micro-batch, ``min(p - i, m)`` on stage ``i`` (PipeDream, sec. 3.3, "weight
   stashing"); PipeDream-2BW keeps two, the one being updated and the one in use (Narayanan et al.,
   "Memory-Efficient Pipeline-Parallel DNN Training", ICML 2021, sec. 3.1), with gradients
@@ -21,12 +22,12 @@ pipeline, so its time is the flushed one; :func:`steady_iteration_time` gives th
 
 from __future__ import annotations
 
-from pipesim.errors import check_count, invalid
+from pipesim.errors import check_count
 from pipesim.schedules import generators
 from pipesim.schedules.schedule import Schedule, ScheduleStream
 from pipesim.schedules.timing import Time, evaluate
 
-__all__ = ["pipedream_2bw", "pipedream_async", "steady_iteration_time", "weight_versions"]
+__all__ = ["pipedream_2bw", "pipedream_async", "steady_iteration_time"]
 
 
 def _renamed(name: str, p: int, m: int) -> ScheduleStream:
@@ -67,27 +68,6 @@ def _pipedream_2bw(*, num_ranks: int, num_microbatches: int) -> ScheduleStream:
     check_count("num_ranks", num_ranks)
     check_count("num_microbatches", num_microbatches)
     return _renamed("pipedream-2bw", num_ranks, num_microbatches)
-
-
-def weight_versions(schedule: str, stage: int, num_ranks: int, num_microbatches: int) -> int:
-    """Weight versions stage ``stage`` (0-based, of ``p``) keeps at once.
-
-    ``pipedream-async``: ``min(p - stage, m)`` (one per in-flight micro-batch);
-    ``pipedream-2bw``: 2 (1 when ``p = 1``: nothing is in flight across an update); every
-    flushed schedule: 1.
-
-    Raises:
-        InputError: ``stage`` outside ``0..p-1`` or a count below 1.
-    """
-    check_count("num_ranks", num_ranks)
-    check_count("num_microbatches", num_microbatches)
-    if type(stage) is not int or not 0 <= stage < num_ranks:
-        raise invalid("stage", stage, f"must be an integer in 0..{num_ranks - 1}")
-    if schedule == "pipedream-async":
-        return min(num_ranks - stage, num_microbatches)
-    if schedule == "pipedream-2bw":
-        return 2 if num_ranks > 1 else 1
-    return 1
 
 
 def steady_iteration_time(

@@ -338,10 +338,10 @@ def looped_bfs(*, num_ranks: int, num_microbatches: int, chunks: int = 2) -> Sch
     stage-micro-batches per rank, i.e. ``m`` micro-batches of the rank's layers). With equal
     stages of ``t_f / v`` and ``t_b / v`` the makespan is ``(m + (p - 1) / v)(t_f + t_b)`` for
     ``m >= p`` (the bubble of interleaved 1F1B with GPipe's memory). Unit-cost slots for p=2,
-    m=4, v=2 (stages 0..3)::
+    m=4, v=2 (F=1, B=2; upper case chunk 0, lower case chunk 1)::
 
-        rank 0 0F0 0F1 0F2 0F3 2F0 2F1 2F2 2F3 .   .   .   .   2B3 2B3 2B2 2B2 2B1 2B1 2B0 2B0 0B3 0B3 ...
-        rank 1 .   1F0 1F1 1F2 1F3 3F0 3F1 3F2 3F3 3B3 3B3 3B2 3B2 3B1 3B1 3B0 3B0 1B3 1B3 1B2 1B2 ...
+        rank 0 F0 F1 F2 F3 f0 f1 f2 f3 .  .  .  b3--- b2--- b1--- b0--- B3--- B2--- B1--- B0---
+        rank 1 .  F0 F1 F2 F3 f0 f1 f2 f3 b3--- b2--- b1--- b0--- B3--- B2--- B1--- B0--- .  .
 
     Raises:
         InputError: a count below 1.
@@ -371,10 +371,10 @@ def interleaved_zb(*, num_ranks: int, num_microbatches: int, chunks: int = 2) ->
 
     Rank ``r`` runs ``(v - 1) g + (p - 1 - r) + 1`` forwards before its first ``I`` (``g`` the
     round size of :func:`interleaved`) and puts off its ``W`` s by ``r``. Unit-cost slots for
-    p=2, m=4, v=2 (stages 0..3)::
+    p=2, m=4, v=2 (F = I = W = 1; upper case chunk 0, lower case chunk 1)::
 
-        rank 0 0F0 0F1 2F0 2F1 0F2 .   2I0 0F3 2I1 2W0 2F2 0I0 2F3 0I1 0W0 2I2 2W1 2I3 2W2 ...
-        rank 1 .   1F0 1F1 3F0 3I0 3F1 3I1 3W0 1F2 1I0 1W1 ...
+        rank 0 F0 F1 f0 f1 .  i0 w0 F2 i1 w1 F3 I0 W0 f2 I1 W1 f3 i2 w2 i3 w3 I2 W2 I3 W3
+        rank 1 .  F0 F1 f0 i0 f1 i1 w0 F2 I0 w1 F3 I1 W0 f2 i2 W1 f3 i3 w2 I2 w3 I3 W2 W3
 
     Raises:
         InputError: a count below 1, or ``m`` not a multiple of ``max(1, m // p)``.

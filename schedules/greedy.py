@@ -236,10 +236,15 @@ def zb_auto(
         memory_limit: micro-batches of activations a rank may hold (default ``p``: ZB-1p, the
             memory of 1F1B; ``2p`` gives ZB-2p).
 
-    With the defaults (``T_F = T_B = T_W``, free links, ``m >= p``) each rank idles
-    ``(p - 1)(T_F + T_B - T_W)`` in all, as ZB-H1. Unit-cost slots for p=4, m=8::
+    With ``T_F = T_I = T_W`` and ``m = p`` its makespan is ZB-H1's; for larger ``m`` the greedy
+    order idles a little more than ZB-H1 (measured in ``docs/schedules.md``), and with
+    ``memory_limit = 2p`` (ZB-2p) it matches ZB-H2's makespan there. Unit-cost slots for p=4,
+    m=8 with the defaults::
 
-        rank 0 0F0 0F1 0F2 0F3 .   .   .   0I0 0W0 0F4 0I1 0W1 0F5 0I2 0W2 0F6 0I3 0W3 0F7 ...
+        rank 0 F0 F1 F2 F3 .  .  .  I0 W0 I1 F4 I2 W1 I3 F5 W2 F6 I4 W3 F7 W4 I5 W5 I6 W6 .  .  I7 W7
+        rank 1 .  F0 F1 F2 F3 .  I0 W0 I1 W1 I2 F4 I3 W2 W3 F5 I4 F6 W4 .  I5 F7 I6 W5 W6 .  I7 W7 .
+        rank 2 .  .  F0 F1 F2 I0 F3 I1 W0 I2 W1 I3 F4 W2 W3 I4 F5 W4 F6 I5 W5 I6 F7 W6 .  I7 W7 .  .
+        rank 3 .  .  .  F0 I0 F1 I1 F2 I2 F3 I3 W0 W1 F4 I4 W2 W3 F5 I5 F6 I6 W4 W5 F7 I7 W6 W7 .  .
 
     Raises:
         InputError: a count below 1, a negative cost, ``wgrad > bwd`` or a limit below 1.
@@ -306,7 +311,17 @@ def v_half(*, num_ranks: int, num_microbatches: int) -> Schedule:
     """V-Half (Qi et al., NeurIPS 2024): two stages per rank in a V, at most ``(p + 2) // 2``
     micro-batches of activations per rank (1F1B: ``p``), by the greedy scheduler with unit costs.
 
-    Unit-cost slots for p=4, m=8: see ``pipesim schedule show v-half -p 4 -m 8``.
+    Unit-cost slots for p=4, m=4 (F = I = W = 1; upper case chunk 0, lower case chunk 1)::
+
+        rank 0 F0 F1 F2 .  .  .  .  f0 i0 f1 i1 f2 i2 w0 w1 I0 F3 I1 w2 I2 W0 W1 W2 f3 i3 w3 .  .  .  .  .  I3
+        rank 1 .  F0 F1 F2 .  .  f0 .  f1 i0 f2 i1 w0 i2 I0 w1 I1 F3 I2 w2 W0 W1 f3 W2 .  i3 w3 .  .  .  I3 W3
+        rank 2 .  .  F0 F1 F2 f0 .  f1 .  f2 i0 w0 i1 I0 i2 I1 w1 I2 F3 W0 w2 f3 W1 W2 .  .  i3 w3 .  I3 W3 .
+        rank 3 .  .  .  F0 f0 F1 f1 F2 f2 .  .  i0 I0 i1 I1 i2 I2 w0 W0 F3 f3 w1 W1 w2 W2 .  .  i3 I3 w3 W3 .
+        (slots 32..32)
+        rank 0 W3
+        rank 1 .
+        rank 2 .
+        rank 3 .
 
     Raises:
         InputError: a count below 1.
@@ -322,7 +337,17 @@ def v_min(*, num_ranks: int, num_microbatches: int) -> Schedule:
     """V-Min (Qi et al., NeurIPS 2024): two stages per rank in a V, at most ``(p + 4) // 3``
     micro-batches of activations per rank (1F1B: ``p``), by the greedy scheduler with unit costs.
 
-    Unit-cost slots for p=4, m=8: see ``pipesim schedule show v-min -p 4 -m 8``.
+    Unit-cost slots for p=4, m=4 (F = I = W = 1; upper case chunk 0, lower case chunk 1)::
+
+        rank 0 F0 F1 .  .  .  .  .  f0 i0 f1 i1 w0 w1 F2 .  I0 W0 I1 W1 F3 .  f2 i2 w2 .  .  .  f3 i3 I2 w3 W2
+        rank 1 .  F0 F1 .  .  .  f0 .  f1 i0 w0 i1 w1 .  I0 F2 I1 W0 W1 .  f2 F3 .  i2 w2 .  f3 .  I2 i3 W2 w3
+        rank 2 .  .  F0 F1 .  f0 .  f1 .  .  i0 w0 i1 I0 w1 I1 F2 W0 W1 f2 .  .  F3 .  i2 f3 w2 I2 W2 .  i3 w3
+        rank 3 .  .  .  F0 f0 F1 f1 .  .  .  .  i0 I0 i1 I1 w0 W0 F2 f2 w1 W1 .  .  F3 f3 i2 I2 w2 W2 .  .  i3
+        (slots 32..36)
+        rank 0 .  .  .  I3 W3
+        rank 1 .  .  I3 W3 .
+        rank 2 .  I3 W3 .  .
+        rank 3 I3 w3 W3 .  .
 
     Raises:
         InputError: a count below 1.

@@ -26,8 +26,10 @@ __all__ = [
 class ScheduleName(str, Enum):
     """The schedules a plan may name (matched case-insensitively).
 
-    All but ``memory-aware`` come from :func:`make_schedule`; ``memory-aware`` depends on the
-    micro-batches' memory sizes and is built by ``pipesim.planner.dynamic.memory_aware``.
+    All but ``memory-aware`` and ``custom`` come from :func:`make_schedule`; ``memory-aware``
+    depends on the micro-batches' memory sizes and is built by
+    ``pipesim.planner.dynamic.memory_aware``; ``custom`` names a plan whose order is read from a
+    file (:func:`pipesim.schedules.order_text.read_schedule_file`) and given to the simulator.
     """
 
     GPIPE = "gpipe"
@@ -46,6 +48,7 @@ class ScheduleName(str, Enum):
     PIPEDREAM_ASYNC = "pipedream-async"
     PIPEDREAM_2BW = "pipedream-2bw"
     MEMORY_AWARE = "memory-aware"
+    CUSTOM = "custom"
 
     def __str__(self) -> str:
         return self.value
@@ -180,19 +183,25 @@ def schedule_info(name: str | ScheduleName) -> ScheduleInfo:
         InputError: ``memory-aware`` (not generated here).
     """
     key = lookup(name)
+    if key is ScheduleName.CUSTOM:
+        rule = "is read from a file (--schedule FILE): pass the schedule itself to the simulator"
+        raise invalid("schedule", key.value, rule)
     if key not in _REGISTRY:
         rule = "depends on micro-batch memory sizes: build it with pipesim.planner.dynamic.memory_aware"
         raise invalid("schedule", key.value, rule)
     return _REGISTRY[key]
 
 
-def placement_of(name: str | ScheduleName) -> str:
-    """The stage placement of schedule ``name`` (``"looped"`` for ``memory-aware``).
+def placement_of(name: str | ScheduleName) -> str | None:
+    """The stage placement of schedule ``name``: ``"looped"`` for ``memory-aware``, ``None`` for
+    ``custom`` (the order read from a file carries its own).
 
     Raises:
         UnknownNameError: an unknown name.
     """
     key = lookup(name)
+    if key is ScheduleName.CUSTOM:
+        return None
     found = _REGISTRY.get(key)
     return "looped" if found is None else found.placement
 

@@ -41,10 +41,11 @@ def zbv(*, num_ranks: int, num_microbatches: int) -> Schedule:
     micro-batches and the ones past ``m`` dropped (torch's rule). With ``T_F = T_I = T_W`` and
     ``m >= 2p - 1`` it has no bubble after the warm-up, and each rank holds at most ``2p``
     stage-micro-batches of activations (``p`` micro-batches of its layers: the same as 1F1B).
-    Unit-cost slots for p=2, m=4 (stages 0..3; stage 3 is on rank 0)::
+    Unit-cost slots for p=2, m=4 (F = I = W = 1; upper case chunk 0 =
+    stage r, lower case chunk 1 = stage 2p - 1 - r)::
 
-        rank 0 0F0 0F1 0F2 .   3F0 3I0 3W0 3F1 3I1 3W1 0F3 0I0 0W0 3F2 3I2 3W2 0I1 0W1 3F3 ...
-        rank 1 .   1F0 2F0 1F1 2F1 2I0 2W0 1F2 1I0 1W0 2F2 2I1 2W1 1F3 1I1 1W1 2F3 2I2 2W2 ...
+        rank 0 F0 F1 F2 f0 i0 w0 f1 i1 w1 F3 I0 W0 f2 i2 w2 I1 W1 f3 i3 w3 I2 W2 I3 W3 .
+        rank 1 .  F0 f0 F1 f1 i0 w0 F2 I0 W0 f2 i1 w1 F3 I1 W1 f3 i2 w2 I2 i3 I3 W2 w3 W3
 
     Raises:
         InputError: a count below 1.
@@ -121,10 +122,11 @@ def dualpipev(*, num_ranks: int, num_microbatches: int) -> Schedule:
     runs an overlapped pair as its forward then its backward, one after the other: the
     simulator has one compute stream per device, so the overlap DeepSeek gains by hiding the
     pair's communication under its computation (their ``F&B`` time) is not modelled; ``F&B``
-    is ``F + B`` here. Unit-cost slots for p=2, m=4::
+    is ``F + B`` here. Unit-cost slots for p=2, m=4 (F = I = W = 1, B = 2;
+    upper case chunk 0, lower case chunk 1)::
 
-        rank 0 0F0 0F1 0F2 .   3F0 3I0 3W0 3F1 0F3 3B1 3B1 3F2 0B0 0B0 3B2 3B2 3F3 0B1 ...
-        rank 1 .   1F0 2F0 1F1 2F1 1F2 2B0 2B0 2F2 1B0 1B0 1F3 2B1 2B1 2F3 1B1 1B1 2B2 ...
+        rank 0 F0 F1 F2 f0 i0 w0 f1 F3 b1--- f2 B0--- b2--- f3 .  B1--- b3--- I2 W2 I3 W3
+        rank 1 .  F0 f0 F1 f1 F2 b0--- f2 B0--- F3 b1--- f3 B1--- b2--- B2--- i3 I3 w3 W3
 
     Raises:
         InputError: a count below 1, or ``m < 2p`` (torch's rule).

@@ -43,7 +43,7 @@ from typing import NamedTuple
 
 from pipesim.errors import invalid
 from pipesim.plan import Plan, resplit
-from pipesim.profiles.costmodels.memory import static_memory_bytes
+from pipesim.profiles.costmodels.memory import static_memory_bytes, weight_versions
 from pipesim.profiles.hardware.cluster import Cluster
 from pipesim.profiles.models.profile import ModelProfile
 from pipesim.schedules import Schedule
@@ -515,6 +515,12 @@ def lower(
         for device in stage.devices:
             device_layers.setdefault(device, []).extend(stage.layers)
     static = {d: static_memory_bytes(profile, layers, plan.optimizer) for d, layers in device_layers.items()}
+    for stage in stages:  # the weight versions asynchronous PipeDream / 2BW keep beyond the first
+        extra = weight_versions(_name(plan.schedule), stage.index, plan.num_stages, plan.num_microbatches) - 1
+        if extra > 0 and plan.chunks == 1:
+            weights = float(sum(profile.layers[i].parameter_bytes for i in stage.layers))
+            for device in stage.devices:
+                static[device] += extra * weights
     return Program(
         plan=plan,
         schedule=stream,

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from enum import Enum
 
-from pipesim.errors import invalid, parse_name
+from pipesim.errors import check_count, invalid, parse_name
 from pipesim.profiles.models.profile import ModelProfile
 
 __all__ = [
@@ -39,6 +39,7 @@ __all__ = [
     "stage_activation_bytes",
     "static_memory_bytes",
     "static_memory_multiplier",
+    "weight_versions",
 ]
 
 
@@ -269,3 +270,25 @@ def _in_flight_more(schedule: str, i: int, p: int, m: int, v: int, memory_limit:
         return min(p - i, m)
     known = ", ".join(IN_FLIGHT_SCHEDULES_ALL)
     raise invalid("schedule", schedule, f"in-flight counts are known for {known}")
+
+
+def weight_versions(schedule: str, stage: int, num_ranks: int, num_microbatches: int) -> int:
+    """Weight versions stage ``stage`` (0-based, of ``p`` one-stage ranks) keeps at once.
+
+    ``pipedream-async``: ``min(p - stage, m)``, one per in-flight micro-batch (weight stashing,
+    Narayanan et al., SOSP 2019, sec. 3.3); ``pipedream-2bw``: 2, the version being updated and
+    the one in use (Narayanan et al., ICML 2021, sec. 3.1; 1 when ``p = 1``); every flushed
+    schedule: 1. Each extra version costs the stage's weight bytes.
+
+    Raises:
+        InputError: ``stage`` outside ``0..p-1`` or a count below 1.
+    """
+    check_count("num_ranks", num_ranks)
+    check_count("num_microbatches", num_microbatches)
+    if type(stage) is not int or not 0 <= stage < num_ranks:
+        raise invalid("stage", stage, f"must be an integer in 0..{num_ranks - 1}")
+    if schedule == "pipedream-async":
+        return min(num_ranks - stage, num_microbatches)
+    if schedule == "pipedream-2bw":
+        return 2 if num_ranks > 1 else 1
+    return 1

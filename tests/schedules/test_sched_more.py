@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from pipesim.errors import InputError
-from pipesim.profiles.costmodels.memory import in_flight_microbatches
+from pipesim.profiles.costmodels.memory import in_flight_microbatches, weight_versions
 from pipesim.profiles.hardware.cluster import get_cluster
 from pipesim.schedules import (
     Op,
@@ -20,7 +20,7 @@ from pipesim.schedules import (
     stream_schedule,
     validate,
 )
-from pipesim.schedules.async_pipedream import steady_iteration_time, weight_versions
+from pipesim.schedules.async_pipedream import steady_iteration_time
 from pipesim.schedules.placement import infer_placement, stage_rank, stage_ranks
 from pipesim.schedules.registry import schedule_info
 from pipesim.simulator import SimOptions, simulate
@@ -233,3 +233,52 @@ def test_closed_forms_hold_in_the_simulator() -> None:
         assert _simulated("dualpipev", p, m, "simpy")[0] == pytest.approx(6 * m + p - 1)
         # looped BFS, two one-layer stages per rank, each F = 1 and B = 2: (m + (p - 1)/2) * 2 * 3
         assert _simulated("looped-bfs", p, m, "fast")[0] == pytest.approx((2 * m + p - 1) * 3)
+
+
+def test_weight_versions_add_to_static_memory_in_the_simulator() -> None:
+    p, m = 4, 8
+    profile = equal_profile(p, parameter_bytes=1 << 20)
+    static = {}
+    for name in ("1f1b", "pipedream-async", "pipedream-2bw"):
+        plan = one_layer_per_stage(p, m, schedule=name)
+        result = simulate(plan, profile, CLUSTER, SimOptions(free_links=True))
+        static[name] = [d.static_memory_bytes for d in sorted(result.devices, key=lambda d: d.stages)]
+    for i in range(p):
+        assert static["pipedream-async"][i] - static["1f1b"][i] == (min(p - i, m) - 1) * (1 << 20)
+        assert static["pipedream-2bw"][i] - static["1f1b"][i] == 1 << 20
+
+
+def test_zb_2p_matches_zb_h2() -> None:
+    for p, m in ((4, 8), (4, 16), (8, 16), (8, 32)):
+        costs = {"fwd_time_s": 1, "bwd_time_s": 2, "wgrad_time_s": 1}
+        auto = make_schedule("zb-auto", num_ranks=p, num_microbatches=m, memory_limit=2 * p)
+        h2 = make_schedule("zb-h2", num_ranks=p, num_microbatches=m)
+        assert evaluate(auto, **costs).makespan == evaluate(h2, **costs).makespan  # type: ignore[arg-type]
+
+
+GRIDS = {
+    "looped_bfs": ("looped-bfs", 2, 4), "interleaved_zb": ("interleaved-zb", 2, 4), "zbv": ("zbv", 2, 4),
+    "dualpipev": ("dualpipev", 2, 4), "zb_auto": ("zb-auto", 4, 8), "v_half": ("v-half", 4, 4),
+    "v_min": ("v-min", 4, 4),
+}
+
+
+@pytest.mark.parametrize("function", sorted(GRIDS))
+def test_docstring_grids_are_the_rendered_ones(function: str) -> None:
+    import pipesim.schedules.generators as generators
+    import pipesim.schedules.greedy as greedy
+    import pipesim.schedules.vshape as vshape
+    from pipesim.schedules import format_timeline
+
+    name, p, m = GRIDS[function]
+    modules = (generators, greedy, vshape)
+    doc = next(getattr(mod, function).__doc__ for mod in modules if hasattr(mod, function))
+    shown: list[str] = [""] * p
+    for line in doc.splitlines():
+        text = line.strip()
+        if text.startswith("rank "):
+            r = int(text.split()[1])
+            shown[r] += " " + text[6:]
+    schedule = make_schedule(name, num_ranks=p, num_microbatches=m)
+    rendered = format_timeline(evaluate(schedule, fwd_time_s=1, bwd_time_s=2, wgrad_time_s=1), compact=True)
+    assert [row.split() for row in shown] == [line[6:].split() for line in rendered.splitlines()]
