@@ -42,7 +42,17 @@ from pipesim.schedules.placement import infer_placement
 from pipesim.schedules.schedule import Schedule
 from pipesim.schedules.validate import validate
 
-__all__ = ["parse_order", "read_schedule", "read_schedule_file", "schedule_from_order"]
+__all__ = [
+    "ORDER_FILE_SUFFIXES",
+    "is_schedule_file",
+    "parse_order",
+    "read_schedule",
+    "read_schedule_file",
+    "schedule_from_order",
+]
+
+ORDER_FILE_SUFFIXES: tuple[str, ...] = (".csv", ".json", ".txt")
+"""Names ending so are order files wherever a schedule name or a file is accepted."""
 
 _RANK_PREFIX = re.compile(r"\s*(?:rank\s*)?([0-9]{1,18})\s*:")
 _SHARDING = re.compile(r"\s*[0-9]{1,18}(?:UNSHARD|RESHARD)\s*\Z")
@@ -222,6 +232,15 @@ def read_schedule(text: str, *, name: str = "custom") -> Schedule:
                     f"{missing[:6] or 'none'}, extra {extra[:6] or 'none'}"
                 )
     return schedule
+
+
+def is_schedule_file(text: str) -> bool:
+    """Whether a ``--schedule`` value names an order file rather than a schedule name: it ends in
+    one of :data:`ORDER_FILE_SUFFIXES`, or it is an existing file (schedule names never contain a
+    path separator or a dot)."""
+    if text.lower().endswith(ORDER_FILE_SUFFIXES):
+        return True
+    return ("/" in text or "." in text) and os.path.isfile(text)
 
 
 def read_schedule_file(path: str | os.PathLike[str]) -> Schedule:

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 from typing import Any
 
 from pipesim.cli._common import format_table, positive_int, print_json
@@ -12,18 +11,16 @@ from pipesim.errors import invalid
 from pipesim.fileio import parse_ascii_int
 from pipesim.limits import MAX_COUNT
 from pipesim.schedules import Schedule, evaluate, format_timeline, make_schedule, schedule_names
-from pipesim.schedules.order_text import read_schedule_file
+from pipesim.schedules.async_pipedream import steady_iteration_time
+from pipesim.schedules.order_text import is_schedule_file, read_schedule_file
 from pipesim.schedules.registry import ScheduleName, lookup, schedule_info
 
 __all__ = ["default_chunks", "register", "schedule_arg"]
 
-_FILE_SUFFIXES = (".csv", ".json", ".txt")
-
-
 def schedule_arg(text: str | None) -> tuple[str | None, Schedule | None]:
     """What a ``--schedule`` argument names: ``(name, None)`` for a schedule name, or
-    ``("custom", schedule)`` for a file holding an order (a name ending in ``.csv``, ``.json`` or
-    ``.txt``, or an existing file that is not a schedule name), read with
+    ``("custom", schedule)`` for a file holding an order
+    (:func:`~pipesim.schedules.order_text.is_schedule_file`), read with
     :func:`~pipesim.schedules.order_text.read_schedule_file`; ``(None, None)`` for no argument.
 
     Raises:
@@ -31,8 +28,7 @@ def schedule_arg(text: str | None) -> tuple[str | None, Schedule | None]:
     """
     if text is None:
         return None, None
-    is_name = text.strip().lower() in {n.value for n in ScheduleName}
-    if not is_name and (text.lower().endswith(_FILE_SUFFIXES) or os.path.isfile(text)):
+    if is_schedule_file(text):
         return ScheduleName.CUSTOM.value, read_schedule_file(text)
     return text, None
 
@@ -184,4 +180,12 @@ def _show(args: argparse.Namespace) -> int:
         f"makespan {timeline.makespan} slots, bubble {float(bubble):.1%} ({bubble}), "
         f"peak stashed micro-batches per stage: {', '.join(map(str, timeline.peak_stashed))}"
     )
+    if schedule.name in ("pipedream-async", "pipedream-2bw"):
+        steady = steady_iteration_time(
+            num_ranks=schedule.num_ranks,
+            num_microbatches=schedule.num_microbatches,
+            fwd_time_s=_FWD_SLOTS,
+            bwd_time_s=_BWD_SLOTS,
+        )
+        print(f"no flush: {steady} slots per iteration in steady state (the grid is the first iteration)")
     return 0

@@ -136,3 +136,10 @@ def test_show_reads_torch_csv_dumps(capsys: pytest.CaptureFixture[str]) -> None:
     data = json.loads(out)
     assert data["placement"] == "v"
     assert data["ranks"] == make_schedule("zbv", num_ranks=2, num_microbatches=4).to_order()
+
+
+def test_show_pipedream_states_the_steady_state(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "schedule", "show", "pipedream-2bw", "-p", "4", "-m", "8")
+    assert code == 0
+    assert "makespan 33 slots" in out  # the first iteration, from an empty pipeline: (m + p - 1) * 3
+    assert "no flush: 24 slots per iteration in steady state" in out  # m * 3

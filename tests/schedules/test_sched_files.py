@@ -115,3 +115,63 @@ def test_simulate_bad_schedule_input_exits_2(capsys: pytest.CaptureFixture[str],
     assert code == 2
     assert out == ""
     assert message in err
+
+
+def test_compare_runs_an_order_file_like_the_named_schedule() -> None:
+    from pipesim.api import make_plan
+    from pipesim.compare import compare
+
+    plan = make_plan("bert48", "dapple-2x8-v100", global_batch_size=32, num_microbatches=4, stages=2)
+    order = read_schedule_file(GOLDEN / "zbv_p2_m4_v2_comms.csv")
+    named, from_file = compare("bert48", "dapple-2x8-v100", 32, schedules=["zbv", order], base_plan=plan,
+                               rerank=False)
+    assert from_file.label == "zbv_p2_m4_v2_comms"
+    assert from_file.plan.num_stages == named.plan.num_stages == 4
+    assert from_file.result.iteration_time_s == named.result.iteration_time_s
+    wrong = make_schedule("zbv", num_ranks=3, num_microbatches=4)
+    with pytest.raises(InputError, match="must have the compared plan's 2 pipeline ranks"):
+        compare("bert48", "dapple-2x8-v100", 32, schedules=[wrong], base_plan=plan, rerank=False)
+
+
+def test_compare_cli_takes_order_files(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    from pipesim.api import make_plan
+    from pipesim.plan_file import save_plan
+
+    path = tmp_path / "plan.json"
+    base = make_plan("bert48", "dapple-2x8-v100", global_batch_size=32, num_microbatches=8, stages=2)
+    save_plan(base, path)
+    order = str(GOLDEN / "looped-bfs_p2_m4_v2_compute.csv")
+    code, out, err = run(capsys, "compare", "--plan", str(path), "--schedules", f"1f1b,{order}",
+                         "--rerank", "none", "--json", "--out", str(tmp_path / "out"))
+    assert code == 0, err
+    rows = json.loads(out)
+    assert [r["label"] for r in rows] == ["1f1b", "looped-bfs_p2_m4_v2_compute"]
+    assert (rows[1]["schedule"], rows[1]["stages"], rows[1]["microbatches"]) == ("custom", 4, 4)
+
+
+def test_sweep_runs_order_files(tmp_path: Path) -> None:
+    from pipesim.compare import compare
+    from pipesim.planner import plan
+    from pipesim.profiles.hardware.cluster import get_cluster
+    from pipesim.profiles.models.loader import load_model
+    from pipesim.sweep import parse_sweep_config, read_results, run_sweep
+
+    model = "gpt:layers=8,hidden=256,heads=4,seq=128,vocab=1000"
+    cluster = get_cluster("dgx1-v100")
+    base = plan(load_model(model), cluster, 32, top=1)[0]
+    order = tmp_path / "zbv.json"
+    schedule = make_schedule("zbv", num_ranks=base.num_ranks, num_microbatches=8)
+    order.write_text(json.dumps(schedule.to_order()))
+    data = {"models": [model], "clusters": ["dgx1-v100"], "global_batch_sizes": [32],
+            "schedules": ["dapple", "zbv.json"]}
+    config = parse_sweep_config(data, path=tmp_path / "sweep.toml")
+    assert config.schedules == ("dapple", str(order))
+    run_sweep(config, tmp_path / "out.csv", workers=1)
+    rows = {r["schedule"]: r for r in read_results(tmp_path / "out.csv")}
+    assert rows[str(order)]["status"] == "ok"
+    (expected,) = compare(load_model(model), cluster, 32, schedules=[read_schedule_file(order)],
+                          base_plan=base, rerank=False)
+    assert rows[str(order)]["iteration_time_s"] == pytest.approx(expected.result.iteration_time_s, rel=1e-12)
+    data["schedules"] = ["missing.json"]
+    with pytest.raises(InputError, match=r"missing\.json' does not exist"):
+        parse_sweep_config(data)

@@ -282,3 +282,32 @@ def test_docstring_grids_are_the_rendered_ones(function: str) -> None:
     schedule = make_schedule(name, num_ranks=p, num_microbatches=m)
     rendered = format_timeline(evaluate(schedule, fwd_time_s=1, bwd_time_s=2, wgrad_time_s=1), compact=True)
     assert [row.split() for row in shown] == [line[6:].split() for line in rendered.splitlines()]
+
+
+@pytest.mark.parametrize("name", NEW)
+def test_simulated_activation_memory_follows_the_in_flight_counts(name: str) -> None:
+    from pipesim.simulator.program import Compute
+    from pipesim.simulator.program import lower as lower_program
+
+    p, m = 4, 8
+    info = schedule_info(name)
+    plan = one_layer_per_stage(p, m, schedule=name, chunks=info.default_chunks)
+    profile = equal_profile(plan.num_stages, parameter_bytes=0, wgrad_fraction=0.5)
+    options = SimOptions(free_links=True)
+    result = simulate(plan, profile, CLUSTER, options)
+    program = lower_program(plan, profile, CLUSTER, options)
+    schedule = make_schedule(name, num_ranks=p, num_microbatches=m)
+    for device in result.devices:
+        held_bytes = peak_bytes = 0.0
+        held = peak = 0
+        for ins in program.instructions(device.device):
+            if not isinstance(ins, Compute):
+                continue
+            held_bytes += sum(ins.alloc_bytes)
+            peak_bytes = max(peak_bytes, held_bytes)
+            held_bytes -= sum(ins.free_bytes)
+            held += 1 if ins.op == "F" else -1 if ins.op in ("B", "W") else 0
+            peak = max(peak, held)
+        rank = schedule.stage_ranks[device.stages[0]]
+        assert peak == in_flight_microbatches(name, rank, p, m, chunks=info.default_chunks)
+        assert device.peak_memory_bytes - device.static_memory_bytes == pytest.approx(peak_bytes, rel=1e-12)
