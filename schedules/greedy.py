@@ -173,8 +173,12 @@ def greedy_order(
             return t0, (Op.W, s, k)
         return None
 
+    # A rank's choice depends only on its own state and on the ends of its stages' neighbours'
+    # actions, so after each step only the rank that acted and the ranks of the neighbouring
+    # stages choose again (the others keep their choice: same result, far fewer calls).
+    choice: list[tuple[Cost, tuple[Op, int, int]] | None] = [choose(r) for r in range(p)]
     while any(left):
-        picks = [(c, r) for r in range(p) if left[r] for c in [choose(r)] if c is not None]
+        picks = [(c, r) for r, c in enumerate(choice) if left[r] and c is not None]
         if not picks:
             raise AssertionError(f"{name}: the greedy scheduler found no runnable action")  # pragma: no cover
         (start, (op, s, k)), r = min(picks, key=lambda x: (x[0][0], x[1]))
@@ -199,6 +203,8 @@ def greedy_order(
         free[r] = end
         rows[r].append((op, s, k))
         left[r] -= 1
+        for q in {r, where[s - 1] if s > 0 else r, where[s + 1] if s + 1 < stages else r}:
+            choice[q] = choose(q) if left[q] else None
     return rows
 
 
