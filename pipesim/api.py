@@ -17,6 +17,9 @@ from pipesim.plan import Plan, Recompute, StagePlan, balanced_split, stage_range
 from pipesim.profiles.hardware.cluster import load_cluster
 from pipesim.profiles.inputs import ClusterLike, ModelLike, check_has_compute, resolve_inputs
 from pipesim.profiles.models.loader import load_model
+from pipesim.schedules.placement import stage_rank
+from pipesim.schedules.registry import placement_of
+from pipesim.schedules.schedule import Schedule
 from pipesim.simulator import SimOptions, SimulationResult
 from pipesim.simulator import simulate as _simulate
 
@@ -82,13 +85,14 @@ def make_plan(
         rule = f"must divide the number of stages ({len(ranges)}): each device runs `chunks` stages"
         raise invalid("chunks", chunks, rule)
     ranks = len(ranges) // chunks
+    placement = placement_of(schedule) or "looped"  # stage i runs on rank stage_rank(placement, i, ranks)
     if replicas is None:
         replicas = [1] * ranks
     if len(replicas) != ranks:
         raise invalid("replicas", list(replicas), f"must give one count per pipeline rank ({ranks})")
     return Plan(
         stages=tuple(
-            StagePlan(first_layer=a, last_layer=b, replicas=replicas[i % ranks])
+            StagePlan(first_layer=a, last_layer=b, replicas=replicas[stage_rank(placement, i, ranks)])
             for i, (a, b) in enumerate(ranges)
         ),
         global_batch_size=global_batch_size,
@@ -109,6 +113,7 @@ def simulate(
     options: SimOptions | None = None,
     *,
     overrides: Mapping[str, object] | None = None,
+    schedule: Schedule | None = None,
 ) -> SimulationResult:
     """Simulate one iteration of ``plan`` on ``cluster`` (the CLI's ``pipesim simulate``).
 
@@ -119,10 +124,13 @@ def simulate(
         cluster: a :class:`Cluster`, preset name or cluster TOML file.
         options: simulator knobs (default :class:`SimOptions()`).
         overrides: what-if changes to the cluster (``{"device": "H100-SXM", "nic": "100GbE"}``).
+        schedule: an explicit order to run (e.g. read by
+            :func:`pipesim.schedules.order_text.read_schedule_file`) instead of the one
+            ``plan.schedule`` names; it must have the plan's ranks, stages and micro-batches.
 
     Raises:
         InputError: a model with no compute time (see :func:`check_has_compute`).
         PipesimError: see :func:`pipesim.simulator.simulate` and :func:`resolve_inputs`.
     """
     profile, machine = resolve_inputs(model, cluster, overrides=overrides)
-    return _simulate(plan, profile, machine, options)
+    return _simulate(plan, profile, machine, options, schedule=schedule)

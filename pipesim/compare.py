@@ -19,7 +19,9 @@ from pipesim.pricing import TrainingCost, training_cost
 from pipesim.profiles.inputs import ClusterLike, ModelLike, resolve_inputs
 from pipesim.profiles.models.profile import ModelProfile
 from pipesim.rerank import simulated_rerank
-from pipesim.schedules.registry import lookup
+from pipesim.schedules.placement import stage_ranks
+from pipesim.schedules.registry import lookup, placement_of, schedule_info
+from pipesim.schedules.schedule import Schedule
 from pipesim.simulator import SimOptions, SimulationResult, simulate
 
 __all__ = [
@@ -103,7 +105,7 @@ def compare(
     global_batch_size: int,
     *,
     overrides: Mapping[str, object] | None = None,
-    schedules: Sequence[str] = DEFAULT_SCHEDULES,
+    schedules: Sequence[str | Schedule] = DEFAULT_SCHEDULES,
     planner: str = "dapple",
     base_plan: Plan | None = None,
     options: SimOptions | None = None,
@@ -120,7 +122,10 @@ def compare(
         cluster: the devices and links (a :class:`Cluster`, preset name or cluster TOML file).
         global_batch_size: samples per iteration.
         overrides: what-if changes to the cluster (``{"nic": "100GbE"}``), as ``--set`` gives them.
-        schedules: schedule names, one row each (the first row is the speedup baseline).
+        schedules: schedule names, or explicit orders (e.g. read from a file with
+            :func:`pipesim.schedules.order_text.read_schedule_file`), one row each (the first row
+            is the speedup baseline). An explicit order runs on the plan's ranks re-cut into its
+            stages, placed as it places them, with its micro-batch count.
         planner: the planner whose best plan is compared (see ``pipesim.planner.planner_names``).
         base_plan: compare this plan instead of planning one.
         options: simulation options.
@@ -143,7 +148,7 @@ def compare(
     profile, machine = resolve_inputs(model, cluster, overrides=overrides)
     if not schedules:
         raise invalid("schedules", [], "give at least one schedule")
-    names = [lookup(name).value for name in schedules]
+    names = [entry.name if isinstance(entry, Schedule) else lookup(entry).value for entry in schedules]
     if len(set(names)) != len(names):
         raise invalid("schedules", list(schedules), "must not repeat a schedule")
     if base_plan is None:
@@ -160,13 +165,17 @@ def compare(
     elif recompute is not None:
         base_plan = dataclasses.replace(base_plan, recompute=Recompute.parse(recompute), estimate=None)
     rows: list[CompareRow] = []
-    for name in names:
-        if name == "interleaved":
-            variant = interleave(base_plan, profile, chunks=2)
+    for name, entry in zip(names, schedules, strict=True):
+        explicit = entry if isinstance(entry, Schedule) else None
+        if explicit is not None:
+            variant = _plan_for_order(base_plan, profile, explicit)
+        elif (chunks := schedule_info(name).default_chunks if name != "memory-aware" else 1) > 1:
+            # interleaved, looped BFS, interleaved ZB and the V shapes: 2 stages per rank
+            variant = interleave(base_plan, profile, chunks=chunks, schedule=name)
         else:
             variant = dataclasses.replace(base_plan, schedule=lookup(name), estimate=None)
         log.info("simulating %s with schedule %s", profile.name, name)
-        result = simulate(variant, profile, machine, options)
+        result = simulate(variant, profile, machine, options, schedule=explicit)
         estimate = (
             estimate_plan(variant, profile, machine).iteration_time_s if name in ESTIMATED_SCHEDULES else None
         )
@@ -193,9 +202,33 @@ def compare(
     return rows
 
 
-def interleave(base: Plan, profile: ModelProfile, *, chunks: int) -> Plan:
-    """The interleaved-1F1B version of a plan: the same ranks (replicas, devices), each holding
-    ``chunks`` model chunks, the model cut into ``ranks x chunks`` stages balanced by time.
+def _plan_for_order(base: Plan, profile: ModelProfile, order: Schedule) -> Plan:
+    """The plan an explicit order runs on: the base plan's ranks, re-cut into the order's stages
+    (placed as it places them) and with its micro-batch count.
+
+    Raises:
+        InputError: the order has another number of ranks than the plan, or a micro-batch count
+            that does not divide the global batch.
+    """
+    if order.num_ranks != base.num_ranks:
+        rule = f"must have the compared plan's {base.num_ranks} pipeline ranks"
+        raise invalid(f"schedule {order.name!r}", f"{order.num_ranks} ranks", rule)
+    plan = interleave(base, profile, chunks=order.chunks, schedule="custom", placement=order.placement)
+    return dataclasses.replace(plan, num_microbatches=order.num_microbatches, microbatch_sizes=None)
+
+
+def interleave(
+    base: Plan,
+    profile: ModelProfile,
+    *,
+    chunks: int,
+    schedule: str = "interleaved",
+    placement: str | None = None,
+) -> Plan:
+    """The multi-chunk version of a plan for ``schedule`` (interleaved 1F1B by default): the same
+    ranks (replicas, devices), each holding ``chunks`` model chunks, the model cut into
+    ``ranks x chunks`` stages balanced by time and placed as the schedule places them (looped, or
+    a V).
 
     Raises:
         Infeasible: the model has fewer layers than ``ranks x chunks``.
@@ -204,18 +237,17 @@ def interleave(base: Plan, profile: ModelProfile, *, chunks: int) -> Plan:
     ranks = base.stages[: base.num_ranks]
     times = [layer.fwd_time_s + layer.bwd_time_s for layer in profile.layers]
     ranges = stage_ranges(balanced_split(times, len(ranks) * chunks), profile.num_layers)
+    where = stage_ranks(placement or placement_of(schedule) or "looped", len(ranges), len(ranks))
     stages = tuple(
         StagePlan(
             first_layer=a,
             last_layer=b,
-            replicas=ranks[i % len(ranks)].replicas,
-            devices=ranks[i % len(ranks)].devices,
+            replicas=ranks[where[i]].replicas,
+            devices=ranks[where[i]].devices,
         )
         for i, (a, b) in enumerate(ranges)
     )
-    return dataclasses.replace(
-        base, stages=stages, schedule=lookup("interleaved"), chunks=chunks, estimate=None
-    )
+    return dataclasses.replace(base, stages=stages, schedule=lookup(schedule), chunks=chunks, estimate=None)
 
 
 FIGURE_FORMATS: tuple[str, ...] = ("png", "svg", "pdf")

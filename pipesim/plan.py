@@ -15,7 +15,8 @@ from pipesim.errors import Infeasible, InputError, check_count, check_nonneg, ch
 from pipesim.limits import MAX_COUNT, MAX_GLOBAL_BATCH
 from pipesim.profiles.costmodels.collective import AllReduceAlgorithm
 from pipesim.profiles.costmodels.memory import OPTIMIZERS, Optimizer, Recompute
-from pipesim.schedules.registry import ScheduleName
+from pipesim.schedules.placement import stage_ranks
+from pipesim.schedules.registry import ScheduleName, placement_of
 from pipesim.schedules.registry import lookup as lookup_schedule
 
 __all__ = [
@@ -275,14 +276,28 @@ class Plan:
                 placed[device] = rank
 
     def _check_chunk_placement(self) -> None:
-        p = self.num_ranks
-        for s in range(p, len(self.stages)):
-            base, stage = self.stages[s % p], self.stages[s]
+        placement = placement_of(self.schedule)
+        if placement is not None:  # a custom order is checked when it is given to the simulator
+            self.check_stage_placement(stage_ranks(placement, len(self.stages), self.num_ranks))
+
+    def check_stage_placement(self, ranks: Sequence[int]) -> None:
+        """Check that every stage runs on the devices of its rank's first stage.
+
+        Args:
+            ranks: ``ranks[s]`` is the pipeline rank of stage ``s`` (the schedule's placement:
+                ``s % p`` looped, or a V shape); rank ``r``'s devices are those of stage ``r``.
+
+        Raises:
+            InputError: a stage whose replicas or devices differ from its rank's.
+        """
+        for s in range(len(self.stages)):
+            r = ranks[s]
+            base, stage = self.stages[r], self.stages[s]
             if stage.replicas != base.replicas or stage.devices != base.devices:
                 raise invalid(
                     f"stages[{s}]",
                     f"replicas={stage.replicas}, devices={stage.devices}",
-                    f"virtual stage {s} runs on the devices of stage {s % p}: replicas and devices "
+                    f"virtual stage {s} runs on the devices of stage {r}: replicas and devices "
                     "must match",
                 )
 

@@ -26,7 +26,17 @@ from pipesim.schedules.action import Op
 from pipesim.schedules.schedule import Schedule, ScheduleStream, Step
 from pipesim.schedules.validate import validate
 
-__all__ = ["dapple", "gpipe", "interleaved", "one_f_one_b", "stream_of", "zb_h1", "zb_h2"]
+__all__ = [
+    "dapple",
+    "gpipe",
+    "interleaved",
+    "interleaved_zb",
+    "looped_bfs",
+    "one_f_one_b",
+    "stream_of",
+    "zb_h1",
+    "zb_h2",
+]
 
 _Pick = Callable[[int], tuple[int, int]]
 """Maps a rank's n-th forward (or backward) to its (stage, micro-batch)."""
@@ -316,6 +326,68 @@ def _zb_h2(*, num_ranks: int, num_microbatches: int) -> ScheduleStream:
     return _single("zb-h2", p, m, leading, split=True, w_delay=[2 * i for i in range(p)])
 
 
+def looped_bfs(*, num_ranks: int, num_microbatches: int, chunks: int = 2) -> Schedule:
+    """Breadth-first looped pipeline (Lamy-Poirier, "Breadth-First Pipeline Parallelism",
+    MLSys 2023), torch's ``ScheduleLoopedBFS``.
+
+    Rank ``r`` holds the ``v = chunks`` stages ``r, r + p, ..., r + (v - 1) p`` (looped
+    placement) and runs every micro-batch's forward on its first stage, then on its second, ...;
+    then the backwards from its last stage down, each stage's micro-batches in reverse order
+    (``m - 1`` first: the last forward is the first whose gradient is ready). It is GPipe looped
+    ``v`` times: every stage holds all ``m`` micro-batches' activations (``v m``
+    stage-micro-batches per rank, i.e. ``m`` micro-batches of the rank's layers). With equal
+    stages of ``t_f / v`` and ``t_b / v`` the makespan is ``(m + (p - 1) / v)(t_f + t_b)`` for
+    ``m >= p`` (the bubble of interleaved 1F1B with GPipe's memory). Unit-cost slots for p=2,
+    m=4, v=2 (F=1, B=2; upper case chunk 0, lower case chunk 1)::
+
+        rank 0 F0 F1 F2 F3 f0 f1 f2 f3 .  .  .  b3--- b2--- b1--- b0--- B3--- B2--- B1--- B0---
+        rank 1 .  F0 F1 F2 F3 f0 f1 f2 f3 b3--- b2--- b1--- b0--- B3--- B2--- B1--- B0--- .  .
+
+    Raises:
+        InputError: a count below 1.
+    """
+    return _looped_bfs(num_ranks=num_ranks, num_microbatches=num_microbatches, chunks=chunks).materialize()
+
+
+def _looped_bfs(*, num_ranks: int, num_microbatches: int, chunks: int = 2) -> ScheduleStream:
+    _check_counts(num_ranks, num_microbatches, chunks)
+    p, m, v = num_ranks, num_microbatches, chunks
+
+    def rows(r: int) -> Iterator[Step]:
+        for c in range(v):
+            for mb in range(m):
+                yield (Op.F, c * p + r, mb)
+        for c in reversed(range(v)):
+            for mb in reversed(range(m)):
+                yield (Op.B, c * p + r, mb)
+
+    return ScheduleStream(name="looped-bfs", num_ranks=p, num_stages=v * p, num_microbatches=m, rows=rows)
+
+
+def interleaved_zb(*, num_ranks: int, num_microbatches: int, chunks: int = 2) -> Schedule:
+    """Interleaved zero bubble, torch's ``ScheduleInterleavedZeroBubble`` (ZB1P of Qi et al.,
+    ICLR 2024, looped over ``v = chunks`` stages per rank): the order of :func:`zb_h1` with
+    ``chunks`` stages per rank, default 2 (``zb-h1`` is its ``v = 1`` case).
+
+    Rank ``r`` runs ``(v - 1) g + (p - 1 - r) + 1`` forwards before its first ``I`` (``g`` the
+    round size of :func:`interleaved`) and puts off its ``W`` s by ``r``. Unit-cost slots for
+    p=2, m=4, v=2 (F = I = W = 1; upper case chunk 0, lower case chunk 1)::
+
+        rank 0 F0 F1 f0 f1 .  i0 w0 F2 i1 w1 F3 I0 W0 f2 I1 W1 f3 i2 w2 i3 w3 I2 W2 I3 W3
+        rank 1 .  F0 F1 f0 i0 f1 i1 w0 F2 I0 w1 F3 I1 W0 f2 i2 W1 f3 i3 w2 I2 w3 I3 W2 W3
+
+    Raises:
+        InputError: a count below 1, or ``m`` not a multiple of ``max(1, m // p)``.
+    """
+    stream = _interleaved_zb(num_ranks=num_ranks, num_microbatches=num_microbatches, chunks=chunks)
+    return stream.materialize()
+
+
+def _interleaved_zb(*, num_ranks: int, num_microbatches: int, chunks: int = 2) -> ScheduleStream:
+    _check_counts(num_ranks, num_microbatches, chunks)
+    return _looped("interleaved-zb", num_ranks, num_microbatches, chunks, 1, split=True)
+
+
 _STREAMS: dict[Callable[..., Schedule], Callable[..., ScheduleStream]] = {
     gpipe: _gpipe,
     dapple: _dapple,
@@ -323,6 +395,8 @@ _STREAMS: dict[Callable[..., Schedule], Callable[..., ScheduleStream]] = {
     interleaved: _interleaved,
     zb_h1: _zb_h1,
     zb_h2: _zb_h2,
+    looped_bfs: _looped_bfs,
+    interleaved_zb: _interleaved_zb,
 }
 
 

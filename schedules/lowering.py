@@ -20,6 +20,7 @@ from dataclasses import replace
 
 from pipesim.errors import InputError, invalid
 from pipesim.schedules.action import Action, Op
+from pipesim.schedules.placement import stage_ranks
 from pipesim.schedules.schedule import Schedule, Step
 from pipesim.schedules.validate import validate
 
@@ -68,6 +69,7 @@ def lowered_blocks(
     num_ranks: int,
     num_stages: int,
     allreduce_after: Mapping[int, int] | None = None,
+    placement: str = "looped",
 ) -> Iterator[Block]:
     """The lowered steps of one rank's compute steps, one :data:`Block` per compute step, lazily.
 
@@ -75,7 +77,8 @@ def lowered_blocks(
     :func:`add_allreduce`): ``RECV_F(s, m)`` just before ``F(s, m)`` when ``s > 0``; ``SEND_F(s, m)``
     just after it when ``s`` is not the last stage; ``RECV_B(s, m)`` just before ``B(s, m)`` or
     ``I(s, m)`` when ``s`` is not the last stage and ``SEND_B(s, m)`` just after it when
-    ``s > 0``; all of these only with more than one rank (stages on one rank exchange nothing).
+    ``s > 0``; each only between stages on different ranks (stages on one rank exchange nothing:
+    one rank, or the turn of a V-shape placement).
     ``ALL_REDUCE(s)`` right after the stage's last ``B`` or ``W`` on this rank and the send that
     follows it, for each stage in ``allreduce_after``.
 
@@ -85,6 +88,7 @@ def lowered_blocks(
         num_stages: stages of the schedule.
         allreduce_after: stage -> index in ``steps`` of its last ``B`` or ``W``
             (:func:`last_backwards`), for the stages that get an ``ALL_REDUCE``.
+        placement: the stage-to-rank placement (:mod:`pipesim.schedules.placement`).
 
     Yields:
         One block per compute step, in order.
@@ -92,18 +96,20 @@ def lowered_blocks(
     Raises:
         InputError: a communication step in ``steps`` (raised when it is reached).
     """
-    last = num_stages - 1
-    multi = num_ranks > 1
+    where = stage_ranks(placement, num_stages, num_ranks)
+    # whether stage s exchanges with s - 1 (cross_prev) / s + 1 (cross_next) over a link
+    cross_prev = [s > 0 and where[s - 1] != where[s] for s in range(num_stages)]
+    cross_next = [s < num_stages - 1 and where[s + 1] != where[s] for s in range(num_stages)]
     reduce = allreduce_after or {}
     op_f, op_b, op_i, op_w = Op.F, Op.B, Op.I, Op.W
     recv_f, send_f, recv_b, send_b = Op.RECV_F, Op.SEND_F, Op.RECV_B, Op.SEND_B
     for i, (op, s, mb) in enumerate(steps):
         if op is op_f:
-            recv = recv_f if s > 0 and multi else None
-            send = send_f if s < last and multi else None
+            recv = recv_f if cross_prev[s] else None
+            send = send_f if cross_next[s] else None
         elif op is op_b or op is op_i:
-            recv = recv_b if s < last and multi else None
-            send = send_b if s > 0 and multi else None
+            recv = recv_b if cross_next[s] else None
+            send = send_b if cross_prev[s] else None
         elif op is op_w:
             recv = send = None
         else:
@@ -119,6 +125,7 @@ def lowered_steps(
     num_ranks: int,
     num_stages: int,
     allreduce_stages: Iterable[int] = (),
+    placement: str = "looped",
 ) -> Iterator[Step]:
     """The lowered steps of one rank's compute actions, generated lazily (:func:`lowered_blocks`,
     flattened).
@@ -128,6 +135,7 @@ def lowered_steps(
         num_ranks: pipeline ranks of the schedule.
         num_stages: stages of the schedule.
         allreduce_stages: stages that get an ``ALL_REDUCE`` (those of this rank; others ignored).
+        placement: the stage-to-rank placement.
 
     Yields:
         ``(op, stage, microbatch)`` per lowered step, in order.
@@ -138,7 +146,7 @@ def lowered_steps(
     steps = [(a.op, a.stage, a.microbatch) for a in row]
     after = last_backwards(steps, allreduce_stages)
     for recv, op, s, mb, send, reduce in lowered_blocks(
-        steps, num_ranks=num_ranks, num_stages=num_stages, allreduce_after=after
+        steps, num_ranks=num_ranks, num_stages=num_stages, allreduce_after=after, placement=placement
     ):
         if recv is not None:
             yield (recv, s, mb)
@@ -158,7 +166,11 @@ def _materialized(schedule: Schedule, allreduce_stages: Iterable[int]) -> Schedu
         [
             Action(stage=s, op=op, microbatch=mb)
             for op, s, mb in lowered_steps(
-                row, num_ranks=schedule.num_ranks, num_stages=schedule.num_stages, allreduce_stages=stages
+                row,
+                num_ranks=schedule.num_ranks,
+                num_stages=schedule.num_stages,
+                allreduce_stages=stages,
+                placement=schedule.placement,
             )
         ]
         for row in schedule.ranks
@@ -226,7 +238,7 @@ def add_allreduce(schedule: Schedule, stages: Iterable[int]) -> Schedule:
             raise invalid("stages", s, f"must be stage indices in 0..{schedule.num_stages - 1}")
     rows = [list(row) for row in schedule.ranks]
     for s in wanted:
-        row = rows[s % schedule.num_ranks]
+        row = rows[schedule.stage_ranks[s]]
         if any(a.op is Op.ALL_REDUCE and a.stage == s for a in row):
             raise invalid("stages", s, "already has an ALL_REDUCE")
         last = max(i for i, a in enumerate(row) if a.stage == s and a.op in (Op.B, Op.W))

@@ -7,29 +7,72 @@ Accepted texts (``parse_order``):
 - lines: one rank per line, tokens separated by blanks and/or commas, optionally led by
   ``0:`` or ``rank 0:``; ``#`` starts a comment. torch's CSV dump (``_dump_csv``) is of this
   form; its empty cells (torch's idle steps) are skipped.
+
+The vocabulary is torch 2.13's (``torch.distributed.pipelining.schedules._ComputationType``):
+``F``, ``B``, ``I``, ``W``, ``SEND_F``, ``RECV_F``, ``SEND_B``, ``RECV_B``, ``REDUCE_GRAD``
+(pipesim's ``ALL_REDUCE``), ``UNSHARD`` and ``RESHARD`` (FSDP's parameter gathering around a
+stage's work: pipesim models no sharding there, so they are read and dropped) and the overlapped
+pair ``(0F3;3B1)OVERLAP_F_B`` (read as its sub-actions in order: pipesim's devices run one compute
+action at a time). The stage-to-rank placement (looped or V) is inferred from where each stage's
+compute actions are.
+
+:func:`read_schedule` (and :func:`read_schedule_file`, what ``--schedule FILE`` uses) returns
+the compute-only schedule the simulator lowers itself: when the file also holds communication
+(torch's ``compute_comms`` dump), its sends and receives are checked, rank by rank, against those
+the lowering (:func:`pipesim.schedules.lowering.add_communication`) derives, and a difference is an
+error naming the rank and the actions; the file's positions of them are not kept (pipesim posts
+each send right after its compute action and each receive right before it). The file's
+``REDUCE_GRAD`` s are dropped: the gradient all-reduces follow from the plan's replicas.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
+from collections import Counter
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from pipesim.errors import FormatError, InputError
-from pipesim.fileio import parse_ascii_int
-from pipesim.schedules.action import Action
+from pipesim.fileio import parse_ascii_int, read_input_bytes
+from pipesim.schedules.action import Action, Op
+from pipesim.schedules.placement import infer_placement
 from pipesim.schedules.schedule import Schedule
 from pipesim.schedules.validate import validate
 
-__all__ = ["parse_order", "schedule_from_order"]
+__all__ = [
+    "ORDER_FILE_SUFFIXES",
+    "is_schedule_file",
+    "parse_order",
+    "read_schedule",
+    "read_schedule_file",
+    "schedule_from_order",
+]
+
+ORDER_FILE_SUFFIXES: tuple[str, ...] = (".csv", ".json", ".txt")
+"""Names ending so are order files wherever a schedule name or a file is accepted."""
 
 _RANK_PREFIX = re.compile(r"\s*(?:rank\s*)?([0-9]{1,18})\s*:")
+_SHARDING = re.compile(r"\s*[0-9]{1,18}(?:UNSHARD|RESHARD)\s*\Z")
+_OVERLAP = re.compile(r"\s*\(([^()]*)\)OVERLAP_F_B\s*\Z")
+_COMM_CHECKED = (Op.SEND_F, Op.RECV_F, Op.SEND_B, Op.RECV_B)
 
 
-def _action(token: str, line: int | None) -> Action:
+def _actions(token: str, line: int | None) -> list[Action]:
+    """The actions one token stands for: none (``UNSHARD``/``RESHARD``), one, or an overlapped
+    pair's sub-actions."""
+    if _SHARDING.match(token):
+        return []
+    overlap = _OVERLAP.match(token)
+    if overlap is not None:
+        parts = [p for p in overlap.group(1).split(";") if p.strip()]
+        if not parts:
+            raise FormatError(None, line, f"action={token!r}: OVERLAP_F_B needs sub-actions, e.g. (0F1;3B0)")
+        return [a for part in parts for a in _actions(part, line)]
     try:
-        return Action.parse(token)
+        return [Action.parse(token)]
     except InputError as exc:
         raise FormatError(None, line, str(exc)) from None
 
@@ -63,7 +106,7 @@ def _from_json(data: Any) -> list[list[Action]]:
                 continue  # torch's idle step
             if not isinstance(token, str):
                 raise FormatError(None, None, f"token {token!r} must be a string like '0F1'")
-            tokens.append(_action(token, None))
+            tokens.extend(_actions(token, None))
         rows.append(tokens)
     return rows
 
@@ -81,7 +124,7 @@ def _from_lines(text: str) -> list[list[Action]]:
             line = line[prefix.end():]
         if rank in rows:
             raise FormatError(None, number, f"rank {rank} appears twice")
-        rows[rank] = [_action(tok, number) for tok in re.split(r"[\s,]+", line) if tok]
+        rows[rank] = [a for tok in re.split(r"[\s,]+", line) if tok for a in _actions(tok, number)]
     if sorted(rows) != list(range(len(rows))):
         raise FormatError(None, None, f"ranks must be 0..{len(rows) - 1}, got {sorted(rows)}")
     return [rows[r] for r in range(len(rows))]
@@ -143,6 +186,79 @@ def schedule_from_order(
         num_microbatches=num_microbatches,
         ranks=tuple(tuple(row) for row in rows),
         microbatch_sizes=None if microbatch_sizes is None else tuple(microbatch_sizes),
+        placement=_placement(rows, stages),
     )
     validate(schedule)
     return schedule
+
+
+def _placement(rows: list[list[Action]], num_stages: int) -> str:
+    """The placement the compute actions' ranks fit (``"looped"`` when none does: the schedule's
+    own check then shows the grid with the first misplaced action)."""
+    found = {a.stage: r for r, row in enumerate(rows) for a in row if a.is_compute}
+    try:
+        return infer_placement(found, num_stages=num_stages, num_ranks=len(rows))
+    except InputError:
+        return "looped"
+
+
+def read_schedule(text: str, *, name: str = "custom") -> Schedule:
+    """The compute-only schedule of an order in any accepted form (see the module doc), with the
+    communication it holds, if any, checked against the lowering's.
+
+    Raises:
+        FormatError: the text cannot be read.
+        ScheduleError: the order is not a valid schedule.
+        InputError: the file's sends and receives differ from those the lowering derives (the
+            message names the rank and the actions missing or extra).
+    """
+    from pipesim.schedules.lowering import add_communication
+
+    rows = parse_order(text)
+    kept = [[a for a in row if a.op is not Op.ALL_REDUCE] for row in rows]
+    compute = [[a for a in row if a.is_compute] for row in kept]
+    schedule = schedule_from_order([[str(a) for a in row] for row in compute], name=name)
+    given = [Counter(a for a in row if a.op in _COMM_CHECKED) for row in kept]
+    if any(given):
+        derived = add_communication(schedule)
+        for r, row in enumerate(derived.ranks):
+            want = Counter(a for a in row if a.op in _COMM_CHECKED)
+            if want != given[r]:
+                missing = sorted(map(str, (want - given[r]).elements()))
+                extra = sorted(map(str, (given[r] - want).elements()))
+                raise InputError(
+                    f"schedule rank {r}: its sends and receives must be those the lowering derives "
+                    f"(a transfer between stages on different ranks, none on one rank); missing "
+                    f"{missing[:6] or 'none'}, extra {extra[:6] or 'none'}"
+                )
+    return schedule
+
+
+def is_schedule_file(text: str) -> bool:
+    """Whether a ``--schedule`` value names an order file rather than a schedule name: it ends in
+    one of :data:`ORDER_FILE_SUFFIXES`, or it is an existing file (schedule names never contain a
+    path separator or a dot)."""
+    if text.lower().endswith(ORDER_FILE_SUFFIXES):
+        return True
+    return ("/" in text or "." in text) and os.path.isfile(text)
+
+
+def read_schedule_file(path: str | os.PathLike[str]) -> Schedule:
+    """:func:`read_schedule` of a file (``.csv`` from torch's ``_dump_csv``, ``.json``, or text),
+    named after the file's stem.
+
+    Raises:
+        InputError: the file cannot be read or is not UTF-8; FormatError, ScheduleError and
+            InputError of :func:`read_schedule`, with the file's name in the message.
+    """
+    data = read_input_bytes(path, what="schedule file")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise FormatError(Path(path), None, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    try:
+        return read_schedule(text, name=Path(path).stem)
+    except FormatError as exc:
+        raise FormatError(Path(path), exc.line, str(exc).split(": ", 1)[1]) from None
+    except InputError as exc:
+        raise InputError(f"{os.fspath(path)}: {exc}") from None

@@ -7,6 +7,7 @@ from dataclasses import dataclass, replace
 
 from pipesim.errors import InputError, invalid
 from pipesim.schedules.action import Action, Op
+from pipesim.schedules.placement import check_placement, stage_ranks
 
 __all__ = ["Schedule", "ScheduleError", "ScheduleStream", "Step", "format_grid"]
 
@@ -86,7 +87,8 @@ class ScheduleError(InputError):
 class Schedule:
     """The actions each rank runs in one iteration, in order.
 
-    Stage ``s`` runs on rank ``s % num_ranks`` (the looped placement Megatron and torch use). The
+    Stage ``s`` runs on rank ``stage_rank(placement, s, num_ranks)``
+    (:mod:`pipesim.schedules.placement`: ``s % num_ranks`` when looped, the default). The
     simulator runs ``ranks[r]`` strictly in order on rank ``r``, one action at a time, honouring the
     dependencies documented on :class:`~pipesim.schedules.action.Action`. A schedule straight from
     a generator holds compute actions only; the lowering passes add communication actions.
@@ -99,6 +101,7 @@ class Schedule:
         ranks: ``ranks[r]`` is the ordered actions of rank ``r``.
         microbatch_sizes: samples in each micro-batch, or ``None`` for equal micro-batches. The
             sizes do not change the order; they travel with the schedule to the simulator.
+        placement: ``"looped"`` (stage ``s`` on rank ``s % p``) or ``"v"`` (V shape).
 
     Raises:
         InputError: counts below 1, ``num_stages`` not a multiple of ``num_ranks``, ``ranks`` of
@@ -113,8 +116,10 @@ class Schedule:
     num_microbatches: int
     ranks: tuple[tuple[Action, ...], ...]
     microbatch_sizes: tuple[int, ...] | None = None
+    placement: str = "looped"
 
     def __post_init__(self) -> None:
+        check_placement(self.placement)
         for field in ("num_ranks", "num_stages", "num_microbatches"):
             value = getattr(self, field)
             if type(value) is not int or value < 1:
@@ -128,13 +133,15 @@ class Schedule:
         if len(self.ranks) != self.num_ranks:
             raise invalid("ranks", f"{len(self.ranks)} rows", f"must have num_ranks={self.num_ranks} rows")
         p, stages, m = self.num_ranks, self.num_stages, self.num_microbatches
+        where = stage_ranks(self.placement, stages, p)
         for r, row in enumerate(self.ranks):
             for i, action in enumerate(row):
                 if not isinstance(action, Action):
                     raise invalid(f"ranks[{r}][{i}]", action, "must be an Action")
-                if action.stage >= stages or action.stage % p != r:
+                if action.stage >= stages or where[action.stage] != r:
                     raise ScheduleError(
-                        f"{action} must have a stage < {stages} placed on this rank (stage % {p} == {r})",
+                        f"{action} must have a stage < {stages} placed on this rank ({self.placement} "
+                        f"placement, {p} ranks)",
                         self.ranks,
                         rank=r,
                         step=i,
@@ -157,14 +164,19 @@ class Schedule:
         return self.num_stages // self.num_ranks
 
     def stage_to_rank(self, stage: int) -> int:
-        """The rank that runs ``stage`` (``stage % num_ranks``).
+        """The rank that runs ``stage`` (``stage % num_ranks`` when looped).
 
         Raises:
             InputError: ``stage`` is outside ``0 .. num_stages - 1``.
         """
         if type(stage) is not int or not 0 <= stage < self.num_stages:
             raise invalid("stage", stage, f"must be an integer in 0..{self.num_stages - 1}")
-        return stage % self.num_ranks
+        return stage_ranks(self.placement, self.num_stages, self.num_ranks)[stage]
+
+    @property
+    def stage_ranks(self) -> tuple[int, ...]:
+        """``stage_ranks[s]`` is the rank of stage ``s``."""
+        return stage_ranks(self.placement, self.num_stages, self.num_ranks)
 
     def microbatch_size(self, microbatch: int) -> int:
         """Samples in ``microbatch`` (1 when the schedule has equal micro-batches)."""
@@ -216,6 +228,7 @@ class ScheduleStream:
         num_microbatches: micro-batches.
         rows: ``rows(r)`` makes rank ``r``'s step iterator.
         microbatch_sizes: samples per micro-batch, or ``None`` for equal micro-batches.
+        placement: the stage-to-rank placement (:class:`Schedule`).
     """
 
     name: str
@@ -224,6 +237,12 @@ class ScheduleStream:
     num_microbatches: int
     rows: Callable[[int], Iterator[Step]]
     microbatch_sizes: tuple[int, ...] | None = None
+    placement: str = "looped"
+
+    @property
+    def stage_ranks(self) -> tuple[int, ...]:
+        """``stage_ranks[s]`` is the rank of stage ``s``."""
+        return stage_ranks(self.placement, self.num_stages, self.num_ranks)
 
     def row(self, rank: int) -> Iterator[Step]:
         """Rank ``rank``'s compute steps ``(op, stage, microbatch)``, in order, generated lazily."""
@@ -246,6 +265,7 @@ class ScheduleStream:
             num_microbatches=self.num_microbatches,
             ranks=ranks,
             microbatch_sizes=self.microbatch_sizes,
+            placement=self.placement,
         )
 
     @classmethod
@@ -262,4 +282,5 @@ class ScheduleStream:
             num_microbatches=schedule.num_microbatches,
             rows=rows,
             microbatch_sizes=schedule.microbatch_sizes,
+            placement=schedule.placement,
         )

@@ -74,7 +74,7 @@ class Timeline:
             InputError: the action is not in the schedule.
         """
         target = Action.parse(action) if isinstance(action, str) else action
-        r = target.stage % self.schedule.num_ranks
+        r = self.schedule.stage_ranks[target.stage] if target.stage < self.schedule.num_stages else 0
         for i, a in enumerate(self.schedule.ranks[r]):
             if a == target:
                 return self.starts[r][i], self.ends[r][i]
@@ -177,8 +177,9 @@ def evaluate(
     c_f = _boundaries("fwd_comm_time_s", fwd_comm_time_s, stages)
     c_b = _boundaries("bwd_comm_time_s", bwd_comm_time_s, stages)
     # transfer time into stage s's forward from s - 1, and into s's backward from s + 1
-    into_f: list[Time] = [0 if s == 0 or p == 1 else c_f[s - 1] for s in range(stages)]
-    into_b: list[Time] = [0 if s == stages - 1 or p == 1 else c_b[s] for s in range(stages)]
+    where = schedule.stage_ranks  # no transfer time between two stages on one rank
+    into_f: list[Time] = [0 if s == 0 or where[s - 1] == where[s] else c_f[s - 1] for s in range(stages)]
+    into_b: list[Time] = [0 if s == stages - 1 or where[s + 1] == where[s] else c_b[s] for s in range(stages)]
     # arrival of stage s's input activation / output gradient, set when its producer ends
     arrive_f: list[list[Time]] = [[0] * m for _ in range(stages)]
     arrive_b: list[list[Time]] = [[0] * m for _ in range(stages)]
@@ -220,7 +221,7 @@ def evaluate(
                 end = start + f_time[s][mb]
                 f_end[s][mb] = end
                 if s != last:
-                    arrive_f[s + 1][mb] = _arrival(wire, r, (s + 1) % p, end, into_f[s + 1])
+                    arrive_f[s + 1][mb] = _arrival(wire, r, where[s + 1], end, into_f[s + 1])
                 stashed[s] += 1
                 if stashed[s] > peak[s]:
                     peak[s] = stashed[s]
@@ -246,7 +247,7 @@ def evaluate(
                     end = start + i_time[s][mb]
                 g_end[s][mb] = end
                 if s:
-                    arrive_b[s - 1][mb] = _arrival(wire, r, (s - 1) % p, end, into_b[s - 1])
+                    arrive_b[s - 1][mb] = _arrival(wire, r, where[s - 1], end, into_b[s - 1])
                 key = (stages + s) * m + mb
             else:  # W
                 dep = g_end[s][mb]

@@ -105,7 +105,7 @@ def _check_comm(schedule: Schedule, where: dict[_Key, tuple[int, int]]) -> None:
         action = ranks[r][i]
         peer = action.peer
         assert peer is not None  # every send and receive has a peer
-        if not 0 <= peer < schedule.num_stages or peer % schedule.num_ranks == r:
+        if not 0 <= peer < schedule.num_stages or schedule.stage_ranks[peer] == r:
             raise ScheduleError(f"{action} has no peer stage {peer} on another rank", ranks, rank=r, step=i)
         if (pairs[op], peer, m) not in where:
             raise ScheduleError(f"{action} has no matching {peer}{pairs[op].value}{m}", ranks, rank=r, step=i)

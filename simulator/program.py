@@ -43,7 +43,7 @@ from typing import NamedTuple
 
 from pipesim.errors import invalid
 from pipesim.plan import Plan, Recompute, resplit
-from pipesim.profiles.costmodels.memory import static_memory_bytes
+from pipesim.profiles.costmodels.memory import static_memory_bytes, weight_versions
 from pipesim.profiles.hardware.cluster import Cluster
 from pipesim.profiles.models.profile import ModelProfile
 from pipesim.schedules import Schedule
@@ -218,7 +218,8 @@ class Program:
         compute instruction (with the receive before it, the sends and the post after it),
         generated lazily from the schedule's rows (:func:`pipesim.schedules.lowering.lowered_blocks`)."""
         sched = self.schedule
-        reduce = {s for s in self._posts.keys() | self._marks.keys() if s % sched.num_ranks == rank}
+        where = sched.stage_ranks
+        reduce = {s for s in self._posts.keys() | self._marks.keys() if where[s] == rank}
         after = last_backwards(sched.row(rank), reduce) if reduce else None
         samples = self._costs.samples
         cached = self._costs.uniform  # costs depend on the micro-batch's size only: reuse them
@@ -228,7 +229,11 @@ class Program:
         no_sends: tuple[Send, ...] = ()
         step = 0
         for recv_op, op, s, mb, send_op, reduced in lowered_blocks(
-            sched.row(rank), num_ranks=sched.num_ranks, num_stages=sched.num_stages, allreduce_after=after
+            sched.row(rank),
+            num_ranks=sched.num_ranks,
+            num_stages=sched.num_stages,
+            allreduce_after=after,
+            placement=sched.placement,
         ):
             key = (op, s, samples[mb])
             template = templates.get(key) if cached else None
@@ -372,11 +377,11 @@ class Program:
 
 
 def _stage_facts(
-    plan: Plan, profile: ModelProfile, placement: tuple[tuple[int, ...], ...]
+    plan: Plan, profile: ModelProfile, placement: tuple[tuple[int, ...], ...], stage_ranks: tuple[int, ...]
 ) -> list[StageFacts]:
     out = []
     for s, spec in enumerate(plan.stages):
-        rank = s % plan.num_ranks
+        rank = stage_ranks[s]
         layers = range(spec.first_layer, spec.last_layer + 1)
         weights = sum(profile.layers[i].parameter_bytes for i in layers)
         bwd_total = sum(profile.layers[i].bwd_time_s for i in layers)
@@ -481,8 +486,9 @@ def lower(
         schedule = schedule.compute_only()
         validate(schedule)
         stream = ScheduleStream.of(schedule)
+    plan.check_stage_placement(stream.stage_ranks)
     placement = plan.placement(cluster.num_devices)
-    stages = _stage_facts(plan, profile, placement)
+    stages = _stage_facts(plan, profile, placement, stream.stage_ranks)
     opts = CostOptions(
         speed_factors=_device_speeds(cluster, profile.dtype, options.speed_factors),
         jitter_f=options.jitter_for("F"),
@@ -535,6 +541,12 @@ def lower(
         for device in stage.devices:
             device_layers.setdefault(device, []).extend(stage.layers)
     static = {d: static_memory_bytes(profile, layers, plan.optimizer) for d, layers in device_layers.items()}
+    for stage in stages:  # the weight versions asynchronous PipeDream / 2BW keep beyond the first
+        extra = weight_versions(_name(plan.schedule), stage.index, plan.num_stages, plan.num_microbatches) - 1
+        if extra > 0 and plan.chunks == 1:
+            weights = float(sum(profile.layers[i].parameter_bytes for i in stage.layers))
+            for device in stage.devices:
+                static[device] += extra * weights
     return Program(
         plan=plan,
         schedule=stream,

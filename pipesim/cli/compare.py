@@ -25,6 +25,7 @@ from pipesim.units import GIB, MS
 if TYPE_CHECKING:
     from pipesim.compare import CompareRow
     from pipesim.profiles.hardware.cluster import Cluster
+    from pipesim.schedules.schedule import Schedule
 
 __all__ = ["DEFAULT_CLUSTER", "DEFAULT_GBS", "DEFAULT_MODEL", "register"]
 
@@ -86,7 +87,8 @@ def add_comparison_args(p: argparse.ArgumentParser) -> None:
         "--schedules",
         default="gpipe,dapple",
         help="comma-separated schedules, one row each; the first is the speedup baseline "
-        "(default gpipe,dapple)",
+        "(default gpipe,dapple); an entry may be an order file (FILE.csv as torch's _dump_csv "
+        "writes it, FILE.json), run on the plan's ranks re-cut into its stages",
     )
     p.add_argument("--planner", default="dapple", help="planner whose best plan is compared (default dapple)")
     p.add_argument("--plan", help="compare this plan file instead of planning")
@@ -114,10 +116,17 @@ def comparison_rows(
     from pipesim.plan_file import load_plan
 
     profile, cluster = inputs_of(args)
-    schedules = [s.strip() for s in args.schedules.split(",") if s.strip()]
+    from pipesim.cli.schedule import schedule_arg
+
+    schedules: list[str | Schedule] = []
+    for text in (s.strip() for s in args.schedules.split(",")):
+        if text:
+            _, explicit = schedule_arg(text)
+            schedules.append(explicit if explicit is not None else text)
     base = load_plan(args.plan) if args.plan else None
     title = f"{profile.name} on {cluster.name}"
-    status.update(f"comparing {', '.join(schedules)} for {title}")
+    labels = [entry.name if not isinstance(entry, str) else entry for entry in schedules]
+    status.update(f"comparing {', '.join(labels)} for {title}")
     rows = compare(
         profile,
         cluster,

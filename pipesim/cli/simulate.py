@@ -73,9 +73,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     how.add_argument("--plan", help="a plan file written by `pipesim plan -o`")
     p.add_argument("--replicas", type=_int_list, help="replicas per stage, e.g. 2,2,4 (default 1 each)")
     p.add_argument(
-        "--schedule", default=None, help="schedule name (default dapple; see `pipesim schedule show`)"
+        "--schedule",
+        default=None,
+        help="schedule name (default dapple; see `pipesim schedule list`), or a file with the order "
+        "(FILE.csv as torch's _dump_csv writes it, FILE.json, or one rank per line)",
     )
-    p.add_argument("--chunks", type=positive_int, default=1, help="model chunks per device (interleaved)")
+    p.add_argument(
+        "--chunks",
+        type=positive_int,
+        default=None,
+        help="model chunks (stages) per device: interleaved, looped-bfs, interleaved-zb and zb-h1 "
+        "take any; the V shapes (zbv, dualpipev, v-half, v-min) take 2 (the default for all but zb-h1)",
+    )
     p.add_argument("--optimizer", default="adam", choices=vocabulary(Optimizer))
     add_recompute_arg(p, default=None)  # with --plan: given, it replaces the plan file's mode
     p.add_argument("--allreduce", default="auto", choices=vocabulary(AllReduceAlgorithm))
@@ -175,13 +184,27 @@ def _run(args: argparse.Namespace) -> int:
         raise invalid("--model", None, "is required (a zoo name or a profile file)")
     if args.cluster is None:
         raise invalid("--cluster", None, "is required (a preset name or a cluster TOML file)")
+    from pipesim.cli.schedule import default_chunks, schedule_arg
+
+    name, explicit = schedule_arg(args.schedule)
+    if explicit is not None:
+        if args.stages is None and args.split is None and args.plan is None:
+            args.stages = explicit.num_stages
+        if args.microbatches is None:
+            args.microbatches = explicit.num_microbatches
+        if args.chunks is None:
+            args.chunks = explicit.chunks
+        if args.runs:
+            raise invalid("--runs", args.runs, "is not available with a schedule file")
     if args.stages is None and args.split is None and args.plan is None:
         raise invalid("--stages/--split/--plan", None, "give one of them to say how to split the model")
     profile, cluster = inputs_of(args)
     if args.plan:
         plan = load_plan(args.plan)
-        if args.schedule:
-            plan = replace(plan, schedule=args.schedule)
+        if name:
+            from pipesim.schedules.registry import lookup
+
+            plan = replace(plan, schedule=lookup(name))
         if args.recompute is not None:
             plan = replace(plan, recompute=Recompute.parse(args.recompute))
     else:
@@ -197,8 +220,8 @@ def _run(args: argparse.Namespace) -> int:
             stages=args.stages,
             split=args.split,
             replicas=args.replicas,
-            schedule=args.schedule or "dapple",
-            chunks=args.chunks,
+            schedule=name or "dapple",
+            chunks=args.chunks or default_chunks(name or "dapple"),
             optimizer=args.optimizer,
             recompute=args.recompute or Recompute.NONE,
             allreduce=args.allreduce,
@@ -223,7 +246,7 @@ def _run(args: argparse.Namespace) -> int:
         p2p_channels=args.p2p_channels,
     )
     with Status(f"simulating {profile.name} on {cluster.name} ({plan.num_microbatches} micro-batches)"):
-        result = simulate(plan, profile, cluster, options)
+        result = simulate(plan, profile, cluster, options, schedule=explicit)
     if args.gantt:
         from pipesim.reports.gantt import write_gantt
 

@@ -21,6 +21,7 @@ from pipesim.fileio import read_input_text
 from pipesim.limits import MAX_GLOBAL_BATCH, MAX_OVERRIDE_MAGNITUDE, MAX_PRICE_PER_DEVICE_HOUR_USD
 from pipesim.planner import planner_names
 from pipesim.profiles.costmodels.memory import Recompute
+from pipesim.schedules.order_text import is_schedule_file, read_schedule_file
 from pipesim.schedules.registry import lookup
 
 if sys.version_info >= (3, 11):
@@ -107,7 +108,9 @@ class SweepConfig:
             clusters as given).
         global_batch_sizes: samples per iteration, each in ``1..MAX_GLOBAL_BATCH`` (2**40).
         planners: planner names (default ``("dapple",)``).
-        schedules: canonical schedule names (default ``("gpipe", "dapple")``).
+        schedules: canonical schedule names, or order files (``.csv``, ``.json``; see
+            :func:`pipesim.schedules.order_text.read_schedule_file`) (default
+            ``("gpipe", "dapple")``).
         recompute: recompute modes (default ``("none",)``; see ``docs/recompute.md``).
         price_per_device_hour_usd: price of one device for one hour, US dollars, for the cost
             column; ``None`` takes each cluster's device price (the catalog's on-demand price).
@@ -146,6 +149,9 @@ class SweepConfig:
             if name not in valid:
                 raise invalid("planners", name, f"must be one of {', '.join(valid)}")
         for name in self.schedules:
+            if is_schedule_file(name):
+                read_schedule_file(name)  # an order file: read now, so a bad one fails before the run
+                continue
             if lookup(name).value != name:
                 raise invalid("schedules", name, f"write the canonical name {lookup(name).value!r}")
         modes = tuple(m.value for m in Recompute)
@@ -206,7 +212,10 @@ def _string_list(value: object, key: str) -> tuple[str, ...]:
     return tuple(str(item) for item in items)
 
 
-def _schedule(name: str) -> str:
+def _schedule(name: str, base_dir: Path | None) -> str:
+    """A schedule name in its canonical form, or an order file (resolved against ``base_dir``)."""
+    if is_schedule_file(name) or (base_dir is not None and is_schedule_file(str(base_dir / name))):
+        return name if base_dir is None or Path(name).is_absolute() else str(base_dir / name)
     try:
         return lookup(name).value
     except UnknownNameError as exc:
@@ -274,7 +283,9 @@ def parse_sweep_config(
                 name.strip().lower() for name in _string_list(data["recompute"], "recompute")
             )
         if "schedules" in data:
-            kwargs["schedules"] = tuple(_schedule(s) for s in _string_list(data["schedules"], "schedules"))
+            here = Path(path).parent if path is not None else None
+            names = _string_list(data["schedules"], "schedules")
+            kwargs["schedules"] = tuple(_schedule(s, here) for s in names)
         if "overrides" in data:
             kwargs["overrides"] = _overrides(data["overrides"])
         gbs = data["global_batch_sizes"]

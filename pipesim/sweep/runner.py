@@ -27,6 +27,7 @@ from pipesim.errors import FormatError, Infeasible, InputError, PipesimError, Un
 from pipesim.profiles.hardware.cluster import Cluster
 from pipesim.profiles.inputs import resolve_cluster, resolve_inputs
 from pipesim.profiles.models.profile import ModelProfile
+from pipesim.schedules.order_text import is_schedule_file, read_schedule_file
 from pipesim.sweep.config import Overrides, SweepConfig, SweepPoint, overrides_text
 from pipesim.sweep.store import ResultsWriter, point_key
 
@@ -141,7 +142,9 @@ def run_task(task: SweepTask) -> list[dict[str, object]]:
                 profile,
                 cluster,
                 point.global_batch_size,
-                schedules=[point.schedule],
+                schedules=[
+                    read_schedule_file(point.schedule) if is_schedule_file(point.schedule) else point.schedule
+                ],
                 base_plan=base,
                 options=options,
                 price_per_device_hour_usd=price,

@@ -40,11 +40,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
-from pipesim.errors import invalid, parse_name
+from pipesim.errors import check_count, invalid, parse_name
 from pipesim.profiles.models.profile import ModelProfile
 
 __all__ = [
     "IN_FLIGHT_SCHEDULES",
+    "IN_FLIGHT_SCHEDULES_ALL",
     "OPTIMIZERS",
     "OPTIMIZER_STATE_MULTIPLIER",
     "Optimizer",
@@ -60,6 +61,7 @@ __all__ = [
     "stage_activations",
     "static_memory_bytes",
     "static_memory_multiplier",
+    "weight_versions",
 ]
 
 
@@ -332,6 +334,22 @@ IN_FLIGHT_SCHEDULES: tuple[str, ...] = ("gpipe", "dapple", "1f1b", "interleaved"
 """Schedules whose peak in-flight micro-batch counts :func:`in_flight_microbatches` knows."""
 
 
+IN_FLIGHT_SCHEDULES_ALL: tuple[str, ...] = (
+    *IN_FLIGHT_SCHEDULES,
+    "looped-bfs",
+    "interleaved-zb",
+    "zbv",
+    "dualpipev",
+    "v-half",
+    "v-min",
+    "zb-auto",
+    "pipedream-async",
+    "pipedream-2bw",
+)
+"""Every schedule :func:`in_flight_microbatches` knows (:data:`IN_FLIGHT_SCHEDULES` are those the
+planner's estimate covers)."""
+
+
 def in_flight_microbatches(
     schedule: str,
     rank: int,
@@ -340,6 +358,7 @@ def in_flight_microbatches(
     *,
     chunks: int = 1,
     warmup: str | Sequence[int] = "default",
+    memory_limit: int | None = None,
 ) -> int:
     """Forwards whose activations rank ``rank`` (0-based, of ``p``) holds at its peak.
 
@@ -354,7 +373,16 @@ def in_flight_microbatches(
       micro-batches (``g = m / max(1, m // p)``; ``g = m`` for ``v = 1``);
     * ``zb-h1``: the warm-up ``(v - 1) g + (p - 1 - i) + 1`` plus the ``i`` put-off ``W`` actions,
       ``min((v - 1) g + p, v m)`` (``min(p, m)`` for ``v = 1``), Qi et al., ICLR 2024, Sec. 3.1;
-    * ``zb-h2``: ``min(2 p - 1, m)`` (ibid., Sec. 3.2).
+    * ``zb-h2``: ``min(2 p - 1, m)`` (ibid., Sec. 3.2);
+    * ``looped-bfs``: ``v m`` (every micro-batch on every chunk before the first backward);
+    * ``interleaved-zb``: as ``zb-h1``;
+    * ``zbv`` (two chunks in a V): ``min(2 p, 2 m, m + i + 1)``, i.e. ``p`` micro-batches of the
+      rank's layers for ``m >= 2p - 1``, as 1F1B's first stage (Qi et al., ICLR 2024, sec. 6);
+    * ``dualpipev``: ``2 p + 1`` (``m >= 2p``);
+    * ``v-half`` / ``v-min`` (two chunks): at most ``min(2 L, 2 m)`` with ``L = (p + 2) // 2`` /
+      ``(p + 4) // 3`` micro-batches (Qi et al., NeurIPS 2024); the greedy order reaches it;
+    * ``zb-auto``: ``min(memory_limit, m)`` (default limit ``p``);
+    * ``pipedream-async`` / ``pipedream-2bw``: as ``1f1b``.
 
     Raises:
         InputError: an unknown schedule, a bad warm-up, or ``rank`` outside ``0..p-1``.
@@ -382,7 +410,51 @@ def in_flight_microbatches(
         return min((v - 1) * group + p, v * m)
     if schedule == "zb-h2":
         return min(2 * p - 1, m)
-    raise invalid("schedule", schedule, f"in-flight counts are known for {', '.join(IN_FLIGHT_SCHEDULES)}")
+    return _in_flight_more(schedule, i, p, m, v, memory_limit)
+
+
+def _in_flight_more(schedule: str, i: int, p: int, m: int, v: int, memory_limit: int | None) -> int:
+    """:func:`in_flight_microbatches` for the schedules past :data:`IN_FLIGHT_SCHEDULES`."""
+    if schedule == "looped-bfs":
+        return v * m
+    if schedule == "interleaved-zb":
+        group = m // max(1, m // p) if v > 1 else m
+        return min((v - 1) * group + p, v * m)
+    if schedule == "zbv":
+        return min(2 * p, 2 * m, m + i + 1)
+    if schedule == "dualpipev":
+        return 2 * p + 1
+    if schedule in ("v-half", "v-min"):
+        limit = (p + 2) // 2 if schedule == "v-half" else (p + 4) // 3
+        return min(2 * limit, 2 * m)
+    if schedule == "zb-auto":
+        return min(p if memory_limit is None else memory_limit, m)
+    if schedule in ("pipedream-async", "pipedream-2bw"):
+        return min(p - i, m)
+    known = ", ".join(IN_FLIGHT_SCHEDULES_ALL)
+    raise invalid("schedule", schedule, f"in-flight counts are known for {known}")
+
+
+def weight_versions(schedule: str, stage: int, num_ranks: int, num_microbatches: int) -> int:
+    """Weight versions stage ``stage`` (0-based, of ``p`` one-stage ranks) keeps at once.
+
+    ``pipedream-async``: ``min(p - stage, m)``, one per in-flight micro-batch (weight stashing,
+    Narayanan et al., SOSP 2019, sec. 3.3); ``pipedream-2bw``: 2, the version being updated and
+    the one in use (Narayanan et al., ICML 2021, sec. 3.1; 1 when ``p = 1``); every flushed
+    schedule: 1. Each extra version costs the stage's weight bytes.
+
+    Raises:
+        InputError: ``stage`` outside ``0..p-1`` or a count below 1.
+    """
+    check_count("num_ranks", num_ranks)
+    check_count("num_microbatches", num_microbatches)
+    if type(stage) is not int or not 0 <= stage < num_ranks:
+        raise invalid("stage", stage, f"must be an integer in 0..{num_ranks - 1}")
+    if schedule == "pipedream-async":
+        return min(num_ranks - stage, num_microbatches)
+    if schedule == "pipedream-2bw":
+        return 2 if num_ranks > 1 else 1
+    return 1
 
 
 def held_until_w(schedule: str, rank: int, in_flight: int) -> int:

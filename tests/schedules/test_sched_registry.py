@@ -10,8 +10,11 @@ from pipesim.schedules.registry import lookup
 
 
 def test_names() -> None:
-    assert schedule_names() == ("gpipe", "dapple", "1f1b", "interleaved", "zb-h1", "zb-h2")
-    assert [n.value for n in ScheduleName] == [*schedule_names(), "memory-aware"]
+    assert schedule_names() == (
+        "gpipe", "dapple", "1f1b", "interleaved", "zb-h1", "zb-h2", "looped-bfs", "interleaved-zb",
+        "zbv", "dualpipev", "v-half", "v-min", "zb-auto", "pipedream-async", "pipedream-2bw",
+    )
+    assert [n.value for n in ScheduleName] == [*schedule_names(), "memory-aware", "custom"]
 
 
 def test_memory_aware_is_a_name_but_not_generated_here() -> None:
@@ -24,7 +27,7 @@ def test_names_are_str_enums() -> None:
     assert ScheduleName.ONE_F_ONE_B == "1f1b"
     assert f"{ScheduleName.ZB_H1}" == str(ScheduleName.ZB_H1) == "zb-h1"
     assert lookup(ScheduleName.GPIPE) is ScheduleName.GPIPE
-    with pytest.raises(UnknownNameError, match="valid schedule names: 1f1b, dapple, gpipe"):
+    with pytest.raises(UnknownNameError, match="valid schedule names: 1f1b, custom, dapple, dualpipev"):
         lookup(3)
 
 

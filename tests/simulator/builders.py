@@ -69,14 +69,21 @@ def random_plan(
     recompute: bool = False,
 ) -> tuple[Plan, ModelProfile]:
     """A random plan of ``schedule`` and its random profile, drawn with hypothesis ``draw``: 1-4
-    pipeline ranks (two chunks each for ``interleaved``), 1-3 layers per stage, 1-3 replicas per
+    pipeline ranks (the schedule's default chunks each, e.g. two for ``interleaved`` and the V
+    shapes, placed as the schedule places them), 1-3 layers per stage, 1-3 replicas per
     rank, layer times from ``min_op_time_s``, any all-reduce algorithm, and with ``recompute``
     either recomputation mode."""
     from hypothesis import strategies as st
 
-    chunks = 2 if schedule == "interleaved" else 1
+    from pipesim.schedules.placement import stage_rank
+    from pipesim.schedules.registry import schedule_info
+
+    info = schedule_info(schedule)
+    chunks = info.default_chunks  # 2 for interleaved, looped BFS and the V shapes
     p = draw(st.integers(1, 4))
     m = p * draw(st.integers(1, 2)) if chunks > 1 else draw(st.integers(1, max_microbatches))
+    if schedule == "dualpipev":
+        m = 2 * m  # DualPipeV needs m >= 2p
     sizes = [draw(st.integers(1, 3)) for _ in range(p * chunks)]
     replicas = [draw(st.integers(1, 3)) for _ in range(p)]
     batch = draw(st.sampled_from([1, 2, 4]))
@@ -94,7 +101,8 @@ def random_plan(
     profile = ModelProfile(name="random", layers=layers, profile_batch_size=batch)
     stages, first = [], 0
     for s, n in enumerate(sizes):
-        stages.append(StagePlan(first_layer=first, last_layer=first + n - 1, replicas=replicas[s % p]))
+        rank = stage_rank(info.placement, s, p)
+        stages.append(StagePlan(first_layer=first, last_layer=first + n - 1, replicas=replicas[rank]))
         first += n
     plan = Plan(
         stages=tuple(stages),
