@@ -23,7 +23,7 @@ from pipesim.errors import Infeasible
 from pipesim.plan import Plan, StagePlan, resplit, split_samples
 from pipesim.planner.baselines import candidate_microbatch_counts
 from pipesim.planner.estimate import NEG_INF, CostModel, _canonical, eval_lines
-from pipesim.planner.placement import Placement, device_order, stage_start
+from pipesim.planner.placement import Placement, device_order, placement_grid, placement_unit, stage_start
 from pipesim.planner.search_space import cut_positions, device_unit, even_split, replica_candidates
 from pipesim.profiles.costmodels.collective import AllReduceCurves, Lines
 from pipesim.profiles.costmodels.memory import Recompute
@@ -80,7 +80,7 @@ def _uneven_lines(
     cache: dict[tuple[object, ...], tuple[Lines, Lines]]
     cache = model.memo.setdefault(("dapple-uneven",), {})  # type: ignore[assignment]
     cluster = model.cluster
-    key = (_canonical(src, dst, g=cluster.gpus_per_server, renumber=cluster.servers_interchangeable), samples)
+    key = (_canonical(src, dst, g=placement_unit(cluster), renumber=cluster.servers_interchangeable), samples)
     found = cache.get(key)
     if found is None:
         route = model.cluster.route
@@ -124,7 +124,8 @@ def _search_one(
     cluster = model.cluster
     n = model.profile.num_layers
     num_dev = cluster.num_devices
-    g = cluster.gpus_per_server
+    g = placement_unit(cluster)
+    grid = placement_grid(cluster)
     b = global_batch_size // m
     order = device_order(cluster, policy)
     cands = replica_candidates(b, num_dev, g, unit, full=full_space)
@@ -187,7 +188,7 @@ def _search_one(
         for (q, rf), entries in sorted(buckets[i].items()):
             if not entries:
                 continue
-            start = stage_start(q, policy, g)
+            start = stage_start(q, policy, grid)
             min_k = min(e.k for e in entries)
             k_min = min(min_k + 1, m)
             for r in cands:
@@ -279,7 +280,7 @@ def _search_one(
 
 def _placed(
     cluster_devices: int,
-    gpus_per_server: int,
+    gpus_per_server: int | tuple[int, ...],
     order: Sequence[int],
     policy: Placement,
     replicas: Sequence[int],
@@ -316,7 +317,7 @@ def _uniform_bound(
     cluster = model.cluster
     num_dev = cluster.num_devices
     b = global_batch_size // m
-    cands = set(replica_candidates(b, num_dev, cluster.gpus_per_server, unit, full=full_space))
+    cands = set(replica_candidates(b, num_dev, placement_unit(cluster), unit, full=full_space))
     layer_times = [lay.fwd_time_s + lay.bwd_time_s for lay in model.profile.layers]
     block_times = [sum(layer_times[positions[k] : positions[k + 1]]) for k in range(len(positions) - 1)]
     best = math.inf
@@ -327,7 +328,7 @@ def _uniform_bound(
         bounds = even_split(block_times, stages)
         for policy in policies:
             devs = _placed(
-                num_dev, cluster.gpus_per_server, device_order(cluster, policy), policy, [r] * stages
+                num_dev, placement_grid(cluster), device_order(cluster, policy), policy, [r] * stages
             )
             if devs is None:
                 continue
@@ -350,10 +351,17 @@ def _uniform_bound(
     return best
 
 
-def _distinct_policies(policies: Iterable[Placement], unit: int, gpus_per_server: int) -> list[Placement]:
+def _distinct_policies(
+    policies: Iterable[Placement], unit: int, gpus_per_server: int | tuple[int, ...]
+) -> list[Placement]:
     """The policies, less append-first when whole-server units make it the same as fresh-first."""
     out = list(dict.fromkeys(policies))
-    if unit % gpus_per_server == 0 and Placement.FRESH_FIRST in out and Placement.APPEND_FIRST in out:
+    if (
+        isinstance(gpus_per_server, int)
+        and unit % gpus_per_server == 0
+        and Placement.FRESH_FIRST in out
+        and Placement.APPEND_FIRST in out
+    ):
         out.remove(Placement.APPEND_FIRST)
     return out
 
@@ -409,9 +417,9 @@ def dapple_search(
     )
     ms = [m for m in dict.fromkeys(ms) if global_batch_size % m == 0]
     cluster = model.cluster
-    unit = device_unit(cluster.num_devices, cluster.gpus_per_server)
+    unit = device_unit(cluster.num_devices, placement_unit(cluster))
     positions = cut_positions(model.profile)
-    policies = _distinct_policies(placements, unit, cluster.gpus_per_server)
+    policies = _distinct_policies(placements, unit, placement_grid(cluster))
     # the DP's cost can favour one policy whose plans the full estimate (NIC sharing) ranks far
     # lower (gnmt16 on 1024 GPUs: scatter-first), so every policy keeps its best
     uniform = {

@@ -203,15 +203,16 @@ class CostModel:
         self._shares: dict[float, _ShareTable] = {}
         self._bw = [link.bandwidth_bytes_per_s for link in cluster.links]
         self._lat = [link.latency_s for link in cluster.links]
-        if not cluster.is_homogeneous:
+        if len({g.device for g in cluster.groups}) > 1:
             raise invalid(
                 "cluster",
                 cluster.name,
-                "the planner needs identical servers (one device type and one GPU count); this cluster "
-                f"has {len(cluster.groups)} server groups: plan each group's servers as their own cluster, "
-                "or simulate a given plan on it",
+                "the planner needs one device type (servers may differ only in GPU count); this "
+                f"cluster has {len(cluster.groups)} server groups of different devices: plan each "
+                "group's servers as their own cluster, or simulate a given plan on it",
             )
-        self._g = cluster.gpus_per_server
+        # servers of different GPU counts are never renumbered (not interchangeable): g unused
+        self._g = cluster.groups[0].gpus_per_server
         self._renumber = cluster.servers_interchangeable
         self._ar_cache: dict[tuple[int, ...], AllReduceCurves] = {}
         self._ar_by_devices: dict[tuple[int, ...], AllReduceCurves] = {}

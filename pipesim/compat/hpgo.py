@@ -25,10 +25,9 @@ the plan itself comes from pipesim's ``dapple`` planner. See ``docs/hpgo.md``.
 * HPGO numbers the states of a branching graph (PipeDream's antichain DAG) in an order that
   depends on Python's string hashing, so that numbering cannot be reproduced; for such profiles
   pass ``numbering="pipesim"`` to get pipesim layer indices (end exclusive) instead.
-* ``devices``/``seps``: cumulative GPU count per server; uneven servers (``[8, 12]``) are
-  accepted by :func:`devices_from_seps` and by the conductor, but pipesim's planner only plans on
-  servers of equal size, so :meth:`SyncOrchestrate.py_orchestrate` refuses them with an
-  :class:`~pipesim.errors.InputError` naming ``devices``.
+* ``devices``/``seps``: cumulative GPU count per server; uneven servers (``[8, 12]``) become a
+  cluster of one server group per size, which DAPPLE's planner places at the real server
+  boundaries.
 """
 
 from __future__ import annotations
@@ -172,28 +171,34 @@ def cluster_from_seps(
     *,
     overrides: Mapping[str, object] | None = None,
 ) -> Cluster:
-    """A pipesim cluster of identical servers from HPGO's cumulative GPU counts.
+    """A pipesim cluster from HPGO's cumulative GPU counts (servers of different sizes: one group each).
 
     Args:
         devices: cumulative GPU count per server (``[8, 16]`` = 2 x 8) or a :class:`Devices`.
         base: the server template (a preset name, TOML file or :class:`Cluster`; default
             DAPPLE's testbed: V100 16 GB, NVLink inside a server, 25 Gb/s Ethernet between).
         overrides: further what-if changes (``{"device": "A100-80GB"}``), applied after the
-            server counts; see :func:`pipesim.profiles.inputs.resolve_cluster`.
+            server counts (for servers of different sizes: to the template, before them); see
+            :func:`pipesim.profiles.inputs.resolve_cluster`.
+
+    A server whose size differs from the template's is an NVSwitch box with NVLink 2 ports (as
+    for equal servers). Servers of different sizes (``[8, 12]``: 8 and 4 GPUs) become one server
+    group each (``docs/hardware.md``), which DAPPLE's planner places at their real boundaries.
 
     Raises:
-        InputError: bad counts, servers of different sizes (pipesim's planner cannot plan on
-            them yet), or a bad override.
+        InputError: bad counts or a bad override.
     """
     d = devices if isinstance(devices, Devices) else devices_from_seps(devices)
     sizes = d.server_sizes
     if len(set(sizes)) != 1:
-        raise invalid(
-            "devices",
-            list(d.seps),
-            f"servers of {', '.join(map(str, sizes))} GPUs: HPGO accepts uneven servers, but "
-            "pipesim's planner needs servers with equal GPU counts, e.g. [8, 16]",
-        )
+        template = resolve_cluster(resolve_cluster(base), overrides)
+        groups: list[dict[str, object]] = []
+        for size in sizes:
+            group: dict[str, object] = {"servers": 1, "gpus_per_server": size}
+            if size != template.gpus_per_server:
+                group.update({"intra": "nvswitch", "intra_link": "NVLink2"})
+            groups.append(group)
+        return resolve_cluster(template, {"group": groups})
     shape: dict[str, object] = {"servers": len(sizes)}
     template = resolve_cluster(base)
     if sizes[0] != template.gpus_per_server:
@@ -305,7 +310,7 @@ class SyncOrchestrate:
         """The pipesim cluster of :attr:`d` with the overrides.
 
         Raises:
-            InputError: uneven servers or a bad override.
+            InputError: a bad override.
         """
         return cluster_from_seps(self.d, overrides=self.overrides)
 
@@ -336,7 +341,7 @@ class SyncOrchestrate:
         """Plan; return ``(speedup over one GPU, stages)`` of the best plan, as HPGO does.
 
         Raises:
-            InputError: uneven servers, or a device that cannot run the profile's dtype.
+            InputError: a device that cannot run the profile's dtype.
             Infeasible: no plan fits in device memory.
         """
         profile, cluster = resolve_inputs(self.m.profile, self.cluster)
@@ -382,10 +387,7 @@ def conductor_from_torch_graph_and_seps(
             with ``numbering="hpgo"``.
     """
     d = devices_from_seps(devices)
-    if len(set(d.server_sizes)) == 1:
-        profile, _ = resolve_inputs(
-            profile_filename, cluster_from_seps(d, overrides=overrides), pbs=profile_batch_size
-        )
-    else:  # uneven servers: accepted here, refused by py_orchestrate
-        profile = load_torchgraph(profile_filename, pbs=profile_batch_size)
+    profile, _ = resolve_inputs(
+        profile_filename, cluster_from_seps(d, overrides=overrides), pbs=profile_batch_size
+    )
     return SyncOrchestrate(m=_model(profile, global_batch_size, numbering), d=d, overrides=overrides)

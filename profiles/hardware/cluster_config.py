@@ -287,13 +287,9 @@ def _fabric(flat: Mapping[str, object], base: FabricSpec | None) -> FabricSpec:
         values["switch_latency_s"] = latency * 1e-6 if latency_key.endswith("_us") else latency
     try:
         return FabricSpec(kind=kind, **values)  # type: ignore[arg-type]
-    except InputError as exc:
-        field = str(exc).split("=", 1)[0]
-        key = "switch_latency_s" if field == "switch_latency_s" else field
-        given = next(
-            (k for k in _FABRIC_KEYS if k == key or (k == "fabric_levels" and key == "levels")), None
-        )
-        raise ConfigError(given if given in flat else None, str(exc)) from None
+    except InputError as exc:  # FabricSpec names the key (fabric, fabric_levels, oversubscription, ...)
+        key = str(exc).split("=", 1)[0]
+        raise ConfigError(key if key in flat else None, str(exc)) from None
 
 
 def cluster_from_config(config: Mapping[str, object], *, base: Cluster | None = None) -> Cluster:

@@ -85,7 +85,7 @@ def test_bad_group_and_planning_a_heterogeneous_cluster_exit_2(
     good.write_text(MIXED, encoding="utf-8")
     code, _, err = run(capsys, "plan", "--model", "bert48", "--cluster", str(good), "--gbs", "64")
     assert code == 2
-    assert "the planner needs identical servers" in err
+    assert "the planner needs one device type" in err
     code, out, _ = run(
         capsys,
         "simulate",

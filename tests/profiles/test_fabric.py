@@ -400,3 +400,15 @@ def test_route_properties_on_random_rail_clusters(
     )
     check_link_table(cluster)
     check_routes(cluster)
+
+
+def test_bad_fabric_key_names_its_line(tmp_path: Path) -> None:
+    path = tmp_path / "fab.toml"
+    path.write_text(
+        'intra = "nvswitch"\ndevice = "A100"\nnic = "IB-HDR"\nservers = 2\n'
+        'fabric = "rail"\noversubscription = 0.5\n',
+        encoding="utf-8",
+    )
+    with pytest.raises(FormatError, match=r"oversubscription=0\.5: must be a finite number >= 1") as info:
+        load_cluster(str(path))
+    assert info.value.line == 6

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from pipesim.errors import InputError
 from pipesim.planner.estimate import CostModel
+from pipesim.planner.placement import Placement, device_order, placement_grid, placement_unit, stage_start
 from pipesim.planner.search import plan as plan_search
 from pipesim.profiles.hardware.cluster import Cluster, get_cluster, with_overrides
 from pipesim.profiles.hardware.cluster_config import cluster_from_config
@@ -65,12 +68,69 @@ def test_uneven_servers_of_one_device_simulate_at_one_speed() -> None:
     assert result.iteration_time_s > 0
 
 
-@pytest.mark.parametrize("cluster", [mixed(), mixed("A100-80GB", gpus=(8, 12))])
-def test_the_planner_refuses_heterogeneous_clusters(cluster: Cluster) -> None:
-    with pytest.raises(InputError, match="the planner needs identical servers"):
+def test_the_planner_refuses_mixed_device_types() -> None:
+    cluster = mixed()
+    with pytest.raises(InputError, match="the planner needs one device type"):
         CostModel(equal_profile(4), cluster)
-    with pytest.raises(InputError, match=r"cluster=.*the planner needs identical servers"):
+    with pytest.raises(InputError, match=r"cluster='custom': the planner needs one device type"):
         plan_search(equal_profile(4), cluster, global_batch_size=8)
+
+
+def uneven() -> Cluster:
+    """Issue 18: two V100 servers of 8 and 12 GPUs."""
+    return cluster_from_config(
+        {
+            "intra": "nvswitch",
+            "device": "V100-SXM2-32GB",
+            "nic": "IB-EDR",
+            "nics_per_server": 4,
+            "group": [{"servers": 1, "gpus_per_server": 8}, {"servers": 1, "gpus_per_server": 12}],
+        }
+    )
+
+
+def test_placement_on_servers_of_different_sizes() -> None:
+    cluster = uneven()
+    assert placement_grid(cluster) == (0, 12, 20)  # boundaries counted from the end of the order
+    assert placement_grid(get_cluster("dapple-2x8-v100")) == 8
+    assert placement_unit(cluster) == 4
+    scatter = device_order(cluster, Placement.SCATTER_FIRST)
+    assert scatter[:4] == (0, 8, 1, 9)
+    assert scatter[16:] == (16, 17, 18, 19)  # GPUs 8..11 exist only on the second server
+    assert sorted(scatter) == list(range(20))
+    assert device_order(cluster, Placement.FRESH_FIRST) == tuple(range(20))
+    assert [stage_start(q, Placement.FRESH_FIRST, (0, 12, 20)) for q in (0, 1, 12, 13, 20)] == [
+        0,
+        12,
+        12,
+        20,
+        20,
+    ]
+    assert stage_start(13, Placement.APPEND_FIRST, (0, 12, 20)) == 13
+
+
+def test_dapple_plans_servers_of_8_and_12_gpus() -> None:
+    cluster = uneven()
+    profile = equal_profile(8)
+    for policy in Placement:
+        plans = plan_search(
+            profile, cluster, global_batch_size=48, planner="dapple", placements=[policy], top=3
+        )
+        assert plans
+        for found in plans:
+            devices = [d for stage in found.stages for d in stage.devices or ()]
+            assert len(devices) == len(set(devices))
+            assert set(devices) <= set(range(20))
+            if policy is Placement.FRESH_FIRST:  # no server is shared by two stages
+                servers = [{cluster.server_of(d) for d in stage.devices or ()} for stage in found.stages]
+                for a, b in itertools.combinations(servers, 2):
+                    assert not a & b
+    best = plan_search(profile, cluster, global_batch_size=48, planner="dapple", top=1)[0]
+    assert best.estimate is not None
+    result = simulate(best, profile, cluster)
+    assert result.iteration_time_s > 0
+    with pytest.raises(InputError, match="servers of different GPU counts"):
+        plan_search(profile, cluster, global_batch_size=48, planner="pipedream")
 
 
 def test_the_planner_on_a_rail_fabric_keeps_server_identity() -> None:
