@@ -170,18 +170,20 @@ def run_case(case: str) -> dict[str, float | str]:
     start, start_cpu = time.perf_counter(), time.process_time()
     result = simulate(plan, profile, cluster, options)
     wall, cpu = time.perf_counter() - start, time.process_time() - start_cpu
+    rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     # reading the trace: its events are made on first read (simulator/trace_log.py), not timed above
     start = time.perf_counter()
     if result.events:
         result.events[0]
     read = time.perf_counter() - start
-    rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    read_rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return {
         "case": case,
         "wall_s": round(wall, 3),
         "cpu_s": round(cpu, 3),
         "events": len(result.events),
         "read_s": round(read, 3),
+        "read_rss_mib": round(read_rss_mib),
         "ops": result.num_events,
         "ops_per_s": round(result.num_events / wall),
         "peak_rss_mib": round(rss_mib),
@@ -212,7 +214,12 @@ def main() -> int:
         row = json.loads(out.stdout.strip().splitlines()[-1])
         ok = row["wall_s"] <= row["target_s"]
         failed |= not ok
-        trace = f", trace of {row['events']} events read in {row['read_s']:.3f} s" if row["events"] else ""
+        trace = (
+            f", trace of {row['events']} events read in {row['read_s']:.3f} s "
+            f"(peak RSS then {row['read_rss_mib']} MiB)"
+            if row["events"]
+            else ""
+        )
         print(
             f"({case}) wall {row['wall_s']:.3f} s (target {row['target_s']} s, {'ok' if ok else 'MISSED'}), "
             f"CPU {row['cpu_s']:.3f} s, {row['ops']} ops, {row['ops_per_s']} ops/s, "
