@@ -56,6 +56,7 @@ from pipesim.schedules.validate import validate
 from pipesim.simulator.microbatch_costs import MicrobatchCosts
 from pipesim.simulator.options import SimOptions
 from pipesim.simulator.stage_costs import CostOptions, StageCosts, StageFacts
+from pipesim.simulator.tp_lowering import TpLowering
 
 __all__ = ["Block", "Collective", "Compute", "Instruction", "Post", "Program", "Recv", "Send", "lower"]
 
@@ -178,8 +179,11 @@ class Program:
         cluster: Cluster,
         opts: CostOptions,
         bucket_marks: dict[int, tuple[tuple[float, int], ...]],
+        tp: TpLowering | None = None,
     ) -> None:
         self.plan = plan
+        self.tp = tp
+        """The tensor-parallel / sharding pass (:mod:`pipesim.simulator.tp_lowering`), or ``None``."""
         self.schedule = schedule
         self.stages = tuple(stages)
         self.collectives = tuple(collectives)
@@ -281,6 +285,9 @@ class Program:
         """``(op, duration s, bytes allocated at the start, bytes freed at the end)``."""
         fwd, bwd, stash, work = self._costs.of(s, mb, replica)
         wf = self.stages[s].wgrad_fraction
+        tp = self.tp
+        if tp is not None and tp.is_tp(s):
+            return _tp_compute_parts(tp, op, s, self._part(s, mb, replica), replica, fwd, bwd, wf)
         if op is Op.F:
             return ("F", fwd, (stash,), ())
         if op is Op.B:
@@ -288,6 +295,11 @@ class Program:
         if op is Op.I:
             return ("I", bwd * (1.0 - wf), (work,), (work,))
         return ("W", bwd * wf, (), (stash,))
+
+    def _part(self, s: int, mb: int, replica: int) -> int:
+        """Samples of ``replica``'s share of micro-batch ``mb`` on stage ``s``."""
+        start, stop = self._costs.shares(self._costs.samples[mb], len(self.stages[s].devices))[replica]
+        return stop - start
 
     def _send_parts(
         self, op: Op, s: int, mb: int, replica: int
@@ -297,6 +309,8 @@ class Program:
         dst = s + 1 if op is Op.SEND_F else s - 1
         kind = "act" if op is Op.SEND_F else "grad"
         per_sample = self._costs.out_per_sample(s if op is Op.SEND_F else dst, mb)
+        if self.tp is not None:
+            per_sample /= self.tp.send_divisor(s, dst)
         src_device = stages[s].devices[replica]
         for j, k, count in self._pieces(s, dst, mb):
             if j == replica:
@@ -351,6 +365,22 @@ class Program:
                 text = f"post ar{c.index} (stage {c.stage} all-reduce {c.nbytes:.6g} B)"
             lines.append("  " + text)
         return "\n".join(lines)
+
+
+def _tp_compute_parts(
+    tp: TpLowering, op: Op, s: int, samples: int, replica: int, fwd: float, bwd: float, wf: float
+) -> tuple[str, float, tuple[float, ...], tuple[float, ...]]:
+    """:meth:`Program._compute_parts` of a tensor-parallel stage: the compute time scaled to TP,
+    plus the op's exposed TP collectives (the backward's go with the input gradient ``I``)."""
+    ratio_f, ratio_b, comm_f, comm_b, stash, work = tp.cost(s, samples, replica)
+    fwd, bwd = fwd * ratio_f, bwd * ratio_b
+    if op is Op.F:
+        return ("F", fwd + comm_f, (stash,), ())
+    if op is Op.B:
+        return ("B", bwd + comm_b, (work,), (work, stash))
+    if op is Op.I:
+        return ("I", bwd * (1.0 - wf) + comm_b, (work,), (work,))
+    return ("W", bwd * wf, (), (stash,))
 
 
 def _stage_facts(
@@ -466,15 +496,22 @@ def lower(
         bucket_bytes=float(options.bucket_bytes),
         free_links=options.free_links,
     )
+    tp_pass = TpLowering(plan, profile, cluster, free_links=opts.free_links)
+    tp = tp_pass if tp_pass.active else None
     collectives: list[Collective] = []
     marks: dict[int, tuple[tuple[float, int], ...]] = {}
     bucketed = opts.allreduce_overlap == "bucketed"
     for stage in stages:
         if len(stage.devices) < 2:
             continue
+        scale = 1.0
+        if tp is not None:  # TP shards and sharded traffic (all-reduce equivalent bytes)
+            whole = float(sum(profile.layers[i].parameter_bytes for i in stage.layers))
+            scale = tp.dp_bytes(stage.index) / whole if whole > 0 else 1.0
         if bucketed:
             stage_marks = []
             for k, (nbytes, fraction) in enumerate(_buckets(profile, stage.layers, opts.bucket_bytes)):
+                nbytes *= scale
                 index = len(collectives)
                 collectives.append(
                     Collective(
@@ -492,6 +529,8 @@ def lower(
             marks[stage.index] = tuple(stage_marks)
         else:
             nbytes = float(sum(profile.layers[i].parameter_bytes for i in stage.layers))
+            if tp is not None:
+                nbytes = tp.dp_bytes(stage.index)
             collectives.append(
                 Collective(
                     index=len(collectives),
@@ -509,6 +548,8 @@ def lower(
         for device in stage.devices:
             device_layers.setdefault(device, []).extend(stage.layers)
     static = {d: static_memory_bytes(profile, layers, plan.optimizer) for d, layers in device_layers.items()}
+    if tp is not None:
+        static = _tp_static_memory(tp, stages)
     return Program(
         plan=plan,
         schedule=stream,
@@ -519,4 +560,21 @@ def lower(
         cluster=cluster,
         opts=opts,
         bucket_marks=marks,
+        tp=tp,
     )
+
+
+def _tp_static_memory(tp: TpLowering, stages: list[StageFacts]) -> dict[int, float]:
+    """Static memory per device (the streams' first devices) under TP and sharding, bytes.
+
+    Parameter bytes are summed per multiplier before multiplying, as
+    :func:`~pipesim.profiles.costmodels.memory.static_memory_bytes` does, so that ``t = 1``
+    without sharding gives the same floats."""
+    per_device: dict[int, dict[float, float]] = {}
+    for stage in stages:
+        multiplier = tp.memory_multiplier(stage.index)
+        params = tp.parameter_bytes(stage.index)
+        for device in stage.devices:
+            groups = per_device.setdefault(device, {})
+            groups[multiplier] = groups.get(multiplier, 0.0) + params
+    return {d: sum(params * m for m, params in groups.items()) for d, groups in per_device.items()}

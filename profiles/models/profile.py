@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from pipesim.errors import check_count, check_nonneg, check_positive, invalid
+from pipesim.profiles.models.shape import LayerShape
 
 __all__ = ["DTYPES", "DTYPE_BYTES", "BatchPoint", "Cut", "Layer", "ModelProfile"]
 
@@ -38,6 +39,8 @@ class Layer:
         wgrad_fraction: the share of ``bwd_time_s`` spent on weight gradients (zero-bubble
             schedules split B into input-gradient and weight-gradient parts), or ``None`` for the
             default (half of the backward for a layer with parameters, none for one without).
+        shape: the transformer shape of the layer (:class:`~pipesim.profiles.models.shape.LayerShape`),
+            or ``None``; tensor parallelism needs it.
 
     Raises:
         InputError: a time, byte count or FLOP count is negative or not finite, the name is
@@ -55,6 +58,7 @@ class Layer:
     fwd_memory_bytes: float | None = None
     bwd_memory_bytes: float | None = None
     wgrad_fraction: float | None = None
+    shape: LayerShape | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -71,6 +75,8 @@ class Layer:
             check_nonneg(f"{self.name}.wgrad_fraction", self.wgrad_fraction)
             if self.wgrad_fraction > 1:
                 raise invalid(f"{self.name}.wgrad_fraction", self.wgrad_fraction, "must be <= 1")
+        if self.shape is not None and not isinstance(self.shape, LayerShape):
+            raise invalid(f"{self.name}.shape", self.shape, "must be a LayerShape or None")
 
     @property
     def stashed_bytes(self) -> int:
