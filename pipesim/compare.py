@@ -13,8 +13,9 @@ from typing import Any
 
 from pipesim.errors import invalid
 from pipesim.fileio import atomic_write_text, json_text
-from pipesim.plan import Plan, StagePlan, balanced_split, stage_ranges
+from pipesim.plan import Plan, balanced_split, stage_ranges
 from pipesim.planner import ESTIMATED_SCHEDULES, estimate_plan, plan
+from pipesim.planner.megatron import THREE_D_SCHEDULES, MegatronPins, is_3d
 from pipesim.pricing import TrainingCost, training_cost
 from pipesim.profiles.inputs import ClusterLike, ModelLike, resolve_inputs
 from pipesim.profiles.models.profile import ModelProfile
@@ -110,6 +111,7 @@ def compare(
     price_per_device_hour_usd: float | None = None,
     train_samples: int | None = None,
     rerank: bool = True,
+    pins: MegatronPins | None = None,
 ) -> list[CompareRow]:
     """Plan once, then simulate the plan under each schedule.
 
@@ -128,6 +130,8 @@ def compare(
         train_samples: samples to train on, for the time-to-train and cost-to-train columns.
         rerank: order the planner's shortlist by simulation before taking its best plan
             (:func:`pipesim.rerank.simulated_rerank`); ``False`` takes the analytic estimate's best.
+        pins: tensor parallelism, sequence parallelism or sharding for the planner
+            (``--tp``/``--sp``/``--zero``; :class:`~pipesim.planner.megatron.MegatronPins`).
 
     Returns:
         One row per schedule, in the order given.
@@ -145,7 +149,9 @@ def compare(
         raise invalid("schedules", list(schedules), "must not repeat a schedule")
     if base_plan is None:
         by_simulation = simulated_rerank(profile, machine, options) if rerank else None
-        base_plan = plan(profile, machine, global_batch_size, planner=planner, top=1, rerank=by_simulation)[0]
+        base_plan = plan(
+            profile, machine, global_batch_size, planner=planner, top=1, rerank=by_simulation, pins=pins
+        )[0]
     rows: list[CompareRow] = []
     for name in names:
         if name == "interleaved":
@@ -154,9 +160,8 @@ def compare(
             variant = dataclasses.replace(base_plan, schedule=lookup(name), estimate=None)
         log.info("simulating %s with schedule %s", profile.name, name)
         result = simulate(variant, profile, machine, options)
-        estimate = (
-            estimate_plan(variant, profile, machine).iteration_time_s if name in ESTIMATED_SCHEDULES else None
-        )
+        estimated = name in (THREE_D_SCHEDULES if is_3d(variant) else ESTIMATED_SCHEDULES)
+        estimate = estimate_plan(variant, profile, machine).iteration_time_s if estimated else None
         speedup = rows[0].result.iteration_time_s / result.iteration_time_s if rows else 1.0
         price = price_per_device_hour_usd
         if price is None:
@@ -192,12 +197,7 @@ def interleave(base: Plan, profile: ModelProfile, *, chunks: int) -> Plan:
     times = [layer.fwd_time_s + layer.bwd_time_s for layer in profile.layers]
     ranges = stage_ranges(balanced_split(times, len(ranks) * chunks), profile.num_layers)
     stages = tuple(
-        StagePlan(
-            first_layer=a,
-            last_layer=b,
-            replicas=ranks[i % len(ranks)].replicas,
-            devices=ranks[i % len(ranks)].devices,
-        )
+        dataclasses.replace(ranks[i % len(ranks)], first_layer=a, last_layer=b)  # TP, sharding kept
         for i, (a, b) in enumerate(ranges)
     )
     return dataclasses.replace(

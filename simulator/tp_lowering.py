@@ -30,15 +30,16 @@ group is alike and runs on its own rails), with the per-device parameter bytes u
 from __future__ import annotations
 
 from pipesim.plan import Plan
-from pipesim.profiles.costmodels.collective import AllReduceAlgorithm, AllReduceCurves, allreduce_curves
+from pipesim.profiles.costmodels.collective import AllReduceCurves, allreduce_curves
 from pipesim.profiles.costmodels.sharding import dp_traffic_factor, sharded_memory_multiplier
 from pipesim.profiles.costmodels.tensor_parallel import (
     TpCollective,
     check_tensor_parallel,
+    collective_time_s,
     stage_collectives,
+    stage_tp_times,
     tp_parameter_bytes,
     tp_stage_activation_bytes,
-    tp_time_factors,
 )
 from pipesim.profiles.hardware.cluster import Cluster
 from pipesim.profiles.models.profile import DTYPE_BYTES, ModelProfile
@@ -88,9 +89,9 @@ class TpLowering:
         return stage_collectives(layers, t, sp, samples, self.profile.dtype)
 
     def collective_time_s(self, group: tuple[int, ...], collective: TpCollective) -> float:
-        """Time of one TP collective among ``group``, seconds (ring; gathers and scatters half)."""
-        full = self.curves(group).time_s(collective.nbytes, AllReduceAlgorithm.RING)
-        return full if collective.kind == "all-reduce" else full / 2.0
+        """Time of one TP collective among ``group``, seconds
+        (:func:`~pipesim.profiles.costmodels.tensor_parallel.collective_time_s`)."""
+        return collective_time_s(self.curves(group), collective)
 
     def cost(self, stage: int, samples: int, replica: int) -> TpStageCost:
         """:data:`TpStageCost` of ``replica``'s share of ``samples`` samples on TP ``stage``."""
@@ -100,25 +101,14 @@ class TpLowering:
             return found
         spec = self.plan.stages[stage]
         t, sp = spec.tensor_parallel, spec.sequence_parallel
-        layers = range(spec.first_layer, spec.last_layer + 1)
-        f_all, b_all = self.profile.fwd_times_s(samples), self.profile.bwd_times_s(samples)
-        f0 = f1 = b0 = b1 = 0.0
-        for i in layers:
-            shape = self.profile.layers[i].shape
-            ff, fb = (1.0, 1.0) if shape is None else tp_time_factors(shape, t, sp)
-            f0, f1 = f0 + f_all[i], f1 + f_all[i] * ff
-            b0, b1 = b0 + b_all[i], b1 + b_all[i] * fb
-        group = self.groups[stage % self.plan.num_ranks][replica]
-        comm_f = comm_b = 0.0
-        for c in self.collectives(stage, samples):
-            if c.phase == "F":
-                comm_f += self.collective_time_s(group, c)
-            else:
-                comm_b += self.collective_time_s(group, c)
+        curves = self.curves(self.groups[stage % self.plan.num_ranks][replica])
+        times = stage_tp_times(self.profile, spec.first_layer, spec.last_layer, samples, t, sp, curves)
         stash, work = tp_stage_activation_bytes(
             self.profile, spec.first_layer, spec.last_layer, samples, self.plan.recompute, t, sp
         )
-        found = (f1 / f0 if f0 > 0 else 1.0, b1 / b0 if b0 > 0 else 1.0, comm_f, comm_b, stash, work)
+        ratio_f = times.fwd_tp_s / times.fwd_s if times.fwd_s > 0 else 1.0
+        ratio_b = times.bwd_tp_s / times.bwd_s if times.bwd_s > 0 else 1.0
+        found = (ratio_f, ratio_b, times.fwd_comm_s, times.bwd_comm_s, stash, work)
         self._cache[key] = found
         return found
 

@@ -17,6 +17,7 @@ from pipesim.cli._common import (
     print_json,
     samples_int,
 )
+from pipesim.cli._parallel import add_parallel_args, apply_parallel, pins_of
 from pipesim.cli.progress import Status
 from pipesim.limits import MAX_PRICE_PER_DEVICE_HOUR_USD
 from pipesim.units import GIB, MS
@@ -89,6 +90,7 @@ def add_comparison_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--planner", default="dapple", help="planner whose best plan is compared (default dapple)")
     p.add_argument("--plan", help="compare this plan file instead of planning")
+    add_parallel_args(p)
     p.add_argument(
         "--rerank",
         default="simulate",
@@ -113,7 +115,7 @@ def comparison_rows(
 
     profile, cluster = inputs_of(args)
     schedules = [s.strip() for s in args.schedules.split(",") if s.strip()]
-    base = load_plan(args.plan) if args.plan else None
+    base = apply_parallel(load_plan(args.plan), args) if args.plan else None
     title = f"{profile.name} on {cluster.name}"
     status.update(f"comparing {', '.join(schedules)} for {title}")
     rows = compare(
@@ -123,6 +125,7 @@ def comparison_rows(
         schedules=schedules,
         planner=args.planner,
         base_plan=base,
+        pins=pins_of(args),
         rerank=args.rerank == "simulate",
         **options,
     )

@@ -17,6 +17,7 @@ from pipesim.cli._common import (
     print_json,
     seed_int,
 )
+from pipesim.cli._parallel import add_parallel_args, apply_parallel
 from pipesim.cli.progress import Status
 from pipesim.errors import invalid, vocabulary
 from pipesim.fileio import parse_ascii_int
@@ -75,6 +76,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "--schedule", default=None, help="schedule name (default dapple; see `pipesim schedule show`)"
     )
     p.add_argument("--chunks", type=positive_int, default=1, help="model chunks per device (interleaved)")
+    add_parallel_args(p)
     p.add_argument("--optimizer", default="adam", choices=vocabulary(Optimizer))
     p.add_argument(
         "--recompute",
@@ -200,6 +202,7 @@ def _run(args: argparse.Namespace) -> int:
             recompute=args.recompute,
             allreduce=args.allreduce,
         )
+    plan = apply_parallel(plan, args)
     speeds: dict[int, float] = {}
     if args.speed is not None:
         from pipesim.reports.montecarlo import parse_speed

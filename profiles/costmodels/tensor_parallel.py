@@ -33,6 +33,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from pipesim.errors import invalid
+from pipesim.profiles.costmodels.collective import AllReduceAlgorithm, AllReduceCurves
 from pipesim.profiles.costmodels.memory import Recompute
 from pipesim.profiles.models.profile import DTYPE_BYTES, Layer, ModelProfile
 from pipesim.profiles.models.shape import LayerKind, LayerShape
@@ -40,10 +41,13 @@ from pipesim.profiles.models.shape import LayerKind, LayerShape
 __all__ = [
     "CE_BYTES_PER_TOKEN",
     "TpCollective",
+    "TpStageTimes",
     "check_tensor_parallel",
+    "collective_time_s",
     "korthikanti_block_units",
     "layer_collectives",
     "stage_collectives",
+    "stage_tp_times",
     "tp_activation_factor",
     "tp_parameter_bytes",
     "tp_stage_activation_bytes",
@@ -226,3 +230,53 @@ def stage_collectives(
         if layer.shape is not None:
             out.extend(layer_collectives(layer.shape, t, sequence_parallel, samples, elem))
     return tuple(out)
+
+
+def collective_time_s(curves: AllReduceCurves, collective: TpCollective) -> float:
+    """Time of one TP collective on a group whose ring all-reduce ``curves`` are given, seconds:
+    an all-reduce is the ring all-reduce of ``nbytes``; an all-gather or a reduce-scatter of the
+    full ``nbytes`` is its half (``n - 1`` of its ``2 (n - 1)`` ring steps)."""
+    full = curves.time_s(collective.nbytes, AllReduceAlgorithm.RING)
+    return full if collective.kind == "all-reduce" else full / 2.0
+
+
+class TpStageTimes(NamedTuple):
+    """A TP stage's times for one micro-batch share on one device, seconds: the compute before
+    and after TP (forward, backward) and its exposed collectives per direction."""
+
+    fwd_s: float
+    bwd_s: float
+    fwd_tp_s: float
+    bwd_tp_s: float
+    fwd_comm_s: float
+    bwd_comm_s: float
+
+
+def stage_tp_times(
+    profile: ModelProfile,
+    first_layer: int,
+    last_layer: int,
+    samples: float,
+    t: int,
+    sequence_parallel: bool,
+    curves: AllReduceCurves,
+) -> TpStageTimes:
+    """Compute and collective time of layers ``first..last`` for ``samples`` samples under
+    ``t``-way TP (:func:`tp_time_factors` per layer; :func:`stage_collectives` timed with
+    :func:`collective_time_s` on the group's ``curves``). The one derivation both the planner's
+    estimate and the simulator's lowering use."""
+    f_all, b_all = profile.fwd_times_s(samples), profile.bwd_times_s(samples)
+    f0 = f1 = b0 = b1 = 0.0
+    for i in range(first_layer, last_layer + 1):
+        shape = profile.layers[i].shape
+        ff, fb = (1.0, 1.0) if shape is None else tp_time_factors(shape, t, sequence_parallel)
+        f0, f1 = f0 + f_all[i], f1 + f_all[i] * ff
+        b0, b1 = b0 + b_all[i], b1 + b_all[i] * fb
+    comm_f = comm_b = 0.0
+    layers = profile.layers[first_layer : last_layer + 1]
+    for c in stage_collectives(layers, t, sequence_parallel, samples, profile.dtype):
+        if c.phase == "F":
+            comm_f += collective_time_s(curves, c)
+        else:
+            comm_b += collective_time_s(curves, c)
+    return TpStageTimes(f0, b0, f1, b1, comm_f, comm_b)
