@@ -59,6 +59,9 @@ MAX_CHUNKS = 8
 
 _MICROBATCH_SIZES = (1, 2, 4, 8, 16)
 
+_Config = tuple[int, int, int, int, int, bool, Recompute, Sharding]
+"""``(t, p, d, m, v, sequence parallel, recompute, sharding)``."""
+
 THREE_D_SCHEDULES: tuple[str, ...] = ("gpipe", "dapple", "1f1b", "interleaved")
 """Schedules :func:`estimate_3d` models (GPipe, DAPPLE and 1F1B share the time
 ``(m + p - 1)(t_f + t_b)`` of equal stages; their memory differs by the in-flight count)."""
@@ -217,7 +220,7 @@ def megatron_plans(
     shardings = [Sharding.NONE, Sharding.DISTRIBUTED]
     if pins.sharding is not None:
         shardings = [Sharding.parse(pins.sharding)]
-    found: list[tuple[float, int, Plan]] = []
+    found: list[tuple[float, float, int, _Config, Estimate]] = []
     tried = 0
     for t in ts:
         if n_dev % t or shape.heads % t:
@@ -243,17 +246,29 @@ def megatron_plans(
                                                 memory_limit_bytes)
                                 if est is None:
                                     continue
-                                plan = _plan(shape_model, global_batch_size, t, p, d, m, v, sp, rc, sh,
-                                             optimizer, allreduce, est)
-                                found.append((est.iteration_time_s, len(found), plan))
+                                config = (t, p, d, m, v, sp, rc, sh)
+                                key = (est.iteration_time_s, est.peak_memory_bytes, len(found))
+                                found.append((*key, config, est))
     log.info("megatron: %d configurations, %d fit", tried, len(found))
     if not found:
         raise Infeasible(
             f"megatron: none of {tried} (t, p, d, micro-batch, chunks) configurations of {profile.name} "
             f"fits {memory_limit_bytes / 2**30:.3g} GiB per device on {n_dev} devices"
         )
-    found.sort(key=lambda x: (x[0], x[1]))
-    return [p for _, _, p in found[:top]]
+    # Among configurations that differ only in sharding, drop those no faster and no smaller than
+    # a kept one (sharding with the same traffic costs no time here but saves memory).
+    found.sort(key=lambda x: (x[0], x[1], x[2]))
+    kept: dict[tuple[object, ...], list[tuple[float, float]]] = {}
+    plans: list[Plan] = []
+    for time_s, peak, _, config, est in found:
+        group = kept.setdefault(config[:-1], [])
+        if any(k_time <= time_s and k_peak <= peak for k_time, k_peak in group):
+            continue
+        group.append((time_s, peak))
+        plans.append(_plan(shape_model, global_batch_size, *config, optimizer, allreduce, est))
+        if len(plans) == top:
+            break
+    return plans
 
 
 def estimate_3d(plan: Plan, profile: ModelProfile, cluster: Cluster) -> Estimate:
