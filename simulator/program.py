@@ -201,6 +201,8 @@ class Program:
             c.stage: c.index for c in collectives if c.bucket == 0 and not bucket_marks.get(c.stage)
         }
         self._routes: dict[tuple[int, int], tuple[int, ...]] = {}
+        self._replica_of: dict[int, int] | None = None
+        self._tp_comm: dict[tuple[int, int, int, bool], tuple[float, float]] = {}
 
     def lowered_schedule(self) -> Schedule:
         """The stage-level lowered schedule (sends, receives, all-reduces), validated."""
@@ -295,6 +297,26 @@ class Program:
         if op is Op.I:
             return ("I", bwd * (1.0 - wf), (work,), (work,))
         return ("W", bwd * wf, (), (stash,))
+
+    def tp_comm(self, device: int, ins: Compute) -> tuple[float, float] | None:
+        """``(seconds, bytes)`` of the exposed TP collectives summed into ``ins`` on ``device``
+        (its stream's first device), or ``None`` for an op of a stage without TP (or a ``W``)."""
+        tp = self.tp
+        if tp is None or not tp.is_tp(ins.stage) or ins.op == "W":
+            return None
+        if self._replica_of is None:
+            self._replica_of = {d: replica for _, replica, d in self.streams}
+        replica = self._replica_of[device]
+        samples = self._part(ins.stage, ins.microbatch, replica)
+        forward = ins.op == "F"
+        key = (ins.stage, samples, replica, forward)
+        found = self._tp_comm.get(key)
+        if found is None:
+            _, _, comm_f, comm_b, _, _ = tp.cost(ins.stage, samples, replica)
+            colls = tp.collectives(ins.stage, samples)
+            nbytes = sum(c.nbytes for c in colls if (c.phase == "F") == forward)
+            found = self._tp_comm[key] = ((comm_f if forward else comm_b), float(nbytes))
+        return found
 
     def _part(self, s: int, mb: int, replica: int) -> int:
         """Samples of ``replica``'s share of micro-batch ``mb`` on stage ``s``."""

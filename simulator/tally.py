@@ -91,6 +91,14 @@ class Tally:
         self.num_ops += 1
         if record:
             kind = OP_KIND[ins.op]
+            tp = self.program.tp_comm(device, ins) if self.program.tp is not None else None
+            if tp is not None:  # the op's exposed TP collectives, on the communication row
+                comm_s, nbytes = tp
+                self.events.append(
+                    new_event(f"gpu{device}.comm", EventKind.TP_COLLECTIVE, end - comm_s, end, device,
+                              ins.stage, ins.microbatch, nbytes, None)
+                )
+                end -= comm_s
             self.events.append(
                 new_event(f"gpu{device}", kind, start, end, device, ins.stage, ins.microbatch, 0.0, None)
             )

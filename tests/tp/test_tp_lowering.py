@@ -15,7 +15,7 @@ from pipesim.profiles.models.profile import ModelProfile
 from pipesim.profiles.models.shape import LayerShape
 from pipesim.profiles.models.zoo import zoo_model
 from pipesim.simulator import SimOptions, simulate
-from pipesim.simulator.program import lower
+from pipesim.simulator.program import Compute, lower
 from pipesim.simulator.tp_lowering import TpLowering
 from tests.simulator.builders import random_plan
 
@@ -181,3 +181,24 @@ def test_tp_degree_must_divide_heads() -> None:
                 global_batch_size=8, num_microbatches=2)
     with pytest.raises(InputError, match="heads"):
         lower(plan, profile, cluster, SimOptions())
+
+
+def test_tp_collectives_are_on_the_communication_rows() -> None:
+    from pipesim.simulator.trace import EventKind
+
+    profile, cluster = resolve_inputs(GPT, "dgx-a100-x2")
+    program = lower(_gpt_plan(4), profile, cluster, SimOptions())
+    result = simulate(_gpt_plan(4), profile, cluster, SimOptions(record_trace=True))
+    tp_events = [e for e in result.events if e.kind is EventKind.TP_COLLECTIVE]
+    # every F and B of both stages' 2 replicas and 4 micro-batches
+    assert len(tp_events) == 2 * 2 * 2 * 4
+    assert all(e.resource.endswith(".comm") and e.nbytes > 0 for e in tp_events)
+    instructions = [i for i in program.instructions(0) if isinstance(i, Compute)]
+    durations = {(i.op, i.stage, i.microbatch): i.duration_s for i in instructions}
+    ops = [e for e in result.events if e.kind.is_compute and e.device == 0]
+    for e in (e for e in tp_events if e.device == 0):  # each right after its op, which it completes
+        (op,) = [c for c in ops if (c.stage, c.microbatch, c.end_s) == (e.stage, e.microbatch, e.start_s)]
+        total = durations[(op.kind.value, e.stage, e.microbatch)]
+        assert op.duration_s + e.duration_s == pytest.approx(total, rel=1e-12)
+    plain = simulate(_gpt_plan(1), profile, cluster, SimOptions(record_trace=True))
+    assert not [e for e in plain.events if e.kind is EventKind.TP_COLLECTIVE]
