@@ -50,7 +50,15 @@ from pipesim.profiles.hardware.cluster import Cluster
 from pipesim.profiles.models.profile import DTYPE_BYTES, ModelProfile
 from pipesim.profiles.models.shape import LayerKind
 
-__all__ = ["MAX_CHUNKS", "THREE_D_SCHEDULES", "MegatronPins", "estimate_3d", "is_3d", "megatron_plans"]
+__all__ = [
+    "MAX_CHUNKS",
+    "MEGATRON_SHORTLIST",
+    "THREE_D_SCHEDULES",
+    "MegatronPins",
+    "estimate_3d",
+    "is_3d",
+    "megatron_plans",
+]
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +66,12 @@ MAX_CHUNKS = 8
 """Most model chunks per rank tried (Megatron-LM's interleaving uses a few; Narayanan et al. Fig. 12)."""
 
 _MICROBATCH_SIZES = (1, 2, 4, 8, 16)
+
+MEGATRON_SHORTLIST = 4
+"""Plans the megatron planner keeps for a rerank (or ``top``, when larger). Smaller than the
+other planners' 8: its estimate is the simulated time for single-rank plans and within about 7%
+of it with pipelines (GPT-3 175B on 1024 A100), and one simulation of a 1024-GPU interleaved plan
+costs seconds (``benchmarks/bench_tp.py``)."""
 
 _Config = tuple[int, int, int, int, int, bool, Recompute, Sharding]
 """``(t, p, d, m, v, sequence parallel, recompute, sharding)``."""

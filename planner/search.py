@@ -13,7 +13,7 @@ from pipesim.plan import Estimate, Plan, Recompute
 from pipesim.planner.baselines import dp_plans, gpipe_plans, single_plan
 from pipesim.planner.dapple import dapple_search, to_plan
 from pipesim.planner.estimate import CostModel
-from pipesim.planner.megatron import MegatronPins, estimate_3d, is_3d, megatron_plans
+from pipesim.planner.megatron import MEGATRON_SHORTLIST, MegatronPins, estimate_3d, is_3d, megatron_plans
 from pipesim.planner.pipedream import pipedream_plans
 from pipesim.planner.placement import Placement, parse_placement
 from pipesim.profiles.hardware.cluster import Cluster
@@ -220,6 +220,7 @@ def plan(
     )
     keep = max(top, SHORTLIST)
     if planner == "megatron":
+        keep = max(top, MEGATRON_SHORTLIST)
         pinned_rc = None if Recompute.parse(recompute) is Recompute.NONE else recompute
         proposed = megatron_plans(
             profile, machine, global_batch_size, memory_limit_bytes=limit, top=keep, optimizer=optimizer,
