@@ -102,14 +102,23 @@ def _finish(plan: Plan, model: CostModel, single_s: float | None, dp_s: float | 
 
 
 def plan_identity(plan: Plan) -> tuple[object, ...]:
-    """What makes two plans the same plan: per stage its layers, replicas and set of devices, and
+    """What makes two plans the same plan: per stage its layers, replicas, set of devices, tensor
+    and sequence parallelism and sharding, and
     the micro-batches, schedule (with chunks and options), optimizer, all-reduce and recomputation.
 
     Devices are compared as sets: replicas of one stage listed in another order are the same plan.
     """
     return (
         tuple(
-            (st.first_layer, st.last_layer, st.replicas, tuple(sorted(st.devices or ())))
+            (
+                st.first_layer,
+                st.last_layer,
+                st.replicas,
+                tuple(sorted(st.devices or ())),
+                st.tensor_parallel,
+                st.sequence_parallel,
+                st.sharding,
+            )
             for st in plan.stages
         ),
         plan.global_batch_size,

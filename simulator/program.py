@@ -289,7 +289,7 @@ class Program:
         wf = self.stages[s].wgrad_fraction
         tp = self.tp
         if tp is not None and tp.is_tp(s):
-            return _tp_compute_parts(tp, op, s, self._part(s, mb, replica), replica, fwd, bwd, wf)
+            return tp.compute_parts(op, s, self._part(s, mb, replica), replica, fwd, bwd, wf)
         if op is Op.F:
             return ("F", fwd, (stash,), ())
         if op is Op.B:
@@ -387,22 +387,6 @@ class Program:
                 text = f"post ar{c.index} (stage {c.stage} all-reduce {c.nbytes:.6g} B)"
             lines.append("  " + text)
         return "\n".join(lines)
-
-
-def _tp_compute_parts(
-    tp: TpLowering, op: Op, s: int, samples: int, replica: int, fwd: float, bwd: float, wf: float
-) -> tuple[str, float, tuple[float, ...], tuple[float, ...]]:
-    """:meth:`Program._compute_parts` of a tensor-parallel stage: the compute time scaled to TP,
-    plus the op's exposed TP collectives (the backward's go with the input gradient ``I``)."""
-    ratio_f, ratio_b, comm_f, comm_b, stash, work = tp.cost(s, samples, replica)
-    fwd, bwd = fwd * ratio_f, bwd * ratio_b
-    if op is Op.F:
-        return ("F", fwd + comm_f, (stash,), ())
-    if op is Op.B:
-        return ("B", bwd + comm_b, (work,), (work, stash))
-    if op is Op.I:
-        return ("I", bwd * (1.0 - wf) + comm_b, (work,), (work,))
-    return ("W", bwd * wf, (), (stash,))
 
 
 def _stage_facts(
@@ -571,7 +555,7 @@ def lower(
             device_layers.setdefault(device, []).extend(stage.layers)
     static = {d: static_memory_bytes(profile, layers, plan.optimizer) for d, layers in device_layers.items()}
     if tp is not None:
-        static = _tp_static_memory(tp, stages)
+        static = tp.static_memory({st.index: st.devices for st in stages})
     return Program(
         plan=plan,
         schedule=stream,
@@ -585,18 +569,3 @@ def lower(
         tp=tp,
     )
 
-
-def _tp_static_memory(tp: TpLowering, stages: list[StageFacts]) -> dict[int, float]:
-    """Static memory per device (the streams' first devices) under TP and sharding, bytes.
-
-    Parameter bytes are summed per multiplier before multiplying, as
-    :func:`~pipesim.profiles.costmodels.memory.static_memory_bytes` does, so that ``t = 1``
-    without sharding gives the same floats."""
-    per_device: dict[int, dict[float, float]] = {}
-    for stage in stages:
-        multiplier = tp.memory_multiplier(stage.index)
-        params = tp.parameter_bytes(stage.index)
-        for device in stage.devices:
-            groups = per_device.setdefault(device, {})
-            groups[multiplier] = groups.get(multiplier, 0.0) + params
-    return {d: sum(params * m for m, params in groups.items()) for d, groups in per_device.items()}

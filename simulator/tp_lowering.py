@@ -29,6 +29,8 @@ group is alike and runs on its own rails), with the per-device parameter bytes u
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from pipesim.plan import Plan
 from pipesim.profiles.costmodels.collective import AllReduceCurves, allreduce_curves
 from pipesim.profiles.costmodels.sharding import dp_traffic_factor, sharded_memory_multiplier
@@ -43,6 +45,7 @@ from pipesim.profiles.costmodels.tensor_parallel import (
 )
 from pipesim.profiles.hardware.cluster import Cluster
 from pipesim.profiles.models.profile import DTYPE_BYTES, ModelProfile
+from pipesim.schedules.action import Op
 
 __all__ = ["TpLowering", "TpStageCost"]
 
@@ -139,6 +142,39 @@ class TpLowering:
         """Bytes each member contributes to ``stage``'s data-parallel gradient collective (the
         all-reduce equivalent: ZeRO-3 moves 1.5x)."""
         return self.parameter_bytes(stage) * dp_traffic_factor(self.plan.stages[stage].sharding)
+
+    def compute_parts(
+        self, op: Op, s: int, samples: int, replica: int, fwd: float, bwd: float, wf: float
+    ) -> tuple[str, float, tuple[float, ...], tuple[float, ...]]:
+        """The program's ``(op, duration s, bytes allocated, bytes freed)`` of a compute op of TP
+        stage ``s`` whose stage costs without TP are ``fwd``, ``bwd`` seconds (weight-gradient
+        share ``wf``): the compute scaled to TP plus the op's exposed TP collectives (the
+        backward's go with the input gradient ``I``)."""
+        ratio_f, ratio_b, comm_f, comm_b, stash, work = self.cost(s, samples, replica)
+        fwd, bwd = fwd * ratio_f, bwd * ratio_b
+        if op is Op.F:
+            return ("F", fwd + comm_f, (stash,), ())
+        if op is Op.B:
+            return ("B", bwd + comm_b, (work,), (work, stash))
+        if op is Op.I:
+            return ("I", bwd * (1.0 - wf) + comm_b, (work,), (work,))
+        return ("W", bwd * wf, (), (stash,))
+
+    def static_memory(self, devices_of: Mapping[int, tuple[int, ...]]) -> dict[int, float]:
+        """Static memory per device under TP and sharding, bytes, for stages whose stream devices
+        (the TP groups' first devices) ``devices_of`` gives by stage index.
+
+        Parameter bytes are summed per multiplier before multiplying, as
+        :func:`~pipesim.profiles.costmodels.memory.static_memory_bytes` does, so that ``t = 1``
+        without sharding gives the same floats."""
+        per_device: dict[int, dict[float, float]] = {}
+        for stage, devices in devices_of.items():
+            multiplier = self.memory_multiplier(stage)
+            params = self.parameter_bytes(stage)
+            for device in devices:
+                groups = per_device.setdefault(device, {})
+                groups[multiplier] = groups.get(multiplier, 0.0) + params
+        return {d: sum(p * m for m, p in groups.items()) for d, groups in per_device.items()}
 
     @property
     def active(self) -> bool:

@@ -158,11 +158,15 @@ def tp_parameter_bytes(layer: Layer, t: int, elem_bytes: int) -> float:
     return replicated + (layer.parameter_bytes - replicated) / t
 
 
-def korthikanti_block_units(shape: LayerShape, t: int, sequence_parallel: bool) -> float:
+def korthikanti_block_units(
+    shape: LayerShape, t: int, sequence_parallel: bool, *, selective: bool = False
+) -> float:
     """Activation bytes of one block per ``s b h`` (Korthikanti et al., Table 2; 2-byte
     activations, 1-byte dropout masks): ``34 + 5 a s / h`` for ``t = 1``,
-    ``10 + 24 / t + 5 a s / (h t)`` with TP, ``(34 + 5 a s / h) / t`` with TP and SP."""
-    attn = 5.0 * shape.heads * shape.seq / shape.hidden
+    ``10 + 24 / t + 5 a s / (h t)`` with TP, ``(34 + 5 a s / h) / t`` with TP and SP; with
+    ``selective`` recomputation (of the attention's softmax and dropout) the ``5 a s / h`` term
+    drops (Table 2, last rows)."""
+    attn = 0.0 if selective else 5.0 * shape.heads * shape.seq / shape.hidden
     if t == 1:
         return 34.0 + attn
     if sequence_parallel:
@@ -170,14 +174,18 @@ def korthikanti_block_units(shape: LayerShape, t: int, sequence_parallel: bool) 
     return 10.0 + 24.0 / t + attn / t
 
 
-def tp_activation_factor(shape: LayerShape, t: int, sequence_parallel: bool) -> float:
-    """A layer's saved activation bytes under TP relative to one device: Korthikanti et al.'s
-    ratio for a block, ``1 / t`` for the head's vocabulary-sized tensors (the whole head with
-    SP), 1 for the embedding (its output is the next layer's input) without SP, ``1 / t`` with."""
+def tp_activation_factor(
+    shape: LayerShape, t: int, sequence_parallel: bool, *, selective: bool = False
+) -> float:
+    """A layer's saved activation bytes under TP relative to one device without recomputation:
+    Korthikanti et al.'s ratio for a block (``selective``: with selective recomputation), ``1 / t``
+    for the head's vocabulary-sized tensors (the whole head with SP), 1 for the embedding (its
+    output is the next layer's input) without SP, ``1 / t`` with."""
+    if shape.kind is LayerKind.BLOCK and (t > 1 or selective):
+        ours = korthikanti_block_units(shape, t, sequence_parallel, selective=selective)
+        return ours / korthikanti_block_units(shape, 1, False)
     if t == 1:
         return 1.0
-    if shape.kind is LayerKind.BLOCK:
-        return korthikanti_block_units(shape, t, sequence_parallel) / korthikanti_block_units(shape, 1, False)
     if sequence_parallel:
         return 1.0 / t
     if shape.kind is LayerKind.HEAD:
@@ -198,11 +206,15 @@ def tp_stage_activation_bytes(
     """``(stash, work)`` of one device of a ``t``-way TP group of a stage for one micro-batch
     share, bytes: :func:`~pipesim.profiles.costmodels.memory.stage_activation_bytes` with each
     layer's saved bytes scaled by :func:`tp_activation_factor`, the received input divided by
-    ``t`` with sequence parallelism, and the working set divided by ``t``.
+    ``t`` with sequence parallelism, and the working set divided by ``t``. A ``selective``
+    recompute mode (where :class:`~pipesim.profiles.costmodels.memory.Recompute` has one) drops
+    the blocks' ``5 a s / h`` term; ``full`` keeps only the received input.
 
     Raises:
         InputError: ``samples`` is not > 0, or an unknown recompute mode.
     """
+    mode = Recompute.parse(recompute)
+    selective = mode.value == "selective"  # where the vocabulary has it (Korthikanti et al. Sec. 5)
     layers = range(first_layer, last_layer + 1)
     stashed = profile.stashed_bytes(samples)
     inputs = 0.0
@@ -213,8 +225,11 @@ def tp_stage_activation_bytes(
     saved = 0.0
     for i in layers:
         shape = profile.layers[i].shape
-        saved += stashed[i] * (1.0 if shape is None else tp_activation_factor(shape, t, sequence_parallel))
-    if Recompute.parse(recompute) is Recompute.FULL:
+        if shape is not None:
+            saved += stashed[i] * tp_activation_factor(shape, t, sequence_parallel, selective=selective)
+        else:
+            saved += stashed[i]
+    if mode is Recompute.FULL:
         return inputs, saved
     acts = profile.activation_bytes(samples)
     return inputs + saved, max(acts[i] for i in layers) / t

@@ -84,6 +84,9 @@ def test_korthikanti_table_2() -> None:
     assert korthikanti_block_units(shape, 1, False) == 34 + attn
     assert korthikanti_block_units(shape, 8, False) == 10 + 24 / 8 + attn / 8
     assert korthikanti_block_units(shape, 8, True) == (34 + attn) / 8
+    # selective recomputation drops the 5as/h term (Table 2, last two rows)
+    assert korthikanti_block_units(shape, 8, False, selective=True) == 10 + 24 / 8
+    assert korthikanti_block_units(shape, 8, True, selective=True) == 34 / 8
 
 
 def _gpt_plan(t: int, sp: bool = False, sharding: str = "none", replicas: int = 2) -> Plan:
