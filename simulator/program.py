@@ -568,4 +568,3 @@ def lower(
         bucket_marks=marks,
         tp=tp,
     )
-
