@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from pipesim.plan import Plan
     from pipesim.planner.megatron import MegatronPins
 
-__all__ = ["add_parallel_args", "apply_parallel", "pins_of"]
+__all__ = ["add_parallel_args", "apply_parallel", "parallel_text", "pins_of"]
 
 
 def add_parallel_args(p: argparse.ArgumentParser) -> None:
@@ -77,3 +77,18 @@ def apply_parallel(plan: Plan, args: argparse.Namespace) -> Plan:
             )
         )
     return replace(plan, stages=tuple(stages), estimate=None)
+
+
+def parallel_text(plan: Plan) -> str:
+    """``", tensor parallel 4,4, sequence parallel, sharding zero1"`` for a plan with tensor
+    parallelism, sequence parallelism or sharding (per rank), else ``""`` (the summary line)."""
+    ranks = plan.stages[: plan.num_ranks]
+    parts = []
+    if any(s.tensor_parallel > 1 for s in ranks):
+        parts.append("tensor parallel " + ",".join(str(s.tensor_parallel) for s in ranks))
+    if any(s.sequence_parallel for s in plan.stages):
+        parts.append("sequence parallel")
+    shardings = sorted({s.sharding.value for s in plan.stages} - {"none"})
+    if shardings:
+        parts.append("sharding " + ",".join(shardings))
+    return "".join(", " + p for p in parts)

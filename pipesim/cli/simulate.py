@@ -17,7 +17,7 @@ from pipesim.cli._common import (
     print_json,
     seed_int,
 )
-from pipesim.cli._parallel import add_parallel_args, apply_parallel
+from pipesim.cli._parallel import add_parallel_args, apply_parallel, parallel_text
 from pipesim.cli.progress import Status
 from pipesim.errors import invalid, vocabulary
 from pipesim.fileio import parse_ascii_int
@@ -257,7 +257,7 @@ def _run(args: argparse.Namespace) -> int:
         f"{profile.name} on {cluster.name}: {plan.num_stages} stages, "
         f"replicas {','.join(str(s.replicas) for s in plan.stages[: plan.num_ranks])}, "
         f"{plan.num_microbatches} micro-batches of {plan.global_batch_size // plan.num_microbatches}, "
-        f"schedule {result.schedule}"
+        f"schedule {result.schedule}{parallel_text(plan)}"
     )
     print(
         f"iteration {result.iteration_time_s / MS:.2f} ms, {result.throughput_samples_per_s:.1f} samples/s, "

@@ -66,3 +66,10 @@ def test_compare_with_tp(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> 
     assert code == 0
     rows = json.loads(out)
     assert len(rows) == 2
+
+
+def test_simulate_summary_names_the_parallelism(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "simulate", "--model", GPT, "--cluster", "dgx-a100-x2", "--gbs", "16",
+                       "--microbatches", "4", "--stages", "2", "--tp", "2", "--zero", "zero2")
+    assert code == 0
+    assert "tensor parallel 2,2, sharding zero2" in out.splitlines()[0]

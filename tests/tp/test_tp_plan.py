@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from pipesim.errors import Infeasible, InputError, UnknownNameError
 from pipesim.plan import Plan, Sharding, StagePlan
 from pipesim.plan_file import plan_from_dict, plan_to_dict
-from pipesim.profiles.models.fileformat import dump_profile, profile_from_dict, profile_to_dict
+from pipesim.profiles.models.fileformat import (
+    dump_profile,
+    load_profile_file,
+    profile_from_dict,
+    profile_to_dict,
+    save_profile,
+)
 from pipesim.profiles.models.zoo import zoo_model
 
 
@@ -100,3 +108,11 @@ def test_profile_file_keeps_shapes() -> None:
     data["layers"][1]["shape"]["heads"] = 3
     with pytest.raises(InputError, match="heads"):
         profile_from_dict(data)
+
+
+def test_toml_profile_file_keeps_shapes(tmp_path: Path) -> None:
+    profile = zoo_model("gpt:layers=2,hidden=256,heads=4,seq=64,vocab=1000")
+    path = tmp_path / "gpt.toml"
+    save_profile(profile, path)
+    again = load_profile_file(path)
+    assert [layer.shape for layer in again.layers] == [layer.shape for layer in profile.layers]
