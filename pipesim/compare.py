@@ -13,8 +13,9 @@ from typing import Any
 
 from pipesim.errors import invalid
 from pipesim.fileio import atomic_write_text, json_text
-from pipesim.plan import Plan, Recompute, StagePlan, balanced_split, stage_ranges
+from pipesim.plan import Plan, Recompute, balanced_split, stage_ranges
 from pipesim.planner import ESTIMATED_SCHEDULES, estimate_plan, plan
+from pipesim.planner.megatron import THREE_D_SCHEDULES, MegatronPins, is_3d
 from pipesim.pricing import TrainingCost, training_cost
 from pipesim.profiles.inputs import ClusterLike, ModelLike, resolve_inputs
 from pipesim.profiles.models.profile import ModelProfile
@@ -113,6 +114,7 @@ def compare(
     train_samples: int | None = None,
     rerank: bool = True,
     recompute: Recompute | str | bool | None = None,
+    pins: MegatronPins | None = None,
 ) -> list[CompareRow]:
     """Plan once, then simulate the plan under each schedule.
 
@@ -136,6 +138,8 @@ def compare(
             (:func:`pipesim.rerank.simulated_rerank`); ``False`` takes the analytic estimate's best.
         recompute: activation recomputation (``none``, ``full``, ``selective``) to plan and
             simulate with; ``None`` (default) keeps ``base_plan``'s mode, or plans with ``none``.
+        pins: tensor parallelism, sequence parallelism or sharding for the planner
+            (``--tp``/``--sp``/``--zero``; :class:`~pipesim.planner.megatron.MegatronPins`).
 
     Returns:
         One row per schedule, in the order given.
@@ -160,6 +164,7 @@ def compare(
             planner=planner,
             top=1,
             rerank=by_simulation,
+            pins=pins,
             recompute=Recompute.NONE if recompute is None else recompute,
         )[0]
     elif recompute is not None:
@@ -176,9 +181,8 @@ def compare(
             variant = dataclasses.replace(base_plan, schedule=lookup(name), estimate=None)
         log.info("simulating %s with schedule %s", profile.name, name)
         result = simulate(variant, profile, machine, options, schedule=explicit)
-        estimate = (
-            estimate_plan(variant, profile, machine).iteration_time_s if name in ESTIMATED_SCHEDULES else None
-        )
+        estimated = name in (THREE_D_SCHEDULES if is_3d(variant) else ESTIMATED_SCHEDULES)
+        estimate = estimate_plan(variant, profile, machine).iteration_time_s if estimated else None
         speedup = rows[0].result.iteration_time_s / result.iteration_time_s if rows else 1.0
         price = price_per_device_hour_usd
         if price is None:
@@ -239,12 +243,7 @@ def interleave(
     ranges = stage_ranges(balanced_split(times, len(ranks) * chunks), profile.num_layers)
     where = stage_ranks(placement or placement_of(schedule) or "looped", len(ranges), len(ranks))
     stages = tuple(
-        StagePlan(
-            first_layer=a,
-            last_layer=b,
-            replicas=ranks[where[i]].replicas,
-            devices=ranks[where[i]].devices,
-        )
+        dataclasses.replace(ranks[where[i]], first_layer=a, last_layer=b)  # TP, sharding kept
         for i, (a, b) in enumerate(ranges)
     )
     return dataclasses.replace(base, stages=stages, schedule=lookup(schedule), chunks=chunks, estimate=None)

@@ -15,6 +15,7 @@ from pipesim.errors import Infeasible, InputError, check_count, check_nonneg, ch
 from pipesim.limits import MAX_COUNT, MAX_GLOBAL_BATCH
 from pipesim.profiles.costmodels.collective import AllReduceAlgorithm
 from pipesim.profiles.costmodels.memory import OPTIMIZERS, Optimizer, Recompute
+from pipesim.profiles.costmodels.sharding import SHARDINGS, Sharding
 from pipesim.schedules.placement import stage_ranks
 from pipesim.schedules.registry import ScheduleName, placement_of
 from pipesim.schedules.registry import lookup as lookup_schedule
@@ -22,12 +23,14 @@ from pipesim.schedules.registry import lookup as lookup_schedule
 __all__ = [
     "ALLREDUCE_ALGORITHMS",
     "OPTIMIZERS",
+    "SHARDINGS",
     "AllReduceAlgorithm",
     "Estimate",
     "Optimizer",
     "Plan",
     "Recompute",
     "ScheduleName",
+    "Sharding",
     "StagePlan",
     "resplit",
     "split_samples",
@@ -47,17 +50,29 @@ class StagePlan:
         replicas: how many devices run the stage; each takes an equal share of every
             micro-batch (DAPPLE's data parallelism inside a stage).
         devices: the device ids, one per replica, or ``None`` to place automatically (the first
-            free devices in the cluster's order).
+            free devices in the cluster's order). With tensor parallelism a replica is the
+            ``tensor_parallel`` consecutive device ids starting at its listed device.
+        tensor_parallel: the tensor-parallel degree ``t``: each replica's layers are split over
+            ``t`` devices as Megatron-LM does (see ``docs/parallelism.md``); 1 is none.
+        sequence_parallel: with ``t > 1``, also split layer norms and dropouts along the sequence
+            (all-gathers and reduce-scatters instead of all-reduces).
+        sharding: how the replicas shard weights, gradients and optimizer state
+            (:class:`~pipesim.profiles.costmodels.sharding.Sharding` or its name).
 
     Raises:
-        InputError: a negative or reversed layer range, ``replicas < 1``, or a device list whose
-            length differs from ``replicas`` or repeats a device.
+        InputError: a negative or reversed layer range, ``replicas < 1``, a device list whose
+            length differs from ``replicas`` or repeats a device, ``tensor_parallel < 1``, or
+            sequence parallelism without tensor parallelism.
+        UnknownNameError: an unknown sharding.
     """
 
     first_layer: int
     last_layer: int
     replicas: int = 1
     devices: tuple[int, ...] | None = None
+    tensor_parallel: int = 1
+    sequence_parallel: bool = False
+    sharding: Sharding = Sharding.NONE
 
     def __post_init__(self) -> None:
         check_count("first_layer", self.first_layer, minimum=0)
@@ -80,6 +95,26 @@ class StagePlan:
                 raise invalid("devices", list(self.devices), "must not repeat a device")
             if any(d < 0 for d in self.devices):
                 raise invalid("devices", list(self.devices), "device ids must be >= 0")
+        check_count("tensor_parallel", self.tensor_parallel, maximum=MAX_COUNT)
+        if not isinstance(self.sequence_parallel, bool):
+            raise invalid("sequence_parallel", self.sequence_parallel, "must be true or false")
+        if self.sequence_parallel and self.tensor_parallel == 1:
+            raise invalid("sequence_parallel", True, "needs tensor_parallel > 1")
+        object.__setattr__(self, "sharding", Sharding.parse(self.sharding))
+        if self.devices is not None and self.tensor_parallel > 1:
+            groups = [set(range(d, d + self.tensor_parallel)) for d in self.devices]
+            if len(set().union(*groups)) != len(self.devices) * self.tensor_parallel:
+                raise invalid(
+                    "devices",
+                    list(self.devices),
+                    f"tensor-parallel groups of {self.tensor_parallel} consecutive devices from each "
+                    "listed device must not overlap",
+                )
+
+    @property
+    def group_devices(self) -> int:
+        """Devices the stage uses: replicas times the tensor-parallel degree."""
+        return self.replicas * self.tensor_parallel
 
     @property
     def num_layers(self) -> int:
@@ -266,7 +301,8 @@ class Plan:
         self._check_chunk_placement()
         placed: dict[int, int] = {}
         for rank, stage in enumerate(self.stages[: self.num_ranks]):
-            for device in stage.devices or ():
+            t = stage.tensor_parallel
+            for device in (d + k for d in stage.devices or () for k in range(t)):
                 if device in placed:
                     raise invalid(
                         f"stages[{rank}].devices",
@@ -288,17 +324,23 @@ class Plan:
                 ``s % p`` looped, or a V shape); rank ``r``'s devices are those of stage ``r``.
 
         Raises:
-            InputError: a stage whose replicas or devices differ from its rank's.
+            InputError: a stage whose replicas, devices or tensor-parallel degree differ from its
+                rank's.
         """
         for s in range(len(self.stages)):
             r = ranks[s]
             base, stage = self.stages[r], self.stages[s]
-            if stage.replicas != base.replicas or stage.devices != base.devices:
+            if (stage.replicas, stage.devices, stage.tensor_parallel) != (
+                base.replicas,
+                base.devices,
+                base.tensor_parallel,
+            ):
                 raise invalid(
                     f"stages[{s}]",
-                    f"replicas={stage.replicas}, devices={stage.devices}",
-                    f"virtual stage {s} runs on the devices of stage {r}: replicas and devices "
-                    "must match",
+                    f"replicas={stage.replicas}, devices={stage.devices}, "
+                    f"tensor_parallel={stage.tensor_parallel}",
+                    f"virtual stage {s} runs on the devices of stage {r}: replicas, devices and "
+                    "tensor_parallel must match",
                 )
 
     @property
@@ -313,8 +355,13 @@ class Plan:
 
     @property
     def num_devices(self) -> int:
-        """Devices the plan uses."""
-        return sum(stage.replicas for stage in self.stages[: self.num_ranks])
+        """Devices the plan uses (replicas times tensor-parallel degree, over the ranks)."""
+        return sum(stage.group_devices for stage in self.stages[: self.num_ranks])
+
+    @property
+    def uses_tensor_parallel(self) -> bool:
+        """Whether any stage is tensor-parallel."""
+        return any(stage.tensor_parallel > 1 for stage in self.stages)
 
     @property
     def num_layers(self) -> int:
@@ -358,7 +405,7 @@ class Plan:
             smallest = self.global_batch_size // self.num_microbatches
         for index, stage in enumerate(self.stages):
             for device in stage.devices or ():
-                if device >= num_devices:
+                if device + stage.tensor_parallel - 1 >= num_devices:
                     raise invalid(
                         f"stages[{index}].devices",
                         list(stage.devices or ()),
@@ -373,21 +420,62 @@ class Plan:
     def placement(self, num_devices: int) -> tuple[tuple[int, ...], ...]:
         """Device ids of each rank's replicas: the listed ones, else the next free ids in order.
 
+        With tensor parallelism ``t`` the id is the first of the replica's ``t`` consecutive
+        devices (:meth:`tp_groups`); automatic placement takes the next run of ``t`` free ids.
+
         Raises:
             Infeasible: more devices are needed than ``num_devices``.
         """
-        used = {d for stage in self.stages[: self.num_ranks] for d in stage.devices or ()}
-        free = (d for d in range(num_devices) if d not in used)
-        result: list[tuple[int, ...]] = []
-        for stage in self.stages[: self.num_ranks]:
+        ranks = self.stages[: self.num_ranks]
+        used = {d + k for stage in ranks for d in stage.devices or () for k in range(stage.tensor_parallel)}
+        if all(stage.tensor_parallel == 1 for stage in ranks):
+            free = (d for d in range(num_devices) if d not in used)
+            result: list[tuple[int, ...]] = []
+            for stage in ranks:
+                if stage.devices is not None:
+                    result.append(stage.devices)
+                    continue
+                chosen = tuple(next(free, -1) for _ in range(stage.replicas))
+                if -1 in chosen:
+                    raise Infeasible(
+                        f"plan needs {self.num_devices} devices but the cluster has {num_devices}"
+                    )
+                result.append(chosen)
+            return tuple(result)
+        out: list[tuple[int, ...]] = []
+        cursor = 0
+        for stage in ranks:
             if stage.devices is not None:
-                result.append(stage.devices)
+                out.append(stage.devices)
                 continue
-            chosen = tuple(next(free, -1) for _ in range(stage.replicas))
-            if -1 in chosen:
-                raise Infeasible(f"plan needs {self.num_devices} devices but the cluster has {num_devices}")
-            result.append(chosen)
-        return tuple(result)
+            t = stage.tensor_parallel
+            leads: list[int] = []
+            while len(leads) < stage.replicas:
+                if cursor + t > num_devices:
+                    raise Infeasible(
+                        f"plan needs {self.num_devices} devices but the cluster has {num_devices}"
+                    )
+                block = range(cursor, cursor + t)
+                if used.isdisjoint(block):
+                    leads.append(cursor)
+                    used.update(block)
+                    cursor += t
+                else:
+                    cursor += 1
+            out.append(tuple(leads))
+        return tuple(out)
+
+    def tp_groups(self, num_devices: int) -> tuple[tuple[tuple[int, ...], ...], ...]:
+        """Per rank, per replica, the devices of its tensor-parallel group (the first one is the
+        device :meth:`placement` gives).
+
+        Raises:
+            Infeasible: more devices are needed than ``num_devices``.
+        """
+        return tuple(
+            tuple(tuple(range(d, d + stage.tensor_parallel)) for d in leads)
+            for stage, leads in zip(self.stages[: self.num_ranks], self.placement(num_devices), strict=True)
+        )
 
 
 def split_samples(samples: int, parts: int) -> tuple[tuple[int, int], ...]:

@@ -14,6 +14,10 @@ Format ``pipesim-plan``, version 1::
      "allreduce": "auto", "microbatch_sizes": [...], "planner": "dapple",
      "estimate": {"iteration_time_s": ..., ...}}
 
+A stage may also give ``"tensor_parallel": 8``, ``"sequence_parallel": true`` and
+``"sharding": "zero1"`` (``none``, ``zero1``, ``zero2``, ``zero3``, ``distributed``); they are
+written only when not the default, so plans without them read and write as before.
+
 Only ``stages``, ``global_batch_size`` and ``microbatches`` are required. ``recompute`` is
 ``none``, ``full`` or ``selective`` (``true``/``false`` of older files read as full/none).
 ``pipesim plan --json`` output (a list of such objects, with ``simulated_iteration_time_s``) is accepted too.
@@ -29,7 +33,16 @@ from typing import Any
 
 from pipesim.errors import FormatError, InputError
 from pipesim.fileio import atomic_write_text, json_text, read_input_text
-from pipesim.plan import AllReduceAlgorithm, Estimate, Optimizer, Plan, Recompute, ScheduleName, StagePlan
+from pipesim.plan import (
+    AllReduceAlgorithm,
+    Estimate,
+    Optimizer,
+    Plan,
+    Recompute,
+    ScheduleName,
+    Sharding,
+    StagePlan,
+)
 
 __all__ = ["PLAN_FORMAT", "PLAN_VERSION", "load_plan", "plan_from_dict", "plan_to_dict", "save_plan"]
 
@@ -55,7 +68,9 @@ _PLAN_KEYS = frozenset(
         "simulated_iteration_time_s",  # written by ``pipesim plan --json``; ignored
     }
 )
-_STAGE_KEYS = frozenset({"layers", "replicas", "devices"})
+_STAGE_KEYS = frozenset(
+    {"layers", "replicas", "devices", "tensor_parallel", "sequence_parallel", "sharding"}
+)
 _ESTIMATE_KEYS = frozenset(
     {
         "iteration_time_s",
@@ -77,6 +92,9 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
                 "layers": [s.first_layer, s.last_layer],
                 "replicas": s.replicas,
                 **({"devices": list(s.devices)} if s.devices is not None else {}),
+                **({"tensor_parallel": s.tensor_parallel} if s.tensor_parallel != 1 else {}),
+                **({"sequence_parallel": True} if s.sequence_parallel else {}),
+                **({"sharding": s.sharding.value} if s.sharding.value != "none" else {}),
             }
             for s in plan.stages
         ],
@@ -147,6 +165,12 @@ class _Reader:
         if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
             raise self.fail(key, value, "expected a finite number")
         return float(value)
+
+    def boolean(self, key: str, default: bool) -> bool:
+        value = self.data.get(key, default)
+        if not isinstance(value, bool):
+            raise self.fail(key, value, "expected true or false")
+        return value
 
     def text(self, key: str, default: str) -> str:
         value = self.data.get(key, default)
@@ -228,6 +252,9 @@ def plan_from_dict(data: Mapping[str, Any], *, source: str | None = None) -> Pla
                     last_layer=layers[1],
                     replicas=stage.integer("replicas", 1),
                     devices=stage.integers("devices") if stage.has("devices") else None,
+                    tensor_parallel=stage.integer("tensor_parallel", 1),
+                    sequence_parallel=stage.boolean("sequence_parallel", False),
+                    sharding=Sharding.parse(stage.text("sharding", "none")),
                 )
             )
         estimate = None

@@ -13,6 +13,7 @@ from pipesim.plan import Estimate, Plan, Recompute
 from pipesim.planner.baselines import dp_plans, gpipe_plans, single_plan
 from pipesim.planner.dapple import dapple_search, to_plan
 from pipesim.planner.estimate import CostModel
+from pipesim.planner.megatron import MEGATRON_SHORTLIST, MegatronPins, estimate_3d, is_3d, megatron_plans
 from pipesim.planner.pipedream import pipedream_plans
 from pipesim.planner.placement import Placement, parse_placement
 from pipesim.profiles.hardware.cluster import Cluster
@@ -86,7 +87,7 @@ _PLANNERS: dict[str, _Planner] = {
 
 def planner_names() -> tuple[str, ...]:
     """The planner names :func:`plan` accepts."""
-    return tuple(sorted(_PLANNERS))
+    return tuple(sorted([*_PLANNERS, "megatron"]))
 
 
 def _finish(plan: Plan, model: CostModel, single_s: float | None, dp_s: float | None) -> Plan:
@@ -104,14 +105,23 @@ def _finish(plan: Plan, model: CostModel, single_s: float | None, dp_s: float | 
 
 
 def plan_identity(plan: Plan) -> tuple[object, ...]:
-    """What makes two plans the same plan: per stage its layers, replicas and set of devices, and
+    """What makes two plans the same plan: per stage its layers, replicas, set of devices, tensor
+    and sequence parallelism and sharding, and
     the micro-batches, schedule (with chunks and options), optimizer, all-reduce and recomputation.
 
     Devices are compared as sets: replicas of one stage listed in another order are the same plan.
     """
     return (
         tuple(
-            (st.first_layer, st.last_layer, st.replicas, tuple(sorted(st.devices or ())))
+            (
+                st.first_layer,
+                st.last_layer,
+                st.replicas,
+                tuple(sorted(st.devices or ())),
+                st.tensor_parallel,
+                st.sequence_parallel,
+                st.sharding,
+            )
             for st in plan.stages
         ),
         plan.global_batch_size,
@@ -155,6 +165,7 @@ def plan(
     overrides: Mapping[str, object] | None = None,
     rerank: Callable[[Plan], float] | None = None,
     replica_space: str = "structured",
+    pins: MegatronPins | None = None,
 ) -> list[Plan]:
     """Plan a training iteration of a model on a cluster: ranked plans, best first.
 
@@ -184,6 +195,9 @@ def plan(
         rerank: re-orders the shortlist by its value for each plan (lower is better, seconds).
         replica_space: the DAPPLE planner's replica counts, ``structured`` (default) or ``full``
             (see :data:`REPLICA_SPACES`); the other planners ignore it.
+        pins: tensor parallelism, sequence parallelism or sharding fixed by the user
+            (:class:`~pipesim.planner.megatron.MegatronPins`); only ``megatron`` searches them,
+            the other planners refuse pins other than ``t = 1`` without sharding.
 
     Returns:
         Plans with ``planner`` set and an :class:`~pipesim.plan.Estimate` (iteration time,
@@ -195,8 +209,8 @@ def plan(
             that is not a number.
         Infeasible: no plan fits in memory.
     """
-    if planner not in _PLANNERS:
-        raise UnknownNameError("planner", planner, _PLANNERS)
+    if planner not in planner_names():
+        raise UnknownNameError("planner", planner, planner_names())
     if replica_space not in REPLICA_SPACES:
         raise UnknownNameError("replica space", str(replica_space), REPLICA_SPACES)
     check_count("global_batch_size", global_batch_size, maximum=MAX_GLOBAL_BATCH)
@@ -217,8 +231,17 @@ def plan(
     limit = (
         float(memory_limit_bytes) if memory_limit_bytes is not None else float(machine.device.memory_bytes)
     )
-    cost = CostModel(profile, machine, optimizer=optimizer, recompute=recompute, allreduce=allreduce)
     keep = max(top, SHORTLIST)
+    if planner == "megatron":
+        keep = max(top, MEGATRON_SHORTLIST)
+        pinned_rc = None if Recompute.parse(recompute) is Recompute.NONE else recompute
+        proposed = megatron_plans(
+            profile, machine, global_batch_size, memory_limit_bytes=limit, top=keep, optimizer=optimizer,
+            allreduce=allreduce, recompute=pinned_rc, pins=pins,
+        )
+        return (_reranked(proposed, rerank) if rerank is not None else proposed)[:top]
+    _check_no_pins(planner, pins)
+    cost = CostModel(profile, machine, optimizer=optimizer, recompute=recompute, allreduce=allreduce)
     full = replica_space == "full"
     plans = _PLANNERS[planner](cost, global_batch_size, limit, keep, policies, microbatch_counts, full)
     single = single_plan(cost, global_batch_size, limit)
@@ -250,16 +273,29 @@ def plan(
     return finished
 
 
+def _check_no_pins(planner: str, pins: MegatronPins | None) -> None:
+    """Refuse tensor parallelism or sharding for a planner that does not search them."""
+    if pins is None:
+        return
+    if (pins.tensor_parallel or 1) > 1 or pins.sequence_parallel or (pins.sharding or "none") != "none":
+        raise invalid(
+            "planner", planner, "does not plan tensor parallelism or sharding; use --planner megatron"
+        )
+
+
 def estimate_plan(plan: Plan, profile: ModelProfile, cluster: Cluster) -> Estimate:
     """The planner's analytic estimate of a plan (no speedups filled in).
 
-    Every schedule in :data:`pipesim.planner.estimate.ESTIMATED_SCHEDULES` has a closed form.
+    Every schedule in :data:`pipesim.planner.estimate.ESTIMATED_SCHEDULES` has a closed form;
+    a plan with tensor parallelism or sharding gets :func:`pipesim.planner.megatron.estimate_3d`.
 
     Raises:
         InputError: the plan does not fit the model or cluster, or uses a schedule the estimate
             does not model.
         Infeasible: the plan needs more devices than the cluster has.
     """
+    if is_3d(plan):
+        return estimate_3d(plan, profile, cluster)
     model = CostModel(
         profile, cluster, optimizer=plan.optimizer, recompute=plan.recompute, allreduce=plan.allreduce
     )

@@ -56,6 +56,7 @@ from pipesim.schedules.validate import validate
 from pipesim.simulator.microbatch_costs import MicrobatchCosts
 from pipesim.simulator.options import SimOptions
 from pipesim.simulator.stage_costs import CostOptions, StageCosts, StageFacts
+from pipesim.simulator.tp_lowering import TpLowering
 
 __all__ = ["Block", "Collective", "Compute", "Instruction", "Post", "Program", "Recv", "Send", "lower"]
 
@@ -178,8 +179,11 @@ class Program:
         cluster: Cluster,
         opts: CostOptions,
         bucket_marks: dict[int, tuple[tuple[float, int], ...]],
+        tp: TpLowering | None = None,
     ) -> None:
         self.plan = plan
+        self.tp = tp
+        """The tensor-parallel / sharding pass (:mod:`pipesim.simulator.tp_lowering`), or ``None``."""
         self.schedule = schedule
         self.stages = tuple(stages)
         self.collectives = tuple(collectives)
@@ -197,6 +201,8 @@ class Program:
             c.stage: c.index for c in collectives if c.bucket == 0 and not bucket_marks.get(c.stage)
         }
         self._routes: dict[tuple[int, int], tuple[int, ...]] = {}
+        self._replica_of: dict[int, int] | None = None
+        self._tp_comm: dict[tuple[int, int, int, bool], tuple[float, float]] = {}
 
     def lowered_schedule(self) -> Schedule:
         """The stage-level lowered schedule (sends, receives, all-reduces), validated."""
@@ -293,6 +299,9 @@ class Program:
         """
         fwd, bwd, stash, work, rec, held = self._costs.of(s, mb, replica)
         wf = self.stages[s].wgrad_fraction
+        tp = self.tp
+        if tp is not None and tp.is_tp(s):
+            return tp.compute_parts(op, s, self._part(s, mb, replica), replica, fwd, bwd, wf)
         if op is Op.F:
             return ("F", fwd, (stash,), ())
         if op is Op.B:
@@ -312,6 +321,31 @@ class Program:
             return marks
         return tuple(((rec + f * bwd) / total, c) for f, c in marks)
 
+    def tp_comm(self, device: int, ins: Compute) -> tuple[float, float] | None:
+        """``(seconds, bytes)`` of the exposed TP collectives summed into ``ins`` on ``device``
+        (its stream's first device), or ``None`` for an op of a stage without TP (or a ``W``)."""
+        tp = self.tp
+        if tp is None or not tp.is_tp(ins.stage) or ins.op == "W":
+            return None
+        if self._replica_of is None:
+            self._replica_of = {d: replica for _, replica, d in self.streams}
+        replica = self._replica_of[device]
+        samples = self._part(ins.stage, ins.microbatch, replica)
+        forward = ins.op == "F"
+        key = (ins.stage, samples, replica, forward)
+        found = self._tp_comm.get(key)
+        if found is None:
+            _, _, comm_f, comm_b, _, _ = tp.cost(ins.stage, samples, replica)
+            colls = tp.collectives(ins.stage, samples)
+            nbytes = sum(c.nbytes for c in colls if (c.phase == "F") == forward)
+            found = self._tp_comm[key] = ((comm_f if forward else comm_b), float(nbytes))
+        return found
+
+    def _part(self, s: int, mb: int, replica: int) -> int:
+        """Samples of ``replica``'s share of micro-batch ``mb`` on stage ``s``."""
+        start, stop = self._costs.shares(self._costs.samples[mb], len(self.stages[s].devices))[replica]
+        return stop - start
+
     def _send_parts(
         self, op: Op, s: int, mb: int, replica: int
     ) -> Iterator[tuple[str, int, int, int, float, tuple[int, ...]]]:
@@ -320,6 +354,8 @@ class Program:
         dst = s + 1 if op is Op.SEND_F else s - 1
         kind = "act" if op is Op.SEND_F else "grad"
         per_sample = self._costs.out_per_sample(s if op is Op.SEND_F else dst, mb)
+        if self.tp is not None:
+            per_sample /= self.tp.send_divisor(s, dst)
         src_device = stages[s].devices[replica]
         for j, k, count in self._pieces(s, dst, mb):
             if j == replica:
@@ -498,15 +534,22 @@ def lower(
         bucket_bytes=float(options.bucket_bytes),
         free_links=options.free_links,
     )
+    tp_pass = TpLowering(plan, profile, cluster, free_links=opts.free_links)
+    tp = tp_pass if tp_pass.active else None
     collectives: list[Collective] = []
     marks: dict[int, tuple[tuple[float, int], ...]] = {}
     bucketed = opts.allreduce_overlap == "bucketed"
     for stage in stages:
         if len(stage.devices) < 2:
             continue
+        scale = 1.0
+        if tp is not None:  # TP shards and sharded traffic (all-reduce equivalent bytes)
+            whole = float(sum(profile.layers[i].parameter_bytes for i in stage.layers))
+            scale = tp.dp_bytes(stage.index) / whole if whole > 0 else 1.0
         if bucketed:
             stage_marks = []
             for k, (nbytes, fraction) in enumerate(_buckets(profile, stage.layers, opts.bucket_bytes)):
+                nbytes *= scale
                 index = len(collectives)
                 collectives.append(
                     Collective(
@@ -524,6 +567,8 @@ def lower(
             marks[stage.index] = tuple(stage_marks)
         else:
             nbytes = float(sum(profile.layers[i].parameter_bytes for i in stage.layers))
+            if tp is not None:
+                nbytes = tp.dp_bytes(stage.index)
             collectives.append(
                 Collective(
                     index=len(collectives),
@@ -541,6 +586,8 @@ def lower(
         for device in stage.devices:
             device_layers.setdefault(device, []).extend(stage.layers)
     static = {d: static_memory_bytes(profile, layers, plan.optimizer) for d, layers in device_layers.items()}
+    if tp is not None:
+        static = tp.static_memory({st.index: st.devices for st in stages})
     for stage in stages:  # the weight versions asynchronous PipeDream / 2BW keep beyond the first
         extra = weight_versions(_name(plan.schedule), stage.index, plan.num_stages, plan.num_microbatches) - 1
         if extra > 0 and plan.chunks == 1:
@@ -557,4 +604,5 @@ def lower(
         cluster=cluster,
         opts=opts,
         bucket_marks=marks,
+        tp=tp,
     )

@@ -19,6 +19,7 @@ from pipesim.simulator.trace_log import (
     OP_CODE,
     SEND_ACTIVATION,
     SEND_GRADIENT,
+    TP_COLLECTIVE,
     TraceEvents,
     TraceLog,
 )
@@ -85,7 +86,16 @@ class Tally:
                 else:
                     times.append(end)
                     values.append(now)
-            self._compute_record((device, OP_CODE[ins.op], ins.stage, ins.microbatch, start, end))
+            op_end = end
+            if self.program.tp is not None:
+                tp = self.program.tp_comm(device, ins)
+                if tp is not None:  # the op's exposed TP collectives, on the communication row
+                    comm_s, nbytes = tp
+                    op_end = end - comm_s
+                    self._comm_record(
+                        (device, TP_COLLECTIVE, ins.stage, ins.microbatch, nbytes, -1, op_end, end)
+                    )
+            self._compute_record((device, OP_CODE[ins.op], ins.stage, ins.microbatch, start, op_end))
         else:
             for nbytes in ins.alloc_bytes:
                 now += nbytes

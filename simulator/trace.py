@@ -20,6 +20,7 @@ class EventKind(str, Enum):
     SEND_ACTIVATION = "send_act"
     SEND_GRADIENT = "send_grad"
     ALL_REDUCE = "allreduce"  # one device's part in its stage's gradient all-reduce
+    TP_COLLECTIVE = "tp"  # a TP stage's exposed tensor-parallel collectives of one op (docs/parallelism.md)
     LINK = "link"  # a link busy carrying one or more flows (per-link tracks)
 
     @property

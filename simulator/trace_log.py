@@ -38,8 +38,13 @@ OP_CODE = {"F": 0, "B": 1, "I": 2, "W": 3}
 _make = tuple.__new__
 
 _COMPUTE_KINDS = (EventKind.FORWARD, EventKind.BACKWARD, EventKind.INPUT_GRAD, EventKind.WEIGHT_GRAD)
-_COMM_KINDS = (EventKind.SEND_ACTIVATION, EventKind.SEND_GRADIENT, EventKind.ALL_REDUCE)
-SEND_ACTIVATION, SEND_GRADIENT, ALL_REDUCE = 0.0, 1.0, 2.0
+_COMM_KINDS = (
+    EventKind.SEND_ACTIVATION,
+    EventKind.SEND_GRADIENT,
+    EventKind.ALL_REDUCE,
+    EventKind.TP_COLLECTIVE,
+)
+SEND_ACTIVATION, SEND_GRADIENT, ALL_REDUCE, TP_COLLECTIVE = 0.0, 1.0, 2.0, 3.0
 """Kind codes of communication records."""
 
 

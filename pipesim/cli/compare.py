@@ -18,6 +18,7 @@ from pipesim.cli._common import (
     print_json,
     samples_int,
 )
+from pipesim.cli._parallel import add_parallel_args, apply_parallel, pins_of
 from pipesim.cli.progress import Status
 from pipesim.limits import MAX_PRICE_PER_DEVICE_HOUR_USD
 from pipesim.units import GIB, MS
@@ -92,6 +93,7 @@ def add_comparison_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--planner", default="dapple", help="planner whose best plan is compared (default dapple)")
     p.add_argument("--plan", help="compare this plan file instead of planning")
+    add_parallel_args(p)
     p.add_argument(
         "--rerank",
         default="simulate",
@@ -123,7 +125,7 @@ def comparison_rows(
         if text:
             _, explicit = schedule_arg(text)
             schedules.append(explicit if explicit is not None else text)
-    base = load_plan(args.plan) if args.plan else None
+    base = apply_parallel(load_plan(args.plan), args) if args.plan else None
     title = f"{profile.name} on {cluster.name}"
     labels = [entry.name if not isinstance(entry, str) else entry for entry in schedules]
     status.update(f"comparing {', '.join(labels)} for {title}")
@@ -134,6 +136,7 @@ def comparison_rows(
         schedules=schedules,
         planner=args.planner,
         base_plan=base,
+        pins=pins_of(args),
         rerank=args.rerank == "simulate",
         recompute=args.recompute,
         **options,

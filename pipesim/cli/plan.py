@@ -18,10 +18,11 @@ from pipesim.cli._common import (
     positive_int,
     print_json,
 )
+from pipesim.cli._parallel import add_parallel_args, pins_of
 from pipesim.cli.progress import Status
 from pipesim.errors import vocabulary
 from pipesim.fileio import parse_ascii_float
-from pipesim.plan import Optimizer, Plan
+from pipesim.plan import Optimizer, Plan, StagePlan
 from pipesim.plan_file import plan_to_dict
 from pipesim.units import GIB, MS
 
@@ -57,6 +58,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--optimizer", default="adam", choices=vocabulary(Optimizer))
     add_recompute_arg(p)
+    add_parallel_args(p)
     p.add_argument(
         "--replica-space",
         default="structured",
@@ -136,6 +138,7 @@ def _plans(
         recompute=args.recompute,
         rerank=rerank,
         replica_space=args.replica_space,
+        pins=pins_of(args),
     )
     return plans, profile, cluster
 
@@ -156,7 +159,15 @@ def plan_json(plan: Plan) -> dict[str, Any]:
 
 
 def _layout(plan: Plan) -> str:
-    return " | ".join(f"{s.first_layer}-{s.last_layer}x{s.replicas}" for s in plan.stages)
+    return " | ".join(f"{s.first_layer}-{s.last_layer}x{s.replicas}{_tp_text(s)}" for s in plan.stages)
+
+
+def _tp_text(stage: StagePlan) -> str:
+    """`` tp8 sp zero1`` for a stage with tensor parallelism, sequence parallelism or sharding."""
+    parts = [f"tp{stage.tensor_parallel}"] if stage.tensor_parallel > 1 else []
+    parts += ["sp"] if stage.sequence_parallel else []
+    parts += [stage.sharding.value] if stage.sharding.value != "none" else []
+    return "".join(" " + p for p in parts)
 
 
 def _fmt(value: float | None) -> str:

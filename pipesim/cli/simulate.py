@@ -18,6 +18,7 @@ from pipesim.cli._common import (
     print_json,
     seed_int,
 )
+from pipesim.cli._parallel import add_parallel_args, apply_parallel, parallel_text
 from pipesim.cli.progress import Status
 from pipesim.errors import invalid, vocabulary
 from pipesim.fileio import parse_ascii_int
@@ -78,6 +79,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         help="schedule name (default dapple; see `pipesim schedule list`), or a file with the order "
         "(FILE.csv as torch's _dump_csv writes it, FILE.json, or one rank per line)",
     )
+    add_parallel_args(p)
     p.add_argument(
         "--chunks",
         type=positive_int,
@@ -226,6 +228,7 @@ def _run(args: argparse.Namespace) -> int:
             recompute=args.recompute or Recompute.NONE,
             allreduce=args.allreduce,
         )
+    plan = apply_parallel(plan, args)
     speeds: dict[int, float] = {}
     if args.speed is not None:
         from pipesim.reports.montecarlo import parse_speed
@@ -281,7 +284,7 @@ def _run(args: argparse.Namespace) -> int:
         f"{profile.name} on {cluster.name}: {plan.num_stages} stages, "
         f"replicas {','.join(str(s.replicas) for s in plan.stages[: plan.num_ranks])}, "
         f"{plan.num_microbatches} micro-batches of {plan.global_batch_size // plan.num_microbatches}, "
-        f"schedule {result.schedule}"
+        f"schedule {result.schedule}{parallel_text(plan)}"
         + ("" if plan.recompute is Recompute.NONE else f", recompute {plan.recompute.value}")
     )
     print(

@@ -91,6 +91,8 @@ def trace_event_name(event: TraceEvent) -> str:
         return f"send grad {mb}".rstrip()
     if kind is EventKind.ALL_REDUCE:
         return "all-reduce" if event.stage is None else f"all-reduce s{event.stage}"
+    if kind is EventKind.TP_COLLECTIVE:
+        return f"TP collectives {mb}".rstrip()
     if event.device is not None and event.peer is not None:
         return f"gpu{event.device}->gpu{event.peer}"
     return f"transfer {mb}".rstrip() if mb else "busy"

@@ -64,6 +64,7 @@ _STYLE: dict[str, tuple[str, str, str]] = {
     "W": ("weight grad (W)", "#009E73", "white"),
     "send": ("send", "#CC79A7", "white"),
     "allreduce": ("all-reduce", "#332288", "white"),
+    "tp": ("TP collectives", "#882255", "white"),
 }
 _GROUP_OF: dict[EventKind, str] = {
     EventKind.FORWARD: "F",
@@ -73,6 +74,7 @@ _GROUP_OF: dict[EventKind, str] = {
     EventKind.SEND_ACTIVATION: "send",
     EventKind.SEND_GRADIENT: "send",
     EventKind.ALL_REDUCE: "allreduce",
+    EventKind.TP_COLLECTIVE: "tp",
 }
 _IDLE = "#E6E6E6"
 _MEMORY_FILL = "#8FB3D9"

@@ -27,6 +27,7 @@ from typing import Any
 from pipesim.errors import FormatError, InputError, invalid
 from pipesim.fileio import atomic_write_text, read_input_bytes
 from pipesim.profiles.models.profile import DTYPES, BatchPoint, Layer, ModelProfile
+from pipesim.profiles.models.shape import LayerShape
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -71,6 +72,9 @@ _LAYER_OPTIONAL_FLOAT = (
     "wgrad_fraction",
     "attention_core_fwd_share",
 )
+_SHAPE_REQUIRED = ("kind", "hidden", "heads", "seq", "ffn", "vocab")
+_SHAPE_OPTIONAL_INT = ("replicated_params",)
+_SHAPE_OPTIONAL_FLOAT = ("replicated_fwd_fraction", "replicated_bwd_fraction")
 _POINT_REQUIRED = ("batch_size", "fwd_time_s", "bwd_time_s", "activation_bytes")
 _POINT_OPTIONAL = ("saved_activation_bytes",)
 _INT64_MAX = 2**63 - 1
@@ -113,6 +117,8 @@ def profile_to_dict(profile: ModelProfile) -> dict[str, Any]:
         for key in _LAYER_OPTIONAL_FLOAT:
             if getattr(layer, key) is not None:
                 entry[key] = float(getattr(layer, key))
+        if layer.shape is not None:
+            entry["shape"] = _shape_dict(layer.shape)
         layers.append(entry)
     data["layers"] = layers
     if profile.edges is not None:
@@ -133,6 +139,16 @@ def profile_to_dict(profile: ModelProfile) -> dict[str, Any]:
     if profile.stage_ids is not None:
         data["stage_ids"] = list(profile.stage_ids)
     return data
+
+
+def _shape_dict(shape: LayerShape) -> dict[str, Any]:
+    """A layer shape as plain data (the optional ``shape`` table of a layer)."""
+    out: dict[str, Any] = {"kind": shape.kind.value}
+    for key in _SHAPE_REQUIRED[1:] + _SHAPE_OPTIONAL_INT:
+        out[key] = getattr(shape, key)
+    for key in _SHAPE_OPTIONAL_FLOAT:
+        out[key] = float(getattr(shape, key))
+    return out
 
 
 def _json_text(data: Mapping[str, Any]) -> str:
@@ -186,6 +202,9 @@ def _toml_value(value: Any, where: str) -> str:
         return _toml_str(value)
     if isinstance(value, list):
         return "[" + ", ".join(_toml_value(v, f"{where}[{i}]") for i, v in enumerate(value)) + "]"
+    if isinstance(value, dict):  # an inline table (a layer's shape)
+        items = (f"{k} = {_toml_value(v, f'{where}.{k}')}" for k, v in value.items())
+        return "{ " + ", ".join(items) + " }"
     raise TypeError(f"{where}: cannot write {type(value).__name__} as TOML")
 
 
@@ -314,7 +333,8 @@ class _Reader:
             raise self.fail(where, str(exc)) from exc
 
     def layer(self, value: Any, where: str) -> Layer:
-        raw = self.table(value, where, _LAYER_REQUIRED, _LAYER_OPTIONAL_INT + _LAYER_OPTIONAL_FLOAT)
+        optional = (*_LAYER_OPTIONAL_INT, *_LAYER_OPTIONAL_FLOAT, "shape")
+        raw = self.table(value, where, _LAYER_REQUIRED, optional)
         name = self.string(raw["name"], f"{where}.name")
         if not name:
             raise self.fail(f"{where}.name", "must be a non-empty string")
@@ -331,8 +351,24 @@ class _Reader:
         for key in _LAYER_OPTIONAL_FLOAT:
             if key in raw:
                 kwargs[key] = self.number(raw[key], f"{where}.{key}")
+        if "shape" in raw:
+            kwargs["shape"] = self.shape(raw["shape"], f"{where}.shape")
         layer: Layer = self.build(where, lambda: Layer(**kwargs))
         return layer
+
+    def shape(self, value: Any, where: str) -> LayerShape:
+        raw = self.table(value, where, _SHAPE_REQUIRED, _SHAPE_OPTIONAL_INT + _SHAPE_OPTIONAL_FLOAT)
+        kwargs: dict[str, Any] = {"kind": self.string(raw["kind"], f"{where}.kind")}
+        for key in _SHAPE_REQUIRED[1:]:
+            kwargs[key] = self.integer(raw[key], f"{where}.{key}", minimum=1)
+        for key in _SHAPE_OPTIONAL_INT:
+            if key in raw:
+                kwargs[key] = self.integer(raw[key], f"{where}.{key}")
+        for key in _SHAPE_OPTIONAL_FLOAT:
+            if key in raw:
+                kwargs[key] = self.number(raw[key], f"{where}.{key}")
+        shape: LayerShape = self.build(where, lambda: LayerShape(**kwargs))
+        return shape
 
     def batch_point(self, value: Any, where: str, n: int) -> BatchPoint:
         raw = self.table(value, where, _POINT_REQUIRED, _POINT_OPTIONAL)

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from pipesim.errors import check_count, check_nonneg, check_positive, invalid
+from pipesim.profiles.models.shape import LayerShape
 
 __all__ = ["DTYPES", "DTYPE_BYTES", "BatchPoint", "Cut", "Layer", "ModelProfile"]
 
@@ -44,6 +45,8 @@ class Layer:
             layer whose shapes are unknown (see :mod:`pipesim.profiles.costmodels.memory`).
         attention_core_fwd_share: the share of ``fwd_time_s`` spent in that attention core (what
             ``selective`` recomputation replays), or ``None``.
+        shape: the transformer shape of the layer (:class:`~pipesim.profiles.models.shape.LayerShape`),
+            or ``None``; tensor parallelism needs it.
 
     Raises:
         InputError: a time, byte count or FLOP count is negative or not finite, the name is
@@ -64,6 +67,7 @@ class Layer:
     wgrad_fraction: float | None = None
     attention_core_saved_bytes: int | None = None
     attention_core_fwd_share: float | None = None
+    shape: LayerShape | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -94,6 +98,8 @@ class Layer:
                 raise invalid(
                     f"{self.name}.attention_core_fwd_share", self.attention_core_fwd_share, "must be <= 1"
                 )
+        if self.shape is not None and not isinstance(self.shape, LayerShape):
+            raise invalid(f"{self.name}.shape", self.shape, "must be a LayerShape or None")
 
     @property
     def stashed_bytes(self) -> int:

@@ -20,9 +20,9 @@ CLUSTER = get_cluster("dapple-2x8-v100")
 
 
 def test_registry() -> None:
-    assert planner_names() == ("dapple", "dp", "gpipe", "pipedream")
-    with pytest.raises(UnknownNameError, match="valid planner names: dapple, dp, gpipe, pipedream"):
-        plan(zoo_model("gnmt16"), CLUSTER, 64, planner="megatron")
+    assert planner_names() == ("dapple", "dp", "gpipe", "megatron", "pipedream")
+    with pytest.raises(UnknownNameError, match="valid planner names: dapple, dp, gpipe, megatron, pipedream"):
+        plan(zoo_model("gnmt16"), CLUSTER, 64, planner="alpa")
     with pytest.raises(UnknownNameError, match="placement"):
         parse_placement("random-first")
 

@@ -36,6 +36,7 @@ from pipesim.errors import invalid
 from pipesim.fileio import parse_ascii_int
 from pipesim.profiles.models.profile import Layer, ModelProfile
 from pipesim.profiles.models.zoo.roofline import REFERENCE_DEVICE, LayerCost, Roofline
+from pipesim.profiles.models.zoo.shapes import block_shape, embedding_shape, head_shape, with_shape
 
 __all__ = [
     "BERT48_BATCH",
@@ -194,11 +195,15 @@ def bert48(rl: Roofline, batch: int) -> ModelProfile:
     emb.layernorm(t * hidden, hidden)
     emb.save(t * hidden)  # layer-norm input
     emb.dropout(t * hidden)
-    layers.append(emb.build(output_elements=t * hidden))
+    dims = {"seq": seq, "hidden": hidden, "heads": heads, "vocab": _BERT_VOCAB}
+    layers.append(with_shape(emb.build(output_elements=t * hidden),
+                             embedding_shape(**dims, replicated_params=(_BERT_POSITIONS + 2 + 2) * hidden)))
     for i in range(48):
         lc = LayerCost(f"encoder{i}", rl)
         core = _block(lc, batch=batch, seq=seq, hidden=hidden, heads=heads, ffn=ffn)
-        layers.append(_with_core(lc.build(output_elements=t * hidden), core))
+        built = lc.build(output_elements=t * hidden)
+        shape = block_shape(built, rl, dims, batch=batch, ffn=ffn)
+        layers.append(with_shape(_with_core(built, core), shape))
     head = LayerCost("head", rl)
     head.linear(batch, hidden, hidden)  # pooler (first token) + tanh
     head.linear(batch, hidden, 2)  # next-sentence classifier
@@ -208,7 +213,8 @@ def bert48(rl: Roofline, batch: int) -> ModelProfile:
     head.save(3 * t * hidden)
     _lm_head(head, tokens=t, hidden=hidden, vocab=_BERT_VOCAB)
     head.params += _BERT_VOCAB  # decoder bias (the weight is tied to the word embeddings)
-    layers.append(head.build(output_elements=t))
+    built = head.build(output_elements=t)
+    layers.append(with_shape(built, head_shape(built, rl, batch=batch, split_params=_BERT_VOCAB, **dims)))
     return _profile("bert48", layers, rl, batch, seq, f"BERT-48 (BERT-large shape, 48 layers), seq {seq}")
 
 
@@ -229,17 +235,22 @@ def xlnet36(rl: Roofline, batch: int) -> ModelProfile:
     emb = LayerCost("embeddings", rl)
     _embedding(emb, tokens=t, hidden=hidden, rows=_XLNET_VOCAB + 1)
     emb.dropout(t * hidden)
-    layers.append(emb.build(output_elements=t * hidden))
+    dims = {"seq": seq, "hidden": hidden, "heads": heads, "vocab": _XLNET_VOCAB}
+    layers.append(with_shape(emb.build(output_elements=t * hidden),
+                             embedding_shape(**dims, replicated_params=hidden)))  # mask embedding
     for i in range(36):
         lc = LayerCost(f"layer{i}", rl)
         core = _block(
             lc, batch=batch, seq=seq, hidden=hidden, heads=heads, ffn=ffn, pos_keys=2 * seq, bias=False
         )
-        layers.append(_with_core(lc.build(output_elements=t * hidden), core))
+        built = lc.build(output_elements=t * hidden)
+        shape = block_shape(built, rl, dims, batch=batch, ffn=ffn, attn_bias=False)
+        layers.append(with_shape(_with_core(built, core), shape))
     head = LayerCost("head", rl)
     _lm_head(head, tokens=t, hidden=hidden, vocab=_XLNET_VOCAB)
     head.params += _XLNET_VOCAB
-    layers.append(head.build(output_elements=t))
+    built = head.build(output_elements=t)
+    layers.append(with_shape(built, head_shape(built, rl, batch=batch, split_params=_XLNET_VOCAB, **dims)))
     return _profile("xlnet36", layers, rl, batch, seq, f"XLNet-36 (XLNet-large shape, 36 layers), seq {seq}")
 
 
@@ -340,16 +351,21 @@ def gpt(rl: Roofline, batch: int, spec: GptSpec) -> ModelProfile:
     _embedding(emb, tokens=t, hidden=spec.hidden, rows=spec.vocab + spec.seq)
     emb.eltwise(t * spec.hidden, fwd_passes=3, bwd_passes=1)  # token + position
     emb.dropout(t * spec.hidden)
-    layers.append(emb.build(output_elements=t * spec.hidden))
+    dims = {"seq": spec.seq, "hidden": spec.hidden, "heads": spec.heads, "vocab": spec.vocab}
+    layers.append(with_shape(emb.build(output_elements=t * spec.hidden),
+                             embedding_shape(**dims, replicated_params=spec.seq * spec.hidden)))
     for i in range(spec.layers):
         lc = LayerCost(f"block{i}", rl)
         core = _block(
             lc, batch=batch, seq=spec.seq, hidden=spec.hidden, heads=spec.heads, ffn=4 * spec.hidden
         )
-        layers.append(_with_core(lc.build(output_elements=t * spec.hidden), core))
+        built = lc.build(output_elements=t * spec.hidden)
+        shape = block_shape(built, rl, dims, batch=batch, ffn=4 * spec.hidden)
+        layers.append(with_shape(_with_core(built, core), shape))
     head = LayerCost("head", rl)
     head.layernorm(t * spec.hidden, spec.hidden)
     head.save(t * spec.hidden)
     _lm_head(head, tokens=t, hidden=spec.hidden, vocab=spec.vocab)
-    layers.append(head.build(output_elements=t))
+    built = head.build(output_elements=t)
+    layers.append(with_shape(built, head_shape(built, rl, batch=batch, split_params=0, **dims)))
     return _profile(spec.text(), layers, rl, batch, spec.seq, "GPT decoder")

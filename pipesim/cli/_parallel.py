@@ -1,0 +1,94 @@
+"""The ``--tp``, ``--sp`` and ``--zero`` options: tensor parallelism, sequence parallelism and
+data-parallel sharding pinned by the user (``simulate``, ``plan``, ``compare``, ``sweep``)."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from pipesim.cli._common import positive_int
+from pipesim.profiles.costmodels.sharding import SHARDINGS
+
+if TYPE_CHECKING:
+    from pipesim.plan import Plan
+    from pipesim.planner.megatron import MegatronPins
+
+__all__ = ["add_parallel_args", "apply_parallel", "parallel_text", "pins_of"]
+
+
+def add_parallel_args(p: argparse.ArgumentParser) -> None:
+    """Add ``--tp``, ``--sp`` and ``--zero``."""
+    p.add_argument(
+        "--tp",
+        type=positive_int,
+        default=None,
+        help="tensor-parallel degree of every stage (Megatron-LM; the model's layers need shapes)",
+    )
+    p.add_argument(
+        "--sp",
+        action="store_const",
+        const=True,
+        default=None,
+        help="sequence parallelism with --tp (reduce-scatter/all-gather instead of all-reduce)",
+    )
+    p.add_argument(
+        "--zero",
+        choices=(*SHARDINGS, "0", "1", "2", "3"),
+        default=None,
+        help="data-parallel sharding: none, zero1 (optimizer state), zero2 (+gradients), "
+        "zero3 (+parameters), distributed (Megatron-LM's distributed optimizer); 0-3 name ZeRO stages",
+    )
+
+
+def pins_of(args: argparse.Namespace) -> MegatronPins | None:
+    """The planner pins the options give, or ``None`` when none is given.
+
+    Raises:
+        InputError: ``--sp`` without ``--tp`` > 1 given as 1.
+    """
+    from pipesim.planner.megatron import MegatronPins
+
+    if args.tp is None and args.sp is None and args.zero is None:
+        return None
+    return MegatronPins(tensor_parallel=args.tp, sequence_parallel=args.sp, sharding=args.zero)
+
+
+def apply_parallel(plan: Plan, args: argparse.Namespace) -> Plan:
+    """``plan`` with every stage's tensor parallelism, sequence parallelism and sharding set as
+    the options say (options not given leave the plan's values). A stage whose tensor-parallel
+    degree changes is placed anew (its device list dropped).
+
+    Raises:
+        InputError: a combination a stage refuses (``--sp`` without ``--tp`` > 1).
+    """
+    if args.tp is None and args.sp is None and args.zero is None:
+        return plan
+    stages = []
+    for stage in plan.stages:
+        t = stage.tensor_parallel if args.tp is None else args.tp
+        stages.append(
+            replace(
+                stage,
+                tensor_parallel=t,
+                sequence_parallel=stage.sequence_parallel if args.sp is None else args.sp,
+                sharding=stage.sharding if args.zero is None else args.zero,
+                devices=stage.devices if t == stage.tensor_parallel else None,
+            )
+        )
+    return replace(plan, stages=tuple(stages), estimate=None)
+
+
+def parallel_text(plan: Plan) -> str:
+    """``", tensor parallel 4,4, sequence parallel, sharding zero1"`` for a plan with tensor
+    parallelism, sequence parallelism or sharding (per rank), else ``""`` (the summary line)."""
+    ranks = plan.stages[: plan.num_ranks]
+    parts = []
+    if any(s.tensor_parallel > 1 for s in ranks):
+        parts.append("tensor parallel " + ",".join(str(s.tensor_parallel) for s in ranks))
+    if any(s.sequence_parallel for s in plan.stages):
+        parts.append("sequence parallel")
+    shardings = sorted({s.sharding.value for s in plan.stages} - {"none"})
+    if shardings:
+        parts.append("sharding " + ",".join(shardings))
+    return "".join(", " + p for p in parts)

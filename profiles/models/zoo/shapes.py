@@ -1,0 +1,82 @@
+"""Transformer shapes for the zoo's layers (what tensor parallelism needs; see
+:mod:`pipesim.profiles.models.shape`).
+
+The replicated time fractions come from the same roofline kernels the zoo costs a layer with:
+in a block, the two layer norms, the two residual dropouts and the two residual adds are the
+operations Megatron-LM's tensor parallelism runs whole on every device of a group when sequence
+parallelism is off (Korthikanti et al., arXiv:2205.05198, Sec. 4.2.2 and Fig. 5); in the head,
+everything but the vocabulary-parallel logits and cross-entropy; the embedding's lookup is done
+in full on every device (masked outside its vocabulary slice), so all of it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+
+from pipesim.profiles.models.profile import Layer
+from pipesim.profiles.models.shape import LayerKind, LayerShape
+from pipesim.profiles.models.zoo.roofline import LayerCost, Roofline
+
+__all__ = ["block_shape", "embedding_shape", "head_shape", "with_shape"]
+
+
+def _fraction(part: float, whole: float) -> float:
+    return min(1.0, part / whole) if whole > 0 else 0.0
+
+
+def block_shape(layer: Layer, rl: Roofline, dims: Mapping[str, int], *, batch: int, ffn: int,
+                attn_bias: bool = True) -> LayerShape:
+    """The shape of a transformer block costed by the zoo's ``_block`` at ``batch`` samples;
+    ``dims`` gives ``seq``, ``hidden``, ``heads`` and ``vocab``.
+
+    Replicated parameters: the two layer norms (4 h) and the biases of the row-parallel GEMMs
+    (attention output projection when ``attn_bias``, MLP second GEMM): Megatron-LM adds those
+    after the reduction, on every device.
+    """
+    seq, hidden, heads, vocab = dims["seq"], dims["hidden"], dims["heads"], dims["vocab"]
+    bsh = batch * seq * hidden
+    lc = LayerCost("replicated", rl)
+    for _ in range(2):
+        lc.layernorm(bsh, hidden)
+        lc.dropout(bsh)
+        lc.eltwise(bsh, fwd_passes=3, bwd_passes=1)  # residual add
+    replicated = 4 * hidden + (hidden if attn_bias else 0) + hidden
+    return LayerShape(
+        kind=LayerKind.BLOCK, hidden=hidden, heads=heads, seq=seq, ffn=ffn, vocab=vocab,
+        replicated_params=replicated,
+        replicated_fwd_fraction=_fraction(lc.fwd.time_s, layer.fwd_time_s),
+        replicated_bwd_fraction=_fraction(lc.bwd.time_s, layer.bwd_time_s),
+    )
+
+
+def embedding_shape(*, seq: int, hidden: int, heads: int, vocab: int, replicated_params: int) -> LayerShape:
+    """The shape of a token embedding; ``replicated_params`` are the parameters outside the
+    vocabulary table (positions, segments, a layer norm), kept whole under TP."""
+    return LayerShape(
+        kind=LayerKind.EMBEDDING, hidden=hidden, heads=heads, seq=seq, ffn=4 * hidden, vocab=vocab,
+        replicated_params=replicated_params, replicated_fwd_fraction=1.0, replicated_bwd_fraction=1.0,
+    )
+
+
+def head_shape(layer: Layer, rl: Roofline, *, batch: int, seq: int, hidden: int, heads: int, vocab: int,
+               split_params: int) -> LayerShape:
+    """The shape of an LM head whose logits GEMM and cross-entropy (costed as the zoo's
+    ``_lm_head`` does) are vocabulary-parallel; ``split_params`` of its parameters (an output
+    bias) are split by vocabulary, the rest kept whole."""
+    tokens = batch * seq
+    lc = LayerCost("split", rl)
+    lc.gemm(tokens, vocab, hidden)
+    lc.eltwise(tokens * vocab, fwd_passes=3, bwd_passes=2, flop_per_element=5)
+    params = layer.parameter_bytes // rl.elem_bytes
+    return LayerShape(
+        kind=LayerKind.HEAD, hidden=hidden, heads=heads, seq=seq, ffn=4 * hidden, vocab=vocab,
+        replicated_params=max(0, params - split_params),
+        replicated_fwd_fraction=1.0 - _fraction(lc.fwd.time_s, layer.fwd_time_s),
+        replicated_bwd_fraction=1.0 - _fraction(lc.bwd.time_s, layer.bwd_time_s),
+    )
+
+
+def with_shape(layer: Layer, shape: LayerShape) -> Layer:
+    """``layer`` with its shape set."""
+    return replace(layer, shape=shape)

@@ -1,0 +1,182 @@
+"""The tensor-parallel lowering pass: what TP and data-parallel sharding change in a program.
+
+A replica of a tensor-parallel stage is a group of ``t`` devices that run the same instruction
+list in lock step (Megatron-LM's TP ranks do the same work on their shards). The program keeps
+one instruction stream per group, on its first device; the group's other devices mirror it (same
+memory). For every compute instruction of a TP stage this pass gives
+
+* the compute time under TP (:func:`~pipesim.profiles.costmodels.tensor_parallel.tp_time_factors`
+  per layer, as a ratio applied to the stage's time so speed factors and jitter still apply);
+* the TP collectives of its layers for that micro-batch share
+  (:func:`~pipesim.profiles.costmodels.tensor_parallel.stage_collectives`), timed as ring
+  collectives over the group's routes in the cluster (NVLink/NVSwitch inside a server, NICs
+  across) with :func:`~pipesim.profiles.costmodels.collective.allreduce_curves`: an all-reduce
+  the ring all-reduce, an all-gather or a reduce-scatter its half (``n - 1`` of its ``2 (n - 1)``
+  steps). They are *exposed*: each waits for the compute before it and the next kernel waits for
+  it, so a stage's collectives of one (op, micro-batch) are summed into that op's time (exact:
+  they are serial on the compute stream, and nothing else is carried by the group's links in
+  this model); the activation stash and working set per device (:func:`tp_stage_activation_bytes`).
+
+Pipeline transfers: each TP rank sends its ``1/t`` share to its peer in the next stage (the
+scatter-gather of Megatron-LM, or the sequence shard under SP); the ``t`` transfers run on
+disjoint routes in parallel (one NIC per GPU), so the stream carries one of them, ``1/t`` of the
+bytes (between stages of different degrees, ``1/min``).
+
+The data-parallel gradient collective runs among the groups' first devices (each TP rank's DP
+group is alike and runs on its own rails), with the per-device parameter bytes under TP times
+:func:`~pipesim.profiles.costmodels.sharding.dp_traffic_factor` (1.5 for ZeRO-3).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from pipesim.plan import Plan
+from pipesim.profiles.costmodels.collective import AllReduceCurves, allreduce_curves
+from pipesim.profiles.costmodels.sharding import dp_traffic_factor, sharded_memory_multiplier
+from pipesim.profiles.costmodels.tensor_parallel import (
+    TpCollective,
+    check_tensor_parallel,
+    collective_time_s,
+    stage_collectives,
+    stage_tp_times,
+    tp_parameter_bytes,
+    tp_stage_activation_bytes,
+)
+from pipesim.profiles.hardware.cluster import Cluster
+from pipesim.profiles.models.profile import DTYPE_BYTES, ModelProfile
+from pipesim.schedules.action import Op
+
+__all__ = ["TpLowering", "TpStageCost"]
+
+TpStageCost = tuple[float, float, float, float, float, float]
+"""``(forward time ratio, backward time ratio, forward collectives s, backward collectives s,
+stash bytes, work bytes)`` of one replica's share of a micro-batch on a TP stage."""
+
+
+class TpLowering:
+    """The TP and sharding pass of one plan (see the module docstring)."""
+
+    def __init__(self, plan: Plan, profile: ModelProfile, cluster: Cluster, *, free_links: bool) -> None:
+        for s, spec in enumerate(plan.stages):
+            where = f"stages[{s}].tensor_parallel"
+            check_tensor_parallel(profile, spec.first_layer, spec.last_layer, spec.tensor_parallel, where)
+        self.plan, self.profile, self.cluster = plan, profile, cluster
+        self.elem_bytes = DTYPE_BYTES[profile.dtype]
+        self.groups = plan.tp_groups(cluster.num_devices)
+        self._free = free_links
+        self._bw = [link.bandwidth_bytes_per_s for link in cluster.links]
+        self._lat = [link.latency_s for link in cluster.links]
+        self._curves: dict[tuple[int, ...], AllReduceCurves] = {}
+        self._cache: dict[tuple[int, int, int], TpStageCost] = {}
+
+    def is_tp(self, stage: int) -> bool:
+        """Whether ``stage`` is tensor-parallel."""
+        return self.plan.stages[stage].tensor_parallel > 1
+
+    def curves(self, group: tuple[int, ...]) -> AllReduceCurves:
+        """Ring all-reduce time curves among ``group`` on the cluster's routes."""
+        found = self._curves.get(group)
+        if found is None:
+            route = (lambda a, b: ()) if self._free else self.cluster.route
+            found = self._curves[group] = allreduce_curves(
+                group, route, self._bw.__getitem__, self._lat.__getitem__
+            )
+        return found
+
+    def collectives(self, stage: int, samples: float) -> tuple[TpCollective, ...]:
+        """Every TP collective of ``stage`` for a share of ``samples`` samples, in layer order."""
+        spec = self.plan.stages[stage]
+        layers = self.profile.layers[spec.first_layer : spec.last_layer + 1]
+        t, sp = spec.tensor_parallel, spec.sequence_parallel
+        return stage_collectives(layers, t, sp, samples, self.profile.dtype)
+
+    def collective_time_s(self, group: tuple[int, ...], collective: TpCollective) -> float:
+        """Time of one TP collective among ``group``, seconds
+        (:func:`~pipesim.profiles.costmodels.tensor_parallel.collective_time_s`)."""
+        return collective_time_s(self.curves(group), collective)
+
+    def cost(self, stage: int, samples: int, replica: int) -> TpStageCost:
+        """:data:`TpStageCost` of ``replica``'s share of ``samples`` samples on TP ``stage``."""
+        key = (stage, samples, replica)
+        found = self._cache.get(key)
+        if found is not None:
+            return found
+        spec = self.plan.stages[stage]
+        t, sp = spec.tensor_parallel, spec.sequence_parallel
+        curves = self.curves(self.groups[stage % self.plan.num_ranks][replica])
+        times = stage_tp_times(self.profile, spec.first_layer, spec.last_layer, samples, t, sp, curves)
+        stash, work = tp_stage_activation_bytes(
+            self.profile, spec.first_layer, spec.last_layer, samples, self.plan.recompute, t, sp
+        )
+        ratio_f = times.fwd_tp_s / times.fwd_s if times.fwd_s > 0 else 1.0
+        ratio_b = times.bwd_tp_s / times.bwd_s if times.bwd_s > 0 else 1.0
+        found = (ratio_f, ratio_b, times.fwd_comm_s, times.bwd_comm_s, stash, work)
+        self._cache[key] = found
+        return found
+
+    def send_divisor(self, src: int, dst: int) -> int:
+        """How many ways a transfer between stages ``src`` and ``dst`` is split over TP ranks."""
+        stages = self.plan.stages
+        return min(stages[src].tensor_parallel, stages[dst].tensor_parallel)
+
+    def parameter_bytes(self, stage: int) -> float:
+        """Parameter bytes of ``stage`` on one device of one of its TP groups."""
+        spec = self.plan.stages[stage]
+        layers = self.profile.layers[spec.first_layer : spec.last_layer + 1]
+        return sum(tp_parameter_bytes(layer, spec.tensor_parallel, self.elem_bytes) for layer in layers)
+
+    def memory_multiplier(self, stage: int) -> float:
+        """Static bytes per parameter byte of ``stage`` on one device
+        (:func:`~pipesim.profiles.costmodels.sharding.sharded_memory_multiplier`)."""
+        spec = self.plan.stages[stage]
+        dtype, optimizer = self.profile.dtype, self.plan.optimizer
+        return sharded_memory_multiplier(dtype, optimizer, spec.sharding, spec.replicas)
+
+    def static_memory_bytes(self, stage: int) -> float:
+        """Weights + gradients + optimizer state of ``stage`` on one device, bytes (TP shards and
+        :meth:`memory_multiplier`)."""
+        return self.parameter_bytes(stage) * self.memory_multiplier(stage)
+
+    def dp_bytes(self, stage: int) -> float:
+        """Bytes each member contributes to ``stage``'s data-parallel gradient collective (the
+        all-reduce equivalent: ZeRO-3 moves 1.5x)."""
+        return self.parameter_bytes(stage) * dp_traffic_factor(self.plan.stages[stage].sharding)
+
+    def compute_parts(
+        self, op: Op, s: int, samples: int, replica: int, fwd: float, bwd: float, wf: float
+    ) -> tuple[str, float, tuple[float, ...], tuple[float, ...]]:
+        """The program's ``(op, duration s, bytes allocated, bytes freed)`` of a compute op of TP
+        stage ``s`` whose stage costs without TP are ``fwd``, ``bwd`` seconds (weight-gradient
+        share ``wf``): the compute scaled to TP plus the op's exposed TP collectives (the
+        backward's go with the input gradient ``I``)."""
+        ratio_f, ratio_b, comm_f, comm_b, stash, work = self.cost(s, samples, replica)
+        fwd, bwd = fwd * ratio_f, bwd * ratio_b
+        if op is Op.F:
+            return ("F", fwd + comm_f, (stash,), ())
+        if op is Op.B:
+            return ("B", bwd + comm_b, (work,), (work, stash))
+        if op is Op.I:
+            return ("I", bwd * (1.0 - wf) + comm_b, (work,), (work,))
+        return ("W", bwd * wf, (), (stash,))
+
+    def static_memory(self, devices_of: Mapping[int, tuple[int, ...]]) -> dict[int, float]:
+        """Static memory per device under TP and sharding, bytes, for stages whose stream devices
+        (the TP groups' first devices) ``devices_of`` gives by stage index.
+
+        Parameter bytes are summed per multiplier before multiplying, as
+        :func:`~pipesim.profiles.costmodels.memory.static_memory_bytes` does, so that ``t = 1``
+        without sharding gives the same floats."""
+        per_device: dict[int, dict[float, float]] = {}
+        for stage, devices in devices_of.items():
+            multiplier = self.memory_multiplier(stage)
+            params = self.parameter_bytes(stage)
+            for device in devices:
+                groups = per_device.setdefault(device, {})
+                groups[multiplier] = groups.get(multiplier, 0.0) + params
+        return {d: sum(p * m for m, p in groups.items()) for d, groups in per_device.items()}
+
+    @property
+    def active(self) -> bool:
+        """Whether the plan uses TP or sharding anywhere (else the pass changes nothing)."""
+        return any(s.tensor_parallel > 1 or s.sharding.value != "none" for s in self.plan.stages)
