@@ -21,12 +21,14 @@ XLNet adds its projected position keys and pre-shift position scores.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from pipesim.errors import invalid
 from pipesim.fileio import parse_ascii_int
+from pipesim.profiles.costmodels.compute import GemmShape
 from pipesim.profiles.models.profile import Layer, ModelProfile
-from pipesim.profiles.models.zoo.roofline import REFERENCE_DEVICE, LayerCost, Roofline
+from pipesim.profiles.models.zoo.roofline import LayerCost, Roofline, roofline_for
 
 __all__ = [
     "BERT48_BATCH",
@@ -37,6 +39,7 @@ __all__ = [
     "XLNET36_SEQ",
     "GptSpec",
     "bert48",
+    "block_gemm_shapes",
     "gpt",
     "parse_gpt_spec",
     "xlnet36",
@@ -59,12 +62,32 @@ _BERT_POSITIONS = 512  # BERT's learned position embeddings
 _XLNET_VOCAB = 32000  # XLNet SentencePiece vocabulary (Yang et al., 2019)
 
 
+def _flash_attention(lc: LayerCost, *, batch: int, seq: int, heads: int, d_head: int) -> None:
+    """Fused attention (Dao et al., "FlashAttention", NeurIPS 2022): one kernel per direction.
+
+    Forward: ``Q K^T`` and ``P V`` in one kernel, the ``s x s`` scores kept on chip; it reads Q,
+    K, V and writes O (and the per-row log-sum-exp). Backward: recomputes ``Q K^T``, then ``dV``,
+    ``dP``, ``dQ`` and ``dK``: 5 of the forward's 2 GEMMs. Saved: Q, K, V, O (counted with the
+    block) and the fp32 log-sum-exp; no ``s x s`` tensor, no attention dropout mask.
+    """
+    bh = batch * heads
+    tokens = batch * seq * heads * d_head
+    d = lc.rl.elem_bytes
+    qk = GemmShape(m=seq, n=seq, k=d_head, count=bh)
+    pv = GemmShape(m=seq, n=d_head, k=seq, count=bh)
+    lc.fused_gemms("fwd", (qk, pv), d * 4 * tokens)
+    lc.fused_gemms("bwd", (qk, pv, qk, pv, pv), d * 8 * tokens)
+    lc.save(bh * seq, elem_bytes=4)  # log-sum-exp per row
+
+
 def _block(lc: LayerCost, *, batch: int, seq: int, hidden: int, heads: int, ffn: int,
-           pos_keys: int = 0, bias: bool = True) -> None:
+           pos_keys: int = 0, bias: bool = True, flash: bool = False) -> None:
     """Cost of one post- or pre-LN transformer block over ``batch`` x ``seq`` tokens.
 
     ``pos_keys`` > 0 adds XLNet's relative-position attention: a position projection over
     ``pos_keys`` relative positions per sample and a second score matmul against them.
+    ``flash`` replaces the score matmul, softmax, dropout and ``P V`` kernels by fused attention
+    (:func:`_flash_attention`).
     """
     t = batch * seq
     bsh = t * hidden
@@ -74,7 +97,10 @@ def _block(lc: LayerCost, *, batch: int, seq: int, hidden: int, heads: int, ffn:
     lc.layernorm(bsh, hidden)
     for _ in range(3):  # Q, K, V projections
         lc.linear(t, hidden, hidden, bias=bias)
-    lc.gemm(seq, seq, d_head, count=batch * heads, weight=False)  # Q K^T
+    if flash:
+        _flash_attention(lc, batch=batch, seq=seq, heads=heads, d_head=d_head)
+    else:
+        lc.gemm(seq, seq, d_head, count=batch * heads, weight=False)  # Q K^T
     if pos_keys:
         lc.linear(batch * pos_keys, hidden, hidden, bias=False)  # relative-position keys
         lc.gemm(seq, pos_keys, d_head, count=batch * heads, weight=False)  # Q R^T
@@ -83,9 +109,10 @@ def _block(lc: LayerCost, *, batch: int, seq: int, hidden: int, heads: int, ffn:
         lc.params += 2 * hidden  # segment embeddings (2 x heads x d_head)
         lc.save(batch * pos_keys * hidden)  # projected position keys
         lc.save(scores)  # position scores before the shift
-    lc.eltwise(scores, fwd_passes=2, bwd_passes=3, flop_per_element=5)  # scale, mask, softmax
-    lc.dropout(scores)
-    lc.gemm(seq, d_head, seq, count=batch * heads, weight=False)  # probabilities @ V
+    if not flash:
+        lc.eltwise(scores, fwd_passes=2, bwd_passes=3, flop_per_element=5)  # scale, mask, softmax
+        lc.dropout(scores)
+        lc.gemm(seq, d_head, seq, count=batch * heads, weight=False)  # probabilities @ V
     lc.linear(t, hidden, hidden, bias=bias)  # output projection
     lc.dropout(bsh)
     lc.eltwise(bsh, fwd_passes=3, bwd_passes=1)  # residual add
@@ -99,7 +126,28 @@ def _block(lc: LayerCost, *, batch: int, seq: int, hidden: int, heads: int, ffn:
     # Korthikanti et al. Eq. 1 in dtype-sized elements (masks are counted by dropout() above):
     # 5 (attention) + 9 (MLP, ffn = 4h generalised to 1 + 2 ffn/h) + 2 (layer norms) sbh
     lc.save(bsh * (5 + 1 + 2 * ffn / hidden + 2))
-    lc.save(2 * scores)  # softmax output and dropout output
+    if not flash:
+        lc.save(2 * scores)  # softmax output and dropout output
+
+
+def block_gemm_shapes(*, batch: int, seq: int, hidden: int, heads: int, ffn: int | None = None,
+                      flash: bool = False) -> tuple[GemmShape, ...]:
+    """The forward GEMMs of one transformer block, in kernel order: Q, K, V projections
+    ``(b s, h, h)``, ``Q K^T`` ``(s, s, h/a) x b a``, ``P V`` ``(s, h/a, s) x b a`` (both absent
+    with ``flash``: fused attention is one kernel), output projection ``(b s, h, h)``, MLP
+    ``(b s, ffn, h)`` and ``(b s, h, ffn)``.
+
+    For tensor-parallel costing: a column-parallel GEMM divides ``n`` by the TP degree, a
+    row-parallel one ``k``, attention divides ``count`` (heads); re-time each with
+    :meth:`pipesim.profiles.costmodels.compute.ComputeModel.gemm_time_s`.
+
+    Raises:
+        InputError: a dimension is not a positive integer.
+    """
+    lc = LayerCost("block", roofline_for("float32"))
+    _block(lc, batch=batch, seq=seq, hidden=hidden, heads=heads, ffn=4 * hidden if ffn is None else ffn,
+           flash=flash)
+    return tuple(lc.gemm_shapes)
 
 
 def _embedding(lc: LayerCost, *, tokens: int, hidden: int, rows: int) -> None:
@@ -121,10 +169,10 @@ def _profile(name: str, layers: list[Layer], rl: Roofline, batch: int, seq: int,
         name=name,
         layers=tuple(layers),
         profile_batch_size=batch,
-        reference_device=REFERENCE_DEVICE,
+        reference_device=rl.device,
         dtype=rl.dtype,
         seq_len=seq,
-        description=f"{text}, analytic roofline on {REFERENCE_DEVICE}",
+        description=f"{text}, analytic kernel model on {rl.device} in {rl.precision}",
     )
 
 
@@ -147,10 +195,10 @@ def bert48(rl: Roofline, batch: int) -> ModelProfile:
     emb.save(t * hidden)  # layer-norm input
     emb.dropout(t * hidden)
     layers.append(emb.build(output_elements=t * hidden))
-    for i in range(48):
-        lc = LayerCost(f"encoder{i}", rl)
-        _block(lc, batch=batch, seq=seq, hidden=hidden, heads=heads, ffn=ffn)
-        layers.append(lc.build(output_elements=t * hidden))
+    lc = LayerCost("encoder0", rl)
+    _block(lc, batch=batch, seq=seq, hidden=hidden, heads=heads, ffn=ffn)
+    block = lc.build(output_elements=t * hidden)
+    layers += [dataclasses.replace(block, name=f"encoder{i}") for i in range(48)]  # identical blocks
     head = LayerCost("head", rl)
     head.linear(batch, hidden, hidden)  # pooler (first token) + tanh
     head.linear(batch, hidden, 2)  # next-sentence classifier
@@ -182,10 +230,10 @@ def xlnet36(rl: Roofline, batch: int) -> ModelProfile:
     _embedding(emb, tokens=t, hidden=hidden, rows=_XLNET_VOCAB + 1)
     emb.dropout(t * hidden)
     layers.append(emb.build(output_elements=t * hidden))
-    for i in range(36):
-        lc = LayerCost(f"layer{i}", rl)
-        _block(lc, batch=batch, seq=seq, hidden=hidden, heads=heads, ffn=ffn, pos_keys=2 * seq, bias=False)
-        layers.append(lc.build(output_elements=t * hidden))
+    lc = LayerCost("layer0", rl)
+    _block(lc, batch=batch, seq=seq, hidden=hidden, heads=heads, ffn=ffn, pos_keys=2 * seq, bias=False)
+    block = lc.build(output_elements=t * hidden)
+    layers += [dataclasses.replace(block, name=f"layer{i}") for i in range(36)]
     head = LayerCost("head", rl)
     _lm_head(head, tokens=t, hidden=hidden, vocab=_XLNET_VOCAB)
     head.params += _XLNET_VOCAB
@@ -217,10 +265,11 @@ class GptSpec:
         heads: attention heads, >= 1.
         seq: tokens per sample, >= 1.
         vocab: vocabulary size, >= 1.
+        flash: 1 for fused (flash) attention, 0 (default) for the unfused kernels.
 
     Raises:
         InputError: a value is not a positive integer (up to 4096 layers, 2**20 for the other
-            keys), or ``hidden`` is not a multiple of ``heads``.
+            keys), ``hidden`` is not a multiple of ``heads``, or ``flash`` is not 0 or 1.
     """
 
     layers: int = GPT_DEFAULTS["layers"]
@@ -228,6 +277,7 @@ class GptSpec:
     heads: int = GPT_DEFAULTS["heads"]
     seq: int = GPT_DEFAULTS["seq"]
     vocab: int = GPT_DEFAULTS["vocab"]
+    flash: int = 0
 
     def __post_init__(self) -> None:
         for key in GPT_DEFAULTS:
@@ -237,10 +287,14 @@ class GptSpec:
                 raise invalid(f"gpt.{key}", value, f"must be an integer in 1..{most}")
         if self.hidden % self.heads:
             raise invalid("gpt.hidden", self.hidden, f"must be a multiple of heads ({self.heads})")
+        if self.flash not in (0, 1) or isinstance(self.flash, bool):
+            raise invalid("gpt.flash", self.flash, "must be 0 (unfused attention) or 1 (flash attention)")
 
     def text(self) -> str:
-        """The canonical spec string, e.g. ``gpt:layers=24,hidden=2048,heads=16,seq=2048,vocab=50257``."""
-        return "gpt:" + ",".join(f"{key}={getattr(self, key)}" for key in GPT_DEFAULTS)
+        """The canonical spec string, e.g. ``gpt:layers=24,hidden=2048,heads=16,seq=2048,vocab=50257``
+        (``,flash=1`` appended for fused attention)."""
+        base = "gpt:" + ",".join(f"{key}={getattr(self, key)}" for key in GPT_DEFAULTS)
+        return base + (",flash=1" if self.flash else "")
 
 
 def parse_gpt_spec(text: str) -> GptSpec:
@@ -263,8 +317,8 @@ def parse_gpt_spec(text: str) -> GptSpec:
             key = key.strip().lower()
             if not eq or not key:
                 raise invalid("gpt", item.strip(), "each item must be key=value")
-            if key not in GPT_DEFAULTS:
-                rule = f"unknown key; valid keys: {', '.join(GPT_DEFAULTS)}"
+            if key not in GPT_DEFAULTS and key != "flash":
+                rule = f"unknown key; valid keys: {', '.join(GPT_DEFAULTS)}, flash"
                 raise invalid(f"gpt.{key}", raw.strip(), rule)
             if key in values:
                 raise invalid(f"gpt.{key}", raw.strip(), "given twice")
@@ -291,10 +345,11 @@ def gpt(rl: Roofline, batch: int, spec: GptSpec) -> ModelProfile:
     emb.eltwise(t * spec.hidden, fwd_passes=3, bwd_passes=1)  # token + position
     emb.dropout(t * spec.hidden)
     layers.append(emb.build(output_elements=t * spec.hidden))
-    for i in range(spec.layers):
-        lc = LayerCost(f"block{i}", rl)
-        _block(lc, batch=batch, seq=spec.seq, hidden=spec.hidden, heads=spec.heads, ffn=4 * spec.hidden)
-        layers.append(lc.build(output_elements=t * spec.hidden))
+    lc = LayerCost("block0", rl)
+    _block(lc, batch=batch, seq=spec.seq, hidden=spec.hidden, heads=spec.heads, ffn=4 * spec.hidden,
+           flash=bool(spec.flash))
+    block = lc.build(output_elements=t * spec.hidden)
+    layers += [dataclasses.replace(block, name=f"block{i}") for i in range(spec.layers)]
     head = LayerCost("head", rl)
     head.layernorm(t * spec.hidden, spec.hidden)
     head.save(t * spec.hidden)
