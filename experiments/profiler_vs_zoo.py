@@ -22,9 +22,9 @@ zoo exactly or for reasons the script itemises:
   not the fused kernel and keeps a dtype-sized scaled mask instead of a 1-byte one
   (:func:`torch_extra_saved_bytes`).
 
-Times are only comparable on a GPU, at best the device the zoo is costed for (a V100 roofline,
-or ``--zoo-device`` to re-target it, e.g. ``H100-SXM``); on a CPU the ratios are printed but
-flagged ``time_comparable = False``.
+Times are only comparable on a GPU, at best the device the zoo is costed for (a V100 by default,
+or ``--zoo-device`` to cost it on another catalog device, e.g. ``H100-SXM``); on a CPU the ratios
+are printed but flagged ``time_comparable = False``.
 
 Writes ``profiler_vs_zoo.csv`` (one row per batch size and layer kind) and
 ``profiler_vs_zoo.png`` (per kind: measured and zoo time, saved bytes and FLOP against the
@@ -52,7 +52,6 @@ from typing import Any
 from matplotlib.figure import Figure
 
 from pipesim.errors import InputError, invalid
-from pipesim.profiles.costmodels.retarget import retarget
 from pipesim.profiles.hardware.catalog import get_device
 from pipesim.profiles.models.profile import DTYPE_BYTES, Layer
 from pipesim.profiles.models.zoo import zoo_model
@@ -325,8 +324,8 @@ class Settings:
         warmup: untimed runs before them.
         threads: CPU threads for torch, or ``None`` for torch's setting.
         seed: seed of the weights and the input.
-        zoo_device: a catalog device to re-target the zoo's V100 times to
-            (:func:`pipesim.profiles.costmodels.retarget.retarget`; sizes and FLOP are kept), e.g.
+        zoo_device: a catalog device to cost the zoo on instead of the V100 (the zoo's kernel
+            model on that device; sizes and FLOP do not change), e.g.
             ``"H100-SXM"`` when measuring on an H100; ``None`` keeps the V100 roofline.
     """
 
@@ -475,9 +474,8 @@ def run(*, small: bool = False, settings: Settings | None = None) -> list[_commo
     rows: list[_common.Row] = []
     for measured in result.measurements:
         batch = measured[0].batch_size
-        profile = zoo_model("bert48", dtype=settings.dtype, batch_size=batch)
-        if settings.zoo_device is not None:
-            profile = retarget(profile, settings.zoo_device)
+        device = REFERENCE_DEVICE if settings.zoo_device is None else settings.zoo_device
+        profile = zoo_model("bert48", dtype=settings.dtype, batch_size=batch, device=device)
         zoo = {layer.name: layer for layer in profile.layers}
         for kind in KINDS:
             blocks = [m for m in measured if _kind(m.name) == kind]
@@ -580,7 +578,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--zoo-device",
         default=None,
-        help=f"re-target the zoo's times to this catalog device, e.g. H100-SXM (default {REFERENCE_DEVICE})",
+        help=f"cost the zoo on this catalog device, e.g. H100-SXM (default {REFERENCE_DEVICE})",
     )
     return parser.parse_args(argv)
 

@@ -12,10 +12,12 @@ layer may resolve again what its caller already resolved.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 
 from pipesim.errors import InputError, invalid
-from pipesim.profiles.costmodels.retarget import retarget_to
+from pipesim.profiles.costmodels.retarget import retarget_precision, retarget_to
 from pipesim.profiles.hardware.cluster import Cluster, load_cluster, with_overrides
+from pipesim.profiles.hardware.specs import parse_precision
 from pipesim.profiles.models.loader import load_model
 from pipesim.profiles.models.profile import ModelProfile
 
@@ -86,12 +88,25 @@ def check_has_compute(profile: ModelProfile) -> None:
         raise invalid("model", profile.name, rule)
 
 
+def _is_zoo(spec: str) -> bool:
+    """A zoo name or ``gpt:`` spec that is not also an existing file (a file wins, as in
+    :func:`pipesim.profiles.models.loader.load_model`)."""
+    from pipesim.profiles.models.zoo import is_zoo_spec
+
+    try:
+        exists = Path(spec).exists()
+    except (OSError, ValueError):
+        exists = False
+    return is_zoo_spec(spec) and not exists
+
+
 def resolve_inputs(
     model: ModelLike,
     cluster: ClusterLike,
     *,
     overrides: Mapping[str, object] | None = None,
     pbs: int | None = None,
+    dtype: str | None = None,
 ) -> tuple[ModelProfile, Cluster]:
     """Load a model and a cluster, apply what-if overrides, and re-target the model to the device.
 
@@ -102,6 +117,13 @@ def resolve_inputs(
             as ``pipesim ... --set KEY=VALUE`` gives them; see ``docs/hardware.md``.
         pbs: the profile batch size of a TorchGraph file whose name carries no ``-pbs-N``
             (only used when ``model`` is a path).
+        dtype: the training precision (``fp32``, ``tf32``, ``fp16``, ``bf16``, ``fp8`` or the
+            long names), as ``--dtype`` gives it; ``None``: a zoo model in fp32, a file in the
+            precision it was measured in. A zoo model is costed on the cluster's device in this
+            precision (:func:`pipesim.profiles.models.zoo.zoo_model`); a profile file is
+            re-targeted to the device, then to the precision
+            (:func:`pipesim.profiles.costmodels.retarget.retarget_precision`). Only for models
+            given by name or path: a :class:`ModelProfile` is used in its own precision.
 
     Returns:
         ``(profile, cluster)``: the profile as it runs on the cluster's device (re-targeted by a
@@ -112,21 +134,37 @@ def resolve_inputs(
         UnknownNameError: an unknown model, cluster or device name.
         FormatError: a malformed model or cluster file.
         InputError: a bad override key or value (see :func:`resolve_cluster`), a ``pbs`` given
-            with a profile object, a model with no compute time (:func:`check_has_compute`), or a
-            device that does not support the profile's dtype.
+            with a profile object or a zoo model, a ``dtype`` that is unknown, given with a
+            profile object or that the device cannot run (``dtype='bfloat16': V100-SXM2-16GB
+            cannot train in it; it supports float32, float16``), a model with no compute time
+            (:func:`check_has_compute`), or a device that does not support the profile's dtype.
     """
+    precision = None if dtype is None else parse_precision(dtype)
+    machine = resolve_cluster(cluster, overrides)
+    if isinstance(model, str) and _is_zoo(model):
+        from pipesim.profiles.models.zoo import zoo_model
+
+        if pbs is not None:
+            raise InputError(f"pbs={pbs} given for zoo model {model!r}; pbs only applies to TorchGraph files")
+        profile = zoo_model(model, dtype=precision or "float32", device=machine.device)
+        check_has_compute(profile)
+        return profile, machine
     if isinstance(model, str):
         profile = load_model(model, pbs=pbs)
     elif isinstance(model, ModelProfile):
         if pbs is not None:
             raise InputError(f"pbs={pbs!r}: only applies when the model is a file path, not a profile")
+        if precision is not None and precision != model.dtype:
+            raise invalid("dtype", precision, f"only applies to a model given by name or path; the profile "
+                          f"{model.name!r} is in {model.dtype} (use retarget_precision to change it)")
         profile = model
     else:
         raise InputError(
             f"model={type(model).__name__}: must be a ModelProfile, a zoo name or a profile file path"
         )
     check_has_compute(profile)
-    machine = resolve_cluster(cluster, overrides)
-    if profile.reference_device == machine.device.name:
-        return profile, machine
-    return retarget_to(profile, machine.device), machine
+    if profile.reference_device != machine.device.name:
+        profile = retarget_to(profile, machine.device)
+    if precision is not None and precision != profile.dtype:
+        profile = retarget_precision(profile, precision, machine.device)
+    return profile, machine

@@ -90,11 +90,12 @@ def test_resolve_inputs_rejects_unknown_override() -> None:
 def test_resolve_inputs_is_idempotent_for_a_changed_device(caplog: pytest.LogCaptureFixture) -> None:
     """A device with a changed field is no catalog device ("V100-SXM2-16GB*"): the profile is
     re-targeted to it once, and resolving the result again changes nothing and warns nothing."""
-    profile, cluster = resolve_inputs("bert48", "dgx1-v100", overrides={"device_compute_efficiency": 0.8})
+    profile, cluster = resolve_inputs("bert48", "dgx1-v100", overrides={"device_compute_efficiency": 0.5})
     assert cluster.device.name.endswith("*")
     assert profile.reference_device == cluster.device.name
     base = resolve_inputs("bert48", "dgx1-v100")[0]
-    assert profile.layers[5].fwd_time_s == pytest.approx(base.layers[5].fwd_time_s / 2)  # 0.4 -> 0.8
+    # 0.4 -> 0.5: the GEMMs run 1.25x faster, the memory-bound kernels as before
+    assert base.layers[5].fwd_time_s / 1.25 < profile.layers[5].fwd_time_s < base.layers[5].fwd_time_s / 1.1
     caplog.clear()
     again, same = resolve_inputs(profile, cluster)
     assert again is profile

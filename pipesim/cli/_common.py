@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 __all__ = [
+    "DTYPE_CHOICES",
     "MAX_COUNT",
     "MAX_GLOBAL_BATCH",
     "MAX_JITTER_CV",
@@ -106,7 +107,7 @@ positive_float = float_arg(0.0, 1e18, above_minimum=True)
 def add_model_args(
     parser: argparse.ArgumentParser, *, required: bool = True, default: str | None = None
 ) -> None:
-    """Add ``--model`` (zoo name, gpt:..., or profile file) and ``--pbs``."""
+    """Add ``--model`` (zoo name, gpt:..., or profile file), ``--pbs`` and ``--dtype``."""
     parser.add_argument(
         "--model",
         required=required,
@@ -120,6 +121,20 @@ def add_model_args(
         default=None,
         help="profile batch size of a TorchGraph file whose name carries no -pbs-N",
     )
+    parser.add_argument(
+        "--dtype",
+        choices=DTYPE_CHOICES,
+        default=None,
+        help="training precision: fp32, tf32, fp16, bf16 (mixed precision with fp32 master weights) "
+        "or fp8; a zoo model is costed in it on the cluster's device, a profile file is re-targeted "
+        "to it (default: fp32 for the zoo, a file's own precision)",
+    )
+
+
+DTYPE_CHOICES: tuple[str, ...] = ("fp32", "tf32", "fp16", "bf16", "fp8", "float32", "tfloat32", "float16",
+                                  "bfloat16", "float8")
+"""Values of ``--dtype`` (short and long spellings of
+:data:`pipesim.profiles.hardware.specs.PRECISIONS`)."""
 
 
 def add_recompute_arg(parser: argparse.ArgumentParser, *, default: str | None = "none") -> None:
@@ -203,7 +218,7 @@ def overrides_of(args: argparse.Namespace) -> dict[str, object]:
 
 
 def inputs_of(args: argparse.Namespace) -> tuple[ModelProfile, Cluster]:
-    """``--model``/``--pbs`` and ``--cluster``/``--set`` through the one input path
+    """``--model``/``--pbs``/``--dtype`` and ``--cluster``/``--set`` through the one input path
     (:func:`pipesim.profiles.inputs.resolve_inputs`): the profile re-targeted to the cluster's
     device, and the cluster with the overrides applied.
 
@@ -214,7 +229,8 @@ def inputs_of(args: argparse.Namespace) -> tuple[ModelProfile, Cluster]:
     from pipesim.profiles.inputs import resolve_inputs
 
     pbs = getattr(args, "pbs", None)
-    return resolve_inputs(args.model, args.cluster, overrides=overrides_of(args), pbs=pbs)
+    dtype = getattr(args, "dtype", None)
+    return resolve_inputs(args.model, args.cluster, overrides=overrides_of(args), pbs=pbs, dtype=dtype)
 
 
 def print_json(data: Any, *, what: str = "--json output") -> None:

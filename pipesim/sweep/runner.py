@@ -47,7 +47,8 @@ class SweepTask:
         points: the points (same model, cluster, overrides, batch size, planner,
             recompute mode; one per schedule).
         keys: each point's results key, in the same order.
-        profile: the loaded model (re-targeted to the cluster's device by the worker, through
+        profile: the loaded model, or a zoo spec (costed on the cluster's device by the worker)
+            (re-targeted to the cluster's device by the worker, through
             :func:`~pipesim.profiles.inputs.resolve_inputs`, so that a device that cannot run
             the model's dtype becomes an ``invalid`` row rather than stopping the sweep).
         cluster: the cluster with the overrides applied
@@ -58,7 +59,7 @@ class SweepTask:
 
     points: tuple[SweepPoint, ...]
     keys: tuple[str, ...]
-    profile: ModelProfile
+    profile: ModelProfile | str
     cluster: Cluster
     price_per_device_hour_usd: float | None
 
@@ -186,7 +187,9 @@ def _finite_or_invalid(row: dict[str, object]) -> dict[str, object]:
     return row
 
 
-def _load_inputs(config: SweepConfig) -> tuple[dict[str, ModelProfile], dict[tuple[str, Overrides], Cluster]]:
+def _load_inputs(
+    config: SweepConfig,
+) -> tuple[dict[str, ModelProfile | str], dict[tuple[str, Overrides], Cluster]]:
     """Load every model and every cluster with every override set once, in the parent.
 
     Raises:
@@ -195,24 +198,28 @@ def _load_inputs(config: SweepConfig) -> tuple[dict[str, ModelProfile], dict[tup
     """
     from pipesim.profiles.hardware.catalog import get_device
     from pipesim.profiles.models.loader import load_model
+    from pipesim.profiles.models.zoo import is_zoo_spec
 
     def fail(key: str, value: object, exc: Exception) -> FormatError:
         return FormatError(config.source, None, f"{key}: {value!r}: {exc}")
 
-    models: dict[str, ModelProfile] = {}
+    models: dict[str, ModelProfile | str] = {}
     for spec in config.models:
+        resolved = config.resolve_path(spec)
         try:
-            models[spec] = load_model(config.resolve_path(spec))
+            loaded = load_model(resolved)
         except PipesimError as exc:
             raise fail("models", spec, exc) from None
+        # a zoo model travels by name: the worker costs it on each cluster's own device
+        models[spec] = resolved if is_zoo_spec(resolved) and not Path(resolved).exists() else loaded
         try:
-            get_device(models[spec].reference_device)
+            get_device(loaded.reference_device)
         except UnknownNameError:
             log.warning(
                 "model %s was measured on %r, which is not in the device catalog: its times are used "
                 "as they are on every cluster",
                 spec,
-                models[spec].reference_device,
+                loaded.reference_device,
             )
     clusters: dict[tuple[str, Overrides], Cluster] = {}
     for spec in config.clusters:

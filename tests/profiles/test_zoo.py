@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import pytest
@@ -9,10 +10,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipesim.errors import InputError, UnknownNameError
+from pipesim.profiles.costmodels.compute import K_OVERHEAD, OP_DISPATCH_S, ComputeModel
 from pipesim.profiles.models.profile import ModelProfile
 from pipesim.profiles.models.zoo import GptSpec, parse_gpt_spec, zoo_descriptions, zoo_model, zoo_names
 from pipesim.profiles.models.zoo import _build as zoo_cache
-from pipesim.profiles.models.zoo.roofline import KERNEL_OVERHEAD_S, LayerCost, Roofline, roofline_for
+from pipesim.profiles.models.zoo.roofline import WINOGRAD_FUSED_SPEEDUP, LayerCost, Roofline, roofline_for
 
 FIXED_MODELS = ("amoebanet36", "bert48", "gnmt16", "resnet50", "vgg19", "xlnet36")
 
@@ -44,10 +46,28 @@ def test_parameters_only_for_gpt() -> None:
         zoo_model("vgg19:layers=3")
 
 
-@pytest.mark.parametrize("dtype", ["bfloat16", "float64", ""])
+@pytest.mark.parametrize("dtype", ["float64", "", "int8"])
 def test_bad_dtype(dtype: str) -> None:
-    with pytest.raises(InputError, match=r"dtype=.*must be one of float32, float16"):
+    with pytest.raises(InputError, match=r"dtype=.*must be one of fp32, tf32, fp16, bf16, fp8"):
         zoo_model("resnet50", dtype=dtype)
+
+
+@pytest.mark.parametrize(("dtype", "device"), [("bf16", "V100"), ("fp8", "A100-80GB"), ("tf32", "V100")])
+def test_dtype_the_device_cannot_run(dtype: str, device: str) -> None:
+    with pytest.raises(InputError, match=r"dtype='.*': .* cannot train in it; it supports"):
+        zoo_model("bert48", dtype=dtype, device=device)
+
+
+def test_precision_names_and_storage() -> None:
+    assert zoo_model("bert48", dtype="bf16", device="A100-80GB").dtype == "bfloat16"
+    assert zoo_model("bert48", dtype="tf32", device="A100-80GB").dtype == "float32"
+    assert zoo_model("bert48", dtype="fp8", device="H100").dtype == "bfloat16"
+    assert zoo_model("bert48", dtype="FP16").dtype == "float16"
+    # tf32 keeps fp32 sizes but runs the GEMMs on tensor cores
+    fp32 = zoo_model("bert48", device="A100-80GB")
+    tf32 = zoo_model("bert48", dtype="tf32", device="A100-80GB")
+    assert tf32.layers[1].activation_bytes == fp32.layers[1].activation_bytes
+    assert _total_time_s(tf32) < 0.5 * _total_time_s(fp32)
 
 
 @pytest.mark.parametrize("batch", [0, -3, 2.5, True])
@@ -129,14 +149,23 @@ def test_parameter_count_same_in_both_dtypes() -> None:
 
 
 def _unit_roofline(dtype: str = "float32") -> Roofline:
-    return Roofline(
+    model = ComputeModel(
         device="test",
-        dtype=dtype,
-        matmul_flop_per_s=1e12,
+        precision=dtype,
+        storage_dtype=dtype,
+        peak_flop_per_s=1e12,
+        efficiency=1.0,
+        sm_count=None,
         memory_bytes_per_s=1e11,
-        winograd_speedup=2.0,
         kernel_overhead_s=1e-6,
+        op_dispatch_s=0.0,
     )
+    return Roofline(model=model)
+
+
+def _gemm_s(m: int, n: int, k: int, moved: float) -> float:
+    """A GEMM on the unit device without SMs: arithmetic at 1 TFLOP/s x k / (k + K_OVERHEAD)."""
+    return max(2 * m * n * k / (1e12 * k / (k + K_OVERHEAD)), moved / 1e11) + 1e-6
 
 
 def test_gemm_flop_bytes_and_time_by_hand() -> None:
@@ -146,12 +175,14 @@ def test_gemm_flop_bytes_and_time_by_hand() -> None:
     assert lc.fwd.flop == flop
     assert lc.bwd.flop == 2 * flop
     assert lc.fwd.bytes_moved == moved
-    one = max(flop / 1e12, moved / 1e11) + 1e-6
-    assert lc.fwd.time_s == pytest.approx(one)
-    assert lc.bwd.time_s == pytest.approx(2 * one)
+    # forward (100, 200, 300); input gradient (100, 300, 200); weight gradient (300, 200, 100)
+    assert lc.fwd.time_s == pytest.approx(_gemm_s(100, 200, 300, moved))
+    dgrad, wgrad = _gemm_s(100, 300, 200, moved), _gemm_s(300, 200, 100, moved)
+    assert lc.bwd.time_s == pytest.approx(dgrad + wgrad)
     layer = lc.build(output_elements=100 * 200)
-    assert layer.wgrad_fraction == pytest.approx(0.5)
+    assert layer.wgrad_fraction == pytest.approx(wgrad / (dgrad + wgrad))
     assert layer.activation_bytes == 4 * 100 * 200
+    assert lc.gemm_shapes[0].flop == flop
 
 
 def test_memory_bound_kernel_uses_bandwidth() -> None:
@@ -162,16 +193,39 @@ def test_memory_bound_kernel_uses_bandwidth() -> None:
     assert lc.bwd.time_s == 0
 
 
-def test_conv_winograd_applies_to_3x3_stride_1_only() -> None:
+def test_host_dispatch_bounds_each_framework_operator() -> None:
+    rl = Roofline(model=dataclasses.replace(_unit_roofline().model, op_dispatch_s=1e-3))
+    lc = LayerCost("e", rl)
+    lc.eltwise(1000, fwd_passes=3, bwd_passes=0)
+    assert lc.fwd.time_s == pytest.approx(1e-3)  # the kernel (61 ns) waits for the host
+    lc.memory_kernel("fwd", 0.0, 1000.0, internal=True)  # a library's own launch: no dispatch
+    assert lc.fwd.time_s == pytest.approx(1e-3 + 1000 / 1e11 + 1e-6)
+
+
+def test_conv_picks_the_fastest_algorithm() -> None:
     rl = _unit_roofline()
     a, b = LayerCost("a", rl), LayerCost("b", rl)
     a.conv(8, 64, 64, 3, 3, 56, 56, 56, 56)
     b.conv(8, 64, 64, 3, 3, 28, 28, 56, 56, stride=2)
     flop_a = 2 * 8 * 64 * 56 * 56 * 64 * 9
     assert a.fwd.flop == flop_a
-    assert a.fwd.time_s == pytest.approx(flop_a / 2e12 + 1e-6)
-    assert b.fwd.time_s == pytest.approx(flop_a / 4 / 1e12 + 1e-6)
+    ins = outs = 8 * 64 * 56 * 56
+    moved = 4 * (ins + 64 * 64 * 9 + outs)
+    direct = _gemm_s(8 * 56 * 56, 64, 576, moved)
+    fused = max((direct - 1e-6 - 0) / WINOGRAD_FUSED_SPEEDUP, moved / 1e11) + 1e-6
+    tiles = 8 * 14 * 14
+    tin = tout = 36 * tiles * 64
+    nonfused = (4 * (ins + tin) / 1e11 + 1e-6 + _gemm_s(tiles * 36, 64, 64, 4 * (tin + 36 * 64 * 64 + tout))
+                + 4 * (tout + outs) / 1e11 + 1e-6)
+    assert a.fwd.time_s == pytest.approx(min(direct, fused, nonfused))
+    assert a.fwd.time_s < direct
+    # stride 2: implicit GEMM only
+    assert b.fwd.time_s == pytest.approx(_gemm_s(8 * 28 * 28, 64, 576, 4 * (ins + 64 * 64 * 9 + ins // 4)))
     assert a.params == b.params == 64 * 64 * 9
+    # no Winograd in fp16 (tensor-core implicit GEMM)
+    c = LayerCost("c", _unit_roofline("float16"))
+    c.conv(8, 64, 64, 3, 3, 56, 56, 56, 56)
+    assert c.fwd.time_s == pytest.approx(_gemm_s(8 * 56 * 56, 64, 576, moved / 2))
 
 
 def test_vgg_conv_layer_flop_by_hand() -> None:
@@ -258,9 +312,34 @@ def test_batch_size_override_scales_times() -> None:
     assert double.layers[3].activation_bytes == 2 * base.layers[3].activation_bytes
 
 
-def test_kernel_overhead_is_small_at_default_batch() -> None:
+def test_dispatch_is_small_at_default_batch() -> None:
     layer = zoo_model("bert48").layers[1]
-    assert 0.02 * layer.fwd_time_s > KERNEL_OVERHEAD_S * 40
+    assert 0.05 * layer.fwd_time_s > OP_DISPATCH_S * 30
+
+
+@pytest.mark.parametrize("name", [*FIXED_MODELS, "gpt"])
+def test_batch_points_cost_each_size_and_small_batches_lose_efficiency(name: str) -> None:
+    profile = zoo_model(name)
+    sizes = [p.batch_size for p in profile.batch_points]
+    assert sizes == sorted(sizes)
+    assert profile.profile_batch_size not in sizes
+    assert 1 in sizes or profile.profile_batch_size == 1
+    for point in profile.batch_points:  # each point is the model built at that size
+        again = zoo_model(name, batch_size=point.batch_size)
+        assert point.fwd_time_s == tuple(layer.fwd_time_s for layer in again.layers)
+        assert point.activation_bytes == tuple(layer.activation_bytes for layer in again.layers)
+    one = sum(profile.fwd_times_s(1)) + sum(profile.bwd_times_s(1))
+    big = profile.batch_points[-1].batch_size
+    per_sample_big = (sum(profile.fwd_times_s(big)) + sum(profile.bwd_times_s(big))) / big
+    assert one > per_sample_big  # a micro-batch of 1 runs at a lower share of peak
+
+
+def test_per_sample_time_falls_with_batch_then_flattens() -> None:
+    spec = "gpt:layers=4,hidden=1024,heads=16,seq=512,vocab=1000"
+    profile = zoo_model(spec, dtype="fp16", device="A100-80GB")
+    per = [(sum(profile.fwd_times_s(b)) + sum(profile.bwd_times_s(b))) / b for b in (1, 2, 4, 8)]
+    assert per == sorted(per, reverse=True)
+    assert per[-1] / per[-2] > 0.8  # nearly flat once the GEMMs fill the GPU
 
 
 # ------------------------------------------------------------------------------------------------
@@ -375,4 +454,46 @@ def test_build_is_fast(spec: str) -> None:
     roofline_for("float32")  # warm the catalog import
     start = time.perf_counter()
     zoo_model(spec)
-    assert time.perf_counter() - start < 0.05
+    assert time.perf_counter() - start < 0.5  # a smoke bound: a model and its batch points
+
+
+def test_flash_attention_keeps_no_score_matrix_and_runs_faster() -> None:
+    b, s, h, a = 2, 4096, 2048, 16
+    plain = zoo_model(f"gpt:layers=2,hidden={h},heads={a},seq={s}", batch_size=b, dtype="bf16", device="A100")
+    flash = zoo_model(f"gpt:layers=2,hidden={h},heads={a},seq={s},flash=1", batch_size=b, dtype="bf16",
+                      device="A100")
+    assert flash.name.endswith(",flash=1")
+    p, f = plain.layers[1], flash.layers[1]
+    # Korthikanti Eq. 1 without the a s^2 b terms (scores, probabilities, dropout mask), plus the
+    # fp32 log-sum-exp per row
+    assert f.saved_activation_bytes == s * b * h * 34 + a * b * s * 4
+    assert p.saved_activation_bytes == s * b * h * 34 + 5 * a * s * s * b
+    assert f.fwd_time_s < p.fwd_time_s
+    assert f.bwd_time_s < p.bwd_time_s
+    attention_fwd = 4 * b * a * s * s * (h // a)
+    # backward recomputes Q K^T: 5 attention GEMMs instead of 4 (the softmax FLOP are negligible)
+    assert f.bwd_flop == pytest.approx(p.bwd_flop + 0.5 * attention_fwd, rel=0.01)
+
+
+@pytest.mark.parametrize(("spec", "message"), [("gpt:flash=2", r"gpt.flash=2: must be 0"),
+                                               ("gpt:flash=yes", r"gpt.flash='yes': must be an integer")])
+def test_flash_spec_errors(spec: str, message: str) -> None:
+    with pytest.raises(InputError, match=message):
+        zoo_model(spec)
+
+
+def test_block_gemm_shapes_are_the_kernels_of_a_block() -> None:
+    from pipesim.profiles.costmodels.compute import GemmShape
+    from pipesim.profiles.models.zoo.transformers import block_gemm_shapes
+
+    shapes = block_gemm_shapes(batch=2, seq=128, hidden=1024, heads=16)
+    t = 2 * 128
+    assert shapes == (
+        GemmShape(m=t, n=1024, k=1024), GemmShape(m=t, n=1024, k=1024), GemmShape(m=t, n=1024, k=1024),
+        GemmShape(m=128, n=128, k=64, count=32), GemmShape(m=128, n=64, k=128, count=32),
+        GemmShape(m=t, n=1024, k=1024), GemmShape(m=t, n=4096, k=1024), GemmShape(m=t, n=1024, k=4096),
+    )
+    layer = zoo_model("gpt:layers=1,hidden=1024,heads=16,seq=128", batch_size=2).layers[1]
+    gemm_flop = sum(s.flop for s in shapes)
+    assert gemm_flop <= (layer.fwd_flop or 0) < 1.02 * gemm_flop  # the rest is element-wise work
+    assert len(block_gemm_shapes(batch=2, seq=128, hidden=1024, heads=16, flash=True)) == 6

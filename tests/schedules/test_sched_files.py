@@ -158,18 +158,18 @@ def test_sweep_runs_order_files(tmp_path: Path) -> None:
 
     model = "gpt:layers=8,hidden=256,heads=4,seq=128,vocab=1000"
     cluster = get_cluster("dgx1-v100")
-    base = plan(load_model(model), cluster, 32, top=1)[0]
+    base = plan(load_model(model), cluster, 256, top=1)[0]
     order = tmp_path / "zbv.json"
     schedule = make_schedule("zbv", num_ranks=base.num_ranks, num_microbatches=8)
     order.write_text(json.dumps(schedule.to_order()))
-    data = {"models": [model], "clusters": ["dgx1-v100"], "global_batch_sizes": [32],
+    data = {"models": [model], "clusters": ["dgx1-v100"], "global_batch_sizes": [256],
             "schedules": ["dapple", "zbv.json"]}
     config = parse_sweep_config(data, path=tmp_path / "sweep.toml")
     assert config.schedules == ("dapple", str(order))
     run_sweep(config, tmp_path / "out.csv", workers=1)
     rows = {r["schedule"]: r for r in read_results(tmp_path / "out.csv")}
     assert rows[str(order)]["status"] == "ok"
-    (expected,) = compare(load_model(model), cluster, 32, schedules=[read_schedule_file(order)],
+    (expected,) = compare(load_model(model), cluster, 256, schedules=[read_schedule_file(order)],
                           base_plan=base, rerank=False)
     assert rows[str(order)]["iteration_time_s"] == pytest.approx(expected.result.iteration_time_s, rel=1e-12)
     data["schedules"] = ["missing.json"]

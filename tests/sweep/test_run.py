@@ -187,7 +187,7 @@ def test_unsuitable_schedule_is_an_invalid_row(tmp_path: Path) -> None:
     # 2 ranks x 2 chunks need 4 layers; a 2-layer model cannot be interleaved.
     config = parse_sweep_config(
         {
-            "models": ["gpt:layers=1,hidden=256,heads=4,seq=128,vocab=1000"],
+            "models": ["gpt:layers=1,hidden=1024,heads=16,seq=512,vocab=1000"],
             "clusters": ["dgx1-v100"],
             "global_batch_sizes": [32],
             "schedules": ["gpipe", "interleaved"],

@@ -1,4 +1,4 @@
-"""Analytic model zoo: built-in profiles of classic pipeline-parallel benchmarks on a V100.
+"""Analytic model zoo: built-in profiles of classic pipeline-parallel benchmarks, costed per device.
 
 Each model is built from its real layer shapes: FLOP and bytes moved per kernel, turned into
 time by a roofline with a calibrated achievable fraction of the V100's peak (see
@@ -19,23 +19,30 @@ name            model                                         seq len   batch   
 ``gpt`` takes ``gpt:layers=24,hidden=2048,heads=16,seq=2048,vocab=50257`` (any subset of the
 keys; the rest default to those values).
 
-Training dtype: ``float32`` by default (the setting of the DAPPLE and PipeDream V100
-measurements); ``float16`` means mixed precision: tensor-core peak, 2-byte activations, and
-``parameter_bytes`` holding the 2-byte fp16 working weights only. The fp32 master weights,
-gradients and optimizer state of mixed precision are not part of a profile: an optimizer/memory
-model adds them from ``parameter_count``.
+Training precision: ``float32`` by default (the setting of the DAPPLE and PipeDream V100
+measurements); ``tfloat32`` runs the GEMMs on tensor cores with fp32 tensors; ``float16`` and
+``bfloat16`` mean mixed precision: tensor-core peak, 2-byte activations, and ``parameter_bytes``
+holding the 2-byte working weights only; ``float8`` runs the GEMMs at the FP8 peak with bf16
+activations and weights. The fp32 master weights, gradients and optimizer state of mixed
+precision are not part of a profile: the memory model adds them from ``parameter_count``
+(:mod:`pipesim.profiles.costmodels.memory`). Models are costed on any catalog device (default
+the V100-SXM2-16GB), at their profile batch and at powers of two around it (``batch_points``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from functools import lru_cache
 
 from pipesim.errors import UnknownNameError, invalid
-from pipesim.profiles.models.profile import ModelProfile
+from pipesim.profiles.costmodels.compute import compute_model
+from pipesim.profiles.hardware.catalog import get_device
+from pipesim.profiles.hardware.specs import DeviceSpec, parse_precision
+from pipesim.profiles.models.profile import BatchPoint, ModelProfile
 from pipesim.profiles.models.zoo.amoebanet import AMOEBANET36_BATCH, amoebanet36
 from pipesim.profiles.models.zoo.gnmt import GNMT16_BATCH, gnmt16
-from pipesim.profiles.models.zoo.roofline import Roofline, roofline_for
+from pipesim.profiles.models.zoo.roofline import REFERENCE_DEVICE, Roofline
 from pipesim.profiles.models.zoo.transformers import (
     BERT48_BATCH,
     GPT_BATCH,
@@ -48,7 +55,7 @@ from pipesim.profiles.models.zoo.transformers import (
 )
 from pipesim.profiles.models.zoo.vision import RESNET50_BATCH, VGG19_BATCH, resnet50, vgg19
 
-__all__ = ["GptSpec", "parse_gpt_spec", "zoo_descriptions", "zoo_model", "zoo_names"]
+__all__ = ["GptSpec", "is_zoo_spec", "parse_gpt_spec", "zoo_descriptions", "zoo_model", "zoo_names"]
 
 _Builder = Callable[[Roofline, int], ModelProfile]
 
@@ -76,46 +83,96 @@ def _check_batch(batch_size: int | None, default: int) -> int:
     return batch_size
 
 
-@lru_cache(maxsize=64)
-def _build(name: str, dtype: str, batch: int, spec: GptSpec | None) -> ModelProfile:
-    rl = roofline_for(dtype)
+_POINT_SPAN = 4
+"""Batch points reach ``_POINT_SPAN`` times the profile batch (at least 8 samples)."""
+
+
+def _point_sizes(batch: int) -> list[int]:
+    """Batch sizes the zoo costs besides ``batch``: powers of two from 1 up to
+    ``max(8, _POINT_SPAN x batch)``, so that a plan's micro-batch is costed from the nearest sizes
+    (beyond the largest, the last segment's per-sample slope is extended)."""
+    top = max(8, _POINT_SPAN * batch)
+    sizes: list[int] = []
+    size = 1
+    while size <= top:
+        if size != batch:
+            sizes.append(size)
+        size *= 2
+    return sizes
+
+
+def _one(name: str, rl: Roofline, batch: int, spec: GptSpec | None) -> ModelProfile:
     if spec is not None:
         return gpt(rl, batch, spec)
-    builder = _MODELS[name][0]
-    return builder(rl, batch)
+    return _MODELS[name][0](rl, batch)
 
 
-def zoo_model(spec: str, *, dtype: str = "float32", batch_size: int | None = None) -> ModelProfile:
-    """Build a zoo model's profile on the V100-SXM2-16GB.
+@lru_cache(maxsize=64)
+def _build(name: str, precision: str, batch: int, spec: GptSpec | None, device: DeviceSpec) -> ModelProfile:
+    rl = Roofline(model=compute_model(device, precision))
+    profile = _one(name, rl, batch, spec)
+    points = []
+    for size in _point_sizes(batch):
+        other = _one(name, rl, size, spec)
+        points.append(BatchPoint(
+            batch_size=size,
+            fwd_time_s=tuple(layer.fwd_time_s for layer in other.layers),
+            bwd_time_s=tuple(layer.bwd_time_s for layer in other.layers),
+            activation_bytes=tuple(layer.activation_bytes for layer in other.layers),
+            saved_activation_bytes=tuple(layer.stashed_bytes for layer in other.layers),
+        ))
+    return dataclasses.replace(profile, batch_points=tuple(points))
+
+
+def zoo_model(spec: str, *, dtype: str = "float32", batch_size: int | None = None,
+              device: str | DeviceSpec = REFERENCE_DEVICE) -> ModelProfile:
+    """Build a zoo model's profile on a catalog device.
+
+    The layers are costed at ``batch_size`` and, as ``batch_points``, at powers of two around it,
+    so that a plan's micro-batch size is costed with the GEMM efficiency of its own shapes
+    (:mod:`pipesim.profiles.costmodels.compute`) rather than scaled linearly.
 
     Args:
         spec: a zoo name (case-insensitive), or a GPT spec ``gpt:key=value,...`` with keys
             ``layers``, ``hidden``, ``heads``, ``seq``, ``vocab`` (omitted keys take their
             defaults: 24, 2048, 16, 2048, 50257).
-        dtype: ``"float32"`` (default) or ``"float16"`` (mixed precision; see the module doc).
+        dtype: the training precision: ``float32``/``fp32`` (default), ``tfloat32``/``tf32``,
+            ``float16``/``fp16``, ``bfloat16``/``bf16`` or ``float8``/``fp8`` (mixed precision;
+            see the module doc). The profile's ``dtype`` is the storage dtype of the precision.
         batch_size: the profile batch in samples; ``None`` for the model's stated default.
+        device: the device to cost on: a catalog name (default :data:`REFERENCE_DEVICE`) or a
+            :class:`~pipesim.profiles.hardware.specs.DeviceSpec` (a cluster's, custom ones included).
 
     Returns:
         The profile. A GPT profile is named by its canonical spec string.
 
     Raises:
-        UnknownNameError: ``spec`` names no zoo model.
+        UnknownNameError: ``spec`` names no zoo model, or ``device`` no catalog device.
         InputError: a bad GPT spec (the message names the key and the rule), parameters given
-            to a model that takes none, a dtype other than float32/float16, or a batch size
-            that is not an integer >= 1.
+            to a model that takes none, an unknown precision or one the device cannot run
+            (``dtype='bfloat16': V100-SXM2-16GB cannot train in it; it supports float32,
+            float16``), or a batch size that is not an integer >= 1.
     """
     if not isinstance(spec, str):
         raise invalid("model", spec, "must be a string naming a zoo model")
+    precision = parse_precision(dtype)
+    canonical_device = device if isinstance(device, DeviceSpec) else get_device(device)
     name, sep, _rest = spec.strip().partition(":")
     name = name.strip().lower()
     if name == "gpt":
         gpt_spec = parse_gpt_spec(spec)
-        return _build("gpt", dtype, _check_batch(batch_size, GPT_BATCH), gpt_spec)
+        return _build("gpt", precision, _check_batch(batch_size, GPT_BATCH), gpt_spec, canonical_device)
     if name not in _MODELS:
         raise UnknownNameError("model", spec.strip(), zoo_names())
     if sep:
         raise invalid("model", spec.strip(), f"{name} takes no parameters (only gpt does)")
-    return _build(name, dtype, _check_batch(batch_size, _MODELS[name][1]), None)
+    return _build(name, precision, _check_batch(batch_size, _MODELS[name][1]), None, canonical_device)
+
+
+def is_zoo_spec(spec: str) -> bool:
+    """Whether ``spec`` names a zoo model (``bert48``, ``gpt:layers=4``), by its name only."""
+    name = spec.strip().partition(":")[0].strip().lower()
+    return name == "gpt" or name in _MODELS
 
 
 def _millions(count: int) -> str:

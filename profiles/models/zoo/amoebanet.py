@@ -16,7 +16,7 @@ Each cell reads the outputs of the two cells before it, so the profile has DAG `
 from __future__ import annotations
 
 from pipesim.profiles.models.profile import Layer, ModelProfile
-from pipesim.profiles.models.zoo.roofline import REFERENCE_DEVICE, LayerCost, Roofline
+from pipesim.profiles.models.zoo.roofline import LayerCost, Roofline
 from pipesim.profiles.models.zoo.vision import IMAGE_SIZE, INDEX_BYTES, NUM_CLASSES
 
 __all__ = ["AMOEBANET36_BATCH", "AMOEBANET36_FILTERS", "AMOEBANET36_NORMAL_CELLS", "amoebanet36"]
@@ -64,7 +64,7 @@ class _Net:
         if relu:
             lc.relu(b * cin * h * h)
         lc.save(b * cin * h * h)
-        lc.conv(b, cin, cout, kh, kw, ho, wo, h, h, stride=max(sh, sw))
+        lc.conv(b, cin, cout, kh, kw, ho, wo, h, h, stride=max(sh, sw), input_grad=cin != 3)
         lc.batchnorm(b * cout * ho * wo, cout)
         lc.save(b * cout * ho * wo)
         return ho
@@ -200,11 +200,11 @@ def amoebanet36(rl: Roofline, batch: int) -> ModelProfile:
         name="amoebanet36",
         layers=tuple(layers),
         profile_batch_size=batch,
-        reference_device=REFERENCE_DEVICE,
+        reference_device=rl.device,
         dtype=rl.dtype,
         edges=tuple(sorted(edges)),
         description=(
             f"AmoebaNet-D (L={AMOEBANET36_NORMAL_CELLS}, F={AMOEBANET36_FILTERS}), ImageNet 224x224, "
-            f"analytic roofline on {REFERENCE_DEVICE}"
+            f"analytic kernel model on {rl.device} in {rl.precision}"
         ),
     )

@@ -1,128 +1,108 @@
-"""Roofline costing of the zoo's kernels: FLOP and bytes per kernel turned into V100 seconds.
+"""Costing of the zoo's kernels: shapes, FLOP and bytes per kernel turned into seconds on a device.
 
 Every layer of a zoo model is a short list of kernels (GEMMs, convolutions, element-wise
-passes), each with its FLOP and the bytes it moves to and from device memory. A kernel takes
+passes), each with its shape, FLOP and the bytes it moves to and from device memory. GEMMs and
+convolutions (as implicit GEMMs) are timed by :mod:`pipesim.profiles.costmodels.compute`: tile and
+wave quantisation on the device's SMs, a large-GEMM efficiency per GPU generation and precision,
+a memory bound, and a fixed per-kernel launch cost; memory-bound kernels take their bytes over
+the achievable bandwidth plus the same launch cost. A layer's forward (backward) time is the sum
+over its forward (backward) kernels: kernels of one layer run one after another on the GPU, so
+a memory-bound layer norm next to a compute-bound GEMM costs its own time rather than hiding
+under the GEMM's. The layer's ``fwd_flop`` and ``fwd_memory_bytes`` are the sums, for
+re-targeting the profile to other devices.
 
-    time = max(flop / (peak[dtype] x efficiency[dtype]), bytes / (bandwidth x memory_efficiency))
-           + KERNEL_OVERHEAD_S
+Because the tile/wave model depends on the GEMM shapes, a layer's time is not linear in the
+batch: a small micro-batch makes short GEMMs that fill fewer SMs and run at a lower share of
+peak. The zoo therefore costs each model at several batch sizes (``batch_points``).
 
-and a layer's forward (backward) time is the sum over its forward (backward) kernels: kernels of
-one layer run one after another on the GPU, so a memory-bound layer norm next to a compute-bound
-GEMM costs its own time rather than hiding under the GEMM's. The layer's ``fwd_flop`` and
-``fwd_memory_bytes`` are the sums, for re-targeting the profile to other devices.
-
-Peak FLOP/s, memory bandwidth and memory efficiency come from the hardware catalog
-(:func:`pipesim.profiles.hardware.catalog.get_device`). The achievable fraction of peak FLOP/s is the
-zoo's own calibration (:data:`ZOO_COMPUTE_EFFICIENCY`, sources there), because the catalog's
-generic 0.4 is well below what cuBLAS/cuDNN reach in fp32 on a V100 in the measurements below.
+Convolutions pick the fastest of three cuDNN algorithms (as cuDNN's autotuner does): implicit
+GEMM; for 3x3 stride-1 convolutions in fp32 on CUDA cores also fused Winograd F(2x2, 3x3) (2.25x
+fewer multiplications, Lavin & Gray, "Fast Algorithms for Convolutional Neural Networks", CVPR
+2016) and non-fused Winograd F(4x4, 3x3) (4x fewer multiplications, same paper) whose input and
+output transforms are separate memory-bound kernels moving the 36 transformed tiles.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
-from pipesim.errors import invalid
+from pipesim.profiles.costmodels.compute import ComputeModel, GemmShape, compute_model
 from pipesim.profiles.hardware.catalog import get_device
 from pipesim.profiles.models.profile import DTYPE_BYTES, Layer
-from pipesim.units import US
 
 __all__ = [
-    "KERNEL_OVERHEAD_S",
     "REFERENCE_DEVICE",
-    "WINOGRAD_SPEEDUP",
-    "ZOO_COMPUTE_EFFICIENCY",
+    "WINOGRAD_FUSED_SPEEDUP",
     "LayerCost",
     "Roofline",
     "roofline_for",
 ]
 
 REFERENCE_DEVICE = "V100-SXM2-16GB"
-"""The catalog device every zoo profile is costed on."""
+"""The catalog device zoo profiles are costed on when no device is given."""
 
-ZOO_COMPUTE_EFFICIENCY: dict[str, float] = {"float32": 0.60, "float16": 0.35}
-"""Achievable share of the catalog's peak FLOP/s for GEMM and convolution kernels, per dtype.
+WINOGRAD_FUSED_SPEEDUP = 2.25
+"""Multiplication saving of Winograd F(2x2, 3x3): 16 instead of 36 per 2x2 output tile (Lavin &
+Gray, CVPR 2016)."""
 
-float32 (share of the 15.7 TFLOP/s CUDA-core peak): 0.60. Source: the DAPPLE authors' TorchGraph
-profiles measured on V100: a BERT-large encoder layer at batch 6, sequence 384 takes 8.07 ms
-forward / 13.4 ms backward for 61.6 / 123.2 GFLOP, i.e. 7.6 / 9.2 TFLOP/s including its
-memory-bound kernels; the GEMMs alone then run at about 0.55 (forward) and 0.65 (backward) of
-peak. Cross-check: NVIDIA DeepLearningExamples ResNet-50 v1.5 (PyTorch, pytorch-21.03 NGC,
-1 x V100 16GB) trains at 367 img/s in FP32, about 9 TFLOP/s (0.58 of peak) at ~24.6 GFLOP per
-image for forward and backward.
-
-float16 (share of the 125 TFLOP/s tensor-core peak): 0.35. Source: Shoeybi et al., "Megatron-LM"
-(arXiv:1909.08053, 2019): a 1.2B-parameter GPT-2 model on one V100 sustains 39 TFLOP/s, 30% of
-peak, for the whole step; with 0.35 for the GEMMs the zoo's ``gpt:layers=40,hidden=1536,heads=16,
-seq=1024,vocab=51200`` at batch 8 runs at 38.0 TFLOP/s. Cross-check: NVIDIA's table gives ResNet-50
-1200 img/s with mixed precision; the zoo gives 967 img/s (its unfused fp16 batch norms and ReLUs
-are memory-bound).
-"""
-
-WINOGRAD_SPEEDUP: dict[str, float] = {"float32": 2.25, "float16": 1.0}
-"""Speed-up of 3x3 stride-1 convolutions over their direct-convolution FLOP count, per dtype.
-
-cuDNN runs fp32 3x3 convolutions with Winograd transforms (Lavin & Gray, "Fast Algorithms for
-Convolutional Neural Networks", CVPR 2016: F(2x2, 3x3) needs 2.25x fewer multiplications). Without
-it the DAPPLE authors' VGG-19 profile (V100, batch 32) would exceed the fp32 peak: its conv1_2
-does 118 GFLOP in 7.2 ms (16.4 TFLOP/s). Tensor-core fp16 convolutions use implicit GEMM, so 1.0.
-Profiles keep the direct-convolution FLOP in ``fwd_flop``/``bwd_flop``; only time is reduced.
-"""
-
-KERNEL_OVERHEAD_S = 2 * US
-"""Fixed cost added to every kernel, seconds: the gap between back-to-back kernels of an eager
-framework on a V100. A modelling assumption of the order of CUDA's few-microsecond launch latency;
-it only matters for very small batches."""
+_WINOGRAD_TILE = 4
+"""Output tile side of the non-fused Winograd F(4x4, 3x3): (4 + 3 - 1)^2 = 36 multiplications per
+16 outputs instead of 144, a 4x saving (Lavin & Gray, CVPR 2016, Table 1)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Roofline:
-    """Achievable rates of the reference device in one training dtype.
+    """The zoo's costing context: a device's compute model in one precision.
 
     Attributes:
-        device: catalog name of the device.
-        dtype: training dtype (activations and GEMM inputs in this dtype).
-        matmul_flop_per_s: achievable FLOP/s of GEMMs and convolutions.
-        memory_bytes_per_s: achievable device-memory bandwidth, bytes/s.
-        winograd_speedup: time divisor for 3x3 stride-1 convolutions (see :data:`WINOGRAD_SPEEDUP`).
-        kernel_overhead_s: fixed cost per kernel, seconds.
+        model: the compute model (:func:`pipesim.profiles.costmodels.compute.compute_model`).
     """
 
-    device: str
-    dtype: str
-    matmul_flop_per_s: float
-    memory_bytes_per_s: float
-    winograd_speedup: float
-    kernel_overhead_s: float
+    model: ComputeModel
+
+    @property
+    def device(self) -> str:
+        """Catalog name of the device."""
+        return self.model.device
+
+    @property
+    def dtype(self) -> str:
+        """Storage dtype of activations and working weights."""
+        return self.model.storage_dtype
+
+    @property
+    def precision(self) -> str:
+        """Compute precision of the GEMMs."""
+        return self.model.precision
 
     @property
     def elem_bytes(self) -> int:
-        """Bytes per activation element in this dtype."""
+        """Bytes per activation element in the storage dtype."""
         return DTYPE_BYTES[self.dtype]
 
-    def kernel_time_s(self, flop: float, bytes_moved: float, *, speedup: float = 1.0) -> float:
-        """Roofline time of one kernel, seconds (compute time divided by ``speedup``)."""
-        compute = flop / (self.matmul_flop_per_s * speedup)
-        memory = bytes_moved / self.memory_bytes_per_s
-        return max(compute, memory) + self.kernel_overhead_s
+    @property
+    def winograd(self) -> bool:
+        """Whether 3x3 convolutions may use Winograd (fp32 on CUDA cores only)."""
+        return self.model.precision == "float32"
+
+    def memory_kernel_s(self, flop: float, bytes_moved: float) -> float:
+        """Time of an element-wise kernel: the slower of its arithmetic (at the large-GEMM rate)
+        and its memory traffic, plus the launch cost, seconds."""
+        m = self.model
+        return max(flop / (m.peak_flop_per_s * m.efficiency), bytes_moved / m.memory_bytes_per_s) \
+            + m.kernel_overhead_s
 
 
-def roofline_for(dtype: str) -> Roofline:
-    """The zoo's roofline for ``dtype`` on :data:`REFERENCE_DEVICE`.
+def roofline_for(precision: str, device: str = REFERENCE_DEVICE) -> Roofline:
+    """The zoo's costing context for ``precision`` (``float32``, ``fp16``, ``bf16``, ``tf32``,
+    ``fp8`` ...) on catalog ``device``.
 
     Raises:
-        InputError: ``dtype`` is not ``"float32"`` or ``"float16"`` (the V100 has no bfloat16).
+        UnknownNameError: an unknown device.
+        InputError: an unknown precision or one the device cannot run (bf16 on a V100).
     """
-    if dtype not in ZOO_COMPUTE_EFFICIENCY:
-        raise invalid("dtype", dtype, f"must be one of {', '.join(ZOO_COMPUTE_EFFICIENCY)} for the zoo")
-    device = get_device(REFERENCE_DEVICE)
-    return Roofline(
-        device=device.name,
-        dtype=dtype,
-        matmul_flop_per_s=device.peak_for(dtype) * ZOO_COMPUTE_EFFICIENCY[dtype],
-        memory_bytes_per_s=device.achievable_memory_bandwidth_bytes_per_s,
-        winograd_speedup=WINOGRAD_SPEEDUP[dtype],
-        kernel_overhead_s=KERNEL_OVERHEAD_S,
-    )
+    return Roofline(model=compute_model(get_device(device), precision))
 
 
 class _Direction:
@@ -136,14 +116,12 @@ class _Direction:
         self.time_s = 0.0
         self.wgrad_time_s = 0.0
 
-    def add(self, rl: Roofline, flop: float, bytes_moved: float, *, speedup: float = 1.0,
-            wgrad: bool = False) -> None:
-        t = rl.kernel_time_s(flop, bytes_moved, speedup=speedup)
+    def add(self, time_s: float, flop: float, bytes_moved: float, *, wgrad: bool = False) -> None:
         self.flop += flop
         self.bytes_moved += bytes_moved
-        self.time_s += t
+        self.time_s += time_s
         if wgrad:
-            self.wgrad_time_s += t
+            self.wgrad_time_s += time_s
 
 
 class LayerCost:
@@ -161,41 +139,124 @@ class LayerCost:
         self.bwd = _Direction()
         self.params = 0
         self.saved_bytes = 0.0
+        self.gemm_shapes: list[GemmShape] = []
 
     # -- building blocks -------------------------------------------------------------------
-    def gemm(self, m: int, n: int, k: int, *, count: int = 1, weight: bool = True,
-             speedup: float = 1.0) -> None:
+    def gemm_kernel(self, direction: str, shape: GemmShape, *, wgrad: bool = False, speedup: float = 1.0,
+                    bytes_moved: float | None = None, internal: bool = False) -> None:
+        """One GEMM kernel of ``shape`` in ``direction`` (``"fwd"`` or ``"bwd"``).
+
+        Bytes default to reading A and B and writing C in the storage dtype; ``speedup`` divides
+        the arithmetic time (a fast convolution algorithm); FLOP stay the GEMM's own. A kernel
+        the framework dispatches takes at least the host's dispatch time; an ``internal`` one
+        (launched by a library, e.g. cuDNN's per-step LSTM kernels) only its GPU time.
+        """
+        d = self.rl.elem_bytes
+        if bytes_moved is None:
+            bytes_moved = d * (shape.m * shape.k + shape.k * shape.n + shape.m * shape.n) * shape.count
+        t = self.rl.model.gemm_time_s(shape, bytes_moved, speedup=speedup)
+        if not internal:
+            t = self.rl.model.op_time_s(t)
+        target = self.fwd if direction == "fwd" else self.bwd
+        target.add(t, shape.flop, bytes_moved, wgrad=wgrad)
+
+    def fused_gemms(self, direction: str, shapes: tuple[GemmShape, ...], bytes_moved: float) -> None:
+        """One fused kernel running ``shapes`` back to back on chip (flash attention): their
+        arithmetic times add, the memory bound is the kernel's own ``bytes_moved``, one launch."""
+        model = self.rl.model
+        compute = sum(model.gemm_compute_s(shape) for shape in shapes)
+        t = model.op_time_s(max(compute, bytes_moved / model.memory_bytes_per_s) + model.kernel_overhead_s)
+        target = self.fwd if direction == "fwd" else self.bwd
+        target.add(t, sum(shape.flop for shape in shapes), bytes_moved)
+
+    def memory_kernel(self, direction: str, flop: float, bytes_moved: float, *, wgrad: bool = False,
+                      internal: bool = False) -> None:
+        """One memory-bound kernel in ``direction`` (``"fwd"`` or ``"bwd"``); ``internal`` as for
+        :meth:`gemm_kernel`."""
+        t = self.rl.memory_kernel_s(flop, bytes_moved)
+        if not internal:
+            t = self.rl.model.op_time_s(t)
+        target = self.fwd if direction == "fwd" else self.bwd
+        target.add(t, flop, bytes_moved, wgrad=wgrad)
+
+    def gemm(self, m: int, n: int, k: int, *, count: int = 1, weight: bool = True) -> None:
         """``count`` GEMMs ``C[m,n] = A[m,k] @ B[k,n]`` as one batched kernel; ``B`` is a weight when
         ``weight``.
 
-        Forward: 2mnk FLOP, reads A and B, writes C. Backward: the input gradient (2mnk) and the
-        gradient of B (2mnk), which is a weight gradient when ``weight`` (else a second input
-        gradient, as for attention's batched matmuls). Parameters are not added here.
+        Forward: ``(m, n, k)``. Backward: the input gradient ``dA = dC B^T`` (shape ``(m, k, n)``)
+        and the gradient of B, ``A^T dC`` (shape ``(k, n, m)``), which is a weight gradient when
+        ``weight`` (else a second input gradient, as for attention's batched matmuls). ``count``
+        GEMMs of one shape run as one batched kernel (cuBLAS ``gemmStridedBatched``, as frameworks
+        do for attention): one launch cost. Parameters are not added here. The forward shape is
+        recorded in :attr:`gemm_shapes`.
         """
+        fwd = GemmShape(m=m, n=n, k=k, count=count)
+        self.gemm_shapes.append(fwd)
+        self.gemm_kernel("fwd", fwd)
+        self.gemm_kernel("bwd", GemmShape(m=m, n=k, k=n, count=count))
+        self.gemm_kernel("bwd", GemmShape(m=k, n=n, k=m, count=count), wgrad=weight)
+
+    def _conv_kernel(self, direction: str, batch: int, cin: int, cout: int, kh: int, kw: int,
+                     hout: int, wout: int, in_elems: float, out_elems: float, *, winograd: bool,
+                     wgrad: bool = False) -> None:
+        """One convolution-shaped kernel (forward, data gradient or filter gradient): the fastest
+        of implicit GEMM, fused Winograd F(2x2,3x3) and non-fused Winograd F(4x4,3x3)."""
         d = self.rl.elem_bytes
-        # ``count`` GEMMs of one shape run as one batched kernel (cuBLAS ``gemmStridedBatched``,
-        # as frameworks do for attention): one launch overhead, not ``count``.
-        flop = 2.0 * m * n * k * count
-        moved = d * (m * k + k * n + m * n) * count
-        self.fwd.add(self.rl, flop, moved, speedup=speedup)
-        self.bwd.add(self.rl, flop, moved, speedup=speedup)
-        self.bwd.add(self.rl, flop, moved, speedup=speedup, wgrad=weight)
+        model = self.rl.model
+        if wgrad:  # the filter gradient reduces over the batch and the output pixels
+            shape = GemmShape(m=cin * kh * kw, n=cout, k=batch * hout * wout)
+        else:
+            shape = GemmShape(m=batch * hout * wout, n=cout, k=cin * kh * kw)
+        moved = d * (in_elems + cout * cin * kh * kw + out_elems)
+        best = model.gemm_time_s(shape, moved)
+        if winograd:
+            best = min(best, model.gemm_time_s(shape, moved, speedup=WINOGRAD_FUSED_SPEEDUP))
+            tiles = batch * math.ceil(hout / _WINOGRAD_TILE) * math.ceil(wout / _WINOGRAD_TILE)
+            alpha2 = (_WINOGRAD_TILE + 2) ** 2  # 36 transformed points per tile
+            tin, tout = alpha2 * tiles * cin, alpha2 * tiles * cout
+            product = GemmShape(m=tiles, n=cout, k=cin, count=alpha2)
+            nonfused = (
+                model.memory_time_s(d * (in_elems + tin))  # input transform
+                + model.gemm_time_s(product, d * (tin + alpha2 * cin * cout + tout))
+                + model.memory_time_s(d * (tout + out_elems))  # output transform
+            )
+            best = min(best, nonfused)
+        target = self.fwd if direction == "fwd" else self.bwd
+        target.add(model.op_time_s(best), shape.flop, moved, wgrad=wgrad)
 
     def conv(self, batch: int, cin: int, cout: int, kh: int, kw: int, hout: int, wout: int,
-             hin: int, win: int, *, stride: int = 1, groups: int = 1) -> None:
+             hin: int, win: int, *, stride: int = 1, groups: int = 1, input_grad: bool = True) -> None:
         """A 2-D convolution (no bias) and its two backward convolutions; adds its weights.
 
-        FLOP = 2 x batch x cout x hout x wout x (cin / groups) x kh x kw per direction part;
-        bytes = input + weights + output. 3x3 stride-1 convolutions get the Winograd speed-up.
+        ``input_grad=False`` drops the data gradient: the network's first convolution reads the
+        images, which need no gradient (frameworks skip it).
+
+        As an implicit GEMM: ``m = batch x hout x wout``, ``n = cout``, ``k = cin/groups x kh x kw``
+        (``groups`` GEMMs). FLOP = 2 m n k per direction part; bytes = input + weights + output.
+        3x3 stride-1 convolutions may use Winograd in fp32 (see the module doc); the data gradient
+        is a convolution of the same shape with cin and cout swapped, the filter gradient one with
+        the batch as reduction.
         """
-        d = self.rl.elem_bytes
         w = cout * (cin // groups) * kh * kw
-        flop = 2.0 * batch * cout * hout * wout * (cin // groups) * kh * kw
-        moved = d * (batch * cin * hin * win + w + batch * cout * hout * wout)
-        speedup = self.rl.winograd_speedup if (kh == kw == 3 and stride == 1) else 1.0
-        self.fwd.add(self.rl, flop, moved, speedup=speedup)
-        self.bwd.add(self.rl, flop, moved, speedup=speedup)
-        self.bwd.add(self.rl, flop, moved, speedup=speedup, wgrad=True)
+        ins, outs = batch * cin * hin * win, batch * cout * hout * wout
+        wino = self.rl.winograd and kh == kw == 3 and stride == 1 and groups == 1
+        cg, og = cin // groups, cout // groups
+        if groups == 1:
+            self.gemm_shapes.append(GemmShape(m=batch * hout * wout, n=cout, k=cin * kh * kw))
+            self._conv_kernel("fwd", batch, cin, cout, kh, kw, hout, wout, ins, outs, winograd=wino)
+            if input_grad:
+                self._conv_kernel("bwd", batch, cout, cin, kh, kw, hout, wout, outs, ins, winograd=wino)
+            self._conv_kernel("bwd", batch, cin, cout, kh, kw, hout, wout, ins, outs, winograd=wino,
+                              wgrad=True)
+        else:
+            fwd = GemmShape(m=batch * hout * wout, n=og, k=cg * kh * kw, count=groups)
+            self.gemm_shapes.append(fwd)
+            moved = self.rl.elem_bytes * (ins + w + outs)
+            self.gemm_kernel("fwd", fwd, bytes_moved=moved)
+            if input_grad:
+                self.gemm_kernel("bwd", GemmShape(m=fwd.m, n=fwd.k, k=fwd.n, count=groups), bytes_moved=moved)
+            self.gemm_kernel("bwd", GemmShape(m=fwd.k, n=fwd.n, k=fwd.m, count=groups), bytes_moved=moved,
+                             wgrad=True)
         self.params += w
 
     def eltwise(self, elements: float, *, fwd_passes: float, bwd_passes: float,
@@ -209,9 +270,9 @@ class LayerCost:
         """
         d = self.rl.elem_bytes
         flop = flop_per_element * elements
-        self.fwd.add(self.rl, flop, d * elements * fwd_passes)
+        self.memory_kernel("fwd", flop, d * elements * fwd_passes)
         if bwd_passes > 0:
-            self.bwd.add(self.rl, flop, d * elements * bwd_passes, wgrad=wgrad_params)
+            self.memory_kernel("bwd", flop, d * elements * bwd_passes, wgrad=wgrad_params)
 
     def save(self, elements: float, *, elem_bytes: int | None = None) -> None:
         """Count a tensor the backward needs (``elem_bytes`` per element, default the dtype's)."""

@@ -30,12 +30,14 @@ dropout included, so it exceeds the paper's FLOP share ``4 b s^2 h / (24 b s h^2
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, replace
 
 from pipesim.errors import invalid
 from pipesim.fileio import parse_ascii_int
+from pipesim.profiles.costmodels.compute import GemmShape
 from pipesim.profiles.models.profile import Layer, ModelProfile
-from pipesim.profiles.models.zoo.roofline import REFERENCE_DEVICE, LayerCost, Roofline
+from pipesim.profiles.models.zoo.roofline import LayerCost, Roofline, roofline_for
 from pipesim.profiles.models.zoo.shapes import block_shape, embedding_shape, head_shape, with_shape
 
 __all__ = [
@@ -48,6 +50,7 @@ __all__ = [
     "AttentionCore",
     "GptSpec",
     "bert48",
+    "block_gemm_shapes",
     "gpt",
     "parse_gpt_spec",
     "xlnet36",
@@ -95,13 +98,34 @@ def _with_core(layer: Layer, core: AttentionCore) -> Layer:
     )
 
 
+def _flash_attention(lc: LayerCost, *, batch: int, seq: int, heads: int, d_head: int) -> None:
+    """Fused attention (Dao et al., "FlashAttention", NeurIPS 2022): one kernel per direction.
+
+    Forward: ``Q K^T`` and ``P V`` in one kernel, the ``s x s`` scores kept on chip; it reads Q,
+    K, V and writes O (and the per-row log-sum-exp). Backward: recomputes ``Q K^T``, then ``dV``,
+    ``dP``, ``dQ`` and ``dK``: 5 of the forward's 2 GEMMs. Saved: Q, K, V, O (counted with the
+    block) and the fp32 log-sum-exp; no ``s x s`` tensor, no attention dropout mask.
+    """
+    bh = batch * heads
+    tokens = batch * seq * heads * d_head
+    d = lc.rl.elem_bytes
+    qk = GemmShape(m=seq, n=seq, k=d_head, count=bh)
+    pv = GemmShape(m=seq, n=d_head, k=seq, count=bh)
+    lc.fused_gemms("fwd", (qk, pv), d * 4 * tokens)
+    lc.fused_gemms("bwd", (qk, pv, qk, pv, pv), d * 8 * tokens)
+    lc.save(bh * seq, elem_bytes=4)  # log-sum-exp per row
+
+
 def _block(lc: LayerCost, *, batch: int, seq: int, hidden: int, heads: int, ffn: int,
-           pos_keys: int = 0, bias: bool = True) -> AttentionCore:
+           pos_keys: int = 0, bias: bool = True, flash: bool = False) -> AttentionCore:
     """Cost of one post- or pre-LN transformer block over ``batch`` x ``seq`` tokens; returns its
-    attention core.
+    attention core (empty with ``flash``: fused attention keeps no score-sized tensor, so
+    selective recomputation has nothing to drop or replay).
 
     ``pos_keys`` > 0 adds XLNet's relative-position attention: a position projection over
     ``pos_keys`` relative positions per sample and a second score matmul against them.
+    ``flash`` replaces the score matmul, softmax, dropout and ``P V`` kernels by fused attention
+    (:func:`_flash_attention`).
     """
     t = batch * seq
     bsh = t * hidden
@@ -112,7 +136,10 @@ def _block(lc: LayerCost, *, batch: int, seq: int, hidden: int, heads: int, ffn:
     for _ in range(3):  # Q, K, V projections
         lc.linear(t, hidden, hidden, bias=bias)
     core_t0, core_f0, core_b0 = lc.fwd.time_s, lc.fwd.flop, lc.saved_bytes
-    lc.gemm(seq, seq, d_head, count=batch * heads, weight=False)  # Q K^T
+    if flash:
+        _flash_attention(lc, batch=batch, seq=seq, heads=heads, d_head=d_head)
+    else:
+        lc.gemm(seq, seq, d_head, count=batch * heads, weight=False)  # Q K^T
     if pos_keys:
         proj_t0, proj_f0 = lc.fwd.time_s, lc.fwd.flop
         lc.linear(batch * pos_keys, hidden, hidden, bias=False)  # relative-position keys
@@ -125,14 +152,19 @@ def _block(lc: LayerCost, *, batch: int, seq: int, hidden: int, heads: int, ffn:
         lc.save(batch * pos_keys * hidden)  # projected position keys (an input of the core)
         core_b0 += batch * pos_keys * hidden * lc.rl.elem_bytes
         lc.save(scores)  # position scores before the shift
-    lc.eltwise(scores, fwd_passes=2, bwd_passes=3, flop_per_element=5)  # scale, mask, softmax
-    lc.dropout(scores)
-    lc.gemm(seq, d_head, seq, count=batch * heads, weight=False)  # probabilities @ V
-    core = AttentionCore(
-        fwd_time_s=lc.fwd.time_s - core_t0,
-        fwd_flop=lc.fwd.flop - core_f0,
-        # the dropout mask counted by dropout(scores), the two score-sized outputs saved below
-        saved_bytes=lc.saved_bytes - core_b0 + 2 * scores * lc.rl.elem_bytes,
+    if not flash:
+        lc.eltwise(scores, fwd_passes=2, bwd_passes=3, flop_per_element=5)  # scale, mask, softmax
+        lc.dropout(scores)
+        lc.gemm(seq, d_head, seq, count=batch * heads, weight=False)  # probabilities @ V
+    core = (
+        AttentionCore(fwd_time_s=0.0, fwd_flop=0.0, saved_bytes=0.0)
+        if flash
+        else AttentionCore(
+            fwd_time_s=lc.fwd.time_s - core_t0,
+            fwd_flop=lc.fwd.flop - core_f0,
+            # the dropout mask counted by dropout(scores), the two score-sized outputs saved below
+            saved_bytes=lc.saved_bytes - core_b0 + 2 * scores * lc.rl.elem_bytes,
+        )
     )
     lc.linear(t, hidden, hidden, bias=bias)  # output projection
     lc.dropout(bsh)
@@ -147,8 +179,29 @@ def _block(lc: LayerCost, *, batch: int, seq: int, hidden: int, heads: int, ffn:
     # Korthikanti et al. Eq. 1 in dtype-sized elements (masks are counted by dropout() above):
     # 5 (attention) + 9 (MLP, ffn = 4h generalised to 1 + 2 ffn/h) + 2 (layer norms) sbh
     lc.save(bsh * (5 + 1 + 2 * ffn / hidden + 2))
-    lc.save(2 * scores)  # softmax output and dropout output
+    if not flash:
+        lc.save(2 * scores)  # softmax output and dropout output
     return core
+
+
+def block_gemm_shapes(*, batch: int, seq: int, hidden: int, heads: int, ffn: int | None = None,
+                      flash: bool = False) -> tuple[GemmShape, ...]:
+    """The forward GEMMs of one transformer block, in kernel order: Q, K, V projections
+    ``(b s, h, h)``, ``Q K^T`` ``(s, s, h/a) x b a``, ``P V`` ``(s, h/a, s) x b a`` (both absent
+    with ``flash``: fused attention is one kernel), output projection ``(b s, h, h)``, MLP
+    ``(b s, ffn, h)`` and ``(b s, h, ffn)``.
+
+    For tensor-parallel costing: a column-parallel GEMM divides ``n`` by the TP degree, a
+    row-parallel one ``k``, attention divides ``count`` (heads); re-time each with
+    :meth:`pipesim.profiles.costmodels.compute.ComputeModel.gemm_time_s`.
+
+    Raises:
+        InputError: a dimension is not a positive integer.
+    """
+    lc = LayerCost("block", roofline_for("float32"))
+    _block(lc, batch=batch, seq=seq, hidden=hidden, heads=heads, ffn=4 * hidden if ffn is None else ffn,
+           flash=flash)
+    return tuple(lc.gemm_shapes)
 
 
 def _embedding(lc: LayerCost, *, tokens: int, hidden: int, rows: int) -> None:
@@ -170,10 +223,10 @@ def _profile(name: str, layers: list[Layer], rl: Roofline, batch: int, seq: int,
         name=name,
         layers=tuple(layers),
         profile_batch_size=batch,
-        reference_device=REFERENCE_DEVICE,
+        reference_device=rl.device,
         dtype=rl.dtype,
         seq_len=seq,
-        description=f"{text}, analytic roofline on {REFERENCE_DEVICE}",
+        description=f"{text}, analytic kernel model on {rl.device} in {rl.precision}",
     )
 
 
@@ -198,12 +251,12 @@ def bert48(rl: Roofline, batch: int) -> ModelProfile:
     dims = {"seq": seq, "hidden": hidden, "heads": heads, "vocab": _BERT_VOCAB}
     layers.append(with_shape(emb.build(output_elements=t * hidden),
                              embedding_shape(**dims, replicated_params=(_BERT_POSITIONS + 2 + 2) * hidden)))
-    for i in range(48):
-        lc = LayerCost(f"encoder{i}", rl)
-        core = _block(lc, batch=batch, seq=seq, hidden=hidden, heads=heads, ffn=ffn)
-        built = lc.build(output_elements=t * hidden)
-        shape = block_shape(built, rl, dims, batch=batch, ffn=ffn)
-        layers.append(with_shape(_with_core(built, core), shape))
+    lc = LayerCost("encoder0", rl)
+    core = _block(lc, batch=batch, seq=seq, hidden=hidden, heads=heads, ffn=ffn)
+    block = lc.build(output_elements=t * hidden)
+    shape = block_shape(block, rl, dims, batch=batch, ffn=ffn)
+    shaped = with_shape(_with_core(block, core), shape)
+    layers += [dataclasses.replace(shaped, name=f"encoder{i}") for i in range(48)]  # identical blocks
     head = LayerCost("head", rl)
     head.linear(batch, hidden, hidden)  # pooler (first token) + tanh
     head.linear(batch, hidden, 2)  # next-sentence classifier
@@ -238,14 +291,14 @@ def xlnet36(rl: Roofline, batch: int) -> ModelProfile:
     dims = {"seq": seq, "hidden": hidden, "heads": heads, "vocab": _XLNET_VOCAB}
     layers.append(with_shape(emb.build(output_elements=t * hidden),
                              embedding_shape(**dims, replicated_params=hidden)))  # mask embedding
-    for i in range(36):
-        lc = LayerCost(f"layer{i}", rl)
-        core = _block(
-            lc, batch=batch, seq=seq, hidden=hidden, heads=heads, ffn=ffn, pos_keys=2 * seq, bias=False
-        )
-        built = lc.build(output_elements=t * hidden)
-        shape = block_shape(built, rl, dims, batch=batch, ffn=ffn, attn_bias=False)
-        layers.append(with_shape(_with_core(built, core), shape))
+    lc = LayerCost("layer0", rl)
+    core = _block(
+        lc, batch=batch, seq=seq, hidden=hidden, heads=heads, ffn=ffn, pos_keys=2 * seq, bias=False
+    )
+    block = lc.build(output_elements=t * hidden)
+    shape = block_shape(block, rl, dims, batch=batch, ffn=ffn, attn_bias=False)
+    shaped = with_shape(_with_core(block, core), shape)
+    layers += [dataclasses.replace(shaped, name=f"layer{i}") for i in range(36)]
     head = LayerCost("head", rl)
     _lm_head(head, tokens=t, hidden=hidden, vocab=_XLNET_VOCAB)
     head.params += _XLNET_VOCAB
@@ -278,10 +331,11 @@ class GptSpec:
         heads: attention heads, >= 1.
         seq: tokens per sample, >= 1.
         vocab: vocabulary size, >= 1.
+        flash: 1 for fused (flash) attention, 0 (default) for the unfused kernels.
 
     Raises:
         InputError: a value is not a positive integer (up to 4096 layers, 2**20 for the other
-            keys), or ``hidden`` is not a multiple of ``heads``.
+            keys), ``hidden`` is not a multiple of ``heads``, or ``flash`` is not 0 or 1.
     """
 
     layers: int = GPT_DEFAULTS["layers"]
@@ -289,6 +343,7 @@ class GptSpec:
     heads: int = GPT_DEFAULTS["heads"]
     seq: int = GPT_DEFAULTS["seq"]
     vocab: int = GPT_DEFAULTS["vocab"]
+    flash: int = 0
 
     def __post_init__(self) -> None:
         for key in GPT_DEFAULTS:
@@ -298,10 +353,14 @@ class GptSpec:
                 raise invalid(f"gpt.{key}", value, f"must be an integer in 1..{most}")
         if self.hidden % self.heads:
             raise invalid("gpt.hidden", self.hidden, f"must be a multiple of heads ({self.heads})")
+        if self.flash not in (0, 1) or isinstance(self.flash, bool):
+            raise invalid("gpt.flash", self.flash, "must be 0 (unfused attention) or 1 (flash attention)")
 
     def text(self) -> str:
-        """The canonical spec string, e.g. ``gpt:layers=24,hidden=2048,heads=16,seq=2048,vocab=50257``."""
-        return "gpt:" + ",".join(f"{key}={getattr(self, key)}" for key in GPT_DEFAULTS)
+        """The canonical spec string, e.g. ``gpt:layers=24,hidden=2048,heads=16,seq=2048,vocab=50257``
+        (``,flash=1`` appended for fused attention)."""
+        base = "gpt:" + ",".join(f"{key}={getattr(self, key)}" for key in GPT_DEFAULTS)
+        return base + (",flash=1" if self.flash else "")
 
 
 def parse_gpt_spec(text: str) -> GptSpec:
@@ -324,8 +383,8 @@ def parse_gpt_spec(text: str) -> GptSpec:
             key = key.strip().lower()
             if not eq or not key:
                 raise invalid("gpt", item.strip(), "each item must be key=value")
-            if key not in GPT_DEFAULTS:
-                rule = f"unknown key; valid keys: {', '.join(GPT_DEFAULTS)}"
+            if key not in GPT_DEFAULTS and key != "flash":
+                rule = f"unknown key; valid keys: {', '.join(GPT_DEFAULTS)}, flash"
                 raise invalid(f"gpt.{key}", raw.strip(), rule)
             if key in values:
                 raise invalid(f"gpt.{key}", raw.strip(), "given twice")
@@ -354,14 +413,13 @@ def gpt(rl: Roofline, batch: int, spec: GptSpec) -> ModelProfile:
     dims = {"seq": spec.seq, "hidden": spec.hidden, "heads": spec.heads, "vocab": spec.vocab}
     layers.append(with_shape(emb.build(output_elements=t * spec.hidden),
                              embedding_shape(**dims, replicated_params=spec.seq * spec.hidden)))
-    for i in range(spec.layers):
-        lc = LayerCost(f"block{i}", rl)
-        core = _block(
-            lc, batch=batch, seq=spec.seq, hidden=spec.hidden, heads=spec.heads, ffn=4 * spec.hidden
-        )
-        built = lc.build(output_elements=t * spec.hidden)
-        shape = block_shape(built, rl, dims, batch=batch, ffn=4 * spec.hidden)
-        layers.append(with_shape(_with_core(built, core), shape))
+    lc = LayerCost("block0", rl)
+    core = _block(lc, batch=batch, seq=spec.seq, hidden=spec.hidden, heads=spec.heads, ffn=4 * spec.hidden,
+           flash=bool(spec.flash))
+    block = lc.build(output_elements=t * spec.hidden)
+    shape = block_shape(block, rl, dims, batch=batch, ffn=4 * spec.hidden)
+    shaped = with_shape(_with_core(block, core), shape)
+    layers += [dataclasses.replace(shaped, name=f"block{i}") for i in range(spec.layers)]
     head = LayerCost("head", rl)
     head.layernorm(t * spec.hidden, spec.hidden)
     head.save(t * spec.hidden)

@@ -14,7 +14,7 @@ indices, dropouts a 1-byte mask.
 from __future__ import annotations
 
 from pipesim.profiles.models.profile import Layer, ModelProfile
-from pipesim.profiles.models.zoo.roofline import REFERENCE_DEVICE, LayerCost, Roofline
+from pipesim.profiles.models.zoo.roofline import LayerCost, Roofline
 
 __all__ = ["resnet50", "vgg19"]
 
@@ -70,7 +70,7 @@ def vgg19(rl: Roofline, batch: int) -> ModelProfile:
             continue
         cout = int(item)
         lc = LayerCost(f"conv{block}_{index}", rl)
-        lc.conv(batch, c, cout, 3, 3, h, h, h, h)
+        lc.conv(batch, c, cout, 3, 3, h, h, h, h, input_grad=c != 3)  # no gradient for the images
         lc.params += cout  # bias
         lc.save(batch * c * h * h)  # the convolution's input
         lc.relu(batch * cout * h * h)
@@ -94,9 +94,9 @@ def vgg19(rl: Roofline, batch: int) -> ModelProfile:
         name="vgg19",
         layers=tuple(layers),
         profile_batch_size=batch,
-        reference_device=REFERENCE_DEVICE,
+        reference_device=rl.device,
         dtype=rl.dtype,
-        description=f"VGG-19, ImageNet 224x224, analytic roofline on {REFERENCE_DEVICE}",
+        description=f"VGG-19, ImageNet 224x224, analytic kernel model on {rl.device} in {rl.precision}",
     )
 
 
@@ -104,7 +104,7 @@ def _conv_bn(lc: LayerCost, batch: int, cin: int, cout: int, k: int, stride: int
              *, relu: bool) -> int:
     """Convolution (saves its input), batch norm (saves its input), optional ReLU; output side."""
     ho = _out(h, k, stride, k // 2)
-    lc.conv(batch, cin, cout, k, k, ho, ho, h, h, stride=stride)
+    lc.conv(batch, cin, cout, k, k, ho, ho, h, h, stride=stride, input_grad=cin != 3)
     lc.save(batch * cin * h * h)
     lc.batchnorm(batch * cout * ho * ho, cout)
     lc.save(batch * cout * ho * ho)
@@ -161,7 +161,9 @@ def resnet50(rl: Roofline, batch: int) -> ModelProfile:
         name="resnet50",
         layers=tuple(layers),
         profile_batch_size=batch,
-        reference_device=REFERENCE_DEVICE,
+        reference_device=rl.device,
         dtype=rl.dtype,
-        description=f"ResNet-50 v1.5, ImageNet 224x224, analytic roofline on {REFERENCE_DEVICE}",
+        description=(
+            f"ResNet-50 v1.5, ImageNet 224x224, analytic kernel model on {rl.device} in {rl.precision}"
+        ),
     )

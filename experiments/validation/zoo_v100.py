@@ -1,0 +1,103 @@
+"""Zoo per-sample training time on a V100 against the DAPPLE authors' measured TorchGraph profiles.
+
+The DAPPLE authors (Fan et al., "DAPPLE: A Pipelined Data Parallel Approach for Training Large
+Models", PPoPP 2021) published per-layer profiles measured on V100 GPUs in PipeDream's TorchGraph
+text format: github.com/AlibabaPAI/DAPPLE, folder ``profiling_results/`` (commit c06dcf1d). Each
+record's published value is the sum of every node's ``forward_compute_time`` and
+``backward_compute_time`` (milliseconds) divided by the file's profile batch (``-pbs-N``), without
+the ``Input`` nodes (data loading, not training compute). The prediction is the zoo's sum of
+forward and backward layer times at the same batch on ``V100-SXM2-16GB``, per sample, in fp32
+(the files give 4-byte activation sizes). The files are not shipped; the sums are written here.
+
+Nothing is fitted to these records: the zoo's kernel model (tile and wave quantisation, split-K,
+Winograd, launch cost; :mod:`pipesim.profiles.costmodels.compute`) has per-generation constants
+from other sources (docs/zoo.md).
+"""
+
+from __future__ import annotations
+
+from experiments.validation.record import Record
+from pipesim.profiles.models.profile import ModelProfile
+from pipesim.profiles.models.zoo import zoo_model
+from pipesim.profiles.models.zoo.gnmt import gnmt16
+from pipesim.profiles.models.zoo.roofline import REFERENCE_DEVICE, roofline_for
+
+__all__ = ["records"]
+
+_REPO = "github.com/AlibabaPAI/DAPPLE (commit c06dcf1d), profiling_results/"
+_TOLERANCE = 0.25
+
+
+def _per_sample_ms(profile: ModelProfile, *, skip: tuple[str, ...] = ()) -> float:
+    total_s = sum(layer.fwd_time_s + layer.bwd_time_s for layer in profile.layers if layer.name not in skip)
+    return total_s / profile.profile_batch_size * 1e3
+
+
+def _zoo(name: str, batch: int, *, skip: tuple[str, ...] = ()) -> float:
+    return _per_sample_ms(zoo_model(name, batch_size=batch, device=REFERENCE_DEVICE), skip=skip)
+
+
+def _gnmt_as_measured() -> float:
+    # The measured GNMT-16 has 36560-token tables (its embedding nodes read Embedding(36560, 1024))
+    # and 35-token sentences (its LSTM outputs are 9,175,040 bytes = 64 x 35 x 1024 x 4).
+    return _per_sample_ms(gnmt16(roofline_for("float32"), 64, seq=35, vocab=36560))
+
+
+def records() -> list[Record]:
+    """The five zoo models against the measured per-sample forward + backward time."""
+    quantity = "forward + backward time per sample on one V100 (ms)"
+    return [
+        Record(
+            name="zoo-v100-vgg19-b32",
+            source=_REPO + "vgg-19-pbs-32.txt: 48.01 ms fwd + 96.20 ms bwd at batch 32",
+            quantity=quantity,
+            kind="absolute",
+            published=(48.01 + 96.20) / 32,
+            predict=lambda: _zoo("vgg19", 32),
+            tolerance=_TOLERANCE,
+            note="zoo vgg19 at batch 32, fp32; the file's backward times are exactly 2x its forward",
+        ),
+        Record(
+            name="zoo-v100-bert48-b2",
+            source=_REPO + "bert-48-pbs-2.txt: 129.19 ms fwd + 214.56 ms bwd at batch 2",
+            quantity=quantity,
+            kind="absolute",
+            published=(129.19 + 214.56) / 2,
+            predict=lambda: _zoo("bert48", 2, skip=("head",)),
+            tolerance=_TOLERANCE,
+            note="zoo bert48 at batch 2, seq 384, fp32, embeddings and 48 encoder layers: the file's "
+            "pooler has no time and it has no masked-LM head, so the zoo's head is left out",
+        ),
+        Record(
+            name="zoo-v100-xlnet36-b1",
+            source=_REPO + "xlnet-36-pbs-1.txt: 122.93 ms fwd + 177.78 ms bwd at batch 1 "
+            "(the 17.0 ms Input node left out)",
+            quantity=quantity,
+            kind="absolute",
+            published=122.93 + 177.78,
+            predict=lambda: _zoo("xlnet36", 1),
+            tolerance=_TOLERANCE,
+            note="zoo xlnet36 at batch 1, seq 512, fp32",
+        ),
+        Record(
+            name="zoo-v100-amoebanet36-b1",
+            source=_REPO + "amoeba-36-pbs-1.txt: 48.67 ms fwd + 119.38 ms bwd at batch 1",
+            quantity=quantity,
+            kind="absolute",
+            published=48.67 + 119.38,
+            predict=lambda: _zoo("amoebanet36", 1),
+            tolerance=_TOLERANCE,
+            note="zoo amoebanet36 (AmoebaNet-D, L=36, F=512) at batch 1, fp32",
+        ),
+        Record(
+            name="zoo-v100-gnmt16-b64",
+            source=_REPO + "gnmt-16-pbs-64.txt: 90.33 ms fwd + 158.59 ms bwd at batch 64",
+            quantity=quantity,
+            kind="absolute",
+            published=(90.33 + 158.59) / 64,
+            predict=_gnmt_as_measured,
+            tolerance=_TOLERANCE,
+            note="zoo gnmt16 layers at batch 64, fp32, with the measured file's shapes: sentences of "
+            "35 tokens and a 36560-token vocabulary (read from its node names and activation sizes)",
+        ),
+    ]

@@ -1,0 +1,311 @@
+"""Kernel-level compute model: GEMMs with tile and wave quantisation, memory-bound kernels, launch cost.
+
+A GPU runs a GEMM ``C[m, n] = A[m, k] @ B[k, n]`` by cutting ``C`` into output tiles of
+``tm x tn`` elements, one thread block per tile, and running the blocks in *waves* of one block per
+streaming multiprocessor (SM). NVIDIA's "Matrix Multiplication Background User's Guide" (NVIDIA Deep
+Learning Performance documentation, docs.nvidia.com/deeplearning/performance) describes the two
+losses this causes and this module models:
+
+* **tile quantisation**: a dimension that is not a multiple of the tile is padded up to one
+  (``ceil(m / tm)`` tiles), so a 257-row GEMM costs two 128-row tiles;
+* **wave quantisation**: ``tiles`` blocks run in ``ceil(tiles / SMs)`` waves, the last one partly
+  idle (the guide's example: an A100 has 108 SMs, and a 1792 x 1792 GEMM with 256 x 128 tiles makes
+  98 tiles, a single wave that leaves 10 SMs idle).
+
+When a GEMM has too few tiles to fill the SMs (or a last wave that is mostly idle), cuBLAS splits
+the reduction (split-K): ``s`` blocks per tile each reduce ``k / s`` and their partial tiles are
+summed. We take the fastest ``s`` up to :data:`MAX_SPLIT_K` whose slices are at least
+:data:`MIN_SPLIT_K` long; each slice pays the per-tile fixed work, and summing the partial tiles
+costs one more.
+
+cuBLAS picks the tile per problem; we take the fastest of :data:`TILES`. A big tile reuses each
+loaded element of A and B for more multiply-adds (``tm x tn / (tm + tn)`` per k-step), so it runs
+closer to peak, while a small tile wastes less on padding and fills more SMs: the relative rate
+of a tile is ``r(I) = I / (I + TILE_REUSE_HALF)`` with ``I = tm tn / (tm + tn)``, normalised to
+the largest tile. A tile also pays a fixed prologue/epilogue (loading the first k-slices,
+writing C), modelled as :data:`K_OVERHEAD` extra steps of k: efficiency ``k / (k + K_OVERHEAD)``.
+The time of a GEMM is then
+
+    waves x 2 tm tn (k / s + K_OVERHEAD [+ K_OVERHEAD if s > 1])
+        / (peak / SMs x eff[arch, precision] x r(tile))
+
+bounded below by its bytes over the memory bandwidth, plus :data:`KERNEL_OVERHEAD_S`; a
+framework operator takes at least :data:`OP_DISPATCH_S` (the host's dispatch time).
+``efficiency[arch, precision]`` (:data:`GEMM_EFFICIENCY`) is the share of the dense peak that the
+largest tile reaches on full waves in training frameworks, per GPU generation and precision,
+from published measurements (sources there). Memory-bound kernels take ``bytes / (bandwidth x
+memory_efficiency)`` (the catalog's figures) plus the same overhead.
+
+Shapes are data: :class:`GemmShape` lists a layer's GEMMs so that other cost models (tensor
+parallelism, re-targeting) can re-cost them, e.g. with ``n`` or ``k`` divided by the TP degree.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+from pipesim.errors import check_count, check_nonneg, invalid
+from pipesim.profiles.hardware.specs import (
+    DEFAULT_COMPUTE_EFFICIENCY,
+    STORAGE_DTYPE,
+    DeviceSpec,
+    parse_precision,
+)
+from pipesim.units import US
+
+__all__ = [
+    "GEMM_EFFICIENCY",
+    "KERNEL_OVERHEAD_S",
+    "K_OVERHEAD",
+    "MAX_SPLIT_K",
+    "MIN_SPLIT_K",
+    "OP_DISPATCH_S",
+    "TILES",
+    "TILE_REUSE_HALF",
+    "ComputeModel",
+    "GemmShape",
+    "compute_model",
+    "gemm_efficiency",
+]
+
+TILES: tuple[tuple[int, int], ...] = (
+    (256, 128), (128, 256), (128, 128), (256, 64), (64, 256), (128, 64), (64, 128), (64, 64),
+)
+"""Output tile sizes (rows x columns) cuBLAS/CUTLASS kernels use, largest first: the sizes NVIDIA's
+"Matrix Multiplication Background User's Guide" discusses (256x128 down to 64x64)."""
+
+TILE_REUSE_HALF = 32.0
+"""Reuse ``tm tn / (tm + tn)`` at which a tile reaches half its asymptotic rate. With 32 a 64 x 64
+tile (reuse 32) runs at 0.69 of a 256 x 128 tile (reuse 85): a modelling assumption, of the order
+of the 1.3-1.5x gap between small- and large-tile kernels in the guide's tile-size figure."""
+
+K_OVERHEAD = 32.0
+"""Per-tile fixed work (loading the first k-slices, writing C), in equivalent steps of k. A GEMM
+with k = 64 (attention's ``Q K^T`` with 64-wide heads) then runs at 2/3 of one with a long k,
+a modelling assumption consistent with the guide's note that small-k GEMMs are inefficient."""
+
+MAX_SPLIT_K = 8
+"""Most slices the model splits k into (split-K) to fill the SMs or balance the waves."""
+
+MIN_SPLIT_K = 128
+"""Shortest k-slice of a split-K GEMM, elements."""
+
+KERNEL_OVERHEAD_S = 2 * US
+"""GPU-side gap between two dependent kernels, seconds: launch latency of a kernel queued behind
+another (a few microseconds on CUDA; the modelling assumption is 2 us on every device)."""
+
+OP_DISPATCH_S = 10 * US
+"""Host time to dispatch one framework operator, seconds. The host queues kernels ahead of the
+GPU, so an operator costs ``max(GPU time, dispatch)``: long kernels hide it, a stream of tiny
+ones (batch 1, narrow layers) runs at the host's pace. He, "Making Deep Learning Go Brrrr From
+First Principles" (2022), puts PyTorch eager overhead at about 10 us per operator; kernels a
+library launches internally (cuDNN's per-step LSTM kernels, Winograd transforms) pay only
+:data:`KERNEL_OVERHEAD_S`."""
+
+# (architecture, precision) -> share of the dense peak that large, full-wave GEMMs reach in training.
+GEMM_EFFICIENCY: dict[tuple[str, str], float] = {
+    # CUDA-core fp32 (Pascal to Blackwell): cuBLAS SGEMM on large square matrices runs at 85-90% of
+    # the fp32 peak (e.g. ~14 of 15.7 TFLOP/s on a V100); frameworks' transposed and bias-fused
+    # calls reach somewhat less: 0.8 for the best tile on full waves. Cross-checks: NVIDIA
+    # DeepLearningExamples ResNet-50 v1.5 fp32 on one V100 16GB (367 img/s, ~24.6 GFLOP per image:
+    # 0.58 of peak for the whole network, memory-bound batch norms included) and a BERT-large
+    # layer in fp32 (the DAPPLE authors' bert-24-pbs-6 profile: 8.07 ms fwd for 61.6 GFLOP).
+    ("pascal", "float32"): 0.8,
+    ("pascal", "float16"): 0.8,  # P100 fp16 runs on the same CUDA cores at twice the rate
+    ("volta", "float32"): 0.8,
+    ("turing", "float32"): 0.8,
+    # Volta tensor cores: Megatron-LM (Shoeybi et al. 2019, arXiv:1909.08053): a 1.2B GPT-2 sustains
+    # 39 TFLOP/s (30% of 125) for the whole step on one V100, GEMMs included with memory-bound
+    # kernels; cuBLAS HGEMM on large shapes reaches ~0.7. 0.5 for framework-run large GEMMs.
+    ("volta", "float16"): 0.5,
+    ("turing", "float16"): 0.5,
+    # Ampere/Ada/Hopper/Blackwell tensor cores: Narayanan et al., "Efficient Large-Scale Language
+    # Model Training on GPU Clusters Using Megatron-LM" (SC'21), Table 1: 44-52% of the A100's
+    # 312 TFLOP/s per GPU for whole training steps (communication and memory-bound kernels
+    # included), so the large GEMMs themselves run at ~0.7.
+    ("ampere", "float32"): 0.8,
+    ("ampere", "tfloat32"): 0.6,
+    ("ampere", "float16"): 0.7,
+    ("ampere", "bfloat16"): 0.7,
+    ("ada", "float32"): 0.8,
+    ("ada", "tfloat32"): 0.6,
+    ("ada", "float16"): 0.7,
+    ("ada", "bfloat16"): 0.7,
+    ("ada", "float8"): 0.6,
+    ("hopper", "float32"): 0.8,
+    ("hopper", "tfloat32"): 0.6,
+    ("hopper", "float16"): 0.7,
+    ("hopper", "bfloat16"): 0.7,
+    # FP8 GEMMs reach a smaller share of their doubled peak (scaling and casts around them).
+    ("hopper", "float8"): 0.6,
+    ("blackwell", "float32"): 0.8,
+    ("blackwell", "tfloat32"): 0.6,
+    ("blackwell", "float16"): 0.7,
+    ("blackwell", "bfloat16"): 0.7,
+    ("blackwell", "float8"): 0.6,
+    # AMD CDNA: hipBLASLt reaches about half of the MI300X's dense BF16 peak on large GEMMs
+    # (public MI300X vs H100 GEMM benchmarks, 2024); the same assumed for CDNA2.
+    ("cdna2", "float32"): 0.5,
+    ("cdna2", "float16"): 0.5,
+    ("cdna2", "bfloat16"): 0.5,
+    ("cdna3", "float32"): 0.5,
+    ("cdna3", "tfloat32"): 0.5,
+    ("cdna3", "float16"): 0.5,
+    ("cdna3", "bfloat16"): 0.5,
+    ("cdna3", "float8"): 0.5,
+}
+"""Share of the dense peak reached by large full-wave GEMMs, per (architecture, precision)."""
+
+
+def gemm_efficiency(device: DeviceSpec, precision: str) -> float:
+    """The large-GEMM share of peak of ``device`` in ``precision``.
+
+    :data:`GEMM_EFFICIENCY` for its architecture, scaled by the device's ``compute_efficiency``
+    relative to the catalog default (so ``--set device_compute_efficiency=0.5`` makes GEMMs 1.25x
+    faster than the catalog's 0.4; at most 1.0 of peak); a device without architecture (a custom
+    one) uses its ``compute_efficiency`` as it is.
+
+    Raises:
+        InputError: ``precision`` is unknown, or the device has no rate for it.
+    """
+    precision = parse_precision(precision)
+    device.peak_for(precision)  # raises when the device cannot run the precision
+    if device.architecture is not None:
+        found = GEMM_EFFICIENCY.get((device.architecture, precision))
+        if found is not None:
+            return min(1.0, found * device.compute_efficiency / DEFAULT_COMPUTE_EFFICIENCY)
+    return device.compute_efficiency
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GemmShape:
+    """``count`` independent GEMMs ``C[m, n] = A[m, k] @ B[k, n]`` run as one batched kernel.
+
+    Attributes:
+        m: rows of A and C (tokens, or batch x output pixels of a convolution).
+        n: columns of B and C (output features).
+        k: the reduction dimension (input features).
+        count: GEMMs in the batch (attention: batch x heads), >= 1.
+
+    Raises:
+        InputError: a dimension or the count is not an integer >= 1.
+    """
+
+    m: int
+    n: int
+    k: int
+    count: int = 1
+
+    def __post_init__(self) -> None:
+        for name in ("m", "n", "k", "count"):
+            check_count(f"gemm.{name}", getattr(self, name))
+
+    @property
+    def flop(self) -> float:
+        """FLOP of the batch: 2 m n k per GEMM."""
+        return 2.0 * self.m * self.n * self.k * self.count
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ComputeModel:
+    """Achievable rates of one device in one precision, and kernel times from them.
+
+    Attributes:
+        device: catalog name of the device.
+        precision: compute precision (one of :data:`pipesim.profiles.hardware.specs.PRECISIONS`).
+        storage_dtype: dtype of activations and working weights in this precision.
+        peak_flop_per_s: dense peak FLOP/s in ``precision``.
+        efficiency: large-GEMM share of the peak (:func:`gemm_efficiency`).
+        sm_count: SMs (compute units), or ``None`` to skip tile and wave quantisation.
+        memory_bytes_per_s: achievable memory bandwidth, bytes/s.
+        kernel_overhead_s: GPU-side gap per kernel, seconds.
+        op_dispatch_s: host dispatch time per framework operator, seconds.
+    """
+
+    device: str
+    precision: str
+    storage_dtype: str
+    peak_flop_per_s: float
+    efficiency: float
+    sm_count: int | None
+    memory_bytes_per_s: float
+    kernel_overhead_s: float = KERNEL_OVERHEAD_S
+    op_dispatch_s: float = OP_DISPATCH_S
+
+    def op_time_s(self, kernel_s: float) -> float:
+        """Time of a framework operator whose kernel takes ``kernel_s`` on the GPU (launch gap
+        included): ``max(kernel_s, op_dispatch_s)``, seconds."""
+        return max(kernel_s, self.op_dispatch_s)
+
+    def memory_time_s(self, bytes_moved: float) -> float:
+        """Time of a memory-bound kernel moving ``bytes_moved`` bytes, launch cost included, seconds."""
+        check_nonneg("bytes_moved", bytes_moved)
+        return bytes_moved / self.memory_bytes_per_s + self.kernel_overhead_s
+
+    def gemm_compute_s(self, shape: GemmShape) -> float:
+        """Arithmetic time of ``shape`` with tile and wave quantisation, no launch cost, seconds."""
+        return _gemm_compute_s(self.peak_flop_per_s * self.efficiency, self.sm_count,
+                               shape.m, shape.n, shape.k, shape.count)
+
+    def gemm_time_s(self, shape: GemmShape, bytes_moved: float = 0.0, *, speedup: float = 1.0) -> float:
+        """Time of the GEMM kernel ``shape``: ``max(arithmetic / speedup, bytes / bandwidth)`` plus
+        the launch cost, seconds. ``speedup`` divides the arithmetic (e.g. fewer multiplications
+        of a fast convolution algorithm)."""
+        compute = self.gemm_compute_s(shape) / speedup
+        return max(compute, bytes_moved / self.memory_bytes_per_s) + self.kernel_overhead_s
+
+    def gemm_flop_per_s(self, shape: GemmShape) -> float:
+        """The rate ``shape`` runs at, FLOP/s (launch cost and memory bound excluded)."""
+        return shape.flop / self.gemm_compute_s(shape)
+
+
+def _tile_rate(tm: int, tn: int) -> float:
+    reuse = tm * tn / (tm + tn)
+    best = TILES[0][0] * TILES[0][1] / (TILES[0][0] + TILES[0][1])
+    return (reuse / (reuse + TILE_REUSE_HALF)) / (best / (best + TILE_REUSE_HALF))
+
+
+@lru_cache(maxsize=65536)
+def _gemm_compute_s(rate: float, sm_count: int | None, m: int, n: int, k: int, count: int) -> float:
+    if sm_count is None:
+        return 2.0 * m * n * k * count / (rate * k / (k + K_OVERHEAD))
+    per_sm = rate / sm_count
+    best = math.inf
+    for tm, tn in TILES:
+        tiles = math.ceil(m / tm) * math.ceil(n / tn) * count
+        tile_rate = per_sm * _tile_rate(tm, tn)
+        for split in range(1, MAX_SPLIT_K + 1):
+            if split > 1 and k / split < MIN_SPLIT_K:
+                break  # never split k into slivers
+            ks = math.ceil(k / split)
+            waves = math.ceil(tiles * split / sm_count)
+            # each slice pays the per-tile fixed work; summing the partial tiles is one more
+            # tile-sized pass per extra slice, counted as K_OVERHEAD steps of k
+            work = ks + K_OVERHEAD + (K_OVERHEAD if split > 1 else 0.0)
+            best = min(best, waves * 2.0 * tm * tn * work / tile_rate)
+    return best
+
+
+def compute_model(device: DeviceSpec, precision: str) -> ComputeModel:
+    """The compute model of ``device`` in ``precision`` (``fp32``, ``tf32``, ``bf16``, ... or the
+    long names).
+
+    Raises:
+        InputError: an unknown precision, or one the device cannot run; the message names the
+            dtype, the device and what it supports (bf16 on a V100, fp8 before Hopper/Ada).
+    """
+    precision = parse_precision(precision)
+    if not device.supports(precision):
+        supported = ", ".join(device.peak_flop_per_s)
+        raise invalid("dtype", precision, f"{device.name} cannot train in it; it supports {supported}")
+    return ComputeModel(
+        device=device.name,
+        precision=precision,
+        storage_dtype=STORAGE_DTYPE[precision],
+        peak_flop_per_s=device.peak_for(precision),
+        efficiency=gemm_efficiency(device, precision),
+        sm_count=device.sm_count,
+        memory_bytes_per_s=device.achievable_memory_bandwidth_bytes_per_s,
+    )

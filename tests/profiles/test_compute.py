@@ -1,0 +1,156 @@
+"""The kernel-level compute model: tile and wave quantisation, split-K, efficiency per generation."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from pipesim.errors import InputError
+from pipesim.profiles.costmodels.compute import (
+    GEMM_EFFICIENCY,
+    K_OVERHEAD,
+    TILES,
+    ComputeModel,
+    GemmShape,
+    compute_model,
+    gemm_efficiency,
+)
+from pipesim.profiles.hardware.catalog import device_names, get_device
+from pipesim.profiles.hardware.specs import ARCHITECTURES, PRECISIONS, parse_precision
+
+
+def _model(sm_count: int | None, *, peak: float = 1e12, efficiency: float = 1.0) -> ComputeModel:
+    return ComputeModel(
+        device="test",
+        precision="float16",
+        storage_dtype="float16",
+        peak_flop_per_s=peak,
+        efficiency=efficiency,
+        sm_count=sm_count,
+        memory_bytes_per_s=1e18,
+        kernel_overhead_s=0.0,
+        op_dispatch_s=0.0,
+    )
+
+
+def test_one_full_wave_of_the_largest_tile_by_hand() -> None:
+    # 80 SMs, a 2560 x 1024 GEMM: 10 x 8 = 80 tiles of 256 x 128 = exactly one wave.
+    model = _model(80)
+    k = 4096
+    shape = GemmShape(m=2560, n=1024, k=k)
+    per_sm = 1e12 / 80
+    one_wave = 2 * 256 * 128 * (k + K_OVERHEAD) / per_sm
+    assert model.gemm_compute_s(shape) == pytest.approx(one_wave)
+    assert model.gemm_flop_per_s(shape) == pytest.approx(1e12 * k / (k + K_OVERHEAD))
+
+
+def test_wave_quantisation_one_tile_more_costs_a_wave() -> None:
+    # 81 tiles of 256 x 128 on 80 SMs: two waves of the big tile, unless a smaller tile wins.
+    model = _model(80)
+    full = model.gemm_compute_s(GemmShape(m=2560, n=1024, k=4096))
+    over = model.gemm_compute_s(GemmShape(m=2561, n=1024, k=4096))
+    assert over > 1.05 * full  # a partial wave is never free
+    assert over < 2 * full  # ... but a better tile choice avoids paying a whole second wave
+
+
+def test_tile_quantisation_pads_dimensions() -> None:
+    model = _model(None)  # without SMs only the k-efficiency counts
+    a = model.gemm_compute_s(GemmShape(m=512, n=512, k=512))
+    assert a == pytest.approx(2 * 512**3 / (1e12 * 512 / (512 + K_OVERHEAD)))
+    quantised = _model(1)
+    # one SM: the GEMM runs tile after tile; 257 rows cost as much as 320 or more
+    assert quantised.gemm_compute_s(GemmShape(m=257, n=256, k=256)) > quantised.gemm_compute_s(
+        GemmShape(m=256, n=256, k=256)
+    ) * 1.2
+
+
+def test_small_gemms_run_at_a_lower_share_of_peak() -> None:
+    a100 = compute_model(get_device("A100-80GB"), "bf16")
+    rates = [a100.gemm_flop_per_s(GemmShape(m=m, n=4096, k=4096)) for m in (64, 256, 1024, 8192)]
+    assert rates[0] < 0.8 * rates[-1]  # 64 rows: few tiles, split-K and small tiles only partly help
+    assert rates[0] < min(rates[1:])  # (not monotonic in between: waves quantise)
+    # a large GEMM approaches the generation's efficiency (Megatron-LM SC'21: GEMMs ~0.7 of peak)
+    assert rates[-1] / 312e12 == pytest.approx(GEMM_EFFICIENCY["ampere", "bfloat16"], rel=0.1)
+
+
+def test_split_k_fills_idle_sms_for_short_wide_reductions() -> None:
+    model = _model(80)
+    shape = GemmShape(m=256, n=256, k=65536)  # 2 tiles of 256 x 128: 78 SMs idle without split-K
+    no_split = 2 * 256 * 128 * (65536 + K_OVERHEAD) / (1e12 / 80)
+    assert model.gemm_compute_s(shape) < no_split / 4
+
+
+def test_batched_gemms_share_waves() -> None:
+    model = _model(80)
+    many = model.gemm_compute_s(GemmShape(m=256, n=128, k=64, count=80))
+    one_wave = 2 * 256 * 128 * (64 + K_OVERHEAD) / (1e12 / 80)  # 80 tiles of 256 x 128: one wave
+    assert many == pytest.approx(one_wave)
+
+
+def test_time_adds_memory_bound_and_launch() -> None:
+    model = ComputeModel(device="t", precision="float32", storage_dtype="float32", peak_flop_per_s=1e12,
+                         efficiency=1.0, sm_count=None, memory_bytes_per_s=1e9, kernel_overhead_s=1e-6,
+                         op_dispatch_s=5e-6)
+    shape = GemmShape(m=8, n=8, k=8)
+    assert model.gemm_time_s(shape, 1e6) == pytest.approx(1e-3 + 1e-6)  # memory-bound
+    assert model.memory_time_s(1e3) == pytest.approx(1e-6 + 1e-6)
+    assert model.op_time_s(1e-6) == 5e-6
+    assert model.op_time_s(1e-3) == 1e-3
+
+
+@pytest.mark.parametrize(("field", "value"), [("m", 0), ("n", -1), ("k", 1.5), ("count", 0)])
+def test_gemm_shape_validation(field: str, value: object) -> None:
+    kwargs: dict[str, object] = {"m": 1, "n": 1, "k": 1, field: value}
+    with pytest.raises(InputError, match=f"gemm.{field}="):
+        GemmShape(**kwargs)  # type: ignore[arg-type]
+
+
+def test_tiles_are_largest_first() -> None:
+    areas = [tm * tn for tm, tn in TILES]
+    assert areas == sorted(areas, reverse=True)
+
+
+def test_every_catalog_device_has_sms_an_architecture_and_a_curve() -> None:
+    for name in device_names():
+        device = get_device(name)
+        assert device.sm_count is not None, name
+        assert device.sm_count > 0, name
+        assert device.architecture in ARCHITECTURES, name
+        for precision in device.peak_flop_per_s:
+            assert (device.architecture, precision) in GEMM_EFFICIENCY, (name, precision)
+            assert 0 < gemm_efficiency(device, precision) <= 1
+
+
+@pytest.mark.parametrize(
+    ("device", "precision"),
+    [("V100", "bf16"), ("V100", "tf32"), ("A100-80GB", "fp8"), ("P40", "fp16"), ("MI250X", "fp8"),
+     ("T4", "bf16")],
+)
+def test_precisions_a_device_cannot_run_are_refused_by_name(device: str, precision: str) -> None:
+    spec = get_device(device)
+    rule = rf"dtype='{parse_precision(precision)}': {spec.name} cannot train in it"
+    with pytest.raises(InputError, match=rule):
+        compute_model(spec, precision)
+
+
+def test_precision_names() -> None:
+    assert [parse_precision(x) for x in ("fp32", "TF32", "bf16", "fp16", "fp8")] == [
+        "float32", "tfloat32", "bfloat16", "float16", "float8"
+    ]
+    assert set(PRECISIONS) == {"float32", "tfloat32", "float16", "bfloat16", "float8"}
+    with pytest.raises(InputError, match=r"dtype='int8': must be one of fp32, tf32, fp16, bf16, fp8"):
+        parse_precision("int8")
+
+
+def test_newer_generations_and_narrower_precisions_are_faster() -> None:
+    shape = GemmShape(m=8192, n=8192, k=8192)
+    t = {
+        (d, p): compute_model(get_device(d), p).gemm_compute_s(shape)
+        for d, p in [("V100", "fp32"), ("V100", "fp16"), ("A100-80GB", "bf16"), ("H100", "bf16"),
+                     ("H100", "fp8"), ("B200", "bf16")]
+    }
+    order = [("V100", "fp32"), ("V100", "fp16"), ("A100-80GB", "bf16"), ("H100", "bf16"), ("H100", "fp8")]
+    assert [t[k] for k in order] == sorted((t[k] for k in order), reverse=True)
+    assert t["B200", "bf16"] < t["H100", "bf16"]
+    assert math.isfinite(t["V100", "fp32"])
