@@ -122,4 +122,7 @@ def test_a_built_wheel_installs_the_data_and_runs(tmp_path: Path) -> None:
     where, presets, devices, links, dgx1 = json.loads(run.stdout)
     assert where.startswith(str(site))
     assert len(presets) == len(list((ROOT / "profiles" / "hardware" / "data" / "clusters").glob("*.toml")))
-    assert (devices, links, dgx1) == (7, 16, 8)
+    catalog = (ROOT / "profiles" / "hardware" / "data" / "devices.toml").read_text(encoding="utf-8")
+    entries = sum(1 for line in catalog.splitlines() if line.strip() == "[[device]]")
+    assert (devices, links, dgx1) == (entries, 16, 8)
+    assert devices == 19

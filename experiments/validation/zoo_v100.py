@@ -1,4 +1,5 @@
-"""Zoo per-sample training time on a V100 against the DAPPLE authors' measured TorchGraph profiles.
+"""Zoo per-sample training time on a V100 against the DAPPLE authors' measured TorchGraph profiles
+(and ResNet-50 throughput against NVIDIA's published single-GPU figures, V100 and A100).
 
 The DAPPLE authors (Fan et al., "DAPPLE: A Pipelined Data Parallel Approach for Training Large
 Models", PPoPP 2021) published per-layer profiles measured on V100 GPUs in PipeDream's TorchGraph
@@ -43,8 +44,63 @@ def _gnmt_as_measured() -> float:
     return _per_sample_ms(gnmt16(roofline_for("float32"), 64, seq=35, vocab=36560))
 
 
+_DLE = (
+    "NVIDIA DeepLearningExamples, PyTorch/Classification/ConvNets/resnet50v1.5/README.md, "
+    "'Training performance results' (pytorch-21.03 NGC container), 1 GPU row: "
+)
+
+
+def _resnet50_img_per_s(device: str, dtype: str, batch: int) -> float:
+    profile = zoo_model("resnet50", dtype=dtype, batch_size=batch, device=device)
+    return batch / sum(layer.fwd_time_s + layer.bwd_time_s for layer in profile.layers)
+
+
+def _resnet_records() -> list[Record]:
+    quantity = "ResNet-50 v1.5 training throughput on one GPU (images/s)"
+    note = ("batch per GPU from the repository's launch configurations (DGX1V: 112 fp32, 256 AMP; "
+            "DGXA100: 256), an assumption; data loading and the optimizer step are not modelled")
+    return [
+        Record(
+            name="zoo-resnet50-v100-fp32",
+            source=_DLE + "DGX-1 16GB, FP32 367 img/s",
+            quantity=quantity,
+            kind="absolute",
+            published=367.0,
+            predict=lambda: _resnet50_img_per_s("V100-SXM2-16GB", "float32", 112),
+            tolerance=_TOLERANCE,
+            note=note,
+        ),
+        Record(
+            name="zoo-resnet50-v100-amp",
+            source=_DLE + "DGX-1 16GB, mixed precision 1200 img/s",
+            quantity=quantity,
+            kind="absolute",
+            published=1200.0,
+            predict=lambda: _resnet50_img_per_s("V100-SXM2-16GB", "float16", 256),
+            tolerance=_TOLERANCE,
+            note=note,
+        ),
+        Record(
+            name="zoo-resnet50-a100-amp",
+            source=_DLE + "DGX A100 80GB, mixed precision 2470 img/s",
+            quantity=quantity,
+            kind="absolute",
+            published=2470.0,
+            predict=lambda: _resnet50_img_per_s("A100-80GB", "float16", 256),
+            tolerance=_TOLERANCE,
+            note=note + "; the same table's TF32 figure (938 img/s) is missed: the zoo gives 1.37x "
+            "(docs/zoo.md)",
+        ),
+    ]
+
+
 def records() -> list[Record]:
-    """The five zoo models against the measured per-sample forward + backward time."""
+    """The five zoo models against the measured per-sample forward + backward time, and ResNet-50
+    throughput against NVIDIA's published single-GPU figures."""
+    return _profile_records() + _resnet_records()
+
+
+def _profile_records() -> list[Record]:
     quantity = "forward + backward time per sample on one V100 (ms)"
     return [
         Record(

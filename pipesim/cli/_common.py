@@ -178,8 +178,9 @@ def add_set_arg(parser: argparse.ArgumentParser, *, note: str = "") -> None:
         metavar="KEY=VALUE",
         type=override_item,
         help="what-if change to the cluster, repeatable: device=A100-80GB, nic=100GbE, servers=4, "
-        "gpus_per_server=8, intra=nvswitch, nic_latency_us=5, ... (see docs/hardware.md); a new "
-        "device re-targets the model profile to it with a per-layer roofline" + note,
+        "gpus_per_server=8, intra=nvswitch, nic_latency_us=5, ... (see docs/hardware.md); a zoo "
+        "model is costed on the new device, a profile file re-targeted to it with a per-layer "
+        "roofline" + note,
     )
 
 

@@ -1,8 +1,9 @@
 """Analytic model zoo: built-in profiles of classic pipeline-parallel benchmarks, costed per device.
 
-Each model is built from its real layer shapes: FLOP and bytes moved per kernel, turned into
-time by a roofline with a calibrated achievable fraction of the V100's peak (see
-:mod:`pipesim.profiles.models.zoo.roofline` and ``docs/zoo.md``). Names are case-insensitive:
+Each model is built from its real layer shapes: GEMM shapes, FLOP and bytes moved per kernel,
+turned into time by the kernel-level compute model of a catalog device
+(:mod:`pipesim.profiles.costmodels.compute`, through :mod:`pipesim.profiles.models.zoo.roofline`;
+``docs/zoo.md``). Names are case-insensitive:
 
 ==============  ============================================  ========  =======  ==============
 name            model                                         seq len   batch    parameters
