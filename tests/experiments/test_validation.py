@@ -16,7 +16,14 @@ def test_records_have_sources_and_unique_names() -> None:
         assert r.quantity.strip()
 
 
-@pytest.mark.parametrize("record", RECORDS, ids=lambda r: r.name)
+@pytest.mark.parametrize(
+    "record",
+    [
+        pytest.param(r, marks=pytest.mark.xfail(strict=True, reason=r.known_miss)) if r.known_miss else r
+        for r in RECORDS
+    ],
+    ids=lambda r: r.name,
+)
 def test_published_measurement_within_tolerance(record: Record) -> None:
     predicted = record.predict()
     error = relative_error(predicted, record.published)
