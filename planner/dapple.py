@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 from pipesim.errors import Infeasible
 from pipesim.plan import Plan, StagePlan, resplit, split_samples
@@ -105,6 +106,34 @@ def _shifted(
     ]
 
 
+class _Floor(NamedTuple):
+    """Prefix sums of per-layer forward and backward time lower bounds for ``b`` samples."""
+
+    fwd: list[float]
+    bwd: list[float]
+
+
+def _floor_table(tables: Mapping[int, Any], b: int) -> _Floor:
+    """A lower bound, per layer prefix, of ``b`` samples' forward (backward) time spread over
+    replicas, for a profile whose time is not linear in the samples (batch points).
+
+    Each layer's time per sample is floored by its least over the shares the search may use
+    (``ceil(b / r)`` for the candidate replica counts ``r``): a stage of ``r`` replicas with share
+    ``s`` spends ``r T(s) >= r s c >= b c`` device-seconds on the layer, so the layers of a prefix
+    placed on ``left`` devices take at least ``b sum(c) / left`` per micro-batch, as the linear
+    bound says for a linear profile.
+    """
+    shares = {r: -(-b // r) for r in tables}
+    n = len(next(iter(tables.values())).fwd) - 1
+    fwd, bwd = [0.0] * (n + 1), [0.0] * (n + 1)
+    for layer in range(n):
+        f = min((t.fwd[layer + 1] - t.fwd[layer]) / shares[r] for r, t in tables.items())
+        g = min((t.bwd[layer + 1] - t.bwd[layer]) / shares[r] for r, t in tables.items())
+        fwd[layer + 1] = fwd[layer] + b * f
+        bwd[layer + 1] = bwd[layer] + b * g
+    return _Floor(fwd=fwd, bwd=bwd)
+
+
 def _search_one(
     model: CostModel,
     global_batch_size: int,
@@ -138,8 +167,8 @@ def _search_one(
     params = model._params
     mult = model._multiplier
     algo = model.allreduce
-    # Lower bounds for the unplaced prefix (exact scaling needs a linear profile).
-    full = model.share_table(b) if model.linear else None
+    # Lower bounds for the unplaced prefix: the time its layers need on the devices left.
+    full = model.share_table(b) if model.linear else _floor_table(tables, b)
     # caches shared by every run on this model (they do not depend on the micro-batch count)
     xfer: dict[tuple[int, int, int, int], tuple[Lines, Lines]]
     xfer = model.memo.setdefault(("dapple-xfer", policy), {})  # type: ignore[assignment]

@@ -203,6 +203,8 @@ class CostModel:
         self._shares: dict[float, _ShareTable] = {}
         self._bw = [link.bandwidth_bytes_per_s for link in cluster.links]
         self._lat = [link.latency_s for link in cluster.links]
+        # per route: (latency, slowest bandwidth, its finite-bandwidth links once each)
+        self._route_facts: dict[tuple[int, ...], tuple[float, float, tuple[int, ...]]] = {}
         if len({g.device for g in cluster.groups}) > 1:
             raise invalid(
                 "cluster",
@@ -343,16 +345,22 @@ class CostModel:
         lines: list[tuple[float, float]] = []
         on_link: dict[int, tuple[float, float]] = {}
         bw, lat = self._bw, self._lat
+        facts = self._route_facts
         for r, w in pieces:
             if not r:
                 continue
-            route_lat = sum(lat[link] for link in r)
-            slowest = min(bw[link] for link in r)
+            fact = facts.get(r)
+            if fact is None:
+                fact = facts[r] = (
+                    sum(lat[link] for link in r),
+                    min(bw[link] for link in r),
+                    tuple(link for link in dict.fromkeys(r) if bw[link] < math.inf),
+                )
+            route_lat, slowest, finite = fact
             lines.append((route_lat, w / slowest if slowest < math.inf else 0.0))
-            for link in set(r):
-                if bw[link] < math.inf:
-                    a, total = on_link.get(link, (0.0, 0.0))
-                    on_link[link] = (max(a, route_lat), total + w)
+            for link in finite:
+                a, total = on_link.get(link, (0.0, 0.0))
+                on_link[link] = (a if a > route_lat else route_lat, total + w)
         for link, (a, total) in on_link.items():
             lines.append((a, total / bw[link]))
         return prune_lines(lines)

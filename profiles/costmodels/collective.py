@@ -124,6 +124,15 @@ class AllReduceOverlap(str, Enum):
         return parse_name("all-reduce overlap mode", cls, name)
 
 
+_BY_VALUE: dict[str, AllReduceAlgorithm] = {a.value: a for a in AllReduceAlgorithm}
+
+
+def _algorithm(name: str | AllReduceAlgorithm) -> AllReduceAlgorithm:
+    """:meth:`AllReduceAlgorithm.parse` with a dictionary lookup first (planner hot path)."""
+    found = _BY_VALUE.get(name) if isinstance(name, str) else None
+    return found if found is not None else AllReduceAlgorithm.parse(name)
+
+
 RouteFn = Callable[[int, int], tuple[int, ...]]
 LinkValue = Callable[[int], float]
 
@@ -326,7 +335,7 @@ class AllReduceCurves:
         """The algorithm that runs for ``nbytes`` when ``algorithm`` is asked for: itself, except
         ``hierarchical`` where it is the plain ring (``RING``), ``tree`` without a tree (one
         member: ``RING``), and ``auto``: the fastest that applies, ties to ring then hierarchical."""
-        algo = AllReduceAlgorithm.parse(algorithm)
+        algo = _algorithm(algorithm)
         if algo is AllReduceAlgorithm.RING:
             return algo
         if algo is AllReduceAlgorithm.HIERARCHICAL:
@@ -344,6 +353,17 @@ class AllReduceCurves:
 
     def time_s(self, nbytes: float, algorithm: str | AllReduceAlgorithm = AllReduceAlgorithm.AUTO) -> float:
         """Estimated time of an all-reduce of ``nbytes`` per member with ``algorithm``, seconds."""
+        if _algorithm(algorithm) is AllReduceAlgorithm.AUTO:  # the fastest that applies (hot path)
+            best = eval_lines(self.ring, nbytes)
+            if self.hierarchical is not None and self.even:
+                hier = eval_lines(self.hierarchical, nbytes)
+                if hier < best:
+                    best = hier
+            if self.tree is not None and self.tree_in_auto:
+                tree = self.tree.time_s(nbytes)
+                if tree < best:
+                    best = tree
+            return best
         algo = self.algorithm_for(nbytes, algorithm)
         if algo is AllReduceAlgorithm.HIERARCHICAL and self.hierarchical is not None:
             return eval_lines(self.hierarchical, nbytes)
