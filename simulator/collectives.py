@@ -66,6 +66,7 @@ __all__ = [
     "estimate_allreduce_time_s",
     "hierarchical_allreduce",
     "hierarchical_allreduce_time_s",
+    "nvls_allreduce",
     "ring_allreduce",
     "ring_allreduce_time_s",
     "tree_allreduce",
@@ -162,8 +163,17 @@ def ring_allreduce(
     order = _check_members(members)
     check_nonneg("nbytes", nbytes)
     n = len(order)
-    routes = [route(order[i], order[(i + 1) % n]) for i in range(n)] if n > 1 else []
-    return _ring_steps(env, network, [routes], nbytes / n, 2 * (n - 1), tag)
+    if n <= 1:
+        return _ring_steps(env, network, [[]], 0.0, 0, tag)
+    # several rings over disjoint direct links (a DGX-1) only where links are shared: without
+    # contention every flow has its route's full rate and extra rings would be free bandwidth
+    rings = (
+        collective_cost.ring_set(order, route, network.bandwidth_bytes_per_s) if network.contention else ()
+    )
+    if len(rings) <= 1:
+        rings = (tuple(order),)
+    routes = [[route(r[i], r[(i + 1) % n]) for i in range(n)] for r in rings]
+    return _ring_steps(env, network, routes, nbytes / n / len(rings), 2 * (n - 1), tag)
 
 
 def hierarchical_allreduce(
@@ -237,6 +247,33 @@ def tree_allreduce(
     return _tree_body(env, network, up, down, shape.depth, nbytes, tag)
 
 
+def nvls_allreduce(
+    env: simpy.Environment,
+    network: Network,
+    members: Sequence[int],
+    nbytes: float,
+    route: Route,
+    *,
+    server_of: ServerOf | None = None,
+    tag: object = None,
+) -> Process:
+    """NVLink SHARP all-reduce (module docstring of :mod:`pipesim.profiles.costmodels.collective`):
+    every member moves ``(1 + 1/n) nbytes / NVLS_FRACTION`` bytes into its switch port and as many
+    out of it, all at once; the ring where NVLS does not apply
+    (:func:`~pipesim.profiles.costmodels.collective.nvls_ports`).
+
+    Raises:
+        InputError: no members, duplicate members, or bad ``nbytes``.
+    """
+    order = _check_members(members)
+    check_nonneg("nbytes", nbytes)
+    ports = collective_cost.nvls_ports(order, route, server_of)
+    if ports is None:
+        return ring_allreduce(env, network, order, nbytes, route, tag=tag)
+    size = (1.0 + 1.0 / len(order)) * nbytes / collective_cost.NVLS_FRACTION
+    return _nvls_body(env, network, [(p,) for pair in ports for p in pair], size, tag)
+
+
 def allreduce(
     env: simpy.Environment,
     network: Network,
@@ -254,7 +291,7 @@ def allreduce(
         env, network, members, nbytes, route, tag: as in :func:`ring_allreduce`.
         server_of: ``server_of(device)``; required for ``hierarchical``; without it ``auto``
             means ring.
-        algorithm: ``"ring"``, ``"hierarchical"``, ``"tree"`` or ``"auto"`` (default).
+        algorithm: ``"ring"``, ``"hierarchical"``, ``"tree"``, ``"nvls"`` or ``"auto"`` (default).
 
     Returns:
         The SimPy process body.
@@ -272,6 +309,8 @@ def allreduce(
         return hierarchical_allreduce(env, network, members, nbytes, route, server_of, tag=tag)
     if algo is AllReduceAlgorithm.TREE:
         return tree_allreduce(env, network, members, nbytes, route, server_of=server_of, tag=tag)
+    if algo is AllReduceAlgorithm.NVLS:
+        return nvls_allreduce(env, network, members, nbytes, route, server_of=server_of, tag=tag)
     return ring_allreduce(env, network, members, nbytes, route, tag=tag)
 
 
@@ -393,6 +432,12 @@ def _tree_body(
         for _ in range(depth - 1):  # the pipeline fills, one chunk per edge and step
             yield _all_of(env, [network.transfer(r, chunk, tag=tag) for r in routes])
         yield _all_of(env, [network.transfer(r, half, tag=tag) for r in routes])
+
+
+def _nvls_body(
+    env: simpy.Environment, network: Network, routes: list[tuple[int, ...]], size: float, tag: object
+) -> Process:
+    yield _all_of(env, [network.transfer(r, size, tag=tag) for r in routes])
 
 
 def _all_of(env: simpy.Environment, events: list[Any]) -> Any:
