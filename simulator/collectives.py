@@ -210,7 +210,19 @@ def hierarchical_allreduce(
         flat = [m for group in groups for m in group]
         return ring_allreduce(env, network, flat, nbytes, route, tag=tag)
     k, g = len(groups), len(groups[0])
-    intra = [[route(grp[i], grp[(i + 1) % g]) for i in range(g)] for grp in groups] if g > 1 else []
+    intra: list[tuple[list[list[tuple[int, ...]]], float]] = []
+    if g > 1:  # per server, its rings (several over a DGX-1's NVLinks) and each ring's chunk
+        for grp in groups:
+            rings = (
+                collective_cost.ring_set(grp, route, network.bandwidth_bytes_per_s)
+                if network.contention
+                else ()
+            )
+            if len(rings) <= 1:
+                rings = (tuple(grp),)
+            intra.append(
+                ([[route(r[i], r[(i + 1) % g]) for i in range(g)] for r in rings], nbytes / g / len(rings))
+            )
     inter = (
         [[route(groups[s][j], groups[(s + 1) % k][j]) for s in range(k)] for j in range(g)] if k > 1 else []
     )
@@ -397,10 +409,25 @@ def _ring_steps(
         yield _all_of(env, [env.process(_ring_steps(env, network, [r], chunk, steps, tag)) for r in rings])
 
 
+def _server_steps(
+    env: simpy.Environment,
+    network: Network,
+    servers: list[tuple[list[list[tuple[int, ...]]], float]],
+    steps: int,
+    tag: object,
+) -> Process:
+    """``steps`` ring steps in every server at once, each server on its own rings and chunk."""
+    bodies = [_ring_steps(env, network, rings, chunk, steps, tag) for rings, chunk in servers]
+    if len(bodies) == 1:
+        yield from bodies[0]
+    elif bodies:
+        yield _all_of(env, [env.process(body) for body in bodies])
+
+
 def _hierarchical_body(
     env: simpy.Environment,
     network: Network,
-    intra: list[list[tuple[int, ...]]],
+    intra: list[tuple[list[list[tuple[int, ...]]], float]],
     inter: list[list[tuple[int, ...]]],
     nbytes: float,
     k: int,
@@ -408,11 +435,11 @@ def _hierarchical_body(
     tag: object,
 ) -> Process:
     if g > 1:
-        yield from _ring_steps(env, network, intra, nbytes / g, g - 1, tag)  # reduce-scatter
+        yield from _server_steps(env, network, intra, g - 1, tag)  # reduce-scatter
     if k > 1:
         yield from _ring_steps(env, network, inter, nbytes / g / k, 2 * (k - 1), tag)
     if g > 1:
-        yield from _ring_steps(env, network, intra, nbytes / g, g - 1, tag)  # all-gather
+        yield from _server_steps(env, network, intra, g - 1, tag)  # all-gather
 
 
 def _tree_body(

@@ -40,7 +40,8 @@ returned as :data:`Lines` so a caller can evaluate it for many sizes cheaply.
   doubled) that is 3 cycles and 6 rings, every NVLink busy in both directions, as NCCL's
   several rings over the cube-mesh ("three interwoven rings of single NVLink connections",
   NVIDIA DGX-1 with V100 system architecture whitepaper WP-08437-002). Elsewhere (switches,
-  PCIe, networks) one ring over the given order.
+  PCIe, networks) one ring over the given order. The hierarchical form's intra-server phases
+  run each server's ring set likewise.
 * **nvls** (NVLink SHARP, NCCL >= 2.17 on NVSwitch-3 servers, H100 and later): the switch
   reduces. Every member sends its ``S`` bytes once (the switch pulls them for every shard's
   ``multimem.ld_reduce``) plus its reduced shard ``S / n`` once (the ``multimem.st`` that the
@@ -576,13 +577,17 @@ def allreduce_curves(
             tree_in_auto=True,
         )
     k, g = len(groups), len(groups[0])
-    intra = step_lines(
-        [route(x[i], x[(i + 1) % g]) for x in groups for i in range(g)],
-        1.0 / g,
-        bandwidth,
-        latency,
-        overhead_s=overhead_s,
-    )
+    intra_steps: list[tuple[float, float]] = []
+    for x in groups:  # each server on its own rings (several over a DGX-1's NVLinks)
+        rings = ring_set(x, route, bandwidth)
+        intra_steps += step_lines(
+            [route(r[i], r[(i + 1) % g]) for r in rings for i in range(g)],
+            1.0 / (g * len(rings)),
+            bandwidth,
+            latency,
+            overhead_s=overhead_s,
+        )
+    intra = prune_lines(intra_steps)
     inter = step_lines(
         [route(groups[s][j], groups[(s + 1) % k][j]) for j in range(g) for s in range(k)],
         1.0 / (g * k),

@@ -13,7 +13,7 @@ from pipesim.profiles.costmodels.collective import (
     nvls_ports,
     ring_set,
 )
-from pipesim.profiles.hardware.cluster import Cluster, get_cluster
+from pipesim.profiles.hardware.cluster import Cluster, get_cluster, with_overrides
 from pipesim.profiles.hardware.topology import DGX1_NVLINKS
 from pipesim.simulator.collectives import allreduce
 from pipesim.simulator.network import Network
@@ -139,3 +139,19 @@ def test_auto_never_picks_nvls() -> None:
     assert curves.nvls is not None
     assert curves.time_s(4 << 30, "nvls") < curves.time_s(4 << 30, "auto")
     assert curves.algorithm_for(4 << 30).value != "nvls"
+
+
+def test_hierarchical_on_two_dgx1_runs_each_servers_rings_and_equals_the_cost_model() -> None:
+    """Intra-server phases on each DGX-1's 6 rings, inter-server rings over the NICs."""
+    cluster = with_overrides(get_cluster("dgx1-v100"), {"servers": 2})
+    members = list(range(16))
+    nbytes = 1 << 28
+    sim = _simulate(cluster, members, nbytes, "hierarchical")
+    est = _estimate(cluster, members, nbytes, "hierarchical")
+    assert sim == pytest.approx(est, rel=1e-9)
+    # the intra phases at 6 rings: 2 (g - 1) steps of S / (g 6) per NVLink, plus the inter phase
+    link = min(x.bandwidth_bytes_per_s for x in cluster.links if x.kind.value == "nvlink")
+    lat = next(x for x in cluster.links if x.kind.value == "nvlink").latency_s
+    intra = 14 * (lat + nbytes / 48 / link)
+    single_ring_intra = 14 * (lat + nbytes / 8 / link)
+    assert intra < est < single_ring_intra  # the inter phase adds; one ring per server took longer
