@@ -66,6 +66,7 @@ __all__ = [
     "estimate_allreduce_time_s",
     "hierarchical_allreduce",
     "hierarchical_allreduce_time_s",
+    "nvls_allreduce",
     "ring_allreduce",
     "ring_allreduce_time_s",
     "tree_allreduce",
@@ -162,8 +163,17 @@ def ring_allreduce(
     order = _check_members(members)
     check_nonneg("nbytes", nbytes)
     n = len(order)
-    routes = [route(order[i], order[(i + 1) % n]) for i in range(n)] if n > 1 else []
-    return _ring_steps(env, network, [routes], nbytes / n, 2 * (n - 1), tag)
+    if n <= 1:
+        return _ring_steps(env, network, [[]], 0.0, 0, tag)
+    # several rings over disjoint direct links (a DGX-1) only where links are shared: without
+    # contention every flow has its route's full rate and extra rings would be free bandwidth
+    rings = (
+        collective_cost.ring_set(order, route, network.bandwidth_bytes_per_s) if network.contention else ()
+    )
+    if len(rings) <= 1:
+        rings = (tuple(order),)
+    routes = [[route(r[i], r[(i + 1) % n]) for i in range(n)] for r in rings]
+    return _ring_steps(env, network, routes, nbytes / n / len(rings), 2 * (n - 1), tag)
 
 
 def hierarchical_allreduce(
@@ -200,7 +210,19 @@ def hierarchical_allreduce(
         flat = [m for group in groups for m in group]
         return ring_allreduce(env, network, flat, nbytes, route, tag=tag)
     k, g = len(groups), len(groups[0])
-    intra = [[route(grp[i], grp[(i + 1) % g]) for i in range(g)] for grp in groups] if g > 1 else []
+    intra: list[tuple[list[list[tuple[int, ...]]], float]] = []
+    if g > 1:  # per server, its rings (several over a DGX-1's NVLinks) and each ring's chunk
+        for grp in groups:
+            rings = (
+                collective_cost.ring_set(grp, route, network.bandwidth_bytes_per_s)
+                if network.contention
+                else ()
+            )
+            if len(rings) <= 1:
+                rings = (tuple(grp),)
+            intra.append(
+                ([[route(r[i], r[(i + 1) % g]) for i in range(g)] for r in rings], nbytes / g / len(rings))
+            )
     inter = (
         [[route(groups[s][j], groups[(s + 1) % k][j]) for s in range(k)] for j in range(g)] if k > 1 else []
     )
@@ -237,6 +259,33 @@ def tree_allreduce(
     return _tree_body(env, network, up, down, shape.depth, nbytes, tag)
 
 
+def nvls_allreduce(
+    env: simpy.Environment,
+    network: Network,
+    members: Sequence[int],
+    nbytes: float,
+    route: Route,
+    *,
+    server_of: ServerOf | None = None,
+    tag: object = None,
+) -> Process:
+    """NVLink SHARP all-reduce (module docstring of :mod:`pipesim.profiles.costmodels.collective`):
+    every member moves ``(1 + 1/n) nbytes / NVLS_FRACTION`` bytes into its switch port and as many
+    out of it, all at once; the ring where NVLS does not apply
+    (:func:`~pipesim.profiles.costmodels.collective.nvls_ports`).
+
+    Raises:
+        InputError: no members, duplicate members, or bad ``nbytes``.
+    """
+    order = _check_members(members)
+    check_nonneg("nbytes", nbytes)
+    ports = collective_cost.nvls_ports(order, route, server_of)
+    if ports is None:
+        return ring_allreduce(env, network, order, nbytes, route, tag=tag)
+    size = (1.0 + 1.0 / len(order)) * nbytes / collective_cost.NVLS_FRACTION
+    return _nvls_body(env, network, [(p,) for pair in ports for p in pair], size, tag)
+
+
 def allreduce(
     env: simpy.Environment,
     network: Network,
@@ -254,7 +303,7 @@ def allreduce(
         env, network, members, nbytes, route, tag: as in :func:`ring_allreduce`.
         server_of: ``server_of(device)``; required for ``hierarchical``; without it ``auto``
             means ring.
-        algorithm: ``"ring"``, ``"hierarchical"``, ``"tree"`` or ``"auto"`` (default).
+        algorithm: ``"ring"``, ``"hierarchical"``, ``"tree"``, ``"nvls"`` or ``"auto"`` (default).
 
     Returns:
         The SimPy process body.
@@ -272,6 +321,8 @@ def allreduce(
         return hierarchical_allreduce(env, network, members, nbytes, route, server_of, tag=tag)
     if algo is AllReduceAlgorithm.TREE:
         return tree_allreduce(env, network, members, nbytes, route, server_of=server_of, tag=tag)
+    if algo is AllReduceAlgorithm.NVLS:
+        return nvls_allreduce(env, network, members, nbytes, route, server_of=server_of, tag=tag)
     return ring_allreduce(env, network, members, nbytes, route, tag=tag)
 
 
@@ -358,10 +409,25 @@ def _ring_steps(
         yield _all_of(env, [env.process(_ring_steps(env, network, [r], chunk, steps, tag)) for r in rings])
 
 
+def _server_steps(
+    env: simpy.Environment,
+    network: Network,
+    servers: list[tuple[list[list[tuple[int, ...]]], float]],
+    steps: int,
+    tag: object,
+) -> Process:
+    """``steps`` ring steps in every server at once, each server on its own rings and chunk."""
+    bodies = [_ring_steps(env, network, rings, chunk, steps, tag) for rings, chunk in servers]
+    if len(bodies) == 1:
+        yield from bodies[0]
+    elif bodies:
+        yield _all_of(env, [env.process(body) for body in bodies])
+
+
 def _hierarchical_body(
     env: simpy.Environment,
     network: Network,
-    intra: list[list[tuple[int, ...]]],
+    intra: list[tuple[list[list[tuple[int, ...]]], float]],
     inter: list[list[tuple[int, ...]]],
     nbytes: float,
     k: int,
@@ -369,11 +435,11 @@ def _hierarchical_body(
     tag: object,
 ) -> Process:
     if g > 1:
-        yield from _ring_steps(env, network, intra, nbytes / g, g - 1, tag)  # reduce-scatter
+        yield from _server_steps(env, network, intra, g - 1, tag)  # reduce-scatter
     if k > 1:
         yield from _ring_steps(env, network, inter, nbytes / g / k, 2 * (k - 1), tag)
     if g > 1:
-        yield from _ring_steps(env, network, intra, nbytes / g, g - 1, tag)  # all-gather
+        yield from _server_steps(env, network, intra, g - 1, tag)  # all-gather
 
 
 def _tree_body(
@@ -393,6 +459,12 @@ def _tree_body(
         for _ in range(depth - 1):  # the pipeline fills, one chunk per edge and step
             yield _all_of(env, [network.transfer(r, chunk, tag=tag) for r in routes])
         yield _all_of(env, [network.transfer(r, half, tag=tag) for r in routes])
+
+
+def _nvls_body(
+    env: simpy.Environment, network: Network, routes: list[tuple[int, ...]], size: float, tag: object
+) -> Process:
+    yield _all_of(env, [network.transfer(r, size, tag=tag) for r in routes])
 
 
 def _all_of(env: simpy.Environment, events: list[Any]) -> Any:

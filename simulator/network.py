@@ -204,6 +204,12 @@ class Network:
         return self._free
 
     @property
+    def contention(self) -> bool:
+        """Whether concurrent flows share the links they cross (``False``: each gets its route's
+        bottleneck bandwidth)."""
+        return self._contention
+
+    @property
     def overhead_s(self) -> float:
         """Fixed per-transfer software overhead, seconds."""
         return self._overhead

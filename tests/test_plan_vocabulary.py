@@ -46,7 +46,7 @@ def test_names_become_enums_and_still_compare_equal_to_strings() -> None:
     [
         ("schedule", "pipedream", "unknown schedule 'pipedream'; valid schedule names: 1f1b, custom, dapple"),
         ("optimizer", "lamb", "unknown optimizer 'lamb'; valid optimizer names: adam, momentum, sgd"),
-        ("allreduce", "nccl", "unknown all-reduce algorithm 'nccl'; valid .*: auto, hierarchical, ring, tree"),  # noqa: E501
+        ("allreduce", "nccl", "unknown all-reduce algorithm 'nccl'; valid .*: auto, hierarchical, nvls, ring, tree"),  # noqa: E501
         ("recompute", "false", "unknown recompute mode 'false'; valid recompute mode names: full, none"),
         ("recompute", 1, "unknown recompute mode '1'"),
     ],

@@ -9,10 +9,14 @@ alone on the network) and converts its time the same way. Link bandwidths are th
 peak times ``achievable_fraction`` (``profiles/hardware/data/links.toml``); nothing here is fitted
 to a record.
 
-Not covered: H100's default all-reduce algorithm is NVLink SHARP (NVLS, reduction inside the
-NVSwitch; busbw ~480 GB/s on 8 GPUs, NVIDIA/nccl-tests issue 212), which pipesim does not model:
-its H100 records are the ring figures (``NCCL_ALGO=RING``). DGX-1 (hybrid cube-mesh, where NCCL
-runs several rings over disjoint NVLinks at once) has no record: pipesim runs one ring.
+H100's default all-reduce is NVLink SHARP (NVLS, the reduction inside the NVSwitch), modelled
+as ``algorithm="nvls"`` with one share, :data:`~pipesim.profiles.costmodels.collective.NVLS_FRACTION`,
+taken from the NCCL maintainer's 8-GPU figure (NVIDIA/nccl-tests issue 212); the NVLS records
+here are other GPU counts (NVIDIA/nccl issue 1455) and H200 (NVIDIA/nccl-tests issue 272), not
+that figure. DGX-1 (hybrid cube-mesh, NCCL's several rings over disjoint NVLinks, modelled by
+:func:`~pipesim.profiles.costmodels.collective.ring_set`) has no record: no all_reduce_perf
+figure of an 8 x V100 DGX-1 was found in a citable source (pipesim predicts 119.8 GB/s busbw,
+6 rings at 0.8 of 25 GB/s per NVLink).
 """
 
 from __future__ import annotations
@@ -51,16 +55,54 @@ def allreduce_busbw_gb_per_s(cluster: Cluster, members: int, nbytes: float, algo
     return algbw * 2 * (members - 1) / members / 1e9
 
 
-def _busbw(preset: str, members: int, nbytes: float) -> float:
-    return allreduce_busbw_gb_per_s(get_cluster(preset), members, nbytes)
+def _busbw(preset: str, members: int, nbytes: float, algorithm: str = "auto") -> float:
+    return allreduce_busbw_gb_per_s(get_cluster(preset), members, nbytes, algorithm)
+
+
+def _nvls_record(gpus: int, published: float) -> Record:
+    return Record(
+        name=f"nccl-h100-{gpus}gpu-nvls-allreduce-busbw",
+        source=(
+            "NVIDIA/nccl issue 1455 (github.com/NVIDIA/nccl/issues/1455), description "
+            "(2024-09-19): 8 x H100 SXM, NCCL_ALGO=NVLS all_reduce_perf -b 2G -e 4G; busbw "
+            f"'increase from 370 to 420, 440, 460, and 480 GBps when gpus increase from 4 to 5, "
+            f"6, 7, and 8'; {gpus} GPUs: {published:g}"
+        ),
+        quantity=f"NVLS all-reduce bus bandwidth, {gpus} GPUs, 4 GiB per rank (GB/s)",
+        kind="absolute",
+        published=published,
+        predict=lambda: _busbw("dgx-h100-x4", gpus, 4 * _GIB, "nvls"),
+        tolerance=0.10,
+        note=f"devices 0-{gpus - 1} of dgx-h100-x4, algorithm nvls",
+    )
 
 
 _GIB = 1 << 30
 
 
 def records() -> list[Record]:
-    """Intra-server all-reduce bus bandwidths of DGX/HGX A100 and H100 (NVSwitch)."""
+    """Intra-server all-reduce bus bandwidths of DGX/HGX A100 and H100 (NVSwitch), ring and NVLS."""
     return [
+        _nvls_record(5, 420.0),
+        _nvls_record(6, 440.0),
+        _nvls_record(7, 460.0),
+        Record(
+            name="nccl-h200-8gpu-nvls-allreduce-busbw",
+            source=(
+                "NVIDIA/nccl-tests issue 272 (github.com/NVIDIA/nccl-tests/issues/272), description "
+                "(2024-11-27): 8 x H200 on NVLink4, NCCL 2.20.3 default algorithm (NVLS), "
+                "all_reduce_perf -b 64k -e 4G, 'peak bandwidth of 475 GB/s'"
+            ),
+            quantity="NVLS all-reduce bus bandwidth, 8 x H200, 4 GiB per rank (GB/s)",
+            kind="absolute",
+            published=475.0,
+            predict=lambda: _busbw("dgx-h100-x4", 8, 4 * _GIB, "nvls"),
+            tolerance=0.10,
+            note=(
+                "devices 0-7 of dgx-h100-x4: H200 has H100's NVLink4 port (18 links, 450 GB/s per "
+                "direction) and NVSwitch; the all-reduce does not depend on the GPU's memory"
+            ),
+        ),
         Record(
             name="nccl-a100-8gpu-allreduce-busbw",
             source=(

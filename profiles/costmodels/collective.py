@@ -32,6 +32,27 @@ returned as :data:`Lines` so a caller can evaluate it for many sizes cheaply.
   path to a root in edges. Latency grows with ``depth`` (chain + log2 of the servers), not with
   the member count as the ring's ``2 (n - 1)`` steps do.
 
+* **several rings** (NCCL's channels over a direct-link mesh such as the DGX-1's hybrid
+  cube-mesh): where every pair of consecutive members can be joined by direct links (one-hop
+  routes), :func:`ring_set` packs the most edge-disjoint Hamiltonian cycles it can into those
+  links, counting a bundle of ``k`` links as ``k`` units, and runs each cycle in both
+  directions, each ring carrying ``S / rings``. On a DGX-1 (6 NVLinks per V100, four peers, two
+  doubled) that is 3 cycles and 6 rings, every NVLink busy in both directions, as NCCL's
+  several rings over the cube-mesh ("three interwoven rings of single NVLink connections",
+  NVIDIA DGX-1 with V100 system architecture whitepaper WP-08437-002). Elsewhere (switches,
+  PCIe, networks) one ring over the given order. The hierarchical form's intra-server phases
+  run each server's ring set likewise.
+* **nvls** (NVLink SHARP, NCCL >= 2.17 on NVSwitch-3 servers, H100 and later): the switch
+  reduces. Every member sends its ``S`` bytes once (the switch pulls them for every shard's
+  ``multimem.ld_reduce``) plus its reduced shard ``S / n`` once (the ``multimem.st`` that the
+  switch multicasts), and receives as much: ``(1 + 1 / n) S`` each way on its own port, all
+  members at once, at :data:`NVLS_FRACTION` of the port's achievable rate (NVIDIA/nccl issue
+  2072 describes the two instructions; NVIDIA/nccl-tests issue 212, the NCCL maintainer: "On 8
+  GPUs, you should reach a peak busBw of ~480GB/s (algbw ~275GB/s)" on H100). It applies only
+  where it is asked for (``algorithm="nvls"``) and every member reaches the others through one
+  switch (the same first and last link on all its routes); the route model does not know the
+  NVSwitch generation, so ``auto`` never picks it.
+
 ``auto`` takes the fastest of the algorithms that apply (ties go to ring, then hierarchical):
 hierarchical with even servers, tree with members on two servers or more (NCCL's trees span
 servers, a chain within each); as NCCL's tuner, whose model picks ring for large messages and
@@ -52,6 +73,7 @@ from enum import Enum
 from pipesim.errors import check_nonneg, invalid, parse_name
 
 __all__ = [
+    "NVLS_FRACTION",
     "TREE_CHUNK_BYTES",
     "AllReduceAlgorithm",
     "AllReduceCurves",
@@ -64,7 +86,9 @@ __all__ = [
     "double_binary_tree",
     "eval_lines",
     "group_by_server",
+    "nvls_ports",
     "prune_lines",
+    "ring_set",
     "step_lines",
 ]
 
@@ -72,6 +96,17 @@ TREE_CHUNK_BYTES = 512 * 1024
 """Pipeline chunk of the tree all-reduce, bytes: one of NCCL's ``NCCL_STEPS`` = 8 slots of its
 default 4 MiB channel buffer (``NCCL_BUFFSIZE``, NCCL documentation, environment variables;
 ``NCCL_STEPS`` in NCCL's ``src/include/device.h``)."""
+
+NVLS_FRACTION = 309.4 / 370.0
+"""The rate NVLink SHARP moves per port and direction, as a share of the rate NCCL's ring
+reaches on the same port (the port's achievable bandwidth in the link catalog), 0.836. Both
+from the NCCL maintainer on 8 x H100 (NVIDIA/nccl-tests issue 212, 2024-05-06): the ring's
+effective NVLink bandwidth is 370 GB/s; NVLS reaches algbw ~275 GB/s, i.e. ``275 (1 + 1/8)``
+= 309.4 GB/s on each port and direction. Checked against other GPU counts and H200 in
+``experiments/validation/nccl.py``."""
+
+MAX_RING_SEARCH_MEMBERS = 8
+"""Most members :func:`ring_set` searches cycles for (a DGX-1 server); beyond, one ring."""
 
 Lines = tuple[tuple[float, float], ...]
 """A convex piecewise-linear time of ``x`` bytes: ``max(a + b * x for a, b in lines)``, seconds
@@ -84,6 +119,7 @@ class AllReduceAlgorithm(str, Enum):
     RING = "ring"
     HIERARCHICAL = "hierarchical"
     TREE = "tree"
+    NVLS = "nvls"
     AUTO = "auto"
 
     def __str__(self) -> str:
@@ -94,7 +130,8 @@ class AllReduceAlgorithm(str, Enum):
         """The algorithm called ``name`` (case-insensitive).
 
         Raises:
-            UnknownNameError: ``name`` is not ``ring``, ``hierarchical``, ``tree`` or ``auto``.
+            UnknownNameError: ``name`` is not ``ring``, ``hierarchical``, ``tree``, ``nvls`` or
+                ``auto``.
         """
         return parse_name("all-reduce algorithm", cls, name)
 
@@ -210,6 +247,118 @@ def group_by_server(members: Sequence[int], server_of: Callable[[int], int]) -> 
     return list(groups.values())
 
 
+def ring_set(members: Sequence[int], route: RouteFn, bandwidth: LinkValue) -> tuple[tuple[int, ...], ...]:
+    """The rings a ring all-reduce among ``members`` runs at once, each carrying an equal share.
+
+    Where 3 to :data:`MAX_RING_SEARCH_MEMBERS` members are joined by direct links (one-hop routes
+    both ways), the most edge-disjoint Hamiltonian cycles over those links (a pair's capacity in
+    units of the slowest direct link, so a doubled NVLink counts twice), each in both
+    directions; otherwise (or where no cycle exists) the one ring in the given order. The search
+    is exhaustive and deterministic (cycles start at the first member, in lexicographic order).
+
+    Raises:
+        InputError: no members or duplicates.
+    """
+    order = list(members)
+    if not order or len(set(order)) != len(order):
+        raise invalid("members", order, "must be distinct device ids, at least one")
+    n = len(order)
+    plain = (tuple(order),)
+    if n < 3 or n > MAX_RING_SEARCH_MEMBERS:
+        return plain
+    rate: dict[tuple[int, int], float] = {}
+    for i in range(n):
+        for j in range(i + 1, n):
+            there, back = route(order[i], order[j]), route(order[j], order[i])
+            if len(there) == 1 and len(back) == 1:
+                rate[(i, j)] = min(bandwidth(there[0]), bandwidth(back[0]))
+    if not rate:
+        return plain
+    unit = min(rate.values())
+    if not 0 < unit < math.inf:
+        return plain
+    cap = {key: max(1, round(value / unit)) for key, value in rate.items()}
+    neighbours = [[j for j in range(n) if (min(i, j), max(i, j)) in cap] for i in range(n)]
+    cycles: list[tuple[int, ...]] = []
+
+    def extend(path: list[int], seen: set[int]) -> None:
+        if len(path) == n:
+            if (0, path[-1]) in cap and path[1] < path[-1]:
+                cycles.append(tuple(path))
+            return
+        for j in neighbours[path[-1]]:
+            if j not in seen:
+                path.append(j)
+                seen.add(j)
+                extend(path, seen)
+                seen.discard(j)
+                path.pop()
+
+    extend([0], {0})
+    if not cycles:
+        return plain
+    edges = [[(min(c[k], c[(k + 1) % n]), max(c[k], c[(k + 1) % n])) for k in range(n)] for c in cycles]
+    best: list[int] = []
+    budget = [20000]
+
+    def pack(start: int, chosen: list[int], left: dict[tuple[int, int], int]) -> None:
+        if len(chosen) > len(best):
+            best[:] = chosen
+        for c in range(start, len(cycles)):
+            budget[0] -= 1
+            if budget[0] < 0:
+                return
+            if all(left[e] > 0 for e in edges[c]):
+                for e in edges[c]:
+                    left[e] -= 1
+                chosen.append(c)
+                pack(c, chosen, left)
+                chosen.pop()
+                for e in edges[c]:
+                    left[e] += 1
+
+    pack(0, [], dict(cap))
+    rings: list[tuple[int, ...]] = []
+    for c in best:
+        forward = tuple(order[k] for k in cycles[c])
+        rings.append(forward)
+        rings.append((forward[0], *reversed(forward[1:])))
+    return tuple(rings)
+
+
+def nvls_ports(
+    members: Sequence[int], route: RouteFn, server_of: Callable[[int], int] | None = None
+) -> tuple[tuple[int, int], ...] | None:
+    """Each member's ``(port into the switch, port out of it)`` link indices for NVLink SHARP,
+    or ``None`` where it does not apply: fewer than two members, members on different servers,
+    or a route between two members that is not ``(sender's port in, receiver's port out)``
+    through one switch."""
+    order = list(members)
+    if len(order) < 2:
+        return None
+    if server_of is not None and len({server_of(m) for m in order}) > 1:
+        return None
+    up: dict[int, int] = {}
+    down: dict[int, int] = {}
+    for a in order:
+        for b in order:
+            if a == b:
+                continue
+            r = route(a, b)
+            if len(r) != 2 or up.setdefault(a, r[0]) != r[0] or down.setdefault(b, r[1]) != r[1]:
+                return None
+    return tuple((up[m], down[m]) for m in order)
+
+
+def _nvls_lines(
+    ports: Sequence[tuple[int, int]], bandwidth: LinkValue, latency: LinkValue, overhead_s: float
+) -> Lines:
+    """NVLS on these ports: ``(1 + 1/n) x / NVLS_FRACTION`` bytes on every port, both ways, at once."""
+    n = len(ports)
+    routes = [(p,) for pair in ports for p in pair]
+    return step_lines(routes, (1.0 + 1.0 / n) / NVLS_FRACTION, bandwidth, latency, overhead_s=overhead_s)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TreeShape:
     """The edges of a double binary tree all-reduce (see the module docstring).
@@ -321,6 +470,8 @@ class AllReduceCurves:
         even: whether the servers hold equal member counts (``auto`` considers hierarchical only then).
         tree: the tree all-reduce (:class:`TreeCost`), or ``None`` for one member.
         tree_in_auto: whether ``auto`` considers the tree (members on two servers or more).
+        nvls: NVLink SHARP (:func:`nvls_ports`), or ``None`` where it does not apply; only
+            ever run when asked for.
     """
 
     ring: Lines
@@ -328,16 +479,20 @@ class AllReduceCurves:
     even: bool
     tree: TreeCost | None = None
     tree_in_auto: bool = False
+    nvls: Lines | None = None
 
     def algorithm_for(
         self, nbytes: float, algorithm: str | AllReduceAlgorithm = AllReduceAlgorithm.AUTO
     ) -> AllReduceAlgorithm:
         """The algorithm that runs for ``nbytes`` when ``algorithm`` is asked for: itself, except
         ``hierarchical`` where it is the plain ring (``RING``), ``tree`` without a tree (one
-        member: ``RING``), and ``auto``: the fastest that applies, ties to ring then hierarchical."""
+        member: ``RING``), ``nvls`` where it does not apply (``RING``), and ``auto``: the fastest
+        of ring, hierarchical and tree that applies, ties to ring then hierarchical."""
         algo = _algorithm(algorithm)
         if algo is AllReduceAlgorithm.RING:
             return algo
+        if algo is AllReduceAlgorithm.NVLS:
+            return algo if self.nvls is not None else AllReduceAlgorithm.RING
         if algo is AllReduceAlgorithm.HIERARCHICAL:
             return algo if self.hierarchical is not None else AllReduceAlgorithm.RING
         if algo is AllReduceAlgorithm.TREE:
@@ -369,6 +524,8 @@ class AllReduceCurves:
             return eval_lines(self.hierarchical, nbytes)
         if algo is AllReduceAlgorithm.TREE and self.tree is not None:
             return self.tree.time_s(nbytes)
+        if algo is AllReduceAlgorithm.NVLS and self.nvls is not None:
+            return eval_lines(self.nvls, nbytes)
         return eval_lines(self.ring, nbytes)
 
     def uses_hierarchical(
@@ -387,7 +544,7 @@ def allreduce_curves(
     server_of: Callable[[int], int] | None = None,
     overhead_s: float = 0.0,
 ) -> AllReduceCurves:
-    """Ring, hierarchical and tree all-reduce time curves among ``members`` (module docstring).
+    """Ring, hierarchical, tree and NVLS all-reduce time curves among ``members`` (module docstring).
 
     Args:
         members: distinct device ids in ring order.
@@ -408,9 +565,10 @@ def allreduce_curves(
         return AllReduceCurves(ring=(), hierarchical=None, even=True)
 
     def ring_of(seq: Sequence[int]) -> Lines:
+        rings = ring_set(seq, route, bandwidth)
         steps = step_lines(
-            [route(seq[i], seq[(i + 1) % n]) for i in range(n)],
-            1.0 / n,
+            [route(r[i], r[(i + 1) % n]) for r in rings for i in range(n)],
+            1.0 / (n * len(rings)),
             bandwidth,
             latency,
             overhead_s=overhead_s,
@@ -419,13 +577,17 @@ def allreduce_curves(
 
     ring = ring_of(order)
     tree = tree_cost(double_binary_tree(order, server_of), route, bandwidth, latency, overhead_s=overhead_s)
+    ports = nvls_ports(order, route, server_of)
+    nvls = _nvls_lines(ports, bandwidth, latency, overhead_s) if ports is not None else None
     if server_of is None:
-        return AllReduceCurves(ring=ring, hierarchical=None, even=True, tree=tree)
+        return AllReduceCurves(ring=ring, hierarchical=None, even=True, tree=tree, nvls=nvls)
     groups = group_by_server(order, server_of)
     even = len({len(x) for x in groups}) == 1
     spans = len(groups) > 1
     if len(groups) == 1 or (even and len(groups[0]) == 1):
-        return AllReduceCurves(ring=ring, hierarchical=None, even=even, tree=tree, tree_in_auto=spans)
+        return AllReduceCurves(
+            ring=ring, hierarchical=None, even=even, tree=tree, tree_in_auto=spans, nvls=nvls
+        )
     if not even:
         return AllReduceCurves(
             ring=ring,
@@ -435,13 +597,17 @@ def allreduce_curves(
             tree_in_auto=True,
         )
     k, g = len(groups), len(groups[0])
-    intra = step_lines(
-        [route(x[i], x[(i + 1) % g]) for x in groups for i in range(g)],
-        1.0 / g,
-        bandwidth,
-        latency,
-        overhead_s=overhead_s,
-    )
+    intra_steps: list[tuple[float, float]] = []
+    for x in groups:  # each server on its own rings (several over a DGX-1's NVLinks)
+        rings = ring_set(x, route, bandwidth)
+        intra_steps += step_lines(
+            [route(r[i], r[(i + 1) % g]) for r in rings for i in range(g)],
+            1.0 / (g * len(rings)),
+            bandwidth,
+            latency,
+            overhead_s=overhead_s,
+        )
+    intra = prune_lines(intra_steps)
     inter = step_lines(
         [route(groups[s][j], groups[(s + 1) % k][j]) for j in range(g) for s in range(k)],
         1.0 / (g * k),
@@ -467,7 +633,8 @@ def allreduce_time_s(
     """Estimated all-reduce time of ``nbytes`` per member among ``members``, seconds.
 
     ``algorithm``: ``auto`` (the fastest that applies, see the module docstring), ``ring``,
-    ``hierarchical`` (uneven servers: the ring ordered by server) or ``tree``. One member costs 0.
+    ``hierarchical`` (uneven servers: the ring ordered by server), ``tree`` or ``nvls`` (where
+    it does not apply: the ring). One member costs 0.
 
     Raises:
         InputError: unknown algorithm (:class:`~pipesim.errors.UnknownNameError`), bad members,

@@ -260,6 +260,6 @@ def test_errors(
 def test_algorithm_names_parse() -> None:
     assert AllReduceAlgorithm.parse("hierarchical") is AllReduceAlgorithm.HIERARCHICAL
     assert AllReduceAlgorithm.parse(AllReduceAlgorithm.RING) is AllReduceAlgorithm.RING
-    valid = "valid all-reduce algorithm names: auto, hierarchical, ring, tree"
+    valid = "valid all-reduce algorithm names: auto, hierarchical, nvls, ring, tree"
     with pytest.raises(UnknownNameError, match=valid):
         AllReduceAlgorithm.parse("nccl")
