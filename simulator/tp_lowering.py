@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from pipesim.plan import Plan
+from pipesim.plan import Plan, Recompute
 from pipesim.profiles.costmodels.collective import AllReduceCurves, allreduce_curves
 from pipesim.profiles.costmodels.sharding import dp_traffic_factor, sharded_memory_multiplier
 from pipesim.profiles.costmodels.tensor_parallel import (
@@ -144,20 +144,27 @@ class TpLowering:
         return self.parameter_bytes(stage) * dp_traffic_factor(self.plan.stages[stage].sharding)
 
     def compute_parts(
-        self, op: Op, s: int, samples: int, replica: int, fwd: float, bwd: float, wf: float
+        self, op: Op, s: int, samples: int, replica: int, fwd: float, bwd: float, wf: float, rec: float = 0.0
     ) -> tuple[str, float, tuple[float, ...], tuple[float, ...]]:
         """The program's ``(op, duration s, bytes allocated, bytes freed)`` of a compute op of TP
         stage ``s`` whose stage costs without TP are ``fwd``, ``bwd`` seconds (weight-gradient
-        share ``wf``): the compute scaled to TP plus the op's exposed TP collectives (the
-        backward's go with the input gradient ``I``)."""
+        share ``wf``) and ``rec`` seconds of recomputed forward: the compute scaled to TP plus the
+        op's exposed TP collectives (the backward's go with the input gradient ``I``). The
+        recomputed forward runs at the start of ``B`` (``I``): under full recomputation it is the
+        TP forward with its collectives again (Megatron-LM replays them); under selective it is
+        the attention core, split by heads (divided by ``t``, no collective)."""
         ratio_f, ratio_b, comm_f, comm_b, stash, work = self.cost(s, samples, replica)
         fwd, bwd = fwd * ratio_f, bwd * ratio_b
+        replay = 0.0
+        if rec > 0.0:
+            full = self.plan.recompute is Recompute.FULL
+            replay = rec * ratio_f + comm_f if full else rec / self.plan.stages[s].tensor_parallel
         if op is Op.F:
             return ("F", fwd + comm_f, (stash,), ())
         if op is Op.B:
-            return ("B", bwd + comm_b, (work,), (work, stash))
+            return ("B", replay + bwd + comm_b, (work,), (work, stash))
         if op is Op.I:
-            return ("I", bwd * (1.0 - wf) + comm_b, (work,), (work,))
+            return ("I", replay + bwd * (1.0 - wf) + comm_b, (work,), (work,))
         return ("W", bwd * wf, (), (stash,))
 
     def static_memory(self, devices_of: Mapping[int, tuple[int, ...]]) -> dict[int, float]:

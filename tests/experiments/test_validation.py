@@ -40,3 +40,14 @@ def test_record_rejects_bad_fields() -> None:
     with pytest.raises(ValueError, match="tolerance"):
         Record(name="x", source="s", quantity="q", kind="ratio", published=1.0, predict=lambda: 1.0,
                tolerance=1.5)
+
+
+def test_tensor_parallel_full_recompute_replays_the_forward() -> None:
+    # One TP stage, one micro-batch: full recomputation adds exactly the forward (its TP
+    # collectives included) to the backward; the Megatron-LM records rely on it.
+    from experiments.validation.korthikanti_2022 import fwd_bwd_s
+
+    fwd_none, bwd_none = fwd_bwd_s(2, False, "none")
+    fwd_full, bwd_full = fwd_bwd_s(2, False, "full")
+    assert fwd_full == pytest.approx(fwd_none, rel=1e-12)
+    assert bwd_full - bwd_none == pytest.approx(fwd_none, rel=1e-9)
