@@ -31,7 +31,8 @@ from matplotlib.figure import Figure
 from pipesim.api import make_plan
 from pipesim.errors import Infeasible
 from pipesim.planner import estimate_plan, plan
-from pipesim.profiles import Cluster, ModelProfile, get_cluster, zoo_model
+from pipesim.profiles import Cluster, ModelProfile
+from pipesim.profiles.inputs import resolve_inputs
 from pipesim.simulator import SimOptions, simulate
 
 try:
@@ -101,9 +102,11 @@ def run(
     batches = batches or (SMALL_BATCHES if small else BATCHES)
     rows: list[_common.Row] = []
     for cluster_name in clusters:
-        cluster = get_cluster(cluster_name)
         for model in models:
-            profile = zoo_model(model)
+            # the one input path: the zoo model costed on the cluster's device, as `plan` sees
+            # it (simulating another device's profile would measure the retargeting, not the
+            # estimate)
+            profile, cluster = resolve_inputs(model, cluster_name)
             for gbs in batches[model]:
                 single = single_device_throughput(profile, cluster, gbs)
                 for planner in PLANNERS:

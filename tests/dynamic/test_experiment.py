@@ -31,11 +31,14 @@ def test_small_experiment_writes_its_figure_and_shows_the_effect(tmp_path: Path)
     runs: dict[tuple[str, str], dict[str, dict[str, str]]] = {}
     for row in rows:
         runs.setdefault((row["mix"], row["schedule"]), {})[row["strategy"]] = row
-        # the simulation agrees with the analytic evaluator's estimate within 6%, and fits
+        # the simulation agrees with the analytic evaluator's estimate within 2% (measured at
+        # most 0.7%: the evaluator leaves out link sharing), and fits
         sim, est = float(row["iteration_time_s"]), float(row["estimated_time_s"])
-        assert abs(sim - est) <= 0.06 * sim
+        assert abs(sim - est) <= 0.02 * sim
         assert row["fits"] == "True"
     for (mix, _), by in runs.items():
+        # dynamic micro-batches pad little (measured at most 5.0%: the per-micro-batch compute
+        # model makes larger, fewer micro-batches pay)
         assert float(by["dynamic"]["padding_fraction"]) < 0.06
         assert float(by["pack"]["padding_fraction"]) < 0.1
         # dynamic beats fixed-size padding by a wide margin on every mixture

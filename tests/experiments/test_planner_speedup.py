@@ -54,20 +54,17 @@ def test_dapple_estimate_never_below_dp_estimate(rows: list[dict[str, Any]]) -> 
 def test_estimate_error_distribution(rows: list[dict[str, Any]]) -> None:
     # The estimate is a closed form, the simulator the check: a few % on most plans, more where
     # the DAPPLE search finds plans whose links the closed form sees alone (docs/planner.md).
-    # Measured at this size: median 3.2% (the zoo's batch-size-aware costs make the planner pick
-    # fewer, larger micro-batches, where the closed form errs more).
+    # Measured at this size: median 0.3%, p90 8.0%, max 9.1% (vgg19 gbs 256, dapple).
     summary = planner_speedup.error_summary(rows)
     assert summary["count"] == sum(1 for r in rows if r["status"] == "ok")
-    assert summary["median"] < 0.05
+    assert summary["median"] < 0.02
     assert summary["p90"] < 0.12
     assert summary["max"] < 0.45
     for r in rows:
-        if r["status"] == "ok" and r["planner"] == "dp":
-            assert abs(r["estimate_error"]) < 1e-4, r  # one stage
-        if r["status"] == "ok" and r["planner"] == "gpipe":
-            # exact on free-enough links; vgg19's 7-stage GPipe plan at gbs 64 crosses the 25GbE
-            # NIC with large activations (measured 10.8%)
-            assert abs(r["estimate_error"]) < 0.15, r
+        if r["status"] == "ok" and r["planner"] in ("dp", "gpipe"):
+            # one stage, or GPipe's two flow shops with FIFO sends (docs/communication.md): the
+            # closed form is the simulation, links included
+            assert abs(r["estimate_error"]) < 1e-9, r
 
 
 def test_error_summary_statistics() -> None:
@@ -82,11 +79,18 @@ def test_error_summary_statistics() -> None:
 
 @pytest.mark.slow
 def test_full_size_error_distribution() -> None:
-    # the figures docs/planner.md states (218 plans; measured median 4.0%, p90 11.9%, max 48%)
-    summary = planner_speedup.error_summary(planner_speedup.run())
-    assert summary["median"] < 0.06
-    assert summary["p90"] < 0.15
-    assert summary["max"] < 0.55
+    # the figures docs/planner.md states (218 plans; measured median 0.002%, p90 7.9%, max 40%)
+    rows = planner_speedup.run()
+    summary = planner_speedup.error_summary(rows)
+    assert summary["median"] < 0.01
+    assert summary["p90"] < 0.12
+    assert summary["max"] < 0.45
+    for r in rows:
+        if r["status"] == "ok" and r["planner"] == "gpipe":
+            assert abs(r["estimate_error"]) < 1e-9, r
+        if r["status"] == "ok" and r["planner"] == "dp":
+            # 16 replicas over four 10GbE servers: the collective's closed form (measured 0.03%)
+            assert abs(r["estimate_error"]) < 1e-3, r
 
 
 def test_single_device_baseline_is_shared_by_the_planners(rows: list[dict[str, Any]]) -> None:
@@ -98,3 +102,13 @@ def test_single_device_baseline_is_shared_by_the_planners(rows: list[dict[str, A
             (single,) = singles
             assert math.isfinite(single)
             assert single > 0
+
+
+def test_a_retargeted_cluster_is_simulated_as_planned() -> None:
+    # The PCIe cluster's V100-PCIe is not the device the zoo's default profile is costed on: the
+    # experiment plans and simulates the one profile resolve_inputs gives, so GPipe's closed form
+    # is exact there too (before, simulating the other device's profile read as a 9-12% error).
+    rows = planner_speedup.run(models=["vgg19"], clusters=["pcie-4x4-v100-10gbe"], batches={"vgg19": (64,)})
+    for r in rows:
+        if r["status"] == "ok" and r["planner"] in ("dp", "gpipe"):
+            assert abs(r["estimate_error"]) < 1e-9, r
