@@ -10,14 +10,16 @@ exhaustively and ranks by an analytic estimate:
   (every device used);
 * the micro-batch size ``b`` per replica (``m = B / (d b)`` micro-batches), ``v`` model chunks
   per rank (``1f1b`` for ``v = 1``, ``interleaved`` otherwise, with ``m`` a multiple of ``p``);
-* recomputation ``none`` or ``full``; sequence parallelism with TP or not; sharding ``none`` or
+* recomputation ``none``, ``full`` or ``selective`` (when the blocks have an attention core to
+  drop: not with flash attention); sequence parallelism with TP or not; sharding ``none`` or
   the distributed optimizer (any sharding when pinned).
 
 Stages are uniform: the blocks are cut into ``p v`` equal chunks; the embedding goes with the
 first chunk and the head with the last (as in Megatron-LM). A rank's per-micro-batch forward and
 backward times (the sum over its ``v`` chunks of
 :func:`~pipesim.profiles.costmodels.tensor_parallel.stage_tp_times`, compute plus exposed TP
-collectives; the forward again in the backward with full recomputation) give the estimate
+collectives; in the backward the replayed forward of recomputation,
+:func:`~pipesim.profiles.costmodels.tensor_parallel.tp_replay_s`) give the estimate
 
     T = (m + (p - 1) / v) (t_f + t_b) + 2 (p v - 1) t_hop + t_dp
 
@@ -38,12 +40,19 @@ from dataclasses import dataclass
 from pipesim.errors import Infeasible, invalid
 from pipesim.plan import Estimate, Plan, StagePlan
 from pipesim.profiles.costmodels.collective import AllReduceCurves, allreduce_curves
-from pipesim.profiles.costmodels.memory import Recompute, in_flight_microbatches
+from pipesim.profiles.costmodels.memory import (
+    Recompute,
+    check_recompute,
+    in_flight_microbatches,
+    layer_recompute_times_s,
+)
 from pipesim.profiles.costmodels.sharding import Sharding, dp_traffic_factor, sharded_memory_multiplier
 from pipesim.profiles.costmodels.tensor_parallel import (
     TpStageTimes,
     stage_tp_times,
+    tp_compute_model,
     tp_parameter_bytes,
+    tp_replay_s,
     tp_stage_activation_bytes,
 )
 from pipesim.profiles.hardware.cluster import Cluster
@@ -130,8 +139,9 @@ class _Model:
         assert shape is not None
         self.shape = shape
         self.elem = DTYPE_BYTES[profile.dtype]
-        self._bw = [link.bandwidth_bytes_per_s for link in cluster.links]
-        self._lat = [link.latency_s for link in cluster.links]
+        self._bw = cluster.links.bandwidths_bytes_per_s()
+        self._lat = cluster.links.latencies_s()
+        self.compute = tp_compute_model(profile, cluster.device)
         self._curves: dict[tuple[int, ...], AllReduceCurves] = {}
         self._times: dict[tuple[int, int, int, int, bool], TpStageTimes] = {}
         self._acts: dict[tuple[int, int, int, int, bool, Recompute], tuple[float, float]] = {}
@@ -157,8 +167,18 @@ class _Model:
         if found is None:
             group = tuple(range(t))
             curves = self.curves(group)
-            found = self._times[key] = stage_tp_times(self.profile, first, last, mbs, t, sp, curves)
+            found = self._times[key] = stage_tp_times(self.profile, first, last, mbs, t, sp, curves,
+                                                     self.compute)
         return found
+
+    def replay(self, first: int, last: int, mbs: int, t: int, sp: bool, rc: Recompute) -> float:
+        """The forward replayed before a chunk's backward under TP, seconds (``tp_replay_s``)."""
+        if rc is Recompute.NONE:
+            return 0.0
+        rec = layer_recompute_times_s(self.profile, mbs, rc)
+        times = self.times(first, last, mbs, t, sp)
+        ratio = times.fwd_tp_s / times.fwd_s if times.fwd_s > 0 else 1.0
+        return tp_replay_s(rc, sum(rec[first : last + 1]), ratio, times.fwd_comm_s, t)
 
     def activations(
         self, first: int, last: int, mbs: int, t: int, sp: bool, rc: Recompute
@@ -216,7 +236,8 @@ def megatron_plans(
         top: most plans returned.
         optimizer: optimizer name (state memory).
         allreduce: data-parallel all-reduce algorithm.
-        recompute: a recomputation mode to pin, or ``None`` to search ``none`` and ``full``.
+        recompute: a recomputation mode to pin, or ``None`` to search ``none``, ``full`` and
+            ``selective`` (the last where the blocks have attention cores).
         pins: tensor parallelism, sequence parallelism or sharding the user fixed.
 
     Raises:
@@ -230,7 +251,9 @@ def megatron_plans(
     blocks = shape_model.num_blocks
     ts = [t for t in (1, 2, 4, 8, 16, 32, 64) if t <= g and shape.heads % t == 0 and shape.ffn % t == 0]
     ts = _candidates(ts, pins.tensor_parallel)
-    rcs = [Recompute.parse(recompute)] if recompute is not None else [Recompute.NONE, Recompute.FULL]
+    rcs = [check_recompute(profile, recompute)] if recompute is not None else [Recompute.NONE, Recompute.FULL]
+    if recompute is None and any(layer.attention_core_saved_bytes for layer in profile.layers):
+        rcs.append(Recompute.SELECTIVE)  # blocks with an attention core to drop (not flash attention)
     shardings = [Sharding.NONE, Sharding.DISTRIBUTED]
     if pins.sharding is not None:
         shardings = [Sharding.parse(pins.sharding)]
@@ -336,9 +359,8 @@ def _estimate(
         for k in range(r, p * v, p):
             first, last = chunks[k]
             times = model.times(first, last, mbs, t, sp)
-            f = times.fwd_tp_s + times.fwd_comm_s
-            fr += f
-            br += times.bwd_tp_s + times.bwd_comm_s + (f if rc is Recompute.FULL else 0.0)
+            fr += times.fwd_tp_s + times.fwd_comm_s
+            br += times.bwd_tp_s + times.bwd_comm_s + model.replay(first, last, mbs, t, sp, rc)
             static += model.params(first, last, t) * multiplier
             s_bytes, w_bytes = model.activations(first, last, mbs, t, sp, rc)
             stash, work = max(stash, s_bytes), max(work, w_bytes)

@@ -301,7 +301,7 @@ class Program:
         wf = self.stages[s].wgrad_fraction
         tp = self.tp
         if tp is not None and tp.is_tp(s):
-            return tp.compute_parts(op, s, self._part(s, mb, replica), replica, fwd, bwd, wf)
+            return tp.compute_parts(op, s, self._part(s, mb, replica), replica, fwd, bwd, wf, rec)
         if op is Op.F:
             return ("F", fwd, (stash,), ())
         if op is Op.B:
