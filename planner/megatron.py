@@ -49,6 +49,7 @@ from pipesim.profiles.costmodels.memory import (
 from pipesim.profiles.costmodels.sharding import Sharding, dp_traffic_factor, sharded_memory_multiplier
 from pipesim.profiles.costmodels.tensor_parallel import (
     TpStageTimes,
+    check_tp_group_in_server,
     stage_tp_times,
     tp_compute_model,
     tp_parameter_bytes,
@@ -314,7 +315,8 @@ def estimate_3d(plan: Plan, profile: ModelProfile, cluster: Cluster) -> Estimate
     ``interleaved`` schedule (any layer split).
 
     Raises:
-        InputError: the plan is not of that form, or its model is not a shaped transformer.
+        InputError: the plan is not of that form, its model is not a shaped transformer, or a
+            tensor-parallel group spans servers.
     """
     first = plan.stages[0]
     form = (first.tensor_parallel, first.replicas, first.sequence_parallel, first.sharding)
@@ -326,6 +328,10 @@ def estimate_3d(plan: Plan, profile: ModelProfile, cluster: Cluster) -> Estimate
         rule = f"the 3D estimate models {names} with equal micro-batches"
         raise invalid("plan.schedule", plan.schedule.value, rule)
     t, d, sp, sh = form
+    if t > 1:
+        for rank, groups in enumerate(plan.tp_groups(cluster.num_devices)):
+            for group in groups:
+                check_tp_group_in_server(group, cluster.server_of, f"stages[{rank}].tensor_parallel")
     m, v, p = plan.num_microbatches, plan.chunks, plan.num_ranks
     samples = plan.global_batch_size // m
     if samples % d:

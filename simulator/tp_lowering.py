@@ -39,6 +39,7 @@ from pipesim.profiles.costmodels.sharding import dp_traffic_factor, sharded_memo
 from pipesim.profiles.costmodels.tensor_parallel import (
     TpCollective,
     check_tensor_parallel,
+    check_tp_group_in_server,
     collective_time_s,
     stage_collectives,
     stage_tp_times,
@@ -69,6 +70,10 @@ class TpLowering:
         self.recompute = Recompute.parse(plan.recompute)
         self.elem_bytes = DTYPE_BYTES[profile.dtype]
         self.groups = plan.tp_groups(cluster.num_devices)
+        for s, groups in enumerate(self.groups):
+            if plan.stages[s].tensor_parallel > 1:
+                for group in groups:
+                    check_tp_group_in_server(group, cluster.server_of, f"stages[{s}].tensor_parallel")
         self._free = free_links
         self._bw = cluster.links.bandwidths_bytes_per_s()
         self._lat = cluster.links.latencies_s()

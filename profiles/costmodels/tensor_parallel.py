@@ -37,7 +37,7 @@ scaled by the ratio of these figures.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 from typing import NamedTuple
 
@@ -63,6 +63,7 @@ __all__ = [
     "TpStageTimes",
     "block_tp_time_factors",
     "check_tensor_parallel",
+    "check_tp_group_in_server",
     "collective_time_s",
     "korthikanti_block_units",
     "layer_collectives",
@@ -119,6 +120,31 @@ def check_tensor_parallel(profile: ModelProfile, first: int, last: int, t: int, 
                 f"must divide layer {layer.name!r}'s attention heads ({shape.heads}) and MLP width "
                 f"({shape.ffn})",
             )
+
+
+def check_tp_group_in_server(group: Sequence[int], server_of: Callable[[int], int], where: str) -> None:
+    """Check that a TP group's devices sit in one server.
+
+    TP collectives are folded into their ops' compute (``docs/parallelism.md``), exact inside
+    one NVLink/NVSwitch server, where nothing else uses the group's links; across servers they
+    would share the NICs and the fabric with pipeline and data-parallel traffic, which the
+    folded model cannot show, so such a group is refused (Megatron-LM keeps TP inside a server
+    too: Narayanan et al. 2021, Sec. 3.3, takeaway #1).
+
+    Raises:
+        InputError: the group spans servers; the message names ``where``, the degree and the
+            servers.
+    """
+    servers = sorted({server_of(d) for d in group})
+    if len(servers) > 1:
+        raise invalid(
+            where,
+            len(group),
+            f"a tensor-parallel group must sit in one server, and devices {group[0]}..{group[-1]} span "
+            f"servers {servers[0]}..{servers[-1]}: its collectives would cross the NICs, sharing them "
+            "with pipeline and data-parallel traffic, which the folded TP model does not simulate; use a "
+            "degree up to the GPUs per server (placed on a server boundary)",
+        )
 
 
 def tp_time_factors(shape: LayerShape, t: int, sequence_parallel: bool) -> tuple[float, float]:

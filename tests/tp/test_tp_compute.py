@@ -8,6 +8,7 @@ import itertools
 
 import pytest
 
+from pipesim.errors import InputError
 from pipesim.plan import Plan, StagePlan
 from pipesim.planner.megatron import estimate_3d
 from pipesim.profiles.costmodels.compute import ComputeModel, GemmShape
@@ -182,3 +183,20 @@ def test_selective_recomputation_under_tp_is_korthikantis_row(t: int, sp: bool, 
     stash, _ = tp_stage_activation_bytes(profile, 1, 1, 2, "selective", t, sp)
     assert stash - inputs / (t if sp else 1) == pytest.approx(units * sbh, rel=1e-9)
     assert DTYPE_BYTES[profile.dtype] == 2
+
+
+def test_a_tp_group_across_servers_is_refused_with_the_reason() -> None:
+    profile, cluster = resolve_inputs(GPT, "dgx-a100-x2", dtype="fp16")  # 2 servers of 8
+    wide = Plan(stages=(StagePlan(first_layer=0, last_layer=5, tensor_parallel=16),), global_batch_size=4,
+                num_microbatches=2, schedule="1f1b")
+    with pytest.raises(InputError, match=r"stages\[0\]\.tensor_parallel=16: .*one server.*servers 0\.\.1"):
+        simulate(wide, profile, cluster)
+    with pytest.raises(InputError, match="one server"):
+        estimate_3d(wide, profile, cluster)
+    straddling = Plan(stages=(StagePlan(first_layer=0, last_layer=5, tensor_parallel=4, devices=(6,)),),
+                      global_batch_size=4, num_microbatches=2, schedule="1f1b")
+    with pytest.raises(InputError, match=r"devices 6\.\.9 span servers 0\.\.1"):
+        simulate(straddling, profile, cluster)
+    inside = Plan(stages=(StagePlan(first_layer=0, last_layer=5, tensor_parallel=4, devices=(4,)),),
+                  global_batch_size=4, num_microbatches=2, schedule="1f1b")
+    assert simulate(inside, profile, cluster).iteration_time_s > 0
