@@ -69,7 +69,7 @@ _PLAN_KEYS = frozenset(
     }
 )
 _STAGE_KEYS = frozenset(
-    {"layers", "replicas", "devices", "tensor_parallel", "sequence_parallel", "sharding"}
+    {"layers", "replicas", "devices", "tensor_parallel", "sequence_parallel", "sharding", "tp_comm_overlap"}
 )
 _ESTIMATE_KEYS = frozenset(
     {
@@ -95,6 +95,7 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
                 **({"tensor_parallel": s.tensor_parallel} if s.tensor_parallel != 1 else {}),
                 **({"sequence_parallel": True} if s.sequence_parallel else {}),
                 **({"sharding": s.sharding.value} if s.sharding.value != "none" else {}),
+                **({"tp_comm_overlap": True} if s.tp_comm_overlap else {}),
             }
             for s in plan.stages
         ],
@@ -255,6 +256,7 @@ def plan_from_dict(data: Mapping[str, Any], *, source: str | None = None) -> Pla
                     tensor_parallel=stage.integer("tensor_parallel", 1),
                     sequence_parallel=stage.boolean("sequence_parallel", False),
                     sharding=Sharding.parse(stage.text("sharding", "none")),
+                    tp_comm_overlap=stage.boolean("tp_comm_overlap", False),
                 )
             )
         estimate = None

@@ -144,7 +144,7 @@ class _Model:
         self._lat = cluster.links.latencies_s()
         self.compute = tp_compute_model(profile, cluster.device)
         self._curves: dict[tuple[int, ...], AllReduceCurves] = {}
-        self._times: dict[tuple[int, int, int, int, bool], TpStageTimes] = {}
+        self._times: dict[tuple[int, int, int, int, bool, bool], TpStageTimes] = {}
         self._acts: dict[tuple[int, int, int, int, bool, Recompute], tuple[float, float]] = {}
         self.recompute = recompute
 
@@ -162,22 +162,24 @@ class _Model:
             )
         return found
 
-    def times(self, first: int, last: int, mbs: int, t: int, sp: bool) -> TpStageTimes:
-        key = (first, last, mbs, t, sp)
+    def times(self, first: int, last: int, mbs: int, t: int, sp: bool, overlap: bool = False) -> TpStageTimes:
+        key = (first, last, mbs, t, sp, overlap)
         found = self._times.get(key)
         if found is None:
             group = tuple(range(t))
             curves = self.curves(group)
             found = self._times[key] = stage_tp_times(self.profile, first, last, mbs, t, sp, curves,
-                                                     self.compute)
+                                                     self.compute, overlap)
         return found
 
-    def replay(self, first: int, last: int, mbs: int, t: int, sp: bool, rc: Recompute) -> float:
+    def replay(
+        self, first: int, last: int, mbs: int, t: int, sp: bool, rc: Recompute, overlap: bool = False
+    ) -> float:
         """The forward replayed before a chunk's backward under TP, seconds (``tp_replay_s``)."""
         if rc is Recompute.NONE:
             return 0.0
         rec = layer_recompute_times_s(self.profile, mbs, rc)
-        times = self.times(first, last, mbs, t, sp)
+        times = self.times(first, last, mbs, t, sp, overlap)
         ratio = times.fwd_tp_s / times.fwd_s if times.fwd_s > 0 else 1.0
         return tp_replay_s(rc, sum(rec[first : last + 1]), ratio, times.fwd_comm_s, t)
 
@@ -320,7 +322,8 @@ def estimate_3d(plan: Plan, profile: ModelProfile, cluster: Cluster) -> Estimate
     """
     first = plan.stages[0]
     form = (first.tensor_parallel, first.replicas, first.sequence_parallel, first.sharding)
-    if any((s.tensor_parallel, s.replicas, s.sequence_parallel, s.sharding) != form for s in plan.stages):
+    if len({(s.tensor_parallel, s.replicas, s.sequence_parallel, s.sharding, s.tp_comm_overlap)
+            for s in plan.stages}) > 1:
         raise invalid("plan", "mixed per-stage parallelism", "the 3D estimate needs the same t, d, sp and "
                       "sharding on every stage")
     if plan.microbatch_sizes is not None or plan.schedule.value not in THREE_D_SCHEDULES:
@@ -342,7 +345,7 @@ def estimate_3d(plan: Plan, profile: ModelProfile, cluster: Cluster) -> Estimate
     opt, ar, gbs = plan.optimizer.value, plan.allreduce.value, plan.global_batch_size
     rc = plan.recompute
     est = _estimate(model, cluster, opt, ar, gbs, chunks, t, p, d, samples // d, m, v, sp, rc, sh, math.inf,
-                    schedule=plan.schedule.value)
+                    schedule=plan.schedule.value, overlap=first.tp_comm_overlap)
     assert est is not None  # no memory limit
     return est
 
@@ -350,7 +353,7 @@ def estimate_3d(plan: Plan, profile: ModelProfile, cluster: Cluster) -> Estimate
 def _estimate(
     model: _Model, cluster: Cluster, optimizer: str, allreduce: str, gbs: int, chunks: list[tuple[int, int]],
     t: int, p: int, d: int, mbs: int, m: int, v: int, sp: bool, rc: Recompute, sh: Sharding, limit: float,
-    schedule: str | None = None,
+    schedule: str | None = None, overlap: bool = False,
 ) -> Estimate | None:
     schedule = schedule or ("1f1b" if v == 1 else "interleaved")
     if schedule == "dapple":
@@ -364,9 +367,9 @@ def _estimate(
         stash = work = 0.0
         for k in range(r, p * v, p):
             first, last = chunks[k]
-            times = model.times(first, last, mbs, t, sp)
+            times = model.times(first, last, mbs, t, sp, overlap)
             fr += times.fwd_tp_s + times.fwd_comm_s
-            br += times.bwd_tp_s + times.bwd_comm_s + model.replay(first, last, mbs, t, sp, rc)
+            br += times.bwd_tp_s + times.bwd_comm_s + model.replay(first, last, mbs, t, sp, rc, overlap)
             static += model.params(first, last, t) * multiplier
             s_bytes, w_bytes = model.activations(first, last, mbs, t, sp, rc)
             stash, work = max(stash, s_bytes), max(work, w_bytes)

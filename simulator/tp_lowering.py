@@ -118,7 +118,8 @@ class TpLowering:
         curves = self.curves(group)
         compute = tp_compute_model(self.profile, self.cluster.device_spec(group[0]))
         first, last = spec.first_layer, spec.last_layer
-        times = stage_tp_times(self.profile, first, last, samples, t, sp, curves, compute)
+        overlap = spec.tp_comm_overlap
+        times = stage_tp_times(self.profile, first, last, samples, t, sp, curves, compute, overlap)
         stash, work = tp_stage_activation_bytes(
             self.profile, spec.first_layer, spec.last_layer, samples, self.plan.recompute, t, sp
         )

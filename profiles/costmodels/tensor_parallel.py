@@ -71,6 +71,7 @@ __all__ = [
     "stage_tp_times",
     "tp_activation_factor",
     "tp_compute_model",
+    "tp_exposed_comm_s",
     "tp_parameter_bytes",
     "tp_replay_s",
     "tp_stage_activation_bytes",
@@ -448,6 +449,23 @@ class TpStageTimes(NamedTuple):
     bwd_comm_s: float
 
 
+def tp_exposed_comm_s(comm_s: float, compute_s: float, t: int, overlap: bool) -> float:
+    """The exposed part of an op's TP collectives (``comm_s`` seconds in all) next to its
+    ``compute_s`` seconds of compute under TP, seconds.
+
+    Without ``overlap``: all of it. With it (Megatron-LM's ``tp_comm_overlap`` by ring
+    exchange, as Megatron Bridge's GPT-3 175B preset
+    ``userbuffers_bf16_h100_h12288_tp4_mbs1_seqlen2048`` runs the QKV and FC1 all-gathers and
+    the projection and FC2 input-gradient reduce-scatters): each collective is cut into ``t``
+    chunks, one per TP rank, and each chunk after the first moves while the GEMM works on the one
+    before, so ``(t - 1) / t`` of it can hide behind the op's compute:
+    ``comm / t + max(0, (comm - compute) (t - 1) / t)``.
+    """
+    if not overlap or t <= 1:
+        return comm_s
+    return comm_s / t + max(0.0, comm_s - compute_s) * (t - 1) / t
+
+
 def stage_tp_times(
     profile: ModelProfile,
     first_layer: int,
@@ -457,12 +475,14 @@ def stage_tp_times(
     sequence_parallel: bool,
     curves: AllReduceCurves,
     compute: ComputeModel | None = None,
+    overlap: bool = False,
 ) -> TpStageTimes:
     """Compute and collective time of layers ``first..last`` for ``samples`` samples under
     ``t``-way TP (per layer :func:`block_tp_time_factors` for blocks when ``compute``, the
     profile's device model from :func:`tp_compute_model`, is given and ``samples`` is whole,
     else :func:`tp_time_factors`; :func:`stage_collectives` timed with :func:`collective_time_s`
-    on the group's ``curves``). The one derivation both the planner's estimate and the
+    on the group's ``curves``; with ``overlap`` only their exposed part,
+    :func:`tp_exposed_comm_s`). The one derivation both the planner's estimate and the
     simulator's lowering use."""
     f_all, b_all = profile.fwd_times_s(samples), profile.bwd_times_s(samples)
     elem = DTYPE_BYTES[profile.dtype]
@@ -487,4 +507,5 @@ def stage_tp_times(
             comm_f += collective_time_s(curves, c)
         else:
             comm_b += collective_time_s(curves, c)
+    comm_f, comm_b = tp_exposed_comm_s(comm_f, f1, t, overlap), tp_exposed_comm_s(comm_b, b1, t, overlap)
     return TpStageTimes(f0, b0, f1, b1, comm_f, comm_b)

@@ -10,6 +10,7 @@ import pytest
 
 from pipesim.errors import InputError
 from pipesim.plan import Plan, StagePlan
+from pipesim.plan_file import plan_from_dict, plan_to_dict
 from pipesim.planner.megatron import estimate_3d
 from pipesim.profiles.costmodels.compute import ComputeModel, GemmShape
 from pipesim.profiles.costmodels.memory import stage_activation_bytes
@@ -17,6 +18,7 @@ from pipesim.profiles.costmodels.tensor_parallel import (
     block_tp_time_factors,
     stage_tp_times,
     tp_compute_model,
+    tp_exposed_comm_s,
     tp_stage_activation_bytes,
     tp_time_factors,
 )
@@ -200,3 +202,34 @@ def test_a_tp_group_across_servers_is_refused_with_the_reason() -> None:
     inside = Plan(stages=(StagePlan(first_layer=0, last_layer=5, tensor_parallel=4, devices=(4,)),),
                   global_batch_size=4, num_microbatches=2, schedule="1f1b")
     assert simulate(inside, profile, cluster).iteration_time_s > 0
+
+
+def test_tp_comm_overlap_hides_all_but_one_chunk_behind_the_compute() -> None:
+    assert tp_exposed_comm_s(8.0, 100.0, 4, False) == 8.0
+    assert tp_exposed_comm_s(8.0, 100.0, 4, True) == 2.0  # one of 4 ring-exchange chunks
+    assert tp_exposed_comm_s(8.0, 4.0, 4, True) == 2.0 + 4.0 * 3 / 4  # compute too short to hide it
+    assert tp_exposed_comm_s(8.0, 0.0, 1, True) == 8.0
+    with pytest.raises(InputError, match="tp_comm_overlap=True: needs sequence_parallel"):
+        StagePlan(first_layer=0, last_layer=1, tensor_parallel=2, tp_comm_overlap=True)
+    profile, cluster = resolve_inputs(GPT, "dgx-a100-x2", dtype="fp16")
+    stages = (StagePlan(first_layer=0, last_layer=5, tensor_parallel=4, sequence_parallel=True),)
+    plain = Plan(stages=stages, global_batch_size=4, num_microbatches=2, schedule="1f1b")
+    hidden = Plan(stages=(StagePlan(first_layer=0, last_layer=5, tensor_parallel=4, sequence_parallel=True,
+                                    tp_comm_overlap=True),), global_batch_size=4, num_microbatches=2,
+                  schedule="1f1b")
+    tp = lower(plain, profile, cluster, SimOptions()).tp
+    assert tp is not None
+    ratio_f, _, comm_f, _, _, _ = tp.cost(0, 2, 0)
+    fwd = sum(profile.fwd_times_s(2)[0:6]) * ratio_f
+    f_plain, f_hidden = (
+        next(i for i in lower(p, profile, cluster, SimOptions()).instructions(0) if isinstance(i, Compute))
+        for p in (plain, hidden)
+    )
+    assert f_plain.duration_s == pytest.approx(fwd + comm_f, rel=1e-12)
+    assert f_hidden.duration_s == pytest.approx(fwd + tp_exposed_comm_s(comm_f, fwd, 4, True), rel=1e-12)
+    assert f_hidden.duration_s < f_plain.duration_s
+    for p in (plain, hidden):  # one rank: the estimate is the simulated time
+        assert simulate(p, profile, cluster).iteration_time_s == pytest.approx(
+            estimate_3d(p, profile, cluster).iteration_time_s, rel=1e-9)
+    assert plan_from_dict(plan_to_dict(hidden)) == hidden
+    assert "tp_comm_overlap" not in str(plan_to_dict(plain))
