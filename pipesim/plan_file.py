@@ -14,9 +14,10 @@ Format ``pipesim-plan``, version 1::
      "allreduce": "auto", "microbatch_sizes": [...], "planner": "dapple",
      "estimate": {"iteration_time_s": ..., ...}}
 
-A stage may also give ``"tensor_parallel": 8``, ``"sequence_parallel": true`` and
-``"sharding": "zero1"`` (``none``, ``zero1``, ``zero2``, ``zero3``, ``distributed``); they are
-written only when not the default, so plans without them read and write as before.
+A stage may also give ``"tensor_parallel": 8``, ``"sequence_parallel": true``,
+``"sharding": "zero1"`` (``none``, ``zero1``, ``zero2``, ``zero3``, ``distributed``) and
+``"tp_comm_overlap": true`` (``docs/parallelism.md``); they are written only when not the
+default, so plans without them read and write as before.
 
 Only ``stages``, ``global_batch_size`` and ``microbatches`` are required. ``recompute`` is
 ``none``, ``full`` or ``selective`` (``true``/``false`` of older files read as full/none).
