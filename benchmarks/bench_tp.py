@@ -9,9 +9,12 @@ The model is the zoo's ``gpt`` in float16 (mixed precision, as Megatron-LM train
       replica (global batch 512), 1F1B, sequence parallelism, distributed optimizer;
       targets < 10 s and < 2 GiB peak RSS;
 (plan) ``--planner megatron`` for the same model, cluster and batch, reranked by simulating the
-      shortlist as ``pipesim plan`` does; target < 30 s.
+      shortlist as ``pipesim plan`` does; target < 30 s;
+(h100) the same model in bfloat16 on 16,384 H100 (``dgx-h100-16384``: 2048 DGX H100 on a
+      three-level rail-optimised fat-tree): TP 8, PP 16, DP 128, 64 micro-batches of 1 per
+      replica (global batch 8192), 1F1B, SP, distributed optimizer; target < 60 s.
 
-Usage: ``python benchmarks/bench_tp.py [sim] [plan]`` (default both). Prints JSON per case and
+Usage: ``python benchmarks/bench_tp.py [sim] [plan] [h100]`` (default all). Prints JSON per case and
 exits 1 when a target is missed.
 """
 
@@ -26,7 +29,8 @@ MODEL = "gpt:layers=96,hidden=12288,heads=96,seq=2048,vocab=51200"
 CLUSTER = "dgx-a100-x2"
 OVERRIDES = {"servers": 128}
 GBS = 512
-TARGETS = {"sim": 10.0, "plan": 30.0}
+TARGETS = {"sim": 10.0, "plan": 30.0, "h100": 60.0}
+H100_CLUSTER = "dgx-h100-16384"
 RSS_TARGET_BYTES = 2 * 2**30
 
 
@@ -42,12 +46,11 @@ def _rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
 
 
-def run_sim() -> dict[str, object]:
+def _megatron_plan(profile: object, p: int, t: int, d: int, m: int) -> object:
     from pipesim.plan import Plan, StagePlan
-    from pipesim.simulator import SimOptions, simulate
+    from pipesim.profiles.models.profile import ModelProfile
 
-    profile, cluster = _inputs()
-    p, t, d, m = 16, 8, 8, 64
+    assert isinstance(profile, ModelProfile)
     per = 96 // p
     stages = []
     for k in range(p):
@@ -55,19 +58,36 @@ def run_sim() -> dict[str, object]:
         last = profile.num_layers - 1 if k == p - 1 else (k + 1) * per
         stages.append(StagePlan(first_layer=first, last_layer=last, replicas=d, tensor_parallel=t,
                                 sequence_parallel=True, sharding="distributed"))
-    plan = Plan(stages=tuple(stages), global_batch_size=GBS, num_microbatches=m, schedule="1f1b")
+    return Plan(stages=tuple(stages), global_batch_size=d * m, num_microbatches=m, schedule="1f1b")
+
+
+def _simulate(case: str, profile: object, cluster: object, plan: object) -> dict[str, object]:
+    from pipesim.simulator import SimOptions, simulate
+
     start = time.perf_counter()
-    result = simulate(plan, profile, cluster, SimOptions(record_trace=False))
+    result = simulate(plan, profile, cluster, SimOptions(record_trace=False))  # type: ignore[arg-type]
     wall = time.perf_counter() - start
     return {
-        "case": "sim",
+        "case": case,
         "wall_s": round(wall, 3),
         "iteration_time_s": result.iteration_time_s,
         "peak_device_memory_gib": max(dev.peak_memory_bytes for dev in result.devices) / 2**30,
         "simulated_ops": result.num_events,
         "peak_rss_mib": _rss_bytes() / 2**20,
-        "ok": wall < TARGETS["sim"] and _rss_bytes() < RSS_TARGET_BYTES,
+        "ok": wall < TARGETS[case] and _rss_bytes() < RSS_TARGET_BYTES,
     }
+
+
+def run_sim() -> dict[str, object]:
+    profile, cluster = _inputs()
+    return _simulate("sim", profile, cluster, _megatron_plan(profile, 16, 8, 8, 64))
+
+
+def run_h100() -> dict[str, object]:
+    from pipesim.profiles.inputs import resolve_inputs
+
+    profile, cluster = resolve_inputs(MODEL, H100_CLUSTER, dtype="bf16")
+    return _simulate("h100", profile, cluster, _megatron_plan(profile, 16, 8, 128, 64))
 
 
 def run_plan() -> dict[str, object]:
@@ -93,10 +113,11 @@ def run_plan() -> dict[str, object]:
 
 
 def main(argv: list[str]) -> int:
-    cases = argv or ["sim", "plan"]
+    cases = argv or ["sim", "plan", "h100"]
+    runs = {"sim": run_sim, "plan": run_plan, "h100": run_h100}
     ok = True
     for case in cases:
-        out = run_sim() if case == "sim" else run_plan()
+        out = runs[case]()
         print(json.dumps(out))
         ok = ok and bool(out["ok"])
     return 0 if ok else 1

@@ -58,6 +58,9 @@ class StagePlan:
             (all-gathers and reduce-scatters instead of all-reduces).
         sharding: how the replicas shard weights, gradients and optimizer state
             (:class:`~pipesim.profiles.costmodels.sharding.Sharding` or its name).
+        tp_comm_overlap: with sequence parallelism, overlap the TP all-gathers and
+            reduce-scatters with the GEMMs by ring exchange (Megatron-LM's ``tp_comm_overlap``;
+            ``docs/parallelism.md``).
 
     Raises:
         InputError: a negative or reversed layer range, ``replicas < 1``, a device list whose
@@ -73,6 +76,7 @@ class StagePlan:
     tensor_parallel: int = 1
     sequence_parallel: bool = False
     sharding: Sharding = Sharding.NONE
+    tp_comm_overlap: bool = False
 
     def __post_init__(self) -> None:
         check_count("first_layer", self.first_layer, minimum=0)
@@ -100,6 +104,11 @@ class StagePlan:
             raise invalid("sequence_parallel", self.sequence_parallel, "must be true or false")
         if self.sequence_parallel and self.tensor_parallel == 1:
             raise invalid("sequence_parallel", True, "needs tensor_parallel > 1")
+        if not isinstance(self.tp_comm_overlap, bool):
+            raise invalid("tp_comm_overlap", self.tp_comm_overlap, "must be true or false")
+        if self.tp_comm_overlap and not self.sequence_parallel:
+            rule = "needs sequence_parallel (as Megatron-LM's tp_comm_overlap)"
+            raise invalid("tp_comm_overlap", True, rule)
         object.__setattr__(self, "sharding", Sharding.parse(self.sharding))
         if self.devices is not None and self.tensor_parallel > 1:
             groups = [set(range(d, d + self.tensor_parallel)) for d in self.devices]

@@ -14,9 +14,10 @@ Format ``pipesim-plan``, version 1::
      "allreduce": "auto", "microbatch_sizes": [...], "planner": "dapple",
      "estimate": {"iteration_time_s": ..., ...}}
 
-A stage may also give ``"tensor_parallel": 8``, ``"sequence_parallel": true`` and
-``"sharding": "zero1"`` (``none``, ``zero1``, ``zero2``, ``zero3``, ``distributed``); they are
-written only when not the default, so plans without them read and write as before.
+A stage may also give ``"tensor_parallel": 8``, ``"sequence_parallel": true``,
+``"sharding": "zero1"`` (``none``, ``zero1``, ``zero2``, ``zero3``, ``distributed``) and
+``"tp_comm_overlap": true`` (``docs/parallelism.md``); they are written only when not the
+default, so plans without them read and write as before.
 
 Only ``stages``, ``global_batch_size`` and ``microbatches`` are required. ``recompute`` is
 ``none``, ``full`` or ``selective`` (``true``/``false`` of older files read as full/none).
@@ -69,7 +70,7 @@ _PLAN_KEYS = frozenset(
     }
 )
 _STAGE_KEYS = frozenset(
-    {"layers", "replicas", "devices", "tensor_parallel", "sequence_parallel", "sharding"}
+    {"layers", "replicas", "devices", "tensor_parallel", "sequence_parallel", "sharding", "tp_comm_overlap"}
 )
 _ESTIMATE_KEYS = frozenset(
     {
@@ -95,6 +96,7 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
                 **({"tensor_parallel": s.tensor_parallel} if s.tensor_parallel != 1 else {}),
                 **({"sequence_parallel": True} if s.sequence_parallel else {}),
                 **({"sharding": s.sharding.value} if s.sharding.value != "none" else {}),
+                **({"tp_comm_overlap": True} if s.tp_comm_overlap else {}),
             }
             for s in plan.stages
         ],
@@ -255,6 +257,7 @@ def plan_from_dict(data: Mapping[str, Any], *, source: str | None = None) -> Pla
                     tensor_parallel=stage.integer("tensor_parallel", 1),
                     sequence_parallel=stage.boolean("sequence_parallel", False),
                     sharding=Sharding.parse(stage.text("sharding", "none")),
+                    tp_comm_overlap=stage.boolean("tp_comm_overlap", False),
                 )
             )
         estimate = None

@@ -10,14 +10,16 @@ exhaustively and ranks by an analytic estimate:
   (every device used);
 * the micro-batch size ``b`` per replica (``m = B / (d b)`` micro-batches), ``v`` model chunks
   per rank (``1f1b`` for ``v = 1``, ``interleaved`` otherwise, with ``m`` a multiple of ``p``);
-* recomputation ``none`` or ``full``; sequence parallelism with TP or not; sharding ``none`` or
+* recomputation ``none``, ``full`` or ``selective`` (when the blocks have an attention core to
+  drop: not with flash attention); sequence parallelism with TP or not; sharding ``none`` or
   the distributed optimizer (any sharding when pinned).
 
 Stages are uniform: the blocks are cut into ``p v`` equal chunks; the embedding goes with the
 first chunk and the head with the last (as in Megatron-LM). A rank's per-micro-batch forward and
 backward times (the sum over its ``v`` chunks of
 :func:`~pipesim.profiles.costmodels.tensor_parallel.stage_tp_times`, compute plus exposed TP
-collectives; the forward again in the backward with full recomputation) give the estimate
+collectives; in the backward the replayed forward of recomputation,
+:func:`~pipesim.profiles.costmodels.tensor_parallel.tp_replay_s`) give the estimate
 
     T = (m + (p - 1) / v) (t_f + t_b) + 2 (p v - 1) t_hop + t_dp
 
@@ -38,12 +40,20 @@ from dataclasses import dataclass
 from pipesim.errors import Infeasible, invalid
 from pipesim.plan import Estimate, Plan, StagePlan
 from pipesim.profiles.costmodels.collective import AllReduceCurves, allreduce_curves
-from pipesim.profiles.costmodels.memory import Recompute, in_flight_microbatches
+from pipesim.profiles.costmodels.memory import (
+    Recompute,
+    check_recompute,
+    in_flight_microbatches,
+    layer_recompute_times_s,
+)
 from pipesim.profiles.costmodels.sharding import Sharding, dp_traffic_factor, sharded_memory_multiplier
 from pipesim.profiles.costmodels.tensor_parallel import (
     TpStageTimes,
+    check_tp_group_in_server,
     stage_tp_times,
+    tp_compute_model,
     tp_parameter_bytes,
+    tp_replay_s,
     tp_stage_activation_bytes,
 )
 from pipesim.profiles.hardware.cluster import Cluster
@@ -130,10 +140,11 @@ class _Model:
         assert shape is not None
         self.shape = shape
         self.elem = DTYPE_BYTES[profile.dtype]
-        self._bw = [link.bandwidth_bytes_per_s for link in cluster.links]
-        self._lat = [link.latency_s for link in cluster.links]
+        self._bw = cluster.links.bandwidths_bytes_per_s()
+        self._lat = cluster.links.latencies_s()
+        self.compute = tp_compute_model(profile, cluster.device)
         self._curves: dict[tuple[int, ...], AllReduceCurves] = {}
-        self._times: dict[tuple[int, int, int, int, bool], TpStageTimes] = {}
+        self._times: dict[tuple[int, int, int, int, bool, bool], TpStageTimes] = {}
         self._acts: dict[tuple[int, int, int, int, bool, Recompute], tuple[float, float]] = {}
         self.recompute = recompute
 
@@ -151,14 +162,26 @@ class _Model:
             )
         return found
 
-    def times(self, first: int, last: int, mbs: int, t: int, sp: bool) -> TpStageTimes:
-        key = (first, last, mbs, t, sp)
+    def times(self, first: int, last: int, mbs: int, t: int, sp: bool, overlap: bool = False) -> TpStageTimes:
+        key = (first, last, mbs, t, sp, overlap)
         found = self._times.get(key)
         if found is None:
             group = tuple(range(t))
             curves = self.curves(group)
-            found = self._times[key] = stage_tp_times(self.profile, first, last, mbs, t, sp, curves)
+            found = self._times[key] = stage_tp_times(self.profile, first, last, mbs, t, sp, curves,
+                                                     self.compute, overlap)
         return found
+
+    def replay(
+        self, first: int, last: int, mbs: int, t: int, sp: bool, rc: Recompute, overlap: bool = False
+    ) -> float:
+        """The forward replayed before a chunk's backward under TP, seconds (``tp_replay_s``)."""
+        if rc is Recompute.NONE:
+            return 0.0
+        rec = layer_recompute_times_s(self.profile, mbs, rc)
+        times = self.times(first, last, mbs, t, sp, overlap)
+        ratio = times.fwd_tp_s / times.fwd_s if times.fwd_s > 0 else 1.0
+        return tp_replay_s(rc, sum(rec[first : last + 1]), ratio, times.fwd_comm_s, t)
 
     def activations(
         self, first: int, last: int, mbs: int, t: int, sp: bool, rc: Recompute
@@ -216,7 +239,8 @@ def megatron_plans(
         top: most plans returned.
         optimizer: optimizer name (state memory).
         allreduce: data-parallel all-reduce algorithm.
-        recompute: a recomputation mode to pin, or ``None`` to search ``none`` and ``full``.
+        recompute: a recomputation mode to pin, or ``None`` to search ``none``, ``full`` and
+            ``selective`` (the last where the blocks have attention cores).
         pins: tensor parallelism, sequence parallelism or sharding the user fixed.
 
     Raises:
@@ -230,7 +254,9 @@ def megatron_plans(
     blocks = shape_model.num_blocks
     ts = [t for t in (1, 2, 4, 8, 16, 32, 64) if t <= g and shape.heads % t == 0 and shape.ffn % t == 0]
     ts = _candidates(ts, pins.tensor_parallel)
-    rcs = [Recompute.parse(recompute)] if recompute is not None else [Recompute.NONE, Recompute.FULL]
+    rcs = [check_recompute(profile, recompute)] if recompute is not None else [Recompute.NONE, Recompute.FULL]
+    if recompute is None and any(layer.attention_core_saved_bytes for layer in profile.layers):
+        rcs.append(Recompute.SELECTIVE)  # blocks with an attention core to drop (not flash attention)
     shardings = [Sharding.NONE, Sharding.DISTRIBUTED]
     if pins.sharding is not None:
         shardings = [Sharding.parse(pins.sharding)]
@@ -291,11 +317,13 @@ def estimate_3d(plan: Plan, profile: ModelProfile, cluster: Cluster) -> Estimate
     ``interleaved`` schedule (any layer split).
 
     Raises:
-        InputError: the plan is not of that form, or its model is not a shaped transformer.
+        InputError: the plan is not of that form, its model is not a shaped transformer, or a
+            tensor-parallel group spans servers.
     """
     first = plan.stages[0]
     form = (first.tensor_parallel, first.replicas, first.sequence_parallel, first.sharding)
-    if any((s.tensor_parallel, s.replicas, s.sequence_parallel, s.sharding) != form for s in plan.stages):
+    if len({(s.tensor_parallel, s.replicas, s.sequence_parallel, s.sharding, s.tp_comm_overlap)
+            for s in plan.stages}) > 1:
         raise invalid("plan", "mixed per-stage parallelism", "the 3D estimate needs the same t, d, sp and "
                       "sharding on every stage")
     if plan.microbatch_sizes is not None or plan.schedule.value not in THREE_D_SCHEDULES:
@@ -303,6 +331,10 @@ def estimate_3d(plan: Plan, profile: ModelProfile, cluster: Cluster) -> Estimate
         rule = f"the 3D estimate models {names} with equal micro-batches"
         raise invalid("plan.schedule", plan.schedule.value, rule)
     t, d, sp, sh = form
+    if t > 1:
+        for rank, groups in enumerate(plan.tp_groups(cluster.num_devices)):
+            for group in groups:
+                check_tp_group_in_server(group, cluster.server_of, f"stages[{rank}].tensor_parallel")
     m, v, p = plan.num_microbatches, plan.chunks, plan.num_ranks
     samples = plan.global_batch_size // m
     if samples % d:
@@ -313,7 +345,7 @@ def estimate_3d(plan: Plan, profile: ModelProfile, cluster: Cluster) -> Estimate
     opt, ar, gbs = plan.optimizer.value, plan.allreduce.value, plan.global_batch_size
     rc = plan.recompute
     est = _estimate(model, cluster, opt, ar, gbs, chunks, t, p, d, samples // d, m, v, sp, rc, sh, math.inf,
-                    schedule=plan.schedule.value)
+                    schedule=plan.schedule.value, overlap=first.tp_comm_overlap)
     assert est is not None  # no memory limit
     return est
 
@@ -321,7 +353,7 @@ def estimate_3d(plan: Plan, profile: ModelProfile, cluster: Cluster) -> Estimate
 def _estimate(
     model: _Model, cluster: Cluster, optimizer: str, allreduce: str, gbs: int, chunks: list[tuple[int, int]],
     t: int, p: int, d: int, mbs: int, m: int, v: int, sp: bool, rc: Recompute, sh: Sharding, limit: float,
-    schedule: str | None = None,
+    schedule: str | None = None, overlap: bool = False,
 ) -> Estimate | None:
     schedule = schedule or ("1f1b" if v == 1 else "interleaved")
     if schedule == "dapple":
@@ -335,10 +367,9 @@ def _estimate(
         stash = work = 0.0
         for k in range(r, p * v, p):
             first, last = chunks[k]
-            times = model.times(first, last, mbs, t, sp)
-            f = times.fwd_tp_s + times.fwd_comm_s
-            fr += f
-            br += times.bwd_tp_s + times.bwd_comm_s + (f if rc is Recompute.FULL else 0.0)
+            times = model.times(first, last, mbs, t, sp, overlap)
+            fr += times.fwd_tp_s + times.fwd_comm_s
+            br += times.bwd_tp_s + times.bwd_comm_s + model.replay(first, last, mbs, t, sp, rc, overlap)
             static += model.params(first, last, t) * multiplier
             s_bytes, w_bytes = model.activations(first, last, mbs, t, sp, rc)
             stash, work = max(stash, s_bytes), max(work, w_bytes)

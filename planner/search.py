@@ -121,6 +121,7 @@ def plan_identity(plan: Plan) -> tuple[object, ...]:
                 st.tensor_parallel,
                 st.sequence_parallel,
                 st.sharding,
+                st.tp_comm_overlap,
             )
             for st in plan.stages
         ),

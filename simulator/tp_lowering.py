@@ -5,8 +5,9 @@ list in lock step (Megatron-LM's TP ranks do the same work on their shards). The
 one instruction stream per group, on its first device; the group's other devices mirror it (same
 memory). For every compute instruction of a TP stage this pass gives
 
-* the compute time under TP (:func:`~pipesim.profiles.costmodels.tensor_parallel.tp_time_factors`
-  per layer, as a ratio applied to the stage's time so speed factors and jitter still apply);
+* the compute time under TP (:func:`~pipesim.profiles.costmodels.tensor_parallel.stage_tp_times`:
+  blocks re-timed from their split GEMM shapes on the group's device, other layers by time
+  division; a ratio applied to the stage's time so speed factors and jitter still apply);
 * the TP collectives of its layers for that micro-batch share
   (:func:`~pipesim.profiles.costmodels.tensor_parallel.stage_collectives`), timed as ring
   collectives over the group's routes in the cluster (NVLink/NVSwitch inside a server, NICs
@@ -31,16 +32,20 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from pipesim.plan import Plan, Recompute
+from pipesim.plan import Plan
 from pipesim.profiles.costmodels.collective import AllReduceCurves, allreduce_curves
+from pipesim.profiles.costmodels.memory import Recompute
 from pipesim.profiles.costmodels.sharding import dp_traffic_factor, sharded_memory_multiplier
 from pipesim.profiles.costmodels.tensor_parallel import (
     TpCollective,
     check_tensor_parallel,
+    check_tp_group_in_server,
     collective_time_s,
     stage_collectives,
     stage_tp_times,
+    tp_compute_model,
     tp_parameter_bytes,
+    tp_replay_s,
     tp_stage_activation_bytes,
 )
 from pipesim.profiles.hardware.cluster import Cluster
@@ -62,11 +67,16 @@ class TpLowering:
             where = f"stages[{s}].tensor_parallel"
             check_tensor_parallel(profile, spec.first_layer, spec.last_layer, spec.tensor_parallel, where)
         self.plan, self.profile, self.cluster = plan, profile, cluster
+        self.recompute = Recompute.parse(plan.recompute)
         self.elem_bytes = DTYPE_BYTES[profile.dtype]
         self.groups = plan.tp_groups(cluster.num_devices)
+        for s, groups in enumerate(self.groups):
+            if plan.stages[s].tensor_parallel > 1:
+                for group in groups:
+                    check_tp_group_in_server(group, cluster.server_of, f"stages[{s}].tensor_parallel")
         self._free = free_links
-        self._bw = [link.bandwidth_bytes_per_s for link in cluster.links]
-        self._lat = [link.latency_s for link in cluster.links]
+        self._bw = cluster.links.bandwidths_bytes_per_s()
+        self._lat = cluster.links.latencies_s()
         self._curves: dict[tuple[int, ...], AllReduceCurves] = {}
         self._cache: dict[tuple[int, int, int], TpStageCost] = {}
 
@@ -104,8 +114,12 @@ class TpLowering:
             return found
         spec = self.plan.stages[stage]
         t, sp = spec.tensor_parallel, spec.sequence_parallel
-        curves = self.curves(self.groups[stage % self.plan.num_ranks][replica])
-        times = stage_tp_times(self.profile, spec.first_layer, spec.last_layer, samples, t, sp, curves)
+        group = self.groups[stage % self.plan.num_ranks][replica]
+        curves = self.curves(group)
+        compute = tp_compute_model(self.profile, self.cluster.device_spec(group[0]))
+        first, last = spec.first_layer, spec.last_layer
+        overlap = spec.tp_comm_overlap
+        times = stage_tp_times(self.profile, first, last, samples, t, sp, curves, compute, overlap)
         stash, work = tp_stage_activation_bytes(
             self.profile, spec.first_layer, spec.last_layer, samples, self.plan.recompute, t, sp
         )
@@ -148,17 +162,12 @@ class TpLowering:
     ) -> tuple[str, float, tuple[float, ...], tuple[float, ...]]:
         """The program's ``(op, duration s, bytes allocated, bytes freed)`` of a compute op of TP
         stage ``s`` whose stage costs without TP are ``fwd``, ``bwd`` seconds (weight-gradient
-        share ``wf``) and ``rec`` seconds of recomputed forward: the compute scaled to TP plus the
-        op's exposed TP collectives (the backward's go with the input gradient ``I``). The
-        recomputed forward runs at the start of ``B`` (``I``): under full recomputation it is the
-        TP forward with its collectives again (Megatron-LM replays them); under selective it is
-        the attention core, split by heads (divided by ``t``, no collective)."""
+        share ``wf``) and ``rec`` seconds of replayed forward: the compute scaled to TP plus the
+        op's exposed TP collectives (the backward's go with the input gradient ``I``); the replay
+        (:func:`~pipesim.profiles.costmodels.tensor_parallel.tp_replay_s`) starts ``B`` or ``I``."""
         ratio_f, ratio_b, comm_f, comm_b, stash, work = self.cost(s, samples, replica)
+        replay = tp_replay_s(self.recompute, rec, ratio_f, comm_f, self.plan.stages[s].tensor_parallel)
         fwd, bwd = fwd * ratio_f, bwd * ratio_b
-        replay = 0.0
-        if rec > 0.0:
-            full = self.plan.recompute is Recompute.FULL
-            replay = rec * ratio_f + comm_f if full else rec / self.plan.stages[s].tensor_parallel
         if op is Op.F:
             return ("F", fwd + comm_f, (stash,), ())
         if op is Op.B:

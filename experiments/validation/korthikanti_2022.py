@@ -170,8 +170,12 @@ _TABLE5 = (
     ("1t", 94.42, 71.49, 1.321),
 )
 
+# Since TP blocks are re-timed from their split GEMM shapes (small per-GPU GEMMs lose
+# efficiency), the 22B iteration with the present method lands within 10% despite the missing
+# optimizer step (the two errors offset), and the 22B baseline backward moved just past 10%
+# (the backward TP collectives the paper overlaps).
 _MISSES = {
-    "korthikanti-2022-t5-22b-present-iter": _OPTIMIZER_GAP,
+    "korthikanti-2022-t4-22b-baseline-no-recompute-bac": _OVERLAP_GAP,
     "korthikanti-2022-t5-1t-full-iter": _OVERLAP_GAP,
     "korthikanti-2022-t5-22b-speedup": _OVERLAP_GAP + "; and " + _OPTIMIZER_GAP,
 }

@@ -17,8 +17,9 @@ if TYPE_CHECKING:
 __all__ = ["add_parallel_args", "apply_parallel", "parallel_text", "pins_of"]
 
 
-def add_parallel_args(p: argparse.ArgumentParser) -> None:
-    """Add ``--tp``, ``--sp`` and ``--zero``."""
+def add_parallel_args(p: argparse.ArgumentParser, *, overlap: bool = False) -> None:
+    """Add ``--tp``, ``--sp`` and ``--zero`` (and ``--tp-overlap`` with ``overlap``, for
+    commands that run a given plan)."""
     p.add_argument(
         "--tp",
         type=positive_int,
@@ -39,6 +40,15 @@ def add_parallel_args(p: argparse.ArgumentParser) -> None:
         help="data-parallel sharding: none, zero1 (optimizer state), zero2 (+gradients), "
         "zero3 (+parameters), distributed (Megatron-LM's distributed optimizer); 0-3 name ZeRO stages",
     )
+    if overlap:
+        p.add_argument(
+            "--tp-overlap",
+            action="store_const",
+            const=True,
+            default=None,
+            help="with --sp, overlap the TP all-gathers and reduce-scatters with the GEMMs by ring "
+            "exchange (Megatron-LM's tp_comm_overlap; docs/parallelism.md)",
+        )
 
 
 def pins_of(args: argparse.Namespace) -> MegatronPins | None:
@@ -62,7 +72,8 @@ def apply_parallel(plan: Plan, args: argparse.Namespace) -> Plan:
     Raises:
         InputError: a combination a stage refuses (``--sp`` without ``--tp`` > 1).
     """
-    if args.tp is None and args.sp is None and args.zero is None:
+    tp_overlap = getattr(args, "tp_overlap", None)
+    if args.tp is None and args.sp is None and args.zero is None and tp_overlap is None:
         return plan
     stages = []
     for stage in plan.stages:
@@ -73,6 +84,7 @@ def apply_parallel(plan: Plan, args: argparse.Namespace) -> Plan:
                 tensor_parallel=t,
                 sequence_parallel=stage.sequence_parallel if args.sp is None else args.sp,
                 sharding=stage.sharding if args.zero is None else args.zero,
+                tp_comm_overlap=stage.tp_comm_overlap if tp_overlap is None else tp_overlap,
                 devices=stage.devices if t == stage.tensor_parallel else None,
             )
         )
@@ -91,4 +103,6 @@ def parallel_text(plan: Plan) -> str:
     shardings = sorted({s.sharding.value for s in plan.stages} - {"none"})
     if shardings:
         parts.append("sharding " + ",".join(shardings))
+    if any(s.tp_comm_overlap for s in plan.stages):
+        parts.append("TP overlap")
     return "".join(", " + p for p in parts)

@@ -8,9 +8,14 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from pipesim.cli._common import add_recompute_arg, positive_int
+from pipesim.cli._common import DTYPE_CHOICES, add_recompute_arg, positive_int
+from pipesim.cli._parallel import add_parallel_args
 from pipesim.errors import invalid
+
+if TYPE_CHECKING:
+    from pipesim.sweep.config import SweepConfig
 
 __all__ = ["register"]
 
@@ -38,6 +43,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress line")
     add_recompute_arg(p, default=None)  # given, it replaces the config's `recompute` list
+    add_parallel_args(p)  # given, each replaces the config's list (tensor_parallel, ...)
+    p.add_argument("--dtype", choices=DTYPE_CHOICES, default=None,
+                   help="training precision of every point (replaces the config's dtype list)")
     p.set_defaults(func=_run_sweep)
 
     q = subparsers.add_parser(
@@ -73,6 +81,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     q.set_defaults(func=_run_plot)
 
 
+def _with_axes(config: SweepConfig, args: argparse.Namespace) -> SweepConfig:
+    """``config`` with the lists that ``--tp``, ``--sp``, ``--zero`` and ``--dtype`` replace."""
+    from pipesim.profiles.costmodels.sharding import Sharding
+    from pipesim.profiles.hardware.specs import parse_precision
+
+    changes: dict[str, object] = {}
+    if args.tp is not None:
+        changes["tensor_parallel"] = (args.tp,)
+    if args.sp is not None:
+        changes["sequence_parallel"] = (args.sp,)
+    if args.zero is not None:
+        changes["sharding"] = (Sharding.parse(args.zero).value,)
+    if args.dtype is not None:
+        changes["dtype"] = (parse_precision(args.dtype),)
+    return dataclasses.replace(config, **changes) if changes else config  # type: ignore[arg-type]
+
+
 def _progress_printer(started: float) -> Callable[[int, int], None]:
     """A progress line on stderr: rewritten in place on a terminal, every 10% otherwise."""
     tty = sys.stderr.isatty()
@@ -100,6 +125,7 @@ def _run_sweep(args: argparse.Namespace) -> int:
     config = load_sweep_config(args.config)
     if args.recompute is not None:
         config = dataclasses.replace(config, recompute=(args.recompute,))
+    config = _with_axes(config, args)
     out = Path(args.out) if args.out else Path(Path(args.config).stem + ".csv")
     try:
         summary = run_sweep(

@@ -1,7 +1,7 @@
 """Sweep configs: the TOML file that names the grid of points a sweep runs (see ``docs/sweep.md``).
 
-A config lists models, clusters, cluster overrides, global batch sizes, planners, recompute modes
-and schedules;
+A config lists models, clusters, cluster overrides, global batch sizes, planners, recompute modes,
+tensor-parallel degrees, sequence parallelism, sharding, training precisions and schedules;
 the sweep runs their Cartesian product, one :class:`SweepPoint` per combination.
 """
 
@@ -21,6 +21,8 @@ from pipesim.fileio import read_input_text
 from pipesim.limits import MAX_GLOBAL_BATCH, MAX_OVERRIDE_MAGNITUDE, MAX_PRICE_PER_DEVICE_HOUR_USD
 from pipesim.planner import planner_names
 from pipesim.profiles.costmodels.memory import Recompute
+from pipesim.profiles.costmodels.sharding import Sharding
+from pipesim.profiles.hardware.specs import parse_precision
 from pipesim.schedules.order_text import is_schedule_file, read_schedule_file
 from pipesim.schedules.registry import lookup
 
@@ -30,6 +32,7 @@ else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
 __all__ = [
+    "AUTO",
     "DEFAULT_PLANNERS",
     "DEFAULT_SCHEDULES",
     "Overrides",
@@ -47,6 +50,10 @@ Overrides = tuple[tuple[str, Scalar], ...]
 DEFAULT_PLANNERS: tuple[str, ...] = ("dapple",)
 DEFAULT_SCHEDULES: tuple[str, ...] = ("gpipe", "dapple")
 DEFAULT_RECOMPUTE: tuple[str, ...] = ("none",)
+AUTO = "auto"
+"""The value of the parallelism and dtype axes that pins nothing: the planner searches tensor
+parallelism, sequence parallelism and sharding (``megatron``) or uses none (the others); the
+model keeps its own precision (a zoo model fp32)."""
 
 _KEYS = (
     "models",
@@ -56,6 +63,10 @@ _KEYS = (
     "planners",
     "schedules",
     "recompute",
+    "tensor_parallel",
+    "sequence_parallel",
+    "sharding",
+    "dtype",
     "price_per_device_hour_usd",
 )
 
@@ -86,6 +97,12 @@ class SweepPoint:
         schedule: the schedule the plan runs with (canonical name).
         recompute: the activation recomputation the plan is made and run with (``none``,
             ``full`` or ``selective``).
+        tensor_parallel: the tensor-parallel degree pinned for the planner, or ``None`` (auto).
+        sequence_parallel: sequence parallelism pinned for the planner, or ``None`` (auto).
+        sharding: the data-parallel sharding pinned for the planner (canonical name), or
+            ``None`` (auto).
+        dtype: the training precision (canonical name, e.g. ``bfloat16``), or ``None`` (the
+            model's own).
     """
 
     model: str
@@ -95,6 +112,15 @@ class SweepPoint:
     planner: str
     schedule: str
     recompute: str = "none"
+    tensor_parallel: int | None = None
+    sequence_parallel: bool | None = None
+    sharding: str | None = None
+    dtype: str | None = None
+
+    @property
+    def pinned(self) -> bool:
+        """Whether the point pins tensor parallelism, sequence parallelism or sharding."""
+        return (self.tensor_parallel, self.sequence_parallel, self.sharding) != (None, None, None)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -112,6 +138,13 @@ class SweepConfig:
             :func:`pipesim.schedules.order_text.read_schedule_file`) (default
             ``("gpipe", "dapple")``).
         recompute: recompute modes (default ``("none",)``; see ``docs/recompute.md``).
+        tensor_parallel: tensor-parallel degrees (integers >= 1) to pin, ``None`` for auto
+            (default ``(None,)``; see ``docs/parallelism.md``).
+        sequence_parallel: sequence parallelism to pin (booleans), ``None`` for auto.
+        sharding: shardings to pin (``none``, ``zero1``, ``zero2``, ``zero3``, ``distributed``),
+            ``None`` for auto.
+        dtype: training precisions (canonical names: ``float32``, ``tfloat32``, ``float16``,
+            ``bfloat16``, ``float8``), ``None`` for the model's own (default ``(None,)``).
         price_per_device_hour_usd: price of one device for one hour, US dollars, for the cost
             column; ``None`` takes each cluster's device price (the catalog's on-demand price).
         base_dir: directory that relative model and cluster file paths are resolved against
@@ -126,6 +159,10 @@ class SweepConfig:
     planners: tuple[str, ...] = DEFAULT_PLANNERS
     schedules: tuple[str, ...] = DEFAULT_SCHEDULES
     recompute: tuple[str, ...] = DEFAULT_RECOMPUTE
+    tensor_parallel: tuple[int | None, ...] = (None,)
+    sequence_parallel: tuple[bool | None, ...] = (None,)
+    sharding: tuple[str | None, ...] = (None,)
+    dtype: tuple[str | None, ...] = (None,)
     price_per_device_hour_usd: float | None = None
     base_dir: Path | None = field(default=None, compare=False)
     source: str | None = field(default=None, compare=False)
@@ -134,7 +171,8 @@ class SweepConfig:
         for gbs in self.global_batch_sizes:
             if isinstance(gbs, bool) or not isinstance(gbs, int) or not 1 <= gbs <= MAX_GLOBAL_BATCH:
                 raise invalid("global_batch_sizes", gbs, f"must be integers in 1..{MAX_GLOBAL_BATCH}")
-        axes = ("models", "clusters", "overrides", "global_batch_sizes", "planners", "schedules", "recompute")
+        axes = ("models", "clusters", "overrides", "global_batch_sizes", "planners", "schedules", "recompute",
+                "tensor_parallel", "sequence_parallel", "sharding", "dtype")
         for name in axes:
             values = getattr(self, name)
             if not values:
@@ -158,6 +196,19 @@ class SweepConfig:
         for name in self.recompute:
             if name not in modes:
                 raise invalid("recompute", name, f"must be one of {', '.join(modes)}")
+        for t in self.tensor_parallel:
+            if t is not None and (isinstance(t, bool) or not isinstance(t, int) or t < 1):
+                raise invalid("tensor_parallel", t, f"must be integers >= 1 or {AUTO!r}")
+        for sp in self.sequence_parallel:
+            if sp is not None and not isinstance(sp, bool):
+                raise invalid("sequence_parallel", sp, f"must be true, false or {AUTO!r}")
+        for sharding in self.sharding:
+            if sharding is not None and Sharding.parse(sharding).value != sharding:
+                rule = f"write the canonical name {Sharding.parse(sharding).value!r}"
+                raise invalid("sharding", sharding, rule)
+        for dtype in self.dtype:
+            if dtype is not None and parse_precision(dtype) != dtype:
+                raise invalid("dtype", dtype, f"write the canonical name {parse_precision(dtype)!r}")
         price = self.price_per_device_hour_usd
         if price is not None and not (math.isfinite(price) and 0 <= price <= MAX_PRICE_PER_DEVICE_HOUR_USD):
             rule = f"must be a number in [0, {MAX_PRICE_PER_DEVICE_HOUR_USD:g}]"
@@ -165,19 +216,23 @@ class SweepConfig:
 
     def points(self) -> list[SweepPoint]:
         """Every point of the grid, in a fixed order (models outermost, schedules innermost)."""
+        parallel = list(product(self.tensor_parallel, self.sequence_parallel, self.sharding))
         return [
             SweepPoint(
-                model=m, cluster=c, overrides=o, global_batch_size=g, planner=p, recompute=r, schedule=s
+                model=m, cluster=c, overrides=o, global_batch_size=g, planner=p, recompute=r, schedule=s,
+                tensor_parallel=t, sequence_parallel=sp, sharding=z, dtype=dt,
             )
-            for m, c, o, g, p, r, s in product(
+            for m, c, o, g, p, r in product(
                 self.models,
                 self.clusters,
                 self.overrides,
                 self.global_batch_sizes,
                 self.planners,
                 self.recompute,
-                self.schedules,
             )
+            for dt in self.dtype
+            for t, sp, z in parallel
+            for s in self.schedules
         ]
 
     def resolve_path(self, spec: str) -> str:
@@ -210,6 +265,33 @@ def _string_list(value: object, key: str) -> tuple[str, ...]:
         if not isinstance(item, str):
             raise invalid(key, item, "must be a string or a list of strings")
     return tuple(str(item) for item in items)
+
+
+def _auto_list(value: object, key: str, parse: Any) -> tuple[Any, ...]:
+    """The values of a parallelism or dtype axis: each parsed, ``"auto"`` as ``None``."""
+    items = value if isinstance(value, list) else [value]
+    out: list[Any] = []
+    for item in items:
+        if isinstance(item, str) and item.strip().lower() == AUTO:
+            out.append(None)
+        else:
+            try:
+                out.append(parse(item))
+            except UnknownNameError as exc:
+                raise invalid(key, item, f"must be one of {', '.join(exc.valid)} or {AUTO!r}") from None
+    return tuple(out)
+
+
+def _degree(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise invalid("tensor_parallel", value, f"must be integers >= 1 or {AUTO!r}")
+    return value
+
+
+def _flag(value: object) -> bool:
+    if not isinstance(value, bool):
+        raise invalid("sequence_parallel", value, f"must be true, false or {AUTO!r}")
+    return value
 
 
 def _schedule(name: str, base_dir: Path | None) -> str:
@@ -282,6 +364,14 @@ def parse_sweep_config(
             kwargs["recompute"] = tuple(
                 name.strip().lower() for name in _string_list(data["recompute"], "recompute")
             )
+        if "tensor_parallel" in data:
+            kwargs["tensor_parallel"] = _auto_list(data["tensor_parallel"], "tensor_parallel", _degree)
+        if "sequence_parallel" in data:
+            kwargs["sequence_parallel"] = _auto_list(data["sequence_parallel"], "sequence_parallel", _flag)
+        if "sharding" in data:
+            kwargs["sharding"] = _auto_list(data["sharding"], "sharding", lambda v: Sharding.parse(v).value)
+        if "dtype" in data:
+            kwargs["dtype"] = _auto_list(data["dtype"], "dtype", parse_precision)
         if "schedules" in data:
             here = Path(path).parent if path is not None else None
             names = _string_list(data["schedules"], "schedules")

@@ -1,8 +1,8 @@
 """Running a sweep: every point of a config, in parallel processes or on a Dask cluster.
 
-The points that share a model, cluster, overrides, batch size, planner and recompute mode form
-one task: the task plans once and simulates the plan under each of its schedules (as
-``pipesim compare`` does).
+The points that share a model, cluster, overrides, batch size, planner, recompute mode,
+precision and parallelism pins form one task: the task plans once and simulates the plan under
+each of its schedules (as ``pipesim compare`` does).
 Tasks run in worker processes (or Dask workers); the parent process writes each finished row to
 the results file (:class:`~pipesim.sweep.store.ResultsWriter`).
 """
@@ -45,7 +45,7 @@ class SweepTask:
 
     Attributes:
         points: the points (same model, cluster, overrides, batch size, planner,
-            recompute mode; one per schedule).
+            recompute mode, precision and parallelism pins; one per schedule).
         keys: each point's results key, in the same order.
         profile: the loaded model, or a zoo spec (costed on the cluster's device by the worker)
             (re-targeted to the cluster's device by the worker, through
@@ -100,6 +100,10 @@ def _base_row(point: SweepPoint, key: str) -> dict[str, object]:
         "planner": point.planner,
         "schedule": point.schedule,
         "recompute": point.recompute,
+        "tensor_parallel": point.tensor_parallel,
+        "sequence_parallel": point.sequence_parallel,
+        "sharding": point.sharding,
+        "dtype": point.dtype,
         "key": key,
     }
 
@@ -121,6 +125,7 @@ def run_task(task: SweepTask) -> list[dict[str, object]]:
     """
     from pipesim.compare import compare
     from pipesim.planner import plan
+    from pipesim.planner.megatron import MegatronPins
     from pipesim.simulator import SimOptions
 
     first = task.points[0]
@@ -129,10 +134,13 @@ def run_task(task: SweepTask) -> list[dict[str, object]]:
     if price is None:
         price = task.cluster.device.price_per_hour_usd
     try:
-        profile, cluster = resolve_inputs(task.profile, task.cluster)
-        base = plan(
-            profile, cluster, first.global_batch_size, planner=first.planner, top=1, recompute=first.recompute
-        )[0]
+        profile, cluster = _inputs_of(task, first.dtype)
+        pins = None
+        if first.pinned:
+            pins = MegatronPins(tensor_parallel=first.tensor_parallel,
+                                sequence_parallel=first.sequence_parallel, sharding=first.sharding)
+        base = plan(profile, cluster, first.global_batch_size, planner=first.planner, top=1,
+                    recompute=first.recompute, pins=pins)[0]
     except (Infeasible, InputError) as exc:
         return [_failed(row, exc) for row in rows]
     options = SimOptions(record_trace=False)
@@ -172,6 +180,19 @@ def run_task(task: SweepTask) -> list[dict[str, object]]:
         }
         out.append(_finite_or_invalid(done_row))
     return out
+
+
+def _inputs_of(task: SweepTask, dtype: str | None) -> tuple[ModelProfile, Cluster]:
+    """The task's model and cluster in precision ``dtype`` (``None``: the model's own): a zoo
+    model is costed in it on the cluster's device, a loaded file re-targeted to it."""
+    from pipesim.profiles.costmodels.retarget import retarget_precision
+
+    if isinstance(task.profile, str):
+        return resolve_inputs(task.profile, task.cluster, dtype=dtype)
+    profile, cluster = resolve_inputs(task.profile, task.cluster)
+    if dtype is not None and dtype != profile.dtype:
+        profile = retarget_precision(profile, dtype, cluster.device)
+    return profile, cluster
 
 
 def _finite_or_invalid(row: dict[str, object]) -> dict[str, object]:
@@ -252,6 +273,10 @@ def _tasks(config: SweepConfig, done: set[str]) -> tuple[list[SweepTask], int]:
             point.global_batch_size,
             point.planner,
             point.recompute,
+            point.dtype,
+            point.tensor_parallel,
+            point.sequence_parallel,
+            point.sharding,
         )
         groups.setdefault(group, []).append((point, key))
     tasks = [

@@ -38,8 +38,12 @@ PARAMETER_COLUMNS: tuple[str, ...] = (
     "planner",
     "schedule",
     "recompute",
+    "tensor_parallel",
+    "sequence_parallel",
+    "sharding",
+    "dtype",
 )
-"""The columns that name a point (the grid's axes)."""
+"""The columns that name a point (the grid's axes; an empty parallelism or dtype cell is auto)."""
 
 COLUMNS: tuple[str, ...] = (
     *PARAMETER_COLUMNS,
@@ -60,7 +64,9 @@ COLUMNS: tuple[str, ...] = (
 )
 """Every column of a results file, in file order."""
 
-_INT_COLUMNS = frozenset({"global_batch_size", "num_stages", "num_microbatches", "num_devices"})
+_INT_COLUMNS = frozenset(
+    {"global_batch_size", "num_stages", "num_microbatches", "num_devices", "tensor_parallel"}
+)
 _FLOAT_COLUMNS = frozenset(
     {
         "iteration_time_s",
@@ -72,7 +78,7 @@ _FLOAT_COLUMNS = frozenset(
         "cost_per_million_samples_usd",
     }
 )
-_BOOL_COLUMNS = frozenset({"fits"})
+_BOOL_COLUMNS = frozenset({"fits", "sequence_parallel"})
 
 
 def point_key(point: SweepPoint, price_per_device_hour_usd: float | None) -> str:
@@ -93,6 +99,15 @@ def point_key(point: SweepPoint, price_per_device_hour_usd: float | None) -> str
     )
     if point.recompute != "none":  # keys of points without recomputation stay as they were
         parts += (f"recompute={point.recompute}",)
+    # likewise keys of points with the parallelism and dtype axes at auto
+    if point.tensor_parallel is not None:
+        parts += (f"tensor_parallel={point.tensor_parallel}",)
+    if point.sequence_parallel is not None:
+        parts += (f"sequence_parallel={'true' if point.sequence_parallel else 'false'}",)
+    if point.sharding is not None:
+        parts += (f"sharding={point.sharding}",)
+    if point.dtype is not None:
+        parts += (f"dtype={point.dtype}",)
     return hashlib.sha256("\x1f".join(parts).encode("utf-8")).hexdigest()[:16]
 
 

@@ -9,10 +9,18 @@ Large Transformer Models" (arXiv:2205.05198, Sec. 4.2.2) add sequence parallelis
 and dropouts are split along the sequence, and each all-reduce becomes a reduce-scatter plus an
 all-gather: 2 all-gathers and 2 reduce-scatters in the forward and the same in the backward.
 
-Compute (first version, see ``docs/parallelism.md``): a layer's time is split into the share
-tensor parallelism divides by ``t`` and the share it keeps whole
+Compute (``docs/parallelism.md``): a block whose device model is known (:func:`tp_compute_model`:
+the profile was costed on the cluster's device, as the zoo's are) is re-timed from its GEMM
+shapes (:func:`block_tp_time_factors`): each forward and backward GEMM is timed split as
+Megatron-LM splits it (column-parallel ``n / t``, row-parallel ``k / t``, attention
+``count / t``) with the kernel model's tile and wave quantisation, so small per-device GEMMs
+lose efficiency as they do on a GPU; the layer's other time is split into the share tensor
+parallelism keeps whole
 (:attr:`~pipesim.profiles.models.shape.LayerShape.replicated_fwd_fraction`: layer norms, residual
-dropouts and adds without sequence parallelism; with it everything in a block is divided).
+dropouts and adds without sequence parallelism; with it they are divided too) and the rest
+(softmax, attention dropout, GeLU), divided by ``t``. Other layers, and blocks without a device
+model (a profile file measured on another device), use the time division alone
+(:func:`tp_time_factors`).
 
 The embedding and the LM head are vocabulary-parallel: the embedding's table is split by
 vocabulary, each device looks up every token (masked) and the partial outputs are all-reduced
@@ -29,27 +37,43 @@ scaled by the ratio of these figures.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import lru_cache
 from typing import NamedTuple
 
 from pipesim.errors import invalid
 from pipesim.profiles.costmodels.collective import AllReduceAlgorithm, AllReduceCurves
-from pipesim.profiles.costmodels.memory import Recompute
+from pipesim.profiles.costmodels.compute import ComputeModel, GemmShape, compute_model
+from pipesim.profiles.costmodels.memory import (
+    Recompute,
+    check_recompute,
+    layer_kept_bytes,
+    layer_transient_bytes,
+)
+from pipesim.profiles.hardware.specs import DeviceSpec
 from pipesim.profiles.models.profile import DTYPE_BYTES, Layer, ModelProfile
 from pipesim.profiles.models.shape import LayerKind, LayerShape
+from pipesim.profiles.models.zoo.roofline import Roofline
+from pipesim.profiles.models.zoo.shapes import replicated_block_times_s
+from pipesim.profiles.models.zoo.transformers import block_gemm_shapes
 
 __all__ = [
     "CE_BYTES_PER_TOKEN",
     "TpCollective",
     "TpStageTimes",
+    "block_tp_time_factors",
     "check_tensor_parallel",
+    "check_tp_group_in_server",
     "collective_time_s",
     "korthikanti_block_units",
     "layer_collectives",
     "stage_collectives",
     "stage_tp_times",
     "tp_activation_factor",
+    "tp_compute_model",
+    "tp_exposed_comm_s",
     "tp_parameter_bytes",
+    "tp_replay_s",
     "tp_stage_activation_bytes",
     "tp_time_factors",
 ]
@@ -99,6 +123,31 @@ def check_tensor_parallel(profile: ModelProfile, first: int, last: int, t: int, 
             )
 
 
+def check_tp_group_in_server(group: Sequence[int], server_of: Callable[[int], int], where: str) -> None:
+    """Check that a TP group's devices sit in one server.
+
+    TP collectives are folded into their ops' compute (``docs/parallelism.md``), exact inside
+    one NVLink/NVSwitch server, where nothing else uses the group's links; across servers they
+    would share the NICs and the fabric with pipeline and data-parallel traffic, which the
+    folded model cannot show, so such a group is refused (Megatron-LM keeps TP inside a server
+    too: Narayanan et al. 2021, Sec. 3.3, takeaway #1).
+
+    Raises:
+        InputError: the group spans servers; the message names ``where``, the degree and the
+            servers.
+    """
+    servers = sorted({server_of(d) for d in group})
+    if len(servers) > 1:
+        raise invalid(
+            where,
+            len(group),
+            f"a tensor-parallel group must sit in one server, and devices {group[0]}..{group[-1]} span "
+            f"servers {servers[0]}..{servers[-1]}: its collectives would cross the NICs, sharing them "
+            "with pipeline and data-parallel traffic, which the folded TP model does not simulate; use a "
+            "degree up to the GPUs per server (placed on a server boundary)",
+        )
+
+
 def tp_time_factors(shape: LayerShape, t: int, sequence_parallel: bool) -> tuple[float, float]:
     """``(forward, backward)`` time of a layer under ``t``-way TP relative to one device.
 
@@ -114,6 +163,119 @@ def tp_time_factors(shape: LayerShape, t: int, sequence_parallel: bool) -> tuple
     if sequence_parallel:
         return 1.0 / t, 1.0 / t
     return rf + (1.0 - rf) / t, rb + (1.0 - rb) / t
+
+
+def tp_compute_model(profile: ModelProfile, device: DeviceSpec) -> ComputeModel | None:
+    """The kernel model that times ``profile``'s GEMMs on ``device`` for TP re-timing, or ``None``.
+
+    ``None`` (the time-division fallback) unless the profile's times are for ``device``
+    (``reference_device`` is its name: the zoo costs on the cluster's device, and
+    :func:`~pipesim.profiles.inputs.resolve_inputs` re-targets files to it) and the device runs
+    the profile's dtype. The GEMMs are timed in that dtype as the precision; a layer whose GEMMs
+    so timed take more than its own time (a ``tfloat32`` or ``float8`` profile, whose GEMMs ran
+    at a faster rate than the storage dtype's) falls back per layer in
+    :func:`block_tp_time_factors`.
+    """
+    if profile.reference_device != device.name or not device.supports(profile.dtype):
+        return None
+    return compute_model(device, profile.dtype)
+
+
+_COLUMN, _ROW, _HEADS = "column", "row", "heads"
+
+
+@lru_cache(maxsize=4096)
+def _split_gemms(batch: int, shape: LayerShape, flash: bool) -> tuple[tuple[GemmShape, str], ...]:
+    """A block's forward GEMMs with how TP splits each (Q, K, V, FFN1 by columns; the output
+    projection and FFN2 by rows; ``Q K^T`` and ``P V`` by heads)."""
+    gemms = block_gemm_shapes(batch=batch, seq=shape.seq, hidden=shape.hidden, heads=shape.heads,
+                              ffn=shape.ffn, flash=flash)
+    how = (_COLUMN,) * 3 + (() if flash else (_HEADS, _HEADS)) + (_ROW, _COLUMN, _ROW)
+    return tuple(zip(gemms, how, strict=True))
+
+
+def _split(gemm: GemmShape, how: str, t: int) -> GemmShape:
+    if how == _COLUMN:
+        return GemmShape(m=gemm.m, n=gemm.n // t, k=gemm.k, count=gemm.count)
+    if how == _ROW:
+        return GemmShape(m=gemm.m, n=gemm.n, k=gemm.k // t, count=gemm.count)
+    return GemmShape(m=gemm.m, n=gemm.n, k=gemm.k, count=gemm.count // t)
+
+
+def _gemm_op_times_s(model: ComputeModel, fwd: GemmShape, elem_bytes: int) -> tuple[float, float]:
+    """``(forward, backward)`` operator time of a forward GEMM ``fwd`` and its two backward GEMMs
+    (input gradient ``(m, k, n)``, weight or second input gradient ``(k, n, m)``), seconds, costed
+    as the zoo costs them (bytes of A, B and C in the storage dtype; host dispatch floor)."""
+
+    def op(g: GemmShape) -> float:
+        moved = elem_bytes * (g.m * g.k + g.k * g.n + g.m * g.n) * g.count
+        return model.op_time_s(model.gemm_time_s(g, moved))
+
+    dgrad = GemmShape(m=fwd.m, n=fwd.k, k=fwd.n, count=fwd.count)
+    wgrad = GemmShape(m=fwd.k, n=fwd.n, k=fwd.m, count=fwd.count)
+    return op(fwd), op(dgrad) + op(wgrad)
+
+
+@lru_cache(maxsize=4096)
+def _block_model_times_s(
+    model: ComputeModel, shape: LayerShape, samples: int, t: int, flash: bool, elem_bytes: int
+) -> tuple[float, float, float, float, float, float]:
+    """A block's GEMM times whole and split over ``t`` and its replicated operations' times, by
+    ``model``: ``(G fwd, G bwd, G_t fwd, G_t bwd, R fwd, R bwd)``, seconds."""
+    g_f = g_b = gt_f = gt_b = 0.0
+    for gemm, how in _split_gemms(samples, shape, flash):
+        f, b = _gemm_op_times_s(model, gemm, elem_bytes)
+        ft, bt = _gemm_op_times_s(model, _split(gemm, how, t), elem_bytes)
+        g_f, g_b, gt_f, gt_b = g_f + f, g_b + b, gt_f + ft, gt_b + bt
+    r_f, r_b = replicated_block_times_s(Roofline(model=model), batch=samples, seq=shape.seq,
+                                        hidden=shape.hidden)
+    return g_f, g_b, gt_f, gt_b, r_f, r_b
+
+
+def block_tp_time_factors(
+    layer: Layer,
+    samples: int,
+    t: int,
+    sequence_parallel: bool,
+    model: ComputeModel,
+    fwd_s: float,
+    bwd_s: float,
+    elem_bytes: int,
+) -> tuple[float, float]:
+    """``(forward, backward)`` time of a transformer block under ``t``-way TP relative to one
+    device, from its GEMM shapes (module docstring).
+
+    Per direction, with ``T`` the layer's time for ``samples`` samples (``fwd_s``, ``bwd_s``),
+    ``G`` its GEMMs timed by ``model`` at full shape and ``G_t`` split, ``R`` its replicated
+    operations (layer norms, residual dropouts and adds) timed by ``model``
+    (:func:`~pipesim.profiles.models.zoo.shapes.replicated_block_times_s`): the time under TP is
+    ``G_t + R (1 / t with sequence parallelism, else 1) + (T - G - R) / t``. A fused-attention
+    block (one that saves no attention core, ``attention_core_saved_bytes == 0``) has no
+    attention GEMMs: its fused kernel is in the rest, divided by ``t`` (heads). Falls back to
+    :func:`tp_time_factors` in a direction where ``G + R`` exceeds ``T`` (the model does not
+    describe the layer's time).
+
+    Raises:
+        InputError: ``samples`` is not an integer >= 1.
+    """
+    shape = layer.shape
+    assert shape is not None
+    assert shape.kind is LayerKind.BLOCK
+    fallback = tp_time_factors(shape, t, sequence_parallel)
+    if t == 1:
+        return fallback
+    flash = layer.attention_core_saved_bytes == 0
+    g_f, g_b, gt_f, gt_b, r_f, r_b = _block_model_times_s(model, shape, samples, t, flash, elem_bytes)
+    rep = 1.0 / t if sequence_parallel else 1.0
+    out = []
+    directions = ((fwd_s, g_f, gt_f, r_f, fallback[0]), (bwd_s, g_b, gt_b, r_b, fallback[1]))
+    for total, g, gt, replicated, fb in directions:
+        rest = total - g - replicated
+        if total <= 0 or rest < -1e-9 * total:
+            out.append(fb)
+        else:
+            out.append((gt + replicated * rep + max(0.0, rest) / t) / total)
+    return out[0], out[1]
 
 
 def layer_collectives(
@@ -177,15 +339,16 @@ def korthikanti_block_units(
 def tp_activation_factor(
     shape: LayerShape, t: int, sequence_parallel: bool, *, selective: bool = False
 ) -> float:
-    """A layer's saved activation bytes under TP relative to one device without recomputation:
-    Korthikanti et al.'s ratio for a block (``selective``: with selective recomputation), ``1 / t``
-    for the head's vocabulary-sized tensors (the whole head with SP), 1 for the embedding (its
-    output is the next layer's input) without SP, ``1 / t`` with."""
-    if shape.kind is LayerKind.BLOCK and (t > 1 or selective):
-        ours = korthikanti_block_units(shape, t, sequence_parallel, selective=selective)
-        return ours / korthikanti_block_units(shape, 1, False)
+    """A layer's kept activation bytes under TP relative to one device with the same
+    recomputation: Korthikanti et al.'s ratio for a block (``selective``: of their selective
+    rows, whose attention core is dropped), ``1 / t`` for the head's vocabulary-sized tensors
+    (the whole head with SP), 1 for the embedding (its output is the next layer's input) without
+    SP, ``1 / t`` with. 1 for ``t = 1``."""
     if t == 1:
         return 1.0
+    if shape.kind is LayerKind.BLOCK:
+        ours = korthikanti_block_units(shape, t, sequence_parallel, selective=selective)
+        return ours / korthikanti_block_units(shape, 1, False, selective=selective)
     if sequence_parallel:
         return 1.0 / t
     if shape.kind is LayerKind.HEAD:
@@ -204,35 +367,54 @@ def tp_stage_activation_bytes(
     sequence_parallel: bool,
 ) -> tuple[float, float]:
     """``(stash, work)`` of one device of a ``t``-way TP group of a stage for one micro-batch
-    share, bytes: :func:`~pipesim.profiles.costmodels.memory.stage_activation_bytes` with each
-    layer's saved bytes scaled by :func:`tp_activation_factor`, the received input divided by
-    ``t`` with sequence parallelism, and the working set divided by ``t``. A ``selective``
-    recompute mode (where :class:`~pipesim.profiles.costmodels.memory.Recompute` has one) drops
-    the blocks' ``5 a s / h`` term; ``full`` keeps only the received input.
+    share, bytes: :func:`~pipesim.profiles.costmodels.memory.stage_activations` (the one
+    device's model of each recompute mode) with each layer's kept bytes scaled by
+    :func:`tp_activation_factor` (``selective``: Korthikanti et al.'s selective rows, so the
+    attention core's ``5 a s / h`` is dropped and the rest divided as their Table 2 says), the
+    received input divided by ``t`` with sequence parallelism, the largest layer working set
+    (with ``selective`` its re-materialised attention core, split by heads) divided by ``t``,
+    and with ``full`` the stage's re-materialised saved bytes scaled as without recomputation.
+    Equal to ``stage_activations`` for ``t = 1``.
 
     Raises:
-        InputError: ``samples`` is not > 0, or an unknown recompute mode.
+        InputError: ``samples`` is not > 0, an unknown recompute mode, or ``selective`` for a
+            profile without attention cores.
     """
-    mode = Recompute.parse(recompute)
-    selective = mode.value == "selective"  # where the vocabulary has it (Korthikanti et al. Sec. 5)
+    mode = check_recompute(profile, recompute)
+    selective = mode is Recompute.SELECTIVE
     layers = range(first_layer, last_layer + 1)
-    stashed = profile.stashed_bytes(samples)
     inputs = 0.0
     if first_layer > 0:
         inputs = profile.cuts()[first_layer - 1].crossing_bytes / profile.profile_batch_size * samples
         if sequence_parallel:
             inputs /= t
-    saved = 0.0
-    for i in layers:
+    kept = layer_kept_bytes(profile, samples, mode)
+    transient = layer_transient_bytes(profile, samples, mode)
+
+    def factor(i: int, sel: bool) -> float:
         shape = profile.layers[i].shape
-        if shape is not None:
-            saved += stashed[i] * tp_activation_factor(shape, t, sequence_parallel, selective=selective)
-        else:
-            saved += stashed[i]
+        return 1.0 if shape is None else tp_activation_factor(shape, t, sequence_parallel, selective=sel)
+
+    held = 0.0
     if mode is Recompute.FULL:
-        return inputs, saved
-    acts = profile.activation_bytes(samples)
-    return inputs + saved, max(acts[i] for i in layers) / t
+        saved = profile.stashed_bytes(samples)
+        held = sum(saved[i] * factor(i, False) for i in layers)
+    stash = inputs + sum(kept[i] * factor(i, selective) for i in layers)
+    return stash, held + max(transient[i] for i in layers) / t
+
+
+def tp_replay_s(recompute: Recompute, replay_s: float, fwd_ratio: float, fwd_comm_s: float, t: int) -> float:
+    """The forward a TP stage replays before its backward, seconds, from ``replay_s``, what it
+    replays without TP (:func:`~pipesim.profiles.costmodels.memory.layer_recompute_times_s`
+    summed over the stage): ``full`` reruns the stage's forward under TP, its collectives
+    included (``replay_s x fwd_ratio + fwd_comm_s``); ``selective`` the attention cores, split by
+    heads (``replay_s / t``, no collective inside); ``none`` nothing. The simulator's lowering
+    and the Megatron planner both use it."""
+    if recompute is Recompute.FULL:
+        return replay_s * fwd_ratio + fwd_comm_s
+    if recompute is Recompute.SELECTIVE:
+        return replay_s / t
+    return 0.0
 
 
 def stage_collectives(
@@ -267,6 +449,23 @@ class TpStageTimes(NamedTuple):
     bwd_comm_s: float
 
 
+def tp_exposed_comm_s(comm_s: float, compute_s: float, t: int, overlap: bool) -> float:
+    """The exposed part of an op's TP collectives (``comm_s`` seconds in all) next to its
+    ``compute_s`` seconds of compute under TP, seconds.
+
+    Without ``overlap``: all of it. With it (Megatron-LM's ``tp_comm_overlap`` by ring
+    exchange, as Megatron Bridge's GPT-3 175B preset
+    ``userbuffers_bf16_h100_h12288_tp4_mbs1_seqlen2048`` runs the QKV and FC1 all-gathers and
+    the projection and FC2 input-gradient reduce-scatters): each collective is cut into ``t``
+    chunks, one per TP rank, and each chunk after the first moves while the GEMM works on the one
+    before, so ``(t - 1) / t`` of it can hide behind the op's compute:
+    ``comm / t + max(0, (comm - compute) (t - 1) / t)``.
+    """
+    if not overlap or t <= 1:
+        return comm_s
+    return comm_s / t + max(0.0, comm_s - compute_s) * (t - 1) / t
+
+
 def stage_tp_times(
     profile: ModelProfile,
     first_layer: int,
@@ -275,16 +474,30 @@ def stage_tp_times(
     t: int,
     sequence_parallel: bool,
     curves: AllReduceCurves,
+    compute: ComputeModel | None = None,
+    overlap: bool = False,
 ) -> TpStageTimes:
     """Compute and collective time of layers ``first..last`` for ``samples`` samples under
-    ``t``-way TP (:func:`tp_time_factors` per layer; :func:`stage_collectives` timed with
-    :func:`collective_time_s` on the group's ``curves``). The one derivation both the planner's
-    estimate and the simulator's lowering use."""
+    ``t``-way TP (per layer :func:`block_tp_time_factors` for blocks when ``compute``, the
+    profile's device model from :func:`tp_compute_model`, is given and ``samples`` is whole,
+    else :func:`tp_time_factors`; :func:`stage_collectives` timed with :func:`collective_time_s`
+    on the group's ``curves``; with ``overlap`` only their exposed part,
+    :func:`tp_exposed_comm_s`). The one derivation both the planner's estimate and the
+    simulator's lowering use."""
     f_all, b_all = profile.fwd_times_s(samples), profile.bwd_times_s(samples)
+    elem = DTYPE_BYTES[profile.dtype]
+    whole = float(samples).is_integer()
     f0 = f1 = b0 = b1 = 0.0
     for i in range(first_layer, last_layer + 1):
-        shape = profile.layers[i].shape
-        ff, fb = (1.0, 1.0) if shape is None else tp_time_factors(shape, t, sequence_parallel)
+        layer = profile.layers[i]
+        shape = layer.shape
+        if shape is None:
+            ff, fb = 1.0, 1.0
+        elif compute is not None and whole and t > 1 and shape.kind is LayerKind.BLOCK:
+            ff, fb = block_tp_time_factors(layer, int(samples), t, sequence_parallel, compute,
+                                           f_all[i], b_all[i], elem)
+        else:
+            ff, fb = tp_time_factors(shape, t, sequence_parallel)
         f0, f1 = f0 + f_all[i], f1 + f_all[i] * ff
         b0, b1 = b0 + b_all[i], b1 + b_all[i] * fb
     comm_f = comm_b = 0.0
@@ -294,4 +507,5 @@ def stage_tp_times(
             comm_f += collective_time_s(curves, c)
         else:
             comm_b += collective_time_s(curves, c)
+    comm_f, comm_b = tp_exposed_comm_s(comm_f, f1, t, overlap), tp_exposed_comm_s(comm_b, b1, t, overlap)
     return TpStageTimes(f0, b0, f1, b1, comm_f, comm_b)

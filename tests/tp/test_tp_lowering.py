@@ -8,7 +8,11 @@ from hypothesis import strategies as st
 
 from pipesim.errors import InputError
 from pipesim.plan import Plan, StagePlan
-from pipesim.profiles.costmodels.tensor_parallel import korthikanti_block_units, layer_collectives
+from pipesim.profiles.costmodels.tensor_parallel import (
+    korthikanti_block_units,
+    layer_collectives,
+    tp_compute_model,
+)
 from pipesim.profiles.hardware.cluster import get_cluster
 from pipesim.profiles.inputs import resolve_inputs
 from pipesim.profiles.models.profile import ModelProfile
@@ -18,6 +22,7 @@ from pipesim.simulator import SimOptions, simulate
 from pipesim.simulator.program import Compute, lower
 from pipesim.simulator.tp_lowering import TpLowering
 from tests.simulator.builders import random_plan
+from tests.tp.test_tp_compute import expected_block_times_s
 
 CLUSTER = get_cluster("dapple-2x8-v100")
 GPT = "gpt:layers=4,hidden=1024,heads=16,seq=512,vocab=32000"
@@ -106,14 +111,15 @@ def test_tp_compute_split_and_exposed_collectives_with_free_links() -> None:
     four = lower(_gpt_plan(4), profile, cluster, opts)
     f1 = next(i for i in one.instructions(0) if getattr(i, "op", None) == "F")
     f4 = next(i for i in four.instructions(0) if getattr(i, "op", None) == "F")
-    layers = profile.layers[0:3]
-    fwd = profile.fwd_times_s(2)
-    expected = 0.0
-    for i, layer in enumerate(layers):
-        shape = layer.shape
-        assert shape is not None
-        r = shape.replicated_fwd_fraction
-        expected += fwd[i] * (r + (1 - r) / 4)
+    fwd, bwd = profile.fwd_times_s(2), profile.bwd_times_s(2)
+    model = tp_compute_model(profile, cluster.device)
+    assert model is not None
+    emb = profile.layers[0].shape
+    assert emb is not None
+    r = emb.replicated_fwd_fraction
+    expected = fwd[0] * (r + (1 - r) / 4)
+    for i in (1, 2):  # blocks: re-timed from their split GEMMs (tests/tp/test_tp_compute.py)
+        expected += expected_block_times_s(profile.layers[i], model, 2, 4, False, fwd[i], bwd[i], 4)[0]
     assert f1.duration_s == pytest.approx(sum(fwd[0:3]), rel=1e-12)
     assert f4.duration_s == pytest.approx(expected, rel=1e-12)  # free links: no collective time
 

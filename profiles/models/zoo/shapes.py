@@ -18,7 +18,7 @@ from pipesim.profiles.models.profile import Layer
 from pipesim.profiles.models.shape import LayerKind, LayerShape
 from pipesim.profiles.models.zoo.roofline import LayerCost, Roofline
 
-__all__ = ["block_shape", "embedding_shape", "head_shape", "with_shape"]
+__all__ = ["block_shape", "embedding_shape", "head_shape", "replicated_block_times_s", "with_shape"]
 
 
 def _fraction(part: float, whole: float) -> float:
@@ -35,19 +35,27 @@ def block_shape(layer: Layer, rl: Roofline, dims: Mapping[str, int], *, batch: i
     after the reduction, on every device.
     """
     seq, hidden, heads, vocab = dims["seq"], dims["hidden"], dims["heads"], dims["vocab"]
+    fwd_s, bwd_s = replicated_block_times_s(rl, batch=batch, seq=seq, hidden=hidden)
+    replicated = 4 * hidden + (hidden if attn_bias else 0) + hidden
+    return LayerShape(
+        kind=LayerKind.BLOCK, hidden=hidden, heads=heads, seq=seq, ffn=ffn, vocab=vocab,
+        replicated_params=replicated,
+        replicated_fwd_fraction=_fraction(fwd_s, layer.fwd_time_s),
+        replicated_bwd_fraction=_fraction(bwd_s, layer.bwd_time_s),
+    )
+
+
+def replicated_block_times_s(rl: Roofline, *, batch: int, seq: int, hidden: int) -> tuple[float, float]:
+    """``(forward, backward)`` time of a block's operations that tensor parallelism without
+    sequence parallelism keeps whole (two layer norms, two residual dropouts, two residual
+    adds) over ``batch`` samples, seconds, costed by ``rl`` as the zoo's blocks are."""
     bsh = batch * seq * hidden
     lc = LayerCost("replicated", rl)
     for _ in range(2):
         lc.layernorm(bsh, hidden)
         lc.dropout(bsh)
         lc.eltwise(bsh, fwd_passes=3, bwd_passes=1)  # residual add
-    replicated = 4 * hidden + (hidden if attn_bias else 0) + hidden
-    return LayerShape(
-        kind=LayerKind.BLOCK, hidden=hidden, heads=heads, seq=seq, ffn=ffn, vocab=vocab,
-        replicated_params=replicated,
-        replicated_fwd_fraction=_fraction(lc.fwd.time_s, layer.fwd_time_s),
-        replicated_bwd_fraction=_fraction(lc.bwd.time_s, layer.bwd_time_s),
-    )
+    return lc.fwd.time_s, lc.bwd.time_s
 
 
 def embedding_shape(*, seq: int, hidden: int, heads: int, vocab: int, replicated_params: int) -> LayerShape:
