@@ -130,8 +130,15 @@ def run_task(task: SweepTask) -> list[dict[str, object]]:
         price = task.cluster.device.price_per_hour_usd
     try:
         profile, cluster = resolve_inputs(task.profile, task.cluster)
+        held = "dapple" if first.planner == "dapple" else None  # every schedule on DAPPLE's plan
         base = plan(
-            profile, cluster, first.global_batch_size, planner=first.planner, top=1, recompute=first.recompute
+            profile,
+            cluster,
+            first.global_batch_size,
+            planner=first.planner,
+            top=1,
+            recompute=first.recompute,
+            schedule=held,
         )[0]
     except (Infeasible, InputError) as exc:
         return [_failed(row, exc) for row in rows]
