@@ -60,7 +60,9 @@ def run(*, small: bool = False, points: Sequence[tuple[str, int]] | None = None)
     options = SimOptions(record_trace=False)
     rows: list[_common.Row] = []
     for model, gbs in points or (SMALL_POINTS if small else POINTS):
-        compared = compare(zoo_model(model), cluster, gbs, schedules=SCHEDULES, options=options)
+        compared = compare(
+            zoo_model(model), cluster, gbs, schedules=SCHEDULES, options=options, hold_plan=True
+        )
         base = compared[0].result
         for entry in compared:
             d = entry.to_dict()

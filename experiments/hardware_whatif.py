@@ -72,7 +72,7 @@ def run(
         target = retarget(profile, device)
         for nic in nics or (SMALL_NICS if small else NICS):
             cluster = with_overrides(base, {"device": device, "nic": nic})
-            best = plan(target, cluster, global_batch_size, planner="dapple", top=1)[0]
+            best = plan(target, cluster, global_batch_size, planner="dapple", top=1, schedule="dapple")[0]
             result = simulate(best, target, cluster, options)
             price = cluster.device.price_per_hour_usd
             throughput = result.throughput_samples_per_s

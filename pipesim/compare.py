@@ -11,17 +11,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipesim.errors import invalid
+from pipesim.errors import Infeasible, invalid
 from pipesim.fileio import atomic_write_text, json_text
 from pipesim.plan import Plan, Recompute, balanced_split, stage_ranges
 from pipesim.planner import ESTIMATED_SCHEDULES, estimate_plan, plan
+from pipesim.planner.estimate import CostModel
 from pipesim.planner.megatron import THREE_D_SCHEDULES, MegatronPins, is_3d
+from pipesim.planner.schedule_plans import default_chunks, schedule_variant, suitable_counts
 from pipesim.pricing import TrainingCost, training_cost
+from pipesim.profiles.hardware.cluster import Cluster
 from pipesim.profiles.inputs import ClusterLike, ModelLike, resolve_inputs
 from pipesim.profiles.models.profile import ModelProfile
 from pipesim.rerank import simulated_rerank
 from pipesim.schedules.placement import stage_ranks
-from pipesim.schedules.registry import lookup, placement_of, schedule_info
+from pipesim.schedules.registry import lookup, placement_of
 from pipesim.schedules.schedule import Schedule
 from pipesim.simulator import SimOptions, SimulationResult, simulate
 
@@ -38,9 +41,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 DEFAULT_SCHEDULES: tuple[str, ...] = ("gpipe", "dapple")
-"""The default comparison: GPipe against DAPPLE's early backward on the same (DAPPLE) plan."""
-
-# Schedules the planner's analytic estimate models; the others are simulated only.
+"""The default comparison: GPipe against DAPPLE's early backward, each on its own plan."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -115,8 +116,18 @@ def compare(
     rerank: bool = True,
     recompute: Recompute | str | bool | None = None,
     pins: MegatronPins | None = None,
+    hold_plan: bool = False,
 ) -> list[CompareRow]:
-    """Plan once, then simulate the plan under each schedule.
+    """Plan each schedule for itself (or hold one plan fixed), then simulate each.
+
+    By default every named schedule gets its own plan from the DAPPLE planner
+    (``pipesim.planner.plan(..., schedule=NAME)``: its split balanced per device with the chunks
+    it runs, a micro-batch count it accepts, fitting memory with its in-flight counts), so no
+    schedule is judged on a plan made for another. With ``hold_plan``, a ``base_plan``, another
+    planner than ``dapple`` or tensor-parallel pins, one plan is held fixed as the compared plan
+    (DAPPLE's best, or ``base_plan``) and each schedule runs on its ranks: re-cut into the
+    schedule's chunks (balanced per device, placed as the schedule places them) and, when the
+    plan's micro-batch count does not suit the schedule, at the nearest count that does.
 
     Args:
         model: the model (a profile, zoo name, ``gpt:...`` spec or profile file), re-targeted to
@@ -140,6 +151,7 @@ def compare(
             simulate with; ``None`` (default) keeps ``base_plan``'s mode, or plans with ``none``.
         pins: tensor parallelism, sequence parallelism or sharding for the planner
             (``--tp``/``--sp``/``--zero``; :class:`~pipesim.planner.megatron.MegatronPins`).
+        hold_plan: compare every schedule on one plan (see above) instead of planning each.
 
     Returns:
         One row per schedule, in the order given.
@@ -155,33 +167,40 @@ def compare(
     names = [entry.name if isinstance(entry, Schedule) else lookup(entry).value for entry in schedules]
     if len(set(names)) != len(names):
         raise invalid("schedules", list(schedules), "must not repeat a schedule")
-    if base_plan is None:
-        by_simulation = simulated_rerank(profile, machine, options) if rerank else None
-        base_plan = plan(
-            profile,
-            machine,
-            global_batch_size,
-            planner=planner,
-            top=1,
-            rerank=by_simulation,
-            pins=pins,
-            recompute=Recompute.NONE if recompute is None else recompute,
+    by_simulation = simulated_rerank(profile, machine, options) if rerank else None
+    mode = Recompute.NONE if recompute is None else recompute
+    own = not hold_plan and base_plan is None and planner == "dapple" and not _pinned(pins)
+
+    def planned(schedule: str | None) -> Plan:
+        return plan(
+            profile, machine, global_batch_size, planner=planner, top=1, rerank=by_simulation, pins=pins,
+            recompute=mode, schedule=schedule,
         )[0]
-    elif recompute is not None:
+
+    if base_plan is not None and recompute is not None:
         base_plan = dataclasses.replace(base_plan, recompute=Recompute.parse(recompute), estimate=None)
+    held = base_plan
     rows: list[CompareRow] = []
     for name, entry in zip(names, schedules, strict=True):
         explicit = entry if isinstance(entry, Schedule) else None
-        if explicit is not None:
-            variant = _plan_for_order(base_plan, profile, explicit)
-        elif (chunks := schedule_info(name).default_chunks if name != "memory-aware" else 1) > 1:
-            # interleaved, looped BFS, interleaved ZB and the V shapes: 2 stages per rank
-            variant = interleave(base_plan, profile, chunks=chunks, schedule=name)
-        else:
-            variant = dataclasses.replace(base_plan, schedule=lookup(name), estimate=None)
+        variant = None
+        if own and explicit is None and name not in ("memory-aware", "custom"):
+            log.info("planning %s for schedule %s", profile.name, name)
+            try:
+                variant = planned(name)
+            except Infeasible as exc:  # shown on the held plan, where the simulation marks the misfit
+                log.info("schedule %s: %s; simulated on DAPPLE's plan instead", name, exc)
+        if variant is None:
+            if held is None:
+                held = planned("dapple" if planner == "dapple" else None)
+            if explicit is not None:
+                variant = _plan_for_order(held, profile, machine, explicit)
+            else:
+                variant = _held_variant(held, profile, machine, name)
         log.info("simulating %s with schedule %s", profile.name, name)
         result = simulate(variant, profile, machine, options, schedule=explicit)
-        estimated = name in (THREE_D_SCHEDULES if is_3d(variant) else ESTIMATED_SCHEDULES)
+        known = THREE_D_SCHEDULES if is_3d(variant) else ESTIMATED_SCHEDULES
+        estimated = explicit is None and name in known
         estimate = estimate_plan(variant, profile, machine).iteration_time_s if estimated else None
         speedup = rows[0].result.iteration_time_s / result.iteration_time_s if rows else 1.0
         price = price_per_device_hour_usd
@@ -206,9 +225,45 @@ def compare(
     return rows
 
 
-def _plan_for_order(base: Plan, profile: ModelProfile, order: Schedule) -> Plan:
+def _pinned(pins: MegatronPins | None) -> bool:
+    """Whether ``pins`` fix tensor parallelism or sharding (only the megatron planner plans them)."""
+    if pins is None:
+        return False
+    sharded = (pins.sharding or "none") != "none"
+    return (pins.tensor_parallel or 1) > 1 or bool(pins.sequence_parallel) or sharded
+
+
+def _held_variant(held: Plan, profile: ModelProfile, machine: Cluster, name: str) -> Plan:
+    """The held plan's ranks for schedule ``name``: its chunks balanced per device, and the
+    micro-batch count nearest the plan's that the schedule accepts.
+
+    Raises:
+        Infeasible: the model has fewer layers than ``ranks x chunks``, or no count suits.
+    """
+    if name == "memory-aware" or (held.schedule == name and held.chunks == default_chunks(name)):
+        return dataclasses.replace(held, schedule=lookup(name), estimate=None)
+    v = default_chunks(name)
+    m = held.num_microbatches
+    if v > 1 or name == "dualpipev":
+        widest = max(st.replicas for st in held.stages)
+        counts = suitable_counts(name, held.num_ranks, v, held.global_batch_size, widest)
+        if m not in counts:
+            if not counts:
+                raise Infeasible(
+                    f"schedule {name!r}: no micro-batch count of the global batch "
+                    f"{held.global_batch_size} suits {held.num_ranks} ranks with {v} chunks"
+                )
+            m = min(counts, key=lambda c: (abs(c - m), c))
+            log.info("schedule %s: %d micro-batches instead of %d (the plan's count does not suit it)",
+                     name, m, held.num_microbatches)
+    cost = CostModel(profile, machine, optimizer=held.optimizer, recompute=held.recompute,
+                     allreduce=held.allreduce)
+    return schedule_variant(cost, held, name, chunks=v, num_microbatches=m)
+
+
+def _plan_for_order(base: Plan, profile: ModelProfile, machine: Cluster, order: Schedule) -> Plan:
     """The plan an explicit order runs on: the base plan's ranks, re-cut into the order's stages
-    (placed as it places them) and with its micro-batch count.
+    (balanced per device, placed as it places them) and with its micro-batch count.
 
     Raises:
         InputError: the order has another number of ranks than the plan, or a micro-batch count
@@ -217,8 +272,13 @@ def _plan_for_order(base: Plan, profile: ModelProfile, order: Schedule) -> Plan:
     if order.num_ranks != base.num_ranks:
         rule = f"must have the compared plan's {base.num_ranks} pipeline ranks"
         raise invalid(f"schedule {order.name!r}", f"{order.num_ranks} ranks", rule)
-    plan = interleave(base, profile, chunks=order.chunks, schedule="custom", placement=order.placement)
-    return dataclasses.replace(plan, num_microbatches=order.num_microbatches, microbatch_sizes=None)
+    cost = CostModel(profile, machine, optimizer=base.optimizer, recompute=base.recompute,
+                     allreduce=base.allreduce)
+    plan = schedule_variant(
+        cost, base, "custom", chunks=order.chunks, num_microbatches=order.num_microbatches,
+        placement=order.placement,
+    )
+    return dataclasses.replace(plan, microbatch_sizes=None)
 
 
 def interleave(

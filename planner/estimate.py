@@ -35,6 +35,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 from pipesim.errors import invalid
 from pipesim.plan import ALLREDUCE_ALGORITHMS, Estimate, Plan, resplit, split_samples
@@ -48,6 +49,7 @@ from pipesim.planner.latency import (
     pipeline_time_s,
     prepend,
 )
+from pipesim.planner.schedule_time import order_time_s
 from pipesim.profiles.costmodels.collective import (
     AllReduceCurves,
     Lines,
@@ -57,6 +59,7 @@ from pipesim.profiles.costmodels.collective import (
 )
 from pipesim.profiles.costmodels.memory import (
     IN_FLIGHT_SCHEDULES,
+    IN_FLIGHT_SCHEDULES_ALL,
     Recompute,
     StageActivations,
     check_recompute,
@@ -67,11 +70,15 @@ from pipesim.profiles.costmodels.memory import (
     layer_transient_bytes,
     stage_activations,
     static_memory_multiplier,
+    weight_versions,
 )
 from pipesim.profiles.hardware.cluster import Cluster
 from pipesim.profiles.models.profile import ModelProfile
+from pipesim.schedules.placement import stage_ranks
+from pipesim.schedules.registry import placement_of, schedule_info
 
 __all__ = [
+    "CLOSED_FORM_SCHEDULES",
     "ESTIMATED_SCHEDULES",
     "NEG_INF",
     "CostModel",
@@ -82,11 +89,18 @@ __all__ = [
     "prepend",
 ]
 
-ESTIMATED_SCHEDULES: tuple[str, ...] = IN_FLIGHT_SCHEDULES
-"""Schedules the estimate has a closed form for (every schedule pipesim generates)."""
+ESTIMATED_SCHEDULES: tuple[str, ...] = IN_FLIGHT_SCHEDULES_ALL
+"""Schedules the estimate covers (every schedule pipesim generates): a closed form for
+:data:`CLOSED_FORM_SCHEDULES`, the order's evaluation bounded in ``m`` for the others
+(:mod:`pipesim.planner.schedule_time`)."""
 
-_LOOPED = ("interleaved", "zb-h1")
-"""Schedules that take ``chunks > 1``."""
+CLOSED_FORM_SCHEDULES: tuple[str, ...] = IN_FLIGHT_SCHEDULES
+"""Schedules with a closed form in :mod:`pipesim.planner.latency`."""
+
+
+def _rank_of(plan: Plan) -> tuple[int, ...]:
+    """``_rank_of(plan)[s]``: the pipeline rank of stage ``s`` under the schedule's placement."""
+    return stage_ranks(placement_of(plan.schedule) or "looped", plan.num_stages, plan.num_ranks)
 
 _DEVICE_CACHE_LIMIT = 1 << 16
 """Most device tuples whose all-reduce curves are also cached by identity (beyond the canonical cache)."""
@@ -431,7 +445,7 @@ class CostModel:
         if num < 2:
             return 0.0
         placement = plan.placement(self.cluster.num_devices)
-        p = plan.num_ranks
+        where = _rank_of(plan)
         samples = _largest_microbatch(plan)
         fwd = [c.fwd_s for c in costs]
         bwd = [c.bwd_s for c in costs]
@@ -441,7 +455,9 @@ class CostModel:
         for b in range(num - 1):
             pre_f += fwd[b]
             pre_b += bwd[b]
-            src, dst = placement[b % p], placement[(b + 1) % p]
+            if where[b] == where[b + 1]:
+                continue  # two stages of one rank (a V's turn): no transfer
+            src, dst = placement[where[b]], placement[where[b + 1]]
             nbytes = samples * self.cut_bytes_per_sample[plan.stages[b].last_layer]
             for direction, a, z, before, after in (
                 ("F", src, dst, pre_f, total_f - pre_f + total_b),
@@ -466,15 +482,15 @@ class CostModel:
         plan.check_against(self.profile.num_layers, self.cluster.num_devices)
         placement = plan.placement(self.cluster.num_devices)
         samples = _largest_microbatch(plan)
-        p = plan.num_ranks
+        where = _rank_of(plan)
         out = []
         for s, stage in enumerate(plan.stages):
-            devices = placement[s % p]
+            devices = placement[where[s]]
             table = self.share_table(-(-samples // stage.replicas))
             first, last = stage.first_layer, stage.last_layer
             send_f = send_b = 0.0
-            if s + 1 < plan.num_stages:
-                nxt = placement[(s + 1) % p]
+            if s + 1 < plan.num_stages and where[s + 1] != where[s]:
+                nxt = placement[where[s + 1]]
                 c = self.cut_bytes_per_sample[last]
                 send_f = self.transfer_s(devices, nxt, samples, c)
                 send_b = self.transfer_s(nxt, devices, samples, c)
@@ -493,8 +509,10 @@ class CostModel:
     def _check_schedule(self, plan: Plan) -> None:
         if plan.schedule not in ESTIMATED_SCHEDULES:
             raise invalid("schedule", plan.schedule, f"the estimate knows {', '.join(ESTIMATED_SCHEDULES)}")
-        if plan.chunks > 1 and plan.schedule not in _LOOPED:
-            raise invalid("chunks", plan.chunks, f"only {', '.join(_LOOPED)} take chunks > 1")
+        kind = schedule_info(plan.schedule).chunks
+        if (kind == "one" and plan.chunks > 1) or (kind == "two" and plan.chunks != 2):
+            rule = "must be 2 (a V)" if kind == "two" else "must be 1 for this schedule"
+            raise invalid("chunks", plan.chunks, rule)
 
     def _memory(self, plan: Plan) -> dict[int, float]:
         """Peak bytes per device: static + the in-flight forwards' stash (in warm-up order) + work."""
@@ -503,13 +521,26 @@ class CostModel:
         p, v, m = plan.num_ranks, plan.chunks, plan.num_microbatches
         group = m // max(1, m // p) if v > 1 else m
         warmup = dict(plan.schedule_options).get("warmup", "default")
+        memory_limit = dict(plan.schedule_options).get("memory_limit")
+        where = _rank_of(plan)
+        looped = plan.schedule in CLOSED_FORM_SCHEDULES
         peak: dict[int, float] = {}
         for r in range(p):
-            stages = plan.stages[r::p]
+            stages = [st for st, rank in zip(plan.stages, where, strict=True) if rank == r]
             share = -(-samples // stages[0].replicas)
             acts = [self.activations(st.first_layer, st.last_layer, share) for st in stages]
             static = sum(self.static_bytes(st.first_layer, st.last_layer) for st in stages)
-            k = in_flight_microbatches(plan.schedule, r, p, m, chunks=v, warmup=warmup)
+            k = in_flight_microbatches(
+                plan.schedule, r, p, m, chunks=v, warmup=warmup, memory_limit=memory_limit
+            )
+            if not looped:  # any of the rank's chunks may hold them: the largest stash, an upper bound
+                stash = k * max(a.stash_bytes for a in acts)
+                if v == 1:  # PipeDream's weight versions beyond the first (1 for flushed schedules)
+                    extra = weight_versions(plan.schedule, r, p, m) - 1
+                    stash += extra * self.parameter_bytes(stages[0].first_layer, stages[0].last_layer)
+                for d in placement[r]:
+                    peak[d] = static + stash + max(a.work_bytes for a in acts)
+                continue
             # the warm-up runs rounds of `group` micro-batches through chunk 0, then 1, ...
             first = min(k, v * group)  # forward j of the first round goes to chunk (j // group) % v
             stash = sum(min(group, max(0, first - c * group)) * acts[c].stash_bytes for c in range(v))
@@ -568,8 +599,10 @@ class CostModel:
                 nic = [self.allreduce_network_links(d) if len(d) > 1 else frozenset() for d in placement]
                 jobs = [(ends[s], costs[s].allreduce_s, nic[s]) for s in range(p)]
                 time_s = max(time_s, nic_sharing_end_s(jobs))
-        else:
+        elif plan.schedule in CLOSED_FORM_SCHEDULES:
             time_s = self._looped(plan, costs, placement, not decomposable)
+        else:
+            time_s = self._ordered(plan, costs, placement, not decomposable)
         if not decomposable:
             time_s = max(time_s, self.link_bound_s(plan, costs))
         device_peak = self._memory(plan)
@@ -593,6 +626,40 @@ class CostModel:
             [in_flight_microbatches(plan.schedule, i, p, max(m, 2 * p), warmup=warmup) for i in range(p)],
             m,
         )
+
+    def _ordered(
+        self, plan: Plan, costs: list[StageCosts], placement: Sequence[tuple[int, ...]], contention: bool
+    ) -> float:
+        """Schedules without a closed form: the order's makespan
+        (:func:`~pipesim.planner.schedule_time.order_time_s`, bounded in ``m``), then each rank's
+        all-reduces (of all its stages) after its last action."""
+        p = plan.num_ranks
+        options = {k: tuple(v) if isinstance(v, list) else v for k, v in dict(plan.schedule_options).items()}
+        timed = order_time_s(
+            plan.schedule,
+            num_ranks=p,
+            num_microbatches=plan.num_microbatches,
+            chunks=plan.chunks,
+            fwd_s=[c.fwd_s for c in costs],
+            bwd_s=[c.bwd_s for c in costs],
+            wgrad_s=[min(c.wgrad_s, c.bwd_s) for c in costs],  # prefix-sum rounding may exceed
+            send_fwd_s=[c.send_fwd_s for c in costs[:-1]],
+            send_bwd_s=[c.send_bwd_s for c in costs[:-1]],
+            options=options,
+        )
+        ar = [0.0] * p
+        for s, rank in enumerate(_rank_of(plan)):
+            ar[rank] += costs[s].allreduce_s
+        nic = [
+            self.allreduce_network_links(placement[r])
+            if contention and len(placement[r]) > 1
+            else frozenset()
+            for r in range(p)
+        ]
+        # float costs give float times (int or Fraction costs, in exact tests, stay exact)
+        ends = cast(tuple[float, ...], timed.rank_end_s)
+        jobs = [(ends[r], ar[r], nic[r]) for r in range(p)]
+        return max(cast(float, timed.makespan_s), nic_sharing_end_s(jobs))
 
     def _looped(
         self, plan: Plan, costs: list[StageCosts], placement: Sequence[tuple[int, ...]], contention: bool

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -16,11 +17,22 @@ from pipesim.planner.estimate import CostModel
 from pipesim.planner.megatron import MEGATRON_SHORTLIST, MegatronPins, estimate_3d, is_3d, megatron_plans
 from pipesim.planner.pipedream import pipedream_plans
 from pipesim.planner.placement import Placement, parse_placement
+from pipesim.planner.schedule_plans import schedule_plans
 from pipesim.profiles.hardware.cluster import Cluster
 from pipesim.profiles.inputs import resolve_inputs
 from pipesim.profiles.models.profile import ModelProfile
+from pipesim.schedules.placement import stage_ranks
+from pipesim.schedules.registry import lookup, placement_of
 
-__all__ = ["REPLICA_SPACES", "SHORTLIST", "estimate_plan", "plan", "plan_identity", "planner_names"]
+__all__ = [
+    "PLANNED_SCHEDULES",
+    "REPLICA_SPACES",
+    "SHORTLIST",
+    "estimate_plan",
+    "plan",
+    "plan_identity",
+    "planner_names",
+]
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +41,25 @@ SHORTLIST = 8
 ``rerank`` callable re-orders. A rerank costs one simulation per plan (bert48 on 16 GPUs: about
 0.05 s each), so 8 keeps a reranked ``plan`` within a second while covering every micro-batch
 count the DAPPLE search found within its 10% slack on the zoo models."""
+
+PLANNED_SCHEDULES: tuple[str, ...] = (
+    "dapple",
+    "gpipe",
+    "interleaved",
+    "zb-h1",
+    "zb-h2",
+    "looped-bfs",
+    "interleaved-zb",
+    "zbv",
+    "dualpipev",
+    "v-half",
+    "v-min",
+    "zb-auto",
+)
+"""The schedules :func:`plan` weighs when no schedule is given (the DAPPLE planner): every
+synchronous (flushed) schedule with an estimate. ``1f1b`` is DAPPLE's order under another name,
+and ``pipedream-async`` / ``pipedream-2bw`` train with stale weights (no flush): they are planned
+only when named. Searched on the DAPPLE search's shortlist of rank shapes (see :func:`plan`)."""
 
 _Planner = Callable[[CostModel, int, float, int, Sequence[Placement], Sequence[int] | None, bool], list[Plan]]
 
@@ -93,7 +124,8 @@ def planner_names() -> tuple[str, ...]:
 def _finish(plan: Plan, model: CostModel, single_s: float | None, dp_s: float | None) -> Plan:
     """``plan`` with its devices placed and its estimate (speedups filled in); every other field kept."""
     placement = plan.placement(model.cluster.num_devices)
-    stages = tuple(replace(st, devices=placement[i % plan.num_ranks]) for i, st in enumerate(plan.stages))
+    where = stage_ranks(placement_of(plan.schedule) or "looped", plan.num_stages, plan.num_ranks)
+    stages = tuple(replace(st, devices=placement[where[i]]) for i, st in enumerate(plan.stages))
     est = model.estimate(plan)
     t = est.iteration_time_s
     estimate = replace(
@@ -167,6 +199,8 @@ def plan(
     rerank: Callable[[Plan], float] | None = None,
     replica_space: str = "structured",
     pins: MegatronPins | None = None,
+    schedule: str | None = None,
+    chunks: int | None = None,
 ) -> list[Plan]:
     """Plan a training iteration of a model on a cluster: ranked plans, best first.
 
@@ -199,6 +233,15 @@ def plan(
         pins: tensor parallelism, sequence parallelism or sharding fixed by the user
             (:class:`~pipesim.planner.megatron.MegatronPins`); only ``megatron`` searches them,
             the other planners refuse pins other than ``t = 1`` without sharding.
+        schedule: plan for this schedule (the DAPPLE planner): its rank shapes re-cut as the
+            schedule needs (``chunks`` per rank, balanced per device, its placement), each at its
+            best micro-batch count the schedule accepts, fitting memory with the schedule's
+            in-flight counts (:mod:`pipesim.planner.schedule_plans`). ``None`` (default): weigh
+            every schedule of :data:`PLANNED_SCHEDULES` on the DAPPLE shortlist's rank shapes
+            (each at the shape's micro-batch count, or the valid counts nearest it) and rank them
+            all; the other planners keep their own schedule.
+        chunks: stages per rank for ``schedule`` (default: the schedule's, 2 for interleaved and
+            the V shapes).
 
     Returns:
         Plans with ``planner`` set and an :class:`~pipesim.plan.Estimate` (iteration time,
@@ -244,7 +287,11 @@ def plan(
     _check_no_pins(planner, pins)
     cost = CostModel(profile, machine, optimizer=optimizer, recompute=recompute, allreduce=allreduce)
     full = replica_space == "full"
+    if schedule is not None and planner != "dapple":
+        raise invalid("schedule", schedule, f"is planned by the dapple planner only, not {planner!r}")
     plans = _PLANNERS[planner](cost, global_batch_size, limit, keep, policies, microbatch_counts, full)
+    if planner == "dapple":
+        plans = _per_schedule(cost, plans, global_batch_size, limit, schedule, chunks, microbatch_counts)
     single = single_plan(cost, global_batch_size, limit)
     single_s = single.estimate.iteration_time_s if single is not None and single.estimate else None
     try:
@@ -272,6 +319,55 @@ def plan(
         finished[0].estimate.iteration_time_s if finished[0].estimate else math.nan,
     )
     return finished
+
+
+def _per_schedule(
+    cost: CostModel,
+    shapes: list[Plan],
+    gbs: int,
+    limit: float,
+    schedule: str | None,
+    chunks: int | None,
+    microbatch_counts: Sequence[int] | None,
+) -> list[Plan]:
+    """The DAPPLE proposals re-planned for ``schedule``, or for every planned schedule, ranked.
+
+    Raises:
+        Infeasible: no plan of the schedule fits in memory.
+        InputError: an unknown schedule, or ``chunks`` it does not take.
+    """
+    if schedule is None:
+        if chunks is not None:
+            raise invalid("chunks", chunks, "needs a schedule (--schedule)")
+        found = list(shapes)
+        for name in PLANNED_SCHEDULES[1:]:
+            more = schedule_plans(cost, shapes, name, limit, counts="near", allowed=microbatch_counts)
+            found += _dapple_named(more)
+        found.sort(key=lambda p: (p.estimate.iteration_time_s if p.estimate else math.inf))
+        return found
+    name = lookup(schedule).value
+    if name in ("memory-aware", "custom"):
+        rule = "is not planned (memory-aware and custom orders are given, not generated)"
+        raise invalid("schedule", name, rule)
+    if name == "dapple" and chunks in (None, 1):
+        return shapes
+    if name in ("gpipe", "looped-bfs"):  # they hold every micro-batch: GPipe's narrow shapes fit more often
+        with contextlib.suppress(Infeasible):
+            shapes = shapes + gpipe_plans(cost, gbs, limit, microbatch_counts=microbatch_counts)
+    found = _dapple_named(
+        schedule_plans(cost, shapes, name, limit, chunks=chunks, allowed=microbatch_counts)
+    )
+    if not found:
+        raise Infeasible(
+            f"no plan of schedule {name!r} for global batch {gbs} fits in {limit / 2**30:.3g} GiB per device"
+            " (on the DAPPLE search's rank shapes)"
+        )
+    return found
+
+
+def _dapple_named(plans: list[Plan]) -> list[Plan]:
+    """``plans`` under the planner name ``dapple`` (the planner that found their rank shapes)."""
+    return [replace(p, planner="dapple") for p in plans]
 
 
 def _check_no_pins(planner: str, pins: MegatronPins | None) -> None:

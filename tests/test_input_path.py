@@ -51,11 +51,12 @@ def _cli_json(capsys: pytest.CaptureFixture[str], argv: list[str]) -> Any:
 def test_plan_and_verify_cli_equal_api(
     cluster: str, overrides: dict[str, object], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    args = ["--model", MODEL, "--cluster", cluster, *_set(overrides), "--gbs", str(GBS), "--json"]
+    args = ["--model", MODEL, "--cluster", cluster, *_set(overrides), "--gbs", str(GBS)]
+    args += ["--schedule", "dapple", "--json"]
     planned = _cli_json(capsys, ["plan", *args, "--top", "2"])
     verified = _cli_json(capsys, ["verify", *args])
     profile, machine = resolve_inputs(MODEL, cluster, overrides=overrides)
-    plans = plan_api(profile, machine, GBS, top=2)
+    plans = plan_api(profile, machine, GBS, top=2, schedule="dapple")
     assert len(planned) == len(plans)
     for got, want in zip(planned, plans, strict=True):
         assert want.estimate is not None
@@ -165,7 +166,7 @@ def test_plan_estimate_matches_simulate_of_the_saved_plan(
 ) -> None:
     """The issue's case: ``plan`` on an H100 cluster and ``simulate --plan`` of its plan agree."""
     saved = tmp_path / "plan.json"
-    common = ["--model", MODEL, "--cluster", "dgx-h100-x4"]
+    common = ["--model", MODEL, "--cluster", "dgx-h100-x4", "--schedule", "dapple"]
     (planned,) = _cli_json(
         capsys, ["plan", *common, "--gbs", str(GBS), "--top", "1", "--json", "-o", str(saved)]
     )

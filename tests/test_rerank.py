@@ -22,9 +22,9 @@ def test_rerank_fixes_a_wrong_analytic_order() -> None:
     # plan is not the simulation's; the simulated rerank puts the fastest first.
     profile = zoo_model("gnmt16")
     cluster = get_cluster("pcie-4x4-v100-10gbe")
-    plain = plan(profile, cluster, 256, top=SHORTLIST)
+    plain = plan(profile, cluster, 256, top=SHORTLIST, schedule="dapple")
     rerank = simulated_rerank(profile, cluster)
-    reranked = plan(profile, cluster, 256, top=SHORTLIST, rerank=rerank)
+    reranked = plan(profile, cluster, 256, top=SHORTLIST, rerank=rerank, schedule="dapple")
     sims = [simulate(p, profile, cluster, OPTIONS).iteration_time_s for p in plain]
     assert sorted(sims) != sims  # the analytic order is wrong here
     best_sim = simulate(reranked[0], profile, cluster, OPTIONS).iteration_time_s

@@ -78,7 +78,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 def add_comparison_args(p: argparse.ArgumentParser) -> None:
     """The inputs of a comparison, shared by ``compare`` and ``report``: model, cluster and
-    ``--set``, ``--gbs``, ``--schedules``, ``--planner``, ``--plan``, ``--rerank`` and ``--recompute``."""
+    ``--set``, ``--gbs``, ``--schedules``, ``--planner``, ``--plan``, ``--hold-plan``, ``--rerank`` and
+    ``--recompute``."""
     add_model_args(p, required=False, default=DEFAULT_MODEL)
     add_cluster_arg(p, required=False, default=DEFAULT_CLUSTER)
     p.add_argument(
@@ -92,7 +93,15 @@ def add_comparison_args(p: argparse.ArgumentParser) -> None:
         "writes it, FILE.json), run on the plan's ranks re-cut into its stages",
     )
     p.add_argument("--planner", default="dapple", help="planner whose best plan is compared (default dapple)")
-    p.add_argument("--plan", help="compare this plan file instead of planning")
+    p.add_argument(
+        "--plan", help="compare this plan file instead of planning (held fixed: every schedule runs on it)"
+    )
+    p.add_argument(
+        "--hold-plan",
+        action="store_true",
+        help="compare every schedule on one plan (DAPPLE's best: each schedule re-cut into its chunks, at "
+        "the nearest micro-batch count it accepts) instead of planning each schedule for itself (default)",
+    )
     add_parallel_args(p)
     p.add_argument(
         "--rerank",
@@ -139,6 +148,7 @@ def comparison_rows(
         pins=pins_of(args),
         rerank=args.rerank == "simulate",
         recompute=args.recompute,
+        hold_plan=args.hold_plan,
         **options,
     )
     return rows, title, cluster

@@ -75,6 +75,17 @@ def _common(p: argparse.ArgumentParser) -> None:
         "(default), or keep the analytic estimate's order (none: faster, independent of the "
         "micro-batch count)",
     )
+    p.add_argument(
+        "--schedule",
+        default=None,
+        help="plan for this schedule (dapple planner): its split balanced per device with the chunks it "
+        "runs, a micro-batch count it accepts, fitting memory with its in-flight activations; default: "
+        "weigh every synchronous schedule (gpipe, dapple, interleaved, zb-h1, zb-h2, looped-bfs, "
+        "interleaved-zb, zbv, dualpipev, v-half, v-min, zb-auto) and rank them all",
+    )
+    p.add_argument(
+        "--chunks", type=positive_int, default=None, help="stages per rank for --schedule (default: its own)"
+    )
     p.add_argument("--json", action="store_true", help="print JSON")
 
 
@@ -139,6 +150,8 @@ def _plans(
         rerank=rerank,
         replica_space=args.replica_space,
         pins=pins_of(args),
+        schedule=args.schedule,
+        chunks=args.chunks,
     )
     return plans, profile, cluster
 

@@ -172,6 +172,35 @@ def result_json(result: Any) -> dict[str, Any]:
     }
 
 
+_NO_FLUSH = ("pipedream-async", "pipedream-2bw")
+"""Schedules without a flush: an iteration in steady state is shorter than the flushed one simulated."""
+
+
+def _steady_iteration_s(plan: Any, profile: Any, cluster: Any, options: Any) -> float | None:
+    """Seconds one more iteration adds once a flush-free pipeline is full, for PipeDream's
+    schedules (``None`` for the others): the simulated makespan of ``2m`` micro-batches back to
+    back less that of ``m``, the definition of
+    :func:`pipesim.schedules.async_pipedream.steady_iteration_time` on the simulator's costs."""
+    if str(plan.schedule) not in _NO_FLUSH:
+        return None
+    import dataclasses
+
+    from pipesim.simulator import simulate
+
+    sizes = plan.microbatch_sizes
+    doubled = dataclasses.replace(
+        plan,
+        global_batch_size=2 * plan.global_batch_size,
+        num_microbatches=2 * plan.num_microbatches,
+        microbatch_sizes=None if sizes is None else (*sizes, *sizes),
+        estimate=None,
+    )
+    quiet = dataclasses.replace(options, record_trace=False)
+    once = simulate(plan, profile, cluster, quiet).iteration_time_s
+    twice = simulate(doubled, profile, cluster, quiet).iteration_time_s
+    return float(twice - once)
+
+
 def _run(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
@@ -274,8 +303,11 @@ def _run(args: argparse.Namespace) -> int:
             )
         if args.distribution:
             write_distribution(summary, args.distribution, title=f"{profile.name} on {cluster.name}")
+    steady_s = _steady_iteration_s(plan, profile, cluster, options) if explicit is None else None
     if args.json:
         document = result_json(result)
+        if steady_s is not None:
+            document["steady_iteration_time_s"] = steady_s
         if summary is not None:
             document["monte_carlo"] = summary.to_dict()
         print_json(document)
@@ -291,6 +323,7 @@ def _run(args: argparse.Namespace) -> int:
         f"iteration {result.iteration_time_s / MS:.2f} ms, {result.throughput_samples_per_s:.1f} samples/s, "
         f"bubble {result.bubble_fraction:.1%}, "
         f"exposed all-reduce {result.exposed_allreduce_time_s / MS:.2f} ms"
+        + ("" if steady_s is None else f"; steady state (no flush) {steady_s / MS:.2f} ms per iteration")
     )
     rows = [
         (

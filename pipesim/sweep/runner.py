@@ -139,8 +139,9 @@ def run_task(task: SweepTask) -> list[dict[str, object]]:
         if first.pinned:
             pins = MegatronPins(tensor_parallel=first.tensor_parallel,
                                 sequence_parallel=first.sequence_parallel, sharding=first.sharding)
+        held = "dapple" if first.planner == "dapple" else None  # every schedule on DAPPLE's plan
         base = plan(profile, cluster, first.global_batch_size, planner=first.planner, top=1,
-                    recompute=first.recompute, pins=pins)[0]
+                    recompute=first.recompute, pins=pins, schedule=held)[0]
     except (Infeasible, InputError) as exc:
         return [_failed(row, exc) for row in rows]
     options = SimOptions(record_trace=False)

@@ -83,7 +83,10 @@ def test_plan_orders_the_shortlist_by_simulation(capsys: pytest.CaptureFixture[s
 
 
 def test_verify_json(capsys: pytest.CaptureFixture[str]) -> None:
-    rc = main(["verify", "--model", "gnmt16", "--cluster", "dapple-2x8-v100", "--gbs", "64", "--json"])
+    rc = main(
+        ["verify", "--model", "gnmt16", "--cluster", "dapple-2x8-v100", "--gbs", "64", "--schedule", "dapple",
+         "--json"]
+    )
     assert rc == 0
     reports = json.loads(capsys.readouterr().out)
     r = reports[0]

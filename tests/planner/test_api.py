@@ -28,7 +28,7 @@ def test_registry() -> None:
 
 
 def test_ranked_plans_with_estimates() -> None:
-    plans = plan(zoo_model("gnmt16"), CLUSTER, 64, top=4)
+    plans = plan(zoo_model("gnmt16"), CLUSTER, 64, top=4, schedule="dapple")
     times = [p.estimate.iteration_time_s for p in plans if p.estimate]
     assert len(times) == len(plans) >= 2
     assert times == sorted(times)

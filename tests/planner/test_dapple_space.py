@@ -99,7 +99,7 @@ def test_duplicate_proposals_are_merged(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setitem(
         planner_search._PLANNERS, "dapple", lambda model, gbs, limit, top, pl, ms, full: list(proposals)
     )
-    plans = plan("gnmt16", CLUSTER, 64, top=5)
+    plans = plan("gnmt16", CLUSTER, 64, top=5, schedule="dapple")
     assert [p.num_microbatches for p in plans] == [2, 4]
     assert plan_identity(one) == plan_identity(permuted)
     assert plan_identity(one) != plan_identity(other)

@@ -158,7 +158,7 @@ def test_sweep_runs_order_files(tmp_path: Path) -> None:
 
     model = "gpt:layers=8,hidden=256,heads=4,seq=128,vocab=1000"
     cluster = get_cluster("dgx1-v100")
-    base = plan(load_model(model), cluster, 256, top=1)[0]
+    base = plan(load_model(model), cluster, 256, top=1, schedule="dapple")[0]
     order = tmp_path / "zbv.json"
     schedule = make_schedule("zbv", num_ranks=base.num_ranks, num_microbatches=8)
     order.write_text(json.dumps(schedule.to_order()))

@@ -51,7 +51,7 @@ def test_small_sweep_writes_one_exact_row_per_point(small_config: Path, tmp_path
     assert price is not None
     for row in rows:
         profile = load_model(row["model"])
-        base = plan(profile, cluster, row["global_batch_size"], top=1)[0]
+        base = plan(profile, cluster, row["global_batch_size"], top=1, schedule="dapple")[0]
         (expected,) = compare(
             profile,
             cluster,

@@ -1,0 +1,162 @@
+"""Iteration time of any registered schedule from its order, at a cost bounded in the micro-batch count.
+
+The closed forms of :mod:`pipesim.planner.latency` cover the 1F1B family, GPipe, interleaved
+1F1B and ZB-H1/H2. The other schedules (looped BFS, interleaved zero bubble, the V shapes ZB-V,
+DualPipeV, V-Half, V-Min, the greedy ZB-auto order and PipeDream's flush-free orders) are timed by
+list-scheduling their own order with :func:`pipesim.schedules.evaluate` (the analytic evaluator
+the simulator is checked against: exact for compute and FIFO point-to-point transfers, with the
+schedule's placement, no transfer between two stages on one rank):
+
+* ``m <= EXACT_MICROBATCHES_PER_RANK * p``: the order of ``m`` micro-batches is evaluated as is
+  (exact).
+* larger ``m``: the order is evaluated at two counts ``m_1 = m_2 - d`` and ``m_2 = m (mod d)``
+  within that bound (and ``>= 3d``), and the makespan extrapolated by whole periods ``d``:
+  ``T(m) = T(m_2) + (m - m_2) / d (T(m_2) - T(m_1))``, each rank's last action likewise. ``d``
+  is a period of the steady phase: ``p`` for the looped orders with ``v > 1`` (rounds of ``p``
+  micro-batches; a count no multiple of ``p`` is below ``p^2`` and evaluated directly),
+  ``lcm(p, 4)`` for the others (their steady phase repeats every 1, 2 or 4 micro-batches or every
+  round of ``p``, as measured for the greedy V-Half, V-Min and ZB-auto orders). Exact once the
+  order is periodic with period ``d`` from ``m_1`` on (with equal stages, every order here);
+  checked against direct evaluation with unequal stages and slow links in
+  ``tests/planner/test_schedule_plans.py``. A bottleneck that only overtakes past the window
+  (a flow shop whose slowest stage's line crosses late) is caught for the makespan by taking the
+  period's growth at least ``d`` times the busiest rank's compute per micro-batch; the ranks'
+  last actions (when their all-reduces start) keep the window's growth, an approximation.
+
+The cost is that of evaluating ``O(lcm(p, 4))`` micro-batches over ``v p`` stages, independent of ``m``.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+from pipesim.schedules import evaluate
+from pipesim.schedules.placement import stage_ranks
+from pipesim.schedules.registry import make_schedule, schedule_info
+from pipesim.schedules.schedule import Schedule
+from pipesim.schedules.timing import Time
+
+__all__ = [
+    "EXACT_MICROBATCHES_PER_RANK",
+    "OrderTime",
+    "order_time_s",
+    "valid_microbatches",
+]
+
+EXACT_MICROBATCHES_PER_RANK = 4
+"""Orders of at most this many micro-batches per rank are evaluated exactly; longer ones are
+extrapolated from two evaluations of at most this many."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OrderTime:
+    """An order's makespan and when each rank ends its last action (seconds from the start)."""
+
+    makespan_s: Time
+    rank_end_s: tuple[Time, ...]
+
+
+def valid_microbatches(schedule: str, num_ranks: int, num_microbatches: int, chunks: int) -> bool:
+    """Whether the generator of ``schedule`` accepts ``m`` micro-batches on ``p`` ranks with ``v``
+    chunks: the looped orders with ``v > 1`` need ``m`` to be a multiple of their rounds
+    ``max(1, m // p)``; DualPipeV needs ``m >= 2p``; the others take any ``m >= 1``."""
+    p, m = num_ranks, num_microbatches
+    if m < 1:
+        return False
+    info = schedule_info(schedule)
+    if info.chunks == "free" and chunks > 1 and m % max(1, m // p):
+        return False
+    return not (schedule == "dualpipev" and m < 2 * p)
+
+
+@functools.lru_cache(maxsize=512)
+def _order(schedule: str, p: int, m: int, chunks: int, options: tuple[tuple[str, Any], ...]) -> Schedule:
+    info = schedule_info(schedule)
+    kwargs: dict[str, Any] = dict(options)
+    return make_schedule(
+        schedule, num_ranks=p, num_microbatches=m, chunks=chunks if info.chunks == "free" else None, **kwargs
+    )
+
+
+def _evaluate(
+    schedule: str,
+    p: int,
+    m: int,
+    chunks: int,
+    options: tuple[tuple[str, Any], ...],
+    costs: tuple[Sequence[Time], ...],
+) -> OrderTime:
+    fwd, bwd, wgrad, c_f, c_b = costs
+    order = _order(schedule, p, m, chunks, options)
+    timeline = evaluate(
+        order,
+        fwd_time_s=list(fwd),
+        bwd_time_s=list(bwd),
+        wgrad_time_s=list(wgrad),
+        fwd_comm_time_s=list(c_f),
+        bwd_comm_time_s=list(c_b),
+        check=False,
+    )
+    ends = tuple(max(row, default=0) for row in timeline.ends)
+    return OrderTime(makespan_s=timeline.makespan, rank_end_s=ends)
+
+
+def order_time_s(
+    schedule: str,
+    *,
+    num_ranks: int,
+    num_microbatches: int,
+    chunks: int,
+    fwd_s: Sequence[Time],
+    bwd_s: Sequence[Time],
+    wgrad_s: Sequence[Time],
+    send_fwd_s: Sequence[Time],
+    send_bwd_s: Sequence[Time],
+    options: Mapping[str, Any] | None = None,
+) -> OrderTime:
+    """The makespan of ``schedule``'s order over per-stage costs (see the module docstring).
+
+    Args:
+        schedule: a registered schedule name.
+        num_ranks: pipeline ranks ``p``.
+        num_microbatches: micro-batches ``m`` (valid for the schedule: :func:`valid_microbatches`).
+        chunks: stages per rank ``v``.
+        fwd_s, bwd_s, wgrad_s: per stage (``v p`` of them, stage order) forward, full backward and
+            weight-gradient times, seconds.
+        send_fwd_s, send_bwd_s: per stage boundary (``v p - 1``) the activation and gradient
+            transfer times, seconds (charged only between stages on different ranks).
+        options: the schedule's options (e.g. ``zb-auto``'s costs and memory limit).
+
+    Raises:
+        InputError: ``m`` or ``chunks`` the schedule's generator refuses, or bad cost lists.
+    """
+    p, m = num_ranks, num_microbatches
+    opts = tuple(sorted((options or {}).items()))
+    costs = (tuple(fwd_s), tuple(bwd_s), tuple(wgrad_s), tuple(send_fwd_s), tuple(send_bwd_s))
+    looped_rounds = schedule_info(schedule).chunks == "free" and chunks > 1
+    period = p if looped_rounds else math.lcm(p, 4)
+    bound = max(EXACT_MICROBATCHES_PER_RANK * p, 3 * period)
+    if m <= bound or (looped_rounds and m % p):
+        # a looped order whose m is no multiple of p has m < p^2 (its rounds divide m): direct
+        return _evaluate(schedule, p, m, chunks, opts, costs)
+    m2 = bound - (bound - m) % period  # the largest count <= bound with m2 = m (mod period)
+    m1 = m2 - period
+    t1 = _evaluate(schedule, p, m1, chunks, opts, costs)
+    t2 = _evaluate(schedule, p, m2, chunks, opts, costs)
+    steps = Fraction(m - m2, period)  # exact with int or Fraction costs
+    # no rank runs its micro-batches faster than its compute: the period's growth is at least the
+    # busiest rank's, which guards against a bottleneck that only dominates past the window
+    where = stage_ranks(schedule_info(schedule).placement, len(fwd_s), p)
+    busy: list[Time] = [0 for _ in range(p)]
+    for s, rank in enumerate(where):
+        busy[rank] += fwd_s[s] + bwd_s[s]
+    growth = max(t2.makespan_s - t1.makespan_s, period * max(busy))
+    return OrderTime(
+        makespan_s=t2.makespan_s + steps * growth,
+        rank_end_s=tuple(b + steps * (b - a) for a, b in zip(t1.rank_end_s, t2.rank_end_s, strict=True)),
+    )
