@@ -345,7 +345,9 @@ class SyncOrchestrate:
             Infeasible: no plan fits in device memory.
         """
         profile, cluster = resolve_inputs(self.m.profile, self.cluster)
-        plans = make_plans(profile, cluster, self.m.global_batch_size, planner="dapple", top=_TOP)
+        plans = make_plans(
+            profile, cluster, self.m.global_batch_size, planner="dapple", top=_TOP, schedule="dapple"
+        )
         scale = self.m.global_batch_size / profile.profile_batch_size
         # HPGO's numerator: the states' compute (the input's is zeroed, dropped sinks left out)
         layers = [profile.layers[i] for i in self.m.states]
