@@ -23,7 +23,8 @@ from typing import Any, NamedTuple
 from pipesim.errors import Infeasible
 from pipesim.plan import Plan, StagePlan, resplit, split_samples
 from pipesim.planner.baselines import candidate_microbatch_counts
-from pipesim.planner.estimate import NEG_INF, CostModel, _canonical, eval_lines
+from pipesim.planner.cost_tables import canonical_groups
+from pipesim.planner.estimate import NEG_INF, CostModel, eval_lines
 from pipesim.planner.placement import Placement, device_order, placement_grid, placement_unit, stage_start
 from pipesim.planner.search_space import cut_positions, device_unit, even_split, replica_candidates
 from pipesim.profiles.costmodels.collective import AllReduceCurves, Lines
@@ -81,7 +82,8 @@ def _uneven_lines(
     cache: dict[tuple[object, ...], tuple[Lines, Lines]]
     cache = model.memo.setdefault(("dapple-uneven",), {})  # type: ignore[assignment]
     cluster = model.cluster
-    key = (_canonical(src, dst, g=placement_unit(cluster), renumber=cluster.servers_interchangeable), samples)
+    groups = canonical_groups(src, dst, g=placement_unit(cluster), renumber=cluster.servers_interchangeable)
+    key = (groups, samples)
     found = cache.get(key)
     if found is None:
         route = model.cluster.route

@@ -34,11 +34,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import cast
 
 from pipesim.errors import invalid
 from pipesim.plan import ALLREDUCE_ALGORITHMS, Estimate, Plan, resplit, split_samples
+from pipesim.planner.cost_tables import (
+    ShareTable,
+    StageCosts,
+    canonical_groups,
+    largest_microbatch,
+    prefix_sums,
+)
 from pipesim.planner.latency import (
     NEG_INF,
     backward_end_times,
@@ -106,78 +112,6 @@ _DEVICE_CACHE_LIMIT = 1 << 16
 """Most device tuples whose all-reduce curves are also cached by identity (beyond the canonical cache)."""
 
 
-def _canonical(*groups: Sequence[int], g: int, renumber: bool = True) -> tuple[tuple[int, ...], ...]:
-    """``groups`` with servers renumbered in order of first appearance (local GPU ids kept).
-
-    Servers are identical and joined by one non-blocking switch, so any collective or transfer
-    costs the same after renumbering: the key lets one computation serve every placement.
-    ``renumber=False`` (a cluster whose servers are not interchangeable, e.g. a rail fat-tree)
-    keeps the device ids as they are.
-    """
-    if not renumber:
-        return tuple(tuple(group) for group in groups)
-    ranks: dict[int, int] = {}
-    out = []
-    for group in groups:
-        key = []
-        for d in group:
-            srv, local = divmod(d, g)
-            rank = ranks.get(srv)
-            if rank is None:
-                rank = ranks[srv] = len(ranks)
-            key.append(rank * g + local)
-        out.append(tuple(key))
-    return tuple(out)
-
-
-@dataclass(frozen=True, slots=True)
-class _ShareTable:
-    """Prefix sums of per-layer costs at one share size (samples per replica per micro-batch)."""
-
-    fwd: tuple[float, ...]  # fwd[i] = sum of layers < i
-    bwd: tuple[float, ...]  # the backward plus the forward that recomputation replays in it
-    wgrad: tuple[float, ...]  # weight-gradient part of bwd (zero-bubble schedules' W)
-    stashed: tuple[float, ...]  # bytes kept per in-flight micro-batch (layer_kept_bytes, by mode)
-    acts: tuple[float, ...]  # per layer (not a prefix): its backward working set (layer_transient_bytes)
-    held: tuple[float, ...]  # saved bytes a full recomputation re-materialises (0 for other modes)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class StageCosts:
-    """The estimate's view of one (virtual) stage of a plan.
-
-    Attributes:
-        fwd_s: forward time of a replica at the largest share of a micro-batch, seconds.
-        bwd_s: backward time (input and weight gradients, plus the forward that recomputation
-            replays first), seconds.
-        wgrad_s: the weight-gradient part of ``bwd_s`` (``W`` of the zero-bubble schedules), seconds.
-        allreduce_s: gradient all-reduce among the replicas, seconds (0 for one replica).
-        send_fwd_s: the activation transfer to the next stage, seconds (0 for the last stage).
-        send_bwd_s: the gradient transfer back from the next stage, seconds (0 for the last).
-    """
-
-    fwd_s: float
-    bwd_s: float
-    wgrad_s: float
-    allreduce_s: float
-    send_fwd_s: float
-    send_bwd_s: float
-
-
-def _largest_microbatch(plan: Plan) -> int:
-    """Samples in the plan's largest micro-batch (without building a tuple of ``M`` sizes)."""
-    if plan.microbatch_sizes is None:
-        return plan.global_batch_size // plan.num_microbatches
-    return max(plan.microbatch_sizes)
-
-
-def _prefix(values: Sequence[float]) -> tuple[float, ...]:
-    out = [0.0]
-    for v in values:
-        out.append(out[-1] + v)
-    return tuple(out)
-
-
 class CostModel:
     """Cached cost queries for one profile on one cluster (see the module docstring).
 
@@ -212,9 +146,9 @@ class CostModel:
         self.recompute = check_recompute(profile, recompute)
         self.allreduce = allreduce
         self._multiplier = static_memory_multiplier(profile.dtype, optimizer)
-        self._params = list(_prefix([layer.parameter_bytes for layer in profile.layers]))
+        self._params = list(prefix_sums([layer.parameter_bytes for layer in profile.layers]))
         self.cut_bytes_per_sample = [c.crossing_bytes / profile.profile_batch_size for c in profile.cuts()]
-        self._shares: dict[float, _ShareTable] = {}
+        self._shares: dict[float, ShareTable] = {}
         self._bw = [link.bandwidth_bytes_per_s for link in cluster.links]
         self._lat = [link.latency_s for link in cluster.links]
         # per route: (latency, slowest bandwidth, its finite-bandwidth links once each)
@@ -241,22 +175,24 @@ class CostModel:
         self.linear = not profile.batch_points
 
     # ------------------------------------------------------------------------------ compute
-    def share_table(self, samples: float) -> _ShareTable:
+    def share_table(self, samples: float) -> ShareTable:
         """Prefix sums of forward, backward, weight-gradient and saved bytes at ``samples`` per replica."""
         table = self._shares.get(samples)
         if table is None:
             p, mode = self.profile, self.recompute
             bwd = p.bwd_times_s(samples)
             replay = layer_recompute_times_s(p, samples, mode)
-            table = _ShareTable(
-                fwd=_prefix(p.fwd_times_s(samples)),
-                bwd=_prefix([b + r for b, r in zip(bwd, replay, strict=True)]),
-                wgrad=_prefix(
+            table = ShareTable(
+                fwd=prefix_sums(p.fwd_times_s(samples)),
+                bwd=prefix_sums([b + r for b, r in zip(bwd, replay, strict=True)]),
+                wgrad=prefix_sums(
                     [b * layer.weight_grad_fraction for b, layer in zip(bwd, p.layers, strict=True)]
                 ),
-                stashed=_prefix(layer_kept_bytes(p, samples, mode)),
+                stashed=prefix_sums(layer_kept_bytes(p, samples, mode)),
                 acts=tuple(layer_transient_bytes(p, samples, mode)),
-                held=_prefix(p.stashed_bytes(samples) if mode is Recompute.FULL else [0.0] * p.num_layers),
+                held=prefix_sums(
+                    p.stashed_bytes(samples) if mode is Recompute.FULL else [0.0] * p.num_layers
+                ),
             )
             self._shares[samples] = table
         return table
@@ -285,7 +221,7 @@ class CostModel:
         found = self._ar_by_devices.get(devs)
         if found is not None:
             return found
-        (key,) = _canonical(devs, g=self._g, renumber=self._renumber)
+        (key,) = canonical_groups(devs, g=self._g, renumber=self._renumber)
         found = self._ar_cache.get(key)
         if found is None:
             cluster = self.cluster
@@ -336,7 +272,7 @@ class CostModel:
 
         Cached per placement up to renumbering the servers.
         """
-        key = _canonical(src, dst, g=self._g, renumber=self._renumber)
+        key = canonical_groups(src, dst, g=self._g, renumber=self._renumber)
         cached = self._xfer_cache.get(key)
         if cached is not None:
             return cached
@@ -446,7 +382,7 @@ class CostModel:
             return 0.0
         placement = plan.placement(self.cluster.num_devices)
         where = _rank_of(plan)
-        samples = _largest_microbatch(plan)
+        samples = largest_microbatch(plan)
         fwd = [c.fwd_s for c in costs]
         bwd = [c.bwd_s for c in costs]
         total_f, total_b = sum(fwd), sum(bwd)
@@ -481,7 +417,7 @@ class CostModel:
         """
         plan.check_against(self.profile.num_layers, self.cluster.num_devices)
         placement = plan.placement(self.cluster.num_devices)
-        samples = _largest_microbatch(plan)
+        samples = largest_microbatch(plan)
         where = _rank_of(plan)
         out = []
         for s, stage in enumerate(plan.stages):
@@ -517,7 +453,7 @@ class CostModel:
     def _memory(self, plan: Plan) -> dict[int, float]:
         """Peak bytes per device: static + the in-flight forwards' stash (in warm-up order) + work."""
         placement = plan.placement(self.cluster.num_devices)
-        samples = _largest_microbatch(plan)
+        samples = largest_microbatch(plan)
         p, v, m = plan.num_ranks, plan.chunks, plan.num_microbatches
         group = m // max(1, m // p) if v > 1 else m
         warmup = dict(plan.schedule_options).get("warmup", "default")

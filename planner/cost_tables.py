@@ -1,0 +1,85 @@
+"""The planner's per-stage cost tables: prefix sums of layer costs at one share size, the costs
+of a stage the closed forms read, and the server renumbering that lets one cost serve every
+placement (:mod:`pipesim.planner.estimate` builds and caches them)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pipesim.plan import Plan
+
+__all__ = ["ShareTable", "StageCosts", "canonical_groups", "largest_microbatch", "prefix_sums"]
+
+
+def canonical_groups(*groups: Sequence[int], g: int, renumber: bool = True) -> tuple[tuple[int, ...], ...]:
+    """``groups`` with servers renumbered in order of first appearance (local GPU ids kept).
+
+    Servers are identical and joined by one non-blocking switch, so any collective or transfer
+    costs the same after renumbering: the key lets one computation serve every placement.
+    ``renumber=False`` (a cluster whose servers are not interchangeable, e.g. a rail fat-tree)
+    keeps the device ids as they are.
+    """
+    if not renumber:
+        return tuple(tuple(group) for group in groups)
+    ranks: dict[int, int] = {}
+    out = []
+    for group in groups:
+        key = []
+        for d in group:
+            srv, local = divmod(d, g)
+            rank = ranks.get(srv)
+            if rank is None:
+                rank = ranks[srv] = len(ranks)
+            key.append(rank * g + local)
+        out.append(tuple(key))
+    return tuple(out)
+
+
+@dataclass(frozen=True, slots=True)
+class ShareTable:
+    """Prefix sums of per-layer costs at one share size (samples per replica per micro-batch)."""
+
+    fwd: tuple[float, ...]  # fwd[i] = sum of layers < i
+    bwd: tuple[float, ...]  # the backward plus the forward that recomputation replays in it
+    wgrad: tuple[float, ...]  # weight-gradient part of bwd (zero-bubble schedules' W)
+    stashed: tuple[float, ...]  # bytes kept per in-flight micro-batch (layer_kept_bytes, by mode)
+    acts: tuple[float, ...]  # per layer (not a prefix): its backward working set (layer_transient_bytes)
+    held: tuple[float, ...]  # saved bytes a full recomputation re-materialises (0 for other modes)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StageCosts:
+    """The estimate's view of one (virtual) stage of a plan.
+
+    Attributes:
+        fwd_s: forward time of a replica at the largest share of a micro-batch, seconds.
+        bwd_s: backward time (input and weight gradients, plus the forward that recomputation
+            replays first), seconds.
+        wgrad_s: the weight-gradient part of ``bwd_s`` (``W`` of the zero-bubble schedules), seconds.
+        allreduce_s: gradient all-reduce among the replicas, seconds (0 for one replica).
+        send_fwd_s: the activation transfer to the next stage, seconds (0 for the last stage).
+        send_bwd_s: the gradient transfer back from the next stage, seconds (0 for the last).
+    """
+
+    fwd_s: float
+    bwd_s: float
+    wgrad_s: float
+    allreduce_s: float
+    send_fwd_s: float
+    send_bwd_s: float
+
+
+def largest_microbatch(plan: Plan) -> int:
+    """Samples in the plan's largest micro-batch (without building a tuple of ``M`` sizes)."""
+    if plan.microbatch_sizes is None:
+        return plan.global_batch_size // plan.num_microbatches
+    return max(plan.microbatch_sizes)
+
+
+def prefix_sums(values: Sequence[float]) -> tuple[float, ...]:
+    """``(0, v0, v0 + v1, ...)``: the prefix sums of ``values``."""
+    out = [0.0]
+    for v in values:
+        out.append(out[-1] + v)
+    return tuple(out)
