@@ -71,6 +71,13 @@ from dataclasses import dataclass
 from enum import Enum
 
 from pipesim.errors import check_nonneg, invalid, parse_name
+from pipesim.profiles.costmodels.ring_topology import (
+    LinkValue,
+    RouteFn,
+    group_by_server,
+    nvls_ports,
+    ring_set,
+)
 
 __all__ = [
     "NVLS_FRACTION",
@@ -104,9 +111,6 @@ from the NCCL maintainer on 8 x H100 (NVIDIA/nccl-tests issue 212, 2024-05-06): 
 effective NVLink bandwidth is 370 GB/s; NVLS reaches algbw ~275 GB/s, i.e. ``275 (1 + 1/8)``
 = 309.4 GB/s on each port and direction. Checked against other GPU counts and H200 in
 ``experiments/validation/nccl.py``."""
-
-MAX_RING_SEARCH_MEMBERS = 8
-"""Most members :func:`ring_set` searches cycles for (a DGX-1 server); beyond, one ring."""
 
 Lines = tuple[tuple[float, float], ...]
 """A convex piecewise-linear time of ``x`` bytes: ``max(a + b * x for a, b in lines)``, seconds
@@ -170,8 +174,6 @@ def _algorithm(name: str | AllReduceAlgorithm) -> AllReduceAlgorithm:
     return found if found is not None else AllReduceAlgorithm.parse(name)
 
 
-RouteFn = Callable[[int, int], tuple[int, ...]]
-LinkValue = Callable[[int], float]
 
 
 def eval_lines(lines: Lines, x: float) -> float:
@@ -237,117 +239,6 @@ def step_lines(
         lat = overhead_s + sum(latency(link) for link in r)
         lines.append((lat, scale / rate if rate < math.inf else 0.0))
     return prune_lines(lines)
-
-
-def group_by_server(members: Sequence[int], server_of: Callable[[int], int]) -> list[list[int]]:
-    """Members grouped by server, servers in order of first appearance, members in given order."""
-    groups: dict[int, list[int]] = {}
-    for m in members:
-        groups.setdefault(server_of(m), []).append(m)
-    return list(groups.values())
-
-
-def ring_set(members: Sequence[int], route: RouteFn, bandwidth: LinkValue) -> tuple[tuple[int, ...], ...]:
-    """The rings a ring all-reduce among ``members`` runs at once, each carrying an equal share.
-
-    Where 3 to :data:`MAX_RING_SEARCH_MEMBERS` members are joined by direct links (one-hop routes
-    both ways), the most edge-disjoint Hamiltonian cycles over those links (a pair's capacity in
-    units of the slowest direct link, so a doubled NVLink counts twice), each in both
-    directions; otherwise (or where no cycle exists) the one ring in the given order. The search
-    is exhaustive and deterministic (cycles start at the first member, in lexicographic order).
-
-    Raises:
-        InputError: no members or duplicates.
-    """
-    order = list(members)
-    if not order or len(set(order)) != len(order):
-        raise invalid("members", order, "must be distinct device ids, at least one")
-    n = len(order)
-    plain = (tuple(order),)
-    if n < 3 or n > MAX_RING_SEARCH_MEMBERS:
-        return plain
-    rate: dict[tuple[int, int], float] = {}
-    for i in range(n):
-        for j in range(i + 1, n):
-            there, back = route(order[i], order[j]), route(order[j], order[i])
-            if len(there) == 1 and len(back) == 1:
-                rate[(i, j)] = min(bandwidth(there[0]), bandwidth(back[0]))
-    if not rate:
-        return plain
-    unit = min(rate.values())
-    if not 0 < unit < math.inf:
-        return plain
-    cap = {key: max(1, round(value / unit)) for key, value in rate.items()}
-    neighbours = [[j for j in range(n) if (min(i, j), max(i, j)) in cap] for i in range(n)]
-    cycles: list[tuple[int, ...]] = []
-
-    def extend(path: list[int], seen: set[int]) -> None:
-        if len(path) == n:
-            if (0, path[-1]) in cap and path[1] < path[-1]:
-                cycles.append(tuple(path))
-            return
-        for j in neighbours[path[-1]]:
-            if j not in seen:
-                path.append(j)
-                seen.add(j)
-                extend(path, seen)
-                seen.discard(j)
-                path.pop()
-
-    extend([0], {0})
-    if not cycles:
-        return plain
-    edges = [[(min(c[k], c[(k + 1) % n]), max(c[k], c[(k + 1) % n])) for k in range(n)] for c in cycles]
-    best: list[int] = []
-    budget = [20000]
-
-    def pack(start: int, chosen: list[int], left: dict[tuple[int, int], int]) -> None:
-        if len(chosen) > len(best):
-            best[:] = chosen
-        for c in range(start, len(cycles)):
-            budget[0] -= 1
-            if budget[0] < 0:
-                return
-            if all(left[e] > 0 for e in edges[c]):
-                for e in edges[c]:
-                    left[e] -= 1
-                chosen.append(c)
-                pack(c, chosen, left)
-                chosen.pop()
-                for e in edges[c]:
-                    left[e] += 1
-
-    pack(0, [], dict(cap))
-    rings: list[tuple[int, ...]] = []
-    for c in best:
-        forward = tuple(order[k] for k in cycles[c])
-        rings.append(forward)
-        rings.append((forward[0], *reversed(forward[1:])))
-    return tuple(rings)
-
-
-def nvls_ports(
-    members: Sequence[int], route: RouteFn, server_of: Callable[[int], int] | None = None
-) -> tuple[tuple[int, int], ...] | None:
-    """Each member's ``(port into the switch, port out of it)`` link indices for NVLink SHARP,
-    or ``None`` where it does not apply: fewer than two members, members on different servers,
-    or a route between two members that is not ``(sender's port in, receiver's port out)``
-    through one switch."""
-    order = list(members)
-    if len(order) < 2:
-        return None
-    if server_of is not None and len({server_of(m) for m in order}) > 1:
-        return None
-    up: dict[int, int] = {}
-    down: dict[int, int] = {}
-    for a in order:
-        for b in order:
-            if a == b:
-                continue
-            r = route(a, b)
-            if len(r) != 2 or up.setdefault(a, r[0]) != r[0] or down.setdefault(b, r[1]) != r[1]:
-                return None
-    return tuple((up[m], down[m]) for m in order)
 
 
 def _nvls_lines(

@@ -1,0 +1,131 @@
+"""Which rings and switch ports a collective runs on: NCCL's several rings over direct links
+(a DGX-1's NVLink cube-mesh), the members grouped by server, and the NVSwitch ports NVLink SHARP
+uses (:mod:`pipesim.profiles.costmodels.collective` times them)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+from pipesim.errors import invalid
+
+__all__ = ["MAX_RING_SEARCH_MEMBERS", "LinkValue", "RouteFn", "group_by_server", "nvls_ports", "ring_set"]
+
+RouteFn = Callable[[int, int], tuple[int, ...]]
+"""The directed links from one device to another (a cluster's ``route``)."""
+LinkValue = Callable[[int], float]
+"""A per-link figure by link index (bandwidth, bytes/s, or latency, seconds)."""
+
+MAX_RING_SEARCH_MEMBERS = 8
+"""Most members :func:`ring_set` searches cycles for (a DGX-1 server); beyond, one ring."""
+
+
+def group_by_server(members: Sequence[int], server_of: Callable[[int], int]) -> list[list[int]]:
+    """Members grouped by server, servers in order of first appearance, members in given order."""
+    groups: dict[int, list[int]] = {}
+    for m in members:
+        groups.setdefault(server_of(m), []).append(m)
+    return list(groups.values())
+
+
+def ring_set(members: Sequence[int], route: RouteFn, bandwidth: LinkValue) -> tuple[tuple[int, ...], ...]:
+    """The rings a ring all-reduce among ``members`` runs at once, each carrying an equal share.
+
+    Where 3 to :data:`MAX_RING_SEARCH_MEMBERS` members are joined by direct links (one-hop routes
+    both ways), the most edge-disjoint Hamiltonian cycles over those links (a pair's capacity in
+    units of the slowest direct link, so a doubled NVLink counts twice), each in both
+    directions; otherwise (or where no cycle exists) the one ring in the given order. The search
+    is exhaustive and deterministic (cycles start at the first member, in lexicographic order).
+
+    Raises:
+        InputError: no members or duplicates.
+    """
+    order = list(members)
+    if not order or len(set(order)) != len(order):
+        raise invalid("members", order, "must be distinct device ids, at least one")
+    n = len(order)
+    plain = (tuple(order),)
+    if n < 3 or n > MAX_RING_SEARCH_MEMBERS:
+        return plain
+    rate: dict[tuple[int, int], float] = {}
+    for i in range(n):
+        for j in range(i + 1, n):
+            there, back = route(order[i], order[j]), route(order[j], order[i])
+            if len(there) == 1 and len(back) == 1:
+                rate[(i, j)] = min(bandwidth(there[0]), bandwidth(back[0]))
+    if not rate:
+        return plain
+    unit = min(rate.values())
+    if not 0 < unit < math.inf:
+        return plain
+    cap = {key: max(1, round(value / unit)) for key, value in rate.items()}
+    neighbours = [[j for j in range(n) if (min(i, j), max(i, j)) in cap] for i in range(n)]
+    cycles: list[tuple[int, ...]] = []
+
+    def extend(path: list[int], seen: set[int]) -> None:
+        if len(path) == n:
+            if (0, path[-1]) in cap and path[1] < path[-1]:
+                cycles.append(tuple(path))
+            return
+        for j in neighbours[path[-1]]:
+            if j not in seen:
+                path.append(j)
+                seen.add(j)
+                extend(path, seen)
+                seen.discard(j)
+                path.pop()
+
+    extend([0], {0})
+    if not cycles:
+        return plain
+    edges = [[(min(c[k], c[(k + 1) % n]), max(c[k], c[(k + 1) % n])) for k in range(n)] for c in cycles]
+    best: list[int] = []
+    budget = [20000]
+
+    def pack(start: int, chosen: list[int], left: dict[tuple[int, int], int]) -> None:
+        if len(chosen) > len(best):
+            best[:] = chosen
+        for c in range(start, len(cycles)):
+            budget[0] -= 1
+            if budget[0] < 0:
+                return
+            if all(left[e] > 0 for e in edges[c]):
+                for e in edges[c]:
+                    left[e] -= 1
+                chosen.append(c)
+                pack(c, chosen, left)
+                chosen.pop()
+                for e in edges[c]:
+                    left[e] += 1
+
+    pack(0, [], dict(cap))
+    rings: list[tuple[int, ...]] = []
+    for c in best:
+        forward = tuple(order[k] for k in cycles[c])
+        rings.append(forward)
+        rings.append((forward[0], *reversed(forward[1:])))
+    return tuple(rings)
+
+
+def nvls_ports(
+    members: Sequence[int], route: RouteFn, server_of: Callable[[int], int] | None = None
+) -> tuple[tuple[int, int], ...] | None:
+    """Each member's ``(port into the switch, port out of it)`` link indices for NVLink SHARP,
+    or ``None`` where it does not apply: fewer than two members, members on different servers,
+    or a route between two members that is not ``(sender's port in, receiver's port out)``
+    through one switch."""
+    order = list(members)
+    if len(order) < 2:
+        return None
+    if server_of is not None and len({server_of(m) for m in order}) > 1:
+        return None
+    up: dict[int, int] = {}
+    down: dict[int, int] = {}
+    for a in order:
+        for b in order:
+            if a == b:
+                continue
+            r = route(a, b)
+            if len(r) != 2 or up.setdefault(a, r[0]) != r[0] or down.setdefault(b, r[1]) != r[1]:
+                return None
+    return tuple((up[m], down[m]) for m in order)
