@@ -180,10 +180,10 @@ def parse_name(kind: str, enum: type[_E], value: object) -> _E:
     if isinstance(value, enum):
         return value
     if isinstance(value, str):
-        text = value.strip().lower()
-        for member in enum:
-            if member.value == text:
-                return member
+        try:  # the enum's own value lookup (a dictionary), not a walk over its members
+            return enum(value.strip().lower())
+        except ValueError:
+            pass
     valid = [str(member.value) for member in enum]
     raise UnknownNameError(kind, value if isinstance(value, str) else repr(value), valid)
 

@@ -165,17 +165,6 @@ class AllReduceOverlap(str, Enum):
         return parse_name("all-reduce overlap mode", cls, name)
 
 
-_BY_VALUE: dict[str, AllReduceAlgorithm] = {a.value: a for a in AllReduceAlgorithm}
-
-
-def _algorithm(name: str | AllReduceAlgorithm) -> AllReduceAlgorithm:
-    """:meth:`AllReduceAlgorithm.parse` with a dictionary lookup first (planner hot path)."""
-    found = _BY_VALUE.get(name) if isinstance(name, str) else None
-    return found if found is not None else AllReduceAlgorithm.parse(name)
-
-
-
-
 def eval_lines(lines: Lines, x: float) -> float:
     """``max(a + b * x)`` over ``lines``, seconds; 0 for no lines."""
     best = 0.0
@@ -379,7 +368,7 @@ class AllReduceCurves:
         ``hierarchical`` where it is the plain ring (``RING``), ``tree`` without a tree (one
         member: ``RING``), ``nvls`` where it does not apply (``RING``), and ``auto``: the fastest
         of ring, hierarchical and tree that applies, ties to ring then hierarchical."""
-        algo = _algorithm(algorithm)
+        algo = AllReduceAlgorithm.parse(algorithm)
         if algo is AllReduceAlgorithm.RING:
             return algo
         if algo is AllReduceAlgorithm.NVLS:
@@ -399,7 +388,7 @@ class AllReduceCurves:
 
     def time_s(self, nbytes: float, algorithm: str | AllReduceAlgorithm = AllReduceAlgorithm.AUTO) -> float:
         """Estimated time of an all-reduce of ``nbytes`` per member with ``algorithm``, seconds."""
-        if _algorithm(algorithm) is AllReduceAlgorithm.AUTO:  # the fastest that applies (hot path)
+        if AllReduceAlgorithm.parse(algorithm) is AllReduceAlgorithm.AUTO:  # the fastest that applies
             best = eval_lines(self.ring, nbytes)
             if self.hierarchical is not None and self.even:
                 hier = eval_lines(self.hierarchical, nbytes)
