@@ -173,21 +173,29 @@ def _static(costs: PipelineCosts, optimizer: str) -> list[float]:
 
 
 def default_memory_limit(costs: PipelineCosts, cluster: Cluster, *, optimizer: str = "adam") -> float:
-    """Activation bytes one micro-batch may use: the device memory left by the fullest stage's
+    """Activation bytes one micro-batch may use: the device memory left by the tightest stage's
     weights, gradients and optimizer state, shared by the ``p`` micro-batches 1F1B keeps in flight
     on the first stage.
 
     Raises:
         Infeasible: the weights and optimizer state alone do not fit a device.
     """
-    capacity = float(cluster.device.memory_bytes)
-    static = max(_static(costs, optimizer))
-    if static >= capacity:
+    capacities = _capacities(cluster, costs.num_stages)
+    room = [cap - st for cap, st in zip(capacities, _static(costs, optimizer), strict=True)]
+    stage = min(range(costs.num_stages), key=room.__getitem__)
+    if room[stage] <= 0:
         raise Infeasible(
-            f"stages={costs.num_stages}: the fullest stage's weights, gradients and optimizer state need "
-            f"{static / 2**30:.2f} GiB but a device has {capacity / 2**30:.2f} GiB; use more stages"
+            f"stages={costs.num_stages}: stage {stage}'s weights, gradients and optimizer state need "
+            f"{(capacities[stage] - room[stage]) / 2**30:.2f} GiB but its device has "
+            f"{capacities[stage] / 2**30:.2f} GiB; use more stages"
         )
-    return float((capacity - static) / costs.num_stages)
+    return float(room[stage] / costs.num_stages)
+
+
+def _capacities(cluster: Cluster, num_stages: int) -> list[float]:
+    """Memory of the device each stage runs on (stage ``s`` on device ``s``), bytes; a
+    heterogeneous cluster's stages see their own GPU type's memory."""
+    return [float(cluster.device_spec(s).memory_bytes) for s in range(num_stages)]
 
 
 def _simulate_one(
@@ -201,8 +209,8 @@ def _simulate_one(
     options: SimOptions,
 ) -> tuple[MicrobatchPlan, float, Any]:
     table = costs.table([mb.shape for mb in mplan.microbatches])
-    capacity = float(cluster.device.memory_bytes)
-    limits = [capacity - static[s] - max(table["work_bytes"][s]) for s in range(costs.num_stages)]
+    capacities = _capacities(cluster, costs.num_stages)
+    limits = [capacities[s] - static[s] - max(table["work_bytes"][s]) for s in range(costs.num_stages)]
 
     def schedule_for(order: Sequence[int]) -> Schedule:
         stash = [[row[k] for k in order] for row in table["stash_bytes"]]

@@ -16,13 +16,13 @@ from __future__ import annotations
 import datetime
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from pipesim.errors import Infeasible, check_count
+from pipesim.errors import Infeasible, check_count, invalid
 from pipesim.planner.pase import (
     ELEMENT_BYTES,
     CostParams,
@@ -53,6 +53,7 @@ __all__ = [
     "pase_text",
     "plan_strategy",
     "simulate_plan",
+    "slowest_device",
 ]
 
 _DTYPE = "float32"
@@ -224,6 +225,18 @@ def estimate_seconds(
     return compute / flop_per_s + words * element_bytes / bandwidth_bytes_per_s
 
 
+def slowest_device(cluster: Cluster, n_devices: int) -> DeviceSpec:
+    """The GPU model with the least achievable fp32 FLOP/s among the first ``n_devices``
+    devices: a synchronous strategy's layers wait for it (the cluster's only model when it is
+    homogeneous).
+
+    Raises:
+        InputError: ``n_devices`` exceeds the cluster.
+    """
+    specs = [cluster.device_spec(d) for d in range(n_devices)]
+    return min(specs, key=lambda spec: spec.achievable_flop_per_s(_DTYPE), default=cluster.device)
+
+
 def bottleneck_bandwidth(cluster: Cluster, n_devices: int) -> float:
     """Smallest route bandwidth between any two of the first ``n_devices`` devices, bytes/s."""
     best = math.inf
@@ -271,18 +284,32 @@ def _groups(coords: np.ndarray, group_dims: tuple[int, ...]) -> list[tuple[int, 
 
 
 def lower_strategy(
-    graph: PaseGraph, choice: tuple[int, ...], device: DeviceSpec, element_bytes: int = ELEMENT_BYTES
+    graph: PaseGraph,
+    choice: tuple[int, ...],
+    device: DeviceSpec | Sequence[DeviceSpec],
+    element_bytes: int = ELEMENT_BYTES,
 ) -> list[StrategyStep]:
     """Lower a strategy to simulator steps: one forward step per layer, one backward step per
     layer with incoming re-distributions (their gradients), in reverse order.
 
     The forward step of a layer holds its input re-distributions, all its compute (PaSE does not
-    split forward from backward compute) at the device's achievable fp32 FLOP/s, and its
+    split forward from backward compute) at each device's achievable fp32 FLOP/s, and its
     all-reduces and exchanges (each all-reduce group: the devices that differ only in the
     coordinates of the split dimensions being reduced). Every element moved is
     ``element_bytes`` bytes (default 4, fp32).
+
+    Args:
+        device: the GPU model of every device, or one per device id ``0 .. n_procs - 1`` (a
+            heterogeneous cluster: each device computes at its own rate).
+
+    Raises:
+        InputError: fewer device models than the graph's ``n_procs``.
     """
-    flop_per_s = device.achievable_flop_per_s(_DTYPE)
+    specs = [device] * graph.n_procs if isinstance(device, DeviceSpec) else list(device)
+    if len(specs) < graph.n_procs:
+        rule = f"must name a device model for each of the {graph.n_procs} devices"
+        raise invalid("devices", len(specs), rule)
+    flop_per_s = [spec.achievable_flop_per_s(_DTYPE) for spec in specs]
     grids = [_grid(v, choice[v.id]) for v in graph.vertices]
     fwd: dict[int, list[TransferSpec]] = {v.id: [] for v in graph.vertices}
     bwd: dict[int, list[TransferSpec]] = {v.id: [] for v in graph.vertices}
@@ -315,7 +342,7 @@ def lower_strategy(
     for v in graph.vertices:
         k = choice[v.id]
         coords = grids[v.id][1]
-        sec = float(v.compute_flop[k]) / flop_per_s
+        flop = float(v.compute_flop[k])
         colls = []
         for term in v.comm:
             payload = float(term.payload_words[k]) * element_bytes
@@ -327,7 +354,7 @@ def lower_strategy(
         steps.append(
             StrategyStep(
                 name=v.name,
-                compute_s=dict.fromkeys(range(len(coords)), sec),
+                compute_s={d: flop / flop_per_s[d] for d in range(len(coords))},
                 transfers=tuple(fwd[v.id]),
                 collectives=tuple(colls),
             )
@@ -367,5 +394,6 @@ def simulate_plan(
             f"p={plan.graph.n_procs}"
         )
     choice = plan.data_parallel if data_parallel else plan.result.choice
-    steps = lower_strategy(plan.graph, choice, cluster.device, plan.params.element_bytes)
+    devices = [cluster.device_spec(d) for d in range(plan.graph.n_procs)]
+    steps = lower_strategy(plan.graph, choice, devices, plan.params.element_bytes)
     return simulate_strategy(steps, cluster)

@@ -123,6 +123,7 @@ def _run(args: argparse.Namespace) -> int:
         pase_text,
         plan_strategy,
         simulate_plan,
+        slowest_device,
     )
 
     if (args.device is None) != (args.link is None):
@@ -183,13 +184,14 @@ def _run(args: argparse.Namespace) -> int:
         sim = simulate_plan(plan, cluster)
         sim_dp = simulate_plan(plan, cluster, data_parallel=True)
         bw = bottleneck_bandwidth(cluster, plan.graph.n_procs)
+        slowest = slowest_device(cluster, plan.graph.n_procs)
         out["simulation"] = {
             "cluster": cluster.name,
-            "estimate_s": estimate_seconds(plan.graph, plan.result.choice, cluster.device, bw),
+            "estimate_s": estimate_seconds(plan.graph, plan.result.choice, slowest, bw),
             "step_time_s": sim.step_time_s,
             "compute_s": sim.compute_s,
             "communication_s": sim.communication_s,
-            "data_parallel_estimate_s": estimate_seconds(plan.graph, plan.data_parallel, cluster.device, bw),
+            "data_parallel_estimate_s": estimate_seconds(plan.graph, plan.data_parallel, slowest, bw),
             "data_parallel_step_time_s": sim_dp.step_time_s,
         }
     if args.json:
