@@ -57,11 +57,12 @@ def test_slow_network_pipeline_slows_with_the_link() -> None:
     # DT-FM's GPipe records: the same pipeline takes longer on a slower or longer link, and at
     # 1 Gb/s the 8 MB activations (68 ms each) bind it: 96 sends each way take longer than the
     # compute-bound iteration at 10 Gb/s.
-    from experiments.validation.slow_network import gpipe_iteration_time_s
+    from experiments.validation.slow_network import pipeline_iteration_time_s
 
-    fast = gpipe_iteration_time_s("fp16", 0.1, 10.0)
-    slow = gpipe_iteration_time_s("fp16", 10.0, 1.0)
-    slower = gpipe_iteration_time_s("fp16", 50.0, 1.0)
-    assert fast < gpipe_iteration_time_s("fp16", 5.0, 2.0) < slow < slower
+    key = "gpt3xl-fp16-gpipe"
+    fast = pipeline_iteration_time_s(key, 0.1, 10.0)
+    slow = pipeline_iteration_time_s(key, 10.0, 1.0)
+    slower = pipeline_iteration_time_s(key, 50.0, 1.0)
+    assert fast < pipeline_iteration_time_s(key, 5.0, 2.0) < slow < slower
     wire_s = 8 * 2**20 / (1e9 / 8 * 0.99)
     assert slow > 2 * 96 * wire_s > fast
