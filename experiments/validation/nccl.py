@@ -14,9 +14,9 @@ as ``algorithm="nvls"`` with one share, :data:`~pipesim.profiles.costmodels.coll
 taken from the NCCL maintainer's 8-GPU figure (NVIDIA/nccl-tests issue 212); the NVLS records
 here are other GPU counts (NVIDIA/nccl issue 1455) and H200 (NVIDIA/nccl-tests issue 272), not
 that figure. DGX-1 (hybrid cube-mesh, NCCL's several rings over disjoint NVLinks, modelled by
-:func:`~pipesim.profiles.costmodels.collective.ring_set`) has no record: no all_reduce_perf
-figure of an 8 x V100 DGX-1 was found in a citable source (pipesim predicts 119.8 GB/s busbw,
-6 rings at 0.8 of 25 GB/s per NVLink).
+:func:`~pipesim.profiles.costmodels.ring_topology.ring_set`: 3 edge-disjoint Hamiltonian cycles, each
+both ways, 6 rings on the 6 NVLinks of every GPU) is held to an 8 x V100-SXM2-16GB NVLink server
+of the same topology, Oracle Cloud's BM.GPU3.8, measured in an Oracle tutorial.
 """
 
 from __future__ import annotations
@@ -81,7 +81,8 @@ _GIB = 1 << 30
 
 
 def records() -> list[Record]:
-    """Intra-server all-reduce bus bandwidths of DGX/HGX A100 and H100 (NVSwitch), ring and NVLS."""
+    """Intra-server all-reduce bus bandwidths of DGX/HGX A100 and H100 (NVSwitch), ring and NVLS,
+    and of an 8 x V100 NVLink cube-mesh (DGX-1 topology)."""
     return [
         _nvls_record(5, 420.0),
         _nvls_record(6, 440.0),
@@ -101,6 +102,30 @@ def records() -> list[Record]:
             note=(
                 "devices 0-7 of dgx-h100-x4: H200 has H100's NVLink4 port (18 links, 450 GB/s per "
                 "direction) and NVSwitch; the all-reduce does not depend on the GPU's memory"
+            ),
+        ),
+        Record(
+            name="nccl-v100-dgx1-8gpu-allreduce-busbw",
+            source=(
+                "oracle-japan/ocitutorials (github.com/oracle-japan/ocitutorials), "
+                "tutorials/_hpc/spinup-ml-instance-cntnd.md, section 5 (NCCL Tests), BM.GPU3.8 "
+                "(8 x Tesla V100-SXM2-16GB, NVLink): all_reduce_perf -b 1G -e 1G -f 2 -t 1 -g 8, "
+                "out-of-place busbw 135.50 GB/s (in-place 135.41)"
+            ),
+            quantity="all-reduce bus bandwidth, 8 x V100 hybrid cube-mesh, 1 GiB per rank (GB/s)",
+            kind="absolute",
+            published=135.50,
+            predict=lambda: _busbw("dgx1-v100", 8, _GIB),
+            tolerance=0.10,
+            note=(
+                "devices 0-7 of dgx1-v100 (one server; NVLink2 cube-mesh, 0.8 achievable); "
+                "BM.GPU3.8 taken as a DGX-1-topology server (8 SXM2 V100s on NVLink, no NVSwitch)"
+            ),
+            known_miss=(
+                "NVLink2 achievable fraction: links.toml takes 0.8 of peak for every NVLink "
+                "generation (the A100/H100 NVSwitch figures: 230/300, 370/450); NCCL over a V100's "
+                "six direct NVLink2 links reaches 135.5 of 6 x 25 = 150 GB/s, 0.90, so the 6 rings "
+                "at 0.8 x 25 GB/s give 119.8"
             ),
         ),
         Record(

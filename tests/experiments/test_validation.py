@@ -51,3 +51,18 @@ def test_tensor_parallel_full_recompute_replays_the_forward() -> None:
     fwd_full, bwd_full = fwd_bwd_s(2, False, "full")
     assert fwd_full == pytest.approx(fwd_none, rel=1e-12)
     assert bwd_full - bwd_none == pytest.approx(fwd_none, rel=1e-9)
+
+
+def test_slow_network_pipeline_slows_with_the_link() -> None:
+    # DT-FM's GPipe records: the same pipeline takes longer on a slower or longer link, and at
+    # 1 Gb/s the 8 MB activations (68 ms each) bind it: 96 sends each way take longer than the
+    # compute-bound iteration at 10 Gb/s.
+    from experiments.validation.slow_network import pipeline_iteration_time_s
+
+    key = "gpt3xl-fp16-gpipe"
+    fast = pipeline_iteration_time_s(key, 0.1, 10.0)
+    slow = pipeline_iteration_time_s(key, 10.0, 1.0)
+    slower = pipeline_iteration_time_s(key, 50.0, 1.0)
+    assert fast < pipeline_iteration_time_s(key, 5.0, 2.0) < slow < slower
+    wire_s = 8 * 2**20 / (1e9 / 8 * 0.99)
+    assert slow > 2 * 96 * wire_s > fast

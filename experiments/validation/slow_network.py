@@ -1,0 +1,215 @@
+"""Pipeline iteration times of GPT-3 XL and GPT-3 Small over shaped networks (10 Gb/s down to
+1 Gb/s, 0.1 to 50 ms delay), against pipesim's simulation of the same pipeline.
+
+Source: DS3Lab's benchmark logs for "Decentralized Training of Foundation Models in Heterogeneous
+Environments" (Yuan et al., NeurIPS 2022), repository github.com/DS3Lab/Decentralized_FM_alpha:
+
+* ``results/gpt3_xl.md``, "Gpipe based pipeline parallel" table (2022/02/14, fp32): 12 AWS
+  p3.2xlarge instances (one V100-SXM2-16GB each), GPT-3 XL (24 layers, model dim 2048, 16 heads,
+  sequence 2048), 2 layers per instance, batch 64 in micro-batches of 1 (16 MB activation each);
+* ``results/gpt3_xl_fp16.md``, "Result of 2022/04/20", "Single Pipeline" column (fp16): 8
+  p3.2xlarge, 3 layers per instance, batch 96 in micro-batches of 1 (8 MB activation each);
+* ``results/gpt3_small.md``, GPT-3 Small (12 layers, model dim 768, 12 heads, sequence 2048) on 3
+  p3.2xlarge, 4 layers each, batch 64 in micro-batches of 1 (6 MB activation in fp32): the GPipe
+  "TC run" tables in fp32 and fp16 and the 1F1B table (fp32, micro-batch 1 column; four rows).
+
+Each table has five network settings (the 1F1B one the first four) made with ``tc netem`` on
+every instance's NIC: "default (about 0.1ms; up to 10Gbps)", "delay 1ms bandwidth 5Gbps", "delay
+5ms bandwidth 2Gbps", "delay 10ms bandwidth 1Gbps", "delay 50ms bandwidth 1Gbps" (the rate and
+delay as DT-FM's ``scripts/tc_scripts/both_delay_bandwidth.sh`` sets them: ``netem delay D rate
+R``, one way).
+
+Mapping: the ``gpt:`` zoo model with ``vocab=2``: DT-FM's default task is GLUE QQP sequence
+classification (``--task SeqClassification``, 2 classes: a pooler and a 2-way linear layer), whose
+last layer and embedding lookup the log calls "very light-weighted"; DT-FM's transformer layers
+checkpoint their attention and MLP (``modules/gpt_modules.py``, ``use_checkpoint=True``), so
+``recompute = full``. One stage per instance, the embedding with the first and the head with the
+last, schedule ``gpipe`` (``1f1b`` for the 1F1B table). The cluster is one GPU per server on the
+one input path (:func:`pipesim.profiles.inputs.resolve_inputs` with ``--set``-style overrides of the NIC): the
+NIC's rate is the tc rate (10 Gb/s for the default), its latency the one-way delay (0.1 ms for the
+default), and its achievable fraction 0.99, what DT-FM's own NCCL point-to-point benchmark between
+two p3.2xlarge reached under the same shaping (``results/network_benchmarks.md``: 64 MB in 541 ms
+at 1 Gbps, 270 ms at 2 Gbps, 109 ms at 5 Gbps; 0.98-0.99 of the rate). Nothing here is fitted to a
+record. The data-parallel columns (DT-FM's parameter-server gradient exchange) have no record:
+pipesim models all-reduce, not parameter servers. The 1F1B table's micro-batch 2 and 4 columns
+are not records yet.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache, partial
+
+from experiments.validation.record import Record
+from pipesim.api import simulate
+from pipesim.plan import Plan, Recompute, StagePlan
+from pipesim.profiles.inputs import resolve_inputs
+
+__all__ = ["TABLES", "Table", "pipeline_iteration_time_s", "records"]
+
+_REPO = "DS3Lab/Decentralized_FM_alpha (github.com/DS3Lab/Decentralized_FM_alpha)"
+_TOL = 0.15  # the issue's target for iteration times over shaped networks
+_ACHIEVABLE = 0.99  # DT-FM's NCCL p2p benchmark under tc shaping (results/network_benchmarks.md)
+
+# (network label, one-way delay in ms, rate in Gb/s), in the logs' row order
+_NETWORKS = (
+    ("default (about 0.1ms; up to 10Gbps)", 0.1, 10.0),
+    ("delay 1ms bandwidth 5Gbps", 1.0, 5.0),
+    ("delay 5ms bandwidth 2Gbps", 5.0, 2.0),
+    ("delay 10ms bandwidth 1Gbps", 10.0, 1.0),
+    ("delay 50ms bandwidth 1Gbps", 50.0, 1.0),
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Table:
+    """One logged table: a pipeline of single-V100 instances and its times per network row.
+
+    Attributes:
+        key: short id used in record names, e.g. ``"gpt3xl-fp16-gpipe"``.
+        where: the log file and table.
+        layers, hidden, heads: the GPT shape (sequence 2048, 2-class head).
+        dtype: ``"fp32"`` or ``"fp16"``.
+        stages: instances, one stage each (``layers / stages`` blocks per stage).
+        batch: micro-batches of 1 per iteration.
+        schedule: ``"gpipe"`` or ``"1f1b"``.
+        seconds: iteration times (s) in :data:`_NETWORKS` order (fewer where the log has fewer).
+    """
+
+    key: str
+    where: str
+    layers: int
+    hidden: int
+    heads: int
+    dtype: str
+    stages: int
+    batch: int
+    schedule: str
+    seconds: tuple[float, ...]
+
+    @property
+    def model(self) -> str:
+        """The ``gpt:`` zoo spec of this table's model."""
+        return f"gpt:layers={self.layers},hidden={self.hidden},heads={self.heads},seq=2048,vocab=2"
+
+
+_XL = {"layers": 24, "hidden": 2048, "heads": 16}
+_SMALL = {"layers": 12, "hidden": 768, "heads": 12}
+TABLES = (
+    Table(key="gpt3xl-fp32-gpipe", where="results/gpt3_xl.md, 'Gpipe based pipeline parallel' (2022/02/14)",
+          **_XL, dtype="fp32", stages=12, batch=64, schedule="gpipe",
+          seconds=(15.16, 15.49, 16.80, 22.90, 29.08)),
+    Table(key="gpt3xl-fp16-gpipe",
+          where="results/gpt3_xl_fp16.md, 'Result of 2022/04/20', 'Single Pipeline' column",
+          **_XL, dtype="fp16", stages=8, batch=96, schedule="gpipe",
+          seconds=(8.14, 8.79, 10.69, 15.64, 16.23)),
+    Table(key="gpt3small-fp32-gpipe",
+          where="results/gpt3_small.md, 'Gpipe based pipeline parallel', TC run, 'Full precision'",
+          **_SMALL, dtype="fp32", stages=3, batch=64, schedule="gpipe",
+          seconds=(5.91, 6.01, 6.07, 7.90, 8.77)),
+    Table(key="gpt3small-fp16-gpipe",
+          where="results/gpt3_small.md, 'Gpipe based pipeline parallel', TC run, 'fp16'",
+          **_SMALL, dtype="fp16", stages=3, batch=64, schedule="gpipe",
+          seconds=(2.25, 2.26, 2.55, 4.01, 4.78)),
+    Table(key="gpt3small-fp32-1f1b",
+          where="results/gpt3_small.md, '1F1B based pipeline parallel', 'Micro batch size: 1' column",
+          **_SMALL, dtype="fp32", stages=3, batch=64, schedule="1f1b",
+          seconds=(6.54, 6.86, 8.42, 11.21)),
+)
+"""The logged tables: GPT-3 XL and GPT-3 Small (12 layers, hidden 768, 12 heads) on single-V100
+AWS p3.2xlarge instances, batch 64 (96 for XL fp16) in micro-batches of 1."""
+
+_COMPUTE_GAP = (
+    "V100 fp16 compute of DT-FM's blocks: the default-network fp16 runs are compute-bound (GPT-3 XL: "
+    "8.14 s over 96 + 7 GPipe slots = 79 ms per 3-block slot with checkpointing, ~37 TFLOP/s counting "
+    "the recompute; Small: 34 ms per 4-block slot) where pipesim's kernel model gives 62 and 24 ms; "
+    "the fp32 runs of the same blocks are within 7.3%, so the model's fp16 tensor-core efficiency at "
+    "hidden 768-2048, micro-batch 1 is above what DT-FM's unfused PyTorch 1.9 blocks reach (fp16 over "
+    "fp32 speed-up 3.8x and 2.6x measured, 4.5x and 3.6x modelled). At 5 Gb/s the sends still hide "
+    "behind that compute in pipesim, so the offset stays"
+)
+_LATENCY_GAP = (
+    "a pair's FIFO p2p stream (simulator/engine.py, fastpath.py) starts the next send only once the "
+    "previous one has arrived, so every queued activation and gradient pays the one-way delay in "
+    "series; DT-FM issues its sends back to back on one NCCL send stream "
+    "(pipeline_parallel/dist_gpipe_pipeline_async.py), which moves on when a send's bytes have left, "
+    "and from 10 to 50 ms its GPipe runs gain 0.59 s (XL fp16, 8 stages, 96 micro-batches), 0.87 s "
+    "(Small fp32) and 0.77 s (Small fp16, 3 stages, 64) where pipesim adds 8.2, 5.0 and 5.2 s (the "
+    "XL fp32 run did pay it per message: +6.18 s, pipesim +5.9 s; DT-FM's p2p benchmark: 64 MB in "
+    "541 ms at 1 Gbps, 543 ms with 10 ms delay). Releasing the stream when the bytes have left "
+    "(tried, not kept) gives the 50 ms rows -7.4% (XL fp16), -10.0% (Small fp32), -25.2% (Small "
+    "fp16, under the fp16 compute offset) and -19.4% (XL fp32), Small fp16 at 10 ms -14.8%"
+)
+_GAPS = {
+    ("gpt3xl-fp16-gpipe", 0.1): _COMPUTE_GAP,
+    ("gpt3xl-fp16-gpipe", 1.0): _COMPUTE_GAP,
+    ("gpt3xl-fp16-gpipe", 50.0): _LATENCY_GAP,
+    ("gpt3small-fp32-gpipe", 50.0): _LATENCY_GAP,
+    ("gpt3small-fp16-gpipe", 0.1): _COMPUTE_GAP,
+    ("gpt3small-fp16-gpipe", 1.0): _COMPUTE_GAP,
+    ("gpt3small-fp16-gpipe", 10.0): _LATENCY_GAP,
+    ("gpt3small-fp16-gpipe", 50.0): _LATENCY_GAP,
+}
+
+
+@cache
+def pipeline_iteration_time_s(key: str, delay_ms: float, rate_gbit_per_s: float) -> float:
+    """pipesim's iteration time (s) of the logged pipeline ``key`` (a :data:`TABLES` key; micro-
+    batches of 1, full recompute) over single-V100 servers whose NIC runs at ``rate_gbit_per_s``
+    with ``delay_ms`` one-way latency.
+
+    Raises:
+        KeyError: no table has that key.
+        InputError: a rate or delay pipesim refuses (not finite, not positive).
+    """
+    table = {t.key: t for t in TABLES}[key]
+    overrides = {
+        "servers": table.stages,
+        "gpus_per_server": 1,
+        "device": "V100-SXM2-16GB",
+        "nic": "10GbE",
+        "nic_bandwidth_gbit_per_s": rate_gbit_per_s,
+        "nic_latency_us": delay_ms * 1000.0,
+        "nic_achievable_fraction": _ACHIEVABLE,
+    }
+    profile, cluster = resolve_inputs(table.model, "pcie-4x4-v100-10gbe", overrides=overrides,
+                                      dtype=table.dtype)
+    per_stage = table.layers // table.stages
+    last = profile.num_layers - 1
+    ranges = [
+        (0 if k == 0 else 1 + k * per_stage, last if k == table.stages - 1 else (k + 1) * per_stage)
+        for k in range(table.stages)
+    ]
+    plan = Plan(
+        stages=tuple(StagePlan(first_layer=a, last_layer=b, replicas=1) for a, b in ranges),
+        global_batch_size=table.batch,
+        num_microbatches=table.batch,
+        schedule=table.schedule,
+        recompute=Recompute.FULL,
+    )
+    return simulate(plan, profile, cluster).iteration_time_s
+
+
+def records() -> list[Record]:
+    """Every row of every logged table (:data:`TABLES`)."""
+    out = []
+    for table in TABLES:
+        for (label, delay_ms, rate), value in zip(_NETWORKS, table.seconds, strict=False):
+            out.append(
+                Record(
+                    name=f"dtfm-{table.key}-d{delay_ms:g}ms-{rate:g}gbps",
+                    source=f"{_REPO}, {table.where}, row '{label}': {value} s",
+                    quantity=f"{table.schedule} iteration time (s)",
+                    kind="absolute",
+                    published=value,
+                    predict=partial(pipeline_iteration_time_s, table.key, delay_ms, rate),
+                    tolerance=_TOL,
+                    note=(
+                        f"{table.model}, {table.dtype}, {table.stages} x 1 V100-SXM2-16GB servers, "
+                        f"NIC {rate:g} Gb/s x {_ACHIEVABLE}, {delay_ms:g} ms one way; {table.schedule}, "
+                        f"{table.batch} micro-batches of 1, recompute full"
+                    ),
+                    known_miss=_GAPS.get((table.key, delay_ms), ""),
+                )
+            )
+    return out
