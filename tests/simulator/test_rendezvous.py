@@ -4,6 +4,8 @@ holds the first ones; docs/communication.md)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
@@ -235,3 +237,34 @@ def test_the_shortcut_with_contention_applies_to_held_sends() -> None:
     assert_same(fast, ref)
     off = simulate(plan, profile, CLUSTER, SimOptions(record_trace=False))
     assert ref.iteration_time_s > off.iteration_time_s  # 1F1B's receivers are busy: sends wait
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=cases())
+def test_everything_eager_is_the_result_without_the_rendezvous_bit_for_bit(
+    case: tuple[Plan, ModelProfile, SimOptions],
+) -> None:
+    # eager bytes above every transfer: the rendezvous path never holds a send, and both
+    # executors give exactly what they give with the option off
+    plan, profile, options = case
+    roomy = replace(options, eager_bytes=float(1 << 40))
+    off = replace(options, rendezvous=False)
+    for executor in ("simpy", "fast"):
+        a = simulate(plan, profile, CLUSTER, roomy, executor=executor)
+        b = simulate(plan, profile, CLUSTER, off, executor=executor)
+        assert a.iteration_time_s == b.iteration_time_s
+        assert [d.comm_wait_time_s for d in a.devices] == [d.comm_wait_time_s for d in b.devices]
+        assert sorted(a.events) == sorted(b.events)
+
+
+@pytest.mark.parametrize("channels", [2, 3])
+def test_channels_hold_their_share_of_a_held_send(channels: int) -> None:
+    # one stream alone on its links: a held send split over channels ends when one would
+    one = run("simpy", True, rendezvous=True)
+    plan, profile = two_stages(2)
+    options = SimOptions(speed_factors={8: SLOW}, rendezvous=True, p2p_channels=channels)
+    many = simulate(plan, profile, CLUSTER, options, executor="simpy")
+    assert many.iteration_time_s == pytest.approx(one.iteration_time_s, rel=1e-12)
+    assert [e for _, _, e in activations(many)] == pytest.approx(
+        [e for _, _, e in activations(one)], rel=1e-12
+    )
