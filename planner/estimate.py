@@ -375,7 +375,13 @@ class CostModel:
         (activation of boundary ``b``: ``before = sum_{s<=b} F_s``, ``after = sum_{s>b} F_s + sum B``;
         gradient: ``before = sum F + sum_{s>b} B_s``, ``after = sum_{s<=b} B_s``). DAPPLE's
         pseudo-stages see each transfer alone; this term sees boundaries that meet on a NIC.
-        ``O(boundaries x links)``.
+        It is taken per direction (activations alone, gradients alone) and for both together:
+        a server's uplink carries the activations it sends to the next stage *and* the
+        gradients it sends to the previous one (links are directed, full duplex: the two
+        flows share the one direction they both use), so ``L`` sums both there, with the
+        earliest ``before`` and ``after`` of either. Every form is a lower bound for every
+        schedule, and the link's time when it is the bottleneck (links far slower than the
+        compute, ``M`` large). ``O(boundaries x links)``.
         """
         num = len(costs)
         if num < 2:
@@ -400,10 +406,11 @@ class CostModel:
                 ("B", dst, src, total_f + total_b - pre_b, pre_b),
             ):
                 for link, per_byte in self.transfer_link_loads(a, z):
-                    entry = busy.setdefault((direction, link), [0.0, math.inf, math.inf])
-                    entry[0] += per_byte * nbytes
-                    entry[1] = min(entry[1], before)
-                    entry[2] = min(entry[2], after)
+                    for key in ((direction, link), ("FB", link)):
+                        entry = busy.setdefault(key, [0.0, math.inf, math.inf])
+                        entry[0] += per_byte * nbytes
+                        entry[1] = min(entry[1], before)
+                        entry[2] = min(entry[2], after)
         m = plan.num_microbatches
         return max((before + m * load + after for load, before, after in busy.values()), default=0.0)
 

@@ -18,7 +18,7 @@ from pipesim.profiles.models.profile import ModelProfile
 from pipesim.schedules import Schedule
 from pipesim.schedules.validate import deadlock_error
 from pipesim.simulator.collectives import allreduce
-from pipesim.simulator.fastpath import LinksShared, execute_fast
+from pipesim.simulator.fastpath import LinksShared, execute_fast, held_by_rendezvous
 from pipesim.simulator.link_records import LinkStretches
 from pipesim.simulator.microbatch_costs import MicrobatchCosts
 from pipesim.simulator.network import Network
@@ -70,6 +70,10 @@ class _Engine:
         # p2p streams (src device, dst device) with a transfer on the wire -> sends queued behind it
         self.queued: dict[tuple[int, int], deque[tuple[Send, _Arrival, int]]] = {}
         self.channels = options.p2p_channels if options.contention else 1
+        self.rendezvous = options.rendezvous
+        self.eager = float(options.eager_bytes)
+        self.posted: set[tuple[str, int, int, int]] = set()  # receives reached by their device
+        self.post_waiters: dict[tuple[str, int, int, int], list[Callable[[], None]]] = {}
         self.ready = [0] * len(program.collectives)
         self.done = [self.env.event() for _ in program.collectives]
         self.drained = self.env.event()
@@ -105,25 +109,58 @@ class _Engine:
         self._start(ins, target, device)
 
     def _start(self, ins: Send, target: _Arrival, device: int) -> None:
-        """Put one transfer on the wire now: ``p2p_channels`` equal flows over its route."""
+        """Put one transfer on the wire now: ``p2p_channels`` equal flows over its route.
+
+        With ``rendezvous``, a transfer above ``eager_bytes`` whose receive is not posted yet
+        sends its first ``eager_bytes`` now and the rest once the receive is posted and those
+        arrived (the rest pays no second latency: docs/communication.md).
+        """
+        start = self.env.now
+        delivered = self._on_delivery(target, ins, device, start)
+        rest = ins.nbytes - self.eager
+        key = ins.key
+        if not self.rendezvous or rest <= 0 or key in self.posted:
+            self._flows(ins.route, ins.nbytes, True, delivered)
+            return
+
+        def send_rest() -> None:
+            self._flows(ins.route, rest, False, delivered)
+
+        def eager_arrived() -> None:
+            if key in self.posted:
+                send_rest()
+            else:
+                self.post_waiters.setdefault(key, []).append(send_rest)
+
+        self._flows(ins.route, self.eager, True, eager_arrived)
+
+    def _flows(
+        self, route: tuple[int, ...], nbytes: float, pay_latency: bool, then: Callable[[], None]
+    ) -> None:
+        """Send ``nbytes`` as ``p2p_channels`` equal flows; call ``then`` once all arrived."""
         n = self.channels
         if n == 1:
-            done = self.network.transfer(ins.route, ins.nbytes)
-            done.callbacks.append(self._on_delivery(target, ins, device, self.env.now, 1))
+            self.network.transfer(route, nbytes, pay_latency=pay_latency).callbacks.append(lambda _: then())
             return
-        callback = self._on_delivery(target, ins, device, self.env.now, n)
-        for _ in range(n):
-            self.network.transfer(ins.route, ins.nbytes / n).callbacks.append(callback)
+        left = [n]
 
-    def _on_delivery(
-        self, target: _Arrival, ins: Send, device: int, start: float, flows: int
-    ) -> Callable[[simpy.Event], None]:
-        left = [flows]
-
-        def callback(_: simpy.Event) -> None:
+        def one_arrived(_: simpy.Event) -> None:
             left[0] -= 1
-            if left[0]:
-                return
+            if not left[0]:
+                then()
+
+        for _ in range(n):
+            self.network.transfer(route, nbytes / n, pay_latency=pay_latency).callbacks.append(one_arrived)
+
+    def _post(self, key: tuple[str, int, int, int]) -> None:
+        """The receiving device reached the receive of ``key``: held transfers may go on."""
+        if key not in self.posted:
+            self.posted.add(key)
+            for send_rest in self.post_waiters.pop(key, ()):
+                send_rest()
+
+    def _on_delivery(self, target: _Arrival, ins: Send, device: int, start: float) -> Callable[[], None]:
+        def callback() -> None:
             key = ins.key
             self.tally.send(
                 device, key[0], ins.stage, key[2], ins.nbytes, ins.dst_device, start, self.env.now
@@ -151,6 +188,8 @@ class _Engine:
         # sends and a post, in this order, exactly as the flattened stream lists them
         for recv, ins, sends, post in self.program.blocks(rank, replica):
             if recv is not None:
+                if self.rendezvous:
+                    self._post(recv.key)
                 target = arrivals.get(recv.key)
                 if target is None:
                     target = arrivals[recv.key] = _Arrival()
@@ -163,6 +202,7 @@ class _Engine:
                     # Time the data spent on the wire after it was produced (or after we were free).
                     wait_comm += max(0.0, env.now - max(free_at, target.produced_s))
                 del arrivals[recv.key]
+                self.posted.discard(recv.key)
             start = env.now
             duration = ins.duration_s
             if ins.marks:
@@ -231,7 +271,13 @@ class _Engine:
             for index, (rank, _, _) in enumerate(self.program.streams):
                 if index not in self.finished and rank not in stuck:
                     stuck[rank] = (rank, self.position.get(index, 0), None)
-            raise deadlock_error(lowered.ranks, [stuck[r] for r in sorted(stuck)])
+            held: dict[int, list[tuple[str, int, int, int]]] = {}
+            rank_of = {device: rank for rank, _, device in self.program.streams}
+            for key in self.post_waiters:
+                device = self.program.stages[key[1]].devices[key[3]]
+                held.setdefault(rank_of[device], []).append(key)
+            blocked = held_by_rendezvous([stuck[r] for r in sorted(stuck)], held)
+            raise deadlock_error(lowered.ranks, blocked)
         return self.tally.result(self.cluster, self.link_names, self.link_stretches)
 
 
@@ -323,11 +369,16 @@ def _run(
     unshared: bool,
 ) -> SimulationResult:
     program = lower(plan, profile, cluster, opts, schedule=schedule, costs=costs)
+    eager = float(opts.eager_bytes) if opts.rendezvous else None
     if executor != "simpy" and unshared:
-        return execute_fast(program, cluster, record_trace=opts.record_trace, free_links=opts.free_links)
+        return execute_fast(
+            program, cluster, record_trace=opts.record_trace, free_links=opts.free_links, eager_bytes=eager
+        )
     if executor == "auto" and not program.collectives and not opts.record_trace:
         try:  # exact when no two flows ever share a link; else the engine decides the sharing
-            return execute_fast(program, cluster, record_trace=False, free_links=False, contention=True)
+            return execute_fast(
+                program, cluster, record_trace=False, free_links=False, contention=True, eager_bytes=eager
+            )
         except LinksShared:
             log.debug("flows share links: running the SimPy engine")
     return _Engine(program, cluster, opts).run()

@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import bisect
 import math
+from collections import deque
+from collections.abc import Collection, Mapping, Sequence
 
 import simpy
 
@@ -38,11 +40,13 @@ from pipesim.profiles.hardware.cluster import Cluster
 from pipesim.schedules.validate import deadlock_error
 from pipesim.simulator.collectives import allreduce
 from pipesim.simulator.network import Network
-from pipesim.simulator.program import Block, Program
+from pipesim.simulator.program import Block, Program, Send
 from pipesim.simulator.tally import Tally
 from pipesim.simulator.trace import SimulationResult
 
-__all__ = ["LinksShared", "execute_fast"]
+__all__ = ["LinksShared", "execute_fast", "held_by_rendezvous"]
+
+_Key = tuple[str, int, int, int]
 
 
 class LinksShared(Exception):
@@ -111,6 +115,13 @@ class _Transfers:
             return latency
         return latency + nbytes / bandwidth
 
+    def bytes_s(self, route: tuple[int, ...], nbytes: float) -> float:
+        """Seconds ``nbytes`` take to flow over ``route`` once its latency is paid."""
+        if nbytes <= 0 or self.free:
+            return 0.0
+        bandwidth = self.network.route_bandwidth_bytes_per_s(route)
+        return 0.0 if math.isinf(bandwidth) else nbytes / bandwidth
+
     def flow(self, route: tuple[int, ...], nbytes: float) -> tuple[float, tuple[int, ...]]:
         """``(latency s, links whose bandwidth the bytes use)``; no links for a flow with no bytes."""
         latency = self.network.route_latency_s(route)
@@ -145,8 +156,122 @@ class _Transfers:
         return found
 
 
+class _Rendezvous:
+    """Point-to-point streams whose sends above ``eager`` bytes wait for their receive's post.
+
+    Per stream ``(src, dst)``, the sends not resolved yet, in issue order: the first waits for
+    its receive to be posted (its time is not known before), the others behind it (FIFO). A
+    send resolves as :meth:`pipesim.simulator.engine._Engine._start` runs it: its first
+    ``eager`` bytes go at ``begin = max(issue, the stream's previous arrival)`` (paying the
+    route's latency), the rest at ``max(their arrival, post)``; all at once when the receive was
+    posted by ``begin``.
+    """
+
+    def __init__(self, links: _Transfers, eager: float, holds: _LinkHolds | None) -> None:
+        self.links = links
+        self.eager = eager
+        self.holds = holds
+        self.posted: dict[_Key, float] = {}  # receive -> when its device reached it
+        self.wire_free: dict[tuple[int, int], float] = {}  # stream -> its last arrival
+        self.queues: dict[tuple[int, int], deque[tuple[Send, float, int]]] = {}
+        self.awaiting: dict[_Key, list[tuple[int, int]]] = {}  # receive -> streams held by it
+
+    def send(self, send: Send, t: float, device: int) -> list[tuple[Send, int, float, float]]:
+        """Issue ``send`` from ``device`` at ``t``: the ``(send, device, begin, end)`` resolved now."""
+        pair = (device, send.dst_device)
+        queue = self.queues.get(pair)
+        if queue is not None:
+            queue.append((send, t, device))
+            return []
+        self.queues[pair] = deque([(send, t, device)])
+        out: list[tuple[Send, int, float, float]] = []
+        self._drain(pair, out)
+        return out
+
+    def post(self, key: _Key, t: float) -> list[tuple[Send, int, float, float]]:
+        """The receive ``key`` is posted at ``t`` (once): the sends this resolves."""
+        out: list[tuple[Send, int, float, float]] = []
+        if key in self.posted:
+            return out
+        self.posted[key] = t
+        for pair in self.awaiting.pop(key, ()):
+            self._drain(pair, out)
+        return out
+
+    def _drain(self, pair: tuple[int, int], out: list[tuple[Send, int, float, float]]) -> None:
+        queue = self.queues[pair]
+        while queue:
+            send, t, device = queue[0]
+            begin = max(t, self.wire_free.get(pair, 0.0))
+            end = self._resolve(send, begin)
+            if end is None:
+                self.awaiting.setdefault(send.key, []).append(pair)
+                return
+            queue.popleft()
+            self.wire_free[pair] = end
+            out.append((send, device, begin, end))
+        del self.queues[pair]
+
+    def _resolve(self, send: Send, begin: float) -> float | None:
+        links, route, nbytes = self.links, send.route, send.nbytes
+        rest = nbytes - self.eager
+        posted = self.posted.get(send.key) if rest > 0 else begin
+        if posted is None:
+            return None
+        if posted <= begin:
+            end = begin + links.time_s(route, nbytes)
+            self._hold(route, nbytes, begin, end)
+            return end
+        eager_end = begin + links.time_s(route, self.eager)
+        self._hold(route, self.eager, begin, eager_end)
+        go = max(eager_end, posted)
+        end = go + links.bytes_s(route, rest)
+        if self.holds is not None:
+            held = links.flow(route, rest)[1]
+            if held:
+                self.holds.hold(held, go, end)
+        return end
+
+    def _hold(self, route: tuple[int, ...], nbytes: float, begin: float, end: float) -> None:
+        if self.holds is not None:
+            latency, held = self.links.flow(route, nbytes)
+            if held:
+                self.holds.hold(held, begin + latency, end)
+
+    def oldest_issue_s(self) -> float:
+        """The earliest issue time of a send not resolved yet (``inf`` if none)."""
+        return min((queue[0][1] for queue in self.queues.values()), default=math.inf)
+
+
+def held_by_rendezvous(
+    stuck: Sequence[tuple[int, int, str | None]], held: Mapping[int, Collection[_Key]]
+) -> list[tuple[int, int, str | None]]:
+    """``stuck`` (for :func:`~pipesim.schedules.validate.deadlock_error`) with what a rank waits
+    for when sends to it are held by the rendezvous: ``held`` maps such a rank to the receives
+    its held sends wait for, which come after the receive it waits at."""
+    out = []
+    for rank, step, why in stuck:
+        keys = held.get(rank)
+        if keys and why is None:
+            names = ", ".join(
+                f"{kind} of stage {stage} micro-batch {mb}" for kind, stage, mb, _ in sorted(keys)
+            )
+            why = (
+                f"data queued behind a send held by the rendezvous until this rank posts its "
+                f"receive ({names}), which comes later in its order (SimOptions.rendezvous)"
+            )
+        out.append((rank, step, why))
+    return out
+
+
 def execute_fast(
-    program: Program, cluster: Cluster, *, record_trace: bool, free_links: bool, contention: bool = False
+    program: Program,
+    cluster: Cluster,
+    *,
+    record_trace: bool,
+    free_links: bool,
+    contention: bool = False,
+    eager_bytes: float | None = None,
 ) -> SimulationResult:
     """Execute ``program`` by list scheduling, transfers never slowing each other down.
 
@@ -156,6 +281,8 @@ def execute_fast(
         record_trace: keep trace events and full memory curves.
         free_links: transfers take no time (else: latency + bytes / route bandwidth).
         contention: links are shared max-min fairly: check that no two flows ever share one.
+        eager_bytes: with a number, the rendezvous (``SimOptions.rendezvous``): a send's bytes
+            beyond these wait for their receive to be posted; ``None`` (default) no rendezvous.
 
     Returns:
         The same :class:`SimulationResult` the SimPy engine gives on these links.
@@ -163,7 +290,8 @@ def execute_fast(
     Raises:
         LinksShared: with ``contention``, two flows would share a link (run the engine instead).
         InputError: ``contention`` on links that are not free, with collectives or a trace.
-        ScheduleError: the program deadlocks (cannot happen for a validated schedule).
+        ScheduleError: the program deadlocks (for a validated schedule, only where the
+            rendezvous holds a send whose receive comes after the data queued behind it).
     """
     shared = contention and not free_links
     if shared and (program.collectives or record_trace):
@@ -186,6 +314,23 @@ def execute_fast(
     waiting: dict[tuple[str, int, int, int], tuple[int, int]] = {}  # key -> (stream, pieces)
     ready_at = [0.0] * len(program.collectives)
     wire_free: dict[tuple[int, int], float] = {}  # p2p stream (src, dst) -> its last arrival
+    rdv = _Rendezvous(links, eager_bytes, holds) if eager_bytes is not None else None
+    next_prune = 1024
+
+    def arrive(send: Send, src: int, begin: float, end: float) -> None:
+        """A send resolved by the rendezvous: its piece arrives at ``end``."""
+        key = send.key
+        if record_trace:
+            tally.send(src, key[0], send.stage, key[2], send.nbytes, send.dst_device, begin, end)
+        got = arrivals[key]
+        got[0] += 1
+        if end > got[1]:
+            got[1] = end
+        woken = waiting.get(key)
+        if woken is not None and got[0] == woken[1]:
+            del waiting[key]
+            runnable.append(woken[0])
+
     memory_now, memory_peak = tally.memory_now, tally.memory_peak
     finished = 0
     over = [False] * n  # streams that ran their last instruction
@@ -210,6 +355,9 @@ def execute_fast(
         while block is not None:
             recv, ins, sends, post = block
             if recv is not None:
+                if rdv is not None:  # (what the post resolves goes to this device, not waiting yet)
+                    for resolved in rdv.post(recv.key, t):
+                        arrive(*resolved)
                 got = arrivals.get(recv.key)
                 if got is None or got[0] < recv.pieces:
                     if recv.pieces:  # (a replica that receives nothing never waits)
@@ -219,6 +367,8 @@ def execute_fast(
                         break
                 else:
                     del arrivals[recv.key]
+                    if rdv is not None:
+                        rdv.posted.pop(recv.key, None)
                     if got[1] > t:
                         wait_i += max(0.0, got[1] - max(t, got[2]))
                         t = got[1]
@@ -253,6 +403,15 @@ def execute_fast(
                     got = arrivals[key] = [0, 0.0, 0.0]
                 if t > got[2]:
                     got[2] = t
+                if send.route and rdv is not None:
+                    tally.num_ops += 1
+                    for resolved in rdv.send(send, t, device):
+                        arrive(*resolved)
+                    if holds is not None and holds.added >= next_prune:
+                        next_prune = holds.added + 1024
+                        running = min(t_free[j] for j in range(n) if not over[j])
+                        holds.prune(min(running, rdv.oldest_issue_s()))
+                    continue
                 if send.route:
                     tally.num_ops += 1
                     # FIFO per (src, dst) stream: it starts once the stream's previous one arrived
@@ -302,7 +461,13 @@ def execute_fast(
         for i, (rank, _, _) in enumerate(program.streams):
             if pending[i] is not None and rank not in stuck:
                 stuck[rank] = (rank, step_at[i], None)
-        raise deadlock_error(lowered.ranks, [stuck[r] for r in sorted(stuck)])
+        held_for: dict[int, list[_Key]] = {}
+        if rdv is not None:
+            rank_of = {device: rank for rank, _, device in program.streams}
+            for key, pairs in rdv.awaiting.items():
+                for _, dst in pairs:
+                    held_for.setdefault(rank_of[dst], []).append(key)
+        raise deadlock_error(lowered.ranks, held_by_rendezvous([stuck[r] for r in sorted(stuck)], held_for))
     drained = max(t_free, default=0.0)
     done = [0.0] * len(program.collectives)
     for spec in program.collectives:

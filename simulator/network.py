@@ -273,7 +273,9 @@ class Network:
         )
 
     # ------------------------------------------------------------------ transfers
-    def transfer(self, route: tuple[int, ...], nbytes: float, *, tag: object = None) -> simpy.Event:
+    def transfer(
+        self, route: tuple[int, ...], nbytes: float, *, tag: object = None, pay_latency: bool = True
+    ) -> simpy.Event:
         """Start sending ``nbytes`` over ``route`` now; the returned event succeeds on delivery.
 
         Call it when the data exists: the transfer starts at the current simulated time.
@@ -282,6 +284,9 @@ class Network:
             route: link indices from source to destination (``()`` for the same device).
             nbytes: bytes to send, finite and >= 0.
             tag: any object, passed back in the :class:`TransferRecord`.
+            pay_latency: pay the route's latency and the overhead before the bytes flow (default);
+                ``False`` for the continuation of a transfer whose first bytes already paid it
+                (the bytes held back by a rendezvous, :class:`~pipesim.simulator.options.SimOptions`).
 
         Returns:
             A SimPy event (value ``None``) that succeeds when the last byte has arrived.
@@ -303,6 +308,8 @@ class Network:
             self._deliver_now(event, tid, route, nbytes, env.now, tag)
             return event
         latency, links = self._route_info(route)
+        if not pay_latency:
+            latency = 0.0
         if not self._contention and links:
             rate = min(self._cap[link] for link in links)
             start = env.now

@@ -9,11 +9,18 @@ from dataclasses import dataclass, field
 from pipesim.errors import invalid
 from pipesim.profiles.costmodels.collective import AllReduceOverlap
 
-__all__ = ["MAX_P2P_CHANNELS", "SimOptions"]
+__all__ = ["MAX_P2P_CHANNELS", "NCCL_EAGER_BYTES", "SimOptions"]
 
 MAX_P2P_CHANNELS = 64
 """The most channels per peer a point-to-point stream may use (a bound on user input; NCCL's own
 channel count per communicator is bounded by its compile-time ``MAXCHANNELS``)."""
+
+NCCL_EAGER_BYTES = 8 * 128 * 1024
+"""Bytes of a point-to-point send that NCCL can move before the receiver posts its receive:
+its ``NCCL_STEPS`` = 8 FIFO slots of one p2p chunk, 128 KiB between servers and over PCIe
+(``NCCL_P2P_NET_CHUNKSIZE``/``NCCL_P2P_PCI_CHUNKSIZE``; 512 KiB, ``NCCL_P2P_NVL_CHUNKSIZE``,
+inside an all-NVLink server): 1 MiB. Source: NVIDIA/nccl ``src/include/device.h``
+(``NCCL_STEPS 8``), ``src/init.cc`` (``computeBuffSizes``, commit 5067397); docs/communication.md."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -44,6 +51,13 @@ class SimOptions:
             split into this many equal flows that share links max-min fairly with other streams'
             flows (default 1; 1..64). Matters only where streams share a link under
             ``contention`` (docs/communication.md).
+        rendezvous: receiver readiness, as NCCL sends: the bytes of a point-to-point transfer
+            beyond its first ``eager_bytes`` flow only once the receiving device has reached the
+            matching receive in its program (its instruction before it finished); until then the
+            transfer, and its stream's transfers behind it, wait. Off (default) every send goes
+            when its stream is free, whatever the receiver does (docs/communication.md).
+        eager_bytes: bytes of a transfer that may go before the receive is posted, with
+            ``rendezvous`` (default :data:`NCCL_EAGER_BYTES`, 1 MiB; >= 0, finite).
     """
 
     free_links: bool = False
@@ -55,6 +69,8 @@ class SimOptions:
     bucket_bytes: float = 25 * 1024**2
     record_trace: bool = True
     p2p_channels: int = 1
+    rendezvous: bool = False
+    eager_bytes: float = NCCL_EAGER_BYTES
 
     def __post_init__(self) -> None:
         for device, factor in self.speed_factors.items():
@@ -78,6 +94,15 @@ class SimOptions:
             or not 1 <= channels <= MAX_P2P_CHANNELS
         ):
             raise invalid("p2p_channels", channels, f"must be an integer from 1 to {MAX_P2P_CHANNELS}")
+        if not isinstance(self.rendezvous, bool):
+            raise invalid("rendezvous", self.rendezvous, "must be true or false")
+        eager = self.eager_bytes
+        if (
+            isinstance(eager, bool)
+            or not isinstance(eager, int | float)
+            or not (math.isfinite(eager) and eager >= 0)
+        ):
+            raise invalid("eager_bytes", eager, "must be a finite number of bytes >= 0")
 
     def jitter_for(self, op: str) -> float:
         """The coefficient of variation for op ``"F"``, ``"B"``, ``"I"`` or ``"W"``."""

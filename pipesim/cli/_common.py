@@ -137,6 +137,31 @@ DTYPE_CHOICES: tuple[str, ...] = ("fp32", "tf32", "fp16", "bf16", "fp8", "float3
 :data:`pipesim.profiles.hardware.specs.PRECISIONS`)."""
 
 
+def add_rendezvous_args(parser: argparse.ArgumentParser) -> None:
+    """Add ``--rendezvous`` and ``--eager-bytes B`` (receiver readiness of point-to-point sends,
+    ``SimOptions.rendezvous``; docs/communication.md). Read them with :func:`rendezvous_of`."""
+    parser.add_argument(
+        "--rendezvous",
+        action="store_true",
+        help="a send's bytes beyond the eager size wait until the receiver reaches its receive, as "
+        "NCCL's sends above its FIFO buffer do (off by default; docs/communication.md)",
+    )
+    parser.add_argument(
+        "--eager-bytes",
+        type=float_arg(0.0, 2.0**80),
+        default=None,
+        help="bytes of a send that may go before its receive is posted (implies --rendezvous; "
+        "default 1048576, NCCL's 8 steps of 128 KiB)",
+    )
+
+
+def rendezvous_of(args: argparse.Namespace) -> dict[str, Any]:
+    """The :class:`~pipesim.simulator.SimOptions` keywords ``--rendezvous``/``--eager-bytes`` give."""
+    if args.eager_bytes is not None:
+        return {"rendezvous": True, "eager_bytes": args.eager_bytes}
+    return {"rendezvous": True} if args.rendezvous else {}
+
+
 def add_recompute_arg(parser: argparse.ArgumentParser, *, default: str | None = "none") -> None:
     """Add ``--recompute none|full|selective`` (``--recompute`` alone is ``full``); see
     ``docs/recompute.md``. ``default=None`` leaves the plan file's mode (``--plan``) in force."""

@@ -11,11 +11,13 @@ from pipesim.cli._common import (
     add_gantt_args,
     add_model_args,
     add_recompute_arg,
+    add_rendezvous_args,
     batch_int,
     float_arg,
     format_table,
     inputs_of,
     print_json,
+    rendezvous_of,
     samples_int,
 )
 from pipesim.cli._parallel import add_parallel_args, apply_parallel, pins_of
@@ -111,6 +113,7 @@ def add_comparison_args(p: argparse.ArgumentParser) -> None:
         "estimate alone (none)",
     )
     add_recompute_arg(p, default=None)  # with --plan: given, it replaces the plan file's mode
+    add_rendezvous_args(p)
 
 
 def comparison_rows(
@@ -125,6 +128,7 @@ def comparison_rows(
     """
     from pipesim.compare import compare
     from pipesim.plan_file import load_plan
+    from pipesim.simulator import SimOptions
 
     profile, cluster = inputs_of(args)
     from pipesim.cli.schedule import schedule_arg
@@ -149,6 +153,7 @@ def comparison_rows(
         rerank=args.rerank == "simulate",
         recompute=args.recompute,
         hold_plan=args.hold_plan,
+        options=SimOptions(**rendezvous) if (rendezvous := rendezvous_of(args)) else None,
         **options,
     )
     return rows, title, cluster

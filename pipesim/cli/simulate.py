@@ -10,12 +10,14 @@ from pipesim.cli._common import (
     add_gantt_args,
     add_model_args,
     add_recompute_arg,
+    add_rendezvous_args,
     batch_int,
     format_table,
     inputs_of,
     jitter_float,
     positive_int,
     print_json,
+    rendezvous_of,
     seed_int,
 )
 from pipesim.cli._parallel import add_parallel_args, apply_parallel, parallel_text
@@ -103,6 +105,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         help="channels per peer of a point-to-point stream (NCCL's channels to one peer; each "
         "transfer is split over them; default 1; docs/communication.md)",
     )
+    add_rendezvous_args(p)
     p.add_argument(
         "--jitter",
         type=jitter_float,
@@ -276,6 +279,7 @@ def _run(args: argparse.Namespace) -> int:
         allreduce_overlap=args.allreduce_overlap,
         speed_factors=speeds,
         p2p_channels=args.p2p_channels,
+        **rendezvous_of(args),
     )
     with Status(f"simulating {profile.name} on {cluster.name} ({plan.num_microbatches} micro-batches)"):
         result = simulate(plan, profile, cluster, options, schedule=explicit)
