@@ -60,6 +60,8 @@ class StageCosts:
         allreduce_s: gradient all-reduce among the replicas, seconds (0 for one replica).
         send_fwd_s: the activation transfer to the next stage, seconds (0 for the last stage).
         send_bwd_s: the gradient transfer back from the next stage, seconds (0 for the last).
+        send_latency_s: the part of either transfer that is route latency (the least among its
+            pieces' routes), seconds: a delay a pipelined stream overlaps with the bytes ahead.
     """
 
     fwd_s: float
@@ -68,6 +70,7 @@ class StageCosts:
     allreduce_s: float
     send_fwd_s: float
     send_bwd_s: float
+    send_latency_s: float = 0.0
 
 
 def largest_microbatch(plan: Plan) -> int:

@@ -431,12 +431,13 @@ class CostModel:
             devices = placement[where[s]]
             table = self.share_table(-(-samples // stage.replicas))
             first, last = stage.first_layer, stage.last_layer
-            send_f = send_b = 0.0
+            send_f = send_b = latency = 0.0
             if s + 1 < plan.num_stages and where[s + 1] != where[s]:
                 nxt = placement[where[s + 1]]
                 c = self.cut_bytes_per_sample[last]
                 send_f = self.transfer_s(devices, nxt, samples, c)
                 send_b = self.transfer_s(nxt, devices, samples, c)
+                latency = min(send_f, send_b, self._least_latency_s(devices, nxt))
             out.append(
                 StageCosts(
                     fwd_s=table.fwd[last + 1] - table.fwd[first],
@@ -445,9 +446,24 @@ class CostModel:
                     allreduce_s=self.allreduce_s(devices, self.parameter_bytes(first, last), plan.allreduce),
                     send_fwd_s=send_f,
                     send_bwd_s=send_b,
+                    send_latency_s=latency,
                 )
             )
         return out
+
+    def _least_latency_s(self, src: Sequence[int], dst: Sequence[int]) -> float:
+        """The least route latency between a device of ``src`` and another of ``dst`` (either
+        direction), seconds; 0 where they share a device."""
+        lat = self._lat
+        best = math.inf
+        for a in src:
+            for b in dst:
+                if a == b:
+                    return 0.0
+                there = sum(lat[link] for link in self.cluster.route(a, b))
+                back = sum(lat[link] for link in self.cluster.route(b, a))
+                best = min(best, there, back)
+        return 0.0 if best == math.inf else best
 
     def _check_schedule(self, plan: Plan) -> None:
         if plan.schedule not in ESTIMATED_SCHEDULES:
@@ -524,14 +540,18 @@ class CostModel:
             fwd: list[float] = []
             bwd: list[float] = []
             ar: list[float] = []
+            lat: list[float] = []
             for c in costs:
                 fwd += [c.fwd_s, c.send_fwd_s]
                 bwd += [c.bwd_s, c.send_bwd_s]
                 ar += [c.allreduce_s, 0.0]
-            fwd, bwd, ar = fwd[:-1], bwd[:-1], ar[:-1]
-            form = gpipe_time_s if plan.schedule == "gpipe" else pipeline_time_s
-            time_s = form(fwd, bwd, ar, m)
-            ends = backward_end_times(fwd, bwd, m, plan.schedule)[0::2]
+                lat += [0.0, c.send_latency_s]
+            fwd, bwd, ar, lat = fwd[:-1], bwd[:-1], ar[:-1], lat[:-1]
+            if plan.schedule == "gpipe":
+                time_s = gpipe_time_s(fwd, bwd, ar, m, fwd_latency_s=lat, bwd_latency_s=lat)
+            else:  # charges a transfer its latency per micro-batch (docs/communication.md)
+                time_s = pipeline_time_s(fwd, bwd, ar, m)
+            ends = backward_end_times(fwd, bwd, m, plan.schedule, fwd_latency_s=lat, bwd_latency_s=lat)[0::2]
             if plan.schedule != "gpipe" and not decomposable:
                 cycle = self._cycle_time_s(plan, costs)
                 time_s = max(time_s, cycle)

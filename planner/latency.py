@@ -101,29 +101,54 @@ def pipeline_time_s(
 
 
 def gpipe_time_s(
-    fwd_s: Sequence[float], bwd_s: Sequence[float], allreduce_s: Sequence[float], num_microbatches: int
+    fwd_s: Sequence[float],
+    bwd_s: Sequence[float],
+    allreduce_s: Sequence[float],
+    num_microbatches: int,
+    *,
+    fwd_latency_s: Sequence[float] | None = None,
+    bwd_latency_s: Sequence[float] | None = None,
 ) -> float:
     """GPipe's iteration time: all forwards, then all backwards, seconds.
 
     Each phase is a flow shop of ``M`` identical jobs over the (pseudo-)stages, whose makespan is
     ``sum + (M - 1) max``: ``sum F + (M - 1) max F`` for the forwards, then for the backwards
     from the last stage down, stage ``s``'s all-reduce starting after its last backward:
-    ``max_s (sum_{s'>=s} B + (M - 1) max_{s'>=s} B + AR_s)``. ``O(S)``.
+    ``max_s (sum_{s'>=s} B + (M - 1) max_{s'>=s} B + AR_s)``. ``O(S)``. A transfer
+    pseudo-stage's latency (``fwd_latency_s``, ``bwd_latency_s``: per (pseudo-)stage, 0 on
+    compute stages; default all 0) is a delay, not an occupation: a pipelined stream overlaps it
+    with the bytes ahead (docs/communication.md), so it counts in the sum and not in the max.
 
     Raises:
         InputError: lists of different lengths or empty, or ``M < 1``.
     """
     _check(fwd_s, bwd_s, allreduce_s, num_microbatches)
-    m = num_microbatches
-    forward = sum(fwd_s) + (m - 1) * max(fwd_s)
-    tail = 0.0
-    total_b = 0.0
-    max_b = 0.0
-    for s in range(len(fwd_s) - 1, -1, -1):
-        total_b += bwd_s[s]
-        max_b = max(max_b, bwd_s[s])
-        tail = max(tail, total_b + (m - 1) * max_b + allreduce_s[s])
-    return forward + tail
+    ends = _gpipe_ends(fwd_s, bwd_s, num_microbatches, fwd_latency_s, bwd_latency_s)
+    return max(end + ar for end, ar in zip(ends, allreduce_s, strict=True))
+
+
+def _gpipe_ends(
+    fwd_s: Sequence[float],
+    bwd_s: Sequence[float],
+    m: int,
+    fwd_latency_s: Sequence[float] | None,
+    bwd_latency_s: Sequence[float] | None,
+) -> list[float]:
+    """GPipe's two flow shops: when each (pseudo-)stage ends its last backward, seconds."""
+    n = len(fwd_s)
+    lat_f = [0.0] * n if fwd_latency_s is None else fwd_latency_s
+    lat_b = [0.0] * n if bwd_latency_s is None else bwd_latency_s
+    if len(lat_f) != n or len(lat_b) != n:
+        raise invalid("fwd_latency_s", list(lat_f), "need one latency per (pseudo-)stage in each direction")
+    start = sum(fwd_s) + (m - 1) * max(f - a for f, a in zip(fwd_s, lat_f, strict=True))
+    out = [0.0] * n
+    total = 0.0
+    top = 0.0
+    for s in range(n - 1, -1, -1):
+        total += bwd_s[s]
+        top = max(top, bwd_s[s] - lat_b[s])
+        out[s] = start + total + (m - 1) * top
+    return out
 
 
 def looped_time_s(
@@ -222,13 +247,21 @@ def one_f_one_b_loops_s(
 
 
 def backward_end_times(
-    fwd_s: Sequence[float], bwd_s: Sequence[float], num_microbatches: int, schedule: str
+    fwd_s: Sequence[float],
+    bwd_s: Sequence[float],
+    num_microbatches: int,
+    schedule: str,
+    *,
+    fwd_latency_s: Sequence[float] | None = None,
+    bwd_latency_s: Sequence[float] | None = None,
 ) -> list[float]:
     """When each (pseudo-)stage finishes its last backward under the latency model, seconds.
 
     1F1B family: ``E_s = max_{Q >= s} (A_Q + sum_{s'=s..Q} B_s')`` (see :func:`prepend`); gpipe:
-    the forward makespan plus the backward flow shop from the last stage down to ``s``. ``O(S^2)``
-    for the 1F1B family (``S`` stages, never ``M``).
+    the forward makespan plus the backward flow shop from the last stage down to ``s``, with the
+    transfer latencies as delays (see :func:`gpipe_time_s`; the 1F1B family's form charges a
+    transfer its whole time per micro-batch and takes no latencies). ``O(S^2)`` for the 1F1B
+    family (``S`` stages, never ``M``).
 
     Raises:
         InputError: a schedule other than dapple, 1f1b and gpipe.
@@ -236,15 +269,7 @@ def backward_end_times(
     n = len(fwd_s)
     m = num_microbatches
     if schedule == "gpipe":
-        start = sum(fwd_s) + (m - 1) * max(fwd_s)
-        out = [0.0] * n
-        total = 0.0
-        top = 0.0
-        for s in range(n - 1, -1, -1):
-            total += bwd_s[s]
-            top = max(top, bwd_s[s])
-            out[s] = start + total + (m - 1) * top
-        return out
+        return _gpipe_ends(fwd_s, bwd_s, m, fwd_latency_s, bwd_latency_s)
     if schedule not in ("dapple", "1f1b"):
         raise invalid("schedule", schedule, "backward end times are modelled for dapple, 1f1b and gpipe")
     x = 0.0

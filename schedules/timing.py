@@ -123,6 +123,8 @@ def evaluate(
     wgrad_time_s: CostSpec = 0,
     fwd_comm_time_s: Time | Sequence[Time] = 0,
     bwd_comm_time_s: Time | Sequence[Time] = 0,
+    fwd_comm_latency_s: Time | Sequence[Time] = 0,
+    bwd_comm_latency_s: Time | Sequence[Time] = 0,
     check: bool = True,
 ) -> Timeline:
     """Time a compute-only schedule by list scheduling in its own order.
@@ -131,8 +133,10 @@ def evaluate(
     free and its dependencies (see :class:`~pipesim.schedules.action.Action`) have ended, plus the
     transfer time when the dependency ran on another rank. Transfers from one rank to another go
     one at a time in the order the sending rank produced them (a FIFO stream per ordered rank
-    pair, as the simulator's point-to-point streams): one starts when its producer ends or when
-    the pair's previous transfer has arrived, whichever is later. Streams do not slow each other
+    pair, as the simulator's point-to-point streams), pipelined: of a transfer's time ``c``, its
+    latency ``l`` overlaps the pair's previous transfer, so it arrives at
+    ``max(produced + l, previous arrival) + c - l`` (``l = 0``: it starts when its producer ends
+    or when the previous one has arrived, whichever is later). Streams do not slow each other
     down (no link sharing); stages on the same rank exchange data at no cost.
 
     Args:
@@ -146,6 +150,9 @@ def evaluate(
         fwd_comm_time_s: time to move an activation from stage ``s`` to ``s + 1`` (``c_f``),
             seconds: one number or one per boundary (``num_stages - 1``).
         bwd_comm_time_s: time to move a gradient from stage ``s + 1`` to ``s`` (``c_b``), seconds.
+        fwd_comm_latency_s: the part of ``c_f`` that is route latency (pipelined on a stream),
+            seconds: one number or one per boundary; at most ``c_f`` (default 0).
+        bwd_comm_latency_s: the same for ``c_b``.
         check: validate the schedule first (default); pass ``False`` to skip the check for a
             schedule known to be valid (a deadlock is still reported).
 
@@ -154,7 +161,8 @@ def evaluate(
 
     Raises:
         InputError: a negative or non-numeric cost, a cost list of the wrong length,
-            ``wgrad_time_s > bwd_time_s``, or communication actions in the schedule.
+            ``wgrad_time_s > bwd_time_s``, a latency above its transfer time, or communication
+            actions in the schedule.
         ScheduleError: the schedule is invalid or deadlocks.
     """
     if not schedule.is_compute_only:
@@ -176,10 +184,14 @@ def evaluate(
         i_time.append(i_row)
     c_f = _boundaries("fwd_comm_time_s", fwd_comm_time_s, stages)
     c_b = _boundaries("bwd_comm_time_s", bwd_comm_time_s, stages)
+    l_f = _latencies("fwd_comm_latency_s", fwd_comm_latency_s, c_f)
+    l_b = _latencies("bwd_comm_latency_s", bwd_comm_latency_s, c_b)
     # transfer time into stage s's forward from s - 1, and into s's backward from s + 1
     where = schedule.stage_ranks  # no transfer time between two stages on one rank
     into_f: list[Time] = [0 if s == 0 or where[s - 1] == where[s] else c_f[s - 1] for s in range(stages)]
     into_b: list[Time] = [0 if s == stages - 1 or where[s + 1] == where[s] else c_b[s] for s in range(stages)]
+    lat_f: list[Time] = [0 if s == 0 else l_f[s - 1] for s in range(stages)]
+    lat_b: list[Time] = [0 if s == stages - 1 else l_b[s] for s in range(stages)]
     # arrival of stage s's input activation / output gradient, set when its producer ends
     arrive_f: list[list[Time]] = [[0] * m for _ in range(stages)]
     arrive_b: list[list[Time]] = [[0] * m for _ in range(stages)]
@@ -221,7 +233,7 @@ def evaluate(
                 end = start + f_time[s][mb]
                 f_end[s][mb] = end
                 if s != last:
-                    arrive_f[s + 1][mb] = _arrival(wire, r, where[s + 1], end, into_f[s + 1])
+                    arrive_f[s + 1][mb] = _arrival(wire, r, where[s + 1], end, into_f[s + 1], lat_f[s + 1])
                 stashed[s] += 1
                 if stashed[s] > peak[s]:
                     peak[s] = stashed[s]
@@ -247,7 +259,7 @@ def evaluate(
                     end = start + i_time[s][mb]
                 g_end[s][mb] = end
                 if s:
-                    arrive_b[s - 1][mb] = _arrival(wire, r, where[s - 1], end, into_b[s - 1])
+                    arrive_b[s - 1][mb] = _arrival(wire, r, where[s - 1], end, into_b[s - 1], lat_b[s - 1])
                 key = (stages + s) * m + mb
             else:  # W
                 dep = g_end[s][mb]
@@ -282,12 +294,24 @@ def evaluate(
     )
 
 
-def _arrival(wire: dict[tuple[int, int], Time], src: int, dst: int, produced: Time, cost: Time) -> Time:
-    """When a transfer produced at ``produced`` from rank ``src`` to ``dst`` arrives: it starts
-    after the pair's previous one arrived (FIFO), and takes ``cost`` (none on the same rank)."""
+def _arrival(
+    wire: dict[tuple[int, int], Time], src: int, dst: int, produced: Time, cost: Time, latency: Time
+) -> Time:
+    """When a transfer produced at ``produced`` from rank ``src`` to ``dst`` arrives: it takes
+    ``cost`` (none on the same rank), of which ``latency`` overlaps the pair's previous transfer
+    (a pipelined FIFO stream): ``max(produced + latency, previous arrival) + cost - latency``."""
     if src == dst:
         return produced
-    free = wire.get((src, dst), produced)
-    arrival = (produced if produced > free else free) + cost
+    ready = produced + latency
+    free = wire.get((src, dst), ready)
+    arrival = (ready if ready > free else free) + (cost - latency)
     wire[(src, dst)] = arrival
     return arrival
+
+
+def _latencies(name: str, spec: Time | Sequence[Time], comm: Sequence[Time]) -> list[Time]:
+    out = _boundaries(name, spec, len(comm) + 1)
+    for s, (lat, c) in enumerate(zip(out, comm, strict=True)):
+        if lat > c:
+            raise invalid(f"{name}[{s}]", lat, f"must be <= the transfer time {c}")
+    return out

@@ -67,8 +67,9 @@ class _Engine:
             link_stretches=self.link_stretches,
         )
         self.arrivals: dict[tuple[str, int, int, int], _Arrival] = {}
-        # p2p streams (src device, dst device) with a transfer on the wire -> sends queued behind it
-        self.queued: dict[tuple[int, int], deque[tuple[Send, _Arrival, int]]] = {}
+        # p2p streams (src device, dst device) with a transfer on the wire -> sends queued behind
+        # it, with the time each was issued
+        self.queued: dict[tuple[int, int], deque[tuple[Send, _Arrival, int, float]]] = {}
         self.channels = options.p2p_channels if options.contention else 1
         self.rendezvous = options.rendezvous
         self.eager = float(options.eager_bytes)
@@ -103,28 +104,35 @@ class _Engine:
         pair = (device, ins.dst_device)
         waiting = self.queued.get(pair)
         if waiting is not None:
-            waiting.append((ins, target, device))
+            waiting.append((ins, target, device, produced))
             return
         self.queued[pair] = deque()
-        self._start(ins, target, device)
+        self._start(ins, target, device, produced)
 
-    def _start(self, ins: Send, target: _Arrival, device: int) -> None:
+    def _start(self, ins: Send, target: _Arrival, device: int, issued: float) -> None:
         """Put one transfer on the wire now: ``p2p_channels`` equal flows over its route.
 
+        The stream is pipelined: a send queued behind another left its sender as the previous
+        one's last byte did, so of its route latency only the part not yet elapsed since then
+        (or since it was ``issued``, if later) delays its bytes; it arrives at
+        ``max(issued + latency, previous arrival) + bytes / bandwidth`` on an idle route.
         With ``rendezvous``, a transfer above ``eager_bytes`` whose receive is not posted yet
         sends its first ``eager_bytes`` now and the rest once the receive is posted and those
         arrived (the rest pays no second latency: docs/communication.md).
         """
-        start = self.env.now
+        now = self.env.now
+        latency = self.network.route_latency_s(ins.route)
+        wait = max(0.0, issued + latency - now)
+        start = now - latency + wait  # when its latency began: max(issued, previous bytes left)
         delivered = self._on_delivery(target, ins, device, start)
         rest = ins.nbytes - self.eager
         key = ins.key
         if not self.rendezvous or rest <= 0 or key in self.posted:
-            self._flows(ins.route, ins.nbytes, True, delivered)
+            self._flows(ins.route, ins.nbytes, wait, delivered)
             return
 
         def send_rest() -> None:
-            self._flows(ins.route, rest, False, delivered)
+            self._flows(ins.route, rest, 0.0, delivered)
 
         def eager_arrived() -> None:
             if key in self.posted:
@@ -132,15 +140,14 @@ class _Engine:
             else:
                 self.post_waiters.setdefault(key, []).append(send_rest)
 
-        self._flows(ins.route, self.eager, True, eager_arrived)
+        self._flows(ins.route, self.eager, wait, eager_arrived)
 
-    def _flows(
-        self, route: tuple[int, ...], nbytes: float, pay_latency: bool, then: Callable[[], None]
-    ) -> None:
-        """Send ``nbytes`` as ``p2p_channels`` equal flows; call ``then`` once all arrived."""
+    def _flows(self, route: tuple[int, ...], nbytes: float, wait: float, then: Callable[[], None]) -> None:
+        """Send ``nbytes`` as ``p2p_channels`` equal flows after ``wait`` seconds of latency;
+        call ``then`` once all arrived."""
         n = self.channels
         if n == 1:
-            self.network.transfer(route, nbytes, pay_latency=pay_latency).callbacks.append(lambda _: then())
+            self.network.transfer(route, nbytes, latency_s=wait).callbacks.append(lambda _: then())
             return
         left = [n]
 
@@ -150,7 +157,7 @@ class _Engine:
                 then()
 
         for _ in range(n):
-            self.network.transfer(route, nbytes / n, pay_latency=pay_latency).callbacks.append(one_arrived)
+            self.network.transfer(route, nbytes / n, latency_s=wait).callbacks.append(one_arrived)
 
     def _post(self, key: tuple[str, int, int, int]) -> None:
         """The receiving device reached the receive of ``key``: held transfers may go on."""

@@ -1,9 +1,10 @@
 """The fast path: SimPy-free execution of a lowered program when no two transfers share a link.
 
-Transfers from one device to another form a FIFO stream (one at a time, in issue order; see
-:mod:`pipesim.simulator.engine`): a transfer starts when it is issued or when its stream's
-previous transfer arrived, whichever is later, so one stream's transfers never share a link with
-each other. When no two transfers slow each other down, the link model has no state: a transfer
+Transfers from one device to another form a pipelined FIFO stream (in issue order; see
+:mod:`pipesim.simulator.engine`): a transfer's latency starts when it is issued or when its
+stream's previous transfer's last byte left, whichever is later, and its bytes flow once the
+previous one's arrived, so one stream's transfers never share a link with each other. When no
+two transfers slow each other down, the link model has no state: a transfer
 over a route takes the route's latency plus its bytes over the route's slowest link (free links:
 nothing; ``p2p_channels`` equal flows of one transfer take the same time as one).
 That holds by construction with ``SimOptions(free_links=True)`` or ``contention=False``. With
@@ -115,6 +116,14 @@ class _Transfers:
             return latency
         return latency + nbytes / bandwidth
 
+    def latency_s(self, route: tuple[int, ...]) -> float:
+        """Seconds a transfer over ``route`` waits before its bytes flow (as ``Network.transfer``)."""
+        found = self._routes.get(route)
+        if found is None:
+            self.time_s(route, 0.0)
+            found = self._routes[route]
+        return found[0]
+
     def bytes_s(self, route: tuple[int, ...], nbytes: float) -> float:
         """Seconds ``nbytes`` take to flow over ``route`` once its latency is paid."""
         if nbytes <= 0 or self.free:
@@ -202,7 +211,8 @@ class _Rendezvous:
         queue = self.queues[pair]
         while queue:
             send, t, device = queue[0]
-            begin = max(t, self.wire_free.get(pair, 0.0))
+            # pipelined stream: its latency may begin as the previous send's last byte leaves
+            begin = max(t, self.wire_free.get(pair, -math.inf) - self.links.latency_s(send.route))
             end = self._resolve(send, begin)
             if end is None:
                 self.awaiting.setdefault(send.key, []).append(pair)
@@ -414,11 +424,16 @@ def execute_fast(
                     continue
                 if send.route:
                     tally.num_ops += 1
-                    # FIFO per (src, dst) stream: it starts once the stream's previous one arrived
+                    # FIFO per (src, dst) stream, pipelined: its latency may begin as the previous
+                    # send's last byte leaves, so it arrives at max(t + latency, previous arrival)
+                    # + bytes / bandwidth (Engine._start)
                     pair = (device, send.dst_device)
-                    begin = wire_free.get(pair, 0.0)
-                    if begin < t:
-                        begin = t
+                    begin = t
+                    prev = wire_free.get(pair)
+                    if prev is not None:
+                        prev -= links.latency_s(send.route)
+                        if prev > begin:
+                            begin = prev
                     end = wire_free[pair] = begin + links.time_s(send.route, send.nbytes)
                     if holds is not None:
                         latency, held = links.flow(send.route, send.nbytes)

@@ -274,7 +274,7 @@ class Network:
 
     # ------------------------------------------------------------------ transfers
     def transfer(
-        self, route: tuple[int, ...], nbytes: float, *, tag: object = None, pay_latency: bool = True
+        self, route: tuple[int, ...], nbytes: float, *, tag: object = None, latency_s: float | None = None
     ) -> simpy.Event:
         """Start sending ``nbytes`` over ``route`` now; the returned event succeeds on delivery.
 
@@ -284,9 +284,11 @@ class Network:
             route: link indices from source to destination (``()`` for the same device).
             nbytes: bytes to send, finite and >= 0.
             tag: any object, passed back in the :class:`TransferRecord`.
-            pay_latency: pay the route's latency and the overhead before the bytes flow (default);
-                ``False`` for the continuation of a transfer whose first bytes already paid it
-                (the bytes held back by a rendezvous, :class:`~pipesim.simulator.options.SimOptions`).
+            latency_s: seconds before the bytes flow; ``None`` (default) for the route's latency
+                and overhead. Less for a transfer whose latency overlapped earlier traffic: ``0``
+                for the continuation of a transfer whose first bytes already paid it (the bytes
+                held back by a rendezvous, :class:`~pipesim.simulator.options.SimOptions`), the
+                part not yet elapsed for a send queued behind another on its stream.
 
         Returns:
             A SimPy event (value ``None``) that succeeds when the last byte has arrived.
@@ -308,8 +310,8 @@ class Network:
             self._deliver_now(event, tid, route, nbytes, env.now, tag)
             return event
         latency, links = self._route_info(route)
-        if not pay_latency:
-            latency = 0.0
+        if latency_s is not None:
+            latency = latency_s
         if not self._contention and links:
             rate = min(self._cap[link] for link in links)
             start = env.now

@@ -120,12 +120,15 @@ def test_queued_transfers_agree_with_the_evaluator() -> None:
             PCIE.route_latency_s(a, a + 4) + (8 << 20) / PCIE.route_bandwidth_bytes_per_s(a, a + 4)
             for a in (0, 4)
         ]
+        lat = [PCIE.route_latency_s(a, a + 4) for a in (0, 4)]
         timeline = evaluate(
             make_schedule(schedule, num_ranks=3, num_microbatches=6),
             fwd_time_s=1e-3,
             bwd_time_s=2e-3,
             fwd_comm_time_s=c,
             bwd_comm_time_s=c,
+            fwd_comm_latency_s=lat,
+            bwd_comm_latency_s=lat,
         )
         for executor in ("simpy", "fast"):
             result = simulate(plan, profile, PCIE, NO_CONTENTION, executor=executor)

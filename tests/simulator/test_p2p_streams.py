@@ -43,7 +43,8 @@ def sends(result: SimulationResult, kind: EventKind) -> list[tuple[int, float, f
 @pytest.mark.parametrize("executor", ["simpy", "fast"])
 def test_sends_between_two_devices_go_one_at_a_time_in_order(executor: str) -> None:
     # activations far slower to send than to compute, across the NIC: micro-batch j arrives after
-    # j + 1 whole transfers, not after m transfers sharing the link
+    # one latency and j + 1 transfers' bytes (the stream is pipelined: each later send's latency
+    # overlaps the bytes ahead of it), not after m transfers sharing the link
     tf, nbytes, m = 1e-6, 1 << 28, 4
     profile = equal_profile(2, fwd_s=tf, bwd_s=2 * tf, activation_bytes=nbytes)
     plan = pipeline((0, 8), m)
@@ -53,8 +54,8 @@ def test_sends_between_two_devices_go_one_at_a_time_in_order(executor: str) -> N
     acts = sends(result, EventKind.SEND_ACTIVATION)
     assert [mb for mb, _, _ in acts] == list(range(m))
     for j, (_, start, end) in enumerate(acts):
-        assert start == pytest.approx(tf + j * (latency + wire), rel=1e-12)
-        assert end == pytest.approx(tf + (j + 1) * (latency + wire), rel=1e-12)
+        assert start == pytest.approx(tf + j * wire, rel=1e-12)  # as the previous bytes left
+        assert end == pytest.approx(tf + latency + (j + 1) * wire, rel=1e-12)
 
 
 def test_opposite_directions_are_separate_streams() -> None:
@@ -77,7 +78,8 @@ def test_opposite_directions_are_separate_streams() -> None:
 
 def test_a_pipeline_bound_by_its_link_is_the_fifo_closed_form() -> None:
     # GPipe, 2 stages across the NIC, transfers dominate: the pipeline is the link's FIFO queue,
-    # m activations then m gradients (the other direction), each one latency + bytes / bandwidth
+    # m activations then m gradients (the other direction), each direction one latency plus m
+    # transfers' bytes / bandwidth (the later sends' latencies overlap the bytes ahead of them)
     tf, nbytes, m = 1e-6, 1 << 27, 8
     profile = equal_profile(2, fwd_s=tf, bwd_s=2 * tf, activation_bytes=nbytes)
     result = simulate(pipeline((0, 8), m), profile, CLUSTER, SimOptions(record_trace=False))
@@ -85,7 +87,7 @@ def test_a_pipeline_bound_by_its_link_is_the_fifo_closed_form() -> None:
     back_latency, back_wire = route_time(8, 0, nbytes)
     # stage 1 runs F of the last micro-batch when it arrives, then its m backwards (one gradient
     # sent after each), the last gradient arrives m transfers later, then stage 0's last B
-    expected = tf + m * (latency + wire) + tf + 2 * tf + m * (back_latency + back_wire) + 2 * tf
+    expected = tf + latency + m * wire + tf + 2 * tf + back_latency + m * back_wire + 2 * tf
     assert result.iteration_time_s == pytest.approx(expected, rel=1e-9)
 
 

@@ -73,13 +73,14 @@ def test_a_send_above_eager_waits_for_the_receive(executor: str, contention: boo
     c = latency + S / bandwidth
     result = run(executor, contention, rendezvous=True)
     (_, s0, e0), (_, s1, e1) = activations(result)
-    assert (s0, s1) == (pytest.approx(TF, rel=1e-12), pytest.approx(TF + c, rel=1e-12))
+    # activation 1's latency starts as activation 0's last byte leaves (the stream is pipelined)
+    assert (s0, s1) == (pytest.approx(TF, rel=1e-12), pytest.approx(TF + c - latency, rel=1e-12))
     assert e0 == pytest.approx(TF + c, rel=1e-12)
     posted = TF + c + TF / SLOW
     assert e1 == pytest.approx(posted + (S - NCCL_EAGER_BYTES) / bandwidth, rel=1e-12)
     # without the rendezvous activation 1 was there long before gpu 8 wanted it
     (_, _, _), (_, _, e1_eager) = activations(run(executor, contention))
-    assert e1_eager == pytest.approx(TF + 2 * c, rel=1e-12)
+    assert e1_eager == pytest.approx(TF + 2 * c - latency, rel=1e-12)
     # the iteration is later by exactly the held bytes' time: gpu 8's forward 1 waits for them
     late = (S - NCCL_EAGER_BYTES) / bandwidth
     before = run(executor, contention).iteration_time_s
