@@ -230,7 +230,8 @@ def _pinned(pins: MegatronPins | None) -> bool:
     if pins is None:
         return False
     sharded = (pins.sharding or "none") != "none"
-    return (pins.tensor_parallel or 1) > 1 or bool(pins.sequence_parallel) or sharded
+    split = (pins.tensor_parallel or 1) > 1 or (pins.context_parallel or 1) > 1
+    return split or bool(pins.sequence_parallel) or sharded
 
 
 def _held_variant(held: Plan, profile: ModelProfile, machine: Cluster, name: str) -> Plan:
