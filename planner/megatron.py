@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pipesim.errors import Infeasible, invalid
 from pipesim.plan import Estimate, Plan, StagePlan
@@ -48,6 +48,7 @@ from pipesim.profiles.costmodels.collective import AllReduceCurves, allreduce_cu
 from pipesim.profiles.costmodels.context_parallel import (
     RingHop,
     check_context_parallel,
+    cp_activation_split,
     cp_stage_activation_bytes,
     ring_hop,
     stage_cp_times,
@@ -159,10 +160,29 @@ class _Model:
         self._lat = cluster.links.latencies_s()
         self.compute = tp_compute_model(profile, cluster.device)
         self._curves: dict[tuple[int, ...], AllReduceCurves] = {}
-        self._times: dict[tuple[int, int, int, int, bool, bool, int], TpStageTimes] = {}
-        self._acts: dict[tuple[int, int, int, int, bool, Recompute, int], tuple[float, float]] = {}
+        self._times: dict[tuple[tuple[int, ...], int, int, bool, bool, int], TpStageTimes] = {}
+        self._acts: dict[tuple[tuple[int, ...], int, int, bool, Recompute], tuple[float, float]] = {}
+        self._params: dict[tuple[tuple[int, ...], int], float] = {}
         self._hops: dict[tuple[int, int], RingHop] = {}
+        self._recs: dict[tuple[int, Recompute], list[float]] = {}
+        self._classes = _layer_classes(profile)
+        self._sigs: dict[tuple[int, int], tuple[int, ...]] = {}
+        self._replays: dict[tuple[tuple[int, ...], int, int, bool, Recompute, bool, int], float] = {}
         self.recompute = recompute
+
+    def sig(self, first: int, last: int) -> tuple[int, ...]:
+        """A key equal for two layer ranges whose costs are equal: the classes of their layers
+        (:func:`_layer_classes`) and of the layer before (whose output is the stage's input);
+        the range itself for graph profiles."""
+        found = self._sigs.get((first, last))
+        if found is None:
+            classes = self._classes
+            if classes is None:
+                found = (first, last)
+            else:
+                found = (classes[first - 1] if first else -1, *classes[first : last + 1])
+            self._sigs[(first, last)] = found
+        return found
 
     @property
     def num_blocks(self) -> int:
@@ -190,7 +210,7 @@ class _Model:
     def times(
         self, first: int, last: int, mbs: int, t: int, sp: bool, overlap: bool = False, c: int = 1
     ) -> TpStageTimes:
-        key = (first, last, mbs, t, sp, overlap, c)
+        key = (self.sig(first, last), mbs, t, sp, overlap, c)
         found = self._times.get(key)
         if found is None:
             group = tuple(range(t))
@@ -206,23 +226,52 @@ class _Model:
         """The forward replayed before a chunk's backward under TP x CP, seconds (``tp_replay_s``)."""
         if rc is Recompute.NONE:
             return 0.0
-        rec = layer_recompute_times_s(self.profile, mbs, rc)
-        times = self.times(first, last, mbs, t, sp, overlap, c)
-        ratio = times.fwd_tp_s / times.fwd_s if times.fwd_s > 0 else 1.0
-        return tp_replay_s(rc, sum(rec[first : last + 1]), ratio, times.fwd_comm_s, t * c)
+        key = (self.sig(first, last), mbs, t, sp, rc, overlap, c)
+        found = self._replays.get(key)
+        if found is None:
+            rec = self._recs.get((mbs, rc))
+            if rec is None:
+                rec = self._recs[(mbs, rc)] = layer_recompute_times_s(self.profile, mbs, rc)
+            times = self.times(first, last, mbs, t, sp, overlap, c)
+            ratio = times.fwd_tp_s / times.fwd_s if times.fwd_s > 0 else 1.0
+            found = self._replays[key] = tp_replay_s(rc, sum(rec[first : last + 1]), ratio, times.fwd_comm_s,
+                                                     t * c)
+        return found
 
     def activations(
         self, first: int, last: int, mbs: int, t: int, sp: bool, rc: Recompute, c: int = 1
     ) -> tuple[float, float]:
-        key = (first, last, mbs, t, sp, rc, c)
-        found = self._acts.get(key)
+        key = (self.sig(first, last), mbs, t, sp, rc)
+        found = self._acts.get(key)  # without CP (cp_stage_activation_bytes), split below
         if found is None:
-            found = self._acts[key] = cp_stage_activation_bytes(self.profile, first, last, mbs, rc, t, sp, c)
-        return found
+            found = self._acts[key] = cp_stage_activation_bytes(self.profile, first, last, mbs, rc, t, sp, 1)
+        return cp_activation_split(*found, c)
 
     def params(self, first: int, last: int, t: int) -> float:
-        layers = self.profile.layers[first : last + 1]
-        return sum(tp_parameter_bytes(layer, t, self.elem) for layer in layers)
+        key = (self.sig(first, last), t)
+        found = self._params.get(key)
+        if found is None:
+            layers = self.profile.layers[first : last + 1]
+            found = self._params[key] = sum(tp_parameter_bytes(layer, t, self.elem) for layer in layers)
+        return found
+
+
+def _layer_classes(profile: ModelProfile) -> list[int] | None:
+    """Per layer, the index of the first layer equal to it but for its name, batch points
+    included (the zoo's blocks are all alike), or ``None`` for a graph profile (whose cuts
+    depend on more than the layer before)."""
+    if profile.edges is not None:
+        return None
+    seen: dict[object, int] = {}
+    out = []
+    for i, layer in enumerate(profile.layers):
+        points = tuple(
+            (bp.batch_size, bp.fwd_time_s[i], bp.bwd_time_s[i], bp.activation_bytes[i],
+             None if bp.saved_activation_bytes is None else bp.saved_activation_bytes[i])
+            for bp in profile.batch_points
+        )
+        out.append(seen.setdefault((replace(layer, name="layer"), points), i))
+    return out
 
 
 def _chunks(model: _Model, p: int, v: int) -> list[tuple[int, int]]:

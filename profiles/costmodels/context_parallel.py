@@ -44,6 +44,7 @@ the folded model does not see.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from functools import lru_cache
@@ -72,6 +73,7 @@ __all__ = [
     "attention_flop_share",
     "block_cp_time_factors",
     "check_context_parallel",
+    "cp_activation_split",
     "cp_stage_activation_bytes",
     "kv_chunk_bytes",
     "ring_exposed_s",
@@ -169,6 +171,12 @@ def ring_exposed_s(
     return fwd, bwd
 
 
+@lru_cache(maxsize=1024)
+def _chunk_shape(shape: LayerShape, c: int) -> LayerShape:
+    """``shape`` with the sequence of one CP rank's chunk, ``s / c`` tokens."""
+    return replace(shape, seq=shape.seq // c)
+
+
 def block_cp_time_factors(
     layer: Layer,
     samples: int,
@@ -199,7 +207,7 @@ def block_cp_time_factors(
     fallback = (fb[0] / c, fb[1] / c)
     flash = layer.attention_core_saved_bytes == 0
     g_f, g_b, _, _, r_f, r_b = _block_model_times_s(model, shape, samples, t, flash, elem_bytes)
-    chunk = replace(shape, seq=shape.seq // c)
+    chunk = _chunk_shape(shape, c)
     _, _, lin_f, lin_b, rc_f, rc_b = _block_model_times_s(model, chunk, samples, t, True, elem_bytes)
     att_f = att_b = 0.0
     if not flash:
@@ -269,11 +277,12 @@ def stage_cp_times(
             ring_f, ring_b = ring_f + rf, ring_b + rb
     comm_f = comm_b = 0.0
     layers = profile.layers[first_layer : last_layer + 1]
-    for coll in stage_collectives(layers, t, sequence_parallel, samples / c, profile.dtype):
+    counts = Counter(stage_collectives(layers, t, sequence_parallel, samples / c, profile.dtype))
+    for coll, count in counts.items():  # alike collectives timed once
         if coll.phase == "F":
-            comm_f += collective_time_s(curves, coll)
+            comm_f += count * collective_time_s(curves, coll)
         else:
-            comm_b += collective_time_s(curves, coll)
+            comm_b += count * collective_time_s(curves, coll)
     comm_f = tp_exposed_comm_s(comm_f, f1, t, overlap) + ring_f
     comm_b = tp_exposed_comm_s(comm_b, b1, t, overlap) + ring_b
     return TpStageTimes(f0, b0, f1, b1, comm_f, comm_b)
@@ -300,6 +309,12 @@ def cp_stage_activation_bytes(
     """
     stash, work = tp_stage_activation_bytes(profile, first_layer, last_layer, samples, recompute, t,
                                             sequence_parallel)
+    return cp_activation_split(stash, work, c)
+
+
+def cp_activation_split(stash_bytes: float, work_bytes: float, c: int) -> tuple[float, float]:
+    """``(stash, work)`` bytes of one CP rank from those of its TP rank without CP
+    (:func:`cp_stage_activation_bytes`): both over ``c``; unchanged for ``c = 1``."""
     if c == 1:
-        return stash, work
-    return stash / c, work / c
+        return stash_bytes, work_bytes
+    return stash_bytes / c, work_bytes / c
