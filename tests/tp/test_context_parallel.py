@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from pipesim.cli import main
-from pipesim.errors import Infeasible, InputError
+from pipesim.errors import FormatError, Infeasible, InputError
 from pipesim.plan import Plan, StagePlan
 from pipesim.plan_file import load_plan, plan_from_dict, plan_to_dict
 from pipesim.planner.megatron import MegatronPins, estimate_3d, megatron_plans
@@ -35,6 +35,7 @@ from pipesim.profiles.models.profile import DTYPE_BYTES
 from pipesim.profiles.models.shape import LayerShape
 from pipesim.simulator import SimOptions, simulate
 from pipesim.simulator.program import lower
+from pipesim.sweep import parse_sweep_config, point_key, read_results, run_sweep
 
 GPT = "gpt:layers=4,hidden=1024,heads=16,seq=2048,vocab=32000"
 CLUSTER = "dgx-a100-x2"
@@ -54,14 +55,22 @@ def _free_curves(n: int) -> AllReduceCurves:
     return allreduce_curves(tuple(range(n)), lambda a, b: (), lambda link: 1.0, lambda link: 0.0)
 
 
-@pytest.mark.parametrize(
-    ("t", "sp", "sharding", "schedule"),
-    [(1, False, "none", "1f1b"), (2, False, "none", "gpipe"), (4, True, "zero1", "1f1b"),
-     (2, True, "distributed", "interleaved"), (1, False, "zero3", "zb-h1")],
-)
+# (iteration s, peak bytes, summed all-reduce s) of each plan below, simulated by main at 08899f5
+# (before context parallelism), printed with repr()
+MAIN_RESULTS = {
+    (1, False, "none", "1f1b"): (0.2986646173713136, 3943071744.0, 0.0029276416000001415),
+    (2, False, "none", "gpipe"): (0.15673534302261843, 3953453963.8762894, 0.0015072170666666773),
+    (4, True, "zero1", "1f1b"): (0.08344419842751725, 944695296.0, 0.0007795285333333513),
+    (2, True, "distributed", "interleaved"): (0.14594178981294206, 2244710400.0, 0.0015931221333333467),
+    (1, False, "zero3", "zb-h1"): (0.27402202966568645, 3754131456.0, 0.004278604799999863),
+}
+
+
+@pytest.mark.parametrize(("t", "sp", "sharding", "schedule"), list(MAIN_RESULTS))
 def test_c1_reproduces_the_tp_pass(t: int, sp: bool, sharding: str, schedule: str) -> None:
-    """Differential: c = 1 written out (and read back from a plan file) simulates bit for bit as
-    the plan without the field, and the CP cost functions return the TP ones at c = 1."""
+    """Differential: at c = 1 the simulation equals main's before context parallelism to the
+    last bit; c = 1 written out and read back from a plan file is the same plan; the CP cost
+    functions return the TP ones at c = 1."""
     profile, cluster = resolve_inputs(GPT, CLUSTER)
     base = _plan(t, 1, sp=sp, sharding=sharding, schedule=schedule)
     if schedule == "interleaved":
@@ -70,8 +79,11 @@ def test_c1_reproduces_the_tp_pass(t: int, sp: bool, sharding: str, schedule: st
         base = replace(base, chunks=2, stages=stages)
     again = plan_from_dict(plan_to_dict(base))
     assert "context_parallel" not in json.dumps(plan_to_dict(base))
-    a = simulate(base, profile, cluster, SimOptions(record_trace=True))
-    b = simulate(again, profile, cluster, SimOptions(record_trace=True))
+    a = simulate(base, profile, cluster, SimOptions())
+    b = simulate(again, profile, cluster, SimOptions())
+    got = (a.iteration_time_s, max(d.peak_memory_bytes for d in a.devices),
+           sum(d.allreduce_time_s for d in a.devices))
+    assert got == MAIN_RESULTS[(t, sp, sharding, schedule)]
     assert a.iteration_time_s == b.iteration_time_s
     assert [(d.device, d.peak_memory_bytes, d.busy_time_s, d.allreduce_time_s) for d in a.devices] == [
         (d.device, d.peak_memory_bytes, d.busy_time_s, d.allreduce_time_s) for d in b.devices
@@ -275,3 +287,62 @@ def test_cli_cp(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     assert code == 0
     assert "cp2" in capsys.readouterr().out
     assert all(s.context_parallel == 2 for s in load_plan(out_file).stages)
+
+
+def test_megatron_planner_without_cp_and_sp_ranks_as_main() -> None:
+    """With c = 1 and SP off pinned (no TP overlap to search) the planner's ranking and
+    estimates equal main's at 08899f5 (literals printed there with repr())."""
+    profile, cluster = resolve_inputs("gpt:layers=8,hidden=1024,heads=16,seq=1024,vocab=32000", CLUSTER)
+    plans = megatron_plans(profile, cluster, 32, memory_limit_bytes=80 * 2**30, top=6,
+                           pins=MegatronPins(sequence_parallel=False, context_parallel=1))
+    got = []
+    for p in plans:
+        s = p.stages[0]
+        assert p.estimate is not None
+        got.append(((s.tensor_parallel, p.num_ranks, s.replicas, p.num_microbatches, p.chunks,
+                     p.recompute.value, s.sharding.value), p.estimate.iteration_time_s,
+                    p.estimate.peak_memory_bytes))
+    assert got == [
+        ((1, 1, 16, 1, 1, "none", "distributed"), 0.15968325310814155, 4956623872.0),
+        ((2, 1, 8, 1, 1, "none", "distributed"), 0.1617373143465692, 4751147546.947369),
+        ((4, 1, 4, 1, 1, "none", "distributed"), 0.1684697593129477, 5141126736.842105),
+        ((2, 1, 8, 2, 1, "none", "distributed"), 0.16885719514534692, 2680872205.4736843),
+        ((1, 1, 16, 1, 1, "selective", "distributed"), 0.1690375284464922, 2842694656.0),
+        ((1, 1, 16, 2, 1, "none", "distributed"), 0.16947232185939812, 3050312704.0),
+    ]
+
+
+def test_sweep_axis_context_parallel(tmp_path: Path) -> None:
+    model = "gpt:layers=2,hidden=256,heads=4,seq=128,vocab=1000"
+    base = {"models": [model], "clusters": [CLUSTER], "global_batch_sizes": [16], "planners": ["megatron"],
+            "schedules": ["1f1b"]}
+    config = parse_sweep_config({**base, "context_parallel": [1, 2, "auto"]})
+    assert config.context_parallel == (1, 2, None)
+    assert [p.context_parallel for p in config.points()] == [1, 2, None]
+    assert [p.pinned for p in config.points()] == [True, True, False]
+    keys = {point_key(p, None) for p in config.points()}
+    assert len(keys) == 3
+    (auto,) = parse_sweep_config(base).points()
+    assert point_key(auto, None) == point_key(config.points()[2], None)  # keys at auto unchanged
+    with pytest.raises(FormatError, match="context_parallel=0: must be integers >= 1"):
+        parse_sweep_config({**base, "context_parallel": [0]}, path="x.toml", text="context_parallel = [0]\n")
+    out = tmp_path / "cp.csv"
+    summary = run_sweep(parse_sweep_config({**base, "context_parallel": [2]}), out, workers=1)
+    assert summary.statuses == {"ok": 1}
+    (row,) = read_results(out)
+    assert row["context_parallel"] == 2
+    path = tmp_path / "c.toml"
+    path.write_text(f'models = ["{model}"]\nclusters = ["{CLUSTER}"]\nglobal_batch_sizes = [16]\n'
+                    'planners = ["megatron"]\nschedules = ["1f1b"]\n')
+    out2 = tmp_path / "c.csv"
+    assert main(["sweep", str(path), "--out", str(out2), "--workers", "1", "-q", "--cp", "4"]) == 0
+    (row,) = read_results(out2)
+    assert row["context_parallel"] == 4
+
+
+def test_compare_with_cp(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["compare", "--model", GPT, "--cluster", CLUSTER, "--gbs", "16", "--planner", "megatron",
+                 "--cp", "2", "--schedules", "1f1b"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "1f1b" in out
