@@ -410,9 +410,10 @@ def estimate_3d(plan: Plan, profile: ModelProfile, cluster: Cluster) -> Estimate
         rule = f"the 3D estimate models {names} with equal micro-batches"
         raise invalid("plan.schedule", plan.schedule.value, rule)
     t, d, sp, sh = form
-    if t > 1:
-        for rank, groups in enumerate(plan.tp_groups(cluster.num_devices)):
-            for group in groups:
+    if t > 1:  # every CP rank's TP group
+        for rank, rings in enumerate(plan.cp_groups(cluster.num_devices)):
+            for lead in (d for ring in rings for d in ring):
+                group = tuple(range(lead, lead + t))
                 check_tp_group_in_server(group, cluster.server_of, f"stages[{rank}].tensor_parallel")
     c = first.context_parallel
     check_context_parallel(profile, 0, profile.num_layers - 1, c, "stages[0].context_parallel")

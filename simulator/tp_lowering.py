@@ -88,9 +88,11 @@ class TpLowering:
         self.elem_bytes = DTYPE_BYTES[profile.dtype]
         self.groups = plan.tp_groups(cluster.num_devices)
         self.cp_rings = plan.cp_groups(cluster.num_devices)
-        for s, groups in enumerate(self.groups):
-            if plan.stages[s].tensor_parallel > 1:
-                for group in groups:
+        for s, rings in enumerate(self.cp_rings):
+            t = plan.stages[s].tensor_parallel
+            if t > 1:  # every CP rank's TP group (the first TP ranks of the replica's ring)
+                for lead in (d for ring in rings for d in ring):
+                    group = tuple(range(lead, lead + t))
                     check_tp_group_in_server(group, cluster.server_of, f"stages[{s}].tensor_parallel")
         self._free = free_links
         self._bw = cluster.links.bandwidths_bytes_per_s()

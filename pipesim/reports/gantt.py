@@ -44,9 +44,9 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from pipesim.errors import invalid
-from pipesim.plan import Plan
 from pipesim.reports.figsize import FIGSIZES, figure_width, parse_figsize
 from pipesim.reports.figure_file import figure_format, save_figure
+from pipesim.reports.gantt_rows import GanttRow, gantt_rows, replica_mirrors
 from pipesim.simulator.trace import EventKind, SimulationResult
 from pipesim.units import GIB, MS
 
@@ -56,6 +56,7 @@ __all__ = [
     "compare_gantt_figure",
     "gantt_figure",
     "parse_figsize",
+    "replica_mirrors",
     "write_compare_gantt",
     "write_gantt",
 ]
@@ -119,78 +120,6 @@ class _Style:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class _Row:
-    """One timeline row: the device whose stream is drawn, the devices it stands for, the
-    memory device shown."""
-
-    label: str
-    device: int
-    devices: tuple[int, ...]
-    memory_device: int
-
-
-def _span(devices: Sequence[int]) -> str:
-    ds = sorted(devices)
-    if len(ds) > 1 and ds[-1] - ds[0] == len(ds) - 1:
-        return f"gpu{ds[0]}-{ds[-1]}"
-    shown = ",".join(str(d) for d in ds[:3]) + (",…" if len(ds) > 3 else "")
-    return f"gpu{shown}"
-
-
-def _stages_text(stages: Sequence[int]) -> str:
-    return ",".join(str(s) for s in stages[:3]) + (",…" if len(stages) > 3 else "")
-
-
-def replica_mirrors(plan: Plan, result: SimulationResult) -> dict[int, tuple[int, ...]]:
-    """Each stream device of ``result`` (a replica's first device) mapped to the devices of its
-    replica, which run its stream in lock step: the ``tensor_parallel x context_parallel``
-    consecutive ids from it (``plan``'s stages; :meth:`pipesim.plan.Plan.placement`)."""
-    return {
-        d.device: tuple(range(d.device, d.device + plan.stages[d.stages[0]].replica_width))
-        for d in result.devices
-        if d.stages
-    }
-
-
-def _rows(
-    result: SimulationResult, by_device: bool, mirrors: Mapping[int, Sequence[int]] | None = None
-) -> list[_Row]:
-    """The rows of a result: one per device (a stream device's mirrors each on their own row),
-    or one per group of devices holding the same stages (mirrors included)."""
-    found = {d.device for d in result.devices} | set(result.memory)
-    found |= {e.device for e in result.events if e.device is not None and e.kind in _GROUP_OF}
-    stages_of = {d.device: d.stages for d in result.devices}
-    peak = {d.device: d.peak_memory_bytes for d in result.devices}
-    mirrors = mirrors or {}
-
-    def mirrored(d: int) -> tuple[int, ...]:
-        return tuple(mirrors.get(d, ())) or (d,)
-
-    if by_device:
-        return [
-            _Row(
-                label=f"gpu{m} · s{_stages_text(stages_of[d])}" if stages_of.get(d) else f"gpu{m}",
-                device=d,
-                devices=(m,),
-                memory_device=d,
-            )
-            for d in sorted(found)
-            for m in mirrored(d)
-        ]
-    groups: dict[tuple[int, ...], list[int]] = {}
-    for d in sorted(found):
-        groups.setdefault(stages_of.get(d) or (-1 - d,), []).append(d)
-    rows = []
-    for stages, members in groups.items():
-        every = [m for d in members for m in mirrored(d)]
-        name = f"s{_stages_text(stages)} · {_span(every)}" if stages[0] >= 0 else _span(every)
-        fullest = max(members, key=lambda d: (peak.get(d, 0.0), -d))
-        rows.append(_Row(label=name, device=members[0], devices=tuple(every), memory_device=fullest))
-    rows.sort(key=lambda r: (stages_of.get(r.device) or (1 << 30,), r.device))
-    return rows
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class _Geometry:
     """Where one panel lies in the figure, in inches, and the figure's size."""
 
@@ -212,7 +141,7 @@ class _Geometry:
 
 
 def _draw_timeline(
-    ax: Any, result: SimulationResult, rows: list[_Row], geo: _Geometry, x_max_ms: float
+    ax: Any, result: SimulationResult, rows: list[GanttRow], geo: _Geometry, x_max_ms: float
 ) -> None:
     row_of: dict[int, list[int]] = {}
     for i, r in enumerate(rows):
@@ -289,7 +218,7 @@ def _gib(nbytes: float) -> str:
 def _draw_memory(
     ax: Any,
     result: SimulationResult,
-    rows: list[_Row],
+    rows: list[GanttRow],
     geo: _Geometry,
     x_max_ms: float,
     band_bytes: tuple[float, float],
@@ -440,7 +369,9 @@ def _compose(
     if mirrors is not None and len(mirrors) != len(entries):
         raise invalid("mirrors", len(mirrors), f"must give one mapping per result ({len(entries)})")
     per_entry = list(mirrors) if mirrors is not None else [None] * len(entries)
-    row_lists = [_rows(r, rows == "device", m) for (_, r), m in zip(entries, per_entry, strict=True)]
+    row_lists = [
+        gantt_rows(r, rows == "device", m, _GROUP_OF) for (_, r), m in zip(entries, per_entry, strict=True)
+    ]
     # memory labels are the longest: "s12 (gpu48)  38.2 GiB"
     style = _Style.for_width(width_in, [row.label + " 000.0 GiB" for rs in row_lists for row in rs])
     font = style.font

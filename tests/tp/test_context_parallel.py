@@ -346,3 +346,19 @@ def test_compare_with_cp(capsys: pytest.CaptureFixture[str]) -> None:
     out, err = capsys.readouterr()
     assert code == 0, err
     assert "1f1b" in out
+
+
+def test_every_cp_ranks_tp_group_must_sit_in_one_server() -> None:
+    """A TP 4 x CP 2 replica from device 2: its first TP group (2-5) is inside server 0, its
+    second (6-9) spans servers 0 and 1 and is refused; from device 0 both fit."""
+    profile, cluster = resolve_inputs(GPT, CLUSTER)
+
+    def plan(lead: int) -> Plan:
+        stage = StagePlan(first_layer=0, last_layer=5, tensor_parallel=4, context_parallel=2, devices=(lead,))
+        return Plan(stages=(stage,), global_batch_size=4, num_microbatches=2, schedule="1f1b")
+
+    with pytest.raises(InputError, match=r"stages\[0\]\.tensor_parallel=4.*devices 6\.\.9"):
+        simulate(plan(2), profile, cluster, SimOptions())
+    with pytest.raises(InputError, match=r"stages\[0\]\.tensor_parallel=4.*devices 6\.\.9"):
+        estimate_3d(plan(2), profile, cluster)
+    assert simulate(plan(0), profile, cluster, SimOptions()).iteration_time_s > 0
