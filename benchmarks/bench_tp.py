@@ -103,9 +103,9 @@ def run_plan() -> dict[str, object]:
     return {
         "case": "plan",
         "wall_s": round(wall, 3),
-        "best": f"t={s.tensor_parallel} p={best.num_ranks} d={s.replicas} m={best.num_microbatches} "
-        f"v={best.chunks} sp={s.sequence_parallel} recompute={best.recompute.value} "
-        f"sharding={s.sharding.value}",
+        "best": f"t={s.tensor_parallel} c={s.context_parallel} p={best.num_ranks} d={s.replicas} "
+        f"m={best.num_microbatches} v={best.chunks} sp={s.sequence_parallel} "
+        f"tp_overlap={s.tp_comm_overlap} recompute={best.recompute.value} sharding={s.sharding.value}",
         "estimate_s": best.estimate.iteration_time_s if best.estimate else None,
         "peak_rss_mib": _rss_bytes() / 2**20,
         "ok": wall < TARGETS["plan"],

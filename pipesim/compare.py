@@ -230,7 +230,8 @@ def _pinned(pins: MegatronPins | None) -> bool:
     if pins is None:
         return False
     sharded = (pins.sharding or "none") != "none"
-    return (pins.tensor_parallel or 1) > 1 or bool(pins.sequence_parallel) or sharded
+    split = (pins.tensor_parallel or 1) > 1 or (pins.context_parallel or 1) > 1
+    return split or bool(pins.sequence_parallel) or sharded
 
 
 def _held_variant(held: Plan, profile: ModelProfile, machine: Cluster, name: str) -> Plan:
@@ -374,7 +375,7 @@ def write_compare_outputs(
         OSError: the directory cannot be created or written.
     """
     from pipesim.reports.chrome import write_chrome_trace
-    from pipesim.reports.gantt import write_compare_gantt
+    from pipesim.reports.gantt import replica_mirrors, write_compare_gantt
     from pipesim.reports.memory_bars import write_memory_bar
 
     if not rows:
@@ -386,7 +387,8 @@ def write_compare_outputs(
     labelled = [(row.label, row.result) for row in rows]
     written = [
         write_compare_gantt(
-            labelled, out / f"gantt.{figure_format}", title=title, figsize=figsize, rows=gantt_rows
+            labelled, out / f"gantt.{figure_format}", title=title, figsize=figsize, rows=gantt_rows,
+            mirrors=[replica_mirrors(row.plan, row.result) for row in rows],
         ),
         write_memory_bar(labelled, out / f"memory.{figure_format}", title=f"{title}: peak memory per device"),
     ]

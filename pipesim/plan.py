@@ -50,8 +50,9 @@ class StagePlan:
         replicas: how many devices run the stage; each takes an equal share of every
             micro-batch (DAPPLE's data parallelism inside a stage).
         devices: the device ids, one per replica, or ``None`` to place automatically (the first
-            free devices in the cluster's order). With tensor parallelism a replica is the
-            ``tensor_parallel`` consecutive device ids starting at its listed device.
+            free devices in the cluster's order). With tensor or context parallelism a replica is
+            the ``tensor_parallel x context_parallel`` consecutive device ids starting at its
+            listed device (TP ranks fastest, as Megatron-LM's ``tp-cp-ep-dp-pp`` order).
         tensor_parallel: the tensor-parallel degree ``t``: each replica's layers are split over
             ``t`` devices as Megatron-LM does (see ``docs/parallelism.md``); 1 is none.
         sequence_parallel: with ``t > 1``, also split layer norms and dropouts along the sequence
@@ -61,6 +62,9 @@ class StagePlan:
         tp_comm_overlap: with sequence parallelism, overlap the TP all-gathers and
             reduce-scatters with the GEMMs by ring exchange (Megatron-LM's ``tp_comm_overlap``;
             ``docs/parallelism.md``).
+        context_parallel: the context-parallel degree ``c``: each replica's sequence is split
+            over ``c`` groups of ``t`` devices that exchange keys and values by ring attention
+            (Megatron-LM's ``--context-parallel-size``; ``docs/parallelism.md``); 1 is none.
 
     Raises:
         InputError: a negative or reversed layer range, ``replicas < 1``, a device list whose
@@ -77,6 +81,7 @@ class StagePlan:
     sequence_parallel: bool = False
     sharding: Sharding = Sharding.NONE
     tp_comm_overlap: bool = False
+    context_parallel: int = 1
 
     def __post_init__(self) -> None:
         check_count("first_layer", self.first_layer, minimum=0)
@@ -109,21 +114,28 @@ class StagePlan:
         if self.tp_comm_overlap and not self.sequence_parallel:
             rule = "needs sequence_parallel (as Megatron-LM's tp_comm_overlap)"
             raise invalid("tp_comm_overlap", True, rule)
+        check_count("context_parallel", self.context_parallel, maximum=MAX_COUNT)
         object.__setattr__(self, "sharding", Sharding.parse(self.sharding))
-        if self.devices is not None and self.tensor_parallel > 1:
-            groups = [set(range(d, d + self.tensor_parallel)) for d in self.devices]
-            if len(set().union(*groups)) != len(self.devices) * self.tensor_parallel:
+        width = self.replica_width
+        if self.devices is not None and width > 1:
+            groups = [set(range(d, d + width)) for d in self.devices]
+            if len(set().union(*groups)) != len(self.devices) * width:
                 raise invalid(
                     "devices",
                     list(self.devices),
-                    f"tensor-parallel groups of {self.tensor_parallel} consecutive devices from each "
-                    "listed device must not overlap",
+                    f"replica groups of {width} consecutive devices (tensor_parallel x context_parallel) "
+                    "from each listed device must not overlap",
                 )
 
     @property
+    def replica_width(self) -> int:
+        """Devices of one replica: the tensor-parallel times the context-parallel degree."""
+        return self.tensor_parallel * self.context_parallel
+
+    @property
     def group_devices(self) -> int:
-        """Devices the stage uses: replicas times the tensor-parallel degree."""
-        return self.replicas * self.tensor_parallel
+        """Devices the stage uses: replicas times :attr:`replica_width`."""
+        return self.replicas * self.replica_width
 
     @property
     def num_layers(self) -> int:
@@ -310,7 +322,7 @@ class Plan:
         self._check_chunk_placement()
         placed: dict[int, int] = {}
         for rank, stage in enumerate(self.stages[: self.num_ranks]):
-            t = stage.tensor_parallel
+            t = stage.replica_width
             for device in (d + k for d in stage.devices or () for k in range(t)):
                 if device in placed:
                     raise invalid(
@@ -339,17 +351,18 @@ class Plan:
         for s in range(len(self.stages)):
             r = ranks[s]
             base, stage = self.stages[r], self.stages[s]
-            if (stage.replicas, stage.devices, stage.tensor_parallel) != (
+            if (stage.replicas, stage.devices, stage.tensor_parallel, stage.context_parallel) != (
                 base.replicas,
                 base.devices,
                 base.tensor_parallel,
+                base.context_parallel,
             ):
                 raise invalid(
                     f"stages[{s}]",
                     f"replicas={stage.replicas}, devices={stage.devices}, "
-                    f"tensor_parallel={stage.tensor_parallel}",
-                    f"virtual stage {s} runs on the devices of stage {r}: replicas, devices and "
-                    "tensor_parallel must match",
+                    f"tensor_parallel={stage.tensor_parallel}, context_parallel={stage.context_parallel}",
+                    f"virtual stage {s} runs on the devices of stage {r}: replicas, devices, "
+                    "tensor_parallel and context_parallel must match",
                 )
 
     @property
@@ -364,7 +377,7 @@ class Plan:
 
     @property
     def num_devices(self) -> int:
-        """Devices the plan uses (replicas times tensor-parallel degree, over the ranks)."""
+        """Devices the plan uses (replicas times tensor- and context-parallel degrees, over the ranks)."""
         return sum(stage.group_devices for stage in self.stages[: self.num_ranks])
 
     @property
@@ -414,7 +427,7 @@ class Plan:
             smallest = self.global_batch_size // self.num_microbatches
         for index, stage in enumerate(self.stages):
             for device in stage.devices or ():
-                if device + stage.tensor_parallel - 1 >= num_devices:
+                if device + stage.replica_width - 1 >= num_devices:
                     raise invalid(
                         f"stages[{index}].devices",
                         list(stage.devices or ()),
@@ -429,15 +442,16 @@ class Plan:
     def placement(self, num_devices: int) -> tuple[tuple[int, ...], ...]:
         """Device ids of each rank's replicas: the listed ones, else the next free ids in order.
 
-        With tensor parallelism ``t`` the id is the first of the replica's ``t`` consecutive
-        devices (:meth:`tp_groups`); automatic placement takes the next run of ``t`` free ids.
+        With tensor parallelism ``t`` (and context parallelism ``c``) the id is the first of the
+        replica's ``t c`` consecutive devices (:meth:`tp_groups`, :meth:`cp_groups`); automatic
+        placement takes the next run of ``t c`` free ids.
 
         Raises:
             Infeasible: more devices are needed than ``num_devices``.
         """
         ranks = self.stages[: self.num_ranks]
-        used = {d + k for stage in ranks for d in stage.devices or () for k in range(stage.tensor_parallel)}
-        if all(stage.tensor_parallel == 1 for stage in ranks):
+        used = {d + k for stage in ranks for d in stage.devices or () for k in range(stage.replica_width)}
+        if all(stage.replica_width == 1 for stage in ranks):
             free = (d for d in range(num_devices) if d not in used)
             result: list[tuple[int, ...]] = []
             for stage in ranks:
@@ -457,7 +471,7 @@ class Plan:
             if stage.devices is not None:
                 out.append(stage.devices)
                 continue
-            t = stage.tensor_parallel
+            t = stage.replica_width
             leads: list[int] = []
             while len(leads) < stage.replicas:
                 if cursor + t > num_devices:
@@ -483,6 +497,21 @@ class Plan:
         """
         return tuple(
             tuple(tuple(range(d, d + stage.tensor_parallel)) for d in leads)
+            for stage, leads in zip(self.stages[: self.num_ranks], self.placement(num_devices), strict=True)
+        )
+
+    def cp_groups(self, num_devices: int) -> tuple[tuple[tuple[int, ...], ...], ...]:
+        """Per rank, per replica, the context-parallel ring of the replica's first TP rank: the
+        ``c`` devices ``lead, lead + t, ..., lead + (c - 1) t`` (Megatron-LM's ``tp-cp`` order:
+        TP ranks fastest). One device for ``c = 1``.
+
+        Raises:
+            Infeasible: more devices are needed than ``num_devices``.
+        """
+        return tuple(
+            tuple(
+                tuple(d + k * stage.tensor_parallel for k in range(stage.context_parallel)) for d in leads
+            )
             for stage, leads in zip(self.stages[: self.num_ranks], self.placement(num_devices), strict=True)
         )
 

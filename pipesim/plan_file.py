@@ -16,8 +16,8 @@ Format ``pipesim-plan``, version 1::
 
 A stage may also give ``"tensor_parallel": 8``, ``"sequence_parallel": true``,
 ``"sharding": "zero1"`` (``none``, ``zero1``, ``zero2``, ``zero3``, ``distributed``) and
-``"tp_comm_overlap": true`` (``docs/parallelism.md``); they are written only when not the
-default, so plans without them read and write as before.
+``"tp_comm_overlap": true`` and ``"context_parallel": 2`` (``docs/parallelism.md``); they are
+written only when not the default, so plans without them read and write as before.
 
 Only ``stages``, ``global_batch_size`` and ``microbatches`` are required. ``recompute`` is
 ``none``, ``full`` or ``selective`` (``true``/``false`` of older files read as full/none).
@@ -70,7 +70,8 @@ _PLAN_KEYS = frozenset(
     }
 )
 _STAGE_KEYS = frozenset(
-    {"layers", "replicas", "devices", "tensor_parallel", "sequence_parallel", "sharding", "tp_comm_overlap"}
+    {"layers", "replicas", "devices", "tensor_parallel", "sequence_parallel", "sharding", "tp_comm_overlap",
+     "context_parallel"}
 )
 _ESTIMATE_KEYS = frozenset(
     {
@@ -97,6 +98,7 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
                 **({"sequence_parallel": True} if s.sequence_parallel else {}),
                 **({"sharding": s.sharding.value} if s.sharding.value != "none" else {}),
                 **({"tp_comm_overlap": True} if s.tp_comm_overlap else {}),
+                **({"context_parallel": s.context_parallel} if s.context_parallel != 1 else {}),
             }
             for s in plan.stages
         ],
@@ -258,6 +260,7 @@ def plan_from_dict(data: Mapping[str, Any], *, source: str | None = None) -> Pla
                     sequence_parallel=stage.boolean("sequence_parallel", False),
                     sharding=Sharding.parse(stage.text("sharding", "none")),
                     tp_comm_overlap=stage.boolean("tp_comm_overlap", False),
+                    context_parallel=stage.integer("context_parallel", 1),
                 )
             )
         estimate = None

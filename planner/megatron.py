@@ -6,26 +6,31 @@ exhaustively and ranks by an analytic estimate:
 
 * ``t``: tensor-parallel degree, a power of two up to the server size dividing the heads and
   the MLP width (TP inside a server, Sec. 3.3 "takeaway #1");
-* ``p``: pipeline ranks dividing the number of blocks, ``d = N / (t p)`` data-parallel replicas
-  (every device used);
+* ``c``: context-parallel degree, a power of two dividing the sequence length (Megatron-LM's
+  ``--context-parallel-size``, ring attention:
+  :mod:`~pipesim.profiles.costmodels.context_parallel`);
+* ``p``: pipeline ranks dividing the number of blocks, ``d = N / (t c p)`` data-parallel
+  replicas (every device used);
 * the micro-batch size ``b`` per replica (``m = B / (d b)`` micro-batches), ``v`` model chunks
   per rank (``1f1b`` for ``v = 1``, ``interleaved`` otherwise, with ``m`` a multiple of ``p``);
 * recomputation ``none``, ``full`` or ``selective`` (when the blocks have an attention core to
-  drop: not with flash attention); sequence parallelism with TP or not; sharding ``none`` or
-  the distributed optimizer (any sharding when pinned).
+  drop: not with flash attention); sequence parallelism with TP or not, and with it the TP
+  communication overlap (``tp_comm_overlap``) or not; sharding ``none`` or the distributed
+  optimizer (any sharding when pinned).
 
 Stages are uniform: the blocks are cut into ``p v`` equal chunks; the embedding goes with the
 first chunk and the head with the last (as in Megatron-LM). A rank's per-micro-batch forward and
 backward times (the sum over its ``v`` chunks of
-:func:`~pipesim.profiles.costmodels.tensor_parallel.stage_tp_times`, compute plus exposed TP
-collectives; in the backward the replayed forward of recomputation,
+:func:`~pipesim.profiles.costmodels.context_parallel.stage_cp_times`, compute plus exposed TP
+collectives and ring exchange; in the backward the replayed forward of recomputation,
 :func:`~pipesim.profiles.costmodels.tensor_parallel.tp_replay_s`) give the estimate
 
     T = (m + (p - 1) / v) (t_f + t_b) + 2 (p v - 1) t_hop + t_dp
 
 with ``t_f``, ``t_b`` the slowest rank's, ``t_hop`` one activation transfer between ranks (each
-TP rank sends ``1/t`` of it) and ``t_dp`` the first rank's data-parallel gradient collective
-(exposed: it finishes last in 1F1B). Memory per rank: TP-sharded weights, gradients and optimizer
+TP and CP rank sends ``1/(t c)`` of it) and ``t_dp`` the first rank's gradient collective over its
+``d c`` data- and context-parallel ranks (exposed: it finishes last in 1F1B). Memory per rank:
+TP-sharded weights, gradients and optimizer
 state (:func:`~pipesim.profiles.costmodels.sharding.sharded_memory_multiplier`) plus the in-flight
 micro-batches' stashes (:func:`~pipesim.profiles.costmodels.memory.in_flight_microbatches`) and
 the backward's working set. Plans must fit the device memory.
@@ -35,11 +40,19 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pipesim.errors import Infeasible, invalid
 from pipesim.plan import Estimate, Plan, StagePlan
 from pipesim.profiles.costmodels.collective import AllReduceCurves, allreduce_curves
+from pipesim.profiles.costmodels.context_parallel import (
+    RingHop,
+    check_context_parallel,
+    cp_activation_split,
+    cp_stage_activation_bytes,
+    ring_hop,
+    stage_cp_times,
+)
 from pipesim.profiles.costmodels.memory import (
     Recompute,
     check_recompute,
@@ -50,11 +63,9 @@ from pipesim.profiles.costmodels.sharding import Sharding, dp_traffic_factor, sh
 from pipesim.profiles.costmodels.tensor_parallel import (
     TpStageTimes,
     check_tp_group_in_server,
-    stage_tp_times,
     tp_compute_model,
     tp_parameter_bytes,
     tp_replay_s,
-    tp_stage_activation_bytes,
 )
 from pipesim.profiles.hardware.cluster import Cluster
 from pipesim.profiles.models.profile import DTYPE_BYTES, ModelProfile
@@ -83,8 +94,11 @@ other planners' 8: its estimate is the simulated time for single-rank plans and 
 of it with pipelines (GPT-3 175B on 1024 A100), and one simulation of a 1024-GPU interleaved plan
 costs seconds (``benchmarks/bench_tp.py``)."""
 
-_Config = tuple[int, int, int, int, int, bool, Recompute, Sharding]
-"""``(t, p, d, m, v, sequence parallel, recompute, sharding)``."""
+_Config = tuple[int, int, int, int, int, bool, Recompute, int, bool, Sharding]
+"""``(t, p, d, m, v, sequence parallel, recompute, c, tp_comm_overlap, sharding)``."""
+
+MAX_CONTEXT_PARALLEL = 16
+"""Largest context-parallel degree searched (a power of two dividing the sequence length)."""
 
 THREE_D_SCHEDULES: tuple[str, ...] = ("gpipe", "dapple", "1f1b", "interleaved")
 """Schedules :func:`estimate_3d` models (GPipe, DAPPLE and 1F1B share the time
@@ -92,8 +106,9 @@ THREE_D_SCHEDULES: tuple[str, ...] = ("gpipe", "dapple", "1f1b", "interleaved")
 
 
 def is_3d(plan: Plan) -> bool:
-    """Whether ``plan`` uses tensor parallelism or sharding (so :func:`estimate_3d` estimates it)."""
-    return any(s.tensor_parallel > 1 or s.sharding is not Sharding.NONE for s in plan.stages)
+    """Whether ``plan`` uses tensor or context parallelism or sharding (so :func:`estimate_3d`
+    estimates it)."""
+    return any(s.replica_width > 1 or s.sharding is not Sharding.NONE for s in plan.stages)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -101,20 +116,21 @@ class MegatronPins:
     """Dimensions the user fixed (``None``: searched).
 
     Raises:
-        InputError: ``tensor_parallel < 1``; sequence parallelism pinned on without TP > 1.
+        InputError: ``tensor_parallel`` or ``context_parallel < 1``; sequence parallelism pinned
+            on without TP > 1.
         UnknownNameError: an unknown sharding.
     """
 
     tensor_parallel: int | None = None
     sequence_parallel: bool | None = None
     sharding: Sharding | str | None = None
+    context_parallel: int | None = None
 
     def __post_init__(self) -> None:
-        if self.tensor_parallel is not None and (
-            isinstance(self.tensor_parallel, bool) or not isinstance(self.tensor_parallel, int)
-            or self.tensor_parallel < 1
-        ):
-            raise invalid("tensor_parallel", self.tensor_parallel, "must be an integer >= 1")
+        for name in ("tensor_parallel", "context_parallel"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise invalid(name, value, "must be an integer >= 1")
         if self.sequence_parallel and self.tensor_parallel == 1:
             raise invalid("sequence_parallel", True, "needs tensor_parallel > 1")
         if self.sharding is not None:
@@ -144,9 +160,29 @@ class _Model:
         self._lat = cluster.links.latencies_s()
         self.compute = tp_compute_model(profile, cluster.device)
         self._curves: dict[tuple[int, ...], AllReduceCurves] = {}
-        self._times: dict[tuple[int, int, int, int, bool, bool], TpStageTimes] = {}
-        self._acts: dict[tuple[int, int, int, int, bool, Recompute], tuple[float, float]] = {}
+        self._times: dict[tuple[tuple[int, ...], int, int, bool, bool, int], TpStageTimes] = {}
+        self._acts: dict[tuple[tuple[int, ...], int, int, bool, Recompute], tuple[float, float]] = {}
+        self._params: dict[tuple[tuple[int, ...], int], float] = {}
+        self._hops: dict[tuple[int, int], RingHop] = {}
+        self._recs: dict[tuple[int, Recompute], list[float]] = {}
+        self._classes = _layer_classes(profile)
+        self._sigs: dict[tuple[int, int], tuple[int, ...]] = {}
+        self._replays: dict[tuple[tuple[int, ...], int, int, bool, Recompute, bool, int], float] = {}
         self.recompute = recompute
+
+    def sig(self, first: int, last: int) -> tuple[int, ...]:
+        """A key equal for two layer ranges whose costs are equal: the classes of their layers
+        (:func:`_layer_classes`) and of the layer before (whose output is the stage's input);
+        the range itself for graph profiles."""
+        found = self._sigs.get((first, last))
+        if found is None:
+            classes = self._classes
+            if classes is None:
+                found = (first, last)
+            else:
+                found = (classes[first - 1] if first else -1, *classes[first : last + 1])
+            self._sigs[(first, last)] = found
+        return found
 
     @property
     def num_blocks(self) -> int:
@@ -162,39 +198,80 @@ class _Model:
             )
         return found
 
-    def times(self, first: int, last: int, mbs: int, t: int, sp: bool, overlap: bool = False) -> TpStageTimes:
-        key = (first, last, mbs, t, sp, overlap)
+    def hop(self, t: int, c: int) -> RingHop:
+        """The CP ring of the first replica under automatic placement: devices ``0, t, .., (c-1) t``."""
+        found = self._hops.get((t, c))
+        if found is None:
+            ring = tuple(k * t for k in range(c))
+            cl = self.cluster
+            found = self._hops[(t, c)] = ring_hop(ring, cl.route_latency_s, cl.route_bandwidth_bytes_per_s)
+        return found
+
+    def times(
+        self, first: int, last: int, mbs: int, t: int, sp: bool, overlap: bool = False, c: int = 1
+    ) -> TpStageTimes:
+        key = (self.sig(first, last), mbs, t, sp, overlap, c)
         found = self._times.get(key)
         if found is None:
             group = tuple(range(t))
             curves = self.curves(group)
-            found = self._times[key] = stage_tp_times(self.profile, first, last, mbs, t, sp, curves,
-                                                     self.compute, overlap)
+            found = self._times[key] = stage_cp_times(self.profile, first, last, mbs, t, c, sp, curves,
+                                                     self.hop(t, c), self.compute, overlap)
         return found
 
     def replay(
-        self, first: int, last: int, mbs: int, t: int, sp: bool, rc: Recompute, overlap: bool = False
+        self, first: int, last: int, mbs: int, t: int, sp: bool, rc: Recompute, overlap: bool = False,
+        c: int = 1,
     ) -> float:
-        """The forward replayed before a chunk's backward under TP, seconds (``tp_replay_s``)."""
+        """The forward replayed before a chunk's backward under TP x CP, seconds (``tp_replay_s``)."""
         if rc is Recompute.NONE:
             return 0.0
-        rec = layer_recompute_times_s(self.profile, mbs, rc)
-        times = self.times(first, last, mbs, t, sp, overlap)
-        ratio = times.fwd_tp_s / times.fwd_s if times.fwd_s > 0 else 1.0
-        return tp_replay_s(rc, sum(rec[first : last + 1]), ratio, times.fwd_comm_s, t)
-
-    def activations(
-        self, first: int, last: int, mbs: int, t: int, sp: bool, rc: Recompute
-    ) -> tuple[float, float]:
-        key = (first, last, mbs, t, sp, rc)
-        found = self._acts.get(key)
+        key = (self.sig(first, last), mbs, t, sp, rc, overlap, c)
+        found = self._replays.get(key)
         if found is None:
-            found = self._acts[key] = tp_stage_activation_bytes(self.profile, first, last, mbs, rc, t, sp)
+            rec = self._recs.get((mbs, rc))
+            if rec is None:
+                rec = self._recs[(mbs, rc)] = layer_recompute_times_s(self.profile, mbs, rc)
+            times = self.times(first, last, mbs, t, sp, overlap, c)
+            ratio = times.fwd_tp_s / times.fwd_s if times.fwd_s > 0 else 1.0
+            found = self._replays[key] = tp_replay_s(rc, sum(rec[first : last + 1]), ratio, times.fwd_comm_s,
+                                                     t * c)
         return found
 
+    def activations(
+        self, first: int, last: int, mbs: int, t: int, sp: bool, rc: Recompute, c: int = 1
+    ) -> tuple[float, float]:
+        key = (self.sig(first, last), mbs, t, sp, rc)
+        found = self._acts.get(key)  # without CP (cp_stage_activation_bytes), split below
+        if found is None:
+            found = self._acts[key] = cp_stage_activation_bytes(self.profile, first, last, mbs, rc, t, sp, 1)
+        return cp_activation_split(*found, c)
+
     def params(self, first: int, last: int, t: int) -> float:
-        layers = self.profile.layers[first : last + 1]
-        return sum(tp_parameter_bytes(layer, t, self.elem) for layer in layers)
+        key = (self.sig(first, last), t)
+        found = self._params.get(key)
+        if found is None:
+            layers = self.profile.layers[first : last + 1]
+            found = self._params[key] = sum(tp_parameter_bytes(layer, t, self.elem) for layer in layers)
+        return found
+
+
+def _layer_classes(profile: ModelProfile) -> list[int] | None:
+    """Per layer, the index of the first layer equal to it but for its name, batch points
+    included (the zoo's blocks are all alike), or ``None`` for a graph profile (whose cuts
+    depend on more than the layer before)."""
+    if profile.edges is not None:
+        return None
+    seen: dict[object, int] = {}
+    out = []
+    for i, layer in enumerate(profile.layers):
+        points = tuple(
+            (bp.batch_size, bp.fwd_time_s[i], bp.bwd_time_s[i], bp.activation_bytes[i],
+             None if bp.saved_activation_bytes is None else bp.saved_activation_bytes[i])
+            for bp in profile.batch_points
+        )
+        out.append(seen.setdefault((replace(layer, name="layer"), points), i))
+    return out
 
 
 def _chunks(model: _Model, p: int, v: int) -> list[tuple[int, int]]:
@@ -241,7 +318,7 @@ def megatron_plans(
         allreduce: data-parallel all-reduce algorithm.
         recompute: a recomputation mode to pin, or ``None`` to search ``none``, ``full`` and
             ``selective`` (the last where the blocks have attention cores).
-        pins: tensor parallelism, sequence parallelism or sharding the user fixed.
+        pins: tensor, sequence or context parallelism or sharding the user fixed.
 
     Raises:
         InputError: the profile is not a shaped transformer, or a bad pin.
@@ -260,16 +337,18 @@ def megatron_plans(
     shardings = [Sharding.NONE, Sharding.DISTRIBUTED]
     if pins.sharding is not None:
         shardings = [Sharding.parse(pins.sharding)]
+    cs = [c for c in (1, 2, 4, 8, 16) if c <= MAX_CONTEXT_PARALLEL and shape.seq % c == 0]
+    cs = _candidates(cs, pins.context_parallel)
     found: list[tuple[float, float, int, _Config, Estimate]] = []
     tried = 0
-    for t in ts:
-        if n_dev % t or shape.heads % t:
+    for t, c in ((t, c) for t in ts for c in cs):
+        if n_dev % (t * c) or shape.heads % t:
             continue
         sps = [False, True] if t > 1 else [False]
         if pins.sequence_parallel is not None:
             sps = [pins.sequence_parallel]
-        for p in (q for q in range(1, blocks + 1) if blocks % q == 0 and (n_dev // t) % q == 0):
-            d = n_dev // (t * p)
+        for p in (q for q in range(1, blocks + 1) if blocks % q == 0 and (n_dev // (t * c)) % q == 0):
+            d = n_dev // (t * c * p)
             for mbs in _MICROBATCH_SIZES:
                 if global_batch_size % (d * mbs):
                     continue
@@ -277,22 +356,22 @@ def megatron_plans(
                 for v in range(1, MAX_CHUNKS + 1):
                     if blocks % (p * v) or (v > 1 and (p == 1 or m % p)):
                         continue
-                    for sp in sps:
+                    for sp, ov in ((s, o) for s in sps for o in ((False, True) if s else (False,))):
                         for rc in rcs:
                             for sh in shardings:
                                 tried += 1
                                 est = _estimate(shape_model, cluster, optimizer, allreduce, global_batch_size,
                                                 _chunks(shape_model, p, v), t, p, d, mbs, m, v, sp, rc, sh,
-                                                memory_limit_bytes)
+                                                memory_limit_bytes, overlap=ov, c=c)
                                 if est is None:
                                     continue
-                                config = (t, p, d, m, v, sp, rc, sh)
+                                config = (t, p, d, m, v, sp, rc, c, ov, sh)
                                 key = (est.iteration_time_s, est.peak_memory_bytes, len(found))
                                 found.append((*key, config, est))
     log.info("megatron: %d configurations, %d fit", tried, len(found))
     if not found:
         raise Infeasible(
-            f"megatron: none of {tried} (t, p, d, micro-batch, chunks) configurations of {profile.name} "
+            f"megatron: none of {tried} (t, c, p, d, micro-batch, chunks) configurations of {profile.name} "
             f"fits {memory_limit_bytes / 2**30:.3g} GiB per device on {n_dev} devices"
         )
     # Among configurations that differ only in sharding, drop those no faster and no smaller than
@@ -312,9 +391,9 @@ def megatron_plans(
 
 
 def estimate_3d(plan: Plan, profile: ModelProfile, cluster: Cluster) -> Estimate:
-    """The estimate (module docstring) of a plan with one tensor-parallel degree, replica count,
-    sequence parallelism and sharding on every stage, equal micro-batches and a ``1f1b`` or
-    ``interleaved`` schedule (any layer split).
+    """The estimate (module docstring) of a plan with one tensor- and context-parallel degree,
+    replica count, sequence parallelism, TP overlap and sharding on every stage, equal
+    micro-batches and a ``1f1b`` or ``interleaved`` schedule (any layer split).
 
     Raises:
         InputError: the plan is not of that form, its model is not a shaped transformer, or a
@@ -322,19 +401,22 @@ def estimate_3d(plan: Plan, profile: ModelProfile, cluster: Cluster) -> Estimate
     """
     first = plan.stages[0]
     form = (first.tensor_parallel, first.replicas, first.sequence_parallel, first.sharding)
-    if len({(s.tensor_parallel, s.replicas, s.sequence_parallel, s.sharding, s.tp_comm_overlap)
-            for s in plan.stages}) > 1:
-        raise invalid("plan", "mixed per-stage parallelism", "the 3D estimate needs the same t, d, sp and "
+    if len({(s.tensor_parallel, s.replicas, s.sequence_parallel, s.sharding, s.tp_comm_overlap,
+             s.context_parallel) for s in plan.stages}) > 1:
+        raise invalid("plan", "mixed per-stage parallelism", "the 3D estimate needs the same t, c, d, sp and "
                       "sharding on every stage")
     if plan.microbatch_sizes is not None or plan.schedule.value not in THREE_D_SCHEDULES:
         names = ", ".join(THREE_D_SCHEDULES)
         rule = f"the 3D estimate models {names} with equal micro-batches"
         raise invalid("plan.schedule", plan.schedule.value, rule)
     t, d, sp, sh = form
-    if t > 1:
-        for rank, groups in enumerate(plan.tp_groups(cluster.num_devices)):
-            for group in groups:
+    if t > 1:  # every CP rank's TP group
+        for rank, rings in enumerate(plan.cp_groups(cluster.num_devices)):
+            for lead in (d for ring in rings for d in ring):
+                group = tuple(range(lead, lead + t))
                 check_tp_group_in_server(group, cluster.server_of, f"stages[{rank}].tensor_parallel")
+    c = first.context_parallel
+    check_context_parallel(profile, 0, profile.num_layers - 1, c, "stages[0].context_parallel")
     m, v, p = plan.num_microbatches, plan.chunks, plan.num_ranks
     samples = plan.global_batch_size // m
     if samples % d:
@@ -345,7 +427,7 @@ def estimate_3d(plan: Plan, profile: ModelProfile, cluster: Cluster) -> Estimate
     opt, ar, gbs = plan.optimizer.value, plan.allreduce.value, plan.global_batch_size
     rc = plan.recompute
     est = _estimate(model, cluster, opt, ar, gbs, chunks, t, p, d, samples // d, m, v, sp, rc, sh, math.inf,
-                    schedule=plan.schedule.value, overlap=first.tp_comm_overlap)
+                    schedule=plan.schedule.value, overlap=first.tp_comm_overlap, c=c)
     assert est is not None  # no memory limit
     return est
 
@@ -353,12 +435,12 @@ def estimate_3d(plan: Plan, profile: ModelProfile, cluster: Cluster) -> Estimate
 def _estimate(
     model: _Model, cluster: Cluster, optimizer: str, allreduce: str, gbs: int, chunks: list[tuple[int, int]],
     t: int, p: int, d: int, mbs: int, m: int, v: int, sp: bool, rc: Recompute, sh: Sharding, limit: float,
-    schedule: str | None = None, overlap: bool = False,
+    schedule: str | None = None, overlap: bool = False, c: int = 1,
 ) -> Estimate | None:
     schedule = schedule or ("1f1b" if v == 1 else "interleaved")
     if schedule == "dapple":
         schedule = "1f1b"  # the same in-flight count (DAPPLE's K_i = min(p - i, m))
-    multiplier = sharded_memory_multiplier(model.profile.dtype, optimizer, sh, d)
+    multiplier = sharded_memory_multiplier(model.profile.dtype, optimizer, sh, d * c)
     tf = tb = 0.0
     peaks: list[float] = []
     for r in range(p):
@@ -367,11 +449,11 @@ def _estimate(
         stash = work = 0.0
         for k in range(r, p * v, p):
             first, last = chunks[k]
-            times = model.times(first, last, mbs, t, sp, overlap)
+            times = model.times(first, last, mbs, t, sp, overlap, c)
             fr += times.fwd_tp_s + times.fwd_comm_s
-            br += times.bwd_tp_s + times.bwd_comm_s + model.replay(first, last, mbs, t, sp, rc, overlap)
+            br += times.bwd_tp_s + times.bwd_comm_s + model.replay(first, last, mbs, t, sp, rc, overlap, c)
             static += model.params(first, last, t) * multiplier
-            s_bytes, w_bytes = model.activations(first, last, mbs, t, sp, rc)
+            s_bytes, w_bytes = model.activations(first, last, mbs, t, sp, rc, c)
             stash, work = max(stash, s_bytes), max(work, w_bytes)
         in_flight = in_flight_microbatches(schedule, r, p, m, chunks=v)
         peak = static + in_flight * stash + work
@@ -381,15 +463,14 @@ def _estimate(
         tf, tb = max(tf, fr), max(tb, br)
     hop = 0.0
     if p > 1:
-        act = mbs * model.shape.seq * model.shape.hidden * model.elem / t
-        src, dst = 0, d * t  # rank 0's and rank 1's first devices (automatic placement)
+        act = mbs * model.shape.seq * model.shape.hidden * model.elem / (t * c)
+        src, dst = 0, d * t * c  # rank 0's and rank 1's first devices (automatic placement)
         bw = cluster.route_bandwidth_bytes_per_s(src, dst)
         hop = cluster.route_latency_s(src, dst) + (act / bw if bw < math.inf else 0.0)
     dp = 0.0
-    if d > 1:
-        first, last = chunks[0]
+    if d * c > 1:
         nbytes = sum(model.params(*chunks[k], t) for k in range(0, p * v, p)) * dp_traffic_factor(sh)
-        members = tuple(k * t for k in range(d))
+        members = tuple(k * t for k in range(d * c))  # every replica's CP ranks (tp-cp order)
         dp = model.curves(members, servers=True).time_s(nbytes, allreduce)
     time_s = (m + (p - 1) / v) * (tf + tb) + 2 * (p * v - 1) * hop + dp
     return Estimate(
@@ -400,12 +481,12 @@ def _estimate(
 
 
 def _plan(
-    model: _Model, gbs: int, t: int, p: int, d: int, m: int, v: int, sp: bool, rc: Recompute, sh: Sharding,
-    optimizer: str, allreduce: str, est: Estimate,
+    model: _Model, gbs: int, t: int, p: int, d: int, m: int, v: int, sp: bool, rc: Recompute, c: int,
+    ov: bool, sh: Sharding, optimizer: str, allreduce: str, est: Estimate,
 ) -> Plan:
     stages = tuple(
         StagePlan(first_layer=first, last_layer=last, replicas=d, tensor_parallel=t, sequence_parallel=sp,
-                  sharding=sh)
+                  sharding=sh, context_parallel=c, tp_comm_overlap=ov)
         for first, last in _chunks(model, p, v)
     )
     plan = Plan(
@@ -423,7 +504,8 @@ def _plan(
     placement = plan.placement(model.cluster.num_devices)
     placed = tuple(
         StagePlan(first_layer=s.first_layer, last_layer=s.last_layer, replicas=d, tensor_parallel=t,
-                  sequence_parallel=sp, sharding=sh, devices=placement[i % p])
+                  sequence_parallel=sp, sharding=sh, devices=placement[i % p], context_parallel=c,
+                  tp_comm_overlap=ov)
         for i, s in enumerate(stages)
     )
     return Plan(

@@ -257,7 +257,7 @@ class _Engine:
             allreduce(
                 self.env,
                 self.network,
-                list(spec.members),
+                list(spec.group or spec.members),
                 spec.nbytes,
                 self.cluster.route,
                 server_of=self.cluster.server_of,

@@ -491,6 +491,6 @@ def execute_fast(
             start = max(start, drained)
         if spec.after is not None:
             start = max(start, done[spec.after])
-        done[spec.index] = start + links.allreduce_s(spec.members, spec.nbytes, spec.algorithm)
+        done[spec.index] = start + links.allreduce_s(spec.group or spec.members, spec.nbytes, spec.algorithm)
         tally.collective(spec.members, spec.stage, spec.nbytes, start, done[spec.index])
     return tally.result(cluster, tuple(link.name for link in cluster.links))

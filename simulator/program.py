@@ -118,7 +118,10 @@ class Collective:
         stage: the stage whose gradients it reduces.
         bucket: the bucket index within the stage (0 when not bucketed).
         nbytes: bytes each member contributes.
-        members: the devices, in ring order.
+        members: the devices, in ring order, whose streams post readiness.
+        group: the devices the all-reduce runs among when more than ``members`` (with context
+            parallelism each replica's CP ranks join: their streams are mirrored by
+            ``members``); empty for ``members``.
         algorithm: ``ring``, ``hierarchical`` or ``auto``.
         after: the collective that must end first (the stage's previous bucket), or ``None``.
         after_drain: wait until every compute stream has finished.
@@ -132,6 +135,7 @@ class Collective:
     algorithm: str
     after: int | None
     after_drain: bool
+    group: tuple[int, ...] = ()
 
 
 _NO_MARKS: tuple[tuple[float, int], ...] = ()
@@ -540,8 +544,10 @@ def lower(
     marks: dict[int, tuple[tuple[float, int], ...]] = {}
     bucketed = opts.allreduce_overlap == "bucketed"
     for stage in stages:
-        if len(stage.devices) < 2:
+        group = tp.dp_group(stage.index, stage.devices) if tp is not None else stage.devices
+        if len(group) < 2:
             continue
+        group = group if group != stage.devices else ()
         scale = 1.0
         if tp is not None:  # TP shards and sharded traffic (all-reduce equivalent bytes)
             whole = float(sum(profile.layers[i].parameter_bytes for i in stage.layers))
@@ -561,6 +567,7 @@ def lower(
                         algorithm=_name(plan.allreduce),
                         after=index - 1 if k else None,
                         after_drain=False,
+                        group=group,
                     )
                 )
                 stage_marks.append((fraction, index))
@@ -579,6 +586,7 @@ def lower(
                     algorithm=_name(plan.allreduce),
                     after=None,
                     after_drain=opts.allreduce_overlap == "end",
+                    group=group,
                 )
             )
     device_layers: dict[int, list[int]] = {}

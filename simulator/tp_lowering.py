@@ -26,6 +26,15 @@ bytes (between stages of different degrees, ``1/min``).
 The data-parallel gradient collective runs among the groups' first devices (each TP rank's DP
 group is alike and runs on its own rails), with the per-device parameter bytes under TP times
 :func:`~pipesim.profiles.costmodels.sharding.dp_traffic_factor` (1.5 for ZeRO-3).
+
+Context parallelism ``c`` (:mod:`~pipesim.profiles.costmodels.context_parallel`): a replica is
+``t x c`` devices, ``c`` TP groups that split the sequence; the stream runs on the first TP
+group's first device and the others mirror it. Compute and TP collectives are those of
+``s / c`` tokens, each block's ring exchange (timed on the slowest hop of the first TP rank's
+CP ring, :meth:`TpLowering.cp_ring`) is added exposed beyond the attention it hides behind, and
+activations are divided by ``c``. The gradient collective joins the ``c`` CP ranks of every
+replica (Megatron-LM reduces over data x context parallel ranks, :meth:`TpLowering.dp_group`),
+and sharded state is split over them.
 """
 
 from __future__ import annotations
@@ -34,6 +43,14 @@ from collections.abc import Mapping
 
 from pipesim.plan import Plan
 from pipesim.profiles.costmodels.collective import AllReduceCurves, allreduce_curves
+from pipesim.profiles.costmodels.context_parallel import (
+    FREE_HOP,
+    RingHop,
+    check_context_parallel,
+    cp_stage_activation_bytes,
+    ring_hop,
+    stage_cp_times,
+)
 from pipesim.profiles.costmodels.memory import Recompute
 from pipesim.profiles.costmodels.sharding import dp_traffic_factor, sharded_memory_multiplier
 from pipesim.profiles.costmodels.tensor_parallel import (
@@ -42,11 +59,9 @@ from pipesim.profiles.costmodels.tensor_parallel import (
     check_tp_group_in_server,
     collective_time_s,
     stage_collectives,
-    stage_tp_times,
     tp_compute_model,
     tp_parameter_bytes,
     tp_replay_s,
-    tp_stage_activation_bytes,
 )
 from pipesim.profiles.hardware.cluster import Cluster
 from pipesim.profiles.models.profile import DTYPE_BYTES, ModelProfile
@@ -66,13 +81,18 @@ class TpLowering:
         for s, spec in enumerate(plan.stages):
             where = f"stages[{s}].tensor_parallel"
             check_tensor_parallel(profile, spec.first_layer, spec.last_layer, spec.tensor_parallel, where)
+            where = f"stages[{s}].context_parallel"
+            check_context_parallel(profile, spec.first_layer, spec.last_layer, spec.context_parallel, where)
         self.plan, self.profile, self.cluster = plan, profile, cluster
         self.recompute = Recompute.parse(plan.recompute)
         self.elem_bytes = DTYPE_BYTES[profile.dtype]
         self.groups = plan.tp_groups(cluster.num_devices)
-        for s, groups in enumerate(self.groups):
-            if plan.stages[s].tensor_parallel > 1:
-                for group in groups:
+        self.cp_rings = plan.cp_groups(cluster.num_devices)
+        for s, rings in enumerate(self.cp_rings):
+            t = plan.stages[s].tensor_parallel
+            if t > 1:  # every CP rank's TP group (the first TP ranks of the replica's ring)
+                for lead in (d for ring in rings for d in ring):
+                    group = tuple(range(lead, lead + t))
                     check_tp_group_in_server(group, cluster.server_of, f"stages[{s}].tensor_parallel")
         self._free = free_links
         self._bw = cluster.links.bandwidths_bytes_per_s()
@@ -81,8 +101,24 @@ class TpLowering:
         self._cache: dict[tuple[int, int, int], TpStageCost] = {}
 
     def is_tp(self, stage: int) -> bool:
-        """Whether ``stage`` is tensor-parallel."""
-        return self.plan.stages[stage].tensor_parallel > 1
+        """Whether ``stage`` is tensor- or context-parallel (a replica of several devices)."""
+        return self.plan.stages[stage].replica_width > 1
+
+    def cp_ring(self, stage: int, replica: int) -> RingHop:
+        """The slowest hop of ``replica``'s context-parallel ring on ``stage`` (its first TP
+        rank's ring; every TP rank's is alike)."""
+        ring = self.cp_rings[stage % self.plan.num_ranks][replica]
+        if self._free or len(ring) < 2:
+            return FREE_HOP
+        return ring_hop(ring, self.cluster.route_latency_s, self.cluster.route_bandwidth_bytes_per_s)
+
+    def dp_group(self, stage: int, leads: tuple[int, ...]) -> tuple[int, ...]:
+        """The devices of ``stage``'s gradient collective for replicas led by ``leads``: the
+        leads, and with context parallelism each replica's ``c`` CP ranks (Megatron-LM's
+        data-parallel group with context parallelism), replica by replica."""
+        spec = self.plan.stages[stage]
+        t, c = spec.tensor_parallel, spec.context_parallel
+        return tuple(lead + k * t for lead in leads for k in range(c))
 
     def curves(self, group: tuple[int, ...]) -> AllReduceCurves:
         """Ring all-reduce time curves among ``group`` on the cluster's routes."""
@@ -99,7 +135,7 @@ class TpLowering:
         spec = self.plan.stages[stage]
         layers = self.profile.layers[spec.first_layer : spec.last_layer + 1]
         t, sp = spec.tensor_parallel, spec.sequence_parallel
-        return stage_collectives(layers, t, sp, samples, self.profile.dtype)
+        return stage_collectives(layers, t, sp, samples / spec.context_parallel, self.profile.dtype)
 
     def collective_time_s(self, group: tuple[int, ...], collective: TpCollective) -> float:
         """Time of one TP collective among ``group``, seconds
@@ -118,10 +154,11 @@ class TpLowering:
         curves = self.curves(group)
         compute = tp_compute_model(self.profile, self.cluster.device_spec(group[0]))
         first, last = spec.first_layer, spec.last_layer
-        overlap = spec.tp_comm_overlap
-        times = stage_tp_times(self.profile, first, last, samples, t, sp, curves, compute, overlap)
-        stash, work = tp_stage_activation_bytes(
-            self.profile, spec.first_layer, spec.last_layer, samples, self.plan.recompute, t, sp
+        overlap, c = spec.tp_comm_overlap, spec.context_parallel
+        hop = self.cp_ring(stage, replica)
+        times = stage_cp_times(self.profile, first, last, samples, t, c, sp, curves, hop, compute, overlap)
+        stash, work = cp_stage_activation_bytes(
+            self.profile, spec.first_layer, spec.last_layer, samples, self.plan.recompute, t, sp, c
         )
         ratio_f = times.fwd_tp_s / times.fwd_s if times.fwd_s > 0 else 1.0
         ratio_b = times.bwd_tp_s / times.bwd_s if times.bwd_s > 0 else 1.0
@@ -130,9 +167,10 @@ class TpLowering:
         return found
 
     def send_divisor(self, src: int, dst: int) -> int:
-        """How many ways a transfer between stages ``src`` and ``dst`` is split over TP ranks."""
+        """How many ways a transfer between stages ``src`` and ``dst`` is split over TP (and CP)
+        ranks: each rank sends its share of its sequence chunk on its own route."""
         stages = self.plan.stages
-        return min(stages[src].tensor_parallel, stages[dst].tensor_parallel)
+        return min(stages[src].replica_width, stages[dst].replica_width)
 
     def parameter_bytes(self, stage: int) -> float:
         """Parameter bytes of ``stage`` on one device of one of its TP groups."""
@@ -142,10 +180,12 @@ class TpLowering:
 
     def memory_multiplier(self, stage: int) -> float:
         """Static bytes per parameter byte of ``stage`` on one device
-        (:func:`~pipesim.profiles.costmodels.sharding.sharded_memory_multiplier`)."""
+        (:func:`~pipesim.profiles.costmodels.sharding.sharded_memory_multiplier`, sharded over
+        the replicas' data- and context-parallel ranks)."""
         spec = self.plan.stages[stage]
         dtype, optimizer = self.profile.dtype, self.plan.optimizer
-        return sharded_memory_multiplier(dtype, optimizer, spec.sharding, spec.replicas)
+        shards = spec.replicas * spec.context_parallel
+        return sharded_memory_multiplier(dtype, optimizer, spec.sharding, shards)
 
     def static_memory_bytes(self, stage: int) -> float:
         """Weights + gradients + optimizer state of ``stage`` on one device, bytes (TP shards and
@@ -166,7 +206,7 @@ class TpLowering:
         op's exposed TP collectives (the backward's go with the input gradient ``I``); the replay
         (:func:`~pipesim.profiles.costmodels.tensor_parallel.tp_replay_s`) starts ``B`` or ``I``."""
         ratio_f, ratio_b, comm_f, comm_b, stash, work = self.cost(s, samples, replica)
-        replay = tp_replay_s(self.recompute, rec, ratio_f, comm_f, self.plan.stages[s].tensor_parallel)
+        replay = tp_replay_s(self.recompute, rec, ratio_f, comm_f, self.plan.stages[s].replica_width)
         fwd, bwd = fwd * ratio_f, bwd * ratio_b
         if op is Op.F:
             return ("F", fwd + comm_f, (stash,), ())
@@ -195,4 +235,4 @@ class TpLowering:
     @property
     def active(self) -> bool:
         """Whether the plan uses TP or sharding anywhere (else the pass changes nothing)."""
-        return any(s.tensor_parallel > 1 or s.sharding.value != "none" for s in self.plan.stages)
+        return any(s.replica_width > 1 or s.sharding.value != "none" for s in self.plan.stages)

@@ -1,5 +1,5 @@
-"""The ``--tp``, ``--sp`` and ``--zero`` options: tensor parallelism, sequence parallelism and
-data-parallel sharding pinned by the user (``simulate``, ``plan``, ``compare``, ``sweep``)."""
+"""The ``--tp``, ``--sp``, ``--cp`` and ``--zero`` options: tensor, sequence and context
+parallelism and data-parallel sharding pinned by the user (``simulate``, ``plan``, ``compare``, ``sweep``)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ __all__ = ["add_parallel_args", "apply_parallel", "parallel_text", "pins_of"]
 
 
 def add_parallel_args(p: argparse.ArgumentParser, *, overlap: bool = False) -> None:
-    """Add ``--tp``, ``--sp`` and ``--zero`` (and ``--tp-overlap`` with ``overlap``, for
+    """Add ``--tp``, ``--sp``, ``--cp`` and ``--zero`` (and ``--tp-overlap`` with ``overlap``, for
     commands that run a given plan)."""
     p.add_argument(
         "--tp",
@@ -32,6 +32,13 @@ def add_parallel_args(p: argparse.ArgumentParser, *, overlap: bool = False) -> N
         const=True,
         default=None,
         help="sequence parallelism with --tp (reduce-scatter/all-gather instead of all-reduce)",
+    )
+    p.add_argument(
+        "--cp",
+        type=positive_int,
+        default=None,
+        help="context-parallel degree of every stage: the sequence split over CP ranks with ring "
+        "attention (Megatron-LM's --context-parallel-size; it must divide the sequence length)",
     )
     p.add_argument(
         "--zero",
@@ -59,25 +66,27 @@ def pins_of(args: argparse.Namespace) -> MegatronPins | None:
     """
     from pipesim.planner.megatron import MegatronPins
 
-    if args.tp is None and args.sp is None and args.zero is None:
+    if args.tp is None and args.sp is None and args.zero is None and args.cp is None:
         return None
-    return MegatronPins(tensor_parallel=args.tp, sequence_parallel=args.sp, sharding=args.zero)
+    return MegatronPins(tensor_parallel=args.tp, sequence_parallel=args.sp, sharding=args.zero,
+                        context_parallel=args.cp)
 
 
 def apply_parallel(plan: Plan, args: argparse.Namespace) -> Plan:
-    """``plan`` with every stage's tensor parallelism, sequence parallelism and sharding set as
-    the options say (options not given leave the plan's values). A stage whose tensor-parallel
-    degree changes is placed anew (its device list dropped).
+    """``plan`` with every stage's tensor, sequence and context parallelism and sharding set as
+    the options say (options not given leave the plan's values). A stage whose tensor- or
+    context-parallel degree changes is placed anew (its device list dropped).
 
     Raises:
         InputError: a combination a stage refuses (``--sp`` without ``--tp`` > 1).
     """
     tp_overlap = getattr(args, "tp_overlap", None)
-    if args.tp is None and args.sp is None and args.zero is None and tp_overlap is None:
+    if args.tp is None and args.sp is None and args.zero is None and tp_overlap is None and args.cp is None:
         return plan
     stages = []
     for stage in plan.stages:
         t = stage.tensor_parallel if args.tp is None else args.tp
+        c = stage.context_parallel if args.cp is None else args.cp
         stages.append(
             replace(
                 stage,
@@ -85,7 +94,8 @@ def apply_parallel(plan: Plan, args: argparse.Namespace) -> Plan:
                 sequence_parallel=stage.sequence_parallel if args.sp is None else args.sp,
                 sharding=stage.sharding if args.zero is None else args.zero,
                 tp_comm_overlap=stage.tp_comm_overlap if tp_overlap is None else tp_overlap,
-                devices=stage.devices if t == stage.tensor_parallel else None,
+                context_parallel=c,
+                devices=stage.devices if (t, c) == (stage.tensor_parallel, stage.context_parallel) else None,
             )
         )
     return replace(plan, stages=tuple(stages), estimate=None)
@@ -100,6 +110,8 @@ def parallel_text(plan: Plan) -> str:
         parts.append("tensor parallel " + ",".join(str(s.tensor_parallel) for s in ranks))
     if any(s.sequence_parallel for s in plan.stages):
         parts.append("sequence parallel")
+    if any(s.context_parallel > 1 for s in ranks):
+        parts.append("context parallel " + ",".join(str(s.context_parallel) for s in ranks))
     shardings = sorted({s.sharding.value for s in plan.stages} - {"none"})
     if shardings:
         parts.append("sharding " + ",".join(shardings))

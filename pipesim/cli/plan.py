@@ -179,6 +179,7 @@ def _tp_text(stage: StagePlan) -> str:
     """`` tp8 sp zero1`` for a stage with tensor parallelism, sequence parallelism or sharding."""
     parts = [f"tp{stage.tensor_parallel}"] if stage.tensor_parallel > 1 else []
     parts += ["sp"] if stage.sequence_parallel else []
+    parts += [f"cp{stage.context_parallel}"] if stage.context_parallel > 1 else []
     parts += [stage.sharding.value] if stage.sharding.value != "none" else []
     return "".join(" " + p for p in parts)
 

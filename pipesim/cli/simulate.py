@@ -284,7 +284,7 @@ def _run(args: argparse.Namespace) -> int:
     with Status(f"simulating {profile.name} on {cluster.name} ({plan.num_microbatches} micro-batches)"):
         result = simulate(plan, profile, cluster, options, schedule=explicit)
     if args.gantt:
-        from pipesim.reports.gantt import write_gantt
+        from pipesim.reports.gantt import replica_mirrors, write_gantt
 
         write_gantt(
             result,
@@ -292,6 +292,7 @@ def _run(args: argparse.Namespace) -> int:
             title=f"{profile.name} on {cluster.name}: {result.schedule}",
             rows=args.gantt_rows,
             figsize=figsize,
+            mirrors=replica_mirrors(plan, result),
         )
     if args.trace:
         from pipesim.reports.chrome import write_chrome_trace

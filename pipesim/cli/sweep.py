@@ -91,6 +91,8 @@ def _with_axes(config: SweepConfig, args: argparse.Namespace) -> SweepConfig:
         changes["tensor_parallel"] = (args.tp,)
     if args.sp is not None:
         changes["sequence_parallel"] = (args.sp,)
+    if args.cp is not None:
+        changes["context_parallel"] = (args.cp,)
     if args.zero is not None:
         changes["sharding"] = (Sharding.parse(args.zero).value,)
     if args.dtype is not None:

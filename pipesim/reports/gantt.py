@@ -1,8 +1,13 @@
 """Gantt charts of simulated iterations: per-stage timelines with memory curves, and memory bars.
 
-By default each pipeline stage is one row: the replicas of a stage (and its tensor-parallel
-ranks) run the same schedule, so the row shows the lowest-numbered device of the group and its
-label names the whole group (``s0 · gpu0-3``); ``rows="device"`` gives every device its own row.
+By default each pipeline stage is one row: the replicas of a stage (and its tensor- and
+context-parallel ranks) run the same schedule, so the row shows the lowest-numbered device of
+the group and its label names the whole group (``s0 · gpu0-3``); ``rows="device"`` gives every
+device its own row. The simulator runs one stream per replica, on its first device; the devices
+that mirror it (a replica's TP and CP ranks, :func:`replica_mirrors`) are
+passed as ``mirrors``: the stage row names them, and ``rows="device"`` draws each of them on its
+own row with its replica's timeline and memory (the ranks run in lock step). TP collectives are
+drawn on the communication lane of every row.
 A row's compute stream (F / B / I / W bars, micro-batch numbers on every bar wide enough to hold
 them) sits on a light grey band, so idle time shows as grey; its communication stream (sends and
 the gradient all-reduce) is a thinner lane under it. Under the timeline a memory panel has one
@@ -28,7 +33,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,6 +46,7 @@ from matplotlib.patches import Patch
 from pipesim.errors import invalid
 from pipesim.reports.figsize import FIGSIZES, figure_width, parse_figsize
 from pipesim.reports.figure_file import figure_format, save_figure
+from pipesim.reports.gantt_rows import GanttRow, gantt_rows, replica_mirrors
 from pipesim.simulator.trace import EventKind, SimulationResult
 from pipesim.units import GIB, MS
 
@@ -50,6 +56,7 @@ __all__ = [
     "compare_gantt_figure",
     "gantt_figure",
     "parse_figsize",
+    "replica_mirrors",
     "write_compare_gantt",
     "write_gantt",
 ]
@@ -113,56 +120,6 @@ class _Style:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class _Row:
-    """One timeline row: the device drawn, the devices it stands for, the memory device shown."""
-
-    label: str
-    device: int
-    devices: tuple[int, ...]
-    memory_device: int
-
-
-def _span(devices: Sequence[int]) -> str:
-    ds = sorted(devices)
-    if len(ds) > 1 and ds[-1] - ds[0] == len(ds) - 1:
-        return f"gpu{ds[0]}-{ds[-1]}"
-    shown = ",".join(str(d) for d in ds[:3]) + (",…" if len(ds) > 3 else "")
-    return f"gpu{shown}"
-
-
-def _stages_text(stages: Sequence[int]) -> str:
-    return ",".join(str(s) for s in stages[:3]) + (",…" if len(stages) > 3 else "")
-
-
-def _rows(result: SimulationResult, by_device: bool) -> list[_Row]:
-    """The rows of a result: one per device, or one per group of devices holding the same stages."""
-    found = {d.device for d in result.devices} | set(result.memory)
-    found |= {e.device for e in result.events if e.device is not None and e.kind in _GROUP_OF}
-    stages_of = {d.device: d.stages for d in result.devices}
-    peak = {d.device: d.peak_memory_bytes for d in result.devices}
-    if by_device:
-        return [
-            _Row(
-                label=f"gpu{d} · s{_stages_text(stages_of[d])}" if stages_of.get(d) else f"gpu{d}",
-                device=d,
-                devices=(d,),
-                memory_device=d,
-            )
-            for d in sorted(found)
-        ]
-    groups: dict[tuple[int, ...], list[int]] = {}
-    for d in sorted(found):
-        groups.setdefault(stages_of.get(d) or (-1 - d,), []).append(d)
-    rows = []
-    for stages, members in groups.items():
-        name = f"s{_stages_text(stages)} · {_span(members)}" if stages[0] >= 0 else _span(members)
-        fullest = max(members, key=lambda d: (peak.get(d, 0.0), -d))
-        rows.append(_Row(label=name, device=members[0], devices=tuple(members), memory_device=fullest))
-    rows.sort(key=lambda r: (stages_of.get(r.device) or (1 << 30,), r.device))
-    return rows
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class _Geometry:
     """Where one panel lies in the figure, in inches, and the figure's size."""
 
@@ -184,9 +141,11 @@ class _Geometry:
 
 
 def _draw_timeline(
-    ax: Any, result: SimulationResult, rows: list[_Row], geo: _Geometry, x_max_ms: float
+    ax: Any, result: SimulationResult, rows: list[GanttRow], geo: _Geometry, x_max_ms: float
 ) -> None:
-    row_of = {r.device: i for i, r in enumerate(rows)}
+    row_of: dict[int, list[int]] = {}
+    for i, r in enumerate(rows):
+        row_of.setdefault(r.device, []).append(i)  # a stream drawn on each of its mirrors' rows
     n = len(rows)
     has_comm = any(e.kind in _GROUP_OF and not e.kind.is_compute for e in result.events)
     compute_lane = _COMPUTE_LANE if has_comm else _FULL_LANE
@@ -207,14 +166,14 @@ def _draw_timeline(
         device = event.device
         if group is None or device is None or device not in row_of:
             continue
-        row = row_of[device]
         top, bottom = compute_lane if event.kind.is_compute else _COMM_LANE
         x0, x1 = event.start_s / MS, event.end_s / MS
         if not event.kind.is_compute:
             x1 = max(x1, x0 + min_comm_ms)  # a 0.1 ms send in a 2 s iteration stays visible
-        boxes[group].append(_box(x0, x1, row + top, row + bottom))
-        if event.kind.is_compute and event.microbatch is not None:
-            labels.append((x0, x1, row + (top + bottom) / 2, str(event.microbatch), group))
+        for row in row_of[device]:
+            boxes[group].append(_box(x0, x1, row + top, row + bottom))
+            if event.kind.is_compute and event.microbatch is not None:
+                labels.append((x0, x1, row + (top + bottom) / 2, str(event.microbatch), group))
     for group, verts in boxes.items():
         if verts:
             ax.add_collection(
@@ -259,7 +218,7 @@ def _gib(nbytes: float) -> str:
 def _draw_memory(
     ax: Any,
     result: SimulationResult,
-    rows: list[_Row],
+    rows: list[GanttRow],
     geo: _Geometry,
     x_max_ms: float,
     band_bytes: tuple[float, float],
@@ -400,13 +359,19 @@ def _compose(
     show_memory: bool,
     figsize: str | tuple[float, float],
     rows: str,
+    mirrors: Sequence[Mapping[int, Sequence[int]] | None] | None = None,
 ) -> Figure:
     if not entries:
         raise invalid("results", [], "must hold at least one result")
     if rows not in ("stage", "device"):
         raise invalid("rows", rows, "must be 'stage' (one row per stage) or 'device'")
     width_in, height_in = figure_width(figsize)
-    row_lists = [_rows(r, rows == "device") for _, r in entries]
+    if mirrors is not None and len(mirrors) != len(entries):
+        raise invalid("mirrors", len(mirrors), f"must give one mapping per result ({len(entries)})")
+    per_entry = list(mirrors) if mirrors is not None else [None] * len(entries)
+    row_lists = [
+        gantt_rows(r, rows == "device", m, _GROUP_OF) for (_, r), m in zip(entries, per_entry, strict=True)
+    ]
     # memory labels are the longest: "s12 (gpu48)  38.2 GiB"
     style = _Style.for_width(width_in, [row.label + " 000.0 GiB" for rs in row_lists for row in rs])
     font = style.font
@@ -500,6 +465,7 @@ def gantt_figure(
     show_memory: bool = True,
     figsize: str | tuple[float, float] = "screen",
     rows: str = "stage",
+    mirrors: Mapping[int, Sequence[int]] | None = None,
 ) -> Figure:
     """The Gantt chart of one simulated iteration, with each row's memory curve beneath.
 
@@ -514,8 +480,10 @@ def gantt_figure(
         show_memory: draw the memory panel.
         figsize: ``"screen"``, ``"double"``, ``"single"`` (see :data:`FIGSIZES`) or
             ``(width, height)`` in inches (width >= 3).
-        rows: ``"stage"`` (default: a stage's replicas and tensor-parallel ranks share one row)
-            or ``"device"`` (one row per device).
+        rows: ``"stage"`` (default: a stage's replicas and tensor- and context-parallel ranks
+            share one row) or ``"device"`` (one row per device, mirrors included).
+        mirrors: the devices each stream device stands for (itself first: its replica's TP and
+            CP ranks, :func:`replica_mirrors`), or ``None`` (each stands for itself).
 
     Returns:
         A :class:`matplotlib.figure.Figure` (not attached to pyplot).
@@ -524,7 +492,8 @@ def gantt_figure(
         InputError: an unknown ``figsize`` name, a width below 3 in, a height too short for the
             rows, or an unknown ``rows``.
     """
-    return _compose([(None, result)], title=title, show_memory=show_memory, figsize=figsize, rows=rows)
+    return _compose([(None, result)], title=title, show_memory=show_memory, figsize=figsize, rows=rows,
+                    mirrors=[mirrors])
 
 
 def compare_gantt_figure(
@@ -534,6 +503,7 @@ def compare_gantt_figure(
     show_memory: bool = True,
     figsize: str | tuple[float, float] = "screen",
     rows: str = "stage",
+    mirrors: Sequence[Mapping[int, Sequence[int]] | None] | None = None,
 ) -> Figure:
     """Gantt charts of several results stacked on one shared time axis, e.g. GPipe vs DAPPLE.
 
@@ -547,14 +517,17 @@ def compare_gantt_figure(
         show_memory: draw each result's memory panel.
         figsize: see :func:`gantt_figure`.
         rows: ``"stage"`` or ``"device"``, see :func:`gantt_figure`.
+        mirrors: per result, its ``mirrors`` (see :func:`gantt_figure`), or ``None``.
 
     Returns:
         A :class:`matplotlib.figure.Figure`.
 
     Raises:
-        InputError: ``results`` is empty, or a bad ``figsize`` or ``rows``.
+        InputError: ``results`` is empty, ``mirrors`` not one per result, or a bad ``figsize``
+            or ``rows``.
     """
-    return _compose(list(results), title=title, show_memory=show_memory, figsize=figsize, rows=rows)
+    return _compose(list(results), title=title, show_memory=show_memory, figsize=figsize, rows=rows,
+                    mirrors=mirrors)
 
 
 def write_gantt(
@@ -566,7 +539,8 @@ def write_gantt(
         result: the simulation result.
         path: the target file.
         dpi: PNG resolution.
-        **kw: passed to :func:`gantt_figure` (``title``, ``show_memory``, ``figsize``, ``rows``).
+        **kw: passed to :func:`gantt_figure` (``title``, ``show_memory``, ``figsize``, ``rows``,
+            ``mirrors``).
 
     Returns:
         The path written.

@@ -67,6 +67,7 @@ _KEYS = (
     "sequence_parallel",
     "sharding",
     "dtype",
+    "context_parallel",
     "price_per_device_hour_usd",
 )
 
@@ -116,11 +117,13 @@ class SweepPoint:
     sequence_parallel: bool | None = None
     sharding: str | None = None
     dtype: str | None = None
+    context_parallel: int | None = None
 
     @property
     def pinned(self) -> bool:
-        """Whether the point pins tensor parallelism, sequence parallelism or sharding."""
-        return (self.tensor_parallel, self.sequence_parallel, self.sharding) != (None, None, None)
+        """Whether the point pins tensor, sequence or context parallelism or sharding."""
+        pins = (self.tensor_parallel, self.sequence_parallel, self.sharding, self.context_parallel)
+        return pins != (None, None, None, None)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -163,6 +166,7 @@ class SweepConfig:
     sequence_parallel: tuple[bool | None, ...] = (None,)
     sharding: tuple[str | None, ...] = (None,)
     dtype: tuple[str | None, ...] = (None,)
+    context_parallel: tuple[int | None, ...] = (None,)
     price_per_device_hour_usd: float | None = None
     base_dir: Path | None = field(default=None, compare=False)
     source: str | None = field(default=None, compare=False)
@@ -172,7 +176,7 @@ class SweepConfig:
             if isinstance(gbs, bool) or not isinstance(gbs, int) or not 1 <= gbs <= MAX_GLOBAL_BATCH:
                 raise invalid("global_batch_sizes", gbs, f"must be integers in 1..{MAX_GLOBAL_BATCH}")
         axes = ("models", "clusters", "overrides", "global_batch_sizes", "planners", "schedules", "recompute",
-                "tensor_parallel", "sequence_parallel", "sharding", "dtype")
+                "tensor_parallel", "sequence_parallel", "sharding", "dtype", "context_parallel")
         for name in axes:
             values = getattr(self, name)
             if not values:
@@ -199,6 +203,9 @@ class SweepConfig:
         for t in self.tensor_parallel:
             if t is not None and (isinstance(t, bool) or not isinstance(t, int) or t < 1):
                 raise invalid("tensor_parallel", t, f"must be integers >= 1 or {AUTO!r}")
+        for c in self.context_parallel:
+            if c is not None and (isinstance(c, bool) or not isinstance(c, int) or c < 1):
+                raise invalid("context_parallel", c, f"must be integers >= 1 or {AUTO!r}")
         for sp in self.sequence_parallel:
             if sp is not None and not isinstance(sp, bool):
                 raise invalid("sequence_parallel", sp, f"must be true, false or {AUTO!r}")
@@ -216,11 +223,12 @@ class SweepConfig:
 
     def points(self) -> list[SweepPoint]:
         """Every point of the grid, in a fixed order (models outermost, schedules innermost)."""
-        parallel = list(product(self.tensor_parallel, self.sequence_parallel, self.sharding))
+        parallel = list(product(self.tensor_parallel, self.sequence_parallel, self.sharding,
+                                self.context_parallel))
         return [
             SweepPoint(
                 model=m, cluster=c, overrides=o, global_batch_size=g, planner=p, recompute=r, schedule=s,
-                tensor_parallel=t, sequence_parallel=sp, sharding=z, dtype=dt,
+                tensor_parallel=t, sequence_parallel=sp, sharding=z, dtype=dt, context_parallel=cp,
             )
             for m, c, o, g, p, r in product(
                 self.models,
@@ -231,7 +239,7 @@ class SweepConfig:
                 self.recompute,
             )
             for dt in self.dtype
-            for t, sp, z in parallel
+            for t, sp, z, cp in parallel
             for s in self.schedules
         ]
 
@@ -282,9 +290,9 @@ def _auto_list(value: object, key: str, parse: Any) -> tuple[Any, ...]:
     return tuple(out)
 
 
-def _degree(value: object) -> int:
+def _degree(value: object, key: str = "tensor_parallel") -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise invalid("tensor_parallel", value, f"must be integers >= 1 or {AUTO!r}")
+        raise invalid(key, value, f"must be integers >= 1 or {AUTO!r}")
     return value
 
 
@@ -366,6 +374,9 @@ def parse_sweep_config(
             )
         if "tensor_parallel" in data:
             kwargs["tensor_parallel"] = _auto_list(data["tensor_parallel"], "tensor_parallel", _degree)
+        if "context_parallel" in data:
+            kwargs["context_parallel"] = _auto_list(data["context_parallel"], "context_parallel",
+                                                    lambda v: _degree(v, "context_parallel"))
         if "sequence_parallel" in data:
             kwargs["sequence_parallel"] = _auto_list(data["sequence_parallel"], "sequence_parallel", _flag)
         if "sharding" in data:

@@ -104,6 +104,7 @@ def _base_row(point: SweepPoint, key: str) -> dict[str, object]:
         "sequence_parallel": point.sequence_parallel,
         "sharding": point.sharding,
         "dtype": point.dtype,
+        "context_parallel": point.context_parallel,
         "key": key,
     }
 
@@ -138,7 +139,8 @@ def run_task(task: SweepTask) -> list[dict[str, object]]:
         pins = None
         if first.pinned:
             pins = MegatronPins(tensor_parallel=first.tensor_parallel,
-                                sequence_parallel=first.sequence_parallel, sharding=first.sharding)
+                                sequence_parallel=first.sequence_parallel, sharding=first.sharding,
+                                context_parallel=first.context_parallel)
         held = "dapple" if first.planner == "dapple" else None  # every schedule on DAPPLE's plan
         base = plan(profile, cluster, first.global_batch_size, planner=first.planner, top=1,
                     recompute=first.recompute, pins=pins, schedule=held)[0]
@@ -278,6 +280,7 @@ def _tasks(config: SweepConfig, done: set[str]) -> tuple[list[SweepTask], int]:
             point.tensor_parallel,
             point.sequence_parallel,
             point.sharding,
+            point.context_parallel,
         )
         groups.setdefault(group, []).append((point, key))
     tasks = [

@@ -42,6 +42,7 @@ PARAMETER_COLUMNS: tuple[str, ...] = (
     "sequence_parallel",
     "sharding",
     "dtype",
+    "context_parallel",
 )
 """The columns that name a point (the grid's axes; an empty parallelism or dtype cell is auto)."""
 
@@ -65,7 +66,8 @@ COLUMNS: tuple[str, ...] = (
 """Every column of a results file, in file order."""
 
 _INT_COLUMNS = frozenset(
-    {"global_batch_size", "num_stages", "num_microbatches", "num_devices", "tensor_parallel"}
+    {"global_batch_size", "num_stages", "num_microbatches", "num_devices", "tensor_parallel",
+     "context_parallel"}
 )
 _FLOAT_COLUMNS = frozenset(
     {
@@ -108,6 +110,8 @@ def point_key(point: SweepPoint, price_per_device_hour_usd: float | None) -> str
         parts += (f"sharding={point.sharding}",)
     if point.dtype is not None:
         parts += (f"dtype={point.dtype}",)
+    if point.context_parallel is not None:
+        parts += (f"context_parallel={point.context_parallel}",)
     return hashlib.sha256("\x1f".join(parts).encode("utf-8")).hexdigest()[:16]
 
 

@@ -306,3 +306,40 @@ def test_64_stages_256_microbatches_stay_readable(tmp_path: Path) -> None:
     # one collection per colour, not one artist per op (the render time is in benchmarks/)
     assert len(axes(fig, "timeline")[0].collections) <= 8
     write_gantt(big, tmp_path / "big.png")
+
+
+def test_tp_and_cp_ranks_collapse_per_stage_and_expand_per_device() -> None:
+    """A TP 2 x CP 2 plan with 2 replicas per stage: the stage row names all 8 devices of the
+    stage; ``rows="device"`` draws each of them with its replica's stream; the TP collectives
+    are on every row's communication lane."""
+    import pipesim
+    from pipesim.plan import Plan, StagePlan
+    from pipesim.reports.gantt import replica_mirrors
+
+    profile, cluster = pipesim.resolve_inputs("gpt:layers=4,hidden=256,heads=4,seq=128,vocab=1000",
+                                              "dgx-a100-x2")
+    stages = tuple(StagePlan(first_layer=a, last_layer=b, replicas=2, tensor_parallel=2, context_parallel=2)
+                   for a, b in ((0, 2), (3, 5)))
+    plan = Plan(stages=stages, global_batch_size=8, num_microbatches=4, schedule="1f1b")
+    result = pipesim.simulate(plan, profile, cluster, pipesim.SimOptions(record_trace=True))
+    mirrors = replica_mirrors(plan, result)
+    assert mirrors == {0: (0, 1, 2, 3), 4: (4, 5, 6, 7), 8: (8, 9, 10, 11), 12: (12, 13, 14, 15)}
+    (timeline,) = axes(gantt_figure(result, mirrors=mirrors), "timeline")
+    assert [t.get_text() for t in timeline.get_yticklabels()] == ["s0 · gpu0-7", "s1 · gpu8-15"]
+    (plain,) = axes(gantt_figure(result), "timeline")  # without mirrors: the stream devices only
+    assert [t.get_text() for t in plain.get_yticklabels()] == ["s0 · gpu0,4", "s1 · gpu8,12"]
+    (expanded,) = axes(gantt_figure(result, rows="device", mirrors=mirrors), "timeline")
+    labels = [t.get_text() for t in expanded.get_yticklabels()]
+    assert labels == [f"gpu{d} · s{0 if d < 8 else 1}" for d in range(16)]
+
+    def bars(ax: Any, colour: str) -> int:
+        return sum(len(c.get_paths()) for c in ax.collections if to_hex(c.get_facecolor()[0]) == colour)
+
+    tp = [e for e in result.events if e.kind is EventKind.TP_COLLECTIVE]
+    assert tp  # TP collectives on the communication rows
+    forwards = sum(1 for e in result.events if e.kind is EventKind.FORWARD)
+    assert bars(expanded, "#0072b2") == 4 * forwards  # every stream on its replica's 4 devices
+    assert bars(expanded, "#882255") == 4 * len(tp)
+    assert bars(timeline, "#882255") == sum(1 for e in tp if e.device in (0, 8))
+    with pytest.raises(InputError, match="mirrors"):
+        compare_gantt_figure([("a", result)], mirrors=[mirrors, mirrors])

@@ -1,0 +1,364 @@
+"""Context parallelism (ring attention): neutral at c = 1, compute and memory split by c, the
+ring's exposed exchange, the gradient collective over data x context ranks, plans, CLI, planner."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from pipesim.cli import main
+from pipesim.errors import FormatError, Infeasible, InputError
+from pipesim.plan import Plan, StagePlan
+from pipesim.plan_file import load_plan, plan_from_dict, plan_to_dict
+from pipesim.planner.megatron import MegatronPins, estimate_3d, megatron_plans
+from pipesim.profiles.costmodels.collective import AllReduceCurves, allreduce_curves
+from pipesim.profiles.costmodels.context_parallel import (
+    FREE_HOP,
+    RingHop,
+    attention_flop_share,
+    block_cp_time_factors,
+    cp_stage_activation_bytes,
+    kv_chunk_bytes,
+    ring_exposed_s,
+    stage_cp_times,
+)
+from pipesim.profiles.costmodels.tensor_parallel import (
+    stage_tp_times,
+    tp_compute_model,
+    tp_stage_activation_bytes,
+)
+from pipesim.profiles.inputs import resolve_inputs
+from pipesim.profiles.models.profile import DTYPE_BYTES
+from pipesim.profiles.models.shape import LayerShape
+from pipesim.simulator import SimOptions, simulate
+from pipesim.simulator.program import lower
+from pipesim.sweep import parse_sweep_config, point_key, read_results, run_sweep
+
+GPT = "gpt:layers=4,hidden=1024,heads=16,seq=2048,vocab=32000"
+CLUSTER = "dgx-a100-x2"
+
+
+def _plan(t: int, c: int, *, sp: bool = False, replicas: int = 2, sharding: str = "none",
+          schedule: str = "1f1b", last: int = 5) -> Plan:
+    stages = tuple(
+        StagePlan(first_layer=a, last_layer=b, replicas=replicas, tensor_parallel=t, sequence_parallel=sp,
+                  sharding=sharding, context_parallel=c)
+        for a, b in ((0, 2), (3, last))
+    )
+    return Plan(stages=stages, global_batch_size=4 * replicas, num_microbatches=4, schedule=schedule)
+
+
+def _free_curves(n: int) -> AllReduceCurves:
+    return allreduce_curves(tuple(range(n)), lambda a, b: (), lambda link: 1.0, lambda link: 0.0)
+
+
+# (iteration s, peak bytes, summed all-reduce s) of each plan below, simulated by main at 08899f5
+# (before context parallelism), printed with repr()
+MAIN_RESULTS = {
+    (1, False, "none", "1f1b"): (0.2986646173713136, 3943071744.0, 0.0029276416000001415),
+    (2, False, "none", "gpipe"): (0.15673534302261843, 3953453963.8762894, 0.0015072170666666773),
+    (4, True, "zero1", "1f1b"): (0.08344419842751725, 944695296.0, 0.0007795285333333513),
+    (2, True, "distributed", "interleaved"): (0.14594178981294206, 2244710400.0, 0.0015931221333333467),
+    (1, False, "zero3", "zb-h1"): (0.27402202966568645, 3754131456.0, 0.004278604799999863),
+}
+
+
+@pytest.mark.parametrize(("t", "sp", "sharding", "schedule"), list(MAIN_RESULTS))
+def test_c1_reproduces_the_tp_pass(t: int, sp: bool, sharding: str, schedule: str) -> None:
+    """Differential: at c = 1 the simulation equals main's before context parallelism to the
+    last bit; c = 1 written out and read back from a plan file is the same plan; the CP cost
+    functions return the TP ones at c = 1."""
+    profile, cluster = resolve_inputs(GPT, CLUSTER)
+    base = _plan(t, 1, sp=sp, sharding=sharding, schedule=schedule)
+    if schedule == "interleaved":
+        ranges = ((0, 1), (2, 2), (3, 3), (4, 5))
+        stages = tuple(replace(base.stages[0], first_layer=a, last_layer=b) for a, b in ranges)
+        base = replace(base, chunks=2, stages=stages)
+    again = plan_from_dict(plan_to_dict(base))
+    assert "context_parallel" not in json.dumps(plan_to_dict(base))
+    a = simulate(base, profile, cluster, SimOptions())
+    b = simulate(again, profile, cluster, SimOptions())
+    got = (a.iteration_time_s, max(d.peak_memory_bytes for d in a.devices),
+           sum(d.allreduce_time_s for d in a.devices))
+    assert got == MAIN_RESULTS[(t, sp, sharding, schedule)]
+    assert a.iteration_time_s == b.iteration_time_s
+    assert [(d.device, d.peak_memory_bytes, d.busy_time_s, d.allreduce_time_s) for d in a.devices] == [
+        (d.device, d.peak_memory_bytes, d.busy_time_s, d.allreduce_time_s) for d in b.devices
+    ]
+    program = lower(base, profile, cluster, SimOptions())
+    assert all(c.group == () for c in program.collectives)
+    curves = _free_curves(t)
+    model = tp_compute_model(profile, cluster.device)
+    for first, last in ((0, 2), (3, 5)):
+        assert stage_cp_times(profile, first, last, 2, t, 1, sp, curves, FREE_HOP, model) == stage_tp_times(
+            profile, first, last, 2, t, sp, curves, model)
+        for rc in ("none", "full", "selective"):
+            cp = cp_stage_activation_bytes(profile, first, last, 2, rc, t, sp, 1)
+            assert cp == tp_stage_activation_bytes(profile, first, last, 2, rc, t, sp)
+
+
+def test_c2_halves_compute_by_time_division() -> None:
+    """Without a kernel model every layer's time is divided by c; on free links nothing is added."""
+    profile, _ = resolve_inputs(GPT, CLUSTER)
+    one = stage_cp_times(profile, 0, 5, 2, 2, 1, True, _free_curves(2), FREE_HOP, None)
+    two = stage_cp_times(profile, 0, 5, 2, 2, 2, True, _free_curves(2), FREE_HOP, None)
+    assert two.fwd_tp_s == pytest.approx(one.fwd_tp_s / 2, rel=1e-12)
+    assert two.bwd_tp_s == pytest.approx(one.bwd_tp_s / 2, rel=1e-12)
+    assert (two.fwd_comm_s, two.bwd_comm_s) == (0.0, 0.0)
+
+
+def test_c2_halves_the_simulated_compute_up_to_kernel_efficiency() -> None:
+    profile, cluster = resolve_inputs(GPT, CLUSTER)
+    opts = SimOptions(free_links=True)
+    for t in (1, 2):
+        f = {}
+        for c in (1, 2):
+            program = lower(_plan(t, c), profile, cluster, opts)
+            f[c] = next(i for i in program.instructions(0) if getattr(i, "op", None) == "F").duration_s
+        # the GEMMs on s/2 tokens (b = 2, h = 1024) fill the A100 less: 6.6% above half at t = 1
+        assert f[1] / 2 <= f[2] <= f[1] / 2 * 1.10
+
+
+def test_ring_exchange_closed_form() -> None:
+    hop = RingHop(latency_s=1e-5, bandwidth_bytes_per_s=1e11)
+    kv = 2e7
+    assert ring_exposed_s(kv, 1.0, 1.0, 1, hop) == (0.0, 0.0)
+    # attention long enough: only dK/dV's last hop home is exposed
+    f, b = ring_exposed_s(kv, 1.0, 2.0, 4, hop)
+    assert f == 0.0
+    assert b == pytest.approx(1e-5 + kv / 1e11)
+    # no attention time: every step exposed
+    f, b = ring_exposed_s(kv, 0.0, 0.0, 4, hop)
+    assert f == pytest.approx(3 * (1e-5 + kv / 1e11))
+    assert b == pytest.approx(3 * (1e-5 + 2 * kv / 1e11) + 1e-5 + kv / 1e11)
+    shape = LayerShape(kind="block", hidden=4096, heads=32, seq=2048, ffn=16384, vocab=1)
+    assert kv_chunk_bytes(shape, 2, 4, 2, 2) == 2 * 2 * 1024 * 1024 * 2
+    s, h, ffn = 2048, 4096, 16384
+    attention = 4 * s * s * h
+    total = 8 * s * h * h + 4 * s * h * ffn + attention
+    assert attention_flop_share(shape) == pytest.approx(attention / total)
+
+
+def test_ring_exchange_on_real_links_is_the_exposed_excess() -> None:
+    profile, cluster = resolve_inputs(GPT, CLUSTER)
+    program = lower(_plan(1, 4, replicas=1), profile, cluster, SimOptions())
+    tp = program.tp
+    assert tp is not None
+    _, _, comm_f, comm_b, _, _ = tp.cost(0, 1, 0)
+    hop = tp.cp_ring(0, 0)
+    bw = cluster.route_bandwidth_bytes_per_s(0, 1)
+    assert hop.bandwidth_bytes_per_s == bw
+    model = tp_compute_model(profile, cluster.device)
+    times = stage_cp_times(profile, 0, 2, 1, 1, 4, False, tp.curves((0,)), hop, model)
+    assert (comm_f, comm_b) == (times.fwd_comm_s, times.bwd_comm_s)
+    shape = profile.layers[1].shape
+    assert shape is not None
+    elem = DTYPE_BYTES[profile.dtype]
+    kv = kv_chunk_bytes(shape, 1, 1, 4, elem)
+    assert model is not None
+    expected_f = expected_b = 0.0
+    fwd, bwd = profile.fwd_times_s(1), profile.bwd_times_s(1)
+    for i in (1, 2):  # the blocks: c - 1 = 3 steps, each exposing what its attention does not hide
+        ff, fb = block_cp_time_factors(profile.layers[i], 1, 1, 4, False, model, fwd[i], bwd[i], elem)
+        share = attention_flop_share(shape)
+        expected_f += 3 * max(0.0, hop.time_s(kv) - share * fwd[i] * ff / 4)
+        expected_b += 3 * max(0.0, hop.time_s(2 * kv) - share * bwd[i] * fb / 4) + hop.time_s(kv)
+    assert comm_f == pytest.approx(expected_f, rel=1e-12, abs=1e-15)  # no TP: the ring alone
+    assert comm_b == pytest.approx(expected_b, rel=1e-12)
+    assert comm_b >= 2 * hop.time_s(kv)
+
+
+def test_memory_at_c2_is_korthikanti_over_c() -> None:
+    """The zoo's blocks keep ``34 s b h + 5 a s^2 b`` bytes (Korthikanti et al. Table 2, no
+    TP); with the sequence split over c = 2 ranks each keeps half of it."""
+    profile, _ = resolve_inputs(GPT, CLUSTER)
+    s, b, h, a = 2048, 2, 1024, 16
+    block = 34 * s * b * h + 5 * a * s * s * b
+    stash1, _ = tp_stage_activation_bytes(profile, 1, 2, b, "none", 1, False)
+    stash2, work2 = cp_stage_activation_bytes(profile, 1, 2, b, "none", 1, False, 2)
+    inputs = stash1 - 2 * block
+    assert stash2 == pytest.approx((inputs + 2 * block) / 2, rel=1e-12)
+    # with TP 4 and SP: Korthikanti's (34 + 5 a s / h) s b h / t, over c
+    stash_tp, _ = cp_stage_activation_bytes(profile, 1, 2, b, "none", 4, True, 2)
+    assert stash_tp == pytest.approx((inputs / 4 + 2 * block / 4) / 2, rel=1e-12)
+    _, work1 = tp_stage_activation_bytes(profile, 1, 2, b, "none", 1, False)
+    assert work2 == work1 / 2
+
+
+def test_simulated_memory_per_gpu_at_c2() -> None:
+    profile, cluster = resolve_inputs(GPT, CLUSTER)
+    one = simulate(_plan(2, 1), profile, cluster, SimOptions())
+    two = simulate(_plan(2, 2), profile, cluster, SimOptions())
+    program1 = lower(_plan(2, 1), profile, cluster, SimOptions())
+    program2 = lower(_plan(2, 2), profile, cluster, SimOptions())
+    assert [d.device for d in two.devices] == [0, 4, 8, 12]  # replicas of t c = 4 GPUs
+    for d1, d2 in zip(one.devices, two.devices, strict=True):
+        static1 = program1.static_memory_bytes[d1.device]
+        static2 = program2.static_memory_bytes[d2.device]
+        assert static1 == static2  # weights are not split by CP
+        assert d2.peak_memory_bytes - static2 == pytest.approx((d1.peak_memory_bytes - static1) / 2, rel=1e-9)
+
+
+def test_gradients_are_reduced_over_data_and_context_ranks() -> None:
+    profile, cluster = resolve_inputs(GPT, CLUSTER)
+    program = lower(_plan(2, 2, replicas=1), profile, cluster, SimOptions())
+    assert [(c.members, c.group) for c in program.collectives] == [((0,), (0, 2)), ((4,), (4, 6))]
+    result = simulate(_plan(2, 2, replicas=1), profile, cluster, SimOptions())
+    assert all(d.allreduce_time_s > 0 for d in result.devices)
+    two = lower(_plan(2, 2, replicas=2), profile, cluster, SimOptions())
+    assert two.collectives[0].group == (0, 2, 4, 6)
+    # distributed optimizer state sharded over d c = 4 ranks
+    sharded = lower(_plan(2, 2, replicas=2, sharding="distributed"), profile, cluster, SimOptions())
+    assert sharded.tp is not None
+    plain = lower(_plan(2, 1, replicas=4, sharding="distributed"), profile, cluster, SimOptions())
+    assert plain.tp is not None
+    assert sharded.tp.memory_multiplier(0) == plain.tp.memory_multiplier(0)
+
+
+def test_bad_context_parallel_is_refused() -> None:
+    profile, cluster = resolve_inputs("gpt:layers=4,hidden=1024,heads=16,seq=1020,vocab=32000", CLUSTER)
+    with pytest.raises(InputError, match=r"stages\[0\]\.context_parallel.*sequence length \(1020\)"):
+        simulate(_plan(1, 8, replicas=1), profile, cluster, SimOptions())
+    with pytest.raises(InputError, match="context_parallel"):
+        StagePlan(first_layer=0, last_layer=1, context_parallel=0)
+    profile, cluster = resolve_inputs(GPT, CLUSTER)
+    with pytest.raises(Infeasible):
+        simulate(_plan(4, 4), profile, cluster, SimOptions())  # 2 ranks x 2 replicas x 16 GPUs > 16
+
+
+def test_a_profile_without_shapes_names_the_missing_field() -> None:
+    profile, cluster = resolve_inputs("resnet50", CLUSTER)
+    plan = Plan(stages=(StagePlan(first_layer=0, last_layer=profile.num_layers - 1, context_parallel=2),),
+                global_batch_size=8, num_microbatches=2, schedule="1f1b")
+    with pytest.raises(InputError, match=r"stages\[0\]\.context_parallel.*layers\[0\]\.shape"):
+        simulate(plan, profile, cluster, SimOptions())
+
+
+def test_plan_file_round_trip() -> None:
+    plan = _plan(2, 4, replicas=1)
+    data = plan_to_dict(plan)
+    assert data["stages"][0]["context_parallel"] == 4
+    assert plan_from_dict(data) == plan
+
+
+def test_estimate_equals_simulation_for_one_rank() -> None:
+    profile, cluster = resolve_inputs(GPT, CLUSTER)
+    stage = StagePlan(first_layer=0, last_layer=5, replicas=2, tensor_parallel=2, context_parallel=2)
+    plan = Plan(stages=(stage,), global_batch_size=8, num_microbatches=2, schedule="1f1b")
+    est = estimate_3d(plan, profile, cluster)
+    sim = simulate(plan, profile, cluster, SimOptions())
+    assert est.iteration_time_s == pytest.approx(sim.iteration_time_s, rel=1e-6)
+    assert est.peak_memory_bytes == pytest.approx(max(d.peak_memory_bytes for d in sim.devices), rel=1e-6)
+
+
+def test_megatron_planner_searches_context_parallel_and_tp_overlap() -> None:
+    profile, cluster = resolve_inputs("gpt:layers=4,hidden=1024,heads=16,seq=8192,vocab=32000", CLUSTER)
+    plans = megatron_plans(profile, cluster, 8, memory_limit_bytes=80 * 2**30, top=200)
+    assert {p.stages[0].context_parallel for p in plans} >= {1, 2, 4}
+    pinned = megatron_plans(profile, cluster, 8, memory_limit_bytes=80 * 2**30, top=5,
+                            pins=MegatronPins(context_parallel=2, tensor_parallel=2, sequence_parallel=True))
+    assert all(s.context_parallel == 2 and s.tensor_parallel == 2 for p in pinned for s in p.stages)
+    # overlap only hides communication, so the best pinned plan overlaps
+    assert pinned[0].stages[0].tp_comm_overlap
+    assert any(not p.stages[0].tp_comm_overlap for p in pinned)
+    with pytest.raises(InputError, match="context_parallel"):
+        MegatronPins(context_parallel=0)
+
+
+def test_cli_cp(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    base = ["simulate", "--model", GPT, "--cluster", CLUSTER, "--gbs", "16", "--microbatches", "4",
+            "--stages", "2", "--replicas", "2,2", "--json"]
+    assert main(base) == 0
+    plain = json.loads(capsys.readouterr().out)
+    assert main([*base, "--cp", "2"]) == 0
+    cp = json.loads(capsys.readouterr().out)
+    assert cp["iteration_time_s"] < plain["iteration_time_s"]
+    assert main([*base, "--cp", "3"]) == 2
+    err = capsys.readouterr().err
+    assert "context_parallel" in err
+    assert "2048" in err
+    assert "Traceback" not in err
+    out_file = tmp_path / "plan.json"
+    code = main(["plan", "--model", GPT, "--cluster", CLUSTER, "--gbs", "16", "--planner", "megatron",
+                 "--cp", "2", "--top", "2", "-o", str(out_file)])
+    assert code == 0
+    assert "cp2" in capsys.readouterr().out
+    assert all(s.context_parallel == 2 for s in load_plan(out_file).stages)
+
+
+def test_megatron_planner_without_cp_and_sp_ranks_as_main() -> None:
+    """With c = 1 and SP off pinned (no TP overlap to search) the planner's ranking and
+    estimates equal main's at 08899f5 (literals printed there with repr())."""
+    profile, cluster = resolve_inputs("gpt:layers=8,hidden=1024,heads=16,seq=1024,vocab=32000", CLUSTER)
+    plans = megatron_plans(profile, cluster, 32, memory_limit_bytes=80 * 2**30, top=6,
+                           pins=MegatronPins(sequence_parallel=False, context_parallel=1))
+    got = []
+    for p in plans:
+        s = p.stages[0]
+        assert p.estimate is not None
+        got.append(((s.tensor_parallel, p.num_ranks, s.replicas, p.num_microbatches, p.chunks,
+                     p.recompute.value, s.sharding.value), p.estimate.iteration_time_s,
+                    p.estimate.peak_memory_bytes))
+    assert got == [
+        ((1, 1, 16, 1, 1, "none", "distributed"), 0.15968325310814155, 4956623872.0),
+        ((2, 1, 8, 1, 1, "none", "distributed"), 0.1617373143465692, 4751147546.947369),
+        ((4, 1, 4, 1, 1, "none", "distributed"), 0.1684697593129477, 5141126736.842105),
+        ((2, 1, 8, 2, 1, "none", "distributed"), 0.16885719514534692, 2680872205.4736843),
+        ((1, 1, 16, 1, 1, "selective", "distributed"), 0.1690375284464922, 2842694656.0),
+        ((1, 1, 16, 2, 1, "none", "distributed"), 0.16947232185939812, 3050312704.0),
+    ]
+
+
+def test_sweep_axis_context_parallel(tmp_path: Path) -> None:
+    model = "gpt:layers=2,hidden=256,heads=4,seq=128,vocab=1000"
+    base = {"models": [model], "clusters": [CLUSTER], "global_batch_sizes": [16], "planners": ["megatron"],
+            "schedules": ["1f1b"]}
+    config = parse_sweep_config({**base, "context_parallel": [1, 2, "auto"]})
+    assert config.context_parallel == (1, 2, None)
+    assert [p.context_parallel for p in config.points()] == [1, 2, None]
+    assert [p.pinned for p in config.points()] == [True, True, False]
+    keys = {point_key(p, None) for p in config.points()}
+    assert len(keys) == 3
+    (auto,) = parse_sweep_config(base).points()
+    assert point_key(auto, None) == point_key(config.points()[2], None)  # keys at auto unchanged
+    with pytest.raises(FormatError, match="context_parallel=0: must be integers >= 1"):
+        parse_sweep_config({**base, "context_parallel": [0]}, path="x.toml", text="context_parallel = [0]\n")
+    out = tmp_path / "cp.csv"
+    summary = run_sweep(parse_sweep_config({**base, "context_parallel": [2]}), out, workers=1)
+    assert summary.statuses == {"ok": 1}
+    (row,) = read_results(out)
+    assert row["context_parallel"] == 2
+    path = tmp_path / "c.toml"
+    path.write_text(f'models = ["{model}"]\nclusters = ["{CLUSTER}"]\nglobal_batch_sizes = [16]\n'
+                    'planners = ["megatron"]\nschedules = ["1f1b"]\n')
+    out2 = tmp_path / "c.csv"
+    assert main(["sweep", str(path), "--out", str(out2), "--workers", "1", "-q", "--cp", "4"]) == 0
+    (row,) = read_results(out2)
+    assert row["context_parallel"] == 4
+
+
+def test_compare_with_cp(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["compare", "--model", GPT, "--cluster", CLUSTER, "--gbs", "16", "--planner", "megatron",
+                 "--cp", "2", "--schedules", "1f1b"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "1f1b" in out
+
+
+def test_every_cp_ranks_tp_group_must_sit_in_one_server() -> None:
+    """A TP 4 x CP 2 replica from device 2: its first TP group (2-5) is inside server 0, its
+    second (6-9) spans servers 0 and 1 and is refused; from device 0 both fit."""
+    profile, cluster = resolve_inputs(GPT, CLUSTER)
+
+    def plan(lead: int) -> Plan:
+        stage = StagePlan(first_layer=0, last_layer=5, tensor_parallel=4, context_parallel=2, devices=(lead,))
+        return Plan(stages=(stage,), global_batch_size=4, num_microbatches=2, schedule="1f1b")
+
+    with pytest.raises(InputError, match=r"stages\[0\]\.tensor_parallel=4.*devices 6\.\.9"):
+        simulate(plan(2), profile, cluster, SimOptions())
+    with pytest.raises(InputError, match=r"stages\[0\]\.tensor_parallel=4.*devices 6\.\.9"):
+        estimate_3d(plan(2), profile, cluster)
+    assert simulate(plan(0), profile, cluster, SimOptions()).iteration_time_s > 0
