@@ -189,13 +189,17 @@ def cost_model(
     transfer curves, stage costs, the data-parallel baseline), so the plans of one model and
     cluster at many batch sizes (a sweep, the 65 plans of ``benchmarks/bench_planner.py``) reuse
     them: same inputs, same result. Keyed by value (profiles and clusters are frozen); the
-    :data:`_COST_MODELS_KEPT` most recently used are kept.
+    :data:`_COST_MODELS_KEPT` most recently used are kept. Inputs that cannot be hashed (a
+    profile built with a list of layers) get a model of their own.
 
     Raises:
         InputError: as :class:`CostModel` does.
     """
     key = (profile, cluster, optimizer, Recompute.parse(recompute), allreduce)
-    found = _COST_MODELS.get(key)
+    try:
+        found = _COST_MODELS.get(key)
+    except TypeError:  # a profile or cluster built with lists is not hashable: a model of its own
+        return CostModel(profile, cluster, optimizer=optimizer, recompute=recompute, allreduce=allreduce)
     if found is None:
         found = CostModel(profile, cluster, optimizer=optimizer, recompute=recompute, allreduce=allreduce)
         _COST_MODELS[key] = found

@@ -218,6 +218,11 @@ def test_a_shared_cost_model_gives_the_same_plans() -> None:
     for gbs in (16, 8, 12, 16):
         fresh = CostModel(profile, CLUSTER, optimizer="sgd")
         assert dapple_search(shared, gbs, top=4) == dapple_search(fresh, gbs, top=4)
+    # a profile built with a list of layers cannot be a key: it gets a model of its own
+    listed = replace(profile, layers=list(profile.layers))
+    own = cost_model(listed, CLUSTER, optimizer="sgd")
+    assert own is not cost_model(listed, CLUSTER, optimizer="sgd")
+    assert dapple_search(own, 16, top=4) == dapple_search(shared, 16, top=4)
 
 
 def test_brute_force_reaches_uneven_plans() -> None:
