@@ -4,12 +4,21 @@ placement (:mod:`pipesim.planner.estimate` builds and caches them)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from pipesim.plan import Plan
 
-__all__ = ["ShareTable", "StageCosts", "canonical_groups", "largest_microbatch", "prefix_sums"]
+__all__ = [
+    "FloorTable",
+    "ShareTable",
+    "StageCosts",
+    "canonical_groups",
+    "floor_table",
+    "largest_microbatch",
+    "prefix_sums",
+]
 
 
 def canonical_groups(*groups: Sequence[int], g: int, renumber: bool = True) -> tuple[tuple[int, ...], ...]:
@@ -86,3 +95,32 @@ def prefix_sums(values: Sequence[float]) -> tuple[float, ...]:
     for v in values:
         out.append(out[-1] + v)
     return tuple(out)
+
+
+class FloorTable(NamedTuple):
+    """Prefix sums of per-layer lower bounds on forward and backward time for ``b`` samples spread
+    over replicas (see :func:`floor_table`), seconds."""
+
+    fwd: list[float]
+    bwd: list[float]
+
+
+def floor_table(tables: Mapping[int, ShareTable], b: int) -> FloorTable:
+    """A lower bound, per layer prefix, of ``b`` samples' forward (backward) time spread over
+    replicas, for a profile whose time is not linear in the samples (batch points).
+
+    ``tables``: the :class:`ShareTable` of each replica count ``r`` the search may use, at its
+    share ``ceil(b / r)``. Each layer's time per sample is floored by its least over those shares:
+    a stage of ``r`` replicas with share ``s`` spends ``r T(s) >= r s c >= b c`` device-seconds on
+    the layer, so the layers of a prefix placed on ``left`` devices take at least
+    ``b sum(c) / left`` per micro-batch, as the linear bound says for a linear profile.
+    """
+    shares = {r: -(-b // r) for r in tables}
+    n = len(next(iter(tables.values())).fwd) - 1
+    fwd, bwd = [0.0] * (n + 1), [0.0] * (n + 1)
+    for layer in range(n):
+        f = min((t.fwd[layer + 1] - t.fwd[layer]) / shares[r] for r, t in tables.items())
+        g = min((t.bwd[layer + 1] - t.bwd[layer]) / shares[r] for r, t in tables.items())
+        fwd[layer + 1] = fwd[layer] + b * f
+        bwd[layer + 1] = bwd[layer] + b * g
+    return FloorTable(fwd=fwd, bwd=bwd)

@@ -14,16 +14,17 @@ reaches the best complete plan are dropped. The derivation is in ``docs/planner.
 
 from __future__ import annotations
 
+import bisect
 import logging
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from pipesim.errors import Infeasible
 from pipesim.plan import Plan, StagePlan, resplit, split_samples
 from pipesim.planner.baselines import candidate_microbatch_counts
-from pipesim.planner.cost_tables import canonical_groups
+from pipesim.planner.cost_tables import FloorTable, ShareTable, canonical_groups, floor_table
 from pipesim.planner.estimate import NEG_INF, CostModel, eval_lines
 from pipesim.planner.placement import Placement, device_order, placement_grid, placement_unit, stage_start
 from pipesim.planner.search_space import cut_positions, device_unit, even_split, replica_candidates
@@ -35,8 +36,9 @@ __all__ = ["SearchResult", "dapple_search", "to_plan"]
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, slots=True)
-class _Entry:
+class _Entry(NamedTuple):
+    """A suffix of the DP: its ``(W, Z, k)``, the suffix it extends and its first stage."""
+
     w: float
     z: float
     k: int
@@ -64,13 +66,11 @@ class SearchResult:
     placement: Placement
 
 
-def _insert(bucket: list[_Entry], entry: _Entry) -> bool:
-    for e in bucket:
-        if e.w <= entry.w and e.z <= entry.z and e.k <= entry.k:
-            return False
-    bucket[:] = [e for e in bucket if not (entry.w <= e.w and entry.z <= e.z and entry.k <= e.k)]
+def _insert(bucket: list[_Entry], entry: _Entry) -> None:
+    """Add ``entry`` (which no entry of ``bucket`` dominates), dropping the entries it dominates."""
+    w, z, k = entry.w, entry.z, entry.k
+    bucket[:] = [e for e in bucket if not (w <= e.w and z <= e.z and k <= e.k)]
     bucket.append(entry)
-    return True
 
 
 def _uneven_lines(
@@ -108,34 +108,6 @@ def _shifted(
     ]
 
 
-class _Floor(NamedTuple):
-    """Prefix sums of per-layer forward and backward time lower bounds for ``b`` samples."""
-
-    fwd: list[float]
-    bwd: list[float]
-
-
-def _floor_table(tables: Mapping[int, Any], b: int) -> _Floor:
-    """A lower bound, per layer prefix, of ``b`` samples' forward (backward) time spread over
-    replicas, for a profile whose time is not linear in the samples (batch points).
-
-    Each layer's time per sample is floored by its least over the shares the search may use
-    (``ceil(b / r)`` for the candidate replica counts ``r``): a stage of ``r`` replicas with share
-    ``s`` spends ``r T(s) >= r s c >= b c`` device-seconds on the layer, so the layers of a prefix
-    placed on ``left`` devices take at least ``b sum(c) / left`` per micro-batch, as the linear
-    bound says for a linear profile.
-    """
-    shares = {r: -(-b // r) for r in tables}
-    n = len(next(iter(tables.values())).fwd) - 1
-    fwd, bwd = [0.0] * (n + 1), [0.0] * (n + 1)
-    for layer in range(n):
-        f = min((t.fwd[layer + 1] - t.fwd[layer]) / shares[r] for r, t in tables.items())
-        g = min((t.bwd[layer + 1] - t.bwd[layer]) / shares[r] for r, t in tables.items())
-        fwd[layer + 1] = fwd[layer] + b * f
-        bwd[layer + 1] = bwd[layer] + b * g
-    return _Floor(fwd=fwd, bwd=bwd)
-
-
 def _search_one(
     model: CostModel,
     global_batch_size: int,
@@ -146,11 +118,15 @@ def _search_one(
     positions: Sequence[int],
     unit: int,
     full_space: bool = True,
+    *,
+    start_bound: float = math.inf,
 ) -> SearchResult | None:
     """Exact DP for one micro-batch count and policy; ``None`` when nothing beats ``threshold``.
 
     ``positions``: the layers where a stage may start (:func:`cut_positions`); ``unit``: the
-    replica granularity (:func:`device_unit`).
+    replica granularity (:func:`device_unit`); ``start_bound``: a cost the pair's optimum is
+    known to be below (a plan of its space), where the search starts pruning when it is below
+    ``threshold``.
     """
     cluster = model.cluster
     n = model.profile.num_layers
@@ -164,13 +140,24 @@ def _search_one(
         return None
     # the estimate times every replica at the largest share of an uneven split
     tables = {r: model.share_table(-(-b // r)) for r in cands}
+    # Lower bounds for the unplaced prefix: the time its layers need on the devices left, and
+    # its work floor at each stage start (`m * floor_work[pj] / left >= bound` prunes)
+    floors: dict[tuple[int, tuple[int, ...]], tuple[FloorTable | ShareTable, list[float]]]
+    floors = model.memo.setdefault(("dapple-floor", tuple(positions)), {})  # type: ignore[assignment]
+    floor_key = (b, tuple(cands))
+    found_floor = floors.get(floor_key)
+    if found_floor is None:
+        floor = model.share_table(b) if model.linear else floor_table(tables, b)
+        found_floor = floors[floor_key] = (floor, [floor.fwd[e] + floor.bwd[e] for e in positions])
+    full, floor_work = found_floor
+    full_fwd = full.fwd
+    if m * floor_work[-1] / num_dev >= threshold:
+        return None  # some stage is at least that slow (the bound of the loop below, at the root)
     held_mode = model.recompute is Recompute.FULL  # the stage's saved bytes re-materialised at once
     cut = model.cut_bytes_per_sample
     params = model._params
     mult = model._multiplier
     algo = model.allreduce
-    # Lower bounds for the unplaced prefix: the time its layers need on the devices left.
-    full = model.share_table(b) if model.linear else _floor_table(tables, b)
     # caches shared by every run on this model (they do not depend on the micro-batch count)
     xfer: dict[tuple[int, int, int, int], tuple[Lines, Lines]]
     xfer = model.memo.setdefault(("dapple-xfer", policy), {})  # type: ignore[assignment]
@@ -180,6 +167,9 @@ def _search_one(
     devs_cache = model.memo.setdefault(("dapple-devices", policy), {})  # type: ignore[assignment]
     ar_cache: dict[tuple[int, int], AllReduceCurves | None]
     ar_cache = model.memo.setdefault(("dapple-allreduce", policy), {})  # type: ignore[assignment]
+    # all-reduce seconds of a stage (layers first..i-1 on the devices at (start, r)): no `m` in it
+    ar_times: dict[tuple[int, int, int, int], float]
+    ar_times = model.memo.setdefault(("dapple-allreduce-s", policy), {})  # type: ignore[assignment]
 
     def devices(start: int, r: int) -> tuple[int, ...]:
         key = (start, r)
@@ -208,7 +198,7 @@ def _search_one(
         return eval_lines(ulines[0], cut[i - 1]), eval_lines(ulines[1], cut[i - 1])
 
     best: _Entry | None = None
-    bound = threshold
+    bound = min(threshold, start_bound)
     mm1 = m - 1
     buckets: dict[int, dict[tuple[int, int], list[_Entry]]] = {p: {} for p in positions}
     empty = _Entry(NEG_INF, NEG_INF, 0, None, n, n, 0, 0)
@@ -237,35 +227,54 @@ def _search_one(
                     shifted = [(e.w, e.z, min(e.k + 1, m), e) for e in entries]
                 q2 = start + r
                 left = num_dev - q2
-                max_act = 0.0
-                fwd_i, bwd_i, st_i, held_i = tab.fwd[i], tab.bwd[i], tab.stashed[i], tab.held[i]
+                tab_fwd, tab_bwd, tab_stashed, tab_held = tab.fwd, tab.bwd, tab.stashed, tab.held
+                fwd_i, bwd_i, st_i, held_i = tab_fwd[i], tab_bwd[i], tab_stashed[i], tab_held[i]
                 acts = tab.acts
-                prev = i
-                for pj in range(pi - 1, -1, -1):
+                # Stage starts the loop below would skip at once: with no device left only layer
+                # 0 can start the stage; otherwise every start whose prefix cannot be fast enough
+                # on the devices left (`floor_work` grows with the start, the bound only falls).
+                if left <= 0:
+                    top_pj = 0
+                else:
+                    top_pj = min(pi - 1, bisect.bisect_left(floor_work, bound * left / m))
+                    while top_pj > 0 and m * floor_work[top_pj] / left >= bound:
+                        top_pj -= 1
+                    while top_pj < pi - 1 and m * floor_work[top_pj + 1] / left < bound:
+                        top_pj += 1
+                # the stage's largest per-layer working set over layers first..i-1
+                max_act = max(acts[ends[top_pj] : i], default=0.0)
+                prev = ends[top_pj]
+                for pj in range(top_pj, -1, -1):
                     first = ends[pj]
-                    # the stage's largest per-layer working set over layers first..i-1
                     for layer in range(first, prev):
                         if acts[layer] > max_act:
                             max_act = acts[layer]
                     prev = first
-                    if first > 0 and left <= 0:
-                        continue
-                    fwd = fwd_i - tab.fwd[first]
-                    bwd = bwd_i - tab.bwd[first]
+                    fwd = fwd_i - tab_fwd[first]
+                    bwd = bwd_i - tab_bwd[first]
                     pbytes = params[i] - params[first]
                     static = pbytes * mult
-                    kept = st_i - tab.stashed[first]  # per recompute mode (stage_activations)
+                    kept = st_i - tab_stashed[first]  # per recompute mode (stage_activations)
                     inputs = cut[first - 1] * share if first > 0 else 0.0
-                    held = held_i - tab.held[first] if held_mode else 0.0
+                    held = held_i - tab_held[first] if held_mode else 0.0
                     stash, work = inputs + kept, held + max_act
                     if static + k_min * kept + work > memory_limit_bytes:
                         break  # a longer stage only needs more memory
-                    lb_extra = 0.0
-                    if first > 0 and full is not None:
-                        lb_extra = full.fwd[first] / left
-                        if m * (full.fwd[first] + full.bwd[first]) / left >= bound:
+                    lb_extra = fb_extra = 0.0
+                    if first > 0:
+                        lb_extra = full_fwd[first] / left
+                        fb_extra = floor_work[pj] / left
+                        if m * floor_work[pj] / left >= bound:
                             continue  # the layers left cannot be fast enough on the devices left
-                    ar = curves.time_s(pbytes, algo) if curves is not None else 0.0
+                    buckets_first = buckets[first]
+                    bucket = None
+                    if curves is None:
+                        ar = 0.0
+                    else:
+                        tkey = (start, r, first, i)
+                        ar = ar_times.get(tkey, -1.0)
+                        if ar < 0.0:
+                            ar = ar_times[tkey] = curves.time_s(pbytes, algo)
                     head = fwd + mm1 * (fwd + bwd) + bwd
                     head_ar = head + ar
                     fb = fwd + bwd
@@ -290,16 +299,23 @@ def _search_one(
                         w2 = fb + w1
                         if head > w2:
                             w2 = head
-                        entry = _Entry(w2, z2, k2, e, first, i - 1, r, start)
                         if first == 0:
-                            best = entry
+                            best = _Entry(w2, z2, k2, e, first, i - 1, r, start)
                             bound = z2
+                            continue
+                        if w2 + fb_extra >= bound:
+                            continue  # the layers left run forward and backward before W's path
+                        if bucket is None:
+                            bucket = buckets_first.setdefault((q2, r), [])
+                        for d in bucket:
+                            if d.w <= w2 and d.z <= z2 and d.k <= k2:
+                                break  # an entry no worse in all three is kept already
                         else:
-                            _insert(buckets[first].setdefault((q2, r), []), entry)
+                            _insert(bucket, _Entry(w2, z2, k2, e, first, i - 1, r, start))
                     if not any_alive:
                         break  # longer stages are slower still
         buckets[i] = {}
-    if best is None:
+    if best is None or best.z >= threshold:
         return None
     stages = []
     node: _Entry | None = best
@@ -338,12 +354,14 @@ def _uniform_bound(
     unit: int,
     policies: Sequence[Placement],
     full_space: bool = True,
-) -> float:
-    """The DP's cost of the best *uniform* plan for ``m`` (an upper bound on the DP optimum).
+) -> tuple[float, float]:
+    """The DP's cost of the best *uniform* plan for ``m`` (an upper bound on the DP optimum), and
+    the same over the uniform plans that fit in memory with a margin (:data:`_MARGIN`).
 
     Uniform: ``S`` stages of about equal time (cut at ``positions``), each on ``N / S`` devices
     placed by each of the searched ``policies`` (so the plan is in the searched space), for every
-    ``S`` that gives an allowed replica count; ``inf`` if none fits.
+    ``S`` that gives an allowed replica count; ``inf`` if none fits. The second figure bounds the
+    DP's optimum even where the DP's memory sum rounds differently from the estimate's.
     """
     cluster = model.cluster
     num_dev = cluster.num_devices
@@ -351,7 +369,7 @@ def _uniform_bound(
     cands = set(replica_candidates(b, num_dev, placement_unit(cluster), unit, full=full_space))
     layer_times = [lay.fwd_time_s + lay.bwd_time_s for lay in model.profile.layers]
     block_times = [sum(layer_times[positions[k] : positions[k + 1]]) for k in range(len(positions) - 1)]
-    best = math.inf
+    best = safe = math.inf
     for r in sorted(cands, reverse=True):
         stages = num_dev // r
         if stages > len(block_times) or stages * r != num_dev:
@@ -379,7 +397,14 @@ def _uniform_bound(
             est = model.estimate(plan, decomposable=True)
             if est.peak_memory_bytes <= memory_limit_bytes:
                 best = min(best, est.iteration_time_s)
-    return best
+                if est.peak_memory_bytes <= memory_limit_bytes * (1.0 - _MARGIN):
+                    safe = min(safe, est.iteration_time_s)
+    return best, safe
+
+
+_MARGIN = 1e-6
+"""Relative margin for a uniform plan's cost to bound the DP's optimum of its own micro-batch
+count and policy (the DP and the estimate sum the same terms in different orders)."""
 
 
 def _distinct_policies(
@@ -453,18 +478,23 @@ def dapple_search(
     policies = _distinct_policies(placements, unit, placement_grid(cluster))
     # the DP's cost can favour one policy whose plans the full estimate (NIC sharing) ranks far
     # lower (gnmt16 on 1024 GPUs: scatter-first), so every policy keeps its best
-    uniform = {
+    bounds = {
         (m, policy): _uniform_bound(
             model, global_batch_size, m, limit, positions, unit, [policy], full_replica_space
         )
         for m in ms
         for policy in policies
     }
+    uniform = {key: found for key, (found, _) in bounds.items()}
+    # each pair's own uniform plan bounds its optimum: its search starts there (the pair's best,
+    # no slower, is still found; a narrower band of suffixes stays alive)
+    own_bound = {key: safe * (1.0 + _MARGIN) for key, (_, safe) in bounds.items()}
     rank = {m: k for k, m in enumerate(ms)}
     ms.sort(key=lambda m: (min((uniform[m, p] for p in policies), default=math.inf), rank[m]))
     found_by: dict[Placement, list[SearchResult]] = {p: [] for p in policies}
     seed = min(uniform.values(), default=math.inf) * (1.0 + slack)
     everything: list[SearchResult] = []
+    pruned_at: dict[tuple[int, Placement], float] = {}  # pairs with no plan below this, seconds
     for m in ms:  # the results within `slack` of the best, over all policies
         for policy in policies:
             threshold = seed
@@ -473,11 +503,14 @@ def dapple_search(
             if len(everything) >= top:
                 threshold = min(threshold, sorted(r.time_s for r in everything)[top - 1])
             found = _search_one(
-                model, global_batch_size, m, policy, limit, threshold, positions, unit, full_replica_space
+                model, global_batch_size, m, policy, limit, threshold, positions, unit, full_replica_space,
+                start_bound=own_bound[m, policy],
             )
             if found is not None:
                 everything.append(found)
                 found_by[policy].append(found)
+            else:
+                pruned_at[m, policy] = threshold
     for policy in policies:  # then each policy's own best, which the pass above may have pruned
         mine = found_by[policy]
         own = min((uniform[m, policy] for m in ms), default=math.inf) * (1.0 + slack)
@@ -485,8 +518,11 @@ def dapple_search(
             threshold = min([own, *(r.time_s for r in mine)])
             if any(r.num_microbatches == m for r in mine):
                 continue  # this pair's best is already exact
+            if pruned_at.get((m, policy), NEG_INF) >= threshold:
+                continue  # the first pass found nothing of this pair below a threshold no lower
             found = _search_one(
-                model, global_batch_size, m, policy, limit, threshold, positions, unit, full_replica_space
+                model, global_batch_size, m, policy, limit, threshold, positions, unit, full_replica_space,
+                start_bound=own_bound[m, policy],
             )
             if found is not None:
                 mine.append(found)

@@ -168,6 +168,7 @@ class CostModel:
         self._ar_by_devices: dict[tuple[int, ...], AllReduceCurves] = {}
         self._xfer_cache: dict[tuple[tuple[int, ...], ...], Lines] = {}
         self._nic_cache: dict[tuple[int, ...], frozenset[int]] = {}
+        self._acts_cache: dict[tuple[int, int, float], StageActivations] = {}
         self._loads_cache: dict[tuple[tuple[int, ...], tuple[int, ...]], tuple[tuple[int, float], ...]] = {}
         self._network_links = {link.index for link in cluster.links if link.kind.value == "network"}
         self.memo: dict[tuple[object, ...], object] = {}
@@ -208,7 +209,12 @@ class CostModel:
     def activations(self, first: int, last: int, samples: float) -> StageActivations:
         """Stash, work and held bytes of a replica for one micro-batch share
         (:func:`~pipesim.profiles.costmodels.memory.stage_activations`)."""
-        return stage_activations(self.profile, first, last, samples, self.recompute)
+        key = (first, last, samples)
+        found = self._acts_cache.get(key)
+        if found is None:
+            found = stage_activations(self.profile, first, last, samples, self.recompute)
+            self._acts_cache[key] = found
+        return found
 
     # ------------------------------------------------------------------------------ all-reduce
     def allreduce_curves(self, devices: Sequence[int]) -> AllReduceCurves:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 
@@ -63,12 +64,12 @@ only when named. Searched on the DAPPLE search's shortlist of rank shapes (see :
 
 _Planner = Callable[[CostModel, int, float, int, Sequence[Placement], Sequence[int] | None, bool], list[Plan]]
 
-REPLICA_SPACES = ("structured", "full")
-"""The DAPPLE planner's replica spaces (:func:`plan`'s ``replica_space``): ``structured``, counts
-that divide the micro-batch and are a power of two or a multiple of the server size (fast; the
-default); ``full``, every count the devices and the micro-batch allow, uneven shares included
-(DAPPLE's space: it finds plans such as VGG-19's 15:1 on 2 x 8 GPUs, at about 3x the planning time
-on 16 GPUs, see benchmarks/README.md)."""
+REPLICA_SPACES = ("full", "structured")
+"""The DAPPLE planner's replica spaces (:func:`plan`'s ``replica_space``): ``full`` (the default),
+every count the devices and the micro-batch allow, uneven shares included (DAPPLE's space: it finds
+plans such as VGG-19's 15:1 on 2 x 8 GPUs); ``structured``, only the counts that divide the
+micro-batch and are a power of two or a multiple of the server size (a smaller space, for
+comparison; benchmarks/README.md times both)."""
 
 
 def _dapple(
@@ -169,6 +170,46 @@ def plan_identity(plan: Plan) -> tuple[object, ...]:
     )
 
 
+_COST_MODELS: OrderedDict[tuple[object, ...], CostModel] = OrderedDict()
+_COST_MODELS_KEPT = 2
+"""How many cost models :func:`cost_model` keeps (the most recently used)."""
+
+
+def cost_model(
+    profile: ModelProfile,
+    cluster: Cluster,
+    *,
+    optimizer: str = "adam",
+    recompute: Recompute | str | bool = Recompute.NONE,
+    allreduce: str = "auto",
+) -> CostModel:
+    """The :class:`CostModel` of these inputs, shared by successive :func:`plan` calls.
+
+    A cost model only caches answers that its inputs determine (share tables, all-reduce and
+    transfer curves, stage costs, the data-parallel baseline), so the plans of one model and
+    cluster at many batch sizes (a sweep, the 65 plans of ``benchmarks/bench_planner.py``) reuse
+    them: same inputs, same result. Keyed by value (profiles and clusters are frozen); the
+    :data:`_COST_MODELS_KEPT` most recently used are kept. Inputs that cannot be hashed (a
+    profile built with a list of layers) get a model of their own.
+
+    Raises:
+        InputError: as :class:`CostModel` does.
+    """
+    key = (profile, cluster, optimizer, Recompute.parse(recompute), allreduce)
+    try:
+        found = _COST_MODELS.get(key)
+    except TypeError:  # a profile or cluster built with lists is not hashable: a model of its own
+        return CostModel(profile, cluster, optimizer=optimizer, recompute=recompute, allreduce=allreduce)
+    if found is None:
+        found = CostModel(profile, cluster, optimizer=optimizer, recompute=recompute, allreduce=allreduce)
+        _COST_MODELS[key] = found
+        while len(_COST_MODELS) > _COST_MODELS_KEPT:
+            _COST_MODELS.popitem(last=False)
+    else:
+        _COST_MODELS.move_to_end(key)
+    return found
+
+
 def _reranked(plans: list[Plan], rerank: Callable[[Plan], float]) -> list[Plan]:
     """``plans`` ordered by ``rerank`` (lower first; ties keep the estimate's order)."""
     keyed = []
@@ -197,7 +238,7 @@ def plan(
     microbatch_counts: Sequence[int] | None = None,
     overrides: Mapping[str, object] | None = None,
     rerank: Callable[[Plan], float] | None = None,
-    replica_space: str = "structured",
+    replica_space: str = "full",
     pins: MegatronPins | None = None,
     schedule: str | None = None,
     chunks: int | None = None,
@@ -228,8 +269,8 @@ def plan(
         overrides: what-if changes to the cluster (``{"nic": "100GbE"}``); the model is
             re-targeted to the cluster's device (:func:`pipesim.profiles.inputs.resolve_inputs`).
         rerank: re-orders the shortlist by its value for each plan (lower is better, seconds).
-        replica_space: the DAPPLE planner's replica counts, ``structured`` (default) or ``full``
-            (see :data:`REPLICA_SPACES`); the other planners ignore it.
+        replica_space: the DAPPLE planner's replica counts, ``full`` (default, DAPPLE's space) or
+            ``structured`` (see :data:`REPLICA_SPACES`); the other planners ignore it.
         pins: tensor parallelism, sequence parallelism or sharding fixed by the user
             (:class:`~pipesim.planner.megatron.MegatronPins`); only ``megatron`` searches them,
             the other planners refuse pins other than ``t = 1`` without sharding.
@@ -285,7 +326,7 @@ def plan(
         )
         return (_reranked(proposed, rerank) if rerank is not None else proposed)[:top]
     _check_no_pins(planner, pins)
-    cost = CostModel(profile, machine, optimizer=optimizer, recompute=recompute, allreduce=allreduce)
+    cost = cost_model(profile, machine, optimizer=optimizer, recompute=recompute, allreduce=allreduce)
     full = replica_space == "full"
     if schedule is not None and planner != "dapple":
         raise invalid("schedule", schedule, f"is planned by the dapple planner only, not {planner!r}")

@@ -52,11 +52,10 @@ def replica_candidates(
 ) -> list[int]:
     """Replica counts the search tries for a micro-batch of ``microbatch_size`` samples.
 
-    With ``full=False`` (the planner's default, ``replica_space="structured"``) and
-    ``unit == 1``: the counts that divide the micro-batch (equal shares) and are a power of two or
-    a multiple of the server size; about 3x faster to search on 16 GPUs.
-    With ``full`` (``replica_space="full"``), up to :data:`MAX_DEVICE_UNITS` devices (``unit ==
-    1``, the default there): every count
+    With ``full=False`` (``replica_space="structured"``) and ``unit == 1``: the counts that
+    divide the micro-batch (equal shares) and are a power of two or a multiple of the server size.
+    With ``full`` (the planner's default, ``replica_space="full"``), up to
+    :data:`MAX_DEVICE_UNITS` devices (``unit == 1``, the default there): every count
     ``1..min(microbatch_size, num_devices)``, DAPPLE's full space. A count that does not divide
     the micro-batch gives uneven shares (:func:`pipesim.plan.split_samples`), which the estimate
     times at the largest share. On a larger cluster (``unit > 1``, see :func:`device_unit`) the

@@ -61,11 +61,11 @@ def _common(p: argparse.ArgumentParser) -> None:
     add_parallel_args(p)
     p.add_argument(
         "--replica-space",
-        default="structured",
-        choices=("structured", "full"),
-        help="DAPPLE planner's replica counts: structured (divide the micro-batch; power of two or "
-        "a multiple of the server size; default) or full (every count, uneven shares included, as "
-        "DAPPLE searches; about 3x slower)",
+        default="full",
+        choices=("full", "structured"),
+        help="DAPPLE planner's replica counts: full (every count, uneven shares included, as "
+        "DAPPLE searches; default) or structured (divide the micro-batch; power of two or a "
+        "multiple of the server size)",
     )
     p.add_argument(
         "--rerank",

@@ -128,6 +128,10 @@ def test_plan_errors_exit_2(argv: list[str], message: str, capsys: pytest.Captur
 def test_plan_replica_space_flag(capsys: pytest.CaptureFixture[str]) -> None:
     args = ["plan", "--model", "gnmt16", "--cluster", "dapple-2x8-v100", "--gbs", "64", "--rerank", "none"]
     assert main([*args, "--replica-space", "full", "--json"]) == 0
+    full = json.loads(capsys.readouterr().out)
+    assert main([*args, "--json"]) == 0  # the full space is the default
+    assert json.loads(capsys.readouterr().out) == full
+    assert main([*args, "--replica-space", "structured", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)
     assert main([*args, "--replica-space", "all"]) == 2
     assert "--replica-space" in capsys.readouterr().err

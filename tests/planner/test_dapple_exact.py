@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import math
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -14,9 +15,10 @@ from pipesim.planner import search_space
 from pipesim.planner.dapple import dapple_search
 from pipesim.planner.estimate import CostModel
 from pipesim.planner.placement import Placement, device_order, stage_start
+from pipesim.planner.search import cost_model
 from pipesim.planner.search_space import cut_positions, device_unit, replica_candidates
 from pipesim.profiles import Cluster, get_cluster, with_overrides
-from pipesim.profiles.models.profile import Layer, ModelProfile
+from pipesim.profiles.models.profile import BatchPoint, Layer, ModelProfile
 
 CLUSTER = with_overrides(get_cluster("pcie-4x4-v100-10gbe"), {"servers": 2})  # 8 GPUs, 2 servers
 BIG = with_overrides(get_cluster("pcie-4x4-v100-10gbe"), {"servers": 32})  # 128 GPUs: whole-server units
@@ -37,6 +39,26 @@ def _profile(rng: random.Random, n: int, branching: bool) -> ModelProfile:
     if branching:
         edges = tuple({(i, i + 1) for i in range(n - 1)} | {(i, i + 2) for i in range(0, n - 2, 2)})
     return ModelProfile(name="rand", layers=layers, profile_batch_size=4, edges=edges)
+
+
+def _non_linear(rng: random.Random, profile: ModelProfile) -> ModelProfile:
+    """``profile`` with batch points at 1, 2 and 8 samples (profile batch 4) whose per-sample times
+    differ from the profile's by random factors: times that are not linear in the samples (and
+    not always monotone per sample), as the zoo's compute model gives them."""
+    points = []
+    for size in (1, 2, 8):
+        scale = [size / profile.profile_batch_size * rng.uniform(0.6, 1.8) for _ in profile.layers]
+        points.append(
+            BatchPoint(
+                batch_size=size,
+                fwd_time_s=tuple(lay.fwd_time_s * f for lay, f in zip(profile.layers, scale, strict=True)),
+                bwd_time_s=tuple(lay.bwd_time_s * f for lay, f in zip(profile.layers, scale, strict=True)),
+                activation_bytes=tuple(
+                    lay.activation_bytes * size // profile.profile_batch_size for lay in profile.layers
+                ),
+            )
+        )
+    return replace(profile, batch_points=tuple(points))
 
 
 def _place(
@@ -163,6 +185,44 @@ def test_dp_equals_brute_force(seed: int) -> None:
 @pytest.mark.parametrize("seed", range(18, 40))
 def test_dp_equals_brute_force_more(seed: int) -> None:
     test_dp_equals_brute_force(seed)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_dp_equals_brute_force_non_linear(seed: int) -> None:
+    # batch points make the share tables non-linear: the prefix floors (`cost_tables.floor_table`), the
+    # stage starts skipped by the work floor, the per-pair start bound (uniform plans) and the
+    # W bound must still keep the optimum, uneven shares included
+    rng = random.Random(500 + seed)
+    cluster = SMALL[("1x4", "2x2", "2x4")[seed % 3]]
+    profile = _non_linear(rng, _profile(rng, rng.randint(1, 6), branching=seed % 4 == 0))
+    gbs = rng.choice([6, 8, 12, 16])
+    model = CostModel(profile, cluster, optimizer=rng.choice(["sgd", "adam"]))
+    assert not model.linear
+    _check_against_brute_force(model, gbs, rng.choice([16 * 2**30, 6 * 2**30, 3 * 2**30]))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(12, 40))
+def test_dp_equals_brute_force_non_linear_more(seed: int) -> None:
+    test_dp_equals_brute_force_non_linear(seed)
+
+
+def test_a_shared_cost_model_gives_the_same_plans() -> None:
+    # plan() reuses one CostModel across calls (cost_model): its caches (all-reduce times per
+    # stage, transfer lines, prefix floors) hold only what the inputs determine, so searching
+    # after other batch sizes gives what a fresh model gives
+    rng = random.Random(9)
+    profile = _non_linear(rng, _profile(rng, 5, branching=False))
+    shared = cost_model(profile, CLUSTER, optimizer="sgd")
+    assert cost_model(profile, CLUSTER, optimizer="sgd") is shared
+    for gbs in (16, 8, 12, 16):
+        fresh = CostModel(profile, CLUSTER, optimizer="sgd")
+        assert dapple_search(shared, gbs, top=4) == dapple_search(fresh, gbs, top=4)
+    # a profile built with a list of layers cannot be a key: it gets a model of its own
+    listed = replace(profile, layers=list(profile.layers))
+    own = cost_model(listed, CLUSTER, optimizer="sgd")
+    assert own is not cost_model(listed, CLUSTER, optimizer="sgd")
+    assert dapple_search(own, 16, top=4) == dapple_search(shared, 16, top=4)
 
 
 def test_brute_force_reaches_uneven_plans() -> None:

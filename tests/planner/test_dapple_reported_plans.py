@@ -9,15 +9,16 @@ PPoPP'21, Sec. 6, could not be re-read in the session that wrote this test: the 
 global batch sizes, from the range ``experiments/planner_speedup.py`` sweeps, are to be checked
 against it.) Every shape is given its best cut (balanced by time, or VGG-19's features |
 classifier) and its best micro-batch count (simulated, from :data:`MICROBATCHES`, which bounds
-pipesim's search too); pipesim's plan (the DAPPLE planner, its shortlist reranked by simulation;
-for VGG-19 over DAPPLE's full replica space, the only one that holds 15 replicas) must simulate at
-least as fast, on the zoo's V100 profiles and ``dapple-2x8-v100``.
+pipesim's search too); pipesim's plan (the DAPPLE planner with its defaults, i.e. DAPPLE's full
+replica space, the only one that holds 15 replicas; its shortlist reranked by simulation) must
+simulate at least as fast, on the zoo's V100 profiles and ``dapple-2x8-v100``.
 
-Measured 2026-11-24 (simulated iteration, pipesim vs DAPPLE's shape): VGG-19 gbs 1024 0.3582 s
-vs 0.3582 s (pipesim finds 15:1 itself, 21 | 3 layers, 2 micro-batches; the structured replica
-space, the planner's default today, cannot express 15 replicas and its best, pure data
-parallelism, simulates at 0.544 s, 1.52x slower); BERT-48 gbs 64 0.9968 s vs 1.0029 s; XLNet-36
-gbs 128 2.1405 s vs 2.1405 s; AmoebaNet-36 gbs 128 1.3063 s vs 1.3523 s.
+Measured 2026-11-24 09:07 UTC with the full space as the default (simulated iteration, pipesim vs
+DAPPLE's shape): VGG-19 gbs 1024 0.3582 s vs 0.3582 s (pipesim finds 15:1 itself, 21 | 3 layers,
+2 micro-batches; the structured replica space, the default before, cannot express 15 replicas
+and its best, pure data parallelism, simulated at 0.544 s, 1.52x slower); BERT-48 gbs 64
+0.7784 s vs 0.9018 s; XLNet-36 gbs 128 1.8597 s vs 2.0553 s; AmoebaNet-36 gbs 128 0.9896 s vs
+1.2655 s.
 """
 
 from __future__ import annotations
@@ -70,25 +71,24 @@ def _best_shape_s(model: str, gbs: int, replicas: tuple[int, int]) -> float:
 
 
 @pytest.mark.parametrize(
-    ("model", "gbs", "replicas", "space"),
+    ("model", "gbs", "replicas"),
     [
-        ("vgg19", 1024, (15, 1), "full"),
-        ("bert48", 64, (8, 8), "structured"),
-        ("xlnet36", 128, (8, 8), "structured"),
-        ("amoebanet36", 128, (8, 8), "structured"),
+        ("vgg19", 1024, (15, 1)),
+        ("bert48", 64, (8, 8)),
+        ("xlnet36", 128, (8, 8)),
+        ("amoebanet36", 128, (8, 8)),
     ],
 )
 def test_pipesim_plan_is_at_least_as_fast_as_dapples_shape(
-    model: str, gbs: int, replicas: tuple[int, int], space: str
+    model: str, gbs: int, replicas: tuple[int, int]
 ) -> None:
-    # the structured space holds 8:8 (and DAPPLE's full space, the 15:1 plan)
+    # the default (full) replica space holds 8:8 and the 15:1 plan
     dapple_s = _best_shape_s(model, gbs, replicas)
     mine = plan(
         model,
         CLUSTER,
         gbs,
         top=1,
-        replica_space=space,
         microbatch_counts=[m for m in MICROBATCHES if gbs % m == 0],
         rerank=simulated_rerank(model, CLUSTER),
     )[0]
