@@ -18,8 +18,10 @@ Then every instruction's time follows from the instructions it depends on, and t
 list-scheduled device by device, with no event queue: a device runs its instructions in order
 until a receive whose pieces are not all sent yet, and is woken when the last one is. Collectives
 (only on unshared links) do not interact with anything either: each one's duration is that of
-the very same :func:`pipesim.simulator.collectives.allreduce` run alone on a contention-free
-:class:`~pipesim.simulator.network.Network` (cached per collective shape).
+the very same :func:`pipesim.simulator.collectives.collective` (all-reduce, or ZeRO's
+reduce-scatters and all-gathers) run alone on a contention-free
+:class:`~pipesim.simulator.network.Network` (cached per collective shape). A program whose
+compute waits for collectives (ZeRO-3's gathers) is declined: the engine runs it.
 
 It executes the same :class:`~pipesim.simulator.program.Program` as the SimPy engine, reports
 into the same :class:`~pipesim.simulator.tally.Tally`, and is held equal to the engine by
@@ -36,7 +38,7 @@ import simpy
 from pipesim.errors import invalid
 from pipesim.profiles.hardware.cluster import Cluster
 from pipesim.schedules.validate import deadlock_error
-from pipesim.simulator.collectives import allreduce
+from pipesim.simulator.collectives import collective
 from pipesim.simulator.network import Network
 from pipesim.simulator.program import Block, Program
 from pipesim.simulator.tally import Tally
@@ -88,7 +90,7 @@ class _Transfers:
         self.network = self._network(simpy.Environment())
         self._routes: dict[tuple[int, ...], tuple[float, float]] = {}
         self._finite: dict[tuple[int, ...], tuple[int, ...]] = {}
-        self._collectives: dict[tuple[tuple[int, ...], float, str], float] = {}
+        self._collectives: dict[tuple[str, tuple[int, ...], float, str], float] = {}
 
     def _network(self, env: simpy.Environment) -> Network:
         links = self.cluster.links
@@ -124,15 +126,16 @@ class _Transfers:
             )
         return latency, links
 
-    def allreduce_s(self, members: tuple[int, ...], nbytes: float, algorithm: str) -> float:
-        """Seconds the all-reduce takes when run alone (no other traffic can slow it here)."""
-        key = (members, nbytes, algorithm)
+    def collective_s(self, kind: str, members: tuple[int, ...], nbytes: float, algorithm: str) -> float:
+        """Seconds the collective takes when run alone (no other traffic can slow it here)."""
+        key = (kind, members, nbytes, algorithm)
         found = self._collectives.get(key)
         if found is None:
             env = simpy.Environment()
-            body = allreduce(
+            body = collective(
                 env,
                 self._network(env),
+                kind,
                 list(members),
                 nbytes,
                 self.cluster.route,
@@ -162,9 +165,12 @@ def execute_fast(
 
     Raises:
         LinksShared: with ``contention``, two flows would share a link (run the engine instead).
-        InputError: ``contention`` on links that are not free, with collectives or a trace.
+        InputError: ``contention`` on links that are not free, with collectives or a trace; a
+            program whose compute waits for collectives (ZeRO-3: run the engine).
         ScheduleError: the program deadlocks (cannot happen for a validated schedule).
     """
+    if program.gated:
+        raise invalid("program", "ZeRO-3", "the fast path does not run gathers that gate the compute")
     shared = contention and not free_links
     if shared and (program.collectives or record_trace):
         raise invalid(
@@ -311,6 +317,6 @@ def execute_fast(
             start = max(start, drained)
         if spec.after is not None:
             start = max(start, done[spec.after])
-        done[spec.index] = start + links.allreduce_s(spec.members, spec.nbytes, spec.algorithm)
+        done[spec.index] = start + links.collective_s(spec.kind, spec.members, spec.nbytes, spec.algorithm)
         tally.collective(spec.members, spec.stage, spec.nbytes, start, done[spec.index])
     return tally.result(cluster, tuple(link.name for link in cluster.links))

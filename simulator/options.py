@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from pipesim.errors import invalid
 from pipesim.profiles.costmodels.collective import AllReduceOverlap
+from pipesim.profiles.costmodels.sharding import MAX_ZERO_UNITS
 
 __all__ = ["MAX_P2P_CHANNELS", "SimOptions"]
 
@@ -44,6 +45,8 @@ class SimOptions:
             split into this many equal flows that share links max-min fairly with other streams'
             flows (default 1; 1..64). Matters only where streams share a link under
             ``contention`` (docs/communication.md).
+        zero_prefetch: units whose parameters ZeRO-3 gathers ahead of the one in use (default
+            1, FSDP's ``backward_prefetch``; 1..8; :mod:`pipesim.simulator.zero_lowering`).
     """
 
     free_links: bool = False
@@ -55,6 +58,7 @@ class SimOptions:
     bucket_bytes: float = 25 * 1024**2
     record_trace: bool = True
     p2p_channels: int = 1
+    zero_prefetch: int = 1
 
     def __post_init__(self) -> None:
         for device, factor in self.speed_factors.items():
@@ -78,6 +82,9 @@ class SimOptions:
             or not 1 <= channels <= MAX_P2P_CHANNELS
         ):
             raise invalid("p2p_channels", channels, f"must be an integer from 1 to {MAX_P2P_CHANNELS}")
+        depth = self.zero_prefetch
+        if isinstance(depth, bool) or not isinstance(depth, int) or not 1 <= depth <= MAX_ZERO_UNITS:
+            raise invalid("zero_prefetch", depth, f"must be an integer from 1 to {MAX_ZERO_UNITS}")
 
     def jitter_for(self, op: str) -> float:
         """The coefficient of variation for op ``"F"``, ``"B"``, ``"I"`` or ``"W"``."""

@@ -22,16 +22,20 @@ Instruction semantics (per device, strictly in list order on its compute stream)
 * :class:`Compute` occupies the compute stream for ``duration_s``; each of ``alloc_bytes`` is
   allocated at its start and each of ``free_bytes`` released at its end; each ``(fraction, collective)``
   of ``marks`` makes this device ready for that collective once ``fraction`` of the duration
-  has run (gradient buckets).
+  has run (gradient buckets, ZeRO's per-unit collectives); each of ``waits`` stalls the op
+  once ``fraction`` of it has run until that collective has ended (ZeRO-3's parameter gathers;
+  at one fraction the marks come first).
 * :class:`Recv` waits until ``pieces`` transfers keyed ``key`` have arrived.
 * :class:`Send` posts one transfer (it does not block the compute stream): ``nbytes`` over
   ``route`` to the arrival ``key`` on ``dst_device``; concurrent transfers share links max-min
   fairly; an empty route is delivered at once (same device, or free links).
 * :class:`Post` makes this device ready for a collective (does not block).
 
-A :class:`Collective` (gradient all-reduce of one stage's bucket among its replicas) starts once
-every member is ready, the collective ``after`` it (the stage's previous bucket) has ended, and,
-with ``after_drain``, every compute stream has finished.
+A :class:`Collective` (gradient all-reduce of one stage's bucket among its replicas, or one of
+ZeRO's reduce-scatters and all-gathers, :mod:`pipesim.simulator.zero_lowering`) starts once
+every member is ready (at once for one that nobody posts), the collective ``after`` it (the
+stage's previous bucket, the previous one on its stream) has ended, and, with ``after_drain``,
+every compute stream has finished.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ from typing import NamedTuple
 from pipesim.errors import invalid
 from pipesim.plan import Plan, Recompute, resplit
 from pipesim.profiles.costmodels.memory import static_memory_bytes, weight_versions
+from pipesim.profiles.costmodels.sharding import CollectiveKind, Sharding
 from pipesim.profiles.hardware.cluster import Cluster
 from pipesim.profiles.models.profile import ModelProfile
 from pipesim.schedules import Schedule
@@ -57,6 +62,7 @@ from pipesim.simulator.microbatch_costs import MicrobatchCosts
 from pipesim.simulator.options import SimOptions
 from pipesim.simulator.stage_costs import CostOptions, StageCosts, StageFacts
 from pipesim.simulator.tp_lowering import TpLowering
+from pipesim.simulator.zero_lowering import ZeroLowering
 
 __all__ = ["Block", "Collective", "Compute", "Instruction", "Post", "Program", "Recv", "Send", "lower"]
 
@@ -75,6 +81,7 @@ class Compute(NamedTuple):
     free_bytes: tuple[float, ...]
     marks: tuple[tuple[float, int], ...]
     step: int  # index of the action in the rank's lowered schedule row
+    waits: tuple[tuple[float, int], ...] = ()
 
 
 class Recv(NamedTuple):
@@ -111,7 +118,8 @@ Block = tuple[Recv | None, Compute, tuple[Send, ...], Post | None]
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Collective:
-    """One gradient all-reduce among a stage's replicas.
+    """One data-parallel collective among a stage's replicas: a gradient all-reduce, or one of
+    ZeRO's reduce-scatters and all-gathers.
 
     Attributes:
         index: its index in :attr:`Program.collectives`.
@@ -122,6 +130,11 @@ class Collective:
         algorithm: ``ring``, ``hierarchical`` or ``auto``.
         after: the collective that must end first (the stage's previous bucket), or ``None``.
         after_drain: wait until every compute stream has finished.
+        kind: ``all-reduce``, ``reduce-scatter`` or ``all-gather``
+            (:class:`~pipesim.profiles.costmodels.sharding.CollectiveKind`); ``nbytes`` is the
+            whole buffer either way.
+        posted: whether members post it (``False``: it starts once ``after`` has ended, as the
+            parameter all-gather after ZeRO-1/2's optimizer step).
     """
 
     index: int
@@ -132,6 +145,8 @@ class Collective:
     algorithm: str
     after: int | None
     after_drain: bool
+    kind: str = CollectiveKind.ALL_REDUCE.value
+    posted: bool = True
 
 
 _NO_MARKS: tuple[tuple[float, int], ...] = ()
@@ -180,9 +195,12 @@ class Program:
         opts: CostOptions,
         bucket_marks: dict[int, tuple[tuple[float, int], ...]],
         tp: TpLowering | None = None,
+        zero: ZeroLowering | None = None,
     ) -> None:
         self.plan = plan
         self.tp = tp
+        self.zero = zero
+        """ZeRO's per-unit collectives (:mod:`pipesim.simulator.zero_lowering`), or ``None``."""
         """The tensor-parallel / sharding pass (:mod:`pipesim.simulator.tp_lowering`), or ``None``."""
         self.schedule = schedule
         self.stages = tuple(stages)
@@ -198,11 +216,19 @@ class Program:
         self._opts = opts
         self._marks = bucket_marks  # stage -> marks on its last backward (bucketed all-reduce)
         self._posts = {
-            c.stage: c.index for c in collectives if c.bucket == 0 and not bucket_marks.get(c.stage)
+            c.stage: c.index
+            for c in collectives
+            if c.bucket == 0 and not bucket_marks.get(c.stage) and c.posted
+            and c.kind != CollectiveKind.ALL_GATHER.value and (zero is None or not zero.per_unit(c.stage))
         }
         self._routes: dict[tuple[int, int], tuple[int, ...]] = {}
         self._replica_of: dict[int, int] | None = None
         self._tp_comm: dict[tuple[int, int, int, bool], tuple[float, float]] = {}
+
+    @property
+    def gated(self) -> bool:
+        """Whether some compute op waits for a collective (ZeRO-3's gathers)."""
+        return self.zero is not None and self.zero.gated
 
     def lowered_schedule(self) -> Schedule:
         """The stage-level lowered schedule (sends, receives, all-reduces), validated."""
@@ -233,6 +259,7 @@ class Program:
         templates: dict[tuple[Op, int, int], _Template] = {}
         new = tuple.__new__  # namedtuples made without their Python-level __new__ (the same tuples)
         no_sends: tuple[Send, ...] = ()
+        zero = self.zero
         step = 0
         for recv_op, op, s, mb, send_op, reduced in lowered_blocks(
             sched.row(rank),
@@ -255,7 +282,11 @@ class Program:
             marks = self._marks.get(s, _NO_MARKS) if reduced else _NO_MARKS
             if marks and name == "B" and self._costs.recompute is not Recompute.NONE:
                 marks = self._after_replay(marks, s, mb, replica)
-            compute = new(Compute, (name, s, mb, duration, alloc, free, marks, step))
+            waits = _NO_MARKS
+            if zero is not None and zero.per_unit(s):
+                fwd, bwd, _, _, rec, _ = self._costs.of(s, mb, replica)
+                marks, waits = zero.events(name, s, mb, fwd, bwd, rec, self.stages[s].wgrad_fraction)
+            compute = new(Compute, (name, s, mb, duration, alloc, free, marks, step, waits))
             step += 1
             out = no_sends
             if send_op is not None:
@@ -285,6 +316,9 @@ class Program:
             src = s - 1 if recv_op is Op.RECV_F else s + 1
             pieces = sum(1 for _, k, _ in self._pieces(src, s, mb) if k == replica)
         name, duration, alloc, free = self._compute_parts(op, s, mb, replica)
+        held = self.zero.held_bytes(name, s) if self.zero is not None else 0.0
+        if held:  # ZeRO's gathered units and unreduced gradients, while the op runs
+            alloc, free = (*alloc, held), (*free, held)
         parts = tuple(self._send_parts(send_op, s, mb, replica)) if send_op is not None else ()
         return (kind, pieces, name, duration, alloc, free, parts)
 
@@ -398,6 +432,8 @@ class Program:
                 text = f"{ins.stage}{ins.op}{ins.microbatch}  {ins.duration_s:.6g} s"
                 if ins.marks:
                     text += "  marks " + ", ".join(f"ar{c}@{f:.3g}" for f, c in ins.marks)
+                if ins.waits:
+                    text += "  waits " + ", ".join(f"ar{c}@{f:.3g}" for f, c in ins.waits)
             elif isinstance(ins, Recv):
                 kind, s, mb, k = ins.key
                 text = f"recv {kind} {s}:{mb} replica {k} ({ins.pieces} piece{'s' * (ins.pieces != 1)})"
@@ -407,7 +443,7 @@ class Program:
                 text += f" route {list(ins.route)}" if ins.route else " (at once)"
             else:
                 c = self.collectives[ins.collective]
-                text = f"post ar{c.index} (stage {c.stage} all-reduce {c.nbytes:.6g} B)"
+                text = f"post ar{c.index} (stage {c.stage} {c.kind} {c.nbytes:.6g} B)"
             lines.append("  " + text)
         return "\n".join(lines)
 
@@ -539,13 +575,18 @@ def lower(
     collectives: list[Collective] = []
     marks: dict[int, tuple[tuple[float, int], ...]] = {}
     bucketed = opts.allreduce_overlap == "bucketed"
+    zero = None
+    if tp is not None and any(s.sharding in (Sharding.ZERO2, Sharding.ZERO3) for s in plan.stages):
+        zero = ZeroLowering(plan, profile, stages, tp.layer_parameter_bytes, options.zero_prefetch)
     for stage in stages:
-        if len(stage.devices) < 2:
+        if len(stage.devices) < 2 or (zero is not None and zero.per_unit(stage.index)):
             continue
+        sharded = plan.stages[stage.index].sharding is not Sharding.NONE
+        kind = (CollectiveKind.REDUCE_SCATTER if sharded else CollectiveKind.ALL_REDUCE).value
         scale = 1.0
-        if tp is not None:  # TP shards and sharded traffic (all-reduce equivalent bytes)
+        if tp is not None:  # TP shards
             whole = float(sum(profile.layers[i].parameter_bytes for i in stage.layers))
-            scale = tp.dp_bytes(stage.index) / whole if whole > 0 else 1.0
+            scale = tp.parameter_bytes(stage.index) / whole if whole > 0 else 1.0
         if bucketed:
             stage_marks = []
             for k, (nbytes, fraction) in enumerate(_buckets(profile, stage.layers, opts.bucket_bytes)):
@@ -561,6 +602,7 @@ def lower(
                         algorithm=_name(plan.allreduce),
                         after=index - 1 if k else None,
                         after_drain=False,
+                        kind=kind,
                     )
                 )
                 stage_marks.append((fraction, index))
@@ -568,7 +610,7 @@ def lower(
         else:
             nbytes = float(sum(profile.layers[i].parameter_bytes for i in stage.layers))
             if tp is not None:
-                nbytes = tp.dp_bytes(stage.index)
+                nbytes = tp.parameter_bytes(stage.index)
             collectives.append(
                 Collective(
                     index=len(collectives),
@@ -579,8 +621,32 @@ def lower(
                     algorithm=_name(plan.allreduce),
                     after=None,
                     after_drain=opts.allreduce_overlap == "end",
+                    kind=kind,
                 )
             )
+        if sharded and tp is not None:  # ZeRO-1, distributed optimizer: gather the updated shards
+            _post_step_gather(collectives, stage, tp.parameter_bytes(stage.index), _name(plan.allreduce))
+    if zero is not None:
+        algorithm = _name(plan.allreduce)
+
+        def add(
+            s: int, unit: int, kind: CollectiveKind, nbytes: float, members: tuple[int, ...],
+            after: int | None,
+        ) -> int:
+            index = len(collectives)
+            collectives.append(
+                Collective(index=index, stage=s, bucket=unit, nbytes=nbytes, members=members,
+                           algorithm=algorithm, after=after, after_drain=False, kind=kind.value)
+            )
+            return index
+
+        for rank in range(stream.num_ranks):
+            zero.build(rank, stream.row(rank), add)
+        for stage in stages:
+            if zero.per_unit(stage.index) and plan.stages[stage.index].sharding is Sharding.ZERO2:
+                assert tp is not None
+                _post_step_gather(collectives, stage, tp.parameter_bytes(stage.index), algorithm,
+                                  after=zero.last_scatter.get(stage.index))
     device_layers: dict[int, list[int]] = {}
     for stage in stages:
         for device in stage.devices:
@@ -605,4 +671,29 @@ def lower(
         opts=opts,
         bucket_marks=marks,
         tp=tp,
+        zero=zero,
+    )
+
+
+def _post_step_gather(
+    collectives: list[Collective], stage: StageFacts, nbytes: float, algorithm: str, after: int | None = None
+) -> None:
+    """Append the all-gather of a stage's updated parameter shards after the optimizer step of
+    ZeRO-1/2 and the distributed optimizer: it starts once the stage's last reduce-scatter (the
+    last collective so far, unless ``after`` says) has ended. (The optimizer step itself is not
+    an instruction here: an integrator that adds one orders this gather after it.)"""
+    index = len(collectives)
+    collectives.append(
+        Collective(
+            index=index,
+            stage=stage.index,
+            bucket=0,
+            nbytes=nbytes,
+            members=stage.devices,
+            algorithm=algorithm,
+            after=index - 1 if after is None else after,
+            after_drain=False,
+            kind=CollectiveKind.ALL_GATHER.value,
+            posted=False,
+        )
     )

@@ -140,6 +140,11 @@ class TpLowering:
         layers = self.profile.layers[spec.first_layer : spec.last_layer + 1]
         return sum(tp_parameter_bytes(layer, spec.tensor_parallel, self.elem_bytes) for layer in layers)
 
+    def layer_parameter_bytes(self, layer: int, stage: int) -> float:
+        """Parameter bytes of ``layer`` on one device of one of ``stage``'s TP groups."""
+        t = self.plan.stages[stage].tensor_parallel
+        return tp_parameter_bytes(self.profile.layers[layer], t, self.elem_bytes)
+
     def memory_multiplier(self, stage: int) -> float:
         """Static bytes per parameter byte of ``stage`` on one device
         (:func:`~pipesim.profiles.costmodels.sharding.sharded_memory_multiplier`)."""
