@@ -40,14 +40,8 @@ more than one member), tree members on two servers or more. The estimate is
 :mod:`pipesim.profiles.costmodels.collective`, the same curves the planner uses, so planner and
 simulator pick the same algorithm.
 
-**Reduce-scatter and all-gather** (ZeRO's collectives, :mod:`pipesim.simulator.zero_lowering`)
-are the all-reduce's two halves on the same rings (nccl-tests ``doc/PERFORMANCE.md``: their bus
-bandwidth is ``algbw x (n - 1)/n``, the all-reduce's ``x 2 (n - 1)/n``): ring, ``n - 1`` steps
-of ``S / n`` bytes; hierarchical, the reduce-scatter's ``g - 1`` intra-server steps then
-``k - 1`` inter-server steps on the ``g`` rings, the all-gather the same in reverse order.
-NCCL runs them on rings, so ``tree`` and ``nvls`` mean the ring and ``auto`` picks ring or
-hierarchical (:func:`pipesim.profiles.costmodels.sharding.half_algorithm`). Uncontended, each
-takes half its all-reduce's time.
+Reduce-scatters and all-gathers (ZeRO's collectives), the all-reduce's two halves on the same
+rings, are in :mod:`pipesim.simulator.scatter_gather`.
 
 One member (or none) costs zero time. Every function here takes plain callables for routing, so it
 does not depend on the cluster type: ``route(src_device, dst_device) -> tuple[int, ...]`` and
@@ -64,24 +58,18 @@ import simpy
 from pipesim.errors import check_count, check_nonneg, check_positive, invalid
 from pipesim.profiles.costmodels import collective as collective_cost
 from pipesim.profiles.costmodels.collective import AllReduceAlgorithm
-from pipesim.profiles.costmodels.sharding import CollectiveKind, half_algorithm
 from pipesim.simulator.network import Network
 
 __all__ = [
     "AllReduceAlgorithm",
-    "CollectiveKind",
     "Route",
     "ServerOf",
-    "all_gather",
     "allreduce",
     "choose_allreduce_algorithm",
-    "choose_half_algorithm",
-    "collective",
     "estimate_allreduce_time_s",
     "hierarchical_allreduce",
     "hierarchical_allreduce_time_s",
     "nvls_allreduce",
-    "reduce_scatter",
     "ring_allreduce",
     "ring_allreduce_time_s",
     "tree_allreduce",
@@ -352,140 +340,6 @@ def allreduce(
     return ring_allreduce(env, network, members, nbytes, route, tag=tag)
 
 
-def reduce_scatter(
-    env: simpy.Environment,
-    network: Network,
-    members: Sequence[int],
-    nbytes: float,
-    route: Route,
-    *,
-    server_of: ServerOf | None = None,
-    algorithm: str | AllReduceAlgorithm = AllReduceAlgorithm.AUTO,
-    tag: object = None,
-) -> Process:
-    """Reduce-scatter of a buffer of ``nbytes`` per member among ``members`` (module docstring):
-    each member ends with its reduced ``1 / n`` share.
-
-    Args:
-        env, network, members, nbytes, route, server_of, algorithm, tag: as in :func:`allreduce`.
-
-    Raises:
-        UnknownNameError: unknown algorithm.
-        InputError: bad members or bytes, or ``hierarchical`` without ``server_of``.
-    """
-    return _half(env, network, members, nbytes, route, server_of, algorithm, tag, gather=False)
-
-
-def all_gather(
-    env: simpy.Environment,
-    network: Network,
-    members: Sequence[int],
-    nbytes: float,
-    route: Route,
-    *,
-    server_of: ServerOf | None = None,
-    algorithm: str | AllReduceAlgorithm = AllReduceAlgorithm.AUTO,
-    tag: object = None,
-) -> Process:
-    """All-gather into a buffer of ``nbytes`` per member (each member holds ``1 / n`` of it)
-    among ``members`` (module docstring).
-
-    Args:
-        env, network, members, nbytes, route, server_of, algorithm, tag: as in :func:`allreduce`.
-
-    Raises:
-        UnknownNameError: unknown algorithm.
-        InputError: bad members or bytes, or ``hierarchical`` without ``server_of``.
-    """
-    return _half(env, network, members, nbytes, route, server_of, algorithm, tag, gather=True)
-
-
-def collective(
-    env: simpy.Environment,
-    network: Network,
-    kind: str | CollectiveKind,
-    members: Sequence[int],
-    nbytes: float,
-    route: Route,
-    *,
-    server_of: ServerOf | None = None,
-    algorithm: str | AllReduceAlgorithm = AllReduceAlgorithm.AUTO,
-    tag: object = None,
-) -> Process:
-    """The collective of ``kind`` (:class:`CollectiveKind`): :func:`allreduce`,
-    :func:`reduce_scatter` or :func:`all_gather`.
-
-    Raises:
-        UnknownNameError: unknown kind or algorithm.
-        InputError: bad members or bytes, or ``hierarchical`` without ``server_of``.
-    """
-    what = CollectiveKind(kind) if not isinstance(kind, CollectiveKind) else kind
-    if what is CollectiveKind.ALL_REDUCE:
-        return allreduce(
-            env, network, members, nbytes, route, server_of=server_of, algorithm=algorithm, tag=tag
-        )
-    return _half(env, network, members, nbytes, route, server_of, algorithm, tag,
-                 gather=what is CollectiveKind.ALL_GATHER)
-
-
-def choose_half_algorithm(
-    network: Network,
-    members: Sequence[int],
-    nbytes: float,
-    route: Route,
-    *,
-    server_of: ServerOf | None = None,
-    algorithm: str | AllReduceAlgorithm = AllReduceAlgorithm.AUTO,
-) -> AllReduceAlgorithm:
-    """The algorithm a reduce-scatter or all-gather runs: ``ring`` or ``hierarchical``
-    (:func:`~pipesim.profiles.costmodels.sharding.half_algorithm` on this network's routes).
-
-    Raises:
-        UnknownNameError: unknown algorithm.
-        InputError: bad members or bytes.
-    """
-    algo = AllReduceAlgorithm.parse(algorithm)
-    order = _check_members(members)
-    check_nonneg("nbytes", nbytes)
-    if server_of is None or len(order) <= 1 or network.free_links:
-        return AllReduceAlgorithm.RING
-    if algo not in (AllReduceAlgorithm.AUTO, AllReduceAlgorithm.HIERARCHICAL):
-        return AllReduceAlgorithm.RING
-    return half_algorithm(_curves(network, order, route, server_of), nbytes, algo)
-
-
-def _half(
-    env: simpy.Environment,
-    network: Network,
-    members: Sequence[int],
-    nbytes: float,
-    route: Route,
-    server_of: ServerOf | None,
-    algorithm: str | AllReduceAlgorithm,
-    tag: object,
-    *,
-    gather: bool,
-) -> Process:
-    """A reduce-scatter (``gather`` false) or all-gather: the all-reduce's first or second half."""
-    algo = AllReduceAlgorithm.parse(algorithm)
-    order = _check_members(members)
-    check_nonneg("nbytes", nbytes)
-    if algo is AllReduceAlgorithm.HIERARCHICAL and server_of is None:
-        raise invalid("server_of", None, "is required for the hierarchical all-reduce")
-    n = len(order)
-    if n <= 1:
-        return _ring_steps(env, network, [[]], 0.0, 0, tag)
-    algo = choose_half_algorithm(network, order, nbytes, route, server_of=server_of, algorithm=algo)
-    if algo is AllReduceAlgorithm.HIERARCHICAL and server_of is not None:
-        groups = collective_cost.group_by_server(order, server_of)
-        if _is_even(groups):
-            intra, inter, k, g = _hierarchy(network, groups, nbytes, route)
-            return _half_body(env, network, intra, inter, nbytes, k, g, tag, gather=gather)
-        order = [m for group in groups for m in group]
-    routes = _ring_routes(network, order, route)
-    return _ring_steps(env, network, routes, nbytes / n / len(routes), n - 1, tag)
-
-
 # ---------------------------------------------------------------------- estimates
 def estimate_allreduce_time_s(
     network: Network,
@@ -600,27 +454,6 @@ def _hierarchical_body(
         yield from _ring_steps(env, network, inter, nbytes / g / k, 2 * (k - 1), tag)
     if g > 1:
         yield from _server_steps(env, network, intra, g - 1, tag)  # all-gather
-
-
-def _half_body(
-    env: simpy.Environment,
-    network: Network,
-    intra: _Intra,
-    inter: list[list[tuple[int, ...]]],
-    nbytes: float,
-    k: int,
-    g: int,
-    tag: object,
-    *,
-    gather: bool,
-) -> Process:
-    """The hierarchical reduce-scatter (intra-server, then inter-server) or all-gather (reversed)."""
-    phases = ("inter", "intra") if gather else ("intra", "inter")
-    for phase in phases:
-        if phase == "intra" and g > 1:
-            yield from _server_steps(env, network, intra, g - 1, tag)
-        elif phase == "inter" and k > 1:
-            yield from _ring_steps(env, network, inter, nbytes / g / k, k - 1, tag)
 
 
 def _tree_body(

@@ -17,13 +17,13 @@ from pipesim.profiles.hardware.cluster import Cluster
 from pipesim.profiles.models.profile import ModelProfile
 from pipesim.schedules import Schedule
 from pipesim.schedules.validate import deadlock_error
-from pipesim.simulator.collectives import collective as run_collective
 from pipesim.simulator.fastpath import LinksShared, execute_fast
 from pipesim.simulator.link_records import LinkStretches
 from pipesim.simulator.microbatch_costs import MicrobatchCosts
 from pipesim.simulator.network import Network
 from pipesim.simulator.options import SimOptions
 from pipesim.simulator.program import Collective, Compute, Program, Send, lower
+from pipesim.simulator.scatter_gather import collective as run_collective
 from pipesim.simulator.tally import Tally
 from pipesim.simulator.trace import SimulationResult
 

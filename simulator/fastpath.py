@@ -18,7 +18,7 @@ Then every instruction's time follows from the instructions it depends on, and t
 list-scheduled device by device, with no event queue: a device runs its instructions in order
 until a receive whose pieces are not all sent yet, and is woken when the last one is. Collectives
 (only on unshared links) do not interact with anything either: each one's duration is that of
-the very same :func:`pipesim.simulator.collectives.collective` (all-reduce, or ZeRO's
+the very same :func:`pipesim.simulator.scatter_gather.collective` (all-reduce, or ZeRO's
 reduce-scatters and all-gathers) run alone on a contention-free
 :class:`~pipesim.simulator.network.Network` (cached per collective shape). A program whose
 compute waits for collectives (ZeRO-3's gathers) is declined: the engine runs it.
@@ -38,9 +38,9 @@ import simpy
 from pipesim.errors import invalid
 from pipesim.profiles.hardware.cluster import Cluster
 from pipesim.schedules.validate import deadlock_error
-from pipesim.simulator.collectives import collective
 from pipesim.simulator.network import Network
 from pipesim.simulator.program import Block, Program
+from pipesim.simulator.scatter_gather import collective
 from pipesim.simulator.tally import Tally
 from pipesim.simulator.trace import SimulationResult
 

@@ -42,13 +42,12 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from typing import NamedTuple
 
 from pipesim.errors import invalid
 from pipesim.plan import Plan, Recompute, resplit
 from pipesim.profiles.costmodels.memory import static_memory_bytes, weight_versions
-from pipesim.profiles.costmodels.sharding import CollectiveKind, Sharding
+from pipesim.profiles.costmodels.sharding import CollectiveKind
 from pipesim.profiles.hardware.cluster import Cluster
 from pipesim.profiles.models.profile import ModelProfile
 from pipesim.schedules import Schedule
@@ -58,6 +57,7 @@ from pipesim.schedules.lowering import lower as lower_schedule
 from pipesim.schedules.registry import stream_schedule
 from pipesim.schedules.schedule import ScheduleStream
 from pipesim.schedules.validate import validate
+from pipesim.simulator.dp_collectives import Collective, data_parallel_collectives
 from pipesim.simulator.microbatch_costs import MicrobatchCosts
 from pipesim.simulator.options import SimOptions
 from pipesim.simulator.stage_costs import CostOptions, StageCosts, StageFacts
@@ -114,39 +114,6 @@ Instruction = Compute | Recv | Send | Post
 Block = tuple[Recv | None, Compute, tuple[Send, ...], Post | None]
 """One compute instruction with the receive just before it, the sends and the post just after it
 (the stream is the blocks, flattened)."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Collective:
-    """One data-parallel collective among a stage's replicas: a gradient all-reduce, or one of
-    ZeRO's reduce-scatters and all-gathers.
-
-    Attributes:
-        index: its index in :attr:`Program.collectives`.
-        stage: the stage whose gradients it reduces.
-        bucket: the bucket index within the stage (0 when not bucketed).
-        nbytes: bytes each member contributes.
-        members: the devices, in ring order.
-        algorithm: ``ring``, ``hierarchical`` or ``auto``.
-        after: the collective that must end first (the stage's previous bucket), or ``None``.
-        after_drain: wait until every compute stream has finished.
-        kind: ``all-reduce``, ``reduce-scatter`` or ``all-gather``
-            (:class:`~pipesim.profiles.costmodels.sharding.CollectiveKind`); ``nbytes`` is the
-            whole buffer either way.
-        posted: whether members post it (``False``: it starts once ``after`` has ended, as the
-            parameter all-gather after ZeRO-1/2's optimizer step).
-    """
-
-    index: int
-    stage: int
-    bucket: int
-    nbytes: float
-    members: tuple[int, ...]
-    algorithm: str
-    after: int | None
-    after_drain: bool
-    kind: str = CollectiveKind.ALL_REDUCE.value
-    posted: bool = True
 
 
 _NO_MARKS: tuple[tuple[float, int], ...] = ()
@@ -465,28 +432,6 @@ def _stage_facts(
     return out
 
 
-def _buckets(profile: ModelProfile, layers: range, bucket_bytes: float) -> list[tuple[float, float]]:
-    """(bytes, fraction of the backward after which the bucket's gradients exist), in order.
-
-    The backward runs from the stage's last layer down; a bucket closes once it holds at least
-    ``bucket_bytes`` (PyTorch DDP's rule).
-    """
-    items = profile.layers
-    total_bwd = sum(items[i].bwd_time_s for i in layers)
-    buckets: list[tuple[float, float]] = []
-    size = 0.0
-    done = 0.0
-    for i in reversed(layers):
-        size += items[i].parameter_bytes
-        done += items[i].bwd_time_s
-        if size >= bucket_bytes:
-            buckets.append((size, done / total_bwd if total_bwd > 0 else 1.0))
-            size = 0.0
-    if size > 0 or not buckets:
-        buckets.append((size, 1.0))
-    return buckets
-
-
 def _name(value: object) -> str:
     """The text of a name given as a ``str`` or a ``str`` enum member (``str()`` of an enum
     member is its qualified name, not its value)."""
@@ -572,81 +517,9 @@ def lower(
     )
     tp_pass = TpLowering(plan, profile, cluster, free_links=opts.free_links)
     tp = tp_pass if tp_pass.active else None
-    collectives: list[Collective] = []
-    marks: dict[int, tuple[tuple[float, int], ...]] = {}
-    bucketed = opts.allreduce_overlap == "bucketed"
-    zero = None
-    if tp is not None and any(s.sharding in (Sharding.ZERO2, Sharding.ZERO3) for s in plan.stages):
-        zero = ZeroLowering(plan, profile, stages, tp.layer_parameter_bytes, options.zero_prefetch)
-    for stage in stages:
-        if len(stage.devices) < 2 or (zero is not None and zero.per_unit(stage.index)):
-            continue
-        sharded = plan.stages[stage.index].sharding is not Sharding.NONE
-        kind = (CollectiveKind.REDUCE_SCATTER if sharded else CollectiveKind.ALL_REDUCE).value
-        scale = 1.0
-        if tp is not None:  # TP shards
-            whole = float(sum(profile.layers[i].parameter_bytes for i in stage.layers))
-            scale = tp.parameter_bytes(stage.index) / whole if whole > 0 else 1.0
-        if bucketed:
-            stage_marks = []
-            for k, (nbytes, fraction) in enumerate(_buckets(profile, stage.layers, opts.bucket_bytes)):
-                nbytes *= scale
-                index = len(collectives)
-                collectives.append(
-                    Collective(
-                        index=index,
-                        stage=stage.index,
-                        bucket=k,
-                        nbytes=nbytes,
-                        members=stage.devices,
-                        algorithm=_name(plan.allreduce),
-                        after=index - 1 if k else None,
-                        after_drain=False,
-                        kind=kind,
-                    )
-                )
-                stage_marks.append((fraction, index))
-            marks[stage.index] = tuple(stage_marks)
-        else:
-            nbytes = float(sum(profile.layers[i].parameter_bytes for i in stage.layers))
-            if tp is not None:
-                nbytes = tp.parameter_bytes(stage.index)
-            collectives.append(
-                Collective(
-                    index=len(collectives),
-                    stage=stage.index,
-                    bucket=0,
-                    nbytes=nbytes,
-                    members=stage.devices,
-                    algorithm=_name(plan.allreduce),
-                    after=None,
-                    after_drain=opts.allreduce_overlap == "end",
-                    kind=kind,
-                )
-            )
-        if sharded and tp is not None:  # ZeRO-1, distributed optimizer: gather the updated shards
-            _post_step_gather(collectives, stage, tp.parameter_bytes(stage.index), _name(plan.allreduce))
-    if zero is not None:
-        algorithm = _name(plan.allreduce)
-
-        def add(
-            s: int, unit: int, kind: CollectiveKind, nbytes: float, members: tuple[int, ...],
-            after: int | None,
-        ) -> int:
-            index = len(collectives)
-            collectives.append(
-                Collective(index=index, stage=s, bucket=unit, nbytes=nbytes, members=members,
-                           algorithm=algorithm, after=after, after_drain=False, kind=kind.value)
-            )
-            return index
-
-        for rank in range(stream.num_ranks):
-            zero.build(rank, stream.row(rank), add)
-        for stage in stages:
-            if zero.per_unit(stage.index) and plan.stages[stage.index].sharding is Sharding.ZERO2:
-                assert tp is not None
-                _post_step_gather(collectives, stage, tp.parameter_bytes(stage.index), algorithm,
-                                  after=zero.last_scatter.get(stage.index))
+    collectives, marks, zero = data_parallel_collectives(
+        plan, profile, stages, stream, tp, opts, zero_prefetch=options.zero_prefetch
+    )
     device_layers: dict[int, list[int]] = {}
     for stage in stages:
         for device in stage.devices:
@@ -672,28 +545,4 @@ def lower(
         bucket_marks=marks,
         tp=tp,
         zero=zero,
-    )
-
-
-def _post_step_gather(
-    collectives: list[Collective], stage: StageFacts, nbytes: float, algorithm: str, after: int | None = None
-) -> None:
-    """Append the all-gather of a stage's updated parameter shards after the optimizer step of
-    ZeRO-1/2 and the distributed optimizer: it starts once the stage's last reduce-scatter (the
-    last collective so far, unless ``after`` says) has ended. (The optimizer step itself is not
-    an instruction here: an integrator that adds one orders this gather after it.)"""
-    index = len(collectives)
-    collectives.append(
-        Collective(
-            index=index,
-            stage=stage.index,
-            bucket=0,
-            nbytes=nbytes,
-            members=stage.devices,
-            algorithm=algorithm,
-            after=index - 1 if after is None else after,
-            after_drain=False,
-            kind=CollectiveKind.ALL_GATHER.value,
-            posted=False,
-        )
     )

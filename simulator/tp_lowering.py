@@ -23,9 +23,9 @@ scatter-gather of Megatron-LM, or the sequence shard under SP); the ``t`` transf
 disjoint routes in parallel (one NIC per GPU), so the stream carries one of them, ``1/t`` of the
 bytes (between stages of different degrees, ``1/min``).
 
-The data-parallel gradient collective runs among the groups' first devices (each TP rank's DP
-group is alike and runs on its own rails), with the per-device parameter bytes under TP times
-:func:`~pipesim.profiles.costmodels.sharding.dp_traffic_factor` (1.5 for ZeRO-3).
+The data-parallel collectives run among the groups' first devices (each TP rank's DP group is
+alike and runs on its own rails) over :meth:`TpLowering.parameter_bytes` (the TP shard); ZeRO's
+are lowered by :mod:`pipesim.simulator.zero_lowering`.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from collections.abc import Mapping
 from pipesim.plan import Plan
 from pipesim.profiles.costmodels.collective import AllReduceCurves, allreduce_curves
 from pipesim.profiles.costmodels.memory import Recompute
-from pipesim.profiles.costmodels.sharding import dp_traffic_factor, sharded_memory_multiplier
+from pipesim.profiles.costmodels.sharding import sharded_memory_multiplier
 from pipesim.profiles.costmodels.tensor_parallel import (
     TpCollective,
     check_tensor_parallel,
@@ -156,11 +156,6 @@ class TpLowering:
         """Weights + gradients + optimizer state of ``stage`` on one device, bytes (TP shards and
         :meth:`memory_multiplier`)."""
         return self.parameter_bytes(stage) * self.memory_multiplier(stage)
-
-    def dp_bytes(self, stage: int) -> float:
-        """Bytes each member contributes to ``stage``'s data-parallel gradient collective (the
-        all-reduce equivalent: ZeRO-3 moves 1.5x)."""
-        return self.parameter_bytes(stage) * dp_traffic_factor(self.plan.stages[stage].sharding)
 
     def compute_parts(
         self, op: Op, s: int, samples: int, replica: int, fwd: float, bwd: float, wf: float, rec: float = 0.0

@@ -42,11 +42,12 @@ __all__ = [
     "SHARDINGS",
     "CollectiveKind",
     "Sharding",
-    "dp_traffic_factor",
     "gated_time_s",
     "half_algorithm",
     "half_time_s",
+    "reduce_tail_s",
     "sharded_memory_multiplier",
+    "zero3_op_times_s",
     "zero_units",
 ]
 
@@ -118,17 +119,6 @@ def sharded_memory_multiplier(
         return (2.0 + k) / d
     main_grads = 2.0 if mixed else 1.0  # fp32 main gradients per parameter byte
     return 1.0 + main_grads + k / d
-
-
-def dp_traffic_factor(sharding: str | Sharding) -> float:
-    """Data-parallel bytes moved per iteration relative to a gradient all-reduce (module table):
-    1 for none, ZeRO-1/2 and the distributed optimizer (a reduce-scatter and an all-gather are
-    an all-reduce's two halves), 1.5 for ZeRO-3 (parameters gathered in forward and backward).
-
-    Raises:
-        UnknownNameError: unknown sharding.
-    """
-    return 1.5 if Sharding.parse(sharding) is Sharding.ZERO3 else 1.0
 
 
 class CollectiveKind(str, Enum):
@@ -242,3 +232,47 @@ def gated_time_s(compute_s: Sequence[float], comm_s: Sequence[float], depth: int
         starts.append(start)
         t = start + compute
     return t
+
+
+def reduce_tail_s(backward_units_s: Sequence[float], scatter_s: Sequence[float]) -> float:
+    """How long the reduce-scatters of a backward's units outlast it, seconds: unit ``j``'s
+    (``scatter_s[j]``, in the order the units run) is issued when the unit ends and they run one
+    after another on their own stream.
+    """
+    t = reduce_end = 0.0
+    for compute, scatter in zip(backward_units_s, scatter_s, strict=True):
+        t += compute
+        reduce_end = max(reduce_end, t) + scatter
+    return max(0.0, reduce_end - t)
+
+
+def zero3_op_times_s(
+    fwd_units_s: Sequence[float],
+    bwd_units_s: Sequence[float],
+    gather_s: Sequence[float],
+    scatter_s: Sequence[float],
+    depth: int = DEFAULT_PREFETCH_DEPTH,
+) -> tuple[float, float, float, float]:
+    """ZeRO-3's forward and backward of one stage and micro-batch with their gathers, seconds
+    (:func:`gated_time_s`), for units in layer order (the backward runs them in reverse).
+
+    In the steady state the op's first gathers are issued during the op before (in 1F1B a
+    forward follows a backward, whose last unit is unit 0, and the other way round). In the
+    backward a unit's gather shares the links with the previous unit's reduce-scatter, so it is
+    charged ``gather + scatter``.
+
+    Returns:
+        ``(forward s, backward s, the first op's extra s, the last backward's reduce tail s)``:
+        the iteration's first forward cannot prefetch (its extra is what the steady state hid);
+        the last backward's reduce-scatters outlast it by the tail (:func:`reduce_tail_s`).
+
+    Raises:
+        InputError: ``depth < 1``.
+    """
+    fwd = gated_time_s(fwd_units_s, gather_s, depth, bwd_units_s[0])
+    first = gated_time_s(fwd_units_s, gather_s, depth, 0.0) - fwd
+    back = list(reversed(bwd_units_s))
+    comm = [g + r for g, r in zip(reversed(gather_s), reversed(scatter_s), strict=True)]
+    bwd = gated_time_s(back, comm, depth, fwd_units_s[-1])
+    tail = reduce_tail_s(back, list(reversed(scatter_s)))
+    return fwd, bwd, first, tail

@@ -127,7 +127,7 @@ def _starts(compute: list[float], gathers: list[float]) -> list[float]:
 def _alone(kind: str, members: tuple[int, ...], nbytes: float) -> float:
     import simpy
 
-    from pipesim.simulator.collectives import collective
+    from pipesim.simulator.scatter_gather import collective
 
     env = simpy.Environment()
     net = Network(env, CLUSTER.links.bandwidths_bytes_per_s(), CLUSTER.links.latencies_s(), contention=False)

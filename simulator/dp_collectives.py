@@ -1,0 +1,215 @@
+"""The data-parallel collectives of a program: gradient all-reduces (whole or in buckets) and
+ZeRO's reduce-scatters and all-gathers (:mod:`pipesim.simulator.zero_lowering`).
+
+For each stage with more than one replica, :func:`data_parallel_collectives` gives, by its
+``sharding``:
+
+* ``none``: one gradient all-reduce after its last backward (``allreduce_overlap``:
+  ``after_backward``, after the drain with ``end``, or one per gradient bucket with
+  ``bucketed``, marked on the last backward as PyTorch DDP's buckets fill);
+* ``zero1`` and ``distributed``: the same, as reduce-scatters, then one all-gather of the updated
+  parameters after the optimizer step;
+* ``zero2`` and ``zero3``: per unit and micro-batch (:class:`ZeroLowering`), and for ``zero2``
+  the all-gather after the optimizer step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pipesim.plan import Plan
+from pipesim.profiles.costmodels.sharding import CollectiveKind, Sharding
+from pipesim.profiles.models.profile import ModelProfile
+from pipesim.schedules.schedule import ScheduleStream
+from pipesim.simulator.stage_costs import CostOptions, StageFacts
+from pipesim.simulator.tp_lowering import TpLowering
+from pipesim.simulator.zero_lowering import ZeroLowering
+
+__all__ = ["Collective", "data_parallel_collectives"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Collective:
+    """One data-parallel collective among a stage's replicas: a gradient all-reduce, or one of
+    ZeRO's reduce-scatters and all-gathers.
+
+    Attributes:
+        index: its index in :attr:`Program.collectives`.
+        stage: the stage whose gradients it reduces.
+        bucket: the bucket index within the stage (0 when not bucketed).
+        nbytes: bytes each member contributes.
+        members: the devices, in ring order.
+        algorithm: ``ring``, ``hierarchical`` or ``auto``.
+        after: the collective that must end first (the stage's previous bucket), or ``None``.
+        after_drain: wait until every compute stream has finished.
+        kind: ``all-reduce``, ``reduce-scatter`` or ``all-gather``
+            (:class:`~pipesim.profiles.costmodels.sharding.CollectiveKind`); ``nbytes`` is the
+            whole buffer either way.
+        posted: whether members post it (``False``: it starts once ``after`` has ended, as the
+            parameter all-gather after ZeRO-1/2's optimizer step).
+    """
+
+    index: int
+    stage: int
+    bucket: int
+    nbytes: float
+    members: tuple[int, ...]
+    algorithm: str
+    after: int | None
+    after_drain: bool
+    kind: str = CollectiveKind.ALL_REDUCE.value
+    posted: bool = True
+
+
+Marks = dict[int, tuple[tuple[float, int], ...]]
+"""stage -> ``(fraction, collective)`` marks on its last backward (bucketed all-reduce)."""
+
+
+def data_parallel_collectives(
+    plan: Plan,
+    profile: ModelProfile,
+    stages: list[StageFacts],
+    stream: ScheduleStream,
+    tp: TpLowering | None,
+    opts: CostOptions,
+    *,
+    zero_prefetch: int,
+) -> tuple[list[Collective], Marks, ZeroLowering | None]:
+    """Every data-parallel collective of a program (module docstring), the bucket marks on the
+    stages' last backwards, and the ZeRO pass (``None`` without ZeRO-2/3).
+
+    Args:
+        plan: the plan.
+        profile: the model's layers.
+        stages: the program's stage facts.
+        stream: the schedule (ZeRO's per-unit collectives follow each rank's compute order).
+        tp: the TP and sharding pass (``None`` without TP or sharding).
+        opts: the lowering's options (all-reduce overlap, bucket size).
+        zero_prefetch: ZeRO-3's gather look-ahead, units.
+    """
+    collectives: list[Collective] = []
+    marks: dict[int, tuple[tuple[float, int], ...]] = {}
+    bucketed = opts.allreduce_overlap == "bucketed"
+    zero = None
+    if tp is not None and any(s.sharding in (Sharding.ZERO2, Sharding.ZERO3) for s in plan.stages):
+        zero = ZeroLowering(plan, profile, stages, tp.layer_parameter_bytes, zero_prefetch)
+    for stage in stages:
+        if len(stage.devices) < 2 or (zero is not None and zero.per_unit(stage.index)):
+            continue
+        sharded = plan.stages[stage.index].sharding is not Sharding.NONE
+        kind = (CollectiveKind.REDUCE_SCATTER if sharded else CollectiveKind.ALL_REDUCE).value
+        scale = 1.0
+        if tp is not None:  # TP shards
+            whole = float(sum(profile.layers[i].parameter_bytes for i in stage.layers))
+            scale = tp.parameter_bytes(stage.index) / whole if whole > 0 else 1.0
+        if bucketed:
+            stage_marks = []
+            for k, (nbytes, fraction) in enumerate(_buckets(profile, stage.layers, opts.bucket_bytes)):
+                nbytes *= scale
+                index = len(collectives)
+                collectives.append(
+                    Collective(
+                        index=index,
+                        stage=stage.index,
+                        bucket=k,
+                        nbytes=nbytes,
+                        members=stage.devices,
+                        algorithm=_name(plan.allreduce),
+                        after=index - 1 if k else None,
+                        after_drain=False,
+                        kind=kind,
+                    )
+                )
+                stage_marks.append((fraction, index))
+            marks[stage.index] = tuple(stage_marks)
+        else:
+            nbytes = float(sum(profile.layers[i].parameter_bytes for i in stage.layers))
+            if tp is not None:
+                nbytes = tp.parameter_bytes(stage.index)
+            collectives.append(
+                Collective(
+                    index=len(collectives),
+                    stage=stage.index,
+                    bucket=0,
+                    nbytes=nbytes,
+                    members=stage.devices,
+                    algorithm=_name(plan.allreduce),
+                    after=None,
+                    after_drain=opts.allreduce_overlap == "end",
+                    kind=kind,
+                )
+            )
+        if sharded and tp is not None:  # ZeRO-1, distributed optimizer: gather the updated shards
+            _post_step_gather(collectives, stage, tp.parameter_bytes(stage.index), _name(plan.allreduce))
+    if zero is not None:
+        algorithm = _name(plan.allreduce)
+
+        def add(
+            s: int, unit: int, kind: CollectiveKind, nbytes: float, members: tuple[int, ...],
+            after: int | None,
+        ) -> int:
+            index = len(collectives)
+            collectives.append(
+                Collective(index=index, stage=s, bucket=unit, nbytes=nbytes, members=members,
+                           algorithm=algorithm, after=after, after_drain=False, kind=kind.value)
+            )
+            return index
+
+        for rank in range(stream.num_ranks):
+            zero.build(rank, stream.row(rank), add)
+        for stage in stages:
+            if zero.per_unit(stage.index) and plan.stages[stage.index].sharding is Sharding.ZERO2:
+                assert tp is not None
+                _post_step_gather(collectives, stage, tp.parameter_bytes(stage.index), algorithm,
+                                  after=zero.last_scatter.get(stage.index))
+    return collectives, marks, zero
+
+
+def _buckets(profile: ModelProfile, layers: range, bucket_bytes: float) -> list[tuple[float, float]]:
+    """(bytes, fraction of the backward after which the bucket's gradients exist), in order.
+
+    The backward runs from the stage's last layer down; a bucket closes once it holds at least
+    ``bucket_bytes`` (PyTorch DDP's rule).
+    """
+    items = profile.layers
+    total_bwd = sum(items[i].bwd_time_s for i in layers)
+    buckets: list[tuple[float, float]] = []
+    size = 0.0
+    done = 0.0
+    for i in reversed(layers):
+        size += items[i].parameter_bytes
+        done += items[i].bwd_time_s
+        if size >= bucket_bytes:
+            buckets.append((size, done / total_bwd if total_bwd > 0 else 1.0))
+            size = 0.0
+    if size > 0 or not buckets:
+        buckets.append((size, 1.0))
+    return buckets
+
+
+def _name(value: object) -> str:
+    return str(getattr(value, "value", value))
+
+
+def _post_step_gather(
+    collectives: list[Collective], stage: StageFacts, nbytes: float, algorithm: str, after: int | None = None
+) -> None:
+    """Append the all-gather of a stage's updated parameter shards after the optimizer step of
+    ZeRO-1/2 and the distributed optimizer: it starts once the stage's last reduce-scatter (the
+    last collective so far, unless ``after`` says) has ended. (The optimizer step itself is not
+    an instruction here: an integrator that adds one orders this gather after it.)"""
+    index = len(collectives)
+    collectives.append(
+        Collective(
+            index=index,
+            stage=stage.index,
+            bucket=0,
+            nbytes=nbytes,
+            members=stage.devices,
+            algorithm=algorithm,
+            after=index - 1 if after is None else after,
+            after_drain=False,
+            kind=CollectiveKind.ALL_GATHER.value,
+            posted=False,
+        )
+    )
