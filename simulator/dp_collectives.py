@@ -15,10 +15,12 @@ For each stage with more than one replica, :func:`data_parallel_collectives` giv
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pipesim.plan import Plan
-from pipesim.profiles.costmodels.sharding import CollectiveKind, Sharding
+from pipesim.profiles.costmodels.collective import AllReduceAlgorithm, AllReduceCurves, allreduce_curves
+from pipesim.profiles.costmodels.sharding import CollectiveKind, Sharding, half_algorithm
+from pipesim.profiles.hardware.cluster import Cluster
 from pipesim.profiles.models.profile import ModelProfile
 from pipesim.schedules.schedule import ScheduleStream
 from pipesim.simulator.stage_costs import CostOptions, StageFacts
@@ -72,6 +74,7 @@ def data_parallel_collectives(
     stream: ScheduleStream,
     tp: TpLowering | None,
     opts: CostOptions,
+    cluster: Cluster,
     *,
     zero_prefetch: int,
 ) -> tuple[list[Collective], Marks, ZeroLowering | None]:
@@ -84,7 +87,10 @@ def data_parallel_collectives(
         stages: the program's stage facts.
         stream: the schedule (ZeRO's per-unit collectives follow each rank's compute order).
         tp: the TP and sharding pass (``None`` without TP or sharding).
-        opts: the lowering's options (all-reduce overlap, bucket size).
+        opts: the lowering's options (all-reduce overlap, bucket size, free links).
+        cluster: the cluster (a reduce-scatter's or all-gather's algorithm is resolved here, by
+            :func:`~pipesim.profiles.costmodels.sharding.half_algorithm` on its routes, as the
+            simulator's ``auto`` would, once per group instead of once per collective).
         zero_prefetch: ZeRO-3's gather look-ahead, units.
     """
     collectives: list[Collective] = []
@@ -162,7 +168,39 @@ def data_parallel_collectives(
                 assert tp is not None
                 _post_step_gather(collectives, stage, tp.parameter_bytes(stage.index), algorithm,
                                   after=zero.last_scatter.get(stage.index))
+    if any(c.kind != CollectiveKind.ALL_REDUCE.value for c in collectives):
+        resolve = _HalfAlgorithms(cluster, free_links=opts.free_links)
+        collectives = [
+            c if c.kind == CollectiveKind.ALL_REDUCE.value
+            else replace(c, algorithm=resolve(c.members, c.nbytes, c.algorithm))
+            for c in collectives
+        ]
     return collectives, marks, zero
+
+
+class _HalfAlgorithms:
+    """The algorithm a reduce-scatter or all-gather runs (``ring`` or ``hierarchical``),
+    from all-reduce curves cached per group."""
+
+    def __init__(self, cluster: Cluster, *, free_links: bool) -> None:
+        self._cluster = cluster
+        self._free = free_links
+        self._bw = cluster.links.bandwidths_bytes_per_s()
+        self._lat = cluster.links.latencies_s()
+        self._curves: dict[tuple[int, ...], AllReduceCurves] = {}
+
+    def __call__(self, members: tuple[int, ...], nbytes: float, algorithm: str) -> str:
+        algo = AllReduceAlgorithm.parse(algorithm)
+        chosen = algo in (AllReduceAlgorithm.AUTO, AllReduceAlgorithm.HIERARCHICAL)
+        if self._free or len(members) <= 1 or not chosen:
+            return AllReduceAlgorithm.RING.value
+        curves = self._curves.get(members)
+        if curves is None:
+            c = self._cluster
+            curves = self._curves[members] = allreduce_curves(
+                members, c.route, self._bw.__getitem__, self._lat.__getitem__, server_of=c.server_of
+            )
+        return half_algorithm(curves, nbytes, algo).value
 
 
 def _buckets(profile: ModelProfile, layers: range, bucket_bytes: float) -> list[tuple[float, float]]:

@@ -518,7 +518,7 @@ def lower(
     tp_pass = TpLowering(plan, profile, cluster, free_links=opts.free_links)
     tp = tp_pass if tp_pass.active else None
     collectives, marks, zero = data_parallel_collectives(
-        plan, profile, stages, stream, tp, opts, zero_prefetch=options.zero_prefetch
+        plan, profile, stages, stream, tp, opts, cluster, zero_prefetch=options.zero_prefetch
     )
     device_layers: dict[int, list[int]] = {}
     for stage in stages:
