@@ -110,6 +110,9 @@ def test_zero3_gathers_gate_each_unit_closed_form() -> None:
         reduce_end = max(reduce_end, starts[k] + compute[k]) + times["reduce-scatter"]
     assert sim.iteration_time_s == pytest.approx(max(end_compute, reduce_end), rel=1e-9)
     assert end_compute > sum(compute) + 2 * gathers[0]  # more than the first gather is exposed
+    device = sim.devices[0]
+    assert device.busy_time_s == pytest.approx(f.duration_s + b.duration_s, rel=1e-12)
+    assert device.comm_wait_time_s == pytest.approx(end_compute - sum(compute), rel=1e-9)  # the stalls
     assert sim.iteration_time_s > f.duration_s + b.duration_s  # the first gather at least is exposed
 
 
@@ -179,3 +182,17 @@ def test_units_are_bounded_and_cover_the_layers() -> None:
     assert len(units) == 8
     assert [i for u in units for i in u] == list(range(96))
     assert zero_units([5.0, 0.0], 8) == (range(0, 2),)
+
+
+def test_zero_collectives_share_the_nics_with_pipeline_sends() -> None:
+    """Replicas on both servers and stages across them: the gathers and reduce-scatters cross the
+    25 GbE NICs that carry the activations, so max-min sharing slows the iteration down."""
+    profile = equal_profile(8, fwd_s=1e-3, bwd_s=2e-3, activation_bytes=1 << 24, parameter_bytes=1 << 22)
+    stages = (
+        StagePlan(first_layer=0, last_layer=3, replicas=2, sharding="zero3", devices=(0, 8)),
+        StagePlan(first_layer=4, last_layer=7, replicas=2, sharding="zero3", devices=(9, 1)),
+    )
+    plan = Plan(stages=stages, global_batch_size=16, num_microbatches=4, schedule="1f1b")
+    shared = simulate(plan, profile, CLUSTER, SimOptions(contention=True)).iteration_time_s
+    alone = simulate(plan, profile, CLUSTER, SimOptions(contention=False)).iteration_time_s
+    assert shared > alone * 1.01
