@@ -24,8 +24,8 @@ zero3           per micro-batch, each unit's parameter all-gather before its for
 ZeRO-2 and ZeRO-3 keep no full gradient buffer to accumulate into, so they reduce every
 micro-batch, as DeepSpeed's ``stage_1_and_2.py`` / ``stage3.py`` and FSDP do. Gathers run one
 after another on the device's gather stream and reduce-scatters on its reduce stream (an
-``after`` chain per pipeline rank, in issue order: FSDP's ``_all_gather_stream`` and its
-post-backward stream); both streams' transfers share links max-min fairly with the pipeline's
+``after`` chain per pipeline rank, in issue order, as FSDP's unshard (all-gather) and
+post-backward (reduce-scatter) streams); both streams' transfers share links max-min fairly with the pipeline's
 sends and every other collective.
 
 ZeRO-3's gathers **gate** the compute: unit ``j`` of an op cannot start before its gather has
