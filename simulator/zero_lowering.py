@@ -25,8 +25,8 @@ ZeRO-2 and ZeRO-3 keep no full gradient buffer to accumulate into, so they reduc
 micro-batch, as DeepSpeed's ``stage_1_and_2.py`` / ``stage3.py`` and FSDP do. Gathers run one
 after another on the device's gather stream and reduce-scatters on its reduce stream (an
 ``after`` chain per pipeline rank, in issue order, as FSDP's unshard (all-gather) and
-post-backward (reduce-scatter) streams); both streams' transfers share links max-min fairly with the pipeline's
-sends and every other collective.
+post-backward (reduce-scatter) streams); both streams' transfers share links max-min fairly
+with the pipeline's sends and every other collective.
 
 ZeRO-3's gathers **gate** the compute: unit ``j`` of an op cannot start before its gather has
 ended (:attr:`Compute.waits <pipesim.simulator.program.Compute>`); gather ``q`` of a rank's
