@@ -29,8 +29,12 @@ collectives and ring exchange; in the backward the replayed forward of recomputa
 
 with ``t_f``, ``t_b`` the slowest rank's, ``t_hop`` one activation transfer between ranks (each
 TP and CP rank sends ``1/(t c)`` of it) and ``t_dp`` the first rank's gradient collective over its
-``d c`` data- and context-parallel ranks (exposed: it finishes last in 1F1B). Memory per rank:
-TP-sharded weights, gradients and optimizer
+``d c`` data- and context-parallel ranks (exposed: it finishes last in 1F1B). With ZeRO the
+collectives are charged per unit as the simulator's lowering emits them (docs/parallelism.md):
+ZeRO-1 and the distributed optimizer a reduce-scatter and an all-gather as ``t_dp``; ZeRO-2 the
+last backward's reduce-scatter tail and the all-gather; ZeRO-3's gathers inside ``t_f`` and ``t_b``
+(:func:`~pipesim.profiles.costmodels.sharding.zero3_op_times_s`), its first forward's and last
+backward's exposed parts as ``t_dp``. Memory per rank: TP-sharded weights, gradients and optimizer
 state (:func:`~pipesim.profiles.costmodels.sharding.sharded_memory_multiplier`) plus the in-flight
 micro-batches' stashes (:func:`~pipesim.profiles.costmodels.memory.in_flight_microbatches`) and
 the backward's working set. Plans must fit the device memory.
@@ -59,7 +63,14 @@ from pipesim.profiles.costmodels.memory import (
     in_flight_microbatches,
     layer_recompute_times_s,
 )
-from pipesim.profiles.costmodels.sharding import Sharding, dp_traffic_factor, sharded_memory_multiplier
+from pipesim.profiles.costmodels.sharding import (
+    Sharding,
+    half_time_s,
+    reduce_tail_s,
+    sharded_memory_multiplier,
+    zero3_op_times_s,
+    zero_units,
+)
 from pipesim.profiles.costmodels.tensor_parallel import (
     TpStageTimes,
     check_tp_group_in_server,
@@ -246,6 +257,20 @@ class _Model:
         if found is None:
             found = self._acts[key] = cp_stage_activation_bytes(self.profile, first, last, mbs, rc, t, sp, 1)
         return cp_activation_split(*found, c)
+
+    def zero_units(self, first: int, last: int, t: int) -> tuple[list[float], list[float], list[float]]:
+        """ZeRO's units of layers ``first..last`` (:func:`~pipesim.profiles.costmodels.sharding.zero_units`,
+        as the simulator groups them): parameter bytes per device, forward and backward time shares."""
+        layers = self.profile.layers[first : last + 1]
+        sizes = [tp_parameter_bytes(layer, t, self.elem) for layer in layers]
+        groups = zero_units(sizes)
+        fwd = [sum(layers[i].fwd_time_s for i in g) for g in groups]
+        bwd = [sum(layers[i].bwd_time_s for i in g) for g in groups]
+        return (
+            [float(sum(sizes[i] for i in g)) for g in groups],
+            [x / sum(fwd) if sum(fwd) > 0 else 1.0 / len(fwd) for x in fwd],
+            [x / sum(bwd) if sum(bwd) > 0 else 1.0 / len(bwd) for x in bwd],
+        )
 
     def params(self, first: int, last: int, t: int) -> float:
         key = (self.sig(first, last), t)
@@ -441,22 +466,47 @@ def _estimate(
     if schedule == "dapple":
         schedule = "1f1b"  # the same in-flight count (DAPPLE's K_i = min(p - i, m))
     multiplier = sharded_memory_multiplier(model.profile.dtype, optimizer, sh, d * c)
+    per_unit = d * c > 1 and sh in (Sharding.ZERO2, Sharding.ZERO3)
+    # every replica's CP ranks (tp-cp order) reduce the gradients together
+    dp_curves = model.curves(tuple(k * t for k in range(d * c)), servers=True) if d * c > 1 else None
     tf = tb = 0.0
     peaks: list[float] = []
+    head = tail = 0.0  # ZeRO: the first forward's unhidden gathers, the last backward's reduce tail
     for r in range(p):
         fr = br = 0.0
         static = 0.0
-        stash = work = 0.0
+        stash = work = held = 0.0
         for k in range(r, p * v, p):
             first, last = chunks[k]
             times = model.times(first, last, mbs, t, sp, overlap, c)
-            fr += times.fwd_tp_s + times.fwd_comm_s
-            br += times.bwd_tp_s + times.bwd_comm_s + model.replay(first, last, mbs, t, sp, rc, overlap, c)
+            f_op = times.fwd_tp_s + times.fwd_comm_s
+            replay = model.replay(first, last, mbs, t, sp, rc, overlap, c)
+            b_op = times.bwd_tp_s + times.bwd_comm_s + replay
+            if per_unit and dp_curves is not None:  # ZeRO-2/3: per-unit collectives (zero_lowering)
+                sizes, fshare, bshare = model.zero_units(first, last, t)
+                gathers = [half_time_s(dp_curves, x, allreduce) for x in sizes]
+                fwd_units = [f_op * x for x in fshare]
+                bwd_units = [replay * f + (b_op - replay) * b
+                             for f, b in zip(fshare, bshare, strict=True)]
+                if sh is Sharding.ZERO3:
+                    f_op, b_op, first_extra, last_tail = zero3_op_times_s(
+                        fwd_units, bwd_units, gathers, gathers
+                    )
+                    # 1 + depth gathered units and one unit's gradients (zero_lowering.held_bytes)
+                    held = max(held, (min(len(sizes), 2) + 1) * max(sizes))
+                else:
+                    first_extra = 0.0
+                    last_tail = reduce_tail_s(bwd_units[::-1], gathers[::-1])
+                    held = max(held, max(sizes))
+                if k == 0:
+                    head, tail = first_extra, last_tail
+            fr += f_op
+            br += b_op
             static += model.params(first, last, t) * multiplier
             s_bytes, w_bytes = model.activations(first, last, mbs, t, sp, rc, c)
             stash, work = max(stash, s_bytes), max(work, w_bytes)
         in_flight = in_flight_microbatches(schedule, r, p, m, chunks=v)
-        peak = static + in_flight * stash + work
+        peak = static + in_flight * stash + work + held
         if peak > limit:
             return None
         peaks.append(peak)
@@ -468,10 +518,16 @@ def _estimate(
         bw = cluster.route_bandwidth_bytes_per_s(src, dst)
         hop = cluster.route_latency_s(src, dst) + (act / bw if bw < math.inf else 0.0)
     dp = 0.0
-    if d * c > 1:
-        nbytes = sum(model.params(*chunks[k], t) for k in range(0, p * v, p)) * dp_traffic_factor(sh)
-        members = tuple(k * t for k in range(d * c))  # every replica's CP ranks (tp-cp order)
-        dp = model.curves(members, servers=True).time_s(nbytes, allreduce)
+    if dp_curves is not None:  # rank 0's data-parallel collectives after its last backward
+        nbytes = sum(model.params(*chunks[k], t) for k in range(0, p * v, p))
+        if sh is Sharding.NONE:
+            dp = dp_curves.time_s(nbytes, allreduce)
+        elif sh is Sharding.ZERO3:  # the first gathers and the last reduce-scatters
+            dp = head + tail
+        elif sh is Sharding.ZERO2:  # the last reduce-scatters, the gather after the optimizer step
+            dp = tail + half_time_s(dp_curves, nbytes, allreduce)
+        else:  # ZeRO-1, distributed optimizer: reduce-scatter, optimizer step, all-gather
+            dp = 2.0 * half_time_s(dp_curves, nbytes, allreduce)
     time_s = (m + (p - 1) / v) * (tf + tb) + 2 * (p * v - 1) * hop + dp
     return Estimate(
         iteration_time_s=time_s,

@@ -40,6 +40,9 @@ more than one member), tree members on two servers or more. The estimate is
 :mod:`pipesim.profiles.costmodels.collective`, the same curves the planner uses, so planner and
 simulator pick the same algorithm.
 
+Reduce-scatters and all-gathers (ZeRO's collectives), the all-reduce's two halves on the same
+rings, are in :mod:`pipesim.simulator.scatter_gather`.
+
 One member (or none) costs zero time. Every function here takes plain callables for routing, so it
 does not depend on the cluster type: ``route(src_device, dst_device) -> tuple[int, ...]`` and
 ``server_of(device) -> int``.
@@ -165,6 +168,13 @@ def ring_allreduce(
     n = len(order)
     if n <= 1:
         return _ring_steps(env, network, [[]], 0.0, 0, tag)
+    routes = _ring_routes(network, order, route)
+    return _ring_steps(env, network, routes, nbytes / n / len(routes), 2 * (n - 1), tag)
+
+
+def _ring_routes(network: Network, order: list[int], route: Route) -> list[list[tuple[int, ...]]]:
+    """Each ring's hop routes among ``order`` (two members or more)."""
+    n = len(order)
     # several rings over disjoint direct links (a DGX-1) only where links are shared: without
     # contention every flow has its route's full rate and extra rings would be free bandwidth
     rings = (
@@ -172,8 +182,7 @@ def ring_allreduce(
     )
     if len(rings) <= 1:
         rings = (tuple(order),)
-    routes = [[route(r[i], r[(i + 1) % n]) for i in range(n)] for r in rings]
-    return _ring_steps(env, network, routes, nbytes / n / len(rings), 2 * (n - 1), tag)
+    return [[route(r[i], r[(i + 1) % n]) for i in range(n)] for r in rings]
 
 
 def hierarchical_allreduce(
@@ -209,24 +218,29 @@ def hierarchical_allreduce(
     if not _is_even(groups):
         flat = [m for group in groups for m in group]
         return ring_allreduce(env, network, flat, nbytes, route, tag=tag)
+    intra, inter, k, g = _hierarchy(network, groups, nbytes, route)
+    return _hierarchical_body(env, network, intra, inter, nbytes, k, g, tag)
+
+
+_Intra = list[tuple[list[list[tuple[int, ...]]], float]]
+"""Per server: its rings' hop routes and each ring's chunk, bytes."""
+
+
+def _hierarchy(
+    network: Network, groups: list[list[int]], nbytes: float, route: Route
+) -> tuple[_Intra, list[list[tuple[int, ...]]], int, int]:
+    """``(intra-server rings and chunks, inter-server rings, k servers, g members each)`` of the
+    hierarchical form over even ``groups``."""
     k, g = len(groups), len(groups[0])
-    intra: list[tuple[list[list[tuple[int, ...]]], float]] = []
+    intra: _Intra = []
     if g > 1:  # per server, its rings (several over a DGX-1's NVLinks) and each ring's chunk
         for grp in groups:
-            rings = (
-                collective_cost.ring_set(grp, route, network.bandwidth_bytes_per_s)
-                if network.contention
-                else ()
-            )
-            if len(rings) <= 1:
-                rings = (tuple(grp),)
-            intra.append(
-                ([[route(r[i], r[(i + 1) % g]) for i in range(g)] for r in rings], nbytes / g / len(rings))
-            )
+            routes = _ring_routes(network, grp, route)
+            intra.append((routes, nbytes / g / len(routes)))
     inter = (
         [[route(groups[s][j], groups[(s + 1) % k][j]) for s in range(k)] for j in range(g)] if k > 1 else []
     )
-    return _hierarchical_body(env, network, intra, inter, nbytes, k, g, tag)
+    return intra, inter, k, g
 
 
 def tree_allreduce(

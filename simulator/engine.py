@@ -17,13 +17,13 @@ from pipesim.profiles.hardware.cluster import Cluster
 from pipesim.profiles.models.profile import ModelProfile
 from pipesim.schedules import Schedule
 from pipesim.schedules.validate import deadlock_error
-from pipesim.simulator.collectives import allreduce
 from pipesim.simulator.fastpath import LinksShared, execute_fast, held_by_rendezvous
 from pipesim.simulator.link_records import LinkStretches
 from pipesim.simulator.microbatch_costs import MicrobatchCosts
 from pipesim.simulator.network import Network
 from pipesim.simulator.options import SimOptions
-from pipesim.simulator.program import Collective, Program, Send, lower
+from pipesim.simulator.program import Collective, Compute, Program, Send, lower
+from pipesim.simulator.scatter_gather import collective as run_collective
 from pipesim.simulator.tally import Tally
 from pipesim.simulator.trace import SimulationResult
 
@@ -212,10 +212,14 @@ class _Engine:
                 self.posted.discard(recv.key)
             start = env.now
             duration = ins.duration_s
-            if ins.marks:
-                env.process(self._marks(ins.marks, duration))
-            if duration > 0:
-                yield env.timeout(duration)
+            if ins.waits:  # ZeRO-3: the op's units wait for their gathers
+                stalled = yield from self._gated(ins)
+                wait_comm += stalled
+            else:
+                if ins.marks:
+                    env.process(self._marks(ins.marks, duration))
+                if duration > 0:
+                    yield env.timeout(duration)
             busy += duration
             end = env.now
             tally.compute(device, ins, start, end)
@@ -240,6 +244,30 @@ class _Engine:
                 elapsed = fraction * duration
             self._ready(collective)
 
+    def _gated(self, ins: Compute) -> Generator[simpy.Event, Any, float]:
+        """Run a compute op whose ``marks`` and ``waits`` interleave (ZeRO-3's units): at each
+        fraction, first make this device ready for the marked collectives, then stall until the
+        awaited ones have ended. Returns the seconds stalled."""
+        env = self.env
+        duration = ins.duration_s
+        points = sorted([(f, 0, c) for f, c in ins.marks] + [(f, 1, c) for f, c in ins.waits])
+        elapsed = 0.0
+        stalled = 0.0
+        for fraction, wait, cid in points:
+            at = fraction * duration
+            if at > elapsed:
+                yield env.timeout(at - elapsed)
+                elapsed = at
+            if not wait:
+                self._ready(cid)
+            elif not self.done[cid].processed:
+                before = env.now
+                yield self.done[cid]
+                stalled += env.now - before
+        if duration > elapsed:
+            yield env.timeout(duration - elapsed)
+        return stalled
+
     def _ready(self, collective: int) -> None:
         self.ready[collective] += 1
         spec = self.program.collectives[collective]
@@ -247,16 +275,18 @@ class _Engine:
             self.env.process(self._collective(spec))
 
     def _collective(self, spec: Collective) -> Generator[simpy.Event, Any, None]:
-        """All-reduce one bucket of a stage's gradients among its replicas."""
+        """Run one collective among a stage's replicas (an all-reduce of one bucket of its
+        gradients, or one of ZeRO's reduce-scatters and all-gathers)."""
         if spec.after_drain and not self.drained.processed:
             yield self.drained
         if spec.after is not None and not self.done[spec.after].processed:
             yield self.done[spec.after]
         start = self.env.now
         yield self.env.process(
-            allreduce(
+            run_collective(
                 self.env,
                 self.network,
+                spec.kind,
                 list(spec.group or spec.members),
                 spec.nbytes,
                 self.cluster.route,
@@ -271,6 +301,9 @@ class _Engine:
     def run(self) -> SimulationResult:
         for index in range(len(self.program.streams)):
             self.env.process(self.stream(index))
+        for spec in self.program.collectives:
+            if not spec.posted:  # starts once the collective before it has ended
+                self.env.process(self._collective(spec))
         self.env.run()
         if self.running:
             lowered = self.program.lowered_schedule()
@@ -376,6 +409,10 @@ def _run(
     unshared: bool,
 ) -> SimulationResult:
     program = lower(plan, profile, cluster, opts, schedule=schedule, costs=costs)
+    if program.gated:  # ZeRO-3's gathers gate the compute: only the engine runs that
+        if executor == "fast":
+            raise invalid("executor", executor, "the fast path does not run ZeRO-3's gated gathers; use auto")
+        return _Engine(program, cluster, opts).run()
     eager = float(opts.eager_bytes) if opts.rendezvous else None
     if executor != "simpy" and unshared:
         return execute_fast(

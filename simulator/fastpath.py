@@ -19,8 +19,10 @@ Then every instruction's time follows from the instructions it depends on, and t
 list-scheduled device by device, with no event queue: a device runs its instructions in order
 until a receive whose pieces are not all sent yet, and is woken when the last one is. Collectives
 (only on unshared links) do not interact with anything either: each one's duration is that of
-the very same :func:`pipesim.simulator.collectives.allreduce` run alone on a contention-free
-:class:`~pipesim.simulator.network.Network` (cached per collective shape).
+the very same :func:`pipesim.simulator.scatter_gather.collective` (all-reduce, or ZeRO's
+reduce-scatters and all-gathers) run alone on a contention-free
+:class:`~pipesim.simulator.network.Network` (cached per collective shape). A program whose
+compute waits for collectives (ZeRO-3's gathers) is declined: the engine runs it.
 
 It executes the same :class:`~pipesim.simulator.program.Program` as the SimPy engine, reports
 into the same :class:`~pipesim.simulator.tally.Tally`, and is held equal to the engine by
@@ -39,9 +41,9 @@ import simpy
 from pipesim.errors import invalid
 from pipesim.profiles.hardware.cluster import Cluster
 from pipesim.schedules.validate import deadlock_error
-from pipesim.simulator.collectives import allreduce
 from pipesim.simulator.network import Network
 from pipesim.simulator.program import Block, Program, Send
+from pipesim.simulator.scatter_gather import collective
 from pipesim.simulator.tally import Tally
 from pipesim.simulator.trace import SimulationResult
 
@@ -93,7 +95,7 @@ class _Transfers:
         self.network = self._network(simpy.Environment())
         self._routes: dict[tuple[int, ...], tuple[float, float]] = {}
         self._finite: dict[tuple[int, ...], tuple[int, ...]] = {}
-        self._collectives: dict[tuple[tuple[int, ...], float, str], float] = {}
+        self._collectives: dict[tuple[str, tuple[int, ...], float, str], float] = {}
 
     def _network(self, env: simpy.Environment) -> Network:
         links = self.cluster.links
@@ -144,15 +146,16 @@ class _Transfers:
             )
         return latency, links
 
-    def allreduce_s(self, members: tuple[int, ...], nbytes: float, algorithm: str) -> float:
-        """Seconds the all-reduce takes when run alone (no other traffic can slow it here)."""
-        key = (members, nbytes, algorithm)
+    def collective_s(self, kind: str, members: tuple[int, ...], nbytes: float, algorithm: str) -> float:
+        """Seconds the collective takes when run alone (no other traffic can slow it here)."""
+        key = (kind, members, nbytes, algorithm)
         found = self._collectives.get(key)
         if found is None:
             env = simpy.Environment()
-            body = allreduce(
+            body = collective(
                 env,
                 self._network(env),
+                kind,
                 list(members),
                 nbytes,
                 self.cluster.route,
@@ -299,10 +302,13 @@ def execute_fast(
 
     Raises:
         LinksShared: with ``contention``, two flows would share a link (run the engine instead).
-        InputError: ``contention`` on links that are not free, with collectives or a trace.
+        InputError: ``contention`` on links that are not free, with collectives or a trace; a
+            program whose compute waits for collectives (ZeRO-3: run the engine).
         ScheduleError: the program deadlocks (for a validated schedule, only where the
             rendezvous holds a send whose receive comes after the data queued behind it).
     """
+    if program.gated:
+        raise invalid("program", "ZeRO-3", "the fast path does not run gathers that gate the compute")
     shared = contention and not free_links
     if shared and (program.collectives or record_trace):
         raise invalid(
@@ -491,6 +497,8 @@ def execute_fast(
             start = max(start, drained)
         if spec.after is not None:
             start = max(start, done[spec.after])
-        done[spec.index] = start + links.allreduce_s(spec.group or spec.members, spec.nbytes, spec.algorithm)
+        done[spec.index] = start + links.collective_s(
+            spec.kind, spec.group or spec.members, spec.nbytes, spec.algorithm
+        )
         tally.collective(spec.members, spec.stage, spec.nbytes, start, done[spec.index])
     return tally.result(cluster, tuple(link.name for link in cluster.links))

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from pipesim.errors import invalid
 from pipesim.profiles.costmodels.collective import AllReduceOverlap
+from pipesim.profiles.costmodels.sharding import MAX_ZERO_UNITS
 
 __all__ = ["MAX_P2P_CHANNELS", "NCCL_EAGER_BYTES", "SimOptions"]
 
@@ -58,6 +59,8 @@ class SimOptions:
             when its stream is free, whatever the receiver does (docs/communication.md).
         eager_bytes: bytes of a transfer that may go before the receive is posted, with
             ``rendezvous`` (default :data:`NCCL_EAGER_BYTES`, 1 MiB; >= 0, finite).
+        zero_prefetch: units whose parameters ZeRO-3 gathers ahead of the one in use (default
+            1, FSDP's ``backward_prefetch``; 1..8; :mod:`pipesim.simulator.zero_lowering`).
     """
 
     free_links: bool = False
@@ -71,6 +74,7 @@ class SimOptions:
     p2p_channels: int = 1
     rendezvous: bool = False
     eager_bytes: float = NCCL_EAGER_BYTES
+    zero_prefetch: int = 1
 
     def __post_init__(self) -> None:
         for device, factor in self.speed_factors.items():
@@ -103,6 +107,9 @@ class SimOptions:
             or not (math.isfinite(eager) and eager >= 0)
         ):
             raise invalid("eager_bytes", eager, "must be a finite number of bytes >= 0")
+        depth = self.zero_prefetch
+        if isinstance(depth, bool) or not isinstance(depth, int) or not 1 <= depth <= MAX_ZERO_UNITS:
+            raise invalid("zero_prefetch", depth, f"must be an integer from 1 to {MAX_ZERO_UNITS}")
 
     def jitter_for(self, op: str) -> float:
         """The coefficient of variation for op ``"F"``, ``"B"``, ``"I"`` or ``"W"``."""

@@ -22,28 +22,32 @@ Instruction semantics (per device, strictly in list order on its compute stream)
 * :class:`Compute` occupies the compute stream for ``duration_s``; each of ``alloc_bytes`` is
   allocated at its start and each of ``free_bytes`` released at its end; each ``(fraction, collective)``
   of ``marks`` makes this device ready for that collective once ``fraction`` of the duration
-  has run (gradient buckets).
+  has run (gradient buckets, ZeRO's per-unit collectives); each of ``waits`` stalls the op
+  once ``fraction`` of it has run until that collective has ended (ZeRO-3's parameter gathers;
+  at one fraction the marks come first).
 * :class:`Recv` waits until ``pieces`` transfers keyed ``key`` have arrived.
 * :class:`Send` posts one transfer (it does not block the compute stream): ``nbytes`` over
   ``route`` to the arrival ``key`` on ``dst_device``; concurrent transfers share links max-min
   fairly; an empty route is delivered at once (same device, or free links).
 * :class:`Post` makes this device ready for a collective (does not block).
 
-A :class:`Collective` (gradient all-reduce of one stage's bucket among its replicas) starts once
-every member is ready, the collective ``after`` it (the stage's previous bucket) has ended, and,
-with ``after_drain``, every compute stream has finished.
+A :class:`Collective` (gradient all-reduce of one stage's bucket among its replicas, or one of
+ZeRO's reduce-scatters and all-gathers, :mod:`pipesim.simulator.zero_lowering`) starts once
+every member is ready (at once for one that nobody posts), the collective ``after`` it (the
+stage's previous bucket, the previous one on its stream) has ended, and, with ``after_drain``,
+every compute stream has finished.
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from typing import NamedTuple
 
 from pipesim.errors import invalid
 from pipesim.plan import Plan, Recompute, resplit
 from pipesim.profiles.costmodels.memory import static_memory_bytes, weight_versions
+from pipesim.profiles.costmodels.sharding import CollectiveKind
 from pipesim.profiles.hardware.cluster import Cluster
 from pipesim.profiles.models.profile import ModelProfile
 from pipesim.schedules import Schedule
@@ -53,10 +57,12 @@ from pipesim.schedules.lowering import lower as lower_schedule
 from pipesim.schedules.registry import stream_schedule
 from pipesim.schedules.schedule import ScheduleStream
 from pipesim.schedules.validate import validate
+from pipesim.simulator.dp_collectives import Collective, data_parallel_collectives
 from pipesim.simulator.microbatch_costs import MicrobatchCosts
 from pipesim.simulator.options import SimOptions
 from pipesim.simulator.stage_costs import CostOptions, StageCosts, StageFacts
 from pipesim.simulator.tp_lowering import TpLowering
+from pipesim.simulator.zero_lowering import ZeroLowering
 
 __all__ = ["Block", "Collective", "Compute", "Instruction", "Post", "Program", "Recv", "Send", "lower"]
 
@@ -75,6 +81,7 @@ class Compute(NamedTuple):
     free_bytes: tuple[float, ...]
     marks: tuple[tuple[float, int], ...]
     step: int  # index of the action in the rank's lowered schedule row
+    waits: tuple[tuple[float, int], ...] = ()
 
 
 class Recv(NamedTuple):
@@ -107,35 +114,6 @@ Instruction = Compute | Recv | Send | Post
 Block = tuple[Recv | None, Compute, tuple[Send, ...], Post | None]
 """One compute instruction with the receive just before it, the sends and the post just after it
 (the stream is the blocks, flattened)."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Collective:
-    """One gradient all-reduce among a stage's replicas.
-
-    Attributes:
-        index: its index in :attr:`Program.collectives`.
-        stage: the stage whose gradients it reduces.
-        bucket: the bucket index within the stage (0 when not bucketed).
-        nbytes: bytes each member contributes.
-        members: the devices, in ring order, whose streams post readiness.
-        group: the devices the all-reduce runs among when more than ``members`` (with context
-            parallelism each replica's CP ranks join: their streams are mirrored by
-            ``members``); empty for ``members``.
-        algorithm: ``ring``, ``hierarchical`` or ``auto``.
-        after: the collective that must end first (the stage's previous bucket), or ``None``.
-        after_drain: wait until every compute stream has finished.
-    """
-
-    index: int
-    stage: int
-    bucket: int
-    nbytes: float
-    members: tuple[int, ...]
-    algorithm: str
-    after: int | None
-    after_drain: bool
-    group: tuple[int, ...] = ()
 
 
 _NO_MARKS: tuple[tuple[float, int], ...] = ()
@@ -184,9 +162,12 @@ class Program:
         opts: CostOptions,
         bucket_marks: dict[int, tuple[tuple[float, int], ...]],
         tp: TpLowering | None = None,
+        zero: ZeroLowering | None = None,
     ) -> None:
         self.plan = plan
         self.tp = tp
+        self.zero = zero
+        """ZeRO's per-unit collectives (:mod:`pipesim.simulator.zero_lowering`), or ``None``."""
         """The tensor-parallel / sharding pass (:mod:`pipesim.simulator.tp_lowering`), or ``None``."""
         self.schedule = schedule
         self.stages = tuple(stages)
@@ -202,11 +183,19 @@ class Program:
         self._opts = opts
         self._marks = bucket_marks  # stage -> marks on its last backward (bucketed all-reduce)
         self._posts = {
-            c.stage: c.index for c in collectives if c.bucket == 0 and not bucket_marks.get(c.stage)
+            c.stage: c.index
+            for c in collectives
+            if c.bucket == 0 and not bucket_marks.get(c.stage) and c.posted
+            and c.kind != CollectiveKind.ALL_GATHER.value and (zero is None or not zero.per_unit(c.stage))
         }
         self._routes: dict[tuple[int, int], tuple[int, ...]] = {}
         self._replica_of: dict[int, int] | None = None
         self._tp_comm: dict[tuple[int, int, int, bool], tuple[float, float]] = {}
+
+    @property
+    def gated(self) -> bool:
+        """Whether some compute op waits for a collective (ZeRO-3's gathers)."""
+        return self.zero is not None and self.zero.gated
 
     def lowered_schedule(self) -> Schedule:
         """The stage-level lowered schedule (sends, receives, all-reduces), validated."""
@@ -237,6 +226,7 @@ class Program:
         templates: dict[tuple[Op, int, int], _Template] = {}
         new = tuple.__new__  # namedtuples made without their Python-level __new__ (the same tuples)
         no_sends: tuple[Send, ...] = ()
+        zero = self.zero
         step = 0
         for recv_op, op, s, mb, send_op, reduced in lowered_blocks(
             sched.row(rank),
@@ -259,7 +249,11 @@ class Program:
             marks = self._marks.get(s, _NO_MARKS) if reduced else _NO_MARKS
             if marks and name == "B" and self._costs.recompute is not Recompute.NONE:
                 marks = self._after_replay(marks, s, mb, replica)
-            compute = new(Compute, (name, s, mb, duration, alloc, free, marks, step))
+            waits = _NO_MARKS
+            if zero is not None and zero.per_unit(s):
+                fwd, bwd, _, _, rec, _ = self._costs.of(s, mb, replica)
+                marks, waits = zero.events(name, s, mb, fwd, bwd, rec, self.stages[s].wgrad_fraction)
+            compute = new(Compute, (name, s, mb, duration, alloc, free, marks, step, waits))
             step += 1
             out = no_sends
             if send_op is not None:
@@ -289,6 +283,9 @@ class Program:
             src = s - 1 if recv_op is Op.RECV_F else s + 1
             pieces = sum(1 for _, k, _ in self._pieces(src, s, mb) if k == replica)
         name, duration, alloc, free = self._compute_parts(op, s, mb, replica)
+        held = self.zero.held_bytes(name, s) if self.zero is not None else 0.0
+        if held:  # ZeRO's gathered units and unreduced gradients, while the op runs
+            alloc, free = (*alloc, held), (*free, held)
         parts = tuple(self._send_parts(send_op, s, mb, replica)) if send_op is not None else ()
         return (kind, pieces, name, duration, alloc, free, parts)
 
@@ -402,6 +399,8 @@ class Program:
                 text = f"{ins.stage}{ins.op}{ins.microbatch}  {ins.duration_s:.6g} s"
                 if ins.marks:
                     text += "  marks " + ", ".join(f"ar{c}@{f:.3g}" for f, c in ins.marks)
+                if ins.waits:
+                    text += "  waits " + ", ".join(f"ar{c}@{f:.3g}" for f, c in ins.waits)
             elif isinstance(ins, Recv):
                 kind, s, mb, k = ins.key
                 text = f"recv {kind} {s}:{mb} replica {k} ({ins.pieces} piece{'s' * (ins.pieces != 1)})"
@@ -411,7 +410,7 @@ class Program:
                 text += f" route {list(ins.route)}" if ins.route else " (at once)"
             else:
                 c = self.collectives[ins.collective]
-                text = f"post ar{c.index} (stage {c.stage} all-reduce {c.nbytes:.6g} B)"
+                text = f"post ar{c.index} (stage {c.stage} {c.kind} {c.nbytes:.6g} B)"
             lines.append("  " + text)
         return "\n".join(lines)
 
@@ -431,28 +430,6 @@ def _stage_facts(
             StageFacts(index=s, rank=rank, layers=layers, devices=placement[rank], wgrad_fraction=wgrad)
         )
     return out
-
-
-def _buckets(profile: ModelProfile, layers: range, bucket_bytes: float) -> list[tuple[float, float]]:
-    """(bytes, fraction of the backward after which the bucket's gradients exist), in order.
-
-    The backward runs from the stage's last layer down; a bucket closes once it holds at least
-    ``bucket_bytes`` (PyTorch DDP's rule).
-    """
-    items = profile.layers
-    total_bwd = sum(items[i].bwd_time_s for i in layers)
-    buckets: list[tuple[float, float]] = []
-    size = 0.0
-    done = 0.0
-    for i in reversed(layers):
-        size += items[i].parameter_bytes
-        done += items[i].bwd_time_s
-        if size >= bucket_bytes:
-            buckets.append((size, done / total_bwd if total_bwd > 0 else 1.0))
-            size = 0.0
-    if size > 0 or not buckets:
-        buckets.append((size, 1.0))
-    return buckets
 
 
 def _name(value: object) -> str:
@@ -540,55 +517,9 @@ def lower(
     )
     tp_pass = TpLowering(plan, profile, cluster, free_links=opts.free_links)
     tp = tp_pass if tp_pass.active else None
-    collectives: list[Collective] = []
-    marks: dict[int, tuple[tuple[float, int], ...]] = {}
-    bucketed = opts.allreduce_overlap == "bucketed"
-    for stage in stages:
-        group = tp.dp_group(stage.index, stage.devices) if tp is not None else stage.devices
-        if len(group) < 2:
-            continue
-        group = group if group != stage.devices else ()
-        scale = 1.0
-        if tp is not None:  # TP shards and sharded traffic (all-reduce equivalent bytes)
-            whole = float(sum(profile.layers[i].parameter_bytes for i in stage.layers))
-            scale = tp.dp_bytes(stage.index) / whole if whole > 0 else 1.0
-        if bucketed:
-            stage_marks = []
-            for k, (nbytes, fraction) in enumerate(_buckets(profile, stage.layers, opts.bucket_bytes)):
-                nbytes *= scale
-                index = len(collectives)
-                collectives.append(
-                    Collective(
-                        index=index,
-                        stage=stage.index,
-                        bucket=k,
-                        nbytes=nbytes,
-                        members=stage.devices,
-                        algorithm=_name(plan.allreduce),
-                        after=index - 1 if k else None,
-                        after_drain=False,
-                        group=group,
-                    )
-                )
-                stage_marks.append((fraction, index))
-            marks[stage.index] = tuple(stage_marks)
-        else:
-            nbytes = float(sum(profile.layers[i].parameter_bytes for i in stage.layers))
-            if tp is not None:
-                nbytes = tp.dp_bytes(stage.index)
-            collectives.append(
-                Collective(
-                    index=len(collectives),
-                    stage=stage.index,
-                    bucket=0,
-                    nbytes=nbytes,
-                    members=stage.devices,
-                    algorithm=_name(plan.allreduce),
-                    after=None,
-                    after_drain=opts.allreduce_overlap == "end",
-                    group=group,
-                )
-            )
+    collectives, marks, zero = data_parallel_collectives(
+        plan, profile, stages, stream, tp, opts, cluster, zero_prefetch=options.zero_prefetch
+    )
     device_layers: dict[int, list[int]] = {}
     for stage in stages:
         for device in stage.devices:
@@ -613,4 +544,5 @@ def lower(
         opts=opts,
         bucket_marks=marks,
         tp=tp,
+        zero=zero,
     )

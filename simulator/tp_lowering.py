@@ -23,16 +23,16 @@ scatter-gather of Megatron-LM, or the sequence shard under SP); the ``t`` transf
 disjoint routes in parallel (one NIC per GPU), so the stream carries one of them, ``1/t`` of the
 bytes (between stages of different degrees, ``1/min``).
 
-The data-parallel gradient collective runs among the groups' first devices (each TP rank's DP
-group is alike and runs on its own rails), with the per-device parameter bytes under TP times
-:func:`~pipesim.profiles.costmodels.sharding.dp_traffic_factor` (1.5 for ZeRO-3).
+The data-parallel collectives run among the groups' first devices (each TP rank's DP group is
+alike and runs on its own rails) over :meth:`TpLowering.parameter_bytes` (the TP shard); ZeRO's
+are lowered by :mod:`pipesim.simulator.zero_lowering`.
 
 Context parallelism ``c`` (:mod:`~pipesim.profiles.costmodels.context_parallel`): a replica is
 ``t x c`` devices, ``c`` TP groups that split the sequence; the stream runs on the first TP
 group's first device and the others mirror it. Compute and TP collectives are those of
 ``s / c`` tokens, each block's ring exchange (timed on the slowest hop of the first TP rank's
 CP ring, :meth:`TpLowering.cp_ring`) is added exposed beyond the attention it hides behind, and
-activations are divided by ``c``. The gradient collective joins the ``c`` CP ranks of every
+activations are divided by ``c``. The gradient collectives join the ``c`` CP ranks of every
 replica (Megatron-LM reduces over data x context parallel ranks, :meth:`TpLowering.dp_group`),
 and sharded state is split over them.
 """
@@ -52,7 +52,7 @@ from pipesim.profiles.costmodels.context_parallel import (
     stage_cp_times,
 )
 from pipesim.profiles.costmodels.memory import Recompute
-from pipesim.profiles.costmodels.sharding import dp_traffic_factor, sharded_memory_multiplier
+from pipesim.profiles.costmodels.sharding import sharded_memory_multiplier
 from pipesim.profiles.costmodels.tensor_parallel import (
     TpCollective,
     check_tensor_parallel,
@@ -178,6 +178,11 @@ class TpLowering:
         layers = self.profile.layers[spec.first_layer : spec.last_layer + 1]
         return sum(tp_parameter_bytes(layer, spec.tensor_parallel, self.elem_bytes) for layer in layers)
 
+    def layer_parameter_bytes(self, layer: int, stage: int) -> float:
+        """Parameter bytes of ``layer`` on one device of one of ``stage``'s TP groups."""
+        t = self.plan.stages[stage].tensor_parallel
+        return tp_parameter_bytes(self.profile.layers[layer], t, self.elem_bytes)
+
     def memory_multiplier(self, stage: int) -> float:
         """Static bytes per parameter byte of ``stage`` on one device
         (:func:`~pipesim.profiles.costmodels.sharding.sharded_memory_multiplier`, sharded over
@@ -191,11 +196,6 @@ class TpLowering:
         """Weights + gradients + optimizer state of ``stage`` on one device, bytes (TP shards and
         :meth:`memory_multiplier`)."""
         return self.parameter_bytes(stage) * self.memory_multiplier(stage)
-
-    def dp_bytes(self, stage: int) -> float:
-        """Bytes each member contributes to ``stage``'s data-parallel gradient collective (the
-        all-reduce equivalent: ZeRO-3 moves 1.5x)."""
-        return self.parameter_bytes(stage) * dp_traffic_factor(self.plan.stages[stage].sharding)
 
     def compute_parts(
         self, op: Op, s: int, samples: int, replica: int, fwd: float, bwd: float, wf: float, rec: float = 0.0

@@ -18,7 +18,9 @@ zero3          (1 + 1 + K) / d                        all-gather (fwd) + all-gat
 distributed    1 + 2 + K / d   (fp32 main gradients)  reduce-scatter + all-gather: 2 (d-1)/d P
 =============  =====================================  ==========================================
 
-(ZeRO paper, Sec. 5.1 and 7.2: ZeRO-1/2 keep the all-reduce's volume, ZeRO-3 moves 1.5x.)
+(ZeRO paper, Sec. 5.1 and 7.2: ZeRO-1/2 keep the all-reduce's volume, ZeRO-3 moves 1.5x; the
+table counts one micro-batch: ZeRO-2 and ZeRO-3 keep no full gradient buffer to accumulate
+into, so they reduce-scatter, and ZeRO-3 gathers, every micro-batch, as DeepSpeed and FSDP do.)
 ``distributed`` is Megatron-LM's distributed optimizer, which keeps fp32 main gradients (4
 bytes per bf16 parameter: 2 per parameter byte) and shards the 12 bytes of fp32 state:
 ``6 + 12 / d`` bytes per parameter, the figure of ``num_bytes_per_parameter`` in Megatron-LM's
@@ -28,12 +30,36 @@ training dtype the main gradients are the gradients (1 per parameter byte).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from enum import Enum
 
 from pipesim.errors import check_count, parse_name
+from pipesim.profiles.costmodels.collective import AllReduceAlgorithm, AllReduceCurves, eval_lines
 from pipesim.profiles.costmodels.memory import OPTIMIZER_STATE_MULTIPLIER, Optimizer
 
-__all__ = ["SHARDINGS", "Sharding", "dp_traffic_factor", "sharded_memory_multiplier"]
+__all__ = [
+    "MAX_ZERO_UNITS",
+    "SHARDINGS",
+    "CollectiveKind",
+    "Sharding",
+    "gated_time_s",
+    "half_algorithm",
+    "half_time_s",
+    "reduce_tail_s",
+    "sharded_memory_multiplier",
+    "zero3_op_times_s",
+    "zero_units",
+]
+
+MAX_ZERO_UNITS = 8
+"""The most units a stage's layers are grouped into for ZeRO's per-unit collectives (FSDP's
+wrapped units, DeepSpeed's prefetch buckets): a bound that keeps a program's collectives
+proportional to stages x micro-batches, not to layers."""
+
+DEFAULT_PREFETCH_DEPTH = 1
+"""Units gathered ahead of the one in use: FSDP's ``backward_prefetch=BACKWARD_PRE`` and
+``forward_prefetch`` issue the next unit's all-gather (one ahead); DeepSpeed's
+``stage3_prefetch_bucket_size`` bounds its look-ahead likewise."""
 
 
 class Sharding(str, Enum):
@@ -95,12 +121,158 @@ def sharded_memory_multiplier(
     return 1.0 + main_grads + k / d
 
 
-def dp_traffic_factor(sharding: str | Sharding) -> float:
-    """Data-parallel bytes moved per iteration relative to a gradient all-reduce (module table):
-    1 for none, ZeRO-1/2 and the distributed optimizer (a reduce-scatter and an all-gather are
-    an all-reduce's two halves), 1.5 for ZeRO-3 (parameters gathered in forward and backward).
+class CollectiveKind(str, Enum):
+    """What a data-parallel collective does to a buffer of ``S`` bytes per member.
+
+    Per member in ring terms (nccl-tests ``doc/PERFORMANCE.md``, commit a0b82b2260cf: an
+    all-reduce's bus bandwidth is ``algbw x 2 (n - 1)/n``, an all-gather's and a
+    reduce-scatter's ``algbw x (n - 1)/n``, ``S`` the whole array): an all-reduce sends
+    ``2 (n - 1)/n S``, a reduce-scatter (the all-reduce's first half) and an all-gather (its
+    second half) ``(n - 1)/n S`` each.
+    """
+
+    ALL_REDUCE = "all-reduce"
+    REDUCE_SCATTER = "reduce-scatter"
+    ALL_GATHER = "all-gather"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+def half_algorithm(
+    curves: AllReduceCurves, nbytes: float, algorithm: str | AllReduceAlgorithm
+) -> AllReduceAlgorithm:
+    """The algorithm a reduce-scatter or all-gather of ``nbytes`` runs when ``algorithm`` is
+    asked for: ``ring`` or ``hierarchical`` (its intra-server and inter-server halves); NCCL
+    runs these collectives on rings (no tree), so ``tree`` and ``nvls`` mean ``ring``;
+    ``auto`` takes the faster of ring and hierarchical (even servers only), ties to ring.
 
     Raises:
-        UnknownNameError: unknown sharding.
+        UnknownNameError: unknown algorithm.
     """
-    return 1.5 if Sharding.parse(sharding) is Sharding.ZERO3 else 1.0
+    algo = AllReduceAlgorithm.parse(algorithm)
+    if algo is AllReduceAlgorithm.HIERARCHICAL:
+        return curves.algorithm_for(nbytes, algo)
+    if (
+        algo is AllReduceAlgorithm.AUTO
+        and curves.hierarchical is not None
+        and curves.even
+        and eval_lines(curves.hierarchical, nbytes) < eval_lines(curves.ring, nbytes)
+    ):
+        return AllReduceAlgorithm.HIERARCHICAL
+    return AllReduceAlgorithm.RING
+
+
+def half_time_s(curves: AllReduceCurves, nbytes: float, algorithm: str | AllReduceAlgorithm) -> float:
+    """Time of a reduce-scatter or an all-gather of a buffer of ``nbytes`` per member, seconds:
+    half the all-reduce of :func:`half_algorithm` (``n - 1`` of the ring's ``2 (n - 1)`` steps;
+    hierarchical: ``g - 1`` intra-server and ``k - 1`` inter-server steps).
+
+    Raises:
+        UnknownNameError: unknown algorithm.
+    """
+    return curves.time_s(nbytes, half_algorithm(curves, nbytes, algorithm)) / 2.0
+
+
+def zero_units(parameter_bytes: Sequence[float], max_units: int = MAX_ZERO_UNITS) -> tuple[range, ...]:
+    """The units (consecutive layer positions) a stage's layers are grouped into: at most
+    ``max_units``, each closed once it holds ``1 / max_units`` of the stage's parameter bytes
+    (layers without parameters join the unit being filled), so units are near-equal in bytes.
+
+    Args:
+        parameter_bytes: the stage's layers' parameter bytes on one device, in layer order.
+        max_units: the most units (>= 1).
+
+    Returns:
+        Ranges of positions in ``parameter_bytes`` covering it in order (one empty-stage unit
+        for no layers).
+
+    Raises:
+        InputError: ``max_units < 1``.
+    """
+    limit = check_count("max_units", max_units)
+    n = len(parameter_bytes)
+    total = float(sum(parameter_bytes))
+    if n == 0:
+        return (range(0, 0),)
+    target = total / limit
+    units: list[range] = []
+    start, size = 0, 0.0
+    for i, nbytes in enumerate(parameter_bytes):
+        size += nbytes
+        if size >= target and size > 0 and len(units) < limit - 1 and i < n - 1:
+            units.append(range(start, i + 1))
+            start, size = i + 1, 0.0
+    if units and size == 0:  # a tail without parameters joins the unit before it
+        start = units.pop().start
+    units.append(range(start, n))
+    return tuple(units)
+
+
+def gated_time_s(compute_s: Sequence[float], comm_s: Sequence[float], depth: int, lead_s: float) -> float:
+    """Time of one op whose units each wait for their own collective (ZeRO-3's gathers), seconds.
+
+    Unit ``j`` computes for ``compute_s[j]`` once its collective (``comm_s[j]``) has ended; the
+    collectives run one after another on their own stream, collective ``j`` issued when unit
+    ``j - depth`` starts, the first ``depth`` ones ``lead_s`` before the op (issued during the
+    op before it). Unit ``j`` thus exposes ``max(0, comm - compute it overlaps)``; with
+    ``depth = 1``: ``sum_j max(compute_s[j - 1], comm_s[j])`` after the first unit.
+
+    Raises:
+        InputError: ``depth < 1``.
+    """
+    k = check_count("depth", depth)
+    starts: list[float] = []
+    t = 0.0
+    comm_end = -lead_s
+    for j, (compute, comm) in enumerate(zip(compute_s, comm_s, strict=True)):
+        issued = starts[j - k] if j >= k else -lead_s
+        comm_end = max(issued, comm_end) + comm
+        start = max(t, comm_end)
+        starts.append(start)
+        t = start + compute
+    return t
+
+
+def reduce_tail_s(backward_units_s: Sequence[float], scatter_s: Sequence[float]) -> float:
+    """How long the reduce-scatters of a backward's units outlast it, seconds: unit ``j``'s
+    (``scatter_s[j]``, in the order the units run) is issued when the unit ends and they run one
+    after another on their own stream.
+    """
+    t = reduce_end = 0.0
+    for compute, scatter in zip(backward_units_s, scatter_s, strict=True):
+        t += compute
+        reduce_end = max(reduce_end, t) + scatter
+    return max(0.0, reduce_end - t)
+
+
+def zero3_op_times_s(
+    fwd_units_s: Sequence[float],
+    bwd_units_s: Sequence[float],
+    gather_s: Sequence[float],
+    scatter_s: Sequence[float],
+    depth: int = DEFAULT_PREFETCH_DEPTH,
+) -> tuple[float, float, float, float]:
+    """ZeRO-3's forward and backward of one stage and micro-batch with their gathers, seconds
+    (:func:`gated_time_s`), for units in layer order (the backward runs them in reverse).
+
+    In the steady state the op's first gathers are issued during the op before (in 1F1B a
+    forward follows a backward, whose last unit is unit 0, and the other way round). In the
+    backward a unit's gather shares the links with the previous unit's reduce-scatter, so it is
+    charged ``gather + scatter``.
+
+    Returns:
+        ``(forward s, backward s, the first op's extra s, the last backward's reduce tail s)``:
+        the iteration's first forward cannot prefetch (its extra is what the steady state hid);
+        the last backward's reduce-scatters outlast it by the tail (:func:`reduce_tail_s`).
+
+    Raises:
+        InputError: ``depth < 1``.
+    """
+    fwd = gated_time_s(fwd_units_s, gather_s, depth, bwd_units_s[0])
+    first = gated_time_s(fwd_units_s, gather_s, depth, 0.0) - fwd
+    back = list(reversed(bwd_units_s))
+    comm = [g + r for g, r in zip(reversed(gather_s), reversed(scatter_s), strict=True)]
+    bwd = gated_time_s(back, comm, depth, fwd_units_s[-1])
+    tail = reduce_tail_s(back, list(reversed(scatter_s)))
+    return fwd, bwd, first, tail

@@ -1,0 +1,279 @@
+"""The data-parallel collectives of a program: gradient all-reduces (whole or in buckets) and
+ZeRO's reduce-scatters and all-gathers (:mod:`pipesim.simulator.zero_lowering`).
+
+For each stage with more than one replica, :func:`data_parallel_collectives` gives, by its
+``sharding``:
+
+* ``none``: one gradient all-reduce after its last backward (``allreduce_overlap``:
+  ``after_backward``, after the drain with ``end``, or one per gradient bucket with
+  ``bucketed``, marked on the last backward as PyTorch DDP's buckets fill);
+* ``zero1`` and ``distributed``: the same, as reduce-scatters, then one all-gather of the updated
+  parameters after the optimizer step;
+* ``zero2`` and ``zero3``: per unit and micro-batch (:class:`ZeroLowering`), and for ``zero2``
+  the all-gather after the optimizer step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from pipesim.plan import Plan
+from pipesim.profiles.costmodels.collective import AllReduceAlgorithm, AllReduceCurves, allreduce_curves
+from pipesim.profiles.costmodels.sharding import CollectiveKind, Sharding, half_algorithm
+from pipesim.profiles.hardware.cluster import Cluster
+from pipesim.profiles.models.profile import ModelProfile
+from pipesim.schedules.schedule import ScheduleStream
+from pipesim.simulator.stage_costs import CostOptions, StageFacts
+from pipesim.simulator.tp_lowering import TpLowering
+from pipesim.simulator.zero_lowering import ZeroLowering
+
+__all__ = ["Collective", "data_parallel_collectives"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Collective:
+    """One data-parallel collective among a stage's replicas: a gradient all-reduce, or one of
+    ZeRO's reduce-scatters and all-gathers.
+
+    Attributes:
+        index: its index in :attr:`Program.collectives`.
+        stage: the stage whose gradients it reduces.
+        bucket: the bucket index within the stage (0 when not bucketed).
+        nbytes: bytes each member contributes.
+        members: the devices, in ring order, whose streams post readiness.
+        algorithm: ``ring``, ``hierarchical`` or ``auto``.
+        after: the collective that must end first (the stage's previous bucket), or ``None``.
+        after_drain: wait until every compute stream has finished.
+        kind: ``all-reduce``, ``reduce-scatter`` or ``all-gather``
+            (:class:`~pipesim.profiles.costmodels.sharding.CollectiveKind`); ``nbytes`` is the
+            whole buffer either way.
+        posted: whether members post it (``False``: it starts once ``after`` has ended, as the
+            parameter all-gather after ZeRO-1/2's optimizer step).
+        group: the devices it runs among when more than ``members`` (with context parallelism
+            each replica's CP ranks join: their streams are mirrored by ``members``); empty for
+            ``members``.
+    """
+
+    index: int
+    stage: int
+    bucket: int
+    nbytes: float
+    members: tuple[int, ...]
+    algorithm: str
+    after: int | None
+    after_drain: bool
+    kind: str = CollectiveKind.ALL_REDUCE.value
+    posted: bool = True
+    group: tuple[int, ...] = ()
+
+
+Marks = dict[int, tuple[tuple[float, int], ...]]
+"""stage -> ``(fraction, collective)`` marks on its last backward (bucketed all-reduce)."""
+
+
+def data_parallel_collectives(
+    plan: Plan,
+    profile: ModelProfile,
+    stages: list[StageFacts],
+    stream: ScheduleStream,
+    tp: TpLowering | None,
+    opts: CostOptions,
+    cluster: Cluster,
+    *,
+    zero_prefetch: int,
+) -> tuple[list[Collective], Marks, ZeroLowering | None]:
+    """Every data-parallel collective of a program (module docstring), the bucket marks on the
+    stages' last backwards, and the ZeRO pass (``None`` without ZeRO-2/3).
+
+    Args:
+        plan: the plan.
+        profile: the model's layers.
+        stages: the program's stage facts.
+        stream: the schedule (ZeRO's per-unit collectives follow each rank's compute order).
+        tp: the TP and sharding pass (``None`` without TP or sharding).
+        opts: the lowering's options (all-reduce overlap, bucket size, free links).
+        cluster: the cluster (a reduce-scatter's or all-gather's algorithm is resolved here, by
+            :func:`~pipesim.profiles.costmodels.sharding.half_algorithm` on its routes, as the
+            simulator's ``auto`` would, once per group instead of once per collective).
+        zero_prefetch: ZeRO-3's gather look-ahead, units.
+    """
+    collectives: list[Collective] = []
+    marks: dict[int, tuple[tuple[float, int], ...]] = {}
+    bucketed = opts.allreduce_overlap == "bucketed"
+    zero = None
+    if tp is not None and any(s.sharding in (Sharding.ZERO2, Sharding.ZERO3) for s in plan.stages):
+        zero = ZeroLowering(plan, profile, stages, tp.layer_parameter_bytes, zero_prefetch)
+    # with context parallelism the collectives join every replica's CP ranks (TpLowering.dp_group)
+    groups = {
+        st.index: _wider(tp.dp_group(st.index, st.devices), st.devices) if tp is not None else ()
+        for st in stages
+    }
+    for stage in stages:
+        if len(groups[stage.index] or stage.devices) < 2 or (zero is not None and zero.per_unit(stage.index)):
+            continue
+        sharded = plan.stages[stage.index].sharding is not Sharding.NONE
+        kind = (CollectiveKind.REDUCE_SCATTER if sharded else CollectiveKind.ALL_REDUCE).value
+        scale = 1.0
+        if tp is not None:  # TP shards
+            whole = float(sum(profile.layers[i].parameter_bytes for i in stage.layers))
+            scale = tp.parameter_bytes(stage.index) / whole if whole > 0 else 1.0
+        if bucketed:
+            stage_marks = []
+            for k, (nbytes, fraction) in enumerate(_buckets(profile, stage.layers, opts.bucket_bytes)):
+                nbytes *= scale
+                index = len(collectives)
+                collectives.append(
+                    Collective(
+                        index=index,
+                        stage=stage.index,
+                        bucket=k,
+                        nbytes=nbytes,
+                        members=stage.devices,
+                        algorithm=_name(plan.allreduce),
+                        after=index - 1 if k else None,
+                        after_drain=False,
+                        kind=kind,
+                        group=groups[stage.index],
+                    )
+                )
+                stage_marks.append((fraction, index))
+            marks[stage.index] = tuple(stage_marks)
+        else:
+            nbytes = float(sum(profile.layers[i].parameter_bytes for i in stage.layers))
+            if tp is not None:
+                nbytes = tp.parameter_bytes(stage.index)
+            collectives.append(
+                Collective(
+                    index=len(collectives),
+                    stage=stage.index,
+                    bucket=0,
+                    nbytes=nbytes,
+                    members=stage.devices,
+                    algorithm=_name(plan.allreduce),
+                    after=None,
+                    after_drain=opts.allreduce_overlap == "end",
+                    kind=kind,
+                    group=groups[stage.index],
+                )
+            )
+        if sharded and tp is not None:  # ZeRO-1, distributed optimizer: gather the updated shards
+            _post_step_gather(
+                collectives, stage, tp.parameter_bytes(stage.index), _name(plan.allreduce),
+                group=groups[stage.index],
+            )
+    if zero is not None:
+        algorithm = _name(plan.allreduce)
+
+        def add(
+            s: int, unit: int, kind: CollectiveKind, nbytes: float, members: tuple[int, ...],
+            after: int | None,
+        ) -> int:
+            index = len(collectives)
+            collectives.append(
+                Collective(index=index, stage=s, bucket=unit, nbytes=nbytes, members=members,
+                           algorithm=algorithm, after=after, after_drain=False, kind=kind.value,
+                           group=groups[s] if members == stages[s].devices else ())
+            )
+            return index
+
+        for rank in range(stream.num_ranks):
+            zero.build(rank, stream.row(rank), add)
+        for stage in stages:
+            if zero.per_unit(stage.index) and plan.stages[stage.index].sharding is Sharding.ZERO2:
+                assert tp is not None
+                _post_step_gather(collectives, stage, tp.parameter_bytes(stage.index), algorithm,
+                                  after=zero.last_scatter.get(stage.index), group=groups[stage.index])
+    if any(c.kind != CollectiveKind.ALL_REDUCE.value for c in collectives):
+        resolve = _HalfAlgorithms(cluster, free_links=opts.free_links)
+        collectives = [
+            c if c.kind == CollectiveKind.ALL_REDUCE.value
+            else replace(c, algorithm=resolve(c.group or c.members, c.nbytes, c.algorithm))
+            for c in collectives
+        ]
+    return collectives, marks, zero
+
+
+class _HalfAlgorithms:
+    """The algorithm a reduce-scatter or all-gather runs (``ring`` or ``hierarchical``),
+    from all-reduce curves cached per group."""
+
+    def __init__(self, cluster: Cluster, *, free_links: bool) -> None:
+        self._cluster = cluster
+        self._free = free_links
+        self._bw = cluster.links.bandwidths_bytes_per_s()
+        self._lat = cluster.links.latencies_s()
+        self._curves: dict[tuple[int, ...], AllReduceCurves] = {}
+
+    def __call__(self, members: tuple[int, ...], nbytes: float, algorithm: str) -> str:
+        algo = AllReduceAlgorithm.parse(algorithm)
+        chosen = algo in (AllReduceAlgorithm.AUTO, AllReduceAlgorithm.HIERARCHICAL)
+        if self._free or len(members) <= 1 or not chosen:
+            return AllReduceAlgorithm.RING.value
+        curves = self._curves.get(members)
+        if curves is None:
+            c = self._cluster
+            curves = self._curves[members] = allreduce_curves(
+                members, c.route, self._bw.__getitem__, self._lat.__getitem__, server_of=c.server_of
+            )
+        return half_algorithm(curves, nbytes, algo).value
+
+
+def _buckets(profile: ModelProfile, layers: range, bucket_bytes: float) -> list[tuple[float, float]]:
+    """(bytes, fraction of the backward after which the bucket's gradients exist), in order.
+
+    The backward runs from the stage's last layer down; a bucket closes once it holds at least
+    ``bucket_bytes`` (PyTorch DDP's rule).
+    """
+    items = profile.layers
+    total_bwd = sum(items[i].bwd_time_s for i in layers)
+    buckets: list[tuple[float, float]] = []
+    size = 0.0
+    done = 0.0
+    for i in reversed(layers):
+        size += items[i].parameter_bytes
+        done += items[i].bwd_time_s
+        if size >= bucket_bytes:
+            buckets.append((size, done / total_bwd if total_bwd > 0 else 1.0))
+            size = 0.0
+    if size > 0 or not buckets:
+        buckets.append((size, 1.0))
+    return buckets
+
+
+def _name(value: object) -> str:
+    return str(getattr(value, "value", value))
+
+
+def _wider(group: tuple[int, ...], devices: tuple[int, ...]) -> tuple[int, ...]:
+    """``group`` where it has more devices than ``devices``, else ``()`` (the members alone)."""
+    return group if group != devices else ()
+
+
+def _post_step_gather(
+    collectives: list[Collective],
+    stage: StageFacts,
+    nbytes: float,
+    algorithm: str,
+    after: int | None = None,
+    group: tuple[int, ...] = (),
+) -> None:
+    """Append the all-gather of a stage's updated parameter shards after the optimizer step of
+    ZeRO-1/2 and the distributed optimizer: it starts once the stage's last reduce-scatter (the
+    last collective so far, unless ``after`` says) has ended. (The optimizer step itself is not
+    an instruction here: an integrator that adds one orders this gather after it.)"""
+    index = len(collectives)
+    collectives.append(
+        Collective(
+            index=index,
+            stage=stage.index,
+            bucket=0,
+            nbytes=nbytes,
+            members=stage.devices,
+            algorithm=algorithm,
+            after=index - 1 if after is None else after,
+            after_drain=False,
+            kind=CollectiveKind.ALL_GATHER.value,
+            posted=False,
+            group=group,
+        )
+    )

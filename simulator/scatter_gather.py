@@ -1,0 +1,202 @@
+"""Reduce-scatter and all-gather among a stage's replicas (ZeRO's collectives), from real transfers.
+
+They are the all-reduce's two halves on the same rings (nccl-tests ``doc/PERFORMANCE.md``, commit
+a0b82b2260cf: an all-gather's or reduce-scatter's bus bandwidth is ``algbw x (n - 1)/n``, an
+all-reduce's ``algbw x 2 (n - 1)/n``, ``S`` the whole array), made of
+:meth:`~pipesim.simulator.network.Network.transfer` calls as in
+:mod:`pipesim.simulator.collectives`:
+
+* **ring**: ``n - 1`` steps of ``S / n`` bytes (several rings over a direct-link mesh, each
+  carrying its share);
+* **hierarchical**: the reduce-scatter's ``g - 1`` intra-server ring steps of ``S / g``, then
+  ``k - 1`` inter-server steps of ``S / (g k)`` on the ``g`` rings (one per local rank); the
+  all-gather the same in reverse order. Uneven servers: the ring ordered by server.
+
+NCCL runs these collectives on rings, so ``tree`` and ``nvls`` mean the ring and ``auto`` takes
+the faster of ring and hierarchical
+(:func:`pipesim.profiles.costmodels.sharding.half_algorithm`, the planner's rule too).
+Uncontended, each takes half the time of its all-reduce.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import simpy
+
+from pipesim.errors import check_nonneg, invalid
+from pipesim.profiles.costmodels import collective as collective_cost
+from pipesim.profiles.costmodels.collective import AllReduceAlgorithm
+from pipesim.profiles.costmodels.sharding import CollectiveKind, half_algorithm
+from pipesim.simulator.collectives import (
+    Process,
+    Route,
+    ServerOf,
+    _check_members,
+    _curves,
+    _hierarchy,
+    _Intra,
+    _is_even,
+    _ring_routes,
+    _ring_steps,
+    _server_steps,
+    allreduce,
+)
+from pipesim.simulator.network import Network
+
+__all__ = ["CollectiveKind", "all_gather", "choose_half_algorithm", "collective", "reduce_scatter"]
+
+
+def reduce_scatter(
+    env: simpy.Environment,
+    network: Network,
+    members: Sequence[int],
+    nbytes: float,
+    route: Route,
+    *,
+    server_of: ServerOf | None = None,
+    algorithm: str | AllReduceAlgorithm = AllReduceAlgorithm.AUTO,
+    tag: object = None,
+) -> Process:
+    """Reduce-scatter of a buffer of ``nbytes`` per member among ``members`` (module docstring):
+    each member ends with its reduced ``1 / n`` share.
+
+    Args:
+        env, network, members, nbytes, route, server_of, algorithm, tag: as in :func:`allreduce`.
+
+    Raises:
+        UnknownNameError: unknown algorithm.
+        InputError: bad members or bytes, or ``hierarchical`` without ``server_of``.
+    """
+    return _half(env, network, members, nbytes, route, server_of, algorithm, tag, gather=False)
+
+
+def all_gather(
+    env: simpy.Environment,
+    network: Network,
+    members: Sequence[int],
+    nbytes: float,
+    route: Route,
+    *,
+    server_of: ServerOf | None = None,
+    algorithm: str | AllReduceAlgorithm = AllReduceAlgorithm.AUTO,
+    tag: object = None,
+) -> Process:
+    """All-gather into a buffer of ``nbytes`` per member (each member holds ``1 / n`` of it)
+    among ``members`` (module docstring).
+
+    Args:
+        env, network, members, nbytes, route, server_of, algorithm, tag: as in :func:`allreduce`.
+
+    Raises:
+        UnknownNameError: unknown algorithm.
+        InputError: bad members or bytes, or ``hierarchical`` without ``server_of``.
+    """
+    return _half(env, network, members, nbytes, route, server_of, algorithm, tag, gather=True)
+
+
+def collective(
+    env: simpy.Environment,
+    network: Network,
+    kind: str | CollectiveKind,
+    members: Sequence[int],
+    nbytes: float,
+    route: Route,
+    *,
+    server_of: ServerOf | None = None,
+    algorithm: str | AllReduceAlgorithm = AllReduceAlgorithm.AUTO,
+    tag: object = None,
+) -> Process:
+    """The collective of ``kind`` (:class:`CollectiveKind`): :func:`allreduce`,
+    :func:`reduce_scatter` or :func:`all_gather`.
+
+    Raises:
+        UnknownNameError: unknown kind or algorithm.
+        InputError: bad members or bytes, or ``hierarchical`` without ``server_of``.
+    """
+    what = CollectiveKind(kind) if not isinstance(kind, CollectiveKind) else kind
+    if what is CollectiveKind.ALL_REDUCE:
+        return allreduce(
+            env, network, members, nbytes, route, server_of=server_of, algorithm=algorithm, tag=tag
+        )
+    return _half(env, network, members, nbytes, route, server_of, algorithm, tag,
+                 gather=what is CollectiveKind.ALL_GATHER)
+
+
+def choose_half_algorithm(
+    network: Network,
+    members: Sequence[int],
+    nbytes: float,
+    route: Route,
+    *,
+    server_of: ServerOf | None = None,
+    algorithm: str | AllReduceAlgorithm = AllReduceAlgorithm.AUTO,
+) -> AllReduceAlgorithm:
+    """The algorithm a reduce-scatter or all-gather runs: ``ring`` or ``hierarchical``
+    (:func:`~pipesim.profiles.costmodels.sharding.half_algorithm` on this network's routes).
+
+    Raises:
+        UnknownNameError: unknown algorithm.
+        InputError: bad members or bytes.
+    """
+    algo = AllReduceAlgorithm.parse(algorithm)
+    order = _check_members(members)
+    check_nonneg("nbytes", nbytes)
+    if server_of is None or len(order) <= 1 or network.free_links:
+        return AllReduceAlgorithm.RING
+    if algo not in (AllReduceAlgorithm.AUTO, AllReduceAlgorithm.HIERARCHICAL):
+        return AllReduceAlgorithm.RING
+    return half_algorithm(_curves(network, order, route, server_of), nbytes, algo)
+
+
+def _half(
+    env: simpy.Environment,
+    network: Network,
+    members: Sequence[int],
+    nbytes: float,
+    route: Route,
+    server_of: ServerOf | None,
+    algorithm: str | AllReduceAlgorithm,
+    tag: object,
+    *,
+    gather: bool,
+) -> Process:
+    """A reduce-scatter (``gather`` false) or all-gather: the all-reduce's first or second half."""
+    algo = AllReduceAlgorithm.parse(algorithm)
+    order = _check_members(members)
+    check_nonneg("nbytes", nbytes)
+    if algo is AllReduceAlgorithm.HIERARCHICAL and server_of is None:
+        raise invalid("server_of", None, "is required for the hierarchical all-reduce")
+    n = len(order)
+    if n <= 1:
+        return _ring_steps(env, network, [[]], 0.0, 0, tag)
+    algo = choose_half_algorithm(network, order, nbytes, route, server_of=server_of, algorithm=algo)
+    if algo is AllReduceAlgorithm.HIERARCHICAL and server_of is not None:
+        groups = collective_cost.group_by_server(order, server_of)
+        if _is_even(groups):
+            intra, inter, k, g = _hierarchy(network, groups, nbytes, route)
+            return _half_body(env, network, intra, inter, nbytes, k, g, tag, gather=gather)
+        order = [m for group in groups for m in group]
+    routes = _ring_routes(network, order, route)
+    return _ring_steps(env, network, routes, nbytes / n / len(routes), n - 1, tag)
+
+
+def _half_body(
+    env: simpy.Environment,
+    network: Network,
+    intra: _Intra,
+    inter: list[list[tuple[int, ...]]],
+    nbytes: float,
+    k: int,
+    g: int,
+    tag: object,
+    *,
+    gather: bool,
+) -> Process:
+    """The hierarchical reduce-scatter (intra-server, then inter-server) or all-gather (reversed)."""
+    phases = ("inter", "intra") if gather else ("intra", "inter")
+    for phase in phases:
+        if phase == "intra" and g > 1:
+            yield from _server_steps(env, network, intra, g - 1, tag)
+        elif phase == "inter" and k > 1:
+            yield from _ring_steps(env, network, inter, nbytes / g / k, k - 1, tag)

@@ -1,0 +1,227 @@
+"""The ZeRO lowering pass: a sharded stage's reduce-scatters and all-gathers as collectives.
+
+A stage whose ``d > 1`` replicas shard the training state
+(:class:`~pipesim.profiles.costmodels.sharding.Sharding`) exchanges, among its replicas' stream
+devices (the TP groups' first devices), per unit of its layers
+(:func:`~pipesim.profiles.costmodels.sharding.zero_units`: at most
+:data:`~pipesim.profiles.costmodels.sharding.MAX_ZERO_UNITS` units of near-equal parameter bytes,
+FSDP's wrapped units):
+
+==============  ===============================================================================
+sharding        collectives (each a real reduce-scatter or all-gather over the DP group's routes)
+==============  ===============================================================================
+zero1,          the gradient reduce-scatter after the stage's last backward (or its buckets, or
+distributed     after the drain: ``allreduce_overlap`` as for the all-reduce it replaces), then
+                the parameter all-gather after the optimizer step (built in ``program.lower``)
+zero2           per micro-batch, each unit's gradient reduce-scatter once the backward (``W``
+                of a split one) has produced it; the parameter all-gather after the optimizer
+                step
+zero3           per micro-batch, each unit's parameter all-gather before its forward and again
+                before its backward (``I`` of a split one), and its gradient reduce-scatter
+                after its backward (``W``); no all-gather after the optimizer step
+==============  ===============================================================================
+
+ZeRO-2 and ZeRO-3 keep no full gradient buffer to accumulate into, so they reduce every
+micro-batch, as DeepSpeed's ``stage_1_and_2.py`` / ``stage3.py`` and FSDP do. Gathers run one
+after another on the device's gather stream and reduce-scatters on its reduce stream (an
+``after`` chain per pipeline rank, in issue order, as FSDP's unshard (all-gather) and
+post-backward (reduce-scatter) streams); both streams' transfers share links max-min fairly
+with the pipeline's sends and every other collective.
+
+ZeRO-3's gathers **gate** the compute: unit ``j`` of an op cannot start before its gather has
+ended (:attr:`Compute.waits <pipesim.simulator.program.Compute>`); gather ``q`` of a rank's
+sequence is issued when gathered unit ``q - depth`` starts (``depth`` = ``SimOptions.zero_prefetch``,
+default 1: FSDP's ``backward_prefetch`` / ``forward_prefetch``, DeepSpeed's prefetch bucket),
+the first ones at the rank's first gathered unit; a unit's reduce-scatter is issued when its
+backward ends (:attr:`Compute.marks`). Within an op, unit boundaries are placed by the layers'
+forward and backward times (the replay of recomputation split over the units by their forward
+times, as per-layer checkpointing replays each layer just before its backward).
+
+Memory: the static part is sharded
+(:func:`~pipesim.profiles.costmodels.sharding.sharded_memory_multiplier`); a ZeRO-3 op also holds
+its gathered units while it runs, at most ``1 + depth`` of them (the one in use and the
+prefetched ones): ``(1 + depth)`` times the largest unit's parameter bytes, allocated at the
+op's start and freed at its end; a backward of ZeRO-2 or ZeRO-3 also holds one unit's
+unreduced gradients.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+
+from pipesim.plan import Plan
+from pipesim.profiles.costmodels.sharding import CollectiveKind, Sharding, zero_units
+from pipesim.profiles.models.profile import ModelProfile
+from pipesim.schedules.action import Op
+from pipesim.schedules.schedule import Step
+from pipesim.simulator.stage_costs import StageFacts
+
+__all__ = ["AddCollective", "OpEvents", "ZeroLowering"]
+
+AddCollective = Callable[[int, int, CollectiveKind, float, tuple[int, ...], "int | None"], int]
+"""``add(stage, bucket, kind, bytes per member, members, after)`` appends one collective to the
+program and returns its index."""
+
+OpEvents = tuple[tuple[tuple[float, int], ...], tuple[tuple[float, int], ...]]
+"""``(marks, waits)`` of one compute op: ``(fraction of the op, collective)`` pairs in order;
+at a fraction the marks (ready for that collective) come before the waits (stall until it ended)."""
+
+_NONE: tuple[tuple[float, int], ...] = ()
+
+
+class ZeroLowering:
+    """The ZeRO-2 / ZeRO-3 per-unit collectives of one plan (see the module docstring).
+
+    Args:
+        plan: the plan.
+        profile: the model's layers (times place unit boundaries inside an op).
+        stages: the program's stage facts.
+        parameter_bytes: ``parameter_bytes(layer, stage)``: bytes of a layer's parameters on one
+            device of the stage (its TP shard).
+        depth: units gathered ahead (>= 1).
+    """
+
+    def __init__(
+        self,
+        plan: Plan,
+        profile: ModelProfile,
+        stages: Sequence[StageFacts],
+        parameter_bytes: Callable[[int, int], float],
+        depth: int,
+    ) -> None:
+        self.depth = depth
+        self.sharding = {st.index: plan.stages[st.index].sharding for st in stages if len(st.devices) > 1}
+        self._stages = stages
+        self.units: dict[int, tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...]]] = {}
+        """stage -> (parameter bytes, forward-time share, backward-time share) per unit."""
+        for s, mode in self.sharding.items():
+            if mode not in (Sharding.ZERO2, Sharding.ZERO3):
+                continue
+            layers = list(stages[s].layers)
+            sizes = [parameter_bytes(i, s) for i in layers]
+            groups = zero_units(sizes)
+            fwd = [sum(profile.layers[layers[k]].fwd_time_s for k in g) for g in groups]
+            bwd = [sum(profile.layers[layers[k]].bwd_time_s for k in g) for g in groups]
+            self.units[s] = (
+                tuple(float(sum(sizes[k] for k in g)) for g in groups),
+                _shares(fwd),
+                _shares(bwd),
+            )
+        # (op, stage, micro-batch) -> collectives per unit, in unit order (0 = the stage's first)
+        self._gathers: dict[tuple[str, int, int], list[int]] = {}
+        self._scatters: dict[tuple[str, int, int], list[int]] = {}
+        # (op, stage, micro-batch) -> position of its unit 0's gather in the rank's sequence
+        self._first: dict[tuple[str, int, int], int] = {}
+        self._sequence: dict[int, list[int]] = {}  # rank -> its gathers in issue order
+        self.last_scatter: dict[int, int] = {}  # stage -> its last reduce-scatter
+
+    @property
+    def gated(self) -> bool:
+        """Whether some compute op waits for a gather (ZeRO-3 with replicas)."""
+        return any(mode is Sharding.ZERO3 for s, mode in self.sharding.items() if s in self.units)
+
+    def per_unit(self, stage: int) -> bool:
+        """Whether ``stage`` gets per-unit, per-micro-batch collectives (ZeRO-2 or ZeRO-3)."""
+        return stage in self.units
+
+    def build(self, rank: int, steps: Iterable[Step], add: AddCollective) -> None:
+        """Add the per-unit collectives of ``rank``'s compute ``steps`` (in order) with ``add``."""
+        gather_prev: int | None = None
+        scatter_prev: int | None = None
+        sequence = self._sequence.setdefault(rank, [])
+        for op, s, mb in steps:
+            units = self.units.get(s)
+            if units is None or mb is None:
+                continue
+            sizes = units[0]
+            members = self._stages[s].devices
+            zero3 = self.sharding[s] is Sharding.ZERO3
+            order = range(len(sizes)) if op is Op.F else range(len(sizes) - 1, -1, -1)
+            if zero3 and op in (Op.F, Op.B, Op.I):
+                found = [0] * len(sizes)
+                self._first[(op.value, s, mb)] = len(sequence)
+                for u in order:
+                    gather_prev = add(s, u, CollectiveKind.ALL_GATHER, sizes[u], members, gather_prev)
+                    found[u] = gather_prev
+                    sequence.append(gather_prev)
+                self._gathers[(op.value, s, mb)] = found
+            if op in (Op.B, Op.W):
+                found = [0] * len(sizes)
+                for u in order:
+                    scatter_prev = add(s, u, CollectiveKind.REDUCE_SCATTER, sizes[u], members, scatter_prev)
+                    found[u] = scatter_prev
+                    self.last_scatter[s] = scatter_prev
+                self._scatters[(op.value, s, mb)] = found
+
+    def events(self, op: str, s: int, mb: int, fwd: float, bwd: float, rec: float, wf: float) -> OpEvents:
+        """The marks and waits of compute op ``op`` of stage ``s`` on micro-batch ``mb`` whose
+        forward, backward and replay take ``fwd``, ``bwd``, ``rec`` seconds (weight-gradient
+        share ``wf``): each unit waits for its gather at its start (first posting the gather
+        ``depth`` ahead), and is ready for its reduce-scatter at its end."""
+        units = self.units.get(s)
+        if units is None:
+            return _NONE, _NONE
+        sizes, fshare, bshare = units
+        n = len(sizes)
+        if op == "F":
+            order = list(range(n))
+            weights = [fshare[u] for u in order]
+        else:
+            order = list(range(n - 1, -1, -1))
+            part = {"B": bwd, "I": bwd * (1.0 - wf), "W": bwd * wf}[op]
+            replay = rec if op in ("B", "I") else 0.0
+            weights = [replay * fshare[u] + part * bshare[u] for u in order]
+        bounds = _bounds(weights)
+        marks: list[tuple[float, int]] = []
+        waits: list[tuple[float, int]] = []
+        gathers = self._gathers.get((op, s, mb))
+        scatters = self._scatters.get((op, s, mb))
+        sequence = self._sequence.get(self._stages[s].rank, [])
+        first = self._first.get((op, s, mb), 0)
+        for k, u in enumerate(order):
+            if gathers is not None:
+                j = first + k  # position of this unit's gather in the rank's sequence
+                # the rank's first gathered unit issues the first depth + 1 gathers
+                for q in range(0 if j == 0 else j + self.depth, j + self.depth + 1):
+                    if q < len(sequence):
+                        marks.append((bounds[k], sequence[q]))
+                waits.append((bounds[k], gathers[u]))
+            if scatters is not None:
+                marks.append((bounds[k + 1], scatters[u]))
+        return tuple(marks), tuple(waits)
+
+    def held_bytes(self, op: str, s: int) -> float:
+        """Bytes a compute op of ``s`` holds while it runs besides its activations: ZeRO-3's
+        gathered units (``1 + depth`` of the largest) and, in a backward, one unit's unreduced
+        gradients (ZeRO-2 and ZeRO-3)."""
+        units = self.units.get(s)
+        if units is None:
+            return 0.0
+        largest = max(units[0])
+        held = 0.0
+        if self.sharding[s] is Sharding.ZERO3 and op in ("F", "B", "I"):
+            held += min(len(units[0]), 1 + self.depth) * largest
+        if op in ("B", "W"):
+            held += largest
+        return held
+
+
+def _shares(times: Sequence[float]) -> tuple[float, ...]:
+    """``times`` as shares of their sum (equal shares when they sum to 0)."""
+    total = sum(times)
+    if total <= 0:
+        return tuple(1.0 / len(times) for _ in times)
+    return tuple(t / total for t in times)
+
+
+def _bounds(weights: Sequence[float]) -> list[float]:
+    """Cumulative fractions ``0, w0/W, (w0+w1)/W, ..., 1`` (equal steps for a zero total)."""
+    total = sum(weights)
+    n = len(weights)
+    out = [0.0]
+    done = 0.0
+    for k, w in enumerate(weights):
+        done += w
+        out.append(done / total if total > 0 else (k + 1) / n)
+    out[-1] = 1.0
+    return out

@@ -1,0 +1,198 @@
+"""ZeRO's reduce-scatters and all-gathers as collectives on their own streams (simulator/zero_lowering.py)."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from pipesim.errors import InputError
+from pipesim.plan import Plan, StagePlan
+from pipesim.profiles.costmodels.sharding import gated_time_s, zero_units
+from pipesim.profiles.hardware.cluster import get_cluster
+from pipesim.profiles.models.profile import ModelProfile
+from pipesim.simulator import SimOptions, simulate
+from pipesim.simulator import engine as engine_module
+from pipesim.simulator.network import Network
+from pipesim.simulator.program import Compute, lower
+from tests.simulator.builders import equal_profile
+
+CLUSTER = get_cluster("dapple-2x8-v100")  # 16 V100s on 2 servers: NVLink inside, 25 GbE between
+SHARDINGS = ("none", "zero1", "zero2", "zero3", "distributed")
+
+
+def _plan(sharding: str, *, replicas: int = 4, m: int = 1, layers: int = 8, allreduce: str = "ring") -> Plan:
+    stage = StagePlan(first_layer=0, last_layer=layers - 1, replicas=replicas, sharding=sharding)
+    return Plan(stages=(stage,), global_batch_size=4 * replicas * m, num_microbatches=m, schedule="1f1b",
+                allreduce=allreduce)
+
+
+@pytest.fixture
+def wire_bytes(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """Bytes of every transfer the engine's network carries (the link records' source)."""
+    moved: list[float] = []
+
+    class Counting(Network):
+        def transfer(self, route, nbytes, **kwargs):  # type: ignore[no-untyped-def]
+            if route:
+                moved.append(nbytes)
+            return super().transfer(route, nbytes, **kwargs)
+
+    monkeypatch.setattr(engine_module, "Network", Counting)
+    return moved
+
+
+@pytest.mark.parametrize("m", [1, 3])
+def test_zero3_moves_three_parameter_copies_per_micro_batch(wire_bytes: list[float], m: int) -> None:
+    """Ring traffic over n members: an all-reduce of P moves 2 (n - 1) P on the wire, a
+    reduce-scatter or an all-gather (n - 1) P. ZeRO-3 gathers before each forward and each
+    backward and reduce-scatters after it: 3 m (n - 1) P, 1.5x the all-reduce for m = 1; ZeRO-1
+    and the distributed optimizer reduce-scatter and gather once: the all-reduce's 2 (n - 1) P;
+    ZeRO-2 reduce-scatters every micro-batch: (m + 1)(n - 1) P."""
+    profile = equal_profile(8)
+    params = float(sum(layer.parameter_bytes for layer in profile.layers))
+    n = 4
+    moved = {}
+    for sharding in SHARDINGS:
+        wire_bytes.clear()
+        simulate(_plan(sharding, m=m), profile, CLUSTER, executor="simpy")
+        moved[sharding] = sum(wire_bytes)
+    assert moved["none"] == 2 * (n - 1) * params
+    assert moved["zero1"] == moved["distributed"] == moved["none"]
+    assert moved["zero2"] == (m + 1) * (n - 1) * params
+    assert moved["zero3"] == 3 * m * (n - 1) * params
+    if m == 1:
+        assert moved["zero3"] == 1.5 * moved["none"]
+
+
+def test_sharding_none_is_unchanged_and_zero1_costs_the_allreduce_halves() -> None:
+    profile = equal_profile(8)
+    none = simulate(_plan("none"), profile, CLUSTER)
+    program = lower(_plan("none"), profile, CLUSTER, SimOptions())
+    assert [c.kind for c in program.collectives] == ["all-reduce"]
+    for sharding in ("zero1", "distributed"):
+        result = simulate(_plan(sharding), profile, CLUSTER)
+        kinds = [c.kind for c in lower(_plan(sharding), profile, CLUSTER, SimOptions()).collectives]
+        assert kinds == ["reduce-scatter", "all-gather"]
+        # a ring's reduce-scatter and all-gather are the all-reduce's n - 1 steps each
+        assert result.iteration_time_s == pytest.approx(none.iteration_time_s, rel=1e-12)
+
+
+def _units(ins: Compute) -> list[float]:
+    """Seconds of each unit of a gated op (between its waits' fractions)."""
+    bounds = [f for f, _ in ins.waits] + [1.0]
+    return [(b - a) * ins.duration_s for a, b in itertools.pairwise(bounds)]
+
+
+def test_zero3_gathers_gate_each_unit_closed_form() -> None:
+    """Without link sharing (``contention=False``), one stage, one micro-batch: the forward's
+    and backward's units run in one sequence, each after its gather; gathers one after another,
+    gather j issued when unit j - 1 starts (prefetch depth 1); reduce-scatters after each
+    backward unit, one after another. The iteration ends with the last reduce-scatter."""
+    # 64 MiB units on one DGX-1's NVLink: a gather (about 3 ms) outlasts a forward unit (1 ms)
+    profile = equal_profile(8, fwd_s=1e-3, bwd_s=4e-3, parameter_bytes=1 << 26)
+    plan = _plan("zero3", replicas=8)
+    opts = SimOptions(contention=False)
+    program = lower(plan, profile, CLUSTER, opts)
+    f, b = [i for i in program.instructions(0) if isinstance(i, Compute)]
+    compute = _units(f) + _units(b)
+    sim = simulate(plan, profile, CLUSTER, opts)
+    unit_bytes = program.collectives[0].nbytes
+    times = {}
+    for kind in ("all-gather", "reduce-scatter"):
+        times[kind] = _alone(kind, program.collectives[0].members, unit_bytes)
+    gathers = [times["all-gather"]] * len(compute)
+    end_compute = gated_time_s(compute, gathers, 1, 0.0)
+    # the reduce-scatters: one per backward unit, issued at its end, one after another
+    starts = _starts(compute, gathers)
+    reduce_end = 0.0
+    for k in range(len(compute) // 2, len(compute)):
+        reduce_end = max(reduce_end, starts[k] + compute[k]) + times["reduce-scatter"]
+    assert sim.iteration_time_s == pytest.approx(max(end_compute, reduce_end), rel=1e-9)
+    assert end_compute > sum(compute) + 2 * gathers[0]  # more than the first gather is exposed
+    device = sim.devices[0]
+    assert device.busy_time_s == pytest.approx(f.duration_s + b.duration_s, rel=1e-12)
+    assert device.comm_wait_time_s == pytest.approx(end_compute - sum(compute), rel=1e-9)  # the stalls
+    assert sim.iteration_time_s > f.duration_s + b.duration_s  # the first gather at least is exposed
+
+
+def _starts(compute: list[float], gathers: list[float]) -> list[float]:
+    starts: list[float] = []
+    t, comm_end = 0.0, 0.0
+    for j, (c, g) in enumerate(zip(compute, gathers, strict=True)):
+        issued = starts[j - 1] if j >= 1 else 0.0
+        comm_end = max(issued, comm_end) + g
+        starts.append(max(t, comm_end))
+        t = starts[-1] + c
+    return starts
+
+
+def _alone(kind: str, members: tuple[int, ...], nbytes: float) -> float:
+    import simpy
+
+    from pipesim.simulator.scatter_gather import collective
+
+    env = simpy.Environment()
+    net = Network(env, CLUSTER.links.bandwidths_bytes_per_s(), CLUSTER.links.latencies_s(), contention=False)
+    env.process(collective(env, net, kind, list(members), nbytes, CLUSTER.route, server_of=CLUSTER.server_of,
+                           algorithm="ring"))
+    env.run()
+    return float(env.now)
+
+
+def test_prefetch_depth_raises_peak_memory_by_one_unit() -> None:
+    profile = equal_profile(8)
+    peaks = {}
+    for depth in (1, 2):
+        result = simulate(_plan("zero3"), profile, CLUSTER, SimOptions(zero_prefetch=depth))
+        peaks[depth] = result.devices[0].peak_memory_bytes
+    assert peaks[2] - peaks[1] == pytest.approx(float(1 << 24), rel=1e-12)  # one 16 MiB unit
+    with pytest.raises(InputError, match="zero_prefetch"):
+        SimOptions(zero_prefetch=0)
+
+
+@pytest.mark.parametrize("sharding", ["zero1", "zero2", "distributed"])
+@pytest.mark.parametrize("overlap", ["after_backward", "end", "bucketed"])
+def test_fast_path_runs_reduce_scatters_and_gathers_as_the_engine(sharding: str, overlap: str) -> None:
+    from tests.simulator.test_fastpath import assert_same
+
+    profile: ModelProfile = equal_profile(8)
+    stages = (
+        StagePlan(first_layer=0, last_layer=3, replicas=2, sharding=sharding),
+        StagePlan(first_layer=4, last_layer=7, replicas=2, sharding=sharding),
+    )
+    plan = Plan(stages=stages, global_batch_size=16, num_microbatches=4, schedule="1f1b")
+    options = SimOptions(contention=False, allreduce_overlap=overlap)
+    assert_same(simulate(plan, profile, CLUSTER, options, executor="fast"),
+                simulate(plan, profile, CLUSTER, options, executor="simpy"))
+
+
+def test_zero3_runs_on_the_engine_only() -> None:
+    profile = equal_profile(8)
+    options = SimOptions(contention=False)
+    with pytest.raises(InputError, match="fast path"):
+        simulate(_plan("zero3"), profile, CLUSTER, options, executor="fast")
+    auto = simulate(_plan("zero3"), profile, CLUSTER, options)
+    ref = simulate(_plan("zero3"), profile, CLUSTER, options, executor="simpy")
+    assert auto.iteration_time_s == ref.iteration_time_s
+
+
+def test_units_are_bounded_and_cover_the_layers() -> None:
+    units = zero_units([1.0] * 96, 8)
+    assert len(units) == 8
+    assert [i for u in units for i in u] == list(range(96))
+    assert zero_units([5.0, 0.0], 8) == (range(0, 2),)
+
+
+def test_zero_collectives_share_the_nics_with_pipeline_sends() -> None:
+    """Replicas on both servers and stages across them: the gathers and reduce-scatters cross the
+    25 GbE NICs that carry the activations, so max-min sharing slows the iteration down."""
+    profile = equal_profile(8, fwd_s=1e-3, bwd_s=2e-3, activation_bytes=1 << 24, parameter_bytes=1 << 22)
+    stages = (
+        StagePlan(first_layer=0, last_layer=3, replicas=2, sharding="zero3", devices=(0, 8)),
+        StagePlan(first_layer=4, last_layer=7, replicas=2, sharding="zero3", devices=(9, 1)),
+    )
+    plan = Plan(stages=stages, global_batch_size=16, num_microbatches=4, schedule="1f1b")
+    shared = simulate(plan, profile, CLUSTER, SimOptions(contention=True)).iteration_time_s
+    alone = simulate(plan, profile, CLUSTER, SimOptions(contention=False)).iteration_time_s
+    assert shared > alone * 1.01
