@@ -60,6 +60,8 @@ class StageCosts:
         allreduce_s: gradient all-reduce among the replicas, seconds (0 for one replica).
         send_fwd_s: the activation transfer to the next stage, seconds (0 for the last stage).
         send_bwd_s: the gradient transfer back from the next stage, seconds (0 for the last).
+        optimizer_s: the optimizer step of one of its devices after the all-reduce, seconds
+            (:func:`~pipesim.profiles.costmodels.optimizer.stage_optimizer_step_s`; 0 when off).
     """
 
     fwd_s: float
@@ -68,6 +70,7 @@ class StageCosts:
     allreduce_s: float
     send_fwd_s: float
     send_bwd_s: float
+    optimizer_s: float = 0.0
 
 
 def largest_microbatch(plan: Plan) -> int:

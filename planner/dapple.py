@@ -266,6 +266,7 @@ def _search_one(
                         if m * (full.fwd[first] + full.bwd[first]) / left >= bound:
                             continue  # the layers left cannot be fast enough on the devices left
                     ar = curves.time_s(pbytes, algo) if curves is not None else 0.0
+                    ar += model.optimizer_step_s(pbytes)  # the update after it (the estimate's tail)
                     head = fwd + mm1 * (fwd + bwd) + bwd
                     head_ar = head + ar
                     fb = fwd + bwd

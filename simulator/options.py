@@ -44,6 +44,10 @@ class SimOptions:
             split into this many equal flows that share links max-min fairly with other streams'
             flows (default 1; 1..64). Matters only where streams share a link under
             ``contention`` (docs/communication.md).
+        optimizer_step: run each device's optimizer step (the weight update, a memory-bound
+            op, :mod:`pipesim.profiles.costmodels.optimizer`) after its gradient collectives, at
+            the end of the iteration (default ``True``); ``False`` ends the iteration at the last
+            backward or gradient collective (closed-form checks; docs/optimizer.md).
     """
 
     free_links: bool = False
@@ -55,6 +59,7 @@ class SimOptions:
     bucket_bytes: float = 25 * 1024**2
     record_trace: bool = True
     p2p_channels: int = 1
+    optimizer_step: bool = True
 
     def __post_init__(self) -> None:
         for device, factor in self.speed_factors.items():
@@ -78,6 +83,8 @@ class SimOptions:
             or not 1 <= channels <= MAX_P2P_CHANNELS
         ):
             raise invalid("p2p_channels", channels, f"must be an integer from 1 to {MAX_P2P_CHANNELS}")
+        if not isinstance(self.optimizer_step, bool):
+            raise invalid("optimizer_step", self.optimizer_step, "must be True or False")
 
     def jitter_for(self, op: str) -> float:
         """The coefficient of variation for op ``"F"``, ``"B"``, ``"I"`` or ``"W"``."""
