@@ -104,6 +104,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "transfer is split over them; default 1; docs/communication.md)",
     )
     p.add_argument(
+        "--optimizer-step",
+        default="on",
+        choices=("on", "off"),
+        help="run each device's optimizer step (the memory-bound weight update) after its gradient "
+        "collectives (default on; off ends the iteration at the last backward or collective; "
+        "docs/optimizer.md)",
+    )
+    p.add_argument(
         "--jitter",
         type=jitter_float,
         default=0.0,
@@ -276,6 +284,7 @@ def _run(args: argparse.Namespace) -> int:
         allreduce_overlap=args.allreduce_overlap,
         speed_factors=speeds,
         p2p_channels=args.p2p_channels,
+        optimizer_step=args.optimizer_step == "on",
     )
     with Status(f"simulating {profile.name} on {cluster.name} ({plan.num_microbatches} micro-batches)"):
         result = simulate(plan, profile, cluster, options, schedule=explicit)

@@ -23,9 +23,11 @@ fp16/bf16 working copy is written from it (``e`` bytes); the gradient is read in
 dtype (``e`` bytes), or in fp32 (4 bytes) where fp32 main gradients are kept (Megatron-LM's
 distributed optimizer: 30 bytes for Adam). The states are the 12 bytes per parameter (fp32
 master, ``m``, ``v``) of Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training Trillion
-Parameter Models" (SC'20), Sec. 3.1, each read and written once, and the 4 + 2 bytes of fp32 main
-gradients and bf16 weights of Megatron-LM's distributed optimizer (``docs/source/api-guide/
-dist_optimizer.md``: "fp32 main gradients", "bf16 params"); see
+Parameter Models" (SC'20), Sec. 3.1, each read and written once; Megatron-LM's distributed
+optimizer keeps fp16/bf16 parameters with fp32 gradients ("float16 param, fp32 grads": 6 + 12/d
+bytes per parameter) and runs ``Optimizer.step()`` on each data-parallel rank's 1/d shard
+between the gradients' reduce-scatter and the parameters' all-gather
+(``docs/source/api-guide/dist_optimizer.md``, "Key steps", Megatron-LM commit 50b073cc7882); see
 :mod:`pipesim.profiles.costmodels.sharding` for the memory side of the same figures.
 
 Who updates what: with sharding (ZeRO-1/2/3, the distributed optimizer) each of a stage's ``d``

@@ -338,9 +338,12 @@ def wgrad_hidden_comm_s(comm_s: float, wgrad_s: float) -> float:
 
     Megatron-LM launches a column-parallel linear's input-gradient all-reduce asynchronously
     (with SP its reduce-scatter) and computes the weight gradient meanwhile (Korthikanti et al.
-    2022, Sec. 6.2; Megatron-LM ``megatron/core/tensor_parallel/layers.py``,
-    ``LinearWithGradAccumulationAndAsyncCommunication.backward``: the collective is issued with
-    ``async_op=True`` before the weight-gradient GEMM and waited for after it)."""
+    2022, Sec. 6.2; Megatron-LM ``megatron/core/tensor_parallel/layers.py`` at commit
+    000c4ac24f61, ``linear_with_grad_accumulation_and_async_allreduce``: "the tensor parallel all
+    reduce of the input gradients can be done asynchronously with the calculation of the weight
+    gradients", the reduce-scatter likewise with sequence parallelism; ``ColumnParallelLinear``
+    turns it on, ``allreduce_dgrad``). The row-parallel linears' backward collectives (their
+    output gradients, all-gathered with SP) are needed before any of their GEMMs and stay exposed."""
     return max(0.0, comm_s - wgrad_s)
 
 

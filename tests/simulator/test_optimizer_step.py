@@ -135,3 +135,19 @@ def test_megatron_estimate_adds_the_simulated_update(sharding: str) -> None:
     assert est_on == pytest.approx(on, rel=1e-9)  # one pipeline rank: the estimate is exact
     assert est_off == pytest.approx(off, rel=1e-9)
     assert on > off
+
+
+def test_cli_switches_it_off(capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from pipesim.cli import main
+
+    args = ["simulate", "--model", "bert48", "--cluster", "dgx1-v100", "--gbs", "32", "--microbatches", "8",
+            "--stages", "4", "--schedule", "gpipe", "--json"]
+    times = {}
+    for value in ("on", "off"):
+        assert main([*args, "--optimizer-step", value]) == 0
+        times[value] = json.loads(capsys.readouterr().out)["iteration_time_s"]
+    assert times["on"] > times["off"]
+    assert main([*args, "--optimizer-step", "maybe"]) == 2
+    assert "--optimizer-step" in capsys.readouterr().err
