@@ -151,3 +151,19 @@ def test_cli_switches_it_off(capsys: pytest.CaptureFixture[str]) -> None:
     assert times["on"] > times["off"]
     assert main([*args, "--optimizer-step", "maybe"]) == 2
     assert "--optimizer-step" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("schedule", "chunks"), [("interleaved", 2), ("zb-h1", 1), ("zb-h2", 1), ("zbv", 2), ("looped-bfs", 2)]
+)
+def test_looped_and_ordered_estimates_add_the_simulated_update(schedule: str, chunks: int) -> None:
+    # a rank holding `chunks` stages updates all of them once its stream is done
+    p, m = 2, 4
+    profile = equal_profile(p * chunks, parameter_bytes=PARAMS, fwd_s=0.01, bwd_s=0.02, wgrad_fraction=0.5)
+    plan = one_layer_per_stage(p, m, schedule=schedule, chunks=chunks)
+    both = (True, False)
+    sim = [simulate(plan, profile, DGX1, SimOptions(optimizer_step=on)).iteration_time_s for on in both]
+    est = [CostModel(profile, DGX1, optimizer_step=on).estimate(plan).iteration_time_s for on in both]
+    opt = chunks * _step_s(PARAMS)
+    assert sim[0] - sim[1] == pytest.approx(opt, rel=1e-9)
+    assert est[0] - est[1] == pytest.approx(opt, rel=1e-9)
