@@ -36,6 +36,7 @@ from pipesim.planner.dynamic import (
     variable_schedule,
 )
 from pipesim.profiles.costmodels.memory import static_memory_bytes
+from pipesim.profiles.costmodels.optimizer import stage_optimizer_step_s
 from pipesim.profiles.costmodels.sequence import SeqCostModel, SeqPoly, seq_cost_model
 from pipesim.profiles.hardware.cluster import Cluster
 from pipesim.profiles.inputs import ClusterLike, resolve_cluster, resolve_inputs
@@ -235,7 +236,12 @@ def _simulate_one(
         microbatch_sizes=sizes,
     )
     mb_costs = MicrobatchCosts(**{key: tuple(tuple(row) for row in rows) for key, rows in table.items()})
-    result = simulate(plan, costs.model.profile(), cluster, options, schedule=schedule, costs=mb_costs)
+    profile = costs.model.profile()
+    if options.optimizer_step:  # the first stage's update ends the iteration (its backward is last)
+        a, b = costs.ranges[0]
+        params = float(sum(profile.layers[i].parameter_bytes for i in range(a, b + 1)))
+        estimate += stage_optimizer_step_s(params, cluster.device_spec(0), plan.optimizer, profile.dtype)
+    result = simulate(plan, profile, cluster, options, schedule=schedule, costs=mb_costs)
     return mplan, estimate, result
 
 

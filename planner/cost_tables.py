@@ -71,6 +71,8 @@ class StageCosts:
         send_bwd_s: the gradient transfer back from the next stage, seconds (0 for the last).
         send_latency_s: the part of either transfer that is route latency (the least among its
             pieces' routes), seconds: a delay a pipelined stream overlaps with the bytes ahead.
+        optimizer_s: the optimizer step of one of its devices after the all-reduce, seconds
+            (:func:`~pipesim.profiles.costmodels.optimizer.stage_optimizer_step_s`; 0 when off).
     """
 
     fwd_s: float
@@ -80,6 +82,7 @@ class StageCosts:
     send_fwd_s: float
     send_bwd_s: float
     send_latency_s: float = 0.0
+    optimizer_s: float = 0.0
 
 
 def largest_microbatch(plan: Plan) -> int:

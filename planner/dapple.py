@@ -275,6 +275,7 @@ def _search_one(
                         ar = ar_times.get(tkey, -1.0)
                         if ar < 0.0:
                             ar = ar_times[tkey] = curves.time_s(pbytes, algo)
+                    ar += model.optimizer_step_s(pbytes)  # the update after it (the estimate's tail)
                     head = fwd + mm1 * (fwd + bwd) + bwd
                     head_ar = head + ar
                     fb = fwd + bwd

@@ -25,6 +25,10 @@ stages, never on the number of micro-batches. The simulator owns execution; this
   memory model (:mod:`pipesim.profiles.costmodels.memory`, whose
   :func:`~pipesim.profiles.costmodels.memory.in_flight_microbatches` gives the in-flight
   counts per schedule).
+* **Optimizer step** (unless ``optimizer_step=False``): each device updates its stage's
+  parameters after the stage's all-reduce (:mod:`pipesim.profiles.costmodels.optimizer`, the
+  cost the simulator's lowering uses): a tail after each stage's all-reduce, on the device, not
+  on the NIC (:func:`~pipesim.planner.latency.nic_sharing_end_s`'s ``tails_s``).
 * **Recomputation** (``full``, ``selective``): the replayed forward is part of every backward
   (of ``I`` when split), as in the simulator; bytes per mode from
   :func:`~pipesim.profiles.costmodels.memory.stage_activations` (see ``docs/recompute.md``).
@@ -78,6 +82,7 @@ from pipesim.profiles.costmodels.memory import (
     static_memory_multiplier,
     weight_versions,
 )
+from pipesim.profiles.costmodels.optimizer import stage_optimizer_step_s
 from pipesim.profiles.hardware.cluster import Cluster
 from pipesim.profiles.models.profile import ModelProfile
 from pipesim.schedules.placement import stage_ranks
@@ -123,6 +128,8 @@ class CostModel:
             ``full``): its replayed forward time is added to every backward and its memory per
             mode taken from :mod:`pipesim.profiles.costmodels.memory`.
         allreduce: ``auto``, ``ring`` or ``hierarchical``.
+        optimizer_step: time each device's optimizer step at the end of the iteration (default
+            ``True``, as the simulator's ``SimOptions.optimizer_step``).
 
     Raises:
         InputError: unknown optimizer or all-reduce algorithm, or ``selective`` for a profile
@@ -137,6 +144,7 @@ class CostModel:
         optimizer: str = "adam",
         recompute: Recompute | str | bool = Recompute.NONE,
         allreduce: str = "auto",
+        optimizer_step: bool = True,
     ) -> None:
         if allreduce not in ALLREDUCE_ALGORITHMS:
             raise invalid("allreduce", allreduce, f"must be one of {', '.join(ALLREDUCE_ALGORITHMS)}")
@@ -145,6 +153,7 @@ class CostModel:
         self.optimizer = optimizer
         self.recompute = check_recompute(profile, recompute)
         self.allreduce = allreduce
+        self.optimizer_step = optimizer_step
         self._multiplier = static_memory_multiplier(profile.dtype, optimizer)
         self._params = list(prefix_sums([layer.parameter_bytes for layer in profile.layers]))
         self.cut_bytes_per_sample = [c.crossing_bytes / profile.profile_batch_size for c in profile.cuts()]
@@ -453,6 +462,7 @@ class CostModel:
                     send_fwd_s=send_f,
                     send_bwd_s=send_b,
                     send_latency_s=latency,
+                    optimizer_s=self.optimizer_step_s(self.parameter_bytes(first, last)),
                 )
             )
         return out
@@ -470,6 +480,14 @@ class CostModel:
                 back = sum(lat[link] for link in self.cluster.route(b, a))
                 best = min(best, there, back)
         return 0.0 if best == math.inf else best
+    def optimizer_step_s(self, parameter_bytes: float) -> float:
+        """The optimizer step of a device holding ``parameter_bytes`` of a stage's parameters (it
+        updates them whole: no sharding in this estimate; the cluster has one device type),
+        seconds; 0 with ``optimizer_step=False``."""
+        if not self.optimizer_step:
+            return 0.0
+        device, dtype = self.cluster.device, self.profile.dtype
+        return stage_optimizer_step_s(parameter_bytes, device, self.optimizer, dtype)
 
     def _check_schedule(self, plan: Plan) -> None:
         if plan.schedule not in ESTIMATED_SCHEDULES:
@@ -550,7 +568,7 @@ class CostModel:
             for c in costs:
                 fwd += [c.fwd_s, c.send_fwd_s]
                 bwd += [c.bwd_s, c.send_bwd_s]
-                ar += [c.allreduce_s, 0.0]
+                ar += [c.allreduce_s + c.optimizer_s, 0.0]
                 lat += [0.0, c.send_latency_s]
             fwd, bwd, ar, lat = fwd[:-1], bwd[:-1], ar[:-1], lat[:-1]
             if plan.schedule == "gpipe":
@@ -567,7 +585,7 @@ class CostModel:
             if not decomposable:
                 nic = [self.allreduce_network_links(d) if len(d) > 1 else frozenset() for d in placement]
                 jobs = [(ends[s], costs[s].allreduce_s, nic[s]) for s in range(p)]
-                time_s = max(time_s, nic_sharing_end_s(jobs))
+                time_s = max(time_s, nic_sharing_end_s(jobs, [c.optimizer_s for c in costs]))
         elif plan.schedule in CLOSED_FORM_SCHEDULES:
             time_s = self._looped(plan, costs, placement, not decomposable)
         else:
@@ -617,8 +635,10 @@ class CostModel:
             options=options,
         )
         ar = [0.0] * p
+        opt = [0.0] * p
         for s, rank in enumerate(_rank_of(plan)):
             ar[rank] += costs[s].allreduce_s
+            opt[rank] += costs[s].optimizer_s
         nic = [
             self.allreduce_network_links(placement[r])
             if contention and len(placement[r]) > 1
@@ -628,7 +648,7 @@ class CostModel:
         # float costs give float times (int or Fraction costs, in exact tests, stay exact)
         ends = cast(tuple[float, ...], timed.rank_end_s)
         jobs = [(ends[r], ar[r], nic[r]) for r in range(p)]
-        return max(cast(float, timed.makespan_s), nic_sharing_end_s(jobs))
+        return max(cast(float, timed.makespan_s), nic_sharing_end_s(jobs, opt))
 
     def _looped(
         self, plan: Plan, costs: list[StageCosts], placement: Sequence[tuple[int, ...]], contention: bool
@@ -640,6 +660,7 @@ class CostModel:
         fill = [0.0] * p
         drain = [0.0] * p  # what rank r adds to the drain of the ranks after it
         ar = [0.0] * p
+        opt = [0.0] * p
         links = [0.0] * p  # link l: between rank l and rank l + 1 (mod p)
         for s, c in enumerate(costs):
             r = s % p
@@ -653,6 +674,7 @@ class CostModel:
                 fill[r] += (c.fwd_s + c.bwd_s) / v
                 drain[r] += (c.bwd_s + c.send_bwd_s) / v
             ar[r] += c.allreduce_s
+            opt[r] += c.optimizer_s
             links[r] += c.send_fwd_s + c.send_bwd_s
         link_fill = sum(links)
         time_s = looped_time_s(busy, fill, [x for x in links if x > 0], link_fill, m)
@@ -667,4 +689,4 @@ class CostModel:
             else frozenset()
             for r in range(p)
         ]
-        return max(time_s, nic_sharing_end_s([(ends[r], ar[r], nic[r]) for r in range(p)]))
+        return max(time_s, nic_sharing_end_s([(ends[r], ar[r], nic[r]) for r in range(p)], opt))

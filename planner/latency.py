@@ -288,7 +288,9 @@ def backward_end_times(
     return out
 
 
-def nic_sharing_end_s(jobs: Sequence[tuple[float, float, frozenset[int]]]) -> float:
+def nic_sharing_end_s(
+    jobs: Sequence[tuple[float, float, frozenset[int]]], tails_s: Sequence[float] | None = None
+) -> float:
     """A lower bound on when the last of several all-reduces ends when they share NIC links, seconds.
 
     Each job is ``(start_s, alone_s, nic_links)``: it starts at ``start_s`` and takes ``alone_s``
@@ -296,19 +298,26 @@ def nic_sharing_end_s(jobs: Sequence[tuple[float, float, frozenset[int]]]) -> fl
     ``max_k (start_k + sum of alone_s of the jobs starting at or after start_k)`` on that link
     (the link is busy for each job's whole time; work-conserving sharing reaches the bound when
     each job's bottleneck is that link). A closed form over the jobs, not a simulation; jobs
-    crossing no NIC link give ``start_s + alone_s``.
+    crossing no NIC link give ``start_s + alone_s``. ``tails_s[k]`` (default 0) is work job ``k``'s
+    devices do after it, off the links (the optimizer step): a job ends ``tail`` later, and the
+    last of the jobs sharing a link at least the smallest of their tails later.
     """
-    finish = max((start + alone for start, alone, _ in jobs), default=0.0)
-    by_link: dict[int, list[tuple[float, float]]] = {}
-    for start, alone, links in jobs:
+    tails = tails_s if tails_s is not None else [0.0] * len(jobs)
+    finish = max(
+        (start + alone + tail for (start, alone, _), tail in zip(jobs, tails, strict=True)), default=0.0
+    )
+    by_link: dict[int, list[tuple[float, float, float]]] = {}
+    for (start, alone, links), extra in zip(jobs, tails, strict=True):
         for link in links:
-            by_link.setdefault(link, []).append((start, alone))
+            by_link.setdefault(link, []).append((start, alone, extra))
     for users in by_link.values():
         if len(users) < 2:
             continue
         users.sort()
         tail = 0.0
-        for start, alone in reversed(users):
+        least = float("inf")
+        for start, alone, extra in reversed(users):
             tail += alone
-            finish = max(finish, start + tail)
+            least = min(least, extra)
+            finish = max(finish, start + tail + least)
     return finish

@@ -25,14 +25,16 @@ backward times (the sum over its ``v`` chunks of
 collectives and ring exchange; in the backward the replayed forward of recomputation,
 :func:`~pipesim.profiles.costmodels.tensor_parallel.tp_replay_s`) give the estimate
 
-    T = (m + (p - 1) / v) (t_f + t_b) + 2 (p v - 1) t_hop + t_dp
+    T = (m + (p - 1) / v) (t_f + t_b) + 2 (p v - 1) t_hop + t_dp + t_opt
 
 with ``t_f``, ``t_b`` the slowest rank's, ``t_hop`` one activation transfer between ranks (each
-TP and CP rank sends ``1/(t c)`` of it) and ``t_dp`` the first rank's gradient collective over its
-``d c`` data- and context-parallel ranks (exposed: it finishes last in 1F1B). With ZeRO the
-collectives are charged per unit as the simulator's lowering emits them (docs/parallelism.md):
-ZeRO-1 and the distributed optimizer a reduce-scatter and an all-gather as ``t_dp``; ZeRO-2 the
-last backward's reduce-scatter tail and the all-gather; ZeRO-3's gathers inside ``t_f`` and ``t_b``
+TP and CP rank sends ``1/(t c)`` of it), ``t_dp`` the first rank's gradient collective over its
+``d c`` data- and context-parallel ranks (exposed: it finishes last in 1F1B) and ``t_opt`` its
+optimizer step after it (:func:`~pipesim.profiles.costmodels.optimizer.stage_optimizer_step_s`; 0
+with ``optimizer_step=False``). With ZeRO the collectives are charged per unit as the
+simulator's lowering emits them (docs/parallelism.md): ZeRO-1 and the distributed optimizer a
+reduce-scatter and an all-gather as ``t_dp``; ZeRO-2 the last backward's reduce-scatter tail and
+the all-gather; ZeRO-3's gathers inside ``t_f`` and ``t_b``
 (:func:`~pipesim.profiles.costmodels.sharding.zero3_op_times_s`), its first forward's and last
 backward's exposed parts as ``t_dp``. Memory per rank: TP-sharded weights, gradients and optimizer
 state (:func:`~pipesim.profiles.costmodels.sharding.sharded_memory_multiplier`) plus the in-flight
@@ -63,6 +65,7 @@ from pipesim.profiles.costmodels.memory import (
     in_flight_microbatches,
     layer_recompute_times_s,
 )
+from pipesim.profiles.costmodels.optimizer import stage_optimizer_step_s
 from pipesim.profiles.costmodels.sharding import (
     Sharding,
     half_time_s,
@@ -415,10 +418,14 @@ def megatron_plans(
     return plans
 
 
-def estimate_3d(plan: Plan, profile: ModelProfile, cluster: Cluster) -> Estimate:
+def estimate_3d(
+    plan: Plan, profile: ModelProfile, cluster: Cluster, *, optimizer_step: bool = True
+) -> Estimate:
     """The estimate (module docstring) of a plan with one tensor- and context-parallel degree,
     replica count, sequence parallelism, TP overlap and sharding on every stage, equal
-    micro-batches and a ``1f1b`` or ``interleaved`` schedule (any layer split).
+    micro-batches and a ``1f1b`` or ``interleaved`` schedule (any layer split);
+    ``optimizer_step=False`` leaves out the optimizer step (as
+    :class:`~pipesim.simulator.SimOptions` ``optimizer_step=False`` does).
 
     Raises:
         InputError: the plan is not of that form, its model is not a shaped transformer, or a
@@ -452,7 +459,8 @@ def estimate_3d(plan: Plan, profile: ModelProfile, cluster: Cluster) -> Estimate
     opt, ar, gbs = plan.optimizer.value, plan.allreduce.value, plan.global_batch_size
     rc = plan.recompute
     est = _estimate(model, cluster, opt, ar, gbs, chunks, t, p, d, samples // d, m, v, sp, rc, sh, math.inf,
-                    schedule=plan.schedule.value, overlap=first.tp_comm_overlap, c=c)
+                    schedule=plan.schedule.value, overlap=first.tp_comm_overlap, c=c,
+                    optimizer_step=optimizer_step)
     assert est is not None  # no memory limit
     return est
 
@@ -460,7 +468,7 @@ def estimate_3d(plan: Plan, profile: ModelProfile, cluster: Cluster) -> Estimate
 def _estimate(
     model: _Model, cluster: Cluster, optimizer: str, allreduce: str, gbs: int, chunks: list[tuple[int, int]],
     t: int, p: int, d: int, mbs: int, m: int, v: int, sp: bool, rc: Recompute, sh: Sharding, limit: float,
-    schedule: str | None = None, overlap: bool = False, c: int = 1,
+    schedule: str | None = None, overlap: bool = False, c: int = 1, optimizer_step: bool = True,
 ) -> Estimate | None:
     schedule = schedule or ("1f1b" if v == 1 else "interleaved")
     if schedule == "dapple":
@@ -528,7 +536,13 @@ def _estimate(
             dp = tail + half_time_s(dp_curves, nbytes, allreduce)
         else:  # ZeRO-1, distributed optimizer: reduce-scatter, optimizer step, all-gather
             dp = 2.0 * half_time_s(dp_curves, nbytes, allreduce)
-    time_s = (m + (p - 1) / v) * (tf + tb) + 2 * (p * v - 1) * hop + dp
+    opt = 0.0
+    if optimizer_step:  # rank 0's update, after its gradient collective (it finishes last)
+        for k in range(0, p * v, p):
+            opt += stage_optimizer_step_s(
+                model.params(*chunks[k], t), cluster.device_spec(0), optimizer, model.profile.dtype, sh, d * c
+            )
+    time_s = (m + (p - 1) / v) * (tf + tb) + 2 * (p * v - 1) * hop + dp + opt
     return Estimate(
         iteration_time_s=time_s,
         throughput_samples_per_s=gbs / time_s,

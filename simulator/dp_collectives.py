@@ -259,8 +259,10 @@ def _post_step_gather(
 ) -> None:
     """Append the all-gather of a stage's updated parameter shards after the optimizer step of
     ZeRO-1/2 and the distributed optimizer: it starts once the stage's last reduce-scatter (the
-    last collective so far, unless ``after`` says) has ended. (The optimizer step itself is not
-    an instruction here: an integrator that adds one orders this gather after it.)"""
+    last collective so far, unless ``after`` says) has ended. The device's optimizer step
+    (:class:`~pipesim.simulator.program.Update`) waits for it rather than the other way round: on
+    a device with nothing else left, reduce-scatter, gather, step ends when reduce-scatter, step,
+    gather would (the step's inputs are this device's shard alone)."""
     index = len(collectives)
     collectives.append(
         Collective(

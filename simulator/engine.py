@@ -227,11 +227,21 @@ class _Engine:
                 self._send(send, device)
             if post is not None:
                 self._ready(post.collective)
-        tally.stream_done(device, busy, wait_comm, env.now)
         self.finished.add(index)
         self.running -= 1
         if self.running == 0:
             self.drained.succeed()
+        update = self.program.update(rank, replica)
+        before = env.now
+        if update is not None:  # the optimizer step, after the device's gradient collectives
+            for cid in update.after:
+                if not self.done[cid].processed:
+                    yield self.done[cid]
+            start = env.now
+            yield env.timeout(update.compute.duration_s)
+            busy += update.compute.duration_s
+            tally.compute(device, update.compute, start, env.now)
+        tally.stream_done(device, busy, wait_comm, env.now, before)
 
     def _marks(
         self, marks: tuple[tuple[float, int], ...], duration: float

@@ -475,7 +475,6 @@ def execute_fast(
         if block is None:
             over[i] = True
             finished += 1
-            tally.stream_done(device, busy_i, wait_i, t)
     if finished < n:
         lowered = program.lowered_schedule()
         stuck: dict[int, tuple[int, int, str | None]] = {}
@@ -501,4 +500,13 @@ def execute_fast(
             spec.kind, spec.group or spec.members, spec.nbytes, spec.algorithm
         )
         tally.collective(spec.members, spec.stage, spec.nbytes, start, done[spec.index])
+    for i, (rank, replica, device) in enumerate(program.streams):
+        t = t_free[i]
+        update = program.update(rank, replica)
+        if update is not None:  # the optimizer step, after the device's gradient collectives
+            start = max([t, *(done[c] for c in update.after)])
+            t = start + update.compute.duration_s
+            busy[i] += update.compute.duration_s
+            tally.compute(device, update.compute, start, t)
+        tally.stream_done(device, busy[i], wait[i], t, t_free[i])
     return tally.result(cluster, tuple(link.name for link in cluster.links))

@@ -61,6 +61,10 @@ class SimOptions:
             ``rendezvous`` (default :data:`NCCL_EAGER_BYTES`, 1 MiB; >= 0, finite).
         zero_prefetch: units whose parameters ZeRO-3 gathers ahead of the one in use (default
             1, FSDP's ``backward_prefetch``; 1..8; :mod:`pipesim.simulator.zero_lowering`).
+        optimizer_step: run each device's optimizer step (the weight update, a memory-bound
+            op, :mod:`pipesim.profiles.costmodels.optimizer`) after its gradient collectives, at
+            the end of the iteration (default ``True``); ``False`` ends the iteration at the last
+            backward or gradient collective (closed-form checks; docs/optimizer.md).
     """
 
     free_links: bool = False
@@ -75,6 +79,7 @@ class SimOptions:
     rendezvous: bool = False
     eager_bytes: float = NCCL_EAGER_BYTES
     zero_prefetch: int = 1
+    optimizer_step: bool = True
 
     def __post_init__(self) -> None:
         for device, factor in self.speed_factors.items():
@@ -110,6 +115,8 @@ class SimOptions:
         depth = self.zero_prefetch
         if isinstance(depth, bool) or not isinstance(depth, int) or not 1 <= depth <= MAX_ZERO_UNITS:
             raise invalid("zero_prefetch", depth, f"must be an integer from 1 to {MAX_ZERO_UNITS}")
+        if not isinstance(self.optimizer_step, bool):
+            raise invalid("optimizer_step", self.optimizer_step, "must be True or False")
 
     def jitter_for(self, op: str) -> float:
         """The coefficient of variation for op ``"F"``, ``"B"``, ``"I"`` or ``"W"``."""

@@ -30,6 +30,13 @@ Instruction semantics (per device, strictly in list order on its compute stream)
   ``route`` to the arrival ``key`` on ``dst_device``; concurrent transfers share links max-min
   fairly; an empty route is delivered at once (same device, or free links).
 * :class:`Post` makes this device ready for a collective (does not block).
+* :class:`Update` (last, at most one per device): the optimizer step
+  (:mod:`pipesim.profiles.costmodels.optimizer`), a compute op ``O`` that starts once the
+  device's compute stream has run everything else and each of ``after`` (the gradient
+  collectives of the device's stages) has ended. With ZeRO or the distributed optimizer
+  Megatron-LM runs it between the reduce-scatter and the parameter all-gather; on an idle device
+  that ends at the same time as after the whole (all-reduce equivalent) collective, which is how
+  it is placed here (docs/optimizer.md).
 
 A :class:`Collective` (gradient all-reduce of one stage's bucket among its replicas, or one of
 ZeRO's reduce-scatters and all-gathers, :mod:`pipesim.simulator.zero_lowering`) starts once
@@ -47,6 +54,7 @@ from typing import NamedTuple
 from pipesim.errors import invalid
 from pipesim.plan import Plan, Recompute, resplit
 from pipesim.profiles.costmodels.memory import static_memory_bytes, weight_versions
+from pipesim.profiles.costmodels.optimizer import stage_optimizer_step_s
 from pipesim.profiles.costmodels.sharding import CollectiveKind
 from pipesim.profiles.hardware.cluster import Cluster
 from pipesim.profiles.models.profile import ModelProfile
@@ -64,7 +72,18 @@ from pipesim.simulator.stage_costs import CostOptions, StageCosts, StageFacts
 from pipesim.simulator.tp_lowering import TpLowering
 from pipesim.simulator.zero_lowering import ZeroLowering
 
-__all__ = ["Block", "Collective", "Compute", "Instruction", "Post", "Program", "Recv", "Send", "lower"]
+__all__ = [
+    "Block",
+    "Collective",
+    "Compute",
+    "Instruction",
+    "Post",
+    "Program",
+    "Recv",
+    "Send",
+    "Update",
+    "lower",
+]
 
 ArrivalKey = tuple[str, int, int, int]
 """``("act" | "grad", receiving stage, micro-batch, receiving replica)``."""
@@ -109,7 +128,15 @@ class Post(NamedTuple):
     collective: int
 
 
-Instruction = Compute | Recv | Send | Post
+class Update(NamedTuple):
+    """The optimizer step of one device: ``compute`` (op ``O``, micro-batch -1) once its stream
+    has run everything else and every collective in ``after`` has ended."""
+
+    compute: Compute
+    after: tuple[int, ...]
+
+
+Instruction = Compute | Recv | Send | Post | Update
 
 Block = tuple[Recv | None, Compute, tuple[Send, ...], Post | None]
 """One compute instruction with the receive just before it, the sends and the post just after it
@@ -163,6 +190,7 @@ class Program:
         bucket_marks: dict[int, tuple[tuple[float, int], ...]],
         tp: TpLowering | None = None,
         zero: ZeroLowering | None = None,
+        updates: Mapping[tuple[int, int], Update] | None = None,
     ) -> None:
         self.plan = plan
         self.tp = tp
@@ -190,7 +218,13 @@ class Program:
         }
         self._routes: dict[tuple[int, int], tuple[int, ...]] = {}
         self._replica_of: dict[int, int] | None = None
-        self._tp_comm: dict[tuple[int, int, int, bool], tuple[float, float]] = {}
+        self._tp_comm: dict[tuple[int, int, int, str], tuple[float, float]] = {}
+        self._updates = dict(updates or {})
+
+    def update(self, rank: int, replica: int) -> Update | None:
+        """The optimizer step of the device running ``replica`` of ``rank`` (``None``: off, or
+        nothing to update)."""
+        return self._updates.get((rank, replica))
 
     @property
     def gated(self) -> bool:
@@ -211,6 +245,9 @@ class Program:
             yield from sends
             if post is not None:
                 yield post
+        update = self.update(rank, replica)
+        if update is not None:
+            yield update
 
     def blocks(self, rank: int, replica: int) -> Iterator[Block]:
         """The instructions of the device running ``replica`` of ``rank``, one :data:`Block` per
@@ -324,22 +361,23 @@ class Program:
 
     def tp_comm(self, device: int, ins: Compute) -> tuple[float, float] | None:
         """``(seconds, bytes)`` of the exposed TP collectives summed into ``ins`` on ``device``
-        (its stream's first device), or ``None`` for an op of a stage without TP (or a ``W``)."""
+        (its stream's first device), or ``None`` for an op of a stage without TP (or a ``W`` or
+        the optimizer step ``O``)."""
         tp = self.tp
-        if tp is None or not tp.is_tp(ins.stage) or ins.op == "W":
+        if tp is None or ins.op not in ("F", "B", "I") or not tp.is_tp(ins.stage):
             return None
         if self._replica_of is None:
             self._replica_of = {d: replica for _, replica, d in self.streams}
         replica = self._replica_of[device]
         samples = self._part(ins.stage, ins.microbatch, replica)
         forward = ins.op == "F"
-        key = (ins.stage, samples, replica, forward)
+        key = (ins.stage, samples, replica, ins.op)
         found = self._tp_comm.get(key)
         if found is None:
-            _, _, comm_f, comm_b, _, _ = tp.cost(ins.stage, samples, replica)
             colls = tp.collectives(ins.stage, samples)
             nbytes = sum(c.nbytes for c in colls if (c.phase == "F") == forward)
-            found = self._tp_comm[key] = ((comm_f if forward else comm_b), float(nbytes))
+            exposed = tp.exposed_comm_s(ins.op, ins.stage, samples, replica)
+            found = self._tp_comm[key] = (exposed, float(nbytes))
         return found
 
     def _part(self, s: int, mb: int, replica: int) -> int:
@@ -408,6 +446,9 @@ class Program:
                 kind, s, mb, k = ins.key
                 text = f"send {kind} {ins.stage}->{s}:{mb} to gpu{ins.dst_device} {ins.nbytes:.6g} B"
                 text += f" route {list(ins.route)}" if ins.route else " (at once)"
+            elif isinstance(ins, Update):
+                after = ", ".join(f"ar{c}" for c in ins.after) or "the stream"
+                text = f"optimizer step  {ins.compute.duration_s:.6g} s  after {after}"
             else:
                 c = self.collectives[ins.collective]
                 text = f"post ar{c.index} (stage {c.stage} {c.kind} {c.nbytes:.6g} B)"
@@ -429,6 +470,44 @@ def _stage_facts(
         out.append(
             StageFacts(index=s, rank=rank, layers=layers, devices=placement[rank], wgrad_fraction=wgrad)
         )
+    return out
+
+
+def _updates(
+    plan: Plan,
+    profile: ModelProfile,
+    cluster: Cluster,
+    stages: list[StageFacts],
+    collectives: list[Collective],
+    tp: TpLowering | None,
+) -> dict[tuple[int, int], Update]:
+    """The optimizer step of every device stream (``(rank, replica)`` -> :class:`Update`): the
+    parameters of the rank's stages it holds (its TP shard) and owns (``1 / d`` with sharding),
+    timed on the device (:func:`~pipesim.profiles.costmodels.optimizer.stage_optimizer_step_s`),
+    after the gradient collectives of those stages."""
+    after: dict[int, list[int]] = {}
+    for c in collectives:
+        after.setdefault(c.stage, []).append(c.index)
+    out: dict[tuple[int, int], Update] = {}
+    for rank, devices in enumerate(plan.placement(cluster.num_devices)):
+        mine = [st for st in stages if st.rank == rank]
+        for replica, device in enumerate(devices):
+            spec = cluster.device_spec(device)
+            duration = 0.0
+            for st in mine:
+                sp = plan.stages[st.index]
+                if tp is not None:
+                    params = tp.parameter_bytes(st.index)
+                else:
+                    params = float(sum(profile.layers[i].parameter_bytes for i in st.layers))
+                owners = sp.replicas * sp.context_parallel  # sharded over the d x c ranks that reduce
+                duration += stage_optimizer_step_s(
+                    params, spec, plan.optimizer, profile.dtype, sp.sharding, owners
+                )
+            if mine and duration > 0:
+                waits = tuple(c for st in mine for c in after.get(st.index, ()))
+                op = Compute("O", mine[0].index, -1, duration, (), (), (), -1)
+                out[(rank, replica)] = Update(op, waits)
     return out
 
 
@@ -533,6 +612,7 @@ def lower(
             weights = float(sum(profile.layers[i].parameter_bytes for i in stage.layers))
             for device in stage.devices:
                 static[device] += extra * weights
+    updates = _updates(plan, profile, cluster, stages, collectives, tp) if options.optimizer_step else None
     return Program(
         plan=plan,
         schedule=stream,
@@ -545,4 +625,5 @@ def lower(
         bucket_marks=marks,
         tp=tp,
         zero=zero,
+        updates=updates,
     )

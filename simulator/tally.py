@@ -31,6 +31,7 @@ OP_KIND = {
     "B": EventKind.BACKWARD,
     "I": EventKind.INPUT_GRAD,
     "W": EventKind.WEIGHT_GRAD,
+    "O": EventKind.OPTIMIZER,
 }
 """The trace kind of each compute op."""
 
@@ -61,6 +62,7 @@ class Tally:
         self.last_backward_end = 0.0
         self.num_ops = 0  # compute ops and transfers simulated
         self.end_time = 0.0
+        self.comm_end = 0.0  # the end of the last stream before its optimizer step, or collective
 
     def compute(self, device: int, ins: Compute, start: float, end: float) -> None:
         """Count one compute op that ran from ``start`` to ``end`` seconds: its memory (allocated
@@ -126,12 +128,17 @@ class Tally:
             if self.record:
                 self._comm_record((device, ALL_REDUCE, stage, -1, nbytes, -1, start, end))
         self.end_time = max(self.end_time, end)
+        self.comm_end = max(self.comm_end, end)
 
-    def stream_done(self, device: int, busy: float, comm_wait: float, end: float) -> None:
-        """A device's compute stream has run its last instruction at ``end`` seconds."""
+    def stream_done(
+        self, device: int, busy: float, comm_wait: float, end: float, before_update: float | None = None
+    ) -> None:
+        """A device's compute stream has run its last instruction at ``end`` seconds (the one
+        before its optimizer step at ``before_update``, if it had one)."""
         self.busy[device] = busy
         self.comm_wait[device] = comm_wait
         self.end_time = max(self.end_time, end)
+        self.comm_end = max(self.comm_end, end if before_update is None else before_update)
 
     def result(
         self, cluster: Cluster, link_names: tuple[str, ...], links: LinkStretches | None = None
@@ -188,7 +195,7 @@ class Tally:
             schedule=program.schedule.name,
             num_stages=plan.num_stages,
             num_microbatches=plan.num_microbatches,
-            exposed_allreduce_time_s=max(0.0, iteration - self.last_backward_end),
+            exposed_allreduce_time_s=max(0.0, self.comm_end - self.last_backward_end),
             stage_peak_memory_bytes=stage_peak,
             num_events=self.num_ops,
             link_names=link_names,

@@ -16,7 +16,12 @@ memory). For every compute instruction of a TP stage this pass gives
   steps). They are *exposed*: each waits for the compute before it and the next kernel waits for
   it, so a stage's collectives of one (op, micro-batch) are summed into that op's time (exact:
   they are serial on the compute stream, and nothing else is carried by the group's links in
-  this model); the activation stash and working set per device (:func:`tp_stage_activation_bytes`).
+  this model), except the backward's input-gradient all-reduces (reduce-scatters with SP) of
+  the column-parallel linears, which run while the linear's weight-gradient GEMM computes, so
+  only their excess over it is exposed in a full backward ``B``
+  (:func:`~pipesim.profiles.costmodels.tensor_parallel.wgrad_hidden_comm_s`); an input-gradient
+  ``I`` of a split backward has no weight gradient to hide them behind and exposes them whole;
+  the activation stash and working set per device (:func:`tp_stage_activation_bytes`).
 
 Pipeline transfers: each TP rank sends its ``1/t`` share to its peer in the next stage (the
 scatter-gather of Megatron-LM, or the sequence shard under SP); the ``t`` transfers run on
@@ -99,6 +104,7 @@ class TpLowering:
         self._lat = cluster.links.latencies_s()
         self._curves: dict[tuple[int, ...], AllReduceCurves] = {}
         self._cache: dict[tuple[int, int, int], TpStageCost] = {}
+        self._split: dict[tuple[int, int, int], float] = {}
 
     def is_tp(self, stage: int) -> bool:
         """Whether ``stage`` is tensor- or context-parallel (a replica of several devices)."""
@@ -164,7 +170,17 @@ class TpLowering:
         ratio_b = times.bwd_tp_s / times.bwd_s if times.bwd_s > 0 else 1.0
         found = (ratio_f, ratio_b, times.fwd_comm_s, times.bwd_comm_s, stash, work)
         self._cache[key] = found
+        self._split[key] = times.bwd_split_comm_s
         return found
+
+    def exposed_comm_s(self, op: str, stage: int, samples: int, replica: int) -> float:
+        """Seconds of TP collectives exposed in op ``F``, ``B`` or ``I`` of ``replica``'s share of
+        ``samples`` samples on TP ``stage`` (a ``B`` hides its input-gradient collectives behind
+        its weight gradients, an ``I`` cannot; module docstring)."""
+        _, _, comm_f, comm_b, _, _ = self.cost(stage, samples, replica)
+        if op == "F":
+            return comm_f
+        return comm_b if op == "B" else self._split[(stage, samples, replica)]
 
     def send_divisor(self, src: int, dst: int) -> int:
         """How many ways a transfer between stages ``src`` and ``dst`` is split over TP (and CP)
@@ -203,7 +219,8 @@ class TpLowering:
         """The program's ``(op, duration s, bytes allocated, bytes freed)`` of a compute op of TP
         stage ``s`` whose stage costs without TP are ``fwd``, ``bwd`` seconds (weight-gradient
         share ``wf``) and ``rec`` seconds of replayed forward: the compute scaled to TP plus the
-        op's exposed TP collectives (the backward's go with the input gradient ``I``); the replay
+        op's exposed TP collectives (the backward's go with the input gradient ``I``, whole:
+        :meth:`exposed_comm_s`); the replay
         (:func:`~pipesim.profiles.costmodels.tensor_parallel.tp_replay_s`) starts ``B`` or ``I``."""
         ratio_f, ratio_b, comm_f, comm_b, stash, work = self.cost(s, samples, replica)
         replay = tp_replay_s(self.recompute, rec, ratio_f, comm_f, self.plan.stages[s].replica_width)
@@ -213,7 +230,8 @@ class TpLowering:
         if op is Op.B:
             return ("B", replay + bwd + comm_b, (work,), (work, stash))
         if op is Op.I:
-            return ("I", replay + bwd * (1.0 - wf) + comm_b, (work,), (work,))
+            comm_i = self._split[(s, samples, replica)]
+            return ("I", replay + bwd * (1.0 - wf) + comm_i, (work,), (work,))
         return ("W", bwd * wf, (), (stash,))
 
     def static_memory(self, devices_of: Mapping[int, tuple[int, ...]]) -> dict[int, float]:

@@ -17,6 +17,7 @@ class EventKind(str, Enum):
     BACKWARD = "B"  # full backward (input and weight gradients)
     INPUT_GRAD = "I"  # zero-bubble split: input gradient only
     WEIGHT_GRAD = "W"  # zero-bubble split: weight gradient only
+    OPTIMIZER = "optimizer"  # the optimizer step at the end of the iteration (docs/optimizer.md)
     SEND_ACTIVATION = "send_act"
     SEND_GRADIENT = "send_grad"
     ALL_REDUCE = "allreduce"  # one device's part in its stage's gradient all-reduce
@@ -25,8 +26,14 @@ class EventKind(str, Enum):
 
     @property
     def is_compute(self) -> bool:
-        """True for F, B, I and W."""
-        return self in (EventKind.FORWARD, EventKind.BACKWARD, EventKind.INPUT_GRAD, EventKind.WEIGHT_GRAD)
+        """True for F, B, I, W and the optimizer step (work on a device's compute stream)."""
+        return self in (
+            EventKind.FORWARD,
+            EventKind.BACKWARD,
+            EventKind.INPUT_GRAD,
+            EventKind.WEIGHT_GRAD,
+            EventKind.OPTIMIZER,
+        )
 
 
 class TraceEvent(NamedTuple):
@@ -135,7 +142,8 @@ class SimulationResult:
         schedule: the schedule name that ran.
         num_stages: pipeline stages (virtual stages for interleaved schedules).
         num_microbatches: micro-batches per iteration.
-        exposed_allreduce_time_s: time from the last backward to the end of the iteration,
+        exposed_allreduce_time_s: time from the last backward to the end of the last stream or gradient
+            collective before the optimizer steps,
             seconds (gradient synchronisation not hidden behind compute).
         stage_peak_memory_bytes: the highest peak among each stage's devices, by stage.
         num_events: simulation events processed (for benchmarks).

@@ -32,12 +32,18 @@ COMM_FIELDS = 8
 """Doubles per communication record: device, kind code (0 activation, 1 gradient, 2 all-reduce),
 stage, micro-batch (-1: none), nbytes, peer (-1: none), start_s, end_s."""
 
-OP_CODE = {"F": 0, "B": 1, "I": 2, "W": 3}
-"""The code of each compute op in a compute record."""
+OP_CODE = {"F": 0, "B": 1, "I": 2, "W": 3, "O": 4}
+"""The code of each compute op in a compute record (``O``: the optimizer step, micro-batch -1)."""
 
 _make = tuple.__new__
 
-_COMPUTE_KINDS = (EventKind.FORWARD, EventKind.BACKWARD, EventKind.INPUT_GRAD, EventKind.WEIGHT_GRAD)
+_COMPUTE_KINDS = (
+    EventKind.FORWARD,
+    EventKind.BACKWARD,
+    EventKind.INPUT_GRAD,
+    EventKind.WEIGHT_GRAD,
+    EventKind.OPTIMIZER,
+)
 _COMM_KINDS = (
     EventKind.SEND_ACTIVATION,
     EventKind.SEND_GRADIENT,
@@ -192,7 +198,7 @@ def _materialize(
                 c[:, 5].tolist(),
                 c_dev,
                 _ints(c[:, 2]),
-                _ints(c[:, 3]),
+                _or_none(_ints(c[:, 3])),
                 repeat(0.0),
                 repeat(None),
             ),

@@ -107,6 +107,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     )
     add_rendezvous_args(p)
     p.add_argument(
+        "--optimizer-step",
+        default="on",
+        choices=("on", "off"),
+        help="run each device's optimizer step (the memory-bound weight update) after its gradient "
+        "collectives (default on; off ends the iteration at the last backward or collective; "
+        "docs/optimizer.md)",
+    )
+    p.add_argument(
         "--jitter",
         type=jitter_float,
         default=0.0,
@@ -280,6 +288,7 @@ def _run(args: argparse.Namespace) -> int:
         speed_factors=speeds,
         p2p_channels=args.p2p_channels,
         **rendezvous_of(args),
+        optimizer_step=args.optimizer_step == "on",
     )
     with Status(f"simulating {profile.name} on {cluster.name} ({plan.num_microbatches} micro-batches)"):
         result = simulate(plan, profile, cluster, options, schedule=explicit)

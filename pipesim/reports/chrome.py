@@ -83,6 +83,8 @@ def trace_event_name(event: TraceEvent) -> str:
     """
     mb = "" if event.microbatch is None else str(event.microbatch)
     kind = event.kind
+    if kind is EventKind.OPTIMIZER:
+        return "optimizer step"
     if kind.is_compute:
         return f"{kind.value}{mb}"
     if kind is EventKind.SEND_ACTIVATION:

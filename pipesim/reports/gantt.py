@@ -72,6 +72,7 @@ _STYLE: dict[str, tuple[str, str, str]] = {
     "send": ("send", "#CC79A7", "white"),
     "allreduce": ("all-reduce", "#332288", "white"),
     "tp": ("TP collectives", "#882255", "white"),
+    "optimizer": ("optimizer step", "#56B4E9", "black"),
 }
 _GROUP_OF: dict[EventKind, str] = {
     EventKind.FORWARD: "F",
@@ -82,6 +83,7 @@ _GROUP_OF: dict[EventKind, str] = {
     EventKind.SEND_GRADIENT: "send",
     EventKind.ALL_REDUCE: "allreduce",
     EventKind.TP_COLLECTIVE: "tp",
+    EventKind.OPTIMIZER: "optimizer",
 }
 _IDLE = "#E6E6E6"
 _MEMORY_FILL = "#8FB3D9"

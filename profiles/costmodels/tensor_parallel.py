@@ -62,6 +62,7 @@ __all__ = [
     "TpCollective",
     "TpStageTimes",
     "block_tp_time_factors",
+    "block_wgrad_shares",
     "check_tensor_parallel",
     "check_tp_group_in_server",
     "collective_time_s",
@@ -76,6 +77,7 @@ __all__ = [
     "tp_replay_s",
     "tp_stage_activation_bytes",
     "tp_time_factors",
+    "wgrad_hidden_comm_s",
 ]
 
 CE_BYTES_PER_TOKEN = 4
@@ -86,12 +88,16 @@ class TpCollective(NamedTuple):
     """One tensor-parallel collective of one layer for one micro-batch share.
 
     ``phase`` is ``"F"`` or ``"B"``; ``kind`` is ``"all-reduce"``, ``"all-gather"`` or
-    ``"reduce-scatter"``; ``nbytes`` is the full (unsharded) tensor's size in bytes.
+    ``"reduce-scatter"``; ``nbytes`` is the full (unsharded) tensor's size in bytes;
+    ``wgrad_share`` is the share of the layer's weight-gradient time it can hide behind (0: none):
+    the input-gradient all-reduce (reduce-scatter with SP) of a column-parallel linear runs while
+    that linear's weight-gradient GEMM computes (:func:`wgrad_hidden_comm_s`).
     """
 
     phase: str
     kind: str
     nbytes: float
+    wgrad_share: float = 0.0
 
 
 def check_tensor_parallel(profile: ModelProfile, first: int, last: int, t: int, where: str) -> None:
@@ -297,18 +303,48 @@ def layer_collectives(
     act = samples * shape.seq * shape.hidden * elem_bytes
     ar, ag, rs = "all-reduce", "all-gather", "reduce-scatter"
     if shape.kind is LayerKind.BLOCK:
-        if sequence_parallel:
-            one_way = (TpCollective("F", ag, act), TpCollective("F", rs, act)) * 2
-            return one_way + tuple(TpCollective("B", c.kind, act) for c in one_way)
-        return (TpCollective("F", ar, act),) * 2 + (TpCollective("B", ar, act),) * 2
+        qkv, fc1 = block_wgrad_shares(shape)
+        if sequence_parallel:  # backward: the row-parallel linears' output-gradient all-gathers
+            # (exposed) and the column-parallel linears' input-gradient reduce-scatters (hidden)
+            return (
+                (TpCollective("F", ag, act), TpCollective("F", rs, act)) * 2
+                + (TpCollective("B", ag, act), TpCollective("B", rs, act, qkv))
+                + (TpCollective("B", ag, act), TpCollective("B", rs, act, fc1))
+            )
+        backward = (TpCollective("B", ar, act, qkv), TpCollective("B", ar, act, fc1))
+        return (TpCollective("F", ar, act),) * 2 + backward
     if shape.kind is LayerKind.EMBEDDING:
         if sequence_parallel:
             return (TpCollective("F", rs, act), TpCollective("B", ag, act))
         return (TpCollective("F", ar, act),)
     ce = (TpCollective("F", ar, samples * shape.seq * CE_BYTES_PER_TOKEN),) * 3
     if sequence_parallel:
-        return (TpCollective("F", ag, act), *ce, TpCollective("B", rs, act))
-    return (*ce, TpCollective("B", ar, act))
+        return (TpCollective("F", ag, act), *ce, TpCollective("B", rs, act, 1.0))
+    return (*ce, TpCollective("B", ar, act, 1.0))
+
+
+def block_wgrad_shares(shape: LayerShape) -> tuple[float, float]:
+    """Shares of a block's weight-gradient GEMM work done by its two column-parallel linears,
+    ``(QKV, FC1)``: by weight size (a weight-gradient GEMM's FLOPs are ``2 b s`` per weight),
+    ``3 h^2`` and ``h f`` of ``4 h^2 + 2 h f`` (QKV, projection, FC1, FC2; ``f`` the MLP width)."""
+    h, f = float(shape.hidden), float(shape.ffn)
+    total = 4.0 * h * h + 2.0 * h * f
+    return 3.0 * h * h / total, h * f / total
+
+
+def wgrad_hidden_comm_s(comm_s: float, wgrad_s: float) -> float:
+    """The exposed part of a backward TP collective of ``comm_s`` seconds that overlaps a
+    weight-gradient GEMM of ``wgrad_s`` seconds: ``max(0, comm - wgrad)``.
+
+    Megatron-LM launches a column-parallel linear's input-gradient all-reduce asynchronously
+    (with SP its reduce-scatter) and computes the weight gradient meanwhile (Korthikanti et al.
+    2022, Sec. 6.2; Megatron-LM ``megatron/core/tensor_parallel/layers.py`` at commit
+    000c4ac24f61, ``linear_with_grad_accumulation_and_async_allreduce``: "the tensor parallel all
+    reduce of the input gradients can be done asynchronously with the calculation of the weight
+    gradients", the reduce-scatter likewise with sequence parallelism; ``ColumnParallelLinear``
+    turns it on, ``allreduce_dgrad``). The row-parallel linears' backward collectives (their
+    output gradients, all-gathered with SP) are needed before any of their GEMMs and stay exposed."""
+    return max(0.0, comm_s - wgrad_s)
 
 
 def tp_parameter_bytes(layer: Layer, t: int, elem_bytes: int) -> float:
@@ -439,7 +475,10 @@ def collective_time_s(curves: AllReduceCurves, collective: TpCollective) -> floa
 
 class TpStageTimes(NamedTuple):
     """A TP stage's times for one micro-batch share on one device, seconds: the compute before
-    and after TP (forward, backward) and its exposed collectives per direction."""
+    and after TP (forward, backward) and its exposed collectives per direction; the backward's
+    with the input-gradient collectives hidden behind the weight-gradient GEMMs
+    (:func:`wgrad_hidden_comm_s`), and, for a split backward (zero-bubble ``I`` then ``W``
+    later, so nothing to hide behind), ``bwd_split_comm_s`` without that."""
 
     fwd_s: float
     bwd_s: float
@@ -447,6 +486,7 @@ class TpStageTimes(NamedTuple):
     bwd_tp_s: float
     fwd_comm_s: float
     bwd_comm_s: float
+    bwd_split_comm_s: float = 0.0
 
 
 def tp_exposed_comm_s(comm_s: float, compute_s: float, t: int, overlap: bool) -> float:
@@ -480,14 +520,17 @@ def stage_tp_times(
     """Compute and collective time of layers ``first..last`` for ``samples`` samples under
     ``t``-way TP (per layer :func:`block_tp_time_factors` for blocks when ``compute``, the
     profile's device model from :func:`tp_compute_model`, is given and ``samples`` is whole,
-    else :func:`tp_time_factors`; :func:`stage_collectives` timed with :func:`collective_time_s`
-    on the group's ``curves``; with ``overlap`` only their exposed part,
-    :func:`tp_exposed_comm_s`). The one derivation both the planner's estimate and the
-    simulator's lowering use."""
+    else :func:`tp_time_factors`; :func:`layer_collectives` timed with :func:`collective_time_s`
+    on the group's ``curves``, a backward collective with a ``wgrad_share`` exposing only what
+    its linear's weight-gradient time under TP (the layer's backward under TP times its
+    ``weight_grad_fraction`` times the share) does not hide, :func:`wgrad_hidden_comm_s`; with
+    ``overlap`` only the exposed part of the rest, :func:`tp_exposed_comm_s`). The one
+    derivation both the planner's estimate and the simulator's lowering use."""
     f_all, b_all = profile.fwd_times_s(samples), profile.bwd_times_s(samples)
     elem = DTYPE_BYTES[profile.dtype]
     whole = float(samples).is_integer()
     f0 = f1 = b0 = b1 = 0.0
+    comm_f = comm_b = comm_split = 0.0
     for i in range(first_layer, last_layer + 1):
         layer = profile.layers[i]
         shape = layer.shape
@@ -500,12 +543,22 @@ def stage_tp_times(
             ff, fb = tp_time_factors(shape, t, sequence_parallel)
         f0, f1 = f0 + f_all[i], f1 + f_all[i] * ff
         b0, b1 = b0 + b_all[i], b1 + b_all[i] * fb
-    comm_f = comm_b = 0.0
-    layers = profile.layers[first_layer : last_layer + 1]
-    for c in stage_collectives(layers, t, sequence_parallel, samples, profile.dtype):
-        if c.phase == "F":
-            comm_f += collective_time_s(curves, c)
-        else:
-            comm_b += collective_time_s(curves, c)
-    comm_f, comm_b = tp_exposed_comm_s(comm_f, f1, t, overlap), tp_exposed_comm_s(comm_b, b1, t, overlap)
-    return TpStageTimes(f0, b0, f1, b1, comm_f, comm_b)
+        if shape is None or t == 1:
+            continue
+        wgrad_s = b_all[i] * fb * layer.weight_grad_fraction
+        for c in layer_collectives(shape, t, sequence_parallel, samples, elem):
+            c_s = collective_time_s(curves, c)
+            if c.phase == "F":
+                comm_f += c_s
+            else:
+                comm_split += c_s
+                comm_b += wgrad_hidden_comm_s(c_s, wgrad_s * c.wgrad_share) if c.wgrad_share else c_s
+    return TpStageTimes(
+        f0,
+        b0,
+        f1,
+        b1,
+        tp_exposed_comm_s(comm_f, f1, t, overlap),
+        tp_exposed_comm_s(comm_b, b1, t, overlap),
+        tp_exposed_comm_s(comm_split, b1, t, overlap),
+    )

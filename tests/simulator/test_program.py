@@ -9,7 +9,8 @@ from pipesim.plan import Plan, StagePlan
 from pipesim.profiles.hardware.cluster import get_cluster
 from pipesim.schedules import Action, Schedule, ScheduleError
 from pipesim.simulator import SimOptions, simulate
-from pipesim.simulator.program import Compute, Post, Recv, Send, lower
+from pipesim.simulator.program import Compute, Post, Recv, Send, Update, lower
+from pipesim.simulator.trace import EventKind
 from tests.simulator.builders import equal_profile, one_layer_per_stage
 
 CLUSTER = get_cluster("dapple-2x8-v100")
@@ -21,10 +22,10 @@ def test_two_stage_pipeline_instruction_lists() -> None:
     program = lower(plan, profile, CLUSTER, SimOptions())
     first, second = (program.instructions(d) for d in (0, 1))
     assert [type(i).__name__ for i in first] == [
-        "Compute", "Send", "Compute", "Send", "Recv", "Compute", "Recv", "Compute",
+        "Compute", "Send", "Compute", "Send", "Recv", "Compute", "Recv", "Compute", "Update",
     ]  # fmt: skip
     assert [type(i).__name__ for i in second] == [
-        "Recv", "Compute", "Recv", "Compute", "Compute", "Send", "Compute", "Send",
+        "Recv", "Compute", "Recv", "Compute", "Compute", "Send", "Compute", "Send", "Update",
     ]  # fmt: skip
     send = first[1]
     assert isinstance(send, Send)
@@ -143,7 +144,8 @@ def test_end_overlap_waits_for_every_stream() -> None:
     program = lower(plan, profile, CLUSTER, SimOptions(allreduce_overlap="end"))
     assert all(c.after_drain for c in program.collectives)
     result = simulate(plan, profile, CLUSTER, SimOptions(allreduce_overlap="end"))
-    last_compute = max(e.end_s for e in result.events if e.kind.is_compute)
+    ops = [e for e in result.events if e.kind.is_compute and e.kind is not EventKind.OPTIMIZER]
+    last_compute = max(e.end_s for e in ops)
     first_allreduce = min(e.start_s for e in result.events if e.kind.value == "allreduce")
     assert first_allreduce >= last_compute
 
@@ -192,6 +194,9 @@ def test_streamed_program_is_the_materialized_lowering(schedule: str, chunks: in
     assert program.lowered_schedule() == lowered
     for rank, replica, device in program.streams:
         got = program.instructions(device)
+        update = got.pop()  # the optimizer step comes last, after the lowered schedule's steps
+        assert isinstance(update, Update)
+        assert update.compute.op == "O"
         want = [(a.op, a.stage, a.microbatch) for a in lowered.ranks[rank]]
         assert [_as_steps(program, ins) for ins in got] == want, (rank, replica)
         for ins in got:

@@ -16,7 +16,7 @@ from pipesim.simulator.program import Compute, Program
 
 from .builders import equal_profile, one_layer_per_stage
 
-FREE = SimOptions(free_links=True)
+FREE = SimOptions(free_links=True, optimizer_step=False)  # closed forms: no optimizer step
 DGX1 = get_cluster("dgx1-v100")
 MIB = 1 << 20
 

@@ -142,8 +142,9 @@ class EagerRecorder:
             else:
                 log_.append((end, now))
         kind = OP_KIND[ins.op]
+        mb = ins.microbatch if ins.microbatch >= 0 else None  # the optimizer step has none
         self.events.append(
-            TraceEvent(f"gpu{device}", kind, start, end, device, ins.stage, ins.microbatch, 0.0, None)
+            TraceEvent(f"gpu{device}", kind, start, end, device, ins.stage, mb, 0.0, None)
         )
 
     def links(self, network: Network, region: set[int], flows: list[Any], now: float) -> None:

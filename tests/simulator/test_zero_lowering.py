@@ -66,12 +66,14 @@ def test_zero3_moves_three_parameter_copies_per_micro_batch(wire_bytes: list[flo
 
 
 def test_sharding_none_is_unchanged_and_zero1_costs_the_allreduce_halves() -> None:
+    # without the optimizer step (a sharded one updates 1/d of the parameters)
     profile = equal_profile(8)
-    none = simulate(_plan("none"), profile, CLUSTER)
+    opts = SimOptions(optimizer_step=False)
+    none = simulate(_plan("none"), profile, CLUSTER, opts)
     program = lower(_plan("none"), profile, CLUSTER, SimOptions())
     assert [c.kind for c in program.collectives] == ["all-reduce"]
     for sharding in ("zero1", "distributed"):
-        result = simulate(_plan(sharding), profile, CLUSTER)
+        result = simulate(_plan(sharding), profile, CLUSTER, opts)
         kinds = [c.kind for c in lower(_plan(sharding), profile, CLUSTER, SimOptions()).collectives]
         assert kinds == ["reduce-scatter", "all-gather"]
         # a ring's reduce-scatter and all-gather are the all-reduce's n - 1 steps each
@@ -92,7 +94,7 @@ def test_zero3_gathers_gate_each_unit_closed_form() -> None:
     # 64 MiB units on one DGX-1's NVLink: a gather (about 3 ms) outlasts a forward unit (1 ms)
     profile = equal_profile(8, fwd_s=1e-3, bwd_s=4e-3, parameter_bytes=1 << 26)
     plan = _plan("zero3", replicas=8)
-    opts = SimOptions(contention=False)
+    opts = SimOptions(contention=False, optimizer_step=False)
     program = lower(plan, profile, CLUSTER, opts)
     f, b = [i for i in program.instructions(0) if isinstance(i, Compute)]
     compute = _units(f) + _units(b)
