@@ -19,7 +19,7 @@ from pipesim.errors import check_count, invalid
 from pipesim.schedules.action import Op
 from pipesim.schedules.schedule import Schedule, ScheduleStream, Step
 
-__all__ = ["dualpipev", "zbv"]
+__all__ = ["dualpipev", "dualpipev_rank", "zbv"]
 
 
 def _stream(name: str, p: int, m: int, rows: object) -> ScheduleStream:
@@ -134,7 +134,9 @@ def dualpipev(*, num_ranks: int, num_microbatches: int) -> Schedule:
     return _dualpipev(num_ranks=num_ranks, num_microbatches=num_microbatches).materialize()
 
 
-def _dualpipev_rank(p: int, m: int, r: int) -> Iterator[Step]:
+def dualpipev_rank(p: int, m: int, r: int) -> Iterator[Step]:
+    """Rank ``r``'s DualPipeV steps with ``p`` ranks and ``m`` micro-batches (see :func:`dualpipev`);
+    :mod:`pipesim.schedules.dualpipe` unfolds them over twice the ranks."""
     c0, c1 = r, 2 * p - 1 - r
     f_op, b_op, i_op, w_op = Op.F, Op.B, Op.I, Op.W
     forwards = {c0: 0, c1: 0}
@@ -199,4 +201,4 @@ def _dualpipev(*, num_ranks: int, num_microbatches: int) -> ScheduleStream:
     p, m = num_ranks, num_microbatches
     if m < 2 * p:
         raise invalid("num_microbatches", m, f"must be at least 2p = {2 * p} for dualpipev (torch's rule)")
-    return _stream("dualpipev", p, m, lambda r: _dualpipev_rank(p, m, r))
+    return _stream("dualpipev", p, m, lambda r: dualpipev_rank(p, m, r))

@@ -50,6 +50,7 @@ from pipesim.schedules import Schedule
 from pipesim.schedules.action import Op
 from pipesim.schedules.lowering import last_backwards, lowered_blocks
 from pipesim.schedules.lowering import lower as lower_schedule
+from pipesim.schedules.placement import copy_of
 from pipesim.schedules.registry import stream_schedule
 from pipesim.schedules.schedule import ScheduleStream
 from pipesim.schedules.validate import validate
@@ -122,6 +123,8 @@ class Collective:
         algorithm: ``ring``, ``hierarchical`` or ``auto``.
         after: the collective that must end first (the stage's previous bucket), or ``None``.
         after_drain: wait until every compute stream has finished.
+        shared_with: the stage holding the other copy of ``stage``'s layers (``dualpipe``), whose
+            devices are members too and post to it; ``None`` otherwise.
     """
 
     index: int
@@ -132,6 +135,7 @@ class Collective:
     algorithm: str
     after: int | None
     after_drain: bool
+    shared_with: int | None = None
 
 
 _NO_MARKS: tuple[tuple[float, int], ...] = ()
@@ -200,6 +204,11 @@ class Program:
         self._posts = {
             c.stage: c.index for c in collectives if c.bucket == 0 and not bucket_marks.get(c.stage)
         }
+        self._posts.update(  # dualpipe: the reverse copy's devices post to the same all-reduce
+            (c.shared_with, c.index)
+            for c in collectives
+            if c.shared_with is not None and c.stage in self._posts
+        )
         self._routes: dict[tuple[int, int], tuple[int, ...]] = {}
         self._replica_of: dict[int, int] | None = None
         self._tp_comm: dict[tuple[int, int, int, bool], tuple[float, float]] = {}
@@ -539,8 +548,15 @@ def lower(
     collectives: list[Collective] = []
     marks: dict[int, tuple[tuple[float, int], ...]] = {}
     bucketed = opts.allreduce_overlap == "bucketed"
+    # dualpipe: stage s and its copy (same layers, other direction) sum their weight gradients:
+    # one all-reduce among the devices of both copies, charged on stage s < S/2
+    copies = {st.index: copy_of(stream.placement, st.index, len(stages)) for st in stages}
     for stage in stages:
-        if len(stage.devices) < 2:
+        copy = copies[stage.index]
+        if copy is not None and copy < stage.index:
+            continue
+        members = stage.devices if copy is None else stage.devices + stages[copy].devices
+        if len(members) < 2:
             continue
         scale = 1.0
         if tp is not None:  # TP shards and sharded traffic (all-reduce equivalent bytes)
@@ -557,14 +573,17 @@ def lower(
                         stage=stage.index,
                         bucket=k,
                         nbytes=nbytes,
-                        members=stage.devices,
+                        members=members,
                         algorithm=_name(plan.allreduce),
                         after=index - 1 if k else None,
                         after_drain=False,
+                        shared_with=copy,
                     )
                 )
                 stage_marks.append((fraction, index))
             marks[stage.index] = tuple(stage_marks)
+            if copy is not None:  # the copy's last backward marks the same buckets
+                marks[copy] = marks[stage.index]
         else:
             nbytes = float(sum(profile.layers[i].parameter_bytes for i in stage.layers))
             if tp is not None:
@@ -575,10 +594,11 @@ def lower(
                     stage=stage.index,
                     bucket=0,
                     nbytes=nbytes,
-                    members=stage.devices,
+                    members=members,
                     algorithm=_name(plan.allreduce),
                     after=None,
                     after_drain=opts.allreduce_overlap == "end",
+                    shared_with=copy,
                 )
             )
     device_layers: dict[int, list[int]] = {}
