@@ -602,7 +602,16 @@ class CostModel:
             for r in range(p)
         ]
         # float costs give float times (int or Fraction costs, in exact tests, stay exact)
-        ends = cast(tuple[float, ...], timed.rank_end_s)
+        ends = list(cast(tuple[float, ...], timed.rank_end_s))
+        if placement_of(plan.schedule) == "dual":
+            # ranks r and p-1-r hold model stages r and p-1-r each: both pair all-reduces run over
+            # the same devices once both ranks are done (one job, on both ranks' NIC links)
+            for r in range(p // 2):
+                q = p - 1 - r
+                ends[r] = ends[q] = max(ends[r], ends[q])
+                ar[r], ar[q] = ar[r] + ar[q], 0.0
+                if contention:
+                    nic[r] = self.allreduce_network_links((*placement[r], *placement[q]))
         jobs = [(ends[r], ar[r], nic[r]) for r in range(p)]
         return max(cast(float, timed.makespan_s), nic_sharing_end_s(jobs))
 

@@ -159,9 +159,10 @@ _REGISTRY: dict[ScheduleName, ScheduleInfo] = {
             "Qi et al., NeurIPS 2024 (greedy order)",
         ),
         _info(
-            ScheduleName.V_MIN, greedy._v_min, "two", 2, _NONE, "v",
-            "min(2((p + 4) // 3), 2m)", "measured (docs/schedules.md)",
-            "Qi et al., NeurIPS 2024 (greedy order)",
+            ScheduleName.V_MIN, vshape._v_min, "two", 2, _NONE, "v",
+            "min(2((p + 4) // 3), 2m)",
+            "idle constant in m, rate <= 2p/(3m) when F = I = W (docs/schedules.md)",
+            "Qi et al., NeurIPS 2024 (V-Min building block)",
         ),
         _info(
             ScheduleName.ZB_AUTO, greedy._zb_auto, "one", 1, _ZB_AUTO_OPTIONS, "looped",

@@ -383,7 +383,7 @@ def in_flight_microbatches(
     * ``dualpipe`` (bidirectional, two model stages per rank): ``p + 1`` (``m >= 2p``; DeepSeek-V3
       report, sec. 3.2.1, table 2: activations ``PP + 1``, parameters ``2x``);
     * ``v-half`` / ``v-min`` (two chunks): at most ``min(2 L, 2 m)`` with ``L = (p + 2) // 2`` /
-      ``(p + 4) // 3`` micro-batches (Qi et al., NeurIPS 2024); the greedy order reaches it;
+      ``(p + 4) // 3`` micro-batches (Qi et al., NeurIPS 2024); the busiest rank reaches it;
     * ``zb-auto``: ``min(memory_limit, m)`` (default limit ``p``);
     * ``pipedream-async`` / ``pipedream-2bw``: as ``1f1b``.
 
