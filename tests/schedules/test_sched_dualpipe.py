@@ -191,3 +191,17 @@ def test_estimate_charges_both_pair_all_reduces(replicas: int) -> None:
     simulated = simulate(plan, profile, CLUSTER, SimOptions()).iteration_time_s
     estimated = CostModel(profile, CLUSTER).estimate(plan).iteration_time_s
     assert simulated <= estimated <= 1.15 * simulated
+
+
+def test_make_plan_adds_the_copies() -> None:
+    from pipesim.api import make_plan
+
+    profile = equal_profile(8)
+    plan = make_plan(profile, global_batch_size=32, num_microbatches=8, stages=8, schedule="dualpipe",
+                     chunks=2)
+    assert plan.num_ranks == 4
+    assert plan.num_model_stages == 4
+    assert [(s.first_layer, s.last_layer) for s in plan.stages] == [(0, 1), (2, 3), (4, 5), (6, 7)] * 2
+    assert simulate(plan, profile, CLUSTER, SimOptions(free_links=True)).iteration_time_s == pytest.approx(
+        3 * 2 * 8 + 2 * (4 // 2 - 1)  # two layers per stage: F = 2, I = W = 2
+    )
