@@ -205,3 +205,24 @@ def test_make_plan_adds_the_copies() -> None:
     assert simulate(plan, profile, CLUSTER, SimOptions(free_links=True)).iteration_time_s == pytest.approx(
         3 * 2 * 8 + 2 * (4 // 2 - 1)  # two layers per stage: F = 2, I = W = 2
     )
+
+
+@pytest.mark.parametrize(("p", "m"), [(2, 14), (4, 28), (4, 60), (6, 50)])
+def test_estimate_extrapolation_equals_direct_evaluation(p: int, m: int) -> None:
+    """Unequal model stages (each copy costs what its original does) and slow links: the order's
+    steady phase is periodic, so the estimate's two bounded evaluations give any m exactly."""
+    from pipesim.planner.schedule_time import order_time_s, valid_microbatches
+
+    model_f = [3 + (s * 7) % 5 for s in range(p)]
+    fwd = model_f + model_f
+    bwd = [2 * f + s % 3 for s, f in enumerate(fwd)]
+    wgrad = [b // 3 for b in bwd]
+    c_f = [1 + s % 2 for s in range(2 * p - 1)]
+    c_b = [2 - s % 2 for s in range(2 * p - 1)]
+    assert valid_microbatches("dualpipe", p, m, 2)
+    assert not valid_microbatches("dualpipe", p, m + 1, 2)
+    got = order_time_s("dualpipe", num_ranks=p, num_microbatches=m, chunks=2, fwd_s=fwd, bwd_s=bwd,
+                       wgrad_s=wgrad, send_fwd_s=c_f, send_bwd_s=c_b)
+    direct = evaluate(dualpipe(num_ranks=p, num_microbatches=m), fwd_time_s=fwd, bwd_time_s=bwd,
+                      wgrad_time_s=wgrad, fwd_comm_time_s=c_f, bwd_comm_time_s=c_b)
+    assert got.makespan_s == direct.makespan
