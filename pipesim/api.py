@@ -55,8 +55,11 @@ def make_plan(
         global_batch_size: samples per iteration.
         num_microbatches: micro-batches per iteration.
         stages: number of (virtual) stages, split so the slowest stage is as fast as possible
-            (forward + backward time); give this or ``split``. Default: one stage.
-        split: layers per stage, e.g. ``[10, 14, 24]``.
+            (forward + backward time); give this or ``split``. Default: one stage. For
+            ``dualpipe`` the model is cut into ``stages // 2`` parts, each run twice (one copy
+            per direction).
+        split: layers per stage, e.g. ``[10, 14, 24]`` (``dualpipe``: per model stage; the
+            copies are added).
         replicas: replicas per pipeline rank (default 1 each).
         schedule, schedule_options, chunks, optimizer, recompute, allreduce: see :class:`Plan`.
 
@@ -77,10 +80,13 @@ def make_plan(
     check_count("chunks", chunks)
     if stages is not None and split is not None:
         raise invalid("stages", stages, "give either the number of stages or a split, not both")
+    dual = placement_of(schedule) == "dual"  # dualpipe: the split cuts the model; each part runs twice
     if split is None:
         times = [a.fwd_time_s + a.bwd_time_s for a in profile.layers]
-        split = balanced_split(times, stages or 1)
+        split = balanced_split(times, max(1, (stages or 1) // 2) if dual else stages or 1)
     ranges = stage_ranges(split, profile.num_layers)
+    if dual:
+        ranges = ranges + ranges
     if len(ranges) % chunks:
         rule = f"must divide the number of stages ({len(ranges)}): each device runs `chunks` stages"
         raise invalid("chunks", chunks, rule)

@@ -181,7 +181,9 @@ class Plan:
     Attributes:
         stages: the pipeline stages in order; together they must cover the model's layers
             exactly once. For interleaved schedules with ``chunks = v`` these are the ``p * v``
-            virtual stages, virtual stage ``s`` on the devices of stage ``s mod p``.
+            virtual stages, virtual stage ``s`` on the devices of stage ``s mod p``. For
+            ``dualpipe`` the first ``p`` cover the layers once and stage ``p + j`` repeats stage
+            ``j``'s layers (the reverse direction's copy, on the devices of stage ``p - 1 - j``).
         global_batch_size: samples per iteration.
         num_microbatches: micro-batches the global batch is cut into (each of
             ``global_batch_size / num_microbatches`` samples).
@@ -276,7 +278,19 @@ class Plan:
         if self.planner is not None and not isinstance(self.planner, str):
             raise invalid("planner", self.planner, "must be a planner name or None")
         expected = 0
+        dual = placement_of(self.schedule) == "dual"  # DualPipe: stages[L + j] copies stages[j]
+        model = len(self.stages) // 2 if dual else len(self.stages)
         for index, stage in enumerate(self.stages):
+            if index >= model:
+                copy = self.stages[index - model]
+                if (stage.first_layer, stage.last_layer) != (copy.first_layer, copy.last_layer):
+                    raise invalid(
+                        f"stages[{index}]",
+                        f"layers {stage.first_layer}..{stage.last_layer}",
+                        f"must copy stages[{index - model}] (layers {copy.first_layer}..{copy.last_layer}): "
+                        f"{self.schedule.value} runs each model stage twice, once per direction",
+                    )
+                continue
             if stage.first_layer != expected:
                 raise invalid(
                     f"stages[{index}].first_layer",
@@ -371,6 +385,13 @@ class Plan:
         return len(self.stages)
 
     @property
+    def num_model_stages(self) -> int:
+        """Stages that split the model's layers: :attr:`num_stages`, or half of them when the
+        schedule runs every stage twice (``dualpipe``: stage ``L + j`` copies stage ``j``)."""
+        dual = placement_of(self.schedule) == "dual"
+        return len(self.stages) // 2 if dual else len(self.stages)
+
+    @property
     def num_ranks(self) -> int:
         """Number of pipeline ranks (device groups): stages over chunks."""
         return len(self.stages) // self.chunks
@@ -406,9 +427,9 @@ class Plan:
             InputError: the stages do not end at the model's last layer, a device id is not in
                 the cluster, or a micro-batch cannot be split over a stage's replicas.
         """
-        if self.num_stages > num_layers:
+        if self.num_model_stages > num_layers:
             raise Infeasible(
-                f"stages={self.num_stages}: a plan cannot have more stages than the model has "
+                f"stages={self.num_model_stages}: a plan cannot have more stages than the model has "
                 f"layers ({num_layers})"
             )
         if self.num_layers != num_layers:

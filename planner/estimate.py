@@ -85,7 +85,7 @@ from pipesim.profiles.costmodels.memory import (
 from pipesim.profiles.costmodels.optimizer import stage_optimizer_step_s
 from pipesim.profiles.hardware.cluster import Cluster
 from pipesim.profiles.models.profile import ModelProfile
-from pipesim.schedules.placement import stage_ranks
+from pipesim.schedules.placement import chain_length, copy_of, stage_ranks
 from pipesim.schedules.registry import placement_of, schedule_info
 
 __all__ = [
@@ -406,14 +406,17 @@ class CostModel:
         samples = largest_microbatch(plan)
         fwd = [c.fwd_s for c in costs]
         bwd = [c.bwd_s for c in costs]
-        total_f, total_b = sum(fwd), sum(bwd)
+        chain = chain_length(placement_of(plan.schedule) or "looped", num)  # dualpipe: two chains of m/2
         busy: dict[tuple[str, int], list[float]] = {}  # (direction, link) -> [L, before, after]
-        pre_f = pre_b = 0.0
+        total_f = total_b = pre_f = pre_b = 0.0
         for b in range(num - 1):
+            if b % chain == 0:  # the sums run over the boundary's own chain
+                total_f, total_b = sum(fwd[b : b + chain]), sum(bwd[b : b + chain])
+                pre_f = pre_b = 0.0
             pre_f += fwd[b]
             pre_b += bwd[b]
-            if where[b] == where[b + 1]:
-                continue  # two stages of one rank (a V's turn): no transfer
+            if where[b] == where[b + 1] or b % chain == chain - 1:
+                continue  # two stages of one rank (a V's turn), or the end of a chain: no transfer
             src, dst = placement[where[b]], placement[where[b + 1]]
             nbytes = samples * self.cut_bytes_per_sample[plan.stages[b].last_layer]
             for direction, a, z, before, after in (
@@ -426,7 +429,7 @@ class CostModel:
                         entry[0] += per_byte * nbytes
                         entry[1] = min(entry[1], before)
                         entry[2] = min(entry[2], after)
-        m = plan.num_microbatches
+        m = plan.num_microbatches * chain // num  # micro-batches crossing each boundary
         return max((before + m * load + after for load, before, after in busy.values()), default=0.0)
 
     # ------------------------------------------------------------------------------ plans
@@ -441,9 +444,15 @@ class CostModel:
         placement = plan.placement(self.cluster.num_devices)
         samples = largest_microbatch(plan)
         where = _rank_of(plan)
+        dual = placement_of(plan.schedule) == "dual"
         out = []
         for s, stage in enumerate(plan.stages):
             devices = placement[where[s]]
+            # dualpipe: stage s < S/2 all-reduces with its copy's devices; the copy charges nothing
+            reducers = tuple(devices)
+            copy = copy_of("dual", s, plan.num_stages) if dual else None
+            if copy is not None:
+                reducers = reducers + tuple(placement[where[copy]]) if copy > s else ()
             table = self.share_table(-(-samples // stage.replicas))
             first, last = stage.first_layer, stage.last_layer
             send_f = send_b = latency = 0.0
@@ -458,7 +467,7 @@ class CostModel:
                     fwd_s=table.fwd[last + 1] - table.fwd[first],
                     bwd_s=table.bwd[last + 1] - table.bwd[first],
                     wgrad_s=table.wgrad[last + 1] - table.wgrad[first],
-                    allreduce_s=self.allreduce_s(devices, self.parameter_bytes(first, last), plan.allreduce),
+                    allreduce_s=self.allreduce_s(reducers, self.parameter_bytes(first, last), plan.allreduce),
                     send_fwd_s=send_f,
                     send_bwd_s=send_b,
                     send_latency_s=latency,
@@ -646,7 +655,16 @@ class CostModel:
             for r in range(p)
         ]
         # float costs give float times (int or Fraction costs, in exact tests, stay exact)
-        ends = cast(tuple[float, ...], timed.rank_end_s)
+        ends = list(cast(tuple[float, ...], timed.rank_end_s))
+        if placement_of(plan.schedule) == "dual":
+            # ranks r and p-1-r hold model stages r and p-1-r each: both pair all-reduces run over
+            # the same devices once both ranks are done (one job, on both ranks' NIC links)
+            for r in range(p // 2):
+                q = p - 1 - r
+                ends[r] = ends[q] = max(ends[r], ends[q])
+                ar[r], ar[q] = ar[r] + ar[q], 0.0
+                if contention:
+                    nic[r] = self.allreduce_network_links((*placement[r], *placement[q]))
         jobs = [(ends[r], ar[r], nic[r]) for r in range(p)]
         return max(cast(float, timed.makespan_s), nic_sharing_end_s(jobs, opt))
 

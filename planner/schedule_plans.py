@@ -137,8 +137,11 @@ def schedule_variant(
     ``num_microbatches`` (default ``base``'s). No estimate. ``placement`` overrides the
     schedule's (an explicit order, ``custom``, carries its own).
 
+    ``dualpipe`` (placement ``dual``): ``p`` model stages split by time, stage ``p + j`` a copy
+    of stage ``j`` on rank ``p - 1 - j``.
+
     Raises:
-        Infeasible: the model has fewer layers than ``ranks x chunks``.
+        Infeasible: the model has fewer layers than ``ranks x chunks`` (``ranks`` for ``dualpipe``).
         UnknownNameError: an unknown schedule.
     """
     name = lookup(schedule).value
@@ -147,7 +150,9 @@ def schedule_variant(
     m = num_microbatches if num_microbatches is not None else base.num_microbatches
     samples = base.global_batch_size // m if base.microbatch_sizes is None else max(base.microbatch_sizes)
     p = len(ranks)
-    where = stage_ranks(placement or placement_of(name) or "looped", p * v, p)
+    placed = placement or placement_of(name) or "looped"
+    where = stage_ranks(placed, p * v, p)
+    dual = placed == "dual"  # dualpipe: p model stages, each run twice (stage p + j copies j)
     if v == 1 and base.chunks == 1:  # one stage per rank: keep the base split (the search optimised it)
         sizes = [st.last_layer - st.first_layer + 1 for st in base.stages]
     else:
@@ -160,12 +165,21 @@ def schedule_variant(
                     for i in range(cost.profile.num_layers)
                 ]
             )
-        sizes = device_balanced_split(rows, where) if v > 1 else balanced_split(rows[0], p)
+        if dual:
+            sizes = balanced_split(rows[0], p)
+        else:
+            sizes = device_balanced_split(rows, where) if v > 1 else balanced_split(rows[0], p)
     stages_list: list[StagePlan] = []
     first = 0
     for s, size in enumerate(sizes):
         stages_list.append(replace(ranks[where[s]], first_layer=first, last_layer=first + size - 1))
         first += size
+    if dual:
+        for s in range(p, 2 * p):
+            copy = stages_list[s - p]
+            stages_list.append(
+                replace(ranks[where[s]], first_layer=copy.first_layer, last_layer=copy.last_layer)
+            )
     stages = tuple(stages_list)
     options = base.schedule_options if name == base.schedule else {}
     return replace(
@@ -205,7 +219,8 @@ def schedule_plans(
     seen: set[tuple[object, ...]] = set()
     for base in shapes:
         p = base.num_ranks
-        if p * v > cost.profile.num_layers:
+        model_stages = p if placement_of(name) == "dual" else p * v
+        if model_stages > cost.profile.num_layers:
             continue
         widest = max(st.replicas for st in base.stages)
         suitable = suitable_counts(name, p, v, base.global_batch_size, widest)

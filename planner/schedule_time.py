@@ -64,13 +64,16 @@ class OrderTime:
 def valid_microbatches(schedule: str, num_ranks: int, num_microbatches: int, chunks: int) -> bool:
     """Whether the generator of ``schedule`` accepts ``m`` micro-batches on ``p`` ranks with ``v``
     chunks: the looped orders with ``v > 1`` need ``m`` to be a multiple of their rounds
-    ``max(1, m // p)``; DualPipeV needs ``m >= 2p``; the others take any ``m >= 1``."""
+    ``max(1, m // p)``; DualPipeV needs ``m >= 2p``; DualPipe an even ``p`` and an even
+    ``m >= 2p``; the others take any ``m >= 1``."""
     p, m = num_ranks, num_microbatches
     if m < 1:
         return False
     info = schedule_info(schedule)
     if info.chunks == "free" and chunks > 1 and m % max(1, m // p):
         return False
+    if schedule == "dualpipe":  # two directions of m / 2 micro-batches, ranks paired r <-> p - 1 - r
+        return p % 2 == 0 and m % 2 == 0 and m >= 2 * p
     return not (schedule == "dualpipev" and m < 2 * p)
 
 
@@ -151,11 +154,13 @@ def order_time_s(
     steps = Fraction(m - m2, period)  # exact with int or Fraction costs
     # no rank runs its micro-batches faster than its compute: the period's growth is at least the
     # busiest rank's, which guards against a bottleneck that only dominates past the window
-    where = stage_ranks(schedule_info(schedule).placement, len(fwd_s), p)
+    placement = schedule_info(schedule).placement
+    where = stage_ranks(placement, len(fwd_s), p)
     busy: list[Time] = [0 for _ in range(p)]
     for s, rank in enumerate(where):
         busy[rank] += fwd_s[s] + bwd_s[s]
-    growth = max(t2.makespan_s - t1.makespan_s, period * max(busy))
+    share = Fraction(1, 2) if placement == "dual" else 1  # dual: a micro-batch runs half the stages
+    growth = max(t2.makespan_s - t1.makespan_s, period * max(busy) * share)
     return OrderTime(
         makespan_s=t2.makespan_s + steps * growth,
         rank_end_s=tuple(b + steps * (b - a) for a, b in zip(t1.rank_end_s, t2.rank_end_s, strict=True)),

@@ -24,7 +24,7 @@ from pipesim.schedules.generators import (
     zb_h1,
     zb_h2,
 )
-from pipesim.schedules.greedy import v_half, v_min, zb_auto
+from pipesim.schedules.greedy import v_half, zb_auto
 from pipesim.schedules.lowering import (
     add_allreduce,
     add_communication,
@@ -47,7 +47,7 @@ from pipesim.schedules.render import format_timeline
 from pipesim.schedules.schedule import Schedule, ScheduleError, ScheduleStream, format_grid
 from pipesim.schedules.timing import CostSpec, Time, Timeline, evaluate
 from pipesim.schedules.validate import validate
-from pipesim.schedules.vshape import dualpipev, zbv
+from pipesim.schedules.vshape import dualpipev, v_min, zbv
 
 __all__ = [
     "PLACEMENTS",

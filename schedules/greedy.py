@@ -1,6 +1,7 @@
-"""Memory-bounded greedy schedules: zero bubble's automatic scheduler, V-Half and V-Min.
+"""Memory-bounded greedy schedules: zero bubble's automatic scheduler and V-Half.
 
-One list scheduler builds all three. It plays the iteration forward in time on ``p`` rank
+One list scheduler builds both (V-Min is built from the paper's building block instead:
+:func:`pipesim.schedules.vshape.v_min`). It plays the iteration forward in time on ``p`` rank
 timelines with given costs; whenever a rank is free it picks, by the heuristic of Qi et al.
 ("Zero Bubble Pipeline Parallelism", ICLR 2024, sec. 4.1, the schedules the paper calls ZB-1p and
 ZB-2p before its ILP refinement):
@@ -19,14 +20,14 @@ the micro-batches it already admitted to the end: the scheduler cannot deadlock 
 least ``v`` stage-micro-batches.
 
 - ``zb-auto``: one stage per rank (looped), costs and the limit given (``memory_limit``
-  micro-batches; ``p`` is ZB-1p, 1F1B's memory, ``2p`` ZB-2p).
-- ``v-half`` and ``v-min``: two stages per rank in a V (Qi et al., "Pipeline Parallelism with
-  Controllable Memory", NeurIPS 2024), the limit ``(p + 2) // 2`` and ``(p + 4) // 3``
-  micro-batches of the rank's layers (half and a third of 1F1B's ``p``), i.e. twice that in
-  stage-micro-batches of half the layers; unit costs ``F = I = W`` (the papers' building-block
-  assumption). The papers build these from repeated building blocks; pipesim's greedy orders meet
-  the same activation bound, and their bubbles are measured (``docs/schedules.md``), not the
-  papers' closed forms.
+  micro-batches; ``p`` is ZB-1p, 1F1B's memory, ``2p`` ZB-2p); the greedy order competes with
+  the ZB-H family members that fit the limit and the fastest is kept (:func:`zb_auto`).
+- ``v-half``: two stages per rank in a V (Qi et al., "Pipeline Parallelism with Controllable
+  Memory", NeurIPS 2024), the limit ``(p + 2) // 2`` micro-batches of the rank's layers (half of
+  1F1B's ``p``), i.e. twice that in stage-micro-batches of half the layers; unit costs
+  ``F = I = W`` (the paper's building-block assumption). The paper builds it from a repeated
+  building block; pipesim's greedy order meets the same activation bound, and its bubble is
+  measured (``docs/schedules.md``), not the paper's.
 """
 
 from __future__ import annotations
@@ -37,10 +38,12 @@ from fractions import Fraction
 
 from pipesim.errors import check_count, check_nonneg, invalid
 from pipesim.schedules.action import Op
+from pipesim.schedules.generators import _single
 from pipesim.schedules.placement import stage_ranks
 from pipesim.schedules.schedule import Schedule, ScheduleStream, Step
+from pipesim.schedules.timing import Timeline, evaluate
 
-__all__ = ["greedy_order", "v_half", "v_half_limit", "v_min", "v_min_limit", "zb_auto"]
+__all__ = ["greedy_order", "v_half", "v_half_limit", "v_min_limit", "zb_auto"]
 
 Cost = float | Fraction
 
@@ -229,8 +232,22 @@ def zb_auto(
     comm_time_s: float = 0.0,
     memory_limit: int | None = None,
 ) -> Schedule:
-    """Zero bubble's automatic schedule (Qi et al., ICLR 2024, sec. 4.1; ZB-1p / ZB-2p): the
-    greedy order of :func:`greedy_order` for one stage per rank.
+    """Zero bubble's automatic schedule (Qi et al., ICLR 2024, sec. 4.1; ZB-1p / ZB-2p): the best,
+    under the given costs, of the greedy order of :func:`greedy_order` and the members of the
+    ZB-H family that fit the memory limit.
+
+    As zero bubble's own heuristic (``initial_solution`` in
+    ``megatron/core/pipeline_parallel/zerobubble/scheduler/zb.py`` of
+    github.com/sail-sg/zero-bubble-pipeline-parallelism at 39f2c18 builds several orders with
+    different rules and keeps the one its cost model times fastest), candidates are timed with
+    :func:`pipesim.schedules.evaluate` and the fastest kept (the greedy order on a tie). The ZB-H
+    family: rank ``i`` runs ``K_i = min(p - i + e, 2 (p - i) - 1)`` warm-up forwards (at most
+    ``m``), then alternates ``I`` and ``F``, putting off its ``W`` by ``p + e - K_i``: it holds
+    ``p + e`` micro-batches; ``e = 0`` is ZB-H1, ``e = p - 1`` ZB-H2, and every ``e`` with
+    ``p + e <= memory_limit`` is tried. So the order is never slower than ZB-H1 when the limit is
+    at least ``p``, nor than ZB-H2 when it is at least ``2p - 1`` (property test over ``p``,
+    ``m`` and the F/I/W times in ``tests/schedules/test_sched_greedy.py``); below ``p`` only the
+    greedy order fits.
 
     Args:
         num_ranks: pipeline ranks ``p``.
@@ -242,15 +259,13 @@ def zb_auto(
         memory_limit: micro-batches of activations a rank may hold (default ``p``: ZB-1p, the
             memory of 1F1B; ``2p`` gives ZB-2p).
 
-    With ``T_F = T_I = T_W`` and ``m = p`` its makespan is ZB-H1's; for larger ``m`` the greedy
-    order idles a little more than ZB-H1 (measured in ``docs/schedules.md``), and with
-    ``memory_limit = 2p`` (ZB-2p) it matches ZB-H2's makespan there. Unit-cost slots for p=4,
-    m=8 with the defaults::
+    Unit-cost slots for p=4, m=8 with the defaults (ZB-H1's order: the greedy one idles two
+    slots more here)::
 
-        rank 0 F0 F1 F2 F3 .  .  .  I0 W0 I1 F4 I2 W1 I3 F5 W2 F6 I4 W3 F7 W4 I5 W5 I6 W6 .  .  I7 W7
-        rank 1 .  F0 F1 F2 F3 .  I0 W0 I1 W1 I2 F4 I3 W2 W3 F5 I4 F6 W4 .  I5 F7 I6 W5 W6 .  I7 W7 .
-        rank 2 .  .  F0 F1 F2 I0 F3 I1 W0 I2 W1 I3 F4 W2 W3 I4 F5 W4 F6 I5 W5 I6 F7 W6 .  I7 W7 .  .
-        rank 3 .  .  .  F0 I0 F1 I1 F2 I2 F3 I3 W0 W1 F4 I4 W2 W3 F5 I5 F6 I6 W4 W5 F7 I7 W6 W7 .  .
+        rank 0 F0 F1 F2 F3 .  .  .  I0 W0 F4 I1 W1 F5 I2 W2 F6 I3 W3 F7 I4 W4 I5 W5 I6 W6 I7 W7
+        rank 1 .  F0 F1 F2 .  .  I0 F3 I1 W0 F4 I2 W1 F5 I3 W2 F6 I4 W3 F7 I5 W4 I6 W5 I7 W6 W7
+        rank 2 .  .  F0 F1 .  I0 F2 I1 F3 I2 W0 F4 I3 W1 F5 I4 W2 F6 I5 W3 F7 I6 W4 I7 W5 W6 W7
+        rank 3 .  .  .  F0 I0 F1 I1 F2 I2 F3 I3 W0 F4 I4 W1 F5 I5 W2 F6 I6 W3 F7 I7 W4 W5 W6 W7
 
     Raises:
         InputError: a count below 1, a negative cost, ``wgrad > bwd`` or a limit below 1.
@@ -280,10 +295,11 @@ def _zb_auto(
     check_count("num_microbatches", num_microbatches)
     limit = num_ranks if memory_limit is None else memory_limit
     check_count("memory_limit", limit)
+    p, m = num_ranks, num_microbatches
     rows = greedy_order(
         name="zb-auto",
-        num_ranks=num_ranks,
-        num_microbatches=num_microbatches,
+        num_ranks=p,
+        num_microbatches=m,
         placement="looped",
         chunks=1,
         fwd_time_s=fwd_time_s,
@@ -292,7 +308,23 @@ def _zb_auto(
         comm_time_s=comm_time_s,
         limit=limit,
     )
-    return _stream("zb-auto", num_ranks, num_microbatches, 1, "looped", rows)
+    def timed(order: Schedule, check: bool) -> Timeline:
+        return evaluate(order, fwd_time_s=fwd_time_s, bwd_time_s=bwd_time_s, wgrad_time_s=wgrad_time_s,
+                        fwd_comm_time_s=comm_time_s, bwd_comm_time_s=comm_time_s, check=check)
+
+    best = _stream("zb-auto", p, m, 1, "looped", rows).materialize()
+    best_time = timed(best, False).makespan
+    for extra in range(min(limit, 2 * p - 1) - p + 1):  # the ZB-H family that fits the limit
+        # rank i: K_i warm-up forwards and W put off by p + extra - K_i (extra = 0: ZB-H1's
+        # K_i = p - i, delay i; extra = p - 1: ZB-H2's 2(p - i) - 1, delay 2i)
+        warmup = [min(p - i + extra, 2 * (p - i) - 1) for i in range(p)]
+        delays = [p + extra - k for k in warmup]
+        leading = [min(k, m) for k in warmup]
+        order = _single("zb-auto", p, m, leading, split=True, w_delay=delays).materialize()
+        timeline = timed(order, True)  # validated: a family member that deadlocks would raise
+        if max(timeline.peak_stashed) <= limit and timeline.makespan < best_time:
+            best, best_time = order, timeline.makespan
+    return ScheduleStream.of(best)
 
 
 def _v_bounded(name: str, p: int, m: int, micro: int) -> ScheduleStream:
@@ -337,29 +369,3 @@ def v_half(*, num_ranks: int, num_microbatches: int) -> Schedule:
 
 def _v_half(*, num_ranks: int, num_microbatches: int) -> ScheduleStream:
     return _v_bounded("v-half", num_ranks, num_microbatches, v_half_limit(num_ranks))
-
-
-def v_min(*, num_ranks: int, num_microbatches: int) -> Schedule:
-    """V-Min (Qi et al., NeurIPS 2024): two stages per rank in a V, at most ``(p + 4) // 3``
-    micro-batches of activations per rank (1F1B: ``p``), by the greedy scheduler with unit costs.
-
-    Unit-cost slots for p=4, m=4 (F = I = W = 1; upper case chunk 0, lower case chunk 1)::
-
-        rank 0 F0 F1 .  .  .  .  .  f0 i0 f1 i1 w0 w1 F2 .  I0 W0 I1 W1 F3 .  f2 i2 w2 .  .  .  f3 i3 I2 w3 W2
-        rank 1 .  F0 F1 .  .  .  f0 .  f1 i0 w0 i1 w1 .  I0 F2 I1 W0 W1 .  f2 F3 .  i2 w2 .  f3 .  I2 i3 W2 w3
-        rank 2 .  .  F0 F1 .  f0 .  f1 .  .  i0 w0 i1 I0 w1 I1 F2 W0 W1 f2 .  .  F3 .  i2 f3 w2 I2 W2 .  i3 w3
-        rank 3 .  .  .  F0 f0 F1 f1 .  .  .  .  i0 I0 i1 I1 w0 W0 F2 f2 w1 W1 .  .  F3 f3 i2 I2 w2 W2 .  .  i3
-        (slots 32..36)
-        rank 0 .  .  .  I3 W3
-        rank 1 .  .  I3 W3 .
-        rank 2 .  I3 W3 .  .
-        rank 3 I3 w3 W3 .  .
-
-    Raises:
-        InputError: a count below 1.
-    """
-    return _v_min(num_ranks=num_ranks, num_microbatches=num_microbatches).materialize()
-
-
-def _v_min(*, num_ranks: int, num_microbatches: int) -> ScheduleStream:
-    return _v_bounded("v-min", num_ranks, num_microbatches, v_min_limit(num_ranks))

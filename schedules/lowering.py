@@ -20,7 +20,7 @@ from dataclasses import replace
 
 from pipesim.errors import InputError, invalid
 from pipesim.schedules.action import Action, Op
-from pipesim.schedules.placement import stage_ranks
+from pipesim.schedules.placement import chain_bounds, stage_ranks
 from pipesim.schedules.schedule import Schedule, Step
 from pipesim.schedules.validate import validate
 
@@ -78,7 +78,8 @@ def lowered_blocks(
     just after it when ``s`` is not the last stage; ``RECV_B(s, m)`` just before ``B(s, m)`` or
     ``I(s, m)`` when ``s`` is not the last stage and ``SEND_B(s, m)`` just after it when
     ``s > 0``; each only between stages on different ranks (stages on one rank exchange nothing:
-    one rank, or the turn of a V-shape placement).
+    one rank, or the turn of a V-shape placement) and within a chain (``dual``: stage ``S/2 - 1``
+    ends one, ``S/2`` begins the other; :func:`~pipesim.schedules.placement.chain_bounds`).
     ``ALL_REDUCE(s)`` right after the stage's last ``B`` or ``W`` on this rank and the send that
     follows it, for each stage in ``allreduce_after``.
 
@@ -97,9 +98,10 @@ def lowered_blocks(
         InputError: a communication step in ``steps`` (raised when it is reached).
     """
     where = stage_ranks(placement, num_stages, num_ranks)
+    starts, ends = chain_bounds(placement, num_stages)  # a chain's first stage receives no activation
     # whether stage s exchanges with s - 1 (cross_prev) / s + 1 (cross_next) over a link
-    cross_prev = [s > 0 and where[s - 1] != where[s] for s in range(num_stages)]
-    cross_next = [s < num_stages - 1 and where[s + 1] != where[s] for s in range(num_stages)]
+    cross_prev = [not starts[s] and where[s - 1] != where[s] for s in range(num_stages)]
+    cross_next = [not ends[s] and where[s + 1] != where[s] for s in range(num_stages)]
     reduce = allreduce_after or {}
     op_f, op_b, op_i, op_w = Op.F, Op.B, Op.I, Op.W
     recv_f, send_f, recv_b, send_b = Op.RECV_F, Op.SEND_F, Op.RECV_B, Op.SEND_B

@@ -8,7 +8,7 @@ from enum import Enum
 from typing import Any
 
 from pipesim.errors import invalid, parse_name
-from pipesim.schedules import async_pipedream, generators, greedy, vshape
+from pipesim.schedules import async_pipedream, dualpipe, generators, greedy, vshape
 from pipesim.schedules.schedule import Schedule, ScheduleStream
 
 __all__ = [
@@ -42,6 +42,7 @@ class ScheduleName(str, Enum):
     INTERLEAVED_ZB = "interleaved-zb"
     ZBV = "zbv"
     DUALPIPEV = "dualpipev"
+    DUALPIPE = "dualpipe"
     V_HALF = "v-half"
     V_MIN = "v-min"
     ZB_AUTO = "zb-auto"
@@ -65,7 +66,7 @@ class ScheduleInfo:
             ``v >= 1``) or ``"two"`` (exactly two stages per rank: the V shapes).
         default_chunks: ``v`` when ``chunks`` is not given.
         options: options accepted besides the counts.
-        placement: ``"looped"`` or ``"v"`` (:mod:`pipesim.schedules.placement`).
+        placement: ``"looped"``, ``"v"`` or ``"dual"`` (:mod:`pipesim.schedules.placement`).
         memory: peak activations held on rank ``i``, in stage-micro-batches (one micro-batch's
             activations on one stage), as a formula (``g`` the round size of the looped orders).
         bubble: idle time or makespan with equal stages (costs per stage) and free links.
@@ -147,14 +148,21 @@ _REGISTRY: dict[ScheduleName, ScheduleInfo] = {
             "DeepSeek-V3 technical report 2024, sec. 3.2.1; torch ScheduleDualPipeV",
         ),
         _info(
+            ScheduleName.DUALPIPE, dualpipe._dualpipe, "two", 2, _NONE, "dual",
+            "p + 1 (two model stages per rank: 2x parameters)",
+            "makespan m(F + I + W) + (p/2 - 1)F when F = I = W (F&B = F + B, no overlap)",
+            "DeepSeek-V3 technical report 2024, sec. 3.2.1; github deepseek-ai/DualPipe 3da1bbe",
+        ),
+        _info(
             ScheduleName.V_HALF, greedy._v_half, "two", 2, _NONE, "v",
             "min(2((p + 2) // 2), 2m)", "measured (docs/schedules.md)",
             "Qi et al., NeurIPS 2024 (greedy order)",
         ),
         _info(
-            ScheduleName.V_MIN, greedy._v_min, "two", 2, _NONE, "v",
-            "min(2((p + 4) // 3), 2m)", "measured (docs/schedules.md)",
-            "Qi et al., NeurIPS 2024 (greedy order)",
+            ScheduleName.V_MIN, vshape._v_min, "two", 2, _NONE, "v",
+            "min(2((p + 4) // 3), 2m)",
+            "idle constant in m, rate <= 2p/(3m) when F = I = W (docs/schedules.md)",
+            "Qi et al., NeurIPS 2024 (V-Min building block)",
         ),
         _info(
             ScheduleName.ZB_AUTO, greedy._zb_auto, "one", 1, _ZB_AUTO_OPTIONS, "looped",

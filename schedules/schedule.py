@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 
 from pipesim.errors import InputError, invalid
 from pipesim.schedules.action import Action, Op
-from pipesim.schedules.placement import check_placement, stage_ranks
+from pipesim.schedules.placement import check_dual, check_placement, microbatch_chain, stage_ranks
 
 __all__ = ["Schedule", "ScheduleError", "ScheduleStream", "Step", "format_grid"]
 
@@ -101,11 +101,13 @@ class Schedule:
         ranks: ``ranks[r]`` is the ordered actions of rank ``r``.
         microbatch_sizes: samples in each micro-batch, or ``None`` for equal micro-batches. The
             sizes do not change the order; they travel with the schedule to the simulator.
-        placement: ``"looped"`` (stage ``s`` on rank ``s % p``) or ``"v"`` (V shape).
+        placement: ``"looped"`` (stage ``s`` on rank ``s % p``), ``"v"`` (V shape) or ``"dual"``
+            (two chains fed from both ends, :mod:`pipesim.schedules.placement`).
 
     Raises:
         InputError: counts below 1, ``num_stages`` not a multiple of ``num_ranks``, ``ranks`` of
-            the wrong length, an action on the wrong rank or out of range, or bad sizes.
+            the wrong length, an action on the wrong rank or out of range, bad sizes, or (``dual``)
+            an odd ``p`` or ``m``, ``S != 2p``, or a micro-batch on the other direction's chain.
             (Semantic rules, like one forward per micro-batch, are checked by
             :func:`pipesim.schedules.validate`.)
     """
@@ -134,6 +136,9 @@ class Schedule:
             raise invalid("ranks", f"{len(self.ranks)} rows", f"must have num_ranks={self.num_ranks} rows")
         p, stages, m = self.num_ranks, self.num_stages, self.num_microbatches
         where = stage_ranks(self.placement, stages, p)
+        dual = self.placement == "dual"
+        if dual:
+            check_dual(p, stages, m)
         for r, row in enumerate(self.ranks):
             for i, action in enumerate(row):
                 if not isinstance(action, Action):
@@ -149,6 +154,17 @@ class Schedule:
                 if action.microbatch is not None and action.microbatch >= m:
                     raise ScheduleError(
                         f"{action} has micro-batch >= num_microbatches={m}", self.ranks, rank=r, step=i
+                    )
+                if dual and action.microbatch is not None and action.stage not in microbatch_chain(
+                    "dual", stages, m, action.microbatch
+                ):
+                    raise ScheduleError(
+                        f"{action}: micro-batch {action.microbatch} runs the other direction (dual "
+                        f"placement: micro-batches < {m // 2} on stages 0..{p - 1}, the others on "
+                        f"{p}..{stages - 1})",
+                        self.ranks,
+                        rank=r,
+                        step=i,
                     )
         sizes = self.microbatch_sizes
         if sizes is not None:

@@ -14,6 +14,7 @@ from fractions import Fraction
 
 from pipesim.errors import InputError, invalid
 from pipesim.schedules.action import Action, Op
+from pipesim.schedules.placement import chain_bounds
 from pipesim.schedules.schedule import Schedule
 from pipesim.schedules.validate import deadlock_error, validate
 
@@ -188,10 +189,11 @@ def evaluate(
     l_b = _latencies("bwd_comm_latency_s", bwd_comm_latency_s, c_b)
     # transfer time into stage s's forward from s - 1, and into s's backward from s + 1
     where = schedule.stage_ranks  # no transfer time between two stages on one rank
-    into_f: list[Time] = [0 if s == 0 or where[s - 1] == where[s] else c_f[s - 1] for s in range(stages)]
-    into_b: list[Time] = [0 if s == stages - 1 or where[s + 1] == where[s] else c_b[s] for s in range(stages)]
-    lat_f: list[Time] = [0 if s == 0 else l_f[s - 1] for s in range(stages)]
-    lat_b: list[Time] = [0 if s == stages - 1 else l_b[s] for s in range(stages)]
+    heads, tails = chain_bounds(schedule.placement, stages)  # dual: two chains, S/2 - 1 feeds none
+    into_f: list[Time] = [0 if heads[s] or where[s - 1] == where[s] else c_f[s - 1] for s in range(stages)]
+    into_b: list[Time] = [0 if tails[s] or where[s + 1] == where[s] else c_b[s] for s in range(stages)]
+    lat_f: list[Time] = [0 if heads[s] else l_f[s - 1] for s in range(stages)]
+    lat_b: list[Time] = [0 if tails[s] else l_b[s] for s in range(stages)]
     # arrival of stage s's input activation / output gradient, set when its producer ends
     arrive_f: list[list[Time]] = [[0] * m for _ in range(stages)]
     arrive_b: list[list[Time]] = [[0] * m for _ in range(stages)]
@@ -209,7 +211,6 @@ def evaluate(
     peak = [0] * stages
     pointer = [0] * p
     ready = list(range(p))
-    last = stages - 1
     op_f, op_b, op_i = Op.F, Op.B, Op.I
     while ready:
         r = ready.pop()
@@ -221,7 +222,7 @@ def evaluate(
             op, s, mb = a.op, a.stage, a.microbatch
             assert mb is not None
             if op is op_f:
-                if s:
+                if not heads[s]:
                     dep = f_end[s - 1][mb]
                     if dep is None:
                         waiting[(s - 1) * m + mb] = r
@@ -232,7 +233,7 @@ def evaluate(
                     start = t_free
                 end = start + f_time[s][mb]
                 f_end[s][mb] = end
-                if s != last:
+                if not tails[s]:
                     arrive_f[s + 1][mb] = _arrival(wire, r, where[s + 1], end, into_f[s + 1], lat_f[s + 1])
                 stashed[s] += 1
                 if stashed[s] > peak[s]:
@@ -244,7 +245,7 @@ def evaluate(
                     waiting[s * m + mb] = r
                     break
                 start = own if own > t_free else t_free
-                if s != last:
+                if not tails[s]:
                     dep = g_end[s + 1][mb]
                     if dep is None:
                         waiting[(stages + s + 1) * m + mb] = r
@@ -258,7 +259,7 @@ def evaluate(
                 else:
                     end = start + i_time[s][mb]
                 g_end[s][mb] = end
-                if s:
+                if not heads[s]:
                     arrive_b[s - 1][mb] = _arrival(wire, r, where[s - 1], end, into_b[s - 1], lat_b[s - 1])
                 key = (stages + s) * m + mb
             else:  # W

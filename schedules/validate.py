@@ -6,6 +6,7 @@ import heapq
 from collections.abc import Sequence
 
 from pipesim.schedules.action import Action, Op
+from pipesim.schedules.placement import chain_bounds, microbatch_chain
 from pipesim.schedules.schedule import Schedule, ScheduleError
 
 __all__ = ["deadlock_error", "validate"]
@@ -55,8 +56,12 @@ def validate(schedule: Schedule) -> None:
 
 def _check_complete(schedule: Schedule, where: dict[_Key, tuple[int, int]]) -> None:
     ranks = schedule.ranks
-    for s in range(schedule.num_stages):
-        for m in range(schedule.num_microbatches):
+    dual = schedule.placement == "dual"  # micro-batch m runs stage s only on its own chain
+    num_stages, num_microbatches = schedule.num_stages, schedule.num_microbatches
+    for s in range(num_stages):
+        for m in range(num_microbatches):
+            if dual and s not in microbatch_chain("dual", num_stages, num_microbatches, m):
+                continue
             if (Op.F, s, m) not in where:
                 raise ScheduleError(f"forward {s}F{m} is missing", ranks)
             full = (Op.B, s, m) in where
@@ -123,13 +128,17 @@ def _backward_key(where: dict[_Key, tuple[int, int]], s: int, m: int | None) -> 
     return (Op.B, s, m) if (Op.B, s, m) in where else (Op.I, s, m)
 
 
-def _dependencies(action: Action, num_stages: int) -> tuple[_Key, ...]:
-    """What must have run (anywhere) before ``action`` may start; a ``B`` key stands for B or I."""
+def _dependencies(
+    action: Action, starts: tuple[bool, ...], ends: tuple[bool, ...]
+) -> tuple[_Key, ...]:
+    """What must have run (anywhere) before ``action`` may start; a ``B`` key stands for B or I.
+    ``starts``/``ends``: which stages begin and end a chain
+    (:func:`~pipesim.schedules.placement.chain_bounds`)."""
     op, s, m = action.op, action.stage, action.microbatch
     if op is Op.F:
-        return ((Op.F, s - 1, m),) if s > 0 else ()
+        return ((Op.F, s - 1, m),) if not starts[s] else ()
     if op is Op.B or op is Op.I:
-        return ((Op.F, s, m), (Op.B, s + 1, m)) if s + 1 < num_stages else ((Op.F, s, m),)
+        return ((Op.F, s, m), (Op.B, s + 1, m)) if not ends[s] else ((Op.F, s, m),)
     if op is Op.W:
         return ((Op.I, s, m),)
     if op is Op.RECV_F:
@@ -145,7 +154,8 @@ def _check_progress(schedule: Schedule, where: dict[_Key, tuple[int, int]]) -> N
     A dependency at ``(rank q, step j)`` is met once rank ``q`` has moved past step ``j``. A blocked
     rank waits in a heap of rank ``q`` keyed by ``j`` and is woken when ``q`` gets past it.
     """
-    ranks, num_stages = schedule.ranks, schedule.num_stages
+    ranks = schedule.ranks
+    starts, ends = chain_bounds(schedule.placement, schedule.num_stages)
     pointer = [0] * len(ranks)
     waiters: list[list[tuple[int, int]]] = [[] for _ in ranks]
     blocked_on: dict[int, _Key] = {}
@@ -156,7 +166,7 @@ def _check_progress(schedule: Schedule, where: dict[_Key, tuple[int, int]]) -> N
         i = pointer[r]
         while i < len(row):
             blocker = None
-            for dep in _dependencies(row[i], num_stages):
+            for dep in _dependencies(row[i], starts, ends):
                 pos = where.get(dep)
                 if pos is None and dep[0] is Op.B:
                     pos = where.get((Op.I, dep[1], dep[2]))

@@ -22,6 +22,7 @@ from pipesim.profiles.costmodels.collective import AllReduceAlgorithm, AllReduce
 from pipesim.profiles.costmodels.sharding import CollectiveKind, Sharding, half_algorithm
 from pipesim.profiles.hardware.cluster import Cluster
 from pipesim.profiles.models.profile import ModelProfile
+from pipesim.schedules.placement import copy_of
 from pipesim.schedules.schedule import ScheduleStream
 from pipesim.simulator.stage_costs import CostOptions, StageFacts
 from pipesim.simulator.tp_lowering import TpLowering
@@ -52,6 +53,8 @@ class Collective:
         group: the devices it runs among when more than ``members`` (with context parallelism
             each replica's CP ranks join: their streams are mirrored by ``members``); empty for
             ``members``.
+        shared_with: the stage holding the other copy of ``stage``'s layers (``dualpipe``), whose
+            devices are members too and post to it; ``None`` otherwise.
     """
 
     index: int
@@ -65,6 +68,7 @@ class Collective:
     kind: str = CollectiveKind.ALL_REDUCE.value
     posted: bool = True
     group: tuple[int, ...] = ()
+    shared_with: int | None = None
 
 
 Marks = dict[int, tuple[tuple[float, int], ...]]
@@ -108,8 +112,15 @@ def data_parallel_collectives(
         st.index: _wider(tp.dp_group(st.index, st.devices), st.devices) if tp is not None else ()
         for st in stages
     }
+    # dualpipe: stage s and its copy (same layers, other direction) sum their weight gradients:
+    # one all-reduce among the devices of both copies, charged on stage s < S/2
+    copies = {st.index: copy_of(stream.placement, st.index, len(stages)) for st in stages}
     for stage in stages:
-        if len(groups[stage.index] or stage.devices) < 2 or (zero is not None and zero.per_unit(stage.index)):
+        copy = copies[stage.index]
+        if copy is not None and copy < stage.index:
+            continue
+        members = stage.devices if copy is None else stage.devices + stages[copy].devices
+        if len(groups[stage.index] or members) < 2 or (zero is not None and zero.per_unit(stage.index)):
             continue
         sharded = plan.stages[stage.index].sharding is not Sharding.NONE
         kind = (CollectiveKind.REDUCE_SCATTER if sharded else CollectiveKind.ALL_REDUCE).value
@@ -128,16 +139,19 @@ def data_parallel_collectives(
                         stage=stage.index,
                         bucket=k,
                         nbytes=nbytes,
-                        members=stage.devices,
+                        members=members,
                         algorithm=_name(plan.allreduce),
                         after=index - 1 if k else None,
                         after_drain=False,
                         kind=kind,
                         group=groups[stage.index],
+                        shared_with=copy,
                     )
                 )
                 stage_marks.append((fraction, index))
             marks[stage.index] = tuple(stage_marks)
+            if copy is not None:  # the copy's last backward marks the same buckets
+                marks[copy] = marks[stage.index]
         else:
             nbytes = float(sum(profile.layers[i].parameter_bytes for i in stage.layers))
             if tp is not None:
@@ -148,12 +162,13 @@ def data_parallel_collectives(
                     stage=stage.index,
                     bucket=0,
                     nbytes=nbytes,
-                    members=stage.devices,
+                    members=members,
                     algorithm=_name(plan.allreduce),
                     after=None,
                     after_drain=opts.allreduce_overlap == "end",
                     kind=kind,
                     group=groups[stage.index],
+                    shared_with=copy,
                 )
             )
         if sharded and tp is not None:  # ZeRO-1, distributed optimizer: gather the updated shards

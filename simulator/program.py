@@ -216,6 +216,11 @@ class Program:
             if c.bucket == 0 and not bucket_marks.get(c.stage) and c.posted
             and c.kind != CollectiveKind.ALL_GATHER.value and (zero is None or not zero.per_unit(c.stage))
         }
+        self._posts.update(  # dualpipe: the reverse copy's devices post to the same all-reduce
+            (c.shared_with, c.index)
+            for c in collectives
+            if c.shared_with is not None and c.stage in self._posts
+        )
         self._routes: dict[tuple[int, int], tuple[int, ...]] = {}
         self._replica_of: dict[int, int] | None = None
         self._tp_comm: dict[tuple[int, int, int, str], tuple[float, float]] = {}
@@ -488,6 +493,8 @@ def _updates(
     after: dict[int, list[int]] = {}
     for c in collectives:
         after.setdefault(c.stage, []).append(c.index)
+        if c.shared_with is not None:  # dualpipe: the copy's devices wait for the pair's all-reduce
+            after.setdefault(c.shared_with, []).append(c.index)
     out: dict[tuple[int, int], Update] = {}
     for rank, devices in enumerate(plan.placement(cluster.num_devices)):
         mine = [st for st in stages if st.rank == rank]

@@ -340,6 +340,7 @@ IN_FLIGHT_SCHEDULES_ALL: tuple[str, ...] = (
     "interleaved-zb",
     "zbv",
     "dualpipev",
+    "dualpipe",
     "v-half",
     "v-min",
     "zb-auto",
@@ -379,8 +380,10 @@ def in_flight_microbatches(
     * ``zbv`` (two chunks in a V): ``min(2 p, 2 m, m + i + 1)``, i.e. ``p`` micro-batches of the
       rank's layers for ``m >= 2p - 1``, as 1F1B's first stage (Qi et al., ICLR 2024, sec. 6);
     * ``dualpipev``: ``2 p + 1`` (``m >= 2p``);
+    * ``dualpipe`` (bidirectional, two model stages per rank): ``p + 1`` (``m >= 2p``; DeepSeek-V3
+      report, sec. 3.2.1, table 2: activations ``PP + 1``, parameters ``2x``);
     * ``v-half`` / ``v-min`` (two chunks): at most ``min(2 L, 2 m)`` with ``L = (p + 2) // 2`` /
-      ``(p + 4) // 3`` micro-batches (Qi et al., NeurIPS 2024); the greedy order reaches it;
+      ``(p + 4) // 3`` micro-batches (Qi et al., NeurIPS 2024); the busiest rank reaches it;
     * ``zb-auto``: ``min(memory_limit, m)`` (default limit ``p``);
     * ``pipedream-async`` / ``pipedream-2bw``: as ``1f1b``.
 
@@ -424,6 +427,8 @@ def _in_flight_more(schedule: str, i: int, p: int, m: int, v: int, memory_limit:
         return min(2 * p, 2 * m, m + i + 1)
     if schedule == "dualpipev":
         return 2 * p + 1
+    if schedule == "dualpipe":
+        return p + 1
     if schedule in ("v-half", "v-min"):
         limit = (p + 2) // 2 if schedule == "v-half" else (p + 4) // 3
         return min(2 * limit, 2 * m)

@@ -87,14 +87,17 @@ def test_every_new_schedule_is_valid_and_streams_its_order(name: str) -> None:
             assert schedule.placement == schedule_info(name).placement
             stream = stream_schedule(name, num_ranks=p, num_microbatches=m)
             assert stream.materialize() == schedule
-            assert _peaks(schedule) == [
-                in_flight_microbatches(name, r, p, m, chunks=chunks) for r in range(p)
-            ]
+            counts = [in_flight_microbatches(name, r, p, m, chunks=chunks) for r in range(p)]
+            if name == "v-min":  # the block's ranks differ; the bound is the busiest rank's
+                assert all(a <= b for a, b in zip(_peaks(schedule), counts, strict=True))
+                assert max(_peaks(schedule)) == max(counts)
+            else:
+                assert _peaks(schedule) == counts
 
 
 def test_names_are_registered() -> None:
     assert set(NEW) <= set(schedule_names())
-    assert "dualpipe" not in schedule_names()  # the bidirectional DualPipe is not generated
+    assert "dualpipe" in schedule_names()  # bidirectional DualPipe: tests/schedules/test_sched_dualpipe.py
 
 
 def test_dualpipev_needs_2p_microbatches() -> None:
@@ -170,8 +173,10 @@ def test_zb_auto_respects_its_memory_limit_and_matches_zb_h1_at_m_equal_p() -> N
 
 
 def test_zb_auto_options_change_the_order_and_are_checked() -> None:
-    slow_w = make_schedule("zb-auto", num_ranks=4, num_microbatches=8, bwd_time_s=4.0, wgrad_time_s=3.0)
-    assert slow_w.ranks != make_schedule("zb-auto", num_ranks=4, num_microbatches=8).ranks
+    # below p micro-batches of memory only the greedy order fits: its order follows the costs
+    slow_w = make_schedule("zb-auto", num_ranks=4, num_microbatches=8, bwd_time_s=4.0, wgrad_time_s=3.0,
+                           memory_limit=3)
+    assert slow_w.ranks != make_schedule("zb-auto", num_ranks=4, num_microbatches=8, memory_limit=3).ranks
     with pytest.raises(InputError, match="wgrad_time_s=3"):
         make_schedule("zb-auto", num_ranks=2, num_microbatches=2, bwd_time_s=2.0, wgrad_time_s=3.0)
     with pytest.raises(InputError, match="memory_limit=0"):

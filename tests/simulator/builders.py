@@ -84,7 +84,11 @@ def random_plan(
     m = p * draw(st.integers(1, 2)) if chunks > 1 else draw(st.integers(1, max_microbatches))
     if schedule == "dualpipev":
         m = 2 * m  # DualPipeV needs m >= 2p
-    sizes = [draw(st.integers(1, 3)) for _ in range(p * chunks)]
+    dual = info.placement == "dual"
+    if dual:  # DualPipe: an even p, an even m >= 2p, p model stages each run twice
+        p = draw(st.sampled_from([2, 4]))
+        m = 2 * p * draw(st.integers(1, 2))
+    sizes = [draw(st.integers(1, 3)) for _ in range(p if dual else p * chunks)]
     replicas = [draw(st.integers(1, 3)) for _ in range(p)]
     batch = draw(st.sampled_from([1, 2, 4]))
     layers = tuple(
@@ -104,6 +108,13 @@ def random_plan(
         rank = stage_rank(info.placement, s, p)
         stages.append(StagePlan(first_layer=first, last_layer=first + n - 1, replicas=replicas[rank]))
         first += n
+    if dual:  # stage p + j copies stage j's layers, on rank p - 1 - j
+        for s in range(p, 2 * p):
+            copy = stages[s - p]
+            rank = stage_rank(info.placement, s, p)
+            stages.append(
+                StagePlan(first_layer=copy.first_layer, last_layer=copy.last_layer, replicas=replicas[rank])
+            )
     plan = Plan(
         stages=tuple(stages),
         global_batch_size=m * max(replicas) * draw(st.integers(1, 2)),

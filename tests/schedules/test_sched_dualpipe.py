@@ -1,0 +1,228 @@
+"""The bidirectional DualPipe on the ``dual`` placement: order, chains, closed forms, memory,
+the simulator (both executors) and the planner's estimate."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipesim.errors import InputError
+from pipesim.plan import Plan, StagePlan
+from pipesim.planner.estimate import CostModel
+from pipesim.profiles.costmodels.memory import in_flight_microbatches
+from pipesim.profiles.hardware.cluster import get_cluster
+from pipesim.schedules import (
+    Action,
+    Op,
+    Schedule,
+    ScheduleError,
+    evaluate,
+    format_timeline,
+    lower,
+    make_schedule,
+)
+from pipesim.schedules.dualpipe import dualpipe
+from pipesim.schedules.placement import chain_bounds, copy_of, microbatch_chain, stage_ranks
+from pipesim.schedules.vshape import dualpipev
+from pipesim.simulator import SimOptions, simulate
+from pipesim.simulator.program import lower as lower_program
+from tests.simulator.builders import equal_profile
+
+CLUSTER = get_cluster("dapple-2x8-v100")
+SIZES = ((2, 4), (2, 6), (4, 8), (4, 10), (4, 16), (6, 12), (8, 16), (8, 24))
+
+
+def _plan(p: int, m: int, replicas: int = 1) -> Plan:
+    model = [StagePlan(first_layer=i, last_layer=i, replicas=replicas) for i in range(p)]
+    return Plan(stages=tuple(model + model), global_batch_size=4 * m * replicas, num_microbatches=m,
+                schedule="dualpipe", chunks=2)
+
+
+def test_dual_placement_two_chains_fed_from_both_ends() -> None:
+    assert stage_ranks("dual", 8, 4) == (0, 1, 2, 3, 3, 2, 1, 0)
+    starts, ends = chain_bounds("dual", 8)
+    assert [s for s in range(8) if starts[s]] == [0, 4]
+    assert [s for s in range(8) if ends[s]] == [3, 7]
+    assert microbatch_chain("dual", 8, 6, 2) == range(4)
+    assert microbatch_chain("dual", 8, 6, 3) == range(4, 8)
+    assert [copy_of("dual", s, 8) for s in range(8)] == [4, 5, 6, 7, 0, 1, 2, 3]
+    assert copy_of("v", 1, 8) is None
+
+
+def test_every_microbatch_runs_its_own_chain_once() -> None:
+    for p, m in SIZES:
+        s = dualpipe(num_ranks=p, num_microbatches=m)
+        assert s.placement == "dual"
+        assert s.num_stages == 2 * p
+        for k in range(m):
+            stages = sorted(a.stage for row in s.ranks for a in row if a.op is Op.F and a.microbatch == k)
+            assert stages == list(range(p) if k < m // 2 else range(p, 2 * p))
+        # rank r holds model stages r (down) and p - 1 - r (up copy: stage 2p - 1 - r)
+        for r, row in enumerate(s.ranks):
+            assert {a.stage for a in row} == {r, 2 * p - 1 - r}
+
+
+def test_the_order_is_dualpipev_unfolded() -> None:
+    """DeepSeek's DualPipe rank r runs DualPipeV's rank min(r, p-1-r) of p/2 ranks and m/2
+    micro-batches (dualpipe.py and dualpipev.py at 3da1bbe share their eight phases)."""
+    for p, m in SIZES:
+        dual = dualpipe(num_ranks=p, num_microbatches=m)
+        folded = dualpipev(num_ranks=p // 2, num_microbatches=m // 2)
+        for r in range(p):
+            h = min(r, p - 1 - r)
+            ops = [(a.op, a.microbatch % (m // 2)) for a in dual.ranks[r]]
+            assert ops == [(a.op, a.microbatch) for a in folded.ranks[h]]
+
+
+def test_refuses_what_deepseek_refuses() -> None:
+    with pytest.raises(InputError, match="num_ranks=3: must be even"):
+        make_schedule("dualpipe", num_ranks=3, num_microbatches=6)
+    with pytest.raises(InputError, match="num_microbatches=6: must be even and at least 2p = 8"):
+        make_schedule("dualpipe", num_ranks=4, num_microbatches=6)
+    with pytest.raises(InputError, match="num_microbatches=9"):
+        make_schedule("dualpipe", num_ranks=4, num_microbatches=9)
+    with pytest.raises(InputError, match="chunks=1"):
+        make_schedule("dualpipe", num_ranks=4, num_microbatches=8, chunks=1)
+
+
+def test_a_microbatch_on_the_other_chain_is_refused() -> None:
+    rows = ((Action(stage=0, op=Op.F, microbatch=1), Action(stage=0, op=Op.B, microbatch=1)), ())
+    with pytest.raises(ScheduleError, match="micro-batch 1 runs the other direction"):
+        Schedule(name="x", num_ranks=2, num_stages=4, num_microbatches=2, ranks=rows, placement="dual")
+    with pytest.raises(InputError, match="num_stages=6: must be 2p = 4"):
+        Schedule(name="x", num_ranks=2, num_stages=6, num_microbatches=2, ranks=((), ()), placement="dual")
+
+
+def test_no_transfer_across_the_chains_meeting_point() -> None:
+    s = lower(dualpipe(num_ranks=4, num_microbatches=8))
+    for row in s.ranks:
+        for a in row:
+            if a.op in (Op.SEND_F, Op.RECV_B):
+                assert a.stage not in (3, 7)  # chain ends send no activation, receive no gradient
+            if a.op in (Op.RECV_F, Op.SEND_B):
+                assert a.stage not in (0, 4)
+
+
+@pytest.mark.parametrize(("p", "m"), SIZES)
+def test_closed_forms_with_equal_stages(p: int, m: int) -> None:
+    """F = I = W: makespan m(F + I + W) + (p/2 - 1)F, so the bubble per rank is (p/2 - 1)F
+    (DeepSeek's (p/2 - 1)(F&B + B - 3W) with F&B = F + B, B = I + W is 2(p/2 - 1)F: see
+    docs/schedules.md); peak activations p + 1 stage-micro-batches per rank."""
+    for f in (1, 3):
+        order = dualpipe(num_ranks=p, num_microbatches=m)
+        t = evaluate(order, fwd_time_s=f, bwd_time_s=2 * f, wgrad_time_s=f)
+        assert t.makespan == m * 3 * f + (p // 2 - 1) * f
+        assert all(b == m * 3 * f for b in t.busy)
+        assert [t.peak_stashed[r] + t.peak_stashed[2 * p - 1 - r] for r in range(p)] == [p + 1] * p
+    assert [in_flight_microbatches("dualpipe", r, p, m, chunks=2) for r in range(p)] == [p + 1] * p
+
+
+def test_docstring_grid_is_the_rendered_one() -> None:
+    t = evaluate(dualpipe(num_ranks=4, num_microbatches=8), fwd_time_s=1, bwd_time_s=2, wgrad_time_s=1)
+    grid = format_timeline(t, compact=True)
+    assert dualpipe.__doc__ is not None
+    doc = "\n".join(line.strip() for line in dualpipe.__doc__.splitlines())
+    assert "\n".join(line.rstrip() for line in grid.splitlines()) in doc
+
+
+@pytest.mark.parametrize("executor", ["simpy", "fast"])
+@pytest.mark.parametrize(("p", "m"), [(2, 4), (4, 8), (4, 12), (8, 16)])
+def test_simulator_closed_form_and_twice_the_parameters(executor: str, p: int, m: int) -> None:
+    profile = equal_profile(p, fwd_s=1.0, bwd_s=2.0, parameter_bytes=1 << 20, wgrad_fraction=0.5)
+    result = simulate(_plan(p, m), profile, CLUSTER, SimOptions(free_links=True, optimizer_step=False), executor=executor)
+    assert result.iteration_time_s == pytest.approx(3 * m + p // 2 - 1, rel=1e-12)
+    one_f = Plan(stages=tuple(StagePlan(first_layer=i, last_layer=i) for i in range(p)),
+                 global_batch_size=4 * m, num_microbatches=m, schedule="1f1b")
+    base = simulate(one_f, profile, CLUSTER, SimOptions(free_links=True, optimizer_step=False), executor=executor)
+    assert sorted(d.static_memory_bytes for d in result.devices) == sorted(
+        2 * d.static_memory_bytes for d in base.devices
+    )
+
+
+def test_the_two_copies_gradients_are_summed_between_the_pair() -> None:
+    p, m = 4, 8
+    profile = equal_profile(p, parameter_bytes=1 << 20)
+    for replicas in (1, 2):
+        program = lower_program(_plan(p, m, replicas), profile, CLUSTER, SimOptions())
+        assert len(program.collectives) == p
+        for c in program.collectives:
+            assert c.shared_with == c.stage + p
+            assert len(c.members) == 2 * replicas
+            assert set(c.members) == set(program.stages[c.stage].devices) | set(
+                program.stages[c.stage + p].devices
+            )
+        lowered = program.lowered_schedule()
+        reduces = sorted(a.stage for row in lowered.ranks for a in row if a.op is Op.ALL_REDUCE)
+        assert reduces == list(range(2 * p))
+        simulate(_plan(p, m, replicas), profile, CLUSTER, SimOptions())  # runs to the end
+
+
+def test_plan_needs_the_copies() -> None:
+    model = [StagePlan(first_layer=i, last_layer=i) for i in range(4)]
+    shifted = [StagePlan(first_layer=i + 4, last_layer=i + 4) for i in range(4)]
+    with pytest.raises(InputError, match=r"stages\[4\].*must copy stages\[0\]"):
+        Plan(stages=tuple(model + shifted), global_batch_size=8, num_microbatches=8, schedule="dualpipe",
+             chunks=2)
+    assert _plan(4, 8).num_model_stages == 4
+    assert _plan(4, 8).num_layers == 4
+
+
+@pytest.mark.parametrize(("p", "m"), [(2, 4), (4, 8), (4, 32), (8, 16)])
+def test_estimate_equals_the_simulation(p: int, m: int) -> None:
+    profile = equal_profile(p, fwd_s=1.0, bwd_s=2.0, parameter_bytes=1 << 20, wgrad_fraction=0.5)
+    plan = _plan(p, m)
+    simulated = simulate(plan, profile, CLUSTER, SimOptions()).iteration_time_s
+    estimated = CostModel(profile, CLUSTER).estimate(plan).iteration_time_s
+    # compute is exact; the pair all-reduce (1 MiB over NVLink, ~1e-4 s) is started at its first
+    # rank's end in the estimate, at both ranks' end in the simulator
+    assert estimated == pytest.approx(simulated, abs=1e-4)
+
+
+@pytest.mark.parametrize("replicas", [1, 2, 4])
+def test_estimate_charges_both_pair_all_reduces(replicas: int) -> None:
+    """Ranks r and p-1-r share two pair all-reduces (model stages r and p-1-r) over the same
+    devices: the estimate runs them one after the other once both ranks are done (with four
+    replicas they cross the servers' NICs and the estimate serializes what the simulator shares:
+    12% over here); dropping one of them would under-estimate."""
+    p, m = 4, 8
+    model = [StagePlan(first_layer=i, last_layer=i, replicas=replicas) for i in range(p)]
+    plan = Plan(stages=tuple(model + model), global_batch_size=4 * m * replicas, num_microbatches=m,
+                schedule="dualpipe", chunks=2)
+    profile = equal_profile(p, fwd_s=0.01, bwd_s=0.02, parameter_bytes=64 << 20, wgrad_fraction=0.5)
+    simulated = simulate(plan, profile, CLUSTER, SimOptions()).iteration_time_s
+    estimated = CostModel(profile, CLUSTER).estimate(plan).iteration_time_s
+    assert simulated <= estimated <= 1.15 * simulated
+
+
+def test_make_plan_adds_the_copies() -> None:
+    from pipesim.api import make_plan
+
+    profile = equal_profile(8)
+    plan = make_plan(profile, global_batch_size=32, num_microbatches=8, stages=8, schedule="dualpipe",
+                     chunks=2)
+    assert plan.num_ranks == 4
+    assert plan.num_model_stages == 4
+    assert [(s.first_layer, s.last_layer) for s in plan.stages] == [(0, 1), (2, 3), (4, 5), (6, 7)] * 2
+    assert simulate(plan, profile, CLUSTER, SimOptions(free_links=True, optimizer_step=False)).iteration_time_s == pytest.approx(
+        3 * 2 * 8 + 2 * (4 // 2 - 1)  # two layers per stage: F = 2, I = W = 2
+    )
+
+
+@pytest.mark.parametrize(("p", "m"), [(2, 14), (4, 28), (4, 60), (6, 50)])
+def test_estimate_extrapolation_equals_direct_evaluation(p: int, m: int) -> None:
+    """Unequal model stages (each copy costs what its original does) and slow links: the order's
+    steady phase is periodic, so the estimate's two bounded evaluations give any m exactly."""
+    from pipesim.planner.schedule_time import order_time_s, valid_microbatches
+
+    model_f = [3 + (s * 7) % 5 for s in range(p)]
+    fwd = model_f + model_f
+    bwd = [2 * f + s % 3 for s, f in enumerate(fwd)]
+    wgrad = [b // 3 for b in bwd]
+    c_f = [1 + s % 2 for s in range(2 * p - 1)]
+    c_b = [2 - s % 2 for s in range(2 * p - 1)]
+    assert valid_microbatches("dualpipe", p, m, 2)
+    assert not valid_microbatches("dualpipe", p, m + 1, 2)
+    got = order_time_s("dualpipe", num_ranks=p, num_microbatches=m, chunks=2, fwd_s=fwd, bwd_s=bwd,
+                       wgrad_s=wgrad, send_fwd_s=c_f, send_bwd_s=c_b)
+    direct = evaluate(dualpipe(num_ranks=p, num_microbatches=m), fwd_time_s=fwd, bwd_time_s=bwd,
+                      wgrad_time_s=wgrad, fwd_comm_time_s=c_f, bwd_comm_time_s=c_b)
+    assert got.makespan_s == direct.makespan
