@@ -82,9 +82,9 @@ from pipesim.profiles.costmodels.memory import (
     static_memory_multiplier,
     weight_versions,
 )
-from pipesim.profiles.costmodels.optimizer import stage_optimizer_step_s
+from pipesim.profiles.costmodels.optimizer import optimizer_bytes_per_parameter, stage_optimizer_step_s
 from pipesim.profiles.hardware.cluster import Cluster
-from pipesim.profiles.models.profile import ModelProfile
+from pipesim.profiles.models.profile import DTYPE_BYTES, ModelProfile
 from pipesim.schedules.placement import chain_length, copy_of, stage_ranks
 from pipesim.schedules.registry import placement_of, schedule_info
 
@@ -154,6 +154,7 @@ class CostModel:
         self.recompute = check_recompute(profile, recompute)
         self.allreduce = allreduce
         self.optimizer_step = optimizer_step
+        self._optimizer_factors: tuple[float, float, float] | None = None
         self._multiplier = static_memory_multiplier(profile.dtype, optimizer)
         self._params = list(prefix_sums([layer.parameter_bytes for layer in profile.layers]))
         self.cut_bytes_per_sample = [c.crossing_bytes / profile.profile_batch_size for c in profile.cuts()]
@@ -489,14 +490,26 @@ class CostModel:
                 back = sum(lat[link] for link in self.cluster.route(b, a))
                 best = min(best, there, back)
         return 0.0 if best == math.inf else best
+
     def optimizer_step_s(self, parameter_bytes: float) -> float:
         """The optimizer step of a device holding ``parameter_bytes`` of a stage's parameters (it
         updates them whole: no sharding in this estimate; the cluster has one device type),
-        seconds; 0 with ``optimizer_step=False``."""
-        if not self.optimizer_step:
+        seconds; 0 with ``optimizer_step=False``. The same arithmetic as
+        :func:`~pipesim.profiles.costmodels.optimizer.stage_optimizer_step_s` (bit for bit), its
+        per-model factors computed once (the DAPPLE search asks for it per candidate stage)."""
+        if not self.optimizer_step or parameter_bytes == 0:
             return 0.0
-        device, dtype = self.cluster.device, self.profile.dtype
-        return stage_optimizer_step_s(parameter_bytes, device, self.optimizer, dtype)
+        factors = self._optimizer_factors
+        if factors is None:
+            device, dtype = self.cluster.device, self.profile.dtype
+            stage_optimizer_step_s(1.0, device, self.optimizer, dtype)  # validates the inputs
+            factors = self._optimizer_factors = (
+                float(DTYPE_BYTES[dtype]),
+                float(optimizer_bytes_per_parameter(self.optimizer, dtype)),
+                float(device.achievable_memory_bandwidth_bytes_per_s),
+            )
+        elem, per_parameter, bandwidth = factors
+        return parameter_bytes / elem * per_parameter / bandwidth
 
     def _check_schedule(self, plan: Plan) -> None:
         if plan.schedule not in ESTIMATED_SCHEDULES:

@@ -28,6 +28,7 @@ from pipesim.simulator.program import lower as lower_program
 from tests.simulator.builders import equal_profile
 
 CLUSTER = get_cluster("dapple-2x8-v100")
+FREE = SimOptions(free_links=True, optimizer_step=False)  # closed forms: no optimizer step
 SIZES = ((2, 4), (2, 6), (4, 8), (4, 10), (4, 16), (6, 12), (8, 16), (8, 24))
 
 
@@ -128,11 +129,11 @@ def test_docstring_grid_is_the_rendered_one() -> None:
 @pytest.mark.parametrize(("p", "m"), [(2, 4), (4, 8), (4, 12), (8, 16)])
 def test_simulator_closed_form_and_twice_the_parameters(executor: str, p: int, m: int) -> None:
     profile = equal_profile(p, fwd_s=1.0, bwd_s=2.0, parameter_bytes=1 << 20, wgrad_fraction=0.5)
-    result = simulate(_plan(p, m), profile, CLUSTER, SimOptions(free_links=True, optimizer_step=False), executor=executor)
+    result = simulate(_plan(p, m), profile, CLUSTER, FREE, executor=executor)
     assert result.iteration_time_s == pytest.approx(3 * m + p // 2 - 1, rel=1e-12)
     one_f = Plan(stages=tuple(StagePlan(first_layer=i, last_layer=i) for i in range(p)),
                  global_batch_size=4 * m, num_microbatches=m, schedule="1f1b")
-    base = simulate(one_f, profile, CLUSTER, SimOptions(free_links=True, optimizer_step=False), executor=executor)
+    base = simulate(one_f, profile, CLUSTER, FREE, executor=executor)
     assert sorted(d.static_memory_bytes for d in result.devices) == sorted(
         2 * d.static_memory_bytes for d in base.devices
     )
@@ -202,7 +203,7 @@ def test_make_plan_adds_the_copies() -> None:
     assert plan.num_ranks == 4
     assert plan.num_model_stages == 4
     assert [(s.first_layer, s.last_layer) for s in plan.stages] == [(0, 1), (2, 3), (4, 5), (6, 7)] * 2
-    assert simulate(plan, profile, CLUSTER, SimOptions(free_links=True, optimizer_step=False)).iteration_time_s == pytest.approx(
+    assert simulate(plan, profile, CLUSTER, FREE).iteration_time_s == pytest.approx(
         3 * 2 * 8 + 2 * (4 // 2 - 1)  # two layers per stage: F = 2, I = W = 2
     )
 
