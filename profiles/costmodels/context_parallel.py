@@ -44,7 +44,6 @@ the folded model does not see.
 from __future__ import annotations
 
 import math
-from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from functools import lru_cache
@@ -57,8 +56,7 @@ from pipesim.profiles.costmodels.memory import Recompute
 from pipesim.profiles.costmodels.tensor_parallel import (
     TpStageTimes,
     _block_model_times_s,
-    collective_time_s,
-    stage_collectives,
+    layer_collective_times_s,
     stage_tp_times,
     tp_exposed_comm_s,
     tp_stage_activation_bytes,
@@ -258,6 +256,7 @@ def stage_cp_times(
     whole = float(samples).is_integer()
     f0 = f1 = b0 = b1 = 0.0
     ring_f = ring_b = 0.0
+    comm_f = comm_b = comm_split = 0.0
     for i in range(first_layer, last_layer + 1):
         layer = profile.layers[i]
         shape = layer.shape
@@ -270,22 +269,25 @@ def stage_cp_times(
             ff, fb = tf / c, tb / c
         f0, f1 = f0 + f_all[i], f1 + f_all[i] * ff
         b0, b1 = b0 + b_all[i], b1 + b_all[i] * fb
+        # the TP collectives of s / c tokens, backward ones hidden behind the weight gradient
+        cf, cb, cs = layer_collective_times_s(
+            layer, b_all[i] * fb, t, sequence_parallel, samples / c, elem, curves
+        )
+        comm_f, comm_b, comm_split = comm_f + cf, comm_b + cb, comm_split + cs
         if shape.kind is LayerKind.BLOCK:
             share = attention_flop_share(shape)
             kv = kv_chunk_bytes(shape, samples, t, c, elem)
             rf, rb = ring_exposed_s(kv, share * f_all[i] * ff, share * b_all[i] * fb, c, hop)
             ring_f, ring_b = ring_f + rf, ring_b + rb
-    comm_f = comm_b = 0.0
-    layers = profile.layers[first_layer : last_layer + 1]
-    counts = Counter(stage_collectives(layers, t, sequence_parallel, samples / c, profile.dtype))
-    for coll, count in counts.items():  # alike collectives timed once
-        if coll.phase == "F":
-            comm_f += count * collective_time_s(curves, coll)
-        else:
-            comm_b += count * collective_time_s(curves, coll)
-    comm_f = tp_exposed_comm_s(comm_f, f1, t, overlap) + ring_f
-    comm_b = tp_exposed_comm_s(comm_b, b1, t, overlap) + ring_b
-    return TpStageTimes(f0, b0, f1, b1, comm_f, comm_b)
+    return TpStageTimes(
+        f0,
+        b0,
+        f1,
+        b1,
+        tp_exposed_comm_s(comm_f, f1, t, overlap) + ring_f,
+        tp_exposed_comm_s(comm_b, b1, t, overlap) + ring_b,
+        tp_exposed_comm_s(comm_split, b1, t, overlap) + ring_b,
+    )
 
 
 def cp_stage_activation_bytes(

@@ -67,6 +67,7 @@ __all__ = [
     "check_tp_group_in_server",
     "collective_time_s",
     "korthikanti_block_units",
+    "layer_collective_times_s",
     "layer_collectives",
     "stage_collectives",
     "stage_tp_times",
@@ -506,6 +507,38 @@ def tp_exposed_comm_s(comm_s: float, compute_s: float, t: int, overlap: bool) ->
     return comm_s / t + max(0.0, comm_s - compute_s) * (t - 1) / t
 
 
+def layer_collective_times_s(
+    layer: Layer,
+    bwd_tp_s: float,
+    t: int,
+    sequence_parallel: bool,
+    samples: float,
+    elem_bytes: int,
+    curves: AllReduceCurves,
+) -> tuple[float, float, float]:
+    """``(forward, backward exposed, backward whole)`` seconds of one shaped layer's TP
+    collectives (:func:`layer_collectives` of ``samples`` samples' tokens, timed with
+    :func:`collective_time_s` on ``curves``): a backward collective with a ``wgrad_share``
+    exposes only what its linear's weight-gradient time (``bwd_tp_s``, the layer's backward
+    under TP, times its ``weight_grad_fraction`` times the share) does not hide
+    (:func:`wgrad_hidden_comm_s`); "whole" counts every backward collective in full (a split
+    backward's ``I``, whose weight gradient runs later). Shared by :func:`stage_tp_times` and
+    context parallelism's per-rank times (``s / c`` tokens)."""
+    shape = layer.shape
+    if shape is None or t == 1:
+        return 0.0, 0.0, 0.0
+    wgrad_s = bwd_tp_s * layer.weight_grad_fraction
+    fwd = bwd = whole = 0.0
+    for c in layer_collectives(shape, t, sequence_parallel, samples, elem_bytes):
+        c_s = collective_time_s(curves, c)
+        if c.phase == "F":
+            fwd += c_s
+        else:
+            whole += c_s
+            bwd += wgrad_hidden_comm_s(c_s, wgrad_s * c.wgrad_share) if c.wgrad_share else c_s
+    return fwd, bwd, whole
+
+
 def stage_tp_times(
     profile: ModelProfile,
     first_layer: int,
@@ -545,14 +578,10 @@ def stage_tp_times(
         b0, b1 = b0 + b_all[i], b1 + b_all[i] * fb
         if shape is None or t == 1:
             continue
-        wgrad_s = b_all[i] * fb * layer.weight_grad_fraction
-        for c in layer_collectives(shape, t, sequence_parallel, samples, elem):
-            c_s = collective_time_s(curves, c)
-            if c.phase == "F":
-                comm_f += c_s
-            else:
-                comm_split += c_s
-                comm_b += wgrad_hidden_comm_s(c_s, wgrad_s * c.wgrad_share) if c.wgrad_share else c_s
+        cf, cb, cs = layer_collective_times_s(
+            layer, b_all[i] * fb, t, sequence_parallel, samples, elem, curves
+        )
+        comm_f, comm_b, comm_split = comm_f + cf, comm_b + cb, comm_split + cs
     return TpStageTimes(
         f0,
         b0,

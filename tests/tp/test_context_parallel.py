@@ -364,3 +364,26 @@ def test_every_cp_ranks_tp_group_must_sit_in_one_server() -> None:
     with pytest.raises(InputError, match=r"stages\[0\]\.tensor_parallel=4.*devices 6\.\.9"):
         estimate_3d(plan(2), profile, cluster)
     assert simulate(plan(0), profile, cluster, SimOptions()).iteration_time_s > 0
+
+
+def test_cp_ranks_hide_backward_tp_collectives_behind_the_weight_gradient() -> None:
+    """c > 1 uses the same per-layer TP collective times as c = 1 (one derivation): the
+    backward's input-gradient collectives hide behind the weight-gradient GEMM, a split backward
+    (``I``) exposes them whole."""
+    from pipesim.profiles.costmodels.context_parallel import FREE_HOP
+    from pipesim.profiles.costmodels.tensor_parallel import layer_collective_times_s
+
+    profile, cluster = resolve_inputs(GPT, CLUSTER)
+    t, c, samples = 2, 2, 4
+    links = cluster.links
+    curves = allreduce_curves(
+        tuple(range(t)), cluster.route, lambda k: links[k].bandwidth_bytes_per_s, lambda k: links[k].latency_s
+    )
+    times = stage_cp_times(profile, 1, 1, samples, t, c, False, curves, FREE_HOP)
+    layer = profile.layers[1]
+    elem = DTYPE_BYTES[profile.dtype]
+    fwd, bwd, whole = layer_collective_times_s(layer, times.bwd_tp_s, t, False, samples / c, elem, curves)
+    assert 0 <= bwd < whole  # the backward collectives hidden (here wholly, over NVLink)
+    assert times.fwd_comm_s == fwd
+    assert times.bwd_comm_s == bwd
+    assert times.bwd_split_comm_s == whole
