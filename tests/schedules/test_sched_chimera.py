@@ -4,6 +4,10 @@ planner's estimate."""
 
 from __future__ import annotations
 
+import json
+import math
+from pathlib import Path
+
 import pytest
 
 from pipesim.errors import InputError
@@ -173,3 +177,33 @@ def test_make_plan_adds_the_copies() -> None:
     assert [(s.first_layer, s.last_layer) for s in plan.stages] == [(0, 1), (2, 3), (4, 5), (6, 7)] * 2
     f, b = 2.0, 4.0  # two layers per stage of equal_profile's defaults (F = 1, B = 2 per layer)
     assert simulate(plan, profile, CLUSTER, FREE).iteration_time_s == pytest.approx(_makespan(4, 8, f, b))
+
+
+def test_cli_plan_compare_and_simulate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``plan --schedule chimera`` plans 2p stages with copies and a count that is a multiple of
+    p; ``compare`` plans it for itself beside dualpipe; ``simulate`` refuses a bad count (exit 2)."""
+    from pipesim.cli import main
+
+    common = ["--model", "bert48", "--cluster", "dapple-2x8-v100", "--gbs", "64"]
+    assert main(["plan", *common, "--schedule", "chimera", "--top", "2", "--json"]) == 0
+    plans = json.loads(capsys.readouterr().out)
+    assert plans
+    for plan in plans:
+        assert plan["schedule"] == "chimera"
+        p = len(plan["stages"]) // 2
+        stages = plan["stages"]
+        for j in range(p):  # stage p + j copies stage j's layers, on the devices of rank p - 1 - j
+            copy, original = stages[p + j], stages[j]
+            assert (copy["layers"], copy["replicas"]) == (original["layers"], original["replicas"])
+            assert stages[p + j]["devices"] == stages[p - 1 - j]["devices"]
+        assert p % 2 == 0
+        assert plan["microbatches"] % p == 0
+    argv = ["compare", *common, "--schedules", "chimera,dualpipe", "--json", "--out", str(tmp_path / "o")]
+    assert main(argv) == 0
+    rows = {row["schedule"]: row for row in json.loads(capsys.readouterr().out)}
+    assert set(rows) == {"chimera", "dualpipe"}
+    assert rows["chimera"]["microbatches"] % (rows["chimera"]["stages"] // 2) == 0
+    assert all(math.isfinite(row["iteration_time_s"]) for row in rows.values())
+    bad = ["simulate", *common, "--schedule", "chimera", "--stages", "8", "--microbatches", "2"]
+    assert main(bad) == 2
+    assert "num_microbatches=2: must be a multiple of p = 4 for chimera" in capsys.readouterr().err
