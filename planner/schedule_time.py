@@ -2,8 +2,9 @@
 
 The closed forms of :mod:`pipesim.planner.latency` cover the 1F1B family, GPipe, interleaved
 1F1B and ZB-H1/H2. The other schedules (looped BFS, interleaved zero bubble, the V shapes ZB-V,
-DualPipeV, V-Half, V-Min, the greedy ZB-auto order and PipeDream's flush-free orders) are timed by
-list-scheduling their own order with :func:`pipesim.schedules.evaluate` (the analytic evaluator
+DualPipeV, V-Half, V-Min, the bidirectional DualPipe and Chimera, the greedy ZB-auto order and
+PipeDream's flush-free orders) are timed by list-scheduling their own order with
+:func:`pipesim.schedules.evaluate` (the analytic evaluator
 the simulator is checked against: exact for compute and FIFO point-to-point transfers, with the
 schedule's placement, no transfer between two stages on one rank):
 
