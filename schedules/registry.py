@@ -157,8 +157,8 @@ _REGISTRY: dict[ScheduleName, ScheduleInfo] = {
         _info(
             ScheduleName.CHIMERA, chimera._chimera, "two", 2, _NONE, "dual",
             "p/2 + 1 + min(i, p - 1 - i) (two model stages per rank: 2x parameters)",
-            "makespan m(F + B) + (m/p)(p - 2) max(F, B), m a multiple of p (p - 2 idle slots per unit)",
-            "Li & Hoefler, SC 2021, sec. 3 (direct concatenation, no forward doubling)",
+            "makespan m(F + B) + (p - 2)(min(F, B) + (m/p)|F - B|), m a multiple of p",
+            "Li & Hoefler, SC 2021 (units of p concatenated, no forward doubling)",
         ),
         _info(
             ScheduleName.V_HALF, greedy._v_half, "two", 2, _NONE, "v",

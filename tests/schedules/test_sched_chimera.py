@@ -33,8 +33,8 @@ def _plan(p: int, m: int, replicas: int = 1) -> Plan:
 
 
 def _makespan(p: int, m: int, f: float, b: float) -> float:
-    """The closed form: m/p units of p(F + B) + (p - 2) max(F, B) each, one after the other."""
-    return m * (f + b) + (m // p) * (p - 2) * max(f, b)
+    """The closed form: p - 2 idle slots of min(F, B) per rank, plus (p - 2)|F - B| per unit."""
+    return m * (f + b) + (p - 2) * (min(f, b) + (m // p) * abs(f - b))
 
 
 @pytest.mark.parametrize(("p", "m"), SIZES)
@@ -77,9 +77,17 @@ def test_refuses_what_chimera_cannot_run() -> None:
 
 
 @pytest.mark.parametrize(("p", "m"), SIZES)
+def test_f_equal_b_leaves_d_minus_2_idle_slots_for_any_m(p: int, m: int) -> None:
+    """Unit u starts in slot 2pu, inside unit u - 1: with F = B the ranks never idle between units."""
+    t = evaluate(chimera(num_ranks=p, num_microbatches=m), fwd_time_s=1, bwd_time_s=1)
+    assert t.makespan == 2 * m + p - 2
+    assert t.idle == (p - 2,) * p
+
+
+@pytest.mark.parametrize(("p", "m"), SIZES)
 def test_closed_form_and_activations_in_the_evaluator(p: int, m: int) -> None:
     s = chimera(num_ranks=p, num_microbatches=m)
-    for f, b in ((1, 1), (1, 2), (2, 3), (3, 1)):
+    for f, b in ((1, 1), (1, 2), (2, 3), (3, 1), (2, 2)):
         t = evaluate(s, fwd_time_s=f, bwd_time_s=b)
         assert t.makespan == _makespan(p, m, f, b)
         assert t.busy == (m * (f + b),) * p
