@@ -58,6 +58,9 @@ def test_the_merged_unit_has_no_conflict_and_d_minus_2_bubbles(p: int) -> None:
         slots = [slot for slot, _ in chimera_unit_slots(p, r)]
         assert len(set(slots)) == len(slots) == 2 * p
         assert max(slots) + 1 <= 3 * p - 2
+        # units shifted by 2p slots (unit u starts inside unit u - 1) still share no slot
+        shifted = [slot + 2 * p * u for u in range(3) for slot in slots]
+        assert len(set(shifted)) == len(shifted)
     t = evaluate(chimera(num_ranks=p, num_microbatches=p), fwd_time_s=1, bwd_time_s=1)
     assert t.makespan == 3 * p - 2
     assert t.idle == (p - 2,) * p
