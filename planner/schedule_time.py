@@ -2,8 +2,9 @@
 
 The closed forms of :mod:`pipesim.planner.latency` cover the 1F1B family, GPipe, interleaved
 1F1B and ZB-H1/H2. The other schedules (looped BFS, interleaved zero bubble, the V shapes ZB-V,
-DualPipeV, V-Half, V-Min, the greedy ZB-auto order and PipeDream's flush-free orders) are timed by
-list-scheduling their own order with :func:`pipesim.schedules.evaluate` (the analytic evaluator
+DualPipeV, V-Half, V-Min, the bidirectional DualPipe and Chimera, the greedy ZB-auto order and
+PipeDream's flush-free orders) are timed by list-scheduling their own order with
+:func:`pipesim.schedules.evaluate` (the analytic evaluator
 the simulator is checked against: exact for compute and FIFO point-to-point transfers, with the
 schedule's placement, no transfer between two stages on one rank):
 
@@ -65,7 +66,7 @@ def valid_microbatches(schedule: str, num_ranks: int, num_microbatches: int, chu
     """Whether the generator of ``schedule`` accepts ``m`` micro-batches on ``p`` ranks with ``v``
     chunks: the looped orders with ``v > 1`` need ``m`` to be a multiple of their rounds
     ``max(1, m // p)``; DualPipeV needs ``m >= 2p``; DualPipe an even ``p`` and an even
-    ``m >= 2p``; the others take any ``m >= 1``."""
+    ``m >= 2p``; Chimera an even ``p`` and ``m`` a multiple of ``p``; the others take any ``m >= 1``."""
     p, m = num_ranks, num_microbatches
     if m < 1:
         return False
@@ -74,6 +75,8 @@ def valid_microbatches(schedule: str, num_ranks: int, num_microbatches: int, chu
         return False
     if schedule == "dualpipe":  # two directions of m / 2 micro-batches, ranks paired r <-> p - 1 - r
         return p % 2 == 0 and m % 2 == 0 and m >= 2 * p
+    if schedule == "chimera":  # basic units of p micro-batches, p / 2 each way
+        return p % 2 == 0 and m % p == 0
     return not (schedule == "dualpipev" and m < 2 * p)
 
 

@@ -18,7 +18,8 @@ Three placements cover the schedules pipesim generates (torch 2.13's
   ``k < m / 2`` runs the down chain only, ``k >= m / 2`` the up chain only (``m`` even); stage
   ``L - 1`` does not feed stage ``L``. Rank ``r`` thus holds model stages ``r`` and
   ``p - 1 - r``: twice the parameters, whose two copies' gradients are summed across the pair
-  of ranks (:func:`copy_of`).
+  of ranks (:func:`copy_of`). Chimera (Li & Hoefler, SC 2021; :mod:`pipesim.schedules.chimera`)
+  runs on the same placement.
 
 A chain is the run of stages one micro-batch traverses (:func:`chain_bounds`): the whole range
 for ``looped`` and ``v``, one half for ``dual``. Two stages on one rank exchange activations and

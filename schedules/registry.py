@@ -8,7 +8,7 @@ from enum import Enum
 from typing import Any
 
 from pipesim.errors import invalid, parse_name
-from pipesim.schedules import async_pipedream, dualpipe, generators, greedy, vshape
+from pipesim.schedules import async_pipedream, chimera, dualpipe, generators, greedy, vshape
 from pipesim.schedules.schedule import Schedule, ScheduleStream
 
 __all__ = [
@@ -43,6 +43,7 @@ class ScheduleName(str, Enum):
     ZBV = "zbv"
     DUALPIPEV = "dualpipev"
     DUALPIPE = "dualpipe"
+    CHIMERA = "chimera"
     V_HALF = "v-half"
     V_MIN = "v-min"
     ZB_AUTO = "zb-auto"
@@ -152,6 +153,12 @@ _REGISTRY: dict[ScheduleName, ScheduleInfo] = {
             "p + 1 (two model stages per rank: 2x parameters)",
             "makespan m(F + I + W) + (p/2 - 1)F when F = I = W (F&B = F + B, no overlap)",
             "DeepSeek-V3 technical report 2024, sec. 3.2.1; github deepseek-ai/DualPipe 3da1bbe",
+        ),
+        _info(
+            ScheduleName.CHIMERA, chimera._chimera, "two", 2, _NONE, "dual",
+            "p/2 + 1 + min(i, p - 1 - i) (two model stages per rank: 2x parameters)",
+            "makespan m(F + B) + (p - 2)(min(F, B) + (m/p)|F - B|), m a multiple of p",
+            "Li & Hoefler, SC 2021 (units of p concatenated, no forward doubling)",
         ),
         _info(
             ScheduleName.V_HALF, greedy._v_half, "two", 2, _NONE, "v",

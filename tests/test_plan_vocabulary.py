@@ -44,7 +44,7 @@ def test_names_become_enums_and_still_compare_equal_to_strings() -> None:
 @pytest.mark.parametrize(
     ("field", "value", "match"),
     [
-        ("schedule", "pipedream", "unknown schedule 'pipedream'; valid schedule names: 1f1b, custom, dapple"),
+        ("schedule", "pipedream", "unknown schedule 'pipedream'; valid schedule names: 1f1b, chimera, custom, dapple"),  # noqa: E501
         ("optimizer", "lamb", "unknown optimizer 'lamb'; valid optimizer names: adam, momentum, sgd"),
         ("allreduce", "nccl", "unknown all-reduce algorithm 'nccl'; valid .*: auto, hierarchical, nvls, ring, tree"),  # noqa: E501
         ("recompute", "false", "unknown recompute mode 'false'; valid recompute mode names: full, none"),

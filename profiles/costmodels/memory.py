@@ -341,6 +341,7 @@ IN_FLIGHT_SCHEDULES_ALL: tuple[str, ...] = (
     "zbv",
     "dualpipev",
     "dualpipe",
+    "chimera",
     "v-half",
     "v-min",
     "zb-auto",
@@ -382,6 +383,9 @@ def in_flight_microbatches(
     * ``dualpipev``: ``2 p + 1`` (``m >= 2p``);
     * ``dualpipe`` (bidirectional, two model stages per rank): ``p + 1`` (``m >= 2p``; DeepSeek-V3
       report, sec. 3.2.1, table 2: activations ``PP + 1``, parameters ``2x``);
+    * ``chimera`` (bidirectional, two model stages per rank): ``p / 2 + 1 + min(i, p - 1 - i)``,
+      ``p / 2 + 1`` at the ends to ``p`` in the middle (Li & Hoefler, SC 2021, sec. 3.5:
+      between ``D/2 + 1`` and ``D`` micro-batches; ``m`` a multiple of ``p``);
     * ``v-half`` / ``v-min`` (two chunks): at most ``min(2 L, 2 m)`` with ``L = (p + 2) // 2`` /
       ``(p + 4) // 3`` micro-batches (Qi et al., NeurIPS 2024); the busiest rank reaches it;
     * ``zb-auto``: ``min(memory_limit, m)`` (default limit ``p``);
@@ -429,6 +433,8 @@ def _in_flight_more(schedule: str, i: int, p: int, m: int, v: int, memory_limit:
         return 2 * p + 1
     if schedule == "dualpipe":
         return p + 1
+    if schedule == "chimera":
+        return p // 2 + 1 + min(i, p - 1 - i)
     if schedule in ("v-half", "v-min"):
         limit = (p + 2) // 2 if schedule == "v-half" else (p + 4) // 3
         return min(2 * limit, 2 * m)

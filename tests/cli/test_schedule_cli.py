@@ -68,7 +68,7 @@ def test_show_dapple_warmup(capsys: pytest.CaptureFixture[str]) -> None:
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["nope", "-p", "2", "-m", "2"], "valid schedule names: 1f1b, custom, dapple"),
+        (["nope", "-p", "2", "-m", "2"], "valid schedule names: 1f1b, chimera, custom, dapple"),
         (["gpipe", "-p", "2", "-m", "0"], "argument -m/--microbatches: '0' must be >= 1"),
         (["gpipe", "-p", "0", "-m", "2"], "argument -p/--ranks: '0' must be >= 1"),
         (["interleaved", "-p", "2", "-m", "5", "-v", "2"], "multiple of the number of rounds"),

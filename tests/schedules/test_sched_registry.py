@@ -12,7 +12,8 @@ from pipesim.schedules.registry import lookup
 def test_names() -> None:
     assert schedule_names() == (
         "gpipe", "dapple", "1f1b", "interleaved", "zb-h1", "zb-h2", "looped-bfs", "interleaved-zb",
-        "zbv", "dualpipev", "dualpipe", "v-half", "v-min", "zb-auto", "pipedream-async", "pipedream-2bw",
+        "zbv", "dualpipev", "dualpipe", "chimera", "v-half", "v-min", "zb-auto", "pipedream-async",
+        "pipedream-2bw",
     )
     assert [n.value for n in ScheduleName] == [*schedule_names(), "memory-aware", "custom"]
 
@@ -27,7 +28,7 @@ def test_names_are_str_enums() -> None:
     assert ScheduleName.ONE_F_ONE_B == "1f1b"
     assert f"{ScheduleName.ZB_H1}" == str(ScheduleName.ZB_H1) == "zb-h1"
     assert lookup(ScheduleName.GPIPE) is ScheduleName.GPIPE
-    valid = "valid schedule names: 1f1b, custom, dapple, dualpipe, dualpipev"
+    valid = "valid schedule names: 1f1b, chimera, custom, dapple, dualpipe, dualpipev"
     with pytest.raises(UnknownNameError, match=valid):
         lookup(3)
 

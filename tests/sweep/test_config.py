@@ -90,7 +90,7 @@ HEAD = 'models = ["bert48"]\nclusters = ["x"]\nglobal_batch_sizes = [8]\n'
         (
             HEAD + 'schedules = ["gpipe", "fast"]\n',
             4,
-            "schedules='fast': must be one of 1f1b, custom, dapple, dualpipe, dualpipev, gpipe",
+            "schedules='fast': must be one of 1f1b, chimera, custom, dapple, dualpipe, dualpipev",
         ),
         (
             HEAD + 'planners = ["magic"]\n',
