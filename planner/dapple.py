@@ -427,6 +427,44 @@ _MARGIN = 1e-6
 count and policy (the DP and the estimate sum the same terms in different orders)."""
 
 
+def _shape_bound(
+    model: CostModel,
+    global_batch_size: int,
+    m: int,
+    policy: Placement,
+    shape: SearchResult,
+    memory_limit_bytes: float,
+    unit: int,
+    full_space: bool,
+) -> float:
+    """The cost of ``shape``'s stages (layer ranges and replica counts) placed by ``policy`` at
+    ``m`` micro-batches, when it is a plan of that pair's search space that fits in memory with
+    the margin (:data:`_MARGIN`): like :func:`_uniform_bound`'s second figure, an upper bound on
+    the pair's optimum (``inf`` otherwise), seconds."""
+    cluster = model.cluster
+    num_dev = cluster.num_devices
+    b = global_batch_size // m
+    cands = replica_candidates(b, num_dev, placement_unit(cluster), unit, full=full_space)
+    replicas = [len(devs) for _, _, devs in shape.stages]
+    if any(r not in cands for r in replicas):
+        return math.inf
+    devs = _placed(num_dev, placement_grid(cluster), device_order(cluster, policy), policy, replicas)
+    if devs is None:
+        return math.inf
+    plan = Plan(
+        stages=tuple(
+            StagePlan(first_layer=first, last_layer=last, replicas=len(d), devices=d)
+            for (first, last, _), d in zip(shape.stages, devs, strict=True)
+        ),
+        global_batch_size=global_batch_size,
+        num_microbatches=m,
+    )
+    est = model.estimate(plan, decomposable=True)
+    if est.peak_memory_bytes > memory_limit_bytes * (1.0 - _MARGIN):
+        return math.inf
+    return est.iteration_time_s * (1.0 + _MARGIN)
+
+
 def _distinct_policies(
     policies: Iterable[Placement], unit: int, gpus_per_server: int | tuple[int, ...]
 ) -> list[Placement]:
@@ -526,6 +564,16 @@ def dapple_search(
         known = told.get((m, policy))
         if known is None or (known[0] is None and known[1] < threshold):
             limit_s = max(threshold, upto)
+            start = own_bound[m, policy]
+            # the best shape so far and the best at this micro-batch count, placed for this pair:
+            # often a far lower start than its uniform plan
+            shapes = {min(everything, key=lambda r: r.time_s)} if everything else set()
+            same_m = [r for p in policies for r in found_by[p] if r.num_microbatches == m]
+            if same_m:
+                shapes.add(min(same_m, key=lambda r: r.time_s))
+            for shape in shapes:
+                gbs, full = global_batch_size, full_replica_space
+                start = min(start, _shape_bound(model, gbs, m, policy, shape, limit, unit, full))
             result = _search_one(
                 model,
                 global_batch_size,
@@ -536,7 +584,7 @@ def dapple_search(
                 positions,
                 unit,
                 full_replica_space,
-                start_bound=own_bound[m, policy],
+                start_bound=start,
             )
             known = told[m, policy] = (result, limit_s)
         best = known[0]

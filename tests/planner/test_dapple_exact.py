@@ -377,3 +377,25 @@ def test_dapple_search_searches_each_pair_once(monkeypatch: pytest.MonkeyPatch) 
         )
         assert alone is not None
         assert alone.time_s == r.time_s
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_found_shape_placed_for_another_pair_bounds_its_optimum(seed: int) -> None:
+    # a pair's search starts below the cost of the best shape found so far placed for it
+    # (`dapple._shape_bound`): that cost is never below the pair's optimum, on a non-linear profile
+    rng = random.Random(800 + seed)
+    model = CostModel(_non_linear(rng, _profile(rng, 5, branching=False)), CLUSTER, optimizer="adam")
+    limit, unit, positions = 16 * 2**30, device_unit(8, 4), cut_positions(model.profile)
+    shapes = dapple_search(model, 16, memory_limit_bytes=limit, top=6)
+    checked = 0
+    for shape in shapes:
+        for m in (1, 2, 4, 8, 16):
+            for policy in Placement:
+                bound = dapple._shape_bound(model, 16, m, policy, shape, limit, unit, True)
+                if bound == math.inf:
+                    continue
+                best = dapple._search_one(model, 16, m, policy, limit, math.inf, positions, unit)
+                assert best is not None
+                assert best.time_s <= bound
+                checked += 1
+    assert checked > 5
