@@ -179,6 +179,9 @@ def _search_one(
     # (start, r)): no `m` in them
     ar_times: dict[tuple[int, int, int, int], float]
     ar_times = model.memo.setdefault(("dapple-allreduce-step-s", policy), {})  # type: ignore[assignment]
+    # the largest per-layer working set over layers lo..i-1 at a share, bytes, per (share, lo, i)
+    act_max: dict[tuple[int, int, int], float]
+    act_max = model.memo.setdefault(("dapple-act-max",), {})  # type: ignore[assignment]
 
     def devices(start: int, r: int) -> tuple[int, ...]:
         key = (start, r)
@@ -252,7 +255,10 @@ def _search_one(
                     while top_pj < pi - 1 and m * floor_work[top_pj + 1] / left < bound:
                         top_pj += 1
                 # the stage's largest per-layer working set over layers first..i-1
-                max_act = max(acts[ends[top_pj] : i], default=0.0)
+                mkey = (share, ends[top_pj], i)
+                max_act = act_max.get(mkey, -1.0)
+                if max_act < 0.0:
+                    max_act = act_max[mkey] = max(acts[ends[top_pj] : i], default=0.0)
                 prev = ends[top_pj]
                 for pj in range(top_pj, -1, -1):
                     first = ends[pj]
