@@ -4,6 +4,7 @@ placement (:mod:`pipesim.planner.estimate` builds and caches them)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -14,6 +15,7 @@ __all__ = [
     "FloorTable",
     "ShareTable",
     "StageCosts",
+    "block_floors",
     "canonical_groups",
     "floor_table",
     "largest_microbatch",
@@ -127,3 +129,47 @@ def floor_table(tables: Mapping[int, ShareTable], b: int) -> FloorTable:
         fwd[layer + 1] = fwd[layer] + b * f
         bwd[layer + 1] = bwd[layer] + b * g
     return FloorTable(fwd=fwd, bwd=bwd)
+
+
+_ROUNDING = 1.0 - 1e-12
+"""Scale of :func:`block_floors`' sums: a stage's time is a difference of prefix sums, its floor a
+sum of per-block minima; the margin keeps the floor below it whatever the rounding."""
+
+
+def block_floors(
+    tables: Mapping[int, ShareTable], positions: Sequence[int], devices: int
+) -> tuple[tuple[tuple[float, ...], tuple[float, ...]], ...]:
+    """Per device count ``d`` (index ``0..devices``), prefix sums over the blocks between stage
+    starts ``positions`` of the least forward time and the least forward-plus-backward time any
+    replica count ``r <= d`` of ``tables`` gives the block (at its share), seconds.
+
+    A prefix of layers ``[0, positions[k])`` placed on stages whose replica counts are at most
+    ``d`` spends at least ``fb[k]`` seconds in the sum of its stages' forward-plus-backward times
+    (and ``fwd[k]`` in their forwards): each stage is a union of whole blocks. Exact for
+    non-linear (batch-point) profiles, where it is tighter than the work floor
+    (:func:`floor_table`) divided by ``d``. Index ``d`` with no count ``r <= d`` holds ``inf``.
+    """
+    counts = sorted(tables)
+    nblocks = len(positions) - 1
+    out: list[tuple[tuple[float, ...], tuple[float, ...]]] = []
+    best_f = [math.inf] * nblocks
+    best_fb = [math.inf] * nblocks
+    used = 0
+    for d in range(devices + 1):
+        while used < len(counts) and counts[used] <= d:
+            t = tables[counts[used]]
+            for k in range(nblocks):
+                lo, hi = positions[k], positions[k + 1]
+                f = t.fwd[hi] - t.fwd[lo]
+                fb = f + t.bwd[hi] - t.bwd[lo]
+                if f < best_f[k]:
+                    best_f[k] = f
+                if fb < best_fb[k]:
+                    best_fb[k] = fb
+            used += 1
+        fwd, fbs = [0.0], [0.0]
+        for k in range(nblocks):
+            fwd.append(fwd[-1] + best_f[k])
+            fbs.append(fbs[-1] + best_fb[k])
+        out.append((tuple(v * _ROUNDING for v in fwd), tuple(v * _ROUNDING for v in fbs)))
+    return tuple(out)

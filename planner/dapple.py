@@ -24,7 +24,7 @@ from typing import NamedTuple
 from pipesim.errors import Infeasible
 from pipesim.plan import Plan, StagePlan, resplit, split_samples
 from pipesim.planner.baselines import candidate_microbatch_counts
-from pipesim.planner.cost_tables import FloorTable, ShareTable, canonical_groups, floor_table
+from pipesim.planner.cost_tables import FloorTable, ShareTable, block_floors, canonical_groups, floor_table
 from pipesim.planner.estimate import NEG_INF, CostModel, eval_lines
 from pipesim.planner.placement import Placement, device_order, placement_grid, placement_unit, stage_start
 from pipesim.planner.search_space import cut_positions, device_unit, even_split, replica_candidates
@@ -34,6 +34,9 @@ from pipesim.profiles.costmodels.memory import Recompute
 __all__ = ["SearchResult", "dapple_search", "to_plan"]
 
 log = logging.getLogger(__name__)
+
+_BlockFloors = tuple[tuple[tuple[float, ...], tuple[float, ...]], ...]
+"""What :func:`~pipesim.planner.cost_tables.block_floors` returns."""
 
 
 class _Entry(NamedTuple):
@@ -141,15 +144,20 @@ def _search_one(
     # the estimate times every replica at the largest share of an uneven split
     tables = {r: model.share_table(-(-b // r)) for r in cands}
     # Lower bounds for the unplaced prefix: the time its layers need on the devices left, and
-    # its work floor at each stage start (`m * floor_work[pj] / left >= bound` prunes)
-    floors: dict[tuple[int, tuple[int, ...]], tuple[FloorTable | ShareTable, list[float]]]
+    # its work floor at each stage start (`m * floor_work[pj] / left >= bound` prunes); per
+    # device count, the least sums of its stages' forward and forward-plus-backward times
+    floors: dict[tuple[int, tuple[int, ...]], tuple[FloorTable | ShareTable, list[float], _BlockFloors]]
     floors = model.memo.setdefault(("dapple-floor", tuple(positions)), {})  # type: ignore[assignment]
     floor_key = (b, tuple(cands))
     found_floor = floors.get(floor_key)
     if found_floor is None:
         floor = model.share_table(b) if model.linear else floor_table(tables, b)
-        found_floor = floors[floor_key] = (floor, [floor.fwd[e] + floor.bwd[e] for e in positions])
-    full, floor_work = found_floor
+        found_floor = floors[floor_key] = (
+            floor,
+            [floor.fwd[e] + floor.bwd[e] for e in positions],
+            block_floors(tables, positions, num_dev),
+        )
+    full, floor_work, sums_left = found_floor
     full_fwd = full.fwd
     if m * floor_work[-1] / num_dev >= threshold:
         return None  # some stage is at least that slow (the bound of the loop below, at the root)
@@ -167,9 +175,13 @@ def _search_one(
     devs_cache = model.memo.setdefault(("dapple-devices", policy), {})  # type: ignore[assignment]
     ar_cache: dict[tuple[int, int], AllReduceCurves | None]
     ar_cache = model.memo.setdefault(("dapple-allreduce", policy), {})  # type: ignore[assignment]
-    # all-reduce seconds of a stage (layers first..i-1 on the devices at (start, r)): no `m` in it
+    # all-reduce and optimizer-step seconds of a stage (layers first..i-1 on the devices at
+    # (start, r)): no `m` in them
     ar_times: dict[tuple[int, int, int, int], float]
-    ar_times = model.memo.setdefault(("dapple-allreduce-s", policy), {})  # type: ignore[assignment]
+    ar_times = model.memo.setdefault(("dapple-allreduce-step-s", policy), {})  # type: ignore[assignment]
+    # the largest per-layer working set over layers lo..i-1 at a share, bytes, per (share, lo, i)
+    act_max: dict[tuple[int, int, int], float]
+    act_max = model.memo.setdefault(("dapple-act-max",), {})  # type: ignore[assignment]
 
     def devices(start: int, r: int) -> tuple[int, ...]:
         key = (start, r)
@@ -230,6 +242,7 @@ def _search_one(
                 tab_fwd, tab_bwd, tab_stashed, tab_held = tab.fwd, tab.bwd, tab.stashed, tab.held
                 fwd_i, bwd_i, st_i, held_i = tab_fwd[i], tab_bwd[i], tab_stashed[i], tab_held[i]
                 acts = tab.acts
+                sum_fwd, sum_fb = sums_left[max(left, 0)]
                 # Stage starts the loop below would skip at once: with no device left only layer
                 # 0 can start the stage; otherwise every start whose prefix cannot be fast enough
                 # on the devices left (`floor_work` grows with the start, the bound only falls).
@@ -242,7 +255,10 @@ def _search_one(
                     while top_pj < pi - 1 and m * floor_work[top_pj + 1] / left < bound:
                         top_pj += 1
                 # the stage's largest per-layer working set over layers first..i-1
-                max_act = max(acts[ends[top_pj] : i], default=0.0)
+                mkey = (share, ends[top_pj], i)
+                max_act = act_max.get(mkey, -1.0)
+                if max_act < 0.0:
+                    max_act = act_max[mkey] = max(acts[ends[top_pj] : i], default=0.0)
                 prev = ends[top_pj]
                 for pj in range(top_pj, -1, -1):
                     first = ends[pj]
@@ -262,21 +278,30 @@ def _search_one(
                         break  # a longer stage only needs more memory
                     lb_extra = fb_extra = 0.0
                     if first > 0:
+                        # the prefix's stages run their forwards (backwards) one after another
+                        # for the first (last) micro-batch: Z grows by the sum of their forwards,
+                        # W by the sum of their forward-plus-backward times
                         lb_extra = full_fwd[first] / left
+                        if sum_fwd[pj] > lb_extra:
+                            lb_extra = sum_fwd[pj]
                         fb_extra = floor_work[pj] / left
+                        if sum_fb[pj] > fb_extra:
+                            fb_extra = sum_fb[pj]
                         if m * floor_work[pj] / left >= bound:
                             continue  # the layers left cannot be fast enough on the devices left
                     buckets_first = buckets[first]
                     bucket = None
-                    if curves is None:
-                        ar = 0.0
-                    else:
-                        tkey = (start, r, first, i)
-                        ar = ar_times.get(tkey, -1.0)
-                        if ar < 0.0:
-                            ar = ar_times[tkey] = curves.time_s(pbytes, algo)
-                    ar += model.optimizer_step_s(pbytes)  # the update after it (the estimate's tail)
+                    tkey = (start, r, first, i)
+                    ar = ar_times.get(tkey, -1.0)
+                    if ar < 0.0:
+                        # the all-reduce, then the update after it (the estimate's tail)
+                        ar = 0.0 if curves is None else curves.time_s(pbytes, algo)
+                        ar = ar_times[tkey] = ar + model.optimizer_step_s(pbytes)
                     head = fwd + mm1 * (fwd + bwd) + bwd
+                    if head >= bound:
+                        break  # as `not any_alive` below would: longer stages are slower still
+                    if head + fb_extra >= bound:
+                        continue  # every entry's W is at least `head`, and Z at least the final W
                     head_ar = head + ar
                     fb = fwd + bwd
                     bar = bwd + ar
@@ -408,6 +433,44 @@ _MARGIN = 1e-6
 count and policy (the DP and the estimate sum the same terms in different orders)."""
 
 
+def _shape_bound(
+    model: CostModel,
+    global_batch_size: int,
+    m: int,
+    policy: Placement,
+    shape: SearchResult,
+    memory_limit_bytes: float,
+    unit: int,
+    full_space: bool,
+) -> float:
+    """The cost of ``shape``'s stages (layer ranges and replica counts) placed by ``policy`` at
+    ``m`` micro-batches, when it is a plan of that pair's search space that fits in memory with
+    the margin (:data:`_MARGIN`): like :func:`_uniform_bound`'s second figure, an upper bound on
+    the pair's optimum (``inf`` otherwise), seconds."""
+    cluster = model.cluster
+    num_dev = cluster.num_devices
+    b = global_batch_size // m
+    cands = replica_candidates(b, num_dev, placement_unit(cluster), unit, full=full_space)
+    replicas = [len(devs) for _, _, devs in shape.stages]
+    if any(r not in cands for r in replicas):
+        return math.inf
+    devs = _placed(num_dev, placement_grid(cluster), device_order(cluster, policy), policy, replicas)
+    if devs is None:
+        return math.inf
+    plan = Plan(
+        stages=tuple(
+            StagePlan(first_layer=first, last_layer=last, replicas=len(d), devices=d)
+            for (first, last, _), d in zip(shape.stages, devs, strict=True)
+        ),
+        global_batch_size=global_batch_size,
+        num_microbatches=m,
+    )
+    est = model.estimate(plan, decomposable=True)
+    if est.peak_memory_bytes > memory_limit_bytes * (1.0 - _MARGIN):
+        return math.inf
+    return est.iteration_time_s * (1.0 + _MARGIN)
+
+
 def _distinct_policies(
     policies: Iterable[Placement], unit: int, gpus_per_server: int | tuple[int, ...]
 ) -> list[Placement]:
@@ -495,7 +558,44 @@ def dapple_search(
     found_by: dict[Placement, list[SearchResult]] = {p: [] for p in policies}
     seed = min(uniform.values(), default=math.inf) * (1.0 + slack)
     everything: list[SearchResult] = []
-    pruned_at: dict[tuple[int, Placement], float] = {}  # pairs with no plan below this, seconds
+    own = {p: min((uniform[m, p] for m in ms), default=math.inf) * (1.0 + slack) for p in policies}
+    # What each pair's search has told: its best (exact) when one was below the threshold it was
+    # searched at, else None, and that threshold. A later ask below a threshold no higher is
+    # answered from it; the first pass searches below the highest threshold the second can ask
+    # (its policy's own bound, or its best so far), so a pair is searched once, not twice.
+    told: dict[tuple[int, Placement], tuple[SearchResult | None, float]] = {}
+
+    def search(m: int, policy: Placement, threshold: float, upto: float) -> SearchResult | None:
+        """The pair's best when below ``threshold`` (searched below ``max(threshold, upto)``)."""
+        known = told.get((m, policy))
+        if known is None or (known[0] is None and known[1] < threshold):
+            limit_s = max(threshold, upto)
+            start = own_bound[m, policy]
+            # the best shape so far and the best at this micro-batch count, placed for this pair:
+            # often a far lower start than its uniform plan
+            shapes = {min(everything, key=lambda r: r.time_s)} if everything else set()
+            same_m = [r for p in policies for r in found_by[p] if r.num_microbatches == m]
+            if same_m:
+                shapes.add(min(same_m, key=lambda r: r.time_s))
+            for shape in shapes:
+                gbs, full = global_batch_size, full_replica_space
+                start = min(start, _shape_bound(model, gbs, m, policy, shape, limit, unit, full))
+            result = _search_one(
+                model,
+                global_batch_size,
+                m,
+                policy,
+                limit,
+                limit_s,
+                positions,
+                unit,
+                full_replica_space,
+                start_bound=start,
+            )
+            known = told[m, policy] = (result, limit_s)
+        best = known[0]
+        return best if best is not None and best.time_s < threshold else None
+
     for m in ms:  # the results within `slack` of the best, over all policies
         for policy in policies:
             threshold = seed
@@ -503,28 +603,17 @@ def dapple_search(
                 threshold = min(threshold, min(r.time_s for r in everything) * (1.0 + slack))
             if len(everything) >= top:
                 threshold = min(threshold, sorted(r.time_s for r in everything)[top - 1])
-            found = _search_one(
-                model, global_batch_size, m, policy, limit, threshold, positions, unit, full_replica_space,
-                start_bound=own_bound[m, policy],
-            )
+            mine = found_by[policy]
+            found = search(m, policy, threshold, min([own[policy], *(r.time_s for r in mine)]))
             if found is not None:
                 everything.append(found)
-                found_by[policy].append(found)
-            else:
-                pruned_at[m, policy] = threshold
+                mine.append(found)
     for policy in policies:  # then each policy's own best, which the pass above may have pruned
         mine = found_by[policy]
-        own = min((uniform[m, policy] for m in ms), default=math.inf) * (1.0 + slack)
         for m in ms:
-            threshold = min([own, *(r.time_s for r in mine)])
             if any(r.num_microbatches == m for r in mine):
                 continue  # this pair's best is already exact
-            if pruned_at.get((m, policy), NEG_INF) >= threshold:
-                continue  # the first pass found nothing of this pair below a threshold no lower
-            found = _search_one(
-                model, global_batch_size, m, policy, limit, threshold, positions, unit, full_replica_space,
-                start_bound=own_bound[m, policy],
-            )
+            found = search(m, policy, min([own[policy], *(r.time_s for r in mine)]), NEG_INF)
             if found is not None:
                 mine.append(found)
     results = [r for p in policies for r in found_by[p]]

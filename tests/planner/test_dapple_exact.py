@@ -11,7 +11,8 @@ import pytest
 
 from pipesim.errors import Infeasible
 from pipesim.plan import Plan, StagePlan
-from pipesim.planner import search_space
+from pipesim.planner import dapple, search_space
+from pipesim.planner.cost_tables import block_floors
 from pipesim.planner.dapple import dapple_search
 from pipesim.planner.estimate import CostModel
 from pipesim.planner.placement import Placement, device_order, stage_start
@@ -310,3 +311,91 @@ def test_every_policy_keeps_its_best(seed: int) -> None:
             )
             for r in results
         )
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_block_floors_bound_every_prefix_of_stages(seed: int) -> None:
+    # the prefix bounds the DP prunes with (`cost_tables.block_floors`): every way to cut a prefix
+    # into stages of at most `d` replicas each spends at least the floor in the sum of its stages'
+    # forward (forward-plus-backward) times, on a non-linear profile, uneven shares included
+    rng = random.Random(700 + seed)
+    profile = _non_linear(rng, _profile(rng, rng.randint(2, 6), branching=False))
+    model = CostModel(profile, CLUSTER, optimizer="sgd")
+    positions = cut_positions(profile)
+    b = rng.choice([3, 5, 6, 8, 12])
+    cands = replica_candidates(b, 8, 4, 1, full=True)
+    tables = {r: model.share_table(-(-b // r)) for r in cands}
+    floors = block_floors(tables, positions, 8)
+    tight = 0
+    for k in range(1, len(positions)):
+        for cuts in itertools.chain.from_iterable(itertools.combinations(range(1, k), c) for c in range(k)):
+            bounds = [0, *cuts, k]
+            spans = [(positions[bounds[j]], positions[bounds[j + 1]]) for j in range(len(bounds) - 1)]
+            for reps in itertools.product(cands, repeat=len(spans)):
+                d = max(reps)
+                fwd = sum(
+                    tables[r].fwd[hi] - tables[r].fwd[lo] for r, (lo, hi) in zip(reps, spans, strict=True)
+                )
+                fb = fwd + sum(
+                    tables[r].bwd[hi] - tables[r].bwd[lo] for r, (lo, hi) in zip(reps, spans, strict=True)
+                )
+                for dd in range(d, 9):
+                    assert floors[dd][0][k] <= fwd
+                    assert floors[dd][1][k] <= fb
+                tight += fb <= floors[d][1][k] * (1 + 1e-9)
+    assert tight  # the floor is reached (a stage per block at its fastest count), not just valid
+
+
+def test_dapple_search_searches_each_pair_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the first pass searches each (micro-batch count, policy) pair below the highest threshold the
+    # second pass can ask of it, which is answered from that search: no pair is searched twice, and
+    # every result is its pair's exact optimum (the same pair searched with no threshold)
+    rng = random.Random(11)
+    model = CostModel(_non_linear(rng, _profile(rng, 6, branching=False)), CLUSTER, optimizer="adam")
+    calls: list[tuple[int, Placement]] = []
+    real = dapple._search_one
+
+    def counted(model: CostModel, gbs: int, m: int, policy: Placement, *args: object, **kw: object):  # type: ignore[no-untyped-def]
+        calls.append((m, policy))
+        return real(model, gbs, m, policy, *args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(dapple, "_search_one", counted)
+    results = dapple_search(model, 16, memory_limit_bytes=16 * 2**30, top=2)
+    monkeypatch.setattr(dapple, "_search_one", real)
+    assert len(calls) == len(set(calls)) > 3
+    unit = device_unit(8, 4)
+    for r in results:
+        alone = real(
+            model,
+            16,
+            r.num_microbatches,
+            r.placement,
+            16 * 2**30,
+            math.inf,
+            cut_positions(model.profile),
+            unit,
+        )
+        assert alone is not None
+        assert alone.time_s == r.time_s
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_found_shape_placed_for_another_pair_bounds_its_optimum(seed: int) -> None:
+    # a pair's search starts below the cost of the best shape found so far placed for it
+    # (`dapple._shape_bound`): that cost is never below the pair's optimum, on a non-linear profile
+    rng = random.Random(800 + seed)
+    model = CostModel(_non_linear(rng, _profile(rng, 5, branching=False)), CLUSTER, optimizer="adam")
+    limit, unit, positions = 16 * 2**30, device_unit(8, 4), cut_positions(model.profile)
+    shapes = dapple_search(model, 16, memory_limit_bytes=limit, top=6)
+    checked = 0
+    for shape in shapes:
+        for m in (1, 2, 4, 8, 16):
+            for policy in Placement:
+                bound = dapple._shape_bound(model, 16, m, policy, shape, limit, unit, True)
+                if bound == math.inf:
+                    continue
+                best = dapple._search_one(model, 16, m, policy, limit, math.inf, positions, unit)
+                assert best is not None
+                assert best.time_s <= bound
+                checked += 1
+    assert checked > 5
