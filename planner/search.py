@@ -56,9 +56,12 @@ PLANNED_SCHEDULES: tuple[str, ...] = (
     "v-half",
     "v-min",
     "zb-auto",
+    "dualpipe",
+    "chimera",
 )
 """The schedules :func:`plan` weighs when no schedule is given (the DAPPLE planner): every
-synchronous (flushed) schedule with an estimate. ``1f1b`` is DAPPLE's order under another name,
+synchronous (flushed) schedule with an estimate (``dualpipe`` and ``chimera`` where the rank
+count and micro-batch counts allow them). ``1f1b`` is DAPPLE's order under another name,
 and ``pipedream-async`` / ``pipedream-2bw`` train with stale weights (no flush): they are planned
 only when named. Searched on the DAPPLE search's shortlist of rank shapes (see :func:`plan`)."""
 
