@@ -57,6 +57,7 @@ from pipesim.profiles.costmodels.tensor_parallel import (
     TpStageTimes,
     _block_model_times_s,
     layer_collective_times_s,
+    layer_shape,
     stage_tp_times,
     tp_exposed_comm_s,
     tp_stage_activation_bytes,
@@ -127,15 +128,7 @@ def check_context_parallel(profile: ModelProfile, first: int, last: int, c: int,
         return
     for i in range(first, last + 1):
         layer = profile.layers[i]
-        shape = layer.shape
-        if shape is None:
-            raise invalid(
-                where,
-                c,
-                f"context parallelism needs each layer's shape, and layer {i} ({layer.name!r}) of "
-                f"{profile.name!r} has none (profile field layers[{i}].shape: kind, hidden, heads, "
-                "seq, ffn, vocab; see docs/profile-format.md)",
-            )
+        shape = layer_shape(profile, i, where, c, "context parallelism")
         if shape.seq % c:
             raise invalid(where, c, f"must divide layer {layer.name!r}'s sequence length ({shape.seq})")
 

@@ -69,6 +69,7 @@ __all__ = [
     "korthikanti_block_units",
     "layer_collective_times_s",
     "layer_collectives",
+    "layer_shape",
     "stage_collectives",
     "stage_tp_times",
     "tp_activation_factor",
@@ -101,6 +102,24 @@ class TpCollective(NamedTuple):
     wgrad_share: float = 0.0
 
 
+def layer_shape(profile: ModelProfile, index: int, where: str, degree: int, what: str) -> LayerShape:
+    """Layer ``index``'s shape, which ``what`` (e.g. ``"tensor parallelism"``) of ``degree`` needs.
+
+    Raises:
+        InputError: the layer has no shape, naming ``where``, ``degree`` and the missing profile field.
+    """
+    layer = profile.layers[index]
+    if layer.shape is None:
+        raise invalid(
+            where,
+            degree,
+            f"{what} needs each layer's shape, and layer {index} ({layer.name!r}) of "
+            f"{profile.name!r} has none (profile field layers[{index}].shape: kind, hidden, heads, "
+            "seq, ffn, vocab; see docs/profile-format.md)",
+        )
+    return layer.shape
+
+
 def check_tensor_parallel(profile: ModelProfile, first: int, last: int, t: int, where: str) -> None:
     """Check that layers ``first..last`` can be split over ``t`` devices.
 
@@ -112,15 +131,7 @@ def check_tensor_parallel(profile: ModelProfile, first: int, last: int, t: int, 
         return
     for i in range(first, last + 1):
         layer = profile.layers[i]
-        shape = layer.shape
-        if shape is None:
-            raise invalid(
-                where,
-                t,
-                f"tensor parallelism needs each layer's shape, and layer {i} ({layer.name!r}) of "
-                f"{profile.name!r} has none (profile field layers[{i}].shape: kind, hidden, heads, "
-                "seq, ffn, vocab; see docs/profile-format.md)",
-            )
+        shape = layer_shape(profile, i, where, t, "tensor parallelism")
         if shape.kind is LayerKind.BLOCK and (shape.heads % t or shape.ffn % t):
             raise invalid(
                 where,
