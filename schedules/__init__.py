@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from pipesim.schedules.action import Action, Op
 from pipesim.schedules.async_pipedream import pipedream_2bw, pipedream_async, steady_iteration_time
+from pipesim.schedules.controllable import v_half, v_min
 from pipesim.schedules.generators import (
     dapple,
     gpipe,
@@ -24,7 +25,7 @@ from pipesim.schedules.generators import (
     zb_h1,
     zb_h2,
 )
-from pipesim.schedules.greedy import v_half, zb_auto
+from pipesim.schedules.greedy import zb_auto
 from pipesim.schedules.lowering import (
     add_allreduce,
     add_communication,
@@ -47,7 +48,7 @@ from pipesim.schedules.render import format_timeline
 from pipesim.schedules.schedule import Schedule, ScheduleError, ScheduleStream, format_grid
 from pipesim.schedules.timing import CostSpec, Time, Timeline, evaluate
 from pipesim.schedules.validate import validate
-from pipesim.schedules.vshape import dualpipev, v_min, zbv
+from pipesim.schedules.vshape import dualpipev, zbv
 
 __all__ = [
     "PLACEMENTS",

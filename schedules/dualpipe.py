@@ -40,10 +40,12 @@ def dualpipe(*, num_ranks: int, num_microbatches: int) -> Schedule:
     its backward on one compute stream (``F&B = F + B``; DeepSeek hides the pair's all-to-all
     under the other's compute, which this model has no communication to gain from). With equal
     stages and free links the makespan is DualPipeV's with ``p / 2`` ranks and ``m / 2``
-    micro-batches: ``m (F + I + W) + (p / 2 - 1) F`` when ``F = I = W`` (``docs/schedules.md``
-    derives the general form). Each rank holds at most ``p + 1`` stage-micro-batches of
-    activations. Unit-cost slots for p=4, m=8 (F = I = W = 1, B = 2; upper case the down copy,
-    lower case the up copy, up micro-batches numbered from ``m / 2``)::
+    micro-batches: ``m (F + I + W) + (p / 2 - 1) max(F + I - W, 2(F - W))`` when ``W <= I <= F``
+    (``(p / 2 - 1) F`` at equal costs; DeepSeek's ``(p / 2 - 1)(F&B + B - 3W)`` counts each pair
+    as one unit that waits for both its inputs, ``docs/schedules.md``). Each rank holds at most
+    ``p + 1`` stage-micro-batches of activations. Unit-cost slots for p=4, m=8 (F = I = W = 1,
+    B = 2; upper case the down copy, lower case the up copy, up micro-batches numbered from
+    ``m / 2``)::
 
         rank 0 F0 F1 F2 f4 i4 w4 f5 F3 b5--- f6 B0--- b6--- f7 .  B1--- b7--- I2 W2 I3 W3
         rank 1 .  F0 f4 F1 f5 F2 b4--- f6 B0--- F3 b5--- f7 B1--- b6--- B2--- i7 I3 w7 W3

@@ -1,7 +1,7 @@
-"""Memory-bounded greedy schedules: zero bubble's automatic scheduler and V-Half.
+"""Memory-bounded greedy schedules: zero bubble's automatic scheduler.
 
-One list scheduler builds both (V-Min is built from the paper's building block instead:
-:func:`pipesim.schedules.vshape.v_min`). It plays the iteration forward in time on ``p`` rank
+A list scheduler (V-Half and V-Min are built from the paper's building blocks instead:
+:mod:`pipesim.schedules.controllable`). It plays the iteration forward in time on ``p`` rank
 timelines with given costs; whenever a rank is free it picks, by the heuristic of Qi et al.
 ("Zero Bubble Pipeline Parallelism", ICLR 2024, sec. 4.1, the schedules the paper calls ZB-1p and
 ZB-2p before its ILP refinement):
@@ -22,12 +22,6 @@ least ``v`` stage-micro-batches.
 - ``zb-auto``: one stage per rank (looped), costs and the limit given (``memory_limit``
   micro-batches; ``p`` is ZB-1p, 1F1B's memory, ``2p`` ZB-2p); the greedy order competes with
   the ZB-H family members that fit the limit and the fastest is kept (:func:`zb_auto`).
-- ``v-half``: two stages per rank in a V (Qi et al., "Pipeline Parallelism with Controllable
-  Memory", NeurIPS 2024), the limit ``(p + 2) // 2`` micro-batches of the rank's layers (half of
-  1F1B's ``p``), i.e. twice that in stage-micro-batches of half the layers; unit costs
-  ``F = I = W`` (the paper's building-block assumption). The paper builds it from a repeated
-  building block; pipesim's greedy order meets the same activation bound, and its bubble is
-  measured (``docs/schedules.md``), not the paper's.
 """
 
 from __future__ import annotations
@@ -43,19 +37,9 @@ from pipesim.schedules.placement import stage_ranks
 from pipesim.schedules.schedule import Schedule, ScheduleStream, Step
 from pipesim.schedules.timing import Timeline, evaluate
 
-__all__ = ["greedy_order", "v_half", "v_half_limit", "v_min_limit", "zb_auto"]
+__all__ = ["greedy_order", "zb_auto"]
 
 Cost = float | Fraction
-
-
-def v_half_limit(num_ranks: int) -> int:
-    """V-Half's activation memory per rank, micro-batches of the rank's layers: ``(p + 2) // 2``."""
-    return (num_ranks + 2) // 2
-
-
-def v_min_limit(num_ranks: int) -> int:
-    """V-Min's activation memory per rank, micro-batches of the rank's layers: ``(p + 4) // 3``."""
-    return (num_ranks + 4) // 3
 
 
 def greedy_order(
@@ -326,46 +310,3 @@ def _zb_auto(
             best, best_time = order, timeline.makespan
     return ScheduleStream.of(best)
 
-
-def _v_bounded(name: str, p: int, m: int, micro: int) -> ScheduleStream:
-    check_count("num_ranks", p)
-    check_count("num_microbatches", m)
-    rows = greedy_order(
-        name=name,
-        num_ranks=p,
-        num_microbatches=m,
-        placement="v",
-        chunks=2,
-        fwd_time_s=1,
-        bwd_time_s=2,
-        wgrad_time_s=1,
-        comm_time_s=0,
-        limit=2 * micro,
-    )
-    return _stream(name, p, m, 2, "v", rows)
-
-
-def v_half(*, num_ranks: int, num_microbatches: int) -> Schedule:
-    """V-Half (Qi et al., NeurIPS 2024): two stages per rank in a V, at most ``(p + 2) // 2``
-    micro-batches of activations per rank (1F1B: ``p``), by the greedy scheduler with unit costs.
-
-    Unit-cost slots for p=4, m=4 (F = I = W = 1; upper case chunk 0, lower case chunk 1)::
-
-        rank 0 F0 F1 F2 .  .  .  .  f0 i0 f1 i1 f2 i2 w0 w1 I0 F3 I1 w2 I2 W0 W1 W2 f3 i3 w3 .  .  .  .  .  I3
-        rank 1 .  F0 F1 F2 .  .  f0 .  f1 i0 f2 i1 w0 i2 I0 w1 I1 F3 I2 w2 W0 W1 f3 W2 .  i3 w3 .  .  .  I3 W3
-        rank 2 .  .  F0 F1 F2 f0 .  f1 .  f2 i0 w0 i1 I0 i2 I1 w1 I2 F3 W0 w2 f3 W1 W2 .  .  i3 w3 .  I3 W3 .
-        rank 3 .  .  .  F0 f0 F1 f1 F2 f2 .  .  i0 I0 i1 I1 i2 I2 w0 W0 F3 f3 w1 W1 w2 W2 .  .  i3 I3 w3 W3 .
-        (slots 32..32)
-        rank 0 W3
-        rank 1 .
-        rank 2 .
-        rank 3 .
-
-    Raises:
-        InputError: a count below 1.
-    """
-    return _v_half(num_ranks=num_ranks, num_microbatches=num_microbatches).materialize()
-
-
-def _v_half(*, num_ranks: int, num_microbatches: int) -> ScheduleStream:
-    return _v_bounded("v-half", num_ranks, num_microbatches, v_half_limit(num_ranks))

@@ -8,7 +8,7 @@ from enum import Enum
 from typing import Any
 
 from pipesim.errors import invalid, parse_name
-from pipesim.schedules import async_pipedream, chimera, dualpipe, generators, greedy, vshape
+from pipesim.schedules import async_pipedream, chimera, controllable, dualpipe, generators, greedy, vshape
 from pipesim.schedules.schedule import Schedule, ScheduleStream
 
 __all__ = [
@@ -151,7 +151,7 @@ _REGISTRY: dict[ScheduleName, ScheduleInfo] = {
         _info(
             ScheduleName.DUALPIPE, dualpipe._dualpipe, "two", 2, _NONE, "dual",
             "p + 1 (two model stages per rank: 2x parameters)",
-            "makespan m(F + I + W) + (p/2 - 1)F when F = I = W (F&B = F + B, no overlap)",
+            "makespan m(F + I + W) + (p/2 - 1)max(F + I - W, 2(F - W)) when W <= I <= F (F&B = F + B)",
             "DeepSeek-V3 technical report 2024, sec. 3.2.1; github deepseek-ai/DualPipe 3da1bbe",
         ),
         _info(
@@ -161,12 +161,13 @@ _REGISTRY: dict[ScheduleName, ScheduleInfo] = {
             "Li & Hoefler, SC 2021 (units of p concatenated, no forward doubling)",
         ),
         _info(
-            ScheduleName.V_HALF, greedy._v_half, "two", 2, _NONE, "v",
-            "min(2((p + 2) // 2), 2m)", "measured (docs/schedules.md)",
-            "Qi et al., NeurIPS 2024 (greedy order)",
+            ScheduleName.V_HALF, controllable._v_half, "two", 2, _NONE, "v",
+            "min(2((p + 2) // 2), 2m)",
+            "idle constant in m >= p + 2, <= 3(p - 1)F (half of 1F1B's) when F = I = W (docs/schedules.md)",
+            "Qi et al., NeurIPS 2024 (V-Half building block, squeezed)",
         ),
         _info(
-            ScheduleName.V_MIN, vshape._v_min, "two", 2, _NONE, "v",
+            ScheduleName.V_MIN, controllable._v_min, "two", 2, _NONE, "v",
             "min(2((p + 4) // 3), 2m)",
             "idle constant in m, rate <= 2p/(3m) when F = I = W (docs/schedules.md)",
             "Qi et al., NeurIPS 2024 (V-Min building block)",

@@ -1,10 +1,9 @@
-"""V-shape schedules: ZB-V and DualPipeV (fixed orders, as torch 2.13 generates them) and V-Min
-(from the building block of Qi et al., NeurIPS 2024).
+"""V-shape schedules: ZB-V and DualPipeV (fixed orders, as torch 2.13 generates them).
 
 Both place ``2p`` stages on ``p`` ranks in a V (:mod:`pipesim.schedules.placement`): rank ``r``
 holds stage ``r`` (chunk 0, going down) and stage ``2p - 1 - r`` (chunk 1, coming back), so the
 first and the last stage share rank 0 and the turn (stages ``p - 1`` and ``p``) needs no
-transfer. The memory-bounded V schedules V-Half and V-Min are in :mod:`pipesim.schedules.greedy`.
+transfer. The memory-bounded V schedules V-Half and V-Min are in :mod:`pipesim.schedules.controllable`.
 
 The orders are written phase by phase from the papers' descriptions and checked step for step
 against the orders torch 2.13 generates (``tests/schedules/golden/torch``, recorded by
@@ -20,7 +19,7 @@ from pipesim.errors import check_count, invalid
 from pipesim.schedules.action import Op
 from pipesim.schedules.schedule import Schedule, ScheduleStream, Step
 
-__all__ = ["dualpipev", "dualpipev_rank", "v_min", "zbv"]
+__all__ = ["dualpipev", "dualpipev_rank", "zbv"]
 
 
 def _stream(name: str, p: int, m: int, rows: object) -> ScheduleStream:
@@ -204,73 +203,3 @@ def _dualpipev(*, num_ranks: int, num_microbatches: int) -> ScheduleStream:
         raise invalid("num_microbatches", m, f"must be at least 2p = {2 * p} for dualpipev (torch's rule)")
     return _stream("dualpipev", p, m, lambda r: dualpipev_rank(p, m, r))
 
-
-def v_min(*, num_ranks: int, num_microbatches: int) -> Schedule:
-    """V-Min (Qi et al., "Pipeline Parallelism with Controllable Memory", NeurIPS 2024, sec. 4):
-    two stages per rank in a V holding at most ``(p + 4) // 3`` micro-batches of the rank's
-    layers (``2 ((p + 4) // 3)`` stage-micro-batches; 1F1B holds ``p``), from the paper's
-    repeated V-Min building block.
-
-    With unit slots (``F = I = W = 1``), micro-batch ``k`` on rank ``i`` runs its chunk-0 forward
-    at slot ``i + 6k``, its chunk-1 forward at ``2p - 1 - i + 6k``, its chunk-1 input gradient at
-    ``2p + d + i + 6k`` and its chunk-0 input gradient at ``4p + d - 1 - i + 6k`` (``d = 2`` when
-    ``3 | p``, else 0: the offsets of the block as the authors' ``stable_pattern_v_min`` in
-    github.com/sail-sg/zero-bubble-pipeline-parallelism, ``v_schedule`` branch, re-derived);
-    the weight gradients ``W`` fill the free slots in the order their ``I`` ran. The rank's order
-    is those actions by slot. A ``W`` frees a micro-batch's activations, so filling free slots
-    with them keeps the block's lifespan, hence the memory, at the paper's bound, and the steady
-    phase repeats every 6 slots without a bubble: the idle time per rank does not grow with
-    ``m`` (bubble rate at most the paper's ``2p / (3m)`` with ``T_F = T_B = T_W``; the paper's
-    extra squeezing of the warm-up and cool-down is not done, ``docs/schedules.md``). Unit-cost
-    slots for p=4, m=4 (upper case chunk 0, lower case chunk 1)::
-
-        rank 0 F0 F1 .  .  .  .  .  f0 i0 w0 F2 .  .  f1 i1 I0 w1 W0 F3 f2 i2 I1 w2 W1 .  f3 i3 I2
-        rank 1 .  F0 .  .  .  .  f0 F1 .  i0 w0 .  f1 F2 I0 i1 W0 w1 f2 F3 I1 i2 W1 w2 f3 .  I2 i3
-        rank 2 .  .  F0 .  .  f0 .  .  F1 .  i0 f1 w0 I0 F2 W0 i1 f2 w1 I1 F3 W1 i2 f3 w2 I2 W2 .
-        rank 3 .  .  .  F0 f0 .  .  .  .  F1 f1 i0 I0 w0 W0 F2 f2 i1 I1 w1 W1 F3 f3 i2 I2 w2 W2 .
-        (slots 28..34)
-        rank 0 w3 W2 .  .  .  I3 W3
-        rank 1 W2 w3 .  .  I3 W3 .
-        rank 2 i3 w3 .  I3 W3 .  .
-        rank 3 .  i3 I3 w3 W3 .  .
-
-    Raises:
-        InputError: a count below 1.
-    """
-    return _v_min(num_ranks=num_ranks, num_microbatches=num_microbatches).materialize()
-
-
-def _v_min_rank(p: int, m: int, i: int) -> Iterator[Step]:
-    shift = 2 if p % 3 == 0 else 0
-    down, up = i, 2 * p - 1 - i
-    block = (  # (slot in the block, op, stage)
-        (i, Op.F, down),
-        (2 * p - 1 - i, Op.F, up),
-        (2 * p + shift + i, Op.I, up),
-        (4 * p + shift - 1 - i, Op.I, down),
-    )
-    slots: dict[int, Step] = {}
-    for k in range(m):
-        for offset, op, stage in block:
-            slots[offset + 6 * k] = (op, stage, k)
-    assert len(slots) == 4 * m  # the block's actions never share a slot
-    last = max(slots)
-    pending: deque[tuple[int, int]] = deque()
-    t = 0
-    while t <= last or pending:
-        step = slots.get(t)
-        if step is not None:
-            yield step
-            if step[0] is Op.I:
-                pending.append((step[1], step[2]))  # type: ignore[arg-type]
-        elif pending:
-            stage, k = pending.popleft()
-            yield (Op.W, stage, k)
-        t += 1
-
-
-def _v_min(*, num_ranks: int, num_microbatches: int) -> ScheduleStream:
-    check_count("num_ranks", num_ranks)
-    check_count("num_microbatches", num_microbatches)
-    p, m = num_ranks, num_microbatches
-    return _stream("v-min", p, m, lambda r: _v_min_rank(p, m, r))

@@ -3,6 +3,9 @@ the simulator (both executors) and the planner's estimate."""
 
 from __future__ import annotations
 
+import itertools
+from fractions import Fraction
+
 import pytest
 
 from pipesim.errors import InputError
@@ -115,6 +118,40 @@ def test_closed_forms_with_equal_stages(p: int, m: int) -> None:
         assert all(b == m * 3 * f for b in t.busy)
         assert [t.peak_stashed[r] + t.peak_stashed[2 * p - 1 - r] for r in range(p)] == [p + 1] * p
     assert [in_flight_microbatches("dualpipe", r, p, m, chunks=2) for r in range(p)] == [p + 1] * p
+
+
+def _pipesim_idle(p: int, f: Fraction, i: Fraction, w: Fraction) -> Fraction:
+    """Idle per rank of pipesim's dualpipe with W <= I <= F per stage (docs/schedules.md)."""
+    return (p // 2 - 1) * max(f + i - w, 2 * (f - w))
+
+
+@pytest.mark.parametrize(("p", "m"), [(2, 4), (4, 8), (4, 10), (6, 12), (8, 16), (8, 18), (10, 20)])
+def test_closed_form_with_unequal_forward_input_and_weight_gradient(p: int, m: int) -> None:
+    """W <= I <= F: every rank idles (p/2 - 1) max(F + I - W, 2(F - W)). DeepSeek's
+    (p/2 - 1)(F&B + B - 3W) at F&B = F + B is (p/2 - 1)(F + 2I - W): their overlapped pair starts
+    only once both its inputs are in (dualpipe.py ``_forward_backward_chunk``), pipesim's forward
+    does not wait for its partner's gradient, which saves (p/2 - 1) I where F + I - W dominates."""
+    values = (Fraction(1), Fraction(3, 2), Fraction(2), Fraction(3), Fraction(1, 2))
+    for f, i, w in itertools.product(values, repeat=3):
+        if not w <= i <= f:
+            continue
+        order = dualpipe(num_ranks=p, num_microbatches=m)
+        t = evaluate(order, fwd_time_s=f, bwd_time_s=i + w, wgrad_time_s=w)
+        idle = _pipesim_idle(p, f, i, w)
+        assert t.idle == (idle,) * p, (f, i, w)
+        assert t.makespan == m * (f + i + w) + idle
+        deepseek = (p // 2 - 1) * ((f + i + w) + (i + w) - 3 * w)
+        assert deepseek - idle == (p // 2 - 1) * min(i, 2 * i + w - f)
+
+
+@pytest.mark.parametrize("executor", ["simpy", "fast"])
+def test_simulator_closed_form_with_unequal_costs(executor: str) -> None:
+    """F = 2, I = 1.5, W = 0.5 s per stage, free links, no optimizer step: (p/2 - 1) 3 s idle."""
+    for p, m in ((4, 8), (6, 12)):
+        profile = equal_profile(p, fwd_s=2.0, bwd_s=2.0, parameter_bytes=0, wgrad_fraction=0.25)
+        result = simulate(_plan(p, m), profile, CLUSTER, FREE, executor=executor)
+        idle = _pipesim_idle(p, Fraction(2), Fraction(3, 2), Fraction(1, 2))
+        assert result.iteration_time_s == pytest.approx(float(4 * m + idle), rel=1e-12)
 
 
 def test_docstring_grid_is_the_rendered_one() -> None:
