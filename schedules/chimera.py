@@ -21,7 +21,7 @@ ends in slot ``3D - 2``: ``D - 2`` idle slots per rank against ``2(D - 1)`` for 
 micro-batches (the paper's bubble count).
 
 Larger ``m`` (a multiple of ``p``) concatenates ``m / p`` basic units (issue 16 names this the
-paper's *direct concatenation*; whether the paper's units overlap as here was not checked; unit
+paper's *direct concatenation*; the authors' code overlaps them the same way: see below; unit
 ``u`` takes down micro-batches ``u D/2 .. (u+1) D/2 - 1`` and up micro-batches ``m/2 + u D/2 ..``,
 since the ``dual`` placement sends micro-batch ``k < m/2`` down and the others
 up). Unit ``u`` runs in the unit's slots shifted by ``2D u``: it starts once the first
@@ -29,9 +29,16 @@ micro-batch of unit ``u - 1`` has left rank 0, while that unit still runs. The s
 meet in one slot either (each unit's forwards and backwards on a rank keep to their parities, and
 the overlap is where the earlier unit's slots of the other kind end), so with ``F = B`` every
 rank is busy from its first slot of unit 1 to its last of unit ``m / p`` but for the ``D - 2``
-slots of one unit: ``2m + D - 2`` slots in all. The paper's *forward doubling* (forwards of two
-micro-batches at once) is off: it changes the cost of an action, which pipesim's order does not
-express.
+slots of one unit: ``2m + D - 2`` slots in all. The authors' implementation
+(github.com/Shigangli/Chimera 6b78ac7, ``chimera_pipeline_rank.AutoGeneratePipelineRank``, which
+``pipeline.py``'s ``_call_chimera_pipeline`` runs) starts a direction's next unit in the step
+after one of its running units has a micro-batch back at that unit's first stage (``get_schedule``
+adds a pipeline when ``next_pass`` reports a micro-batch popped), i.e. inside the running unit, as
+here. The paper's *forward doubling* and *backward halving* (one forward over two micro-batches
+at once, with recomputation, and backwards of half a micro-batch) are not done, nor are they in
+that code: an action here is one stage on one micro-batch of a fixed size, so a forward over two
+micro-batches would need a joint action in the validator, the evaluator, the lowering and the
+simulator.
 
 Sources: S. Li and T. Hoefler, "Chimera: Efficiently Training Large-Scale Neural Networks with
 Bidirectional Pipelines", SC 2021 (doi 10.1145/3458817.3476145, arXiv 2107.06925). Read for this

@@ -35,6 +35,7 @@ plain block (its squeeze is not done here, ``docs/schedules.md``).
 
 from __future__ import annotations
 
+import itertools
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 
@@ -79,32 +80,35 @@ def _v_min_block(p: int, i: int) -> tuple[int, int, int, int]:
 def _fill_w(row: Slots) -> list[int]:
     """The slots of the ``W`` s: each free slot takes the oldest pending one; the rest follow
     the last action, one slot each."""
-    taken = sorted((t, kind) for kind in range(4) for t in row[kind])
+    size = max(max(ts) for ts in row[:_W]) + 1
+    kind_at = [-1] * size
+    for kind in range(_W):
+        for t in row[kind]:
+            kind_at[t] = kind
     out: list[int] = []
     pending = 0
-    t = 0
-    for slot, kind in taken:
-        while t < slot and pending:
+    for t, kind in enumerate(kind_at):
+        if kind >= _I1:
+            pending += 1
+        elif kind < 0 and pending:
             out.append(t)
             pending -= 1
-            t += 1
-        t = slot + 1
-        if kind in (_I1, _I0):
-            pending += 1
-    out.extend(range(t, t + pending))
+    out.extend(range(size, size + pending))
     return out
 
 
 def _peak(row: Slots) -> int:
     """Most stage-micro-batches the rank holds: a forward adds one, a ``W`` frees one (``W`` s
-    filled lazily by :func:`_fill_w` when the row has none)."""
+    filled lazily by :func:`_fill_w` when the row has none). No two actions share a slot."""
     ws = row[_W] if len(row) > _W else _fill_w(row)
-    events = sorted([(t, 1) for t in row[_F0]] + [(t, 1) for t in row[_F1]] + [(t, -1) for t in ws])
-    held = peak = 0
-    for _, delta in events:
-        held += delta
-        peak = max(peak, held)
-    return peak
+    delta = [0] * (max(0, *ws, *row[_F0], *row[_F1]) + 1)
+    for t in row[_F0]:
+        delta[t] = 1
+    for t in row[_F1]:
+        delta[t] = 1
+    for t in ws:
+        delta[t] = -1
+    return max(0, *itertools.accumulate(delta))
 
 
 def _ready(rows: Sequence[Slots], i: int, kind: int, k: int) -> int:
@@ -145,11 +149,13 @@ def _squeeze(rows: list[Slots], m: int, *, warmup: bool) -> None:
         if phase == 1 or (phase == 0 and not warmup):
             taken[i].add(now)
             continue
+        # with the W placed, only a forward moved earlier can raise the rank's memory
+        free = len(row) > _W and kind not in (_F0, _F1)
         for t in range(_ready(rows, i, kind, k), now):
             if t in taken[i]:
                 continue
             row[kind][k] = t
-            if _peak(row) <= cap:
+            if free or _peak(row) <= cap:
                 break
             row[kind][k] = now
         taken[i].add(row[kind][k])

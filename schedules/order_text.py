@@ -35,7 +35,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pipesim.errors import FormatError, InputError
+from pipesim.errors import FormatError, InputError, invalid
 from pipesim.fileio import parse_ascii_int, read_input_bytes
 from pipesim.schedules.action import Action, Op
 from pipesim.schedules.placement import infer_placement
@@ -194,12 +194,38 @@ def schedule_from_order(
 
 def _placement(rows: list[list[Action]], num_stages: int) -> str:
     """The placement the compute actions' ranks fit (``"looped"`` when none does: the schedule's
-    own check then shows the grid with the first misplaced action)."""
+    own check then shows the grid with the first misplaced action).
+
+    Raises:
+        InputError: the order is bidirectional (the ``dual`` placement of DualPipe and Chimera:
+            every micro-batch runs one half of the stages only), which an order file cannot
+            give: the plan would need the second half to copy the first half's layers.
+    """
     found = {a.stage: r for r, row in enumerate(rows) for a in row if a.is_compute}
     try:
-        return infer_placement(found, num_stages=num_stages, num_ranks=len(rows))
+        placement = infer_placement(found, num_stages=num_stages, num_ranks=len(rows))
     except InputError:
         return "looped"
+    if placement == "v" and _one_half_each(rows, num_stages):
+        rule = (
+            "each micro-batch runs only stages 0..p-1 or only p..2p-1: a bidirectional order "
+            "(the dual placement of dualpipe and chimera), which an order file cannot describe "
+            "(its plan needs stage p + j to copy stage j's layers); use --schedule dualpipe or chimera"
+        )
+        raise invalid("placement", "dual", rule)
+    return placement
+
+
+def _one_half_each(rows: list[list[Action]], num_stages: int) -> bool:
+    """Whether every micro-batch's forwards stay in one half of the stages (and both halves run
+    some): the shape of a ``dual`` order, never a valid V order."""
+    half = num_stages // 2
+    sides: dict[int | None, set[bool]] = {}
+    for row in rows:
+        for a in row:
+            if a.op is Op.F:
+                sides.setdefault(a.microbatch, set()).add(a.stage < half)
+    return all(len(side) == 1 for side in sides.values()) and len(set().union(*sides.values())) == 2
 
 
 def read_schedule(text: str, *, name: str = "custom") -> Schedule:

@@ -126,8 +126,8 @@ def copy_of(placement: str, stage: int, num_stages: int) -> int | None:
 
 def infer_placement(found: Mapping[int, int], *, num_stages: int, num_ranks: int) -> str:
     """The placement under which every stage of ``found`` (stage -> the rank it was seen on) is
-    on its rank: ``"looped"`` when both fit. (``dual`` has the V's ranks and is never inferred:
-    an order file holds no direction per micro-batch.)
+    on its rank: ``"looped"`` when both fit. (``dual`` has the V's ranks and is never inferred
+    here: :mod:`pipesim.schedules.order_text` refuses an order file of that shape.)
 
     Raises:
         InputError: no placement fits (the message names the first stage that does not).

@@ -175,3 +175,21 @@ def test_sweep_runs_order_files(tmp_path: Path) -> None:
     data["schedules"] = ["missing.json"]
     with pytest.raises(InputError, match=r"missing\.json' does not exist"):
         parse_sweep_config(data)
+
+
+@pytest.mark.parametrize("name", ["dualpipe", "chimera"])
+def test_a_bidirectional_order_file_is_refused_clearly(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                                       name: str) -> None:
+    """A dual order (each micro-batch on one half of the stages) is named as such, not shown as
+    a V order with missing forwards; a V order of the same shape still reads."""
+    order = make_schedule(name, num_ranks=4, num_microbatches=8)
+    path = tmp_path / f"{name}.txt"
+    path.write_text("\n".join(" ".join(str(a) for a in row) for row in order.ranks) + "\n")
+    with pytest.raises(InputError, match=r"placement='dual': each micro-batch runs only stages 0\.\.p-1"):
+        read_schedule_file(path)
+    code, _, err = run(capsys, "schedule", "show", str(path))
+    assert code == 2
+    assert "use --schedule dualpipe or chimera" in err
+    v_order = make_schedule("zbv", num_ranks=4, num_microbatches=8)
+    path.write_text("\n".join(" ".join(str(a) for a in row) for row in v_order.ranks) + "\n")
+    assert read_schedule_file(path).placement == "v"
