@@ -205,7 +205,7 @@ def v_half(*, num_ranks: int, num_microbatches: int) -> Schedule:
     With ``T_F = T_I = T_W`` per stage the steady phase repeats every 6 slots of a stage's op
     without a bubble, so from ``m = p + 2`` micro-batches on each one adds exactly ``6`` slots and
     the idle time per rank is a constant ``c_p``: ``3p - 7`` for even ``p >= 4`` (1 at p = 2),
-    ``3p - 4`` for p = 3, 5, 7 and ``3(p - 1)`` for odd ``p >= 9`` (measured for p <= 18). The
+    ``3p - 4`` for p = 3, 5, 7 and ``3(p - 1)`` for odd ``p >= 9`` (measured for p <= 26). The
     paper gives V-Half half of 1F1B's bubble (its ``B/2``; 1F1B idles ``(p - 1)(T_F + T_B +
     T_W)``, ``6(p - 1)`` slots here): ``c_p <= 3(p - 1)``, equal for odd ``p >= 9``. Unit-cost
     slots for p=4, m=4 (upper case chunk 0, lower case chunk 1)::

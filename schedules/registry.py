@@ -145,7 +145,8 @@ _REGISTRY: dict[ScheduleName, ScheduleInfo] = {
         ),
         _info(
             ScheduleName.DUALPIPEV, vshape._dualpipev, "two", 2, _NONE, "v",
-            "2p + 1", "makespan 2m(F + I + W) + (p - 1)F when F = I = W (F&B = F + B, no overlap)",
+            "2p + 1",
+            "makespan 2m(F + I + W) + (p - 1)max(F + I - W, 2(F - W)) when W <= I <= F (F&B = F + B)",
             "DeepSeek-V3 technical report 2024, sec. 3.2.1; torch ScheduleDualPipeV",
         ),
         _info(

@@ -144,6 +144,22 @@ def test_closed_form_with_unequal_forward_input_and_weight_gradient(p: int, m: i
         assert deepseek - idle == (p // 2 - 1) * min(i, 2 * i + w - f)
 
 
+def test_dualpipev_closed_form_with_unequal_costs() -> None:
+    """DualPipeV, the folded order dualpipe unfolds: (p - 1) max(F + I - W, 2(F - W)) idle per
+    rank for W <= I <= F and any m >= 2p (dualpipe's with p / 2 ranks)."""
+    values = (Fraction(1), Fraction(3, 2), Fraction(2), Fraction(3), Fraction(1, 2))
+    for f, i, w in itertools.product(values, repeat=3):
+        if not w <= i <= f:
+            continue
+        for p in range(1, 7):
+            for m in (2 * p, 2 * p + 1, 3 * p + 2):
+                t = evaluate(dualpipev(num_ranks=p, num_microbatches=m), fwd_time_s=f, bwd_time_s=i + w,
+                             wgrad_time_s=w)
+                idle = (p - 1) * max(f + i - w, 2 * (f - w))
+                assert t.idle == (idle,) * p, (f, i, w, p, m)
+                assert t.makespan == 2 * m * (f + i + w) + idle
+
+
 @pytest.mark.parametrize("executor", ["simpy", "fast"])
 def test_simulator_closed_form_with_unequal_costs(executor: str) -> None:
     """F = 2, I = 1.5, W = 0.5 s per stage, free links, no optimizer step: (p/2 - 1) 3 s idle."""
