@@ -25,7 +25,7 @@ from pipesim.schedules import (
 )
 from pipesim.schedules.dualpipe import dualpipe
 from pipesim.schedules.placement import chain_bounds, copy_of, microbatch_chain, stage_ranks
-from pipesim.schedules.vshape import dualpipev
+from pipesim.schedules.vshape import dualpipev, dualpipev_rank
 from pipesim.simulator import SimOptions, simulate
 from pipesim.simulator.program import lower as lower_program
 from tests.simulator.builders import equal_profile
@@ -158,6 +158,83 @@ def test_dualpipev_closed_form_with_unequal_costs() -> None:
                 idle = (p - 1) * max(f + i - w, 2 * (f - w))
                 assert t.idle == (idle,) * p, (f, i, w, p, m)
                 assert t.makespan == 2 * m * (f + i + w) + idle
+
+
+def _pair_model_idle(
+    p: int, m: int, f: Fraction, i: Fraction, w: Fraction, pair: Fraction | None
+) -> Fraction:
+    """The busiest rank's idle when DualPipeV's order runs each overlapped pair (a forward followed
+    by a full backward; not the last rank's first one, as the reference) as one unit of length
+    ``pair`` that starts once both its inputs are in (dualpipe.py ``_forward_backward_chunk``),
+    or, with ``pair=None``, every action on its own as pipesim does. Free links, list scheduling."""
+    last = 2 * p - 1
+    units: list[list[list[tuple[Op, int, int]]]] = []
+    for r in range(p):
+        steps = [(op, stage, k) for op, stage, k in dualpipev_rank(p, m, r) if k is not None]
+        row, j, first = [], 0, r == p - 1
+        while j < len(steps):
+            nxt = steps[j + 1][0] if j + 1 < len(steps) else None
+            pairs = pair is not None and steps[j][0] is Op.F and nxt is Op.B
+            if pairs and first:
+                pairs = first = False
+            row.append(steps[j:j + 2] if pairs else steps[j:j + 1])
+            j += 2 if pairs else 1
+        units.append(row)
+    cost = {Op.F: f, Op.B: i + w, Op.I: i, Op.W: w}
+    end: dict[tuple[Op, int, int], Fraction] = {}
+
+    def ready(op: Op, stage: int, k: int) -> Fraction | None:
+        if op is Op.F:
+            return Fraction(0) if stage == 0 else end.get((Op.F, stage - 1, k))
+        if op is Op.W:
+            return end.get((Op.I, stage, k))
+        deps = [end.get((Op.F, stage, k))]
+        if stage < last:
+            deps.append(end.get((Op.B, stage + 1, k), end.get((Op.I, stage + 1, k))))
+        return None if None in deps else max(d for d in deps if d is not None)
+
+    free, busy, at = [Fraction(0)] * p, [Fraction(0)] * p, [0] * p
+    while any(at[r] < len(units[r]) for r in range(p)):
+        moved = False
+        for r in range(p):
+            while at[r] < len(units[r]):
+                unit = units[r][at[r]]
+                times = [ready(*a) for a in unit]
+                if None in times:
+                    break
+                start = max([free[r], *(x for x in times if x is not None)])
+                took = cost[unit[0][0]] if len(unit) == 1 else (pair or Fraction(0))
+                for a in unit:
+                    end[a] = start + took
+                free[r] = start + took
+                busy[r] += took
+                at[r] += 1
+                moved = True
+        assert moved, "deadlock"
+    makespan = max(free)
+    return max(makespan - b for b in busy)
+
+
+def test_deepseeks_bubble_is_the_reference_pair_as_one_unit() -> None:
+    """Run as one unit (length F&B, waiting for both inputs), the reference's pairs give
+    (p - 1)(F&B + F - 2W) for W <= I <= F and max(F, B) <= F&B <= F + B: DeepSeek's
+    (p - 1)(F&B + B - 3W) exactly when F = I; run apart (pipesim) they give less."""
+    values = (Fraction(1), Fraction(2), Fraction(3, 2), Fraction(1, 2))
+    for f, i, w in itertools.product(values, repeat=3):
+        if not w <= i <= f:
+            continue
+        for p in (2, 3, 4, 5):
+            m = 3 * p
+            apart = _pair_model_idle(p, m, f, i, w, None)
+            timeline = evaluate(dualpipev(num_ranks=p, num_microbatches=m), fwd_time_s=f, bwd_time_s=i + w,
+                                wgrad_time_s=w)
+            assert apart == max(timeline.idle)  # the helper is pipesim's evaluator when nothing pairs
+            for pair in (max(f, i + w), f + i + w):
+                joint = _pair_model_idle(p, m, f, i, w, pair)
+                assert joint == (p - 1) * (pair + f - 2 * w), (f, i, w, p, pair)
+                if f == i:
+                    assert joint == (p - 1) * (pair + (i + w) - 3 * w)  # DeepSeek's formula
+            assert apart <= (p - 1) * (f + i + w + f - 2 * w)
 
 
 @pytest.mark.parametrize("executor", ["simpy", "fast"])
