@@ -96,9 +96,9 @@ def _tflops_per_gpu(global_batch: int, microbatch: int) -> float:
 _FIXED_COST = (
     "a fixed per-iteration cost pipesim does not reproduce: the three log points fit "
     "T = F + (m + 11) x slot with slot 0.70 s at micro-batch 2 (pipesim 0.68 s, one slot being what a "
-    "micro-batch adds) and F = 6.8 s; pipesim's fixed part is ~0.6 s (the ZeRO-1 reduce-scatter and "
-    "all-gather of 7.3 GB of bf16 gradients and weights per GPU, hierarchical over 4 x 100 Gb/s per "
-    "server, at the NICs' rate) and 0.01 s of Adam. "
+    "micro-batch adds) and F = 6.8 s; pipesim exposes 0.6 s after the last backward (the ZeRO-1 "
+    "reduce-scatter and all-gather of 7.3 GB of bf16 gradients and weights per GPU, hierarchical over "
+    "4 x 100 Gb/s per server, at the NICs' rate) and 0.01 s of Adam. "
     "Candidates, not traced: DeepSpeed's BF16_Optimizer keeps fp32 gradients (README) and its pipeline "
     "engine reduces them after the flush; its unsharded fp32 buffers (norm, clipping, copies); NCCL over "
     "Omni-Path below the InfiniBand figures. At batch 2048 (F is 7% of the iteration) the record holds"
