@@ -198,6 +198,24 @@ def records() -> list[Record]:
             note="devices 0-7 of dgx-a100-x2 (one server); the issue's server is taken as an HGX A100",
         ),
         Record(
+            name="nccl-a100-oci-8gpu-allreduce-busbw-10g",
+            source=(
+                "oracle-japan/ocitutorials (github.com/oracle-japan/ocitutorials), "
+                "tutorials/_hpc/spinup-ml-instance-cntnd.md, section 5 (NCCL Tests), BM.GPU4.8 "
+                "(8 x NVIDIA A100-SXM4-40GB): all_reduce_perf -b 10G -e 10G -f 2 -t 1 -g 8, "
+                "out-of-place busbw 232.04 GB/s (in-place 231.54)"
+            ),
+            quantity="all-reduce bus bandwidth, 8 x A100 on NVSwitch, 10 GiB per rank (GB/s)",
+            kind="absolute",
+            published=232.04,
+            predict=lambda: _busbw("dgx-a100-x2", 8, 10 * _GIB),
+            tolerance=0.10,
+            note=(
+                "devices 0-7 of dgx-a100-x2 (one server; NVLink3-x12 to NVSwitch, 0.8 achievable); "
+                "BM.GPU4.8 is an HGX A100 8-GPU server; the all-reduce does not depend on the memory size"
+            ),
+        ),
+        Record(
             name="nccl-h100-8gpu-ring-allreduce-busbw",
             source=(
                 "NVIDIA/nccl issue 1455 (github.com/NVIDIA/nccl/issues/1455), description "
