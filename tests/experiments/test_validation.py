@@ -5,6 +5,9 @@ from __future__ import annotations
 import pytest
 
 from experiments.validation.record import Record, all_records, relative_error
+from pipesim.profiles.costmodels.compute import compute_model
+from pipesim.profiles.hardware.catalog import get_device
+from pipesim.profiles.models.zoo.roofline import Roofline
 
 RECORDS = all_records()
 
@@ -66,3 +69,42 @@ def test_slow_network_pipeline_slows_with_the_link() -> None:
     assert fast < pipeline_iteration_time_s(key, 5.0, 2.0) < slow < slower
     wire_s = 8 * 2**20 / (1e9 / 8 * 0.99)
     assert slow > 2 * 96 * wire_s > fast
+
+
+def test_torchgpipe_amoebanet_matches_the_benchmark_model() -> None:
+    # torchgpipe's amoebanetd(num_layers=18, num_filters=256) is a 24-module nn.Sequential (a stem,
+    # two stem reductions, 3 x 6 normal cells with 2 reductions between, the classifier); every
+    # balance of the benchmark sums to 24, so the zoo builder must give 24 layers in that order.
+    from experiments.validation.torchgpipe_2020 import EXPERIMENTS, amoebanet_d18
+    from pipesim.errors import InputError
+    from pipesim.profiles.models.zoo.amoebanet import amoebanet_d
+
+    profile = amoebanet_d18(8)
+    assert profile.num_layers == 24
+    names = [layer.name for layer in profile.layers]
+    assert names[:3] == ["stem", "stem_reduce1", "stem_reduce2"]
+    assert (names[9], names[16], names[-1]) == ("reduce1", "reduce2", "head")
+    assert all(sum(balance) == 24 for _, _, balance in EXPERIMENTS.values())
+    # the 36-cell zoo model is the same builder at (36, 512)
+    from pipesim.profiles.models.zoo import zoo_model
+
+    zoo36 = zoo_model("amoebanet36", batch_size=2, device="P40")
+    assert zoo36.parameter_count == amoebanet_d(
+        _p40_roofline(), 2, normal_cells=36, filters=512, name="amoebanet36").parameter_count
+    with pytest.raises(InputError, match="normal_cells"):
+        amoebanet_d(_p40_roofline(), 2, normal_cells=20, filters=256, name="x")
+    with pytest.raises(InputError, match="filters"):
+        amoebanet_d(_p40_roofline(), 2, normal_cells=18, filters=250, name="x")
+
+
+def test_torchgpipe_more_microbatches_fill_the_pipeline() -> None:
+    # GPipe's bubble: at a fixed partition count, more micro-batches raise the simulated throughput.
+    from experiments.validation.torchgpipe_2020 import throughput_per_s
+
+    for parts in (2, 4, 8):
+        one, four, many = (throughput_per_s(f"n{parts}m{m}") for m in (1, 4, 32))
+        assert one < four < many
+
+
+def _p40_roofline() -> Roofline:
+    return Roofline(model=compute_model(get_device("P40"), "float32"))

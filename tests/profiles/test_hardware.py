@@ -164,7 +164,9 @@ def test_link_names_are_the_catalog() -> None:
 def test_link_bandwidths(name: str, bandwidth: float) -> None:
     spec = get_link(name)
     assert spec.bandwidth_bytes_per_s == pytest.approx(bandwidth)
-    assert 0.7 <= spec.achievable_fraction <= 0.85
+    # nccl-tests bus bandwidth over link peak: 0.75-0.85 for Ethernet, PCIe, InfiniBand, NVLink3/4;
+    # 0.9 for NVLink2 (135.5 of 150 GB/s on a DGX-1 topology, experiments/validation/nccl.py)
+    assert 0.7 <= spec.achievable_fraction <= 0.9
     assert spec.effective_bandwidth_bytes_per_s == pytest.approx(bandwidth * spec.achievable_fraction)
     assert spec.source
 

@@ -15,11 +15,14 @@ Each cell reads the outputs of the two cells before it, so the profile has DAG `
 
 from __future__ import annotations
 
+from pipesim.errors import invalid
 from pipesim.profiles.models.profile import Layer, ModelProfile
 from pipesim.profiles.models.zoo.roofline import LayerCost, Roofline
 from pipesim.profiles.models.zoo.vision import IMAGE_SIZE, INDEX_BYTES, NUM_CLASSES
 
-__all__ = ["AMOEBANET36_BATCH", "AMOEBANET36_FILTERS", "AMOEBANET36_NORMAL_CELLS", "amoebanet36"]
+__all__ = [
+    "AMOEBANET36_BATCH", "AMOEBANET36_FILTERS", "AMOEBANET36_NORMAL_CELLS", "amoebanet36", "amoebanet_d",
+]
 
 AMOEBANET36_NORMAL_CELLS = 36
 """L: normal cells (three groups of 12)."""
@@ -163,8 +166,24 @@ def amoebanet36(rl: Roofline, batch: int) -> ModelProfile:
     DAG edges from each cell to the next two. Default batch :data:`AMOEBANET36_BATCH` (16),
     224 x 224 images. About 0.94B parameters (DAPPLE: AmoebaNet-36, ~933M).
     """
+    return amoebanet_d(rl, batch, normal_cells=AMOEBANET36_NORMAL_CELLS, filters=AMOEBANET36_FILTERS,
+                       name="amoebanet36")
+
+
+def amoebanet_d(rl: Roofline, batch: int, *, normal_cells: int, filters: int, name: str) -> ModelProfile:
+    """AmoebaNet-D (L = ``normal_cells``, F = ``filters``) as ``L + 6`` layers, named and wired as
+    :func:`amoebanet36` (three groups of ``L / 3`` normal cells), costed at ``batch`` images.
+
+    Raises:
+        InputError: ``normal_cells`` not a positive multiple of 3, or ``filters`` not a positive
+            multiple of 4.
+    """
+    if not isinstance(normal_cells, int) or normal_cells < 3 or normal_cells % 3:
+        raise invalid("normal_cells", normal_cells, "must be a positive multiple of 3")
+    if not isinstance(filters, int) or filters < 4 or filters % 4:
+        raise invalid("filters", filters, "must be a positive multiple of 4")
     layers: list[Layer] = []
-    c = AMOEBANET36_FILTERS // 4
+    c = filters // 4
     stem = LayerCost("stem", rl)
     h = _Net(stem, batch).relu_conv_bn(3, c, 3, 3, IMAGE_SIZE, sh=2, sw=2)
     layers.append(stem.build(output_elements=batch * c * h * h))
@@ -172,7 +191,7 @@ def amoebanet36(rl: Roofline, batch: int) -> ModelProfile:
     h_pp = h_prev = h
     reduction_prev = False
     plan: list[tuple[str, bool]] = [("stem_reduce1", True), ("stem_reduce2", True)]
-    per_group = AMOEBANET36_NORMAL_CELLS // 3
+    per_group = normal_cells // 3
     for group in range(1, 4):
         plan += [(f"normal{group}_{i}", False) for i in range(per_group)]
         if group < 3:
@@ -197,14 +216,14 @@ def amoebanet36(rl: Roofline, batch: int) -> ModelProfile:
     # reads only the last cell.
     edges = {(i - 1, i) for i in range(1, n)} | {(i - 2, i) for i in range(2, n - 1)}
     return ModelProfile(
-        name="amoebanet36",
+        name=name,
         layers=tuple(layers),
         profile_batch_size=batch,
         reference_device=rl.device,
         dtype=rl.dtype,
         edges=tuple(sorted(edges)),
         description=(
-            f"AmoebaNet-D (L={AMOEBANET36_NORMAL_CELLS}, F={AMOEBANET36_FILTERS}), ImageNet 224x224, "
+            f"AmoebaNet-D (L={normal_cells}, F={filters}), ImageNet 224x224, "
             f"analytic kernel model on {rl.device} in {rl.precision}"
         ),
     )
