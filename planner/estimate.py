@@ -587,21 +587,27 @@ class CostModel:
             bwd: list[float] = []
             ar: list[float] = []
             lat: list[float] = []
+            steady: list[float] = []
             for c in costs:
                 fwd += [c.fwd_s, c.send_fwd_s]
                 bwd += [c.bwd_s, c.send_bwd_s]
                 ar += [c.allreduce_s + c.optimizer_s, 0.0]
                 lat += [0.0, c.send_latency_s]
-            fwd, bwd, ar, lat = fwd[:-1], bwd[:-1], ar[:-1], lat[:-1]
+                # a transfer's streams (one per direction) are busy its bytes' time per micro-batch
+                steady += [c.fwd_s + c.bwd_s, max(c.send_fwd_s, c.send_bwd_s) - c.send_latency_s]
+            fwd, bwd, ar, lat, steady = fwd[:-1], bwd[:-1], ar[:-1], lat[:-1], steady[:-1]
             if plan.schedule == "gpipe":
                 time_s = gpipe_time_s(fwd, bwd, ar, m, fwd_latency_s=lat, bwd_latency_s=lat)
-            else:  # charges a transfer its latency per micro-batch (docs/communication.md)
+                ends = backward_end_times(fwd, bwd, m, "gpipe", fwd_latency_s=lat, bwd_latency_s=lat)[0::2]
+            elif decomposable:  # DAPPLE's own model (the DP's): a transfer's latency per micro-batch
                 time_s = pipeline_time_s(fwd, bwd, ar, m)
-            ends = backward_end_times(fwd, bwd, m, plan.schedule, fwd_latency_s=lat, bwd_latency_s=lat)[0::2]
-            if plan.schedule != "gpipe" and not decomposable:
+                ends = backward_end_times(fwd, bwd, m, plan.schedule)[0::2]
+            else:  # pipelined streams: each transfer's latency once per path through it
+                time_s = pipeline_time_s(fwd, bwd, ar, m, steady_s=steady)
+                ends = backward_end_times(fwd, bwd, m, plan.schedule, steady_s=steady)[0::2]
                 cycle = self._cycle_time_s(plan, costs)
                 time_s = max(time_s, cycle)
-                for s in range(p):  # the closed loop's drain: stage s ends before stages < s
+                for s in range(p):  # the longest path's drain: stage s ends before stages < s
                     ends[s] = max(ends[s], cycle)
                     cycle -= costs[s].bwd_s + costs[s].send_bwd_s
             if not decomposable:
@@ -626,6 +632,7 @@ class CostModel:
         """The 1F1B loop terms of ``plan`` (:func:`~pipesim.planner.latency.one_f_one_b_loops_s`), seconds."""
         p, m = plan.num_ranks, plan.num_microbatches
         warmup = dict(plan.schedule_options).get("warmup", "default")
+        latency = [c.send_latency_s for c in costs[:-1]]
         return one_f_one_b_loops_s(
             [c.fwd_s for c in costs],
             [c.bwd_s for c in costs],
@@ -634,6 +641,8 @@ class CostModel:
             [in_flight_microbatches(plan.schedule, i, p, m, warmup=warmup) for i in range(p)],
             [in_flight_microbatches(plan.schedule, i, p, max(m, 2 * p), warmup=warmup) for i in range(p)],
             m,
+            latency_fwd_s=latency,
+            latency_bwd_s=latency,
         )
 
     def _ordered(
@@ -655,6 +664,7 @@ class CostModel:
             send_fwd_s=[c.send_fwd_s for c in costs[:-1]],
             send_bwd_s=[c.send_bwd_s for c in costs[:-1]],
             options=options,
+            send_latency_s=[c.send_latency_s for c in costs[:-1]],
         )
         ar = [0.0] * p
         opt = [0.0] * p
@@ -670,16 +680,41 @@ class CostModel:
         # float costs give float times (int or Fraction costs, in exact tests, stay exact)
         ends = list(cast(tuple[float, ...], timed.rank_end_s))
         if placement_of(plan.schedule) == "dual":
-            # ranks r and p-1-r hold model stages r and p-1-r each: both pair all-reduces run over
-            # the same devices once both ranks are done (one job, on both ranks' NIC links)
-            for r in range(p // 2):
-                q = p - 1 - r
-                ends[r] = ends[q] = max(ends[r], ends[q])
-                ar[r], ar[q] = ar[r] + ar[q], 0.0
-                if contention:
-                    nic[r] = self.allreduce_network_links((*placement[r], *placement[q]))
+            stage_end = cast(tuple[float, ...], timed.stage_end_s)
+            jobs = self._pair_jobs(plan, costs, placement, stage_end, contention)
+            tails = [opt[min(s, p - 1 - s)] for s in range(p)]
+            return max(cast(float, timed.makespan_s), nic_sharing_end_s(jobs, tails))
         jobs = [(ends[r], ar[r], nic[r]) for r in range(p)]
         return max(cast(float, timed.makespan_s), nic_sharing_end_s(jobs, opt))
+
+    def _pair_jobs(
+        self,
+        plan: Plan,
+        costs: Sequence[StageCosts],
+        placement: Sequence[tuple[int, ...]],
+        stage_end_s: Sequence[float],
+        contention: bool,
+    ) -> list[tuple[float, float, frozenset[int]]]:
+        """The ``dual`` placement's gradient all-reduces as the simulator runs them: one per model
+        stage ``s`` among the devices of both its copies (stage ``s`` on rank ``s``, stage
+        ``p + s`` on rank ``p - 1 - s``), started once both copies have run their last backward.
+        Ranks ``r`` and ``p - 1 - r`` thus carry two of them (model stages ``r`` and
+        ``p - 1 - r``) over the same devices, each started at its own time and at once where
+        they overlap: each job is ``(start, alone, links)`` for
+        :func:`~pipesim.planner.latency.nic_sharing_end_s`, whose links are the pair's NIC links
+        (with ``contention``) and a link of the pair's own, so the two always add up where both
+        run (the same links, the same bottleneck)."""
+        p = plan.num_ranks
+        jobs = []
+        for s in range(p):
+            q = p - 1 - s
+            start = max(stage_end_s[s], stage_end_s[p + s])
+            own = frozenset({-1 - min(s, q)})  # no real link has a negative index
+            links = own
+            if contention and len(placement[s]) + len(placement[q]) > 1:
+                links = own | self.allreduce_network_links((*placement[min(s, q)], *placement[max(s, q)]))
+            jobs.append((start, costs[s].allreduce_s, links))
+        return jobs
 
     def _looped(
         self, plan: Plan, costs: list[StageCosts], placement: Sequence[tuple[int, ...]], contention: bool
@@ -693,6 +728,7 @@ class CostModel:
         ar = [0.0] * p
         opt = [0.0] * p
         links = [0.0] * p  # link l: between rank l and rank l + 1 (mod p)
+        wire = [0.0] * p  # what link l's streams are busy per micro-batch (its latency pipelined)
         for s, c in enumerate(costs):
             r = s % p
             busy[r] += c.fwd_s + c.bwd_s
@@ -707,8 +743,9 @@ class CostModel:
             ar[r] += c.allreduce_s
             opt[r] += c.optimizer_s
             links[r] += c.send_fwd_s + c.send_bwd_s
+            wire[r] += c.send_fwd_s + c.send_bwd_s - 2 * c.send_latency_s
         link_fill = sum(links)
-        time_s = looped_time_s(busy, fill, [x for x in links if x > 0], link_fill, m)
+        time_s = looped_time_s(busy, fill, [x for x in wire if x > 0], link_fill, m)
         ends = []
         done = time_s
         for r in range(p):  # rank 0 finishes last; each later rank a drain step earlier
