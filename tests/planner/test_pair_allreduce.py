@@ -1,7 +1,7 @@
 """DualPipe's and Chimera's pair all-reduces (the ``dual`` placement: the two copies of a model
 stage on ranks ``s`` and ``p - 1 - s`` sum their gradients) in the estimate as the simulator runs
 them: one per model stage, each started when both its copies are done, concurrent where they
-overlap and sharing the links they share (``CostModel._pair_jobs``)."""
+overlap and sharing the links they share (``iteration_time.pair_jobs``)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import pytest
 from pipesim.api import make_plan
 from pipesim.plan import Plan, StagePlan
 from pipesim.planner.estimate import CostModel
+from pipesim.planner.iteration_time import pair_jobs
 from pipesim.profiles import get_cluster, zoo_model
 from pipesim.simulator import SimOptions, simulate
 from pipesim.simulator.trace import EventKind
@@ -51,7 +52,7 @@ def test_each_pair_all_reduce_starts_when_its_copies_are_done() -> None:
                          wgrad_s=[c.wgrad_s for c in costs],
                          send_fwd_s=[c.send_fwd_s for c in costs[:-1]],
                          send_bwd_s=[c.send_bwd_s for c in costs[:-1]])
-    jobs = cost._pair_jobs(plan, costs, placement, timed.stage_end_s, True)
+    jobs = pair_jobs(cost, plan, costs, placement, timed.stage_end_s, True)
     result = simulate(plan, profile, CLUSTER, SimOptions(record_trace=True, optimizer_step=False))
     starts: dict[int, float] = {}
     for e in result.events:

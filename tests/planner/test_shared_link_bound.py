@@ -7,6 +7,7 @@ import pytest
 
 from pipesim.plan import Plan, StagePlan
 from pipesim.planner.estimate import CostModel
+from pipesim.planner.iteration_time import one_f_one_b_paths_s
 from pipesim.profiles.hardware.cluster import Cluster
 from pipesim.profiles.inputs import resolve_inputs
 from pipesim.profiles.models.profile import ModelProfile
@@ -83,14 +84,14 @@ def test_the_shared_uplink_bound_binds_where_the_links_set_the_pace() -> None:
     costs = cost.stage_costs(plan)
     per_mb = busiest_link_s(cost, plan, cluster)
     assert per_mb == pytest.approx(costs[1].send_fwd_s + costs[0].send_bwd_s, rel=0.01)  # 2 c (less latency)
-    assert cost._cycle_time_s(plan, costs) < m * per_mb  # the loop alone would not see it
+    assert one_f_one_b_paths_s(plan, costs) < m * per_mb  # the loop alone would not see it
     estimate = cost.estimate(plan).iteration_time_s
     assert estimate >= cost.link_bound_s(plan, costs) >= m * per_mb
     simulated = simulate(plan, profile, cluster, SimOptions(record_trace=False)).iteration_time_s
     assert -0.11 <= estimate / simulated - 1 <= -0.09
     free = SimOptions(record_trace=False, contention=False, optimizer_step=False)
     unshared = simulate(plan, profile, cluster, free).iteration_time_s
-    assert cost._cycle_time_s(plan, costs) == pytest.approx(unshared, rel=1e-9)
+    assert one_f_one_b_paths_s(plan, costs) == pytest.approx(unshared, rel=1e-9)
 
 
 def test_the_1gbit_1f1b_gap_is_stated(one_gbit: tuple[ModelProfile, Cluster]) -> None:
