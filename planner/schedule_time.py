@@ -13,7 +13,8 @@ schedule's placement, no transfer between two stages on one rank):
 * larger ``m``: the order is evaluated at two counts ``m_1 = m_2 - d`` and ``m_2 = m (mod d)``
   within that bound (and ``>= 3d``), and the makespan extrapolated by whole periods ``d``:
   ``T(m) = T(m_2) + (m - m_2) / d (T(m_2) - T(m_1))``, each rank's and each stage's last action
-  likewise. ``d``
+  likewise, once a third evaluation at ``m_1 - d`` shows the same growth over the period before
+  (otherwise the window doubles: far links make longer transients). ``d``
   is a period of the steady phase: ``p`` for the looped orders with ``v > 1`` (rounds of ``p``
   micro-batches; a count no multiple of ``p`` is below ``p^2`` and evaluated directly),
   ``lcm(p, 4)`` for the others (their steady phase repeats every 1, 2 or 4 micro-batches or every
@@ -123,6 +124,18 @@ def _evaluate(
     return OrderTime(makespan_s=timeline.makespan, rank_end_s=ends, stage_end_s=tuple(stage_end))
 
 
+def _same_growth(t0: OrderTime, t1: OrderTime, t2: OrderTime) -> bool:
+    """Whether every time grew as much from ``t1`` to ``t2`` as from ``t0`` to ``t1`` (to 1e-9)."""
+
+    def flat(t: OrderTime) -> list[float]:
+        return [float(x) for x in (t.makespan_s, *t.rank_end_s, *t.stage_end_s)]
+
+    for a, b, c in zip(flat(t0), flat(t1), flat(t2), strict=True):
+        if abs((c - b) - (b - a)) > abs(c) * 1e-9:
+            return False
+    return True
+
+
 def order_time_s(
     schedule: str,
     *,
@@ -163,13 +176,22 @@ def order_time_s(
     looped_rounds = schedule_info(schedule).chunks == "free" and chunks > 1
     period = p if looped_rounds else math.lcm(p, 4)
     bound = max(EXACT_MICROBATCHES_PER_RANK * p, 3 * period)
-    if m <= bound or (looped_rounds and m % p):
-        # a looped order whose m is no multiple of p has m < p^2 (its rounds divide m): direct
-        return _evaluate(schedule, p, m, chunks, opts, costs)
-    m2 = bound - (bound - m) % period  # the largest count <= bound with m2 = m (mod period)
-    m1 = m2 - period
-    t1 = _evaluate(schedule, p, m1, chunks, opts, costs)
-    t2 = _evaluate(schedule, p, m2, chunks, opts, costs)
+    while True:
+        if m <= bound or (looped_rounds and m % p):
+            # a looped order whose m is no multiple of p has m < p^2 (its rounds divide m): direct
+            return _evaluate(schedule, p, m, chunks, opts, costs)
+        m2 = bound - (bound - m) % period  # the largest count <= bound with m2 = m (mod period)
+        m1 = m2 - period
+        t1 = _evaluate(schedule, p, m1, chunks, opts, costs)
+        t2 = _evaluate(schedule, p, m2, chunks, opts, costs)
+        m0 = m1 - period
+        if not valid_microbatches(schedule, p, m0, chunks):
+            break
+        # periodic from m0 on: the same growth over two periods, or a longer transient (far
+        # links hold more micro-batches back): a window twice as long
+        if _same_growth(_evaluate(schedule, p, m0, chunks, opts, costs), t1, t2):
+            break
+        bound *= 2
     steps = Fraction(m - m2, period)  # exact with int or Fraction costs
     # no rank runs its micro-batches faster than its compute: the period's growth is at least the
     # busiest rank's, which guards against a bottleneck that only dominates past the window
