@@ -19,17 +19,20 @@ Every form is checked against the simulator in ``tests/planner/`` (docs/planner.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Protocol, cast
 
-from pipesim.plan import Plan
-from pipesim.planner.cost_tables import StageCosts
+from pipesim.errors import invalid
+from pipesim.plan import Plan, resplit, split_samples
+from pipesim.planner.cost_tables import StageCosts, largest_microbatch
 from pipesim.planner.latency import (
     backward_end_times,
     gpipe_time_s,
     looped_time_s,
     nic_sharing_end_s,
     one_f_one_b_loops_s,
+    one_f_one_b_upper_s,
     pipeline_time_s,
 )
 from pipesim.planner.schedule_time import OrderTime, order_time_s
@@ -39,7 +42,7 @@ from pipesim.profiles.costmodels.memory import (
     in_flight_microbatches,
 )
 from pipesim.profiles.hardware.cluster import Cluster
-from pipesim.schedules.placement import stage_ranks
+from pipesim.schedules.placement import chain_length, stage_ranks
 from pipesim.schedules.registry import placement_of
 
 __all__ = [
@@ -49,9 +52,11 @@ __all__ = [
     "iteration_time_s",
     "looped_time",
     "one_f_one_b_paths_s",
+    "one_f_one_b_shared_upper_s",
     "ordered_time_s",
     "pair_jobs",
     "rank_of",
+    "shared_transfer_s",
 ]
 
 ESTIMATED_SCHEDULES: tuple[str, ...] = IN_FLIGHT_SCHEDULES_ALL
@@ -76,6 +81,8 @@ class CostModelLike(Protocol):
     def link_bound_s(self, plan: Plan, costs: Sequence[StageCosts]) -> float:
         """The lower bound from the links stage boundaries share, seconds."""
         ...
+
+    cut_bytes_per_sample: list[float]
 
 
 def rank_of(plan: Plan) -> tuple[int, ...]:
@@ -170,6 +177,94 @@ def _timed_order(plan: Plan, costs: Sequence[StageCosts]) -> OrderTime:
         options=options,
         send_latency_s=[c.send_latency_s for c in costs[:-1]],
     )
+
+
+def shared_transfer_s(model: CostModelLike, plan: Plan) -> list[tuple[float, float]]:
+    """Per stage boundary, the longest its activation and its gradient transfer can take
+    when every point-to-point stream of ``plan`` crossing one of their links sends at once,
+    ``(forward, backward)`` seconds (``(0, 0)`` where no transfer crosses).
+
+    A stream (one ordered device pair) has one transfer on the wire at a time (FIFO), and a
+    link's max-min fair share among ``k`` flows is at least its bandwidth over ``k``, so a
+    piece over links ``L`` takes at most its route latency plus its bytes times
+    ``max_{l in L} k_l / bandwidth_l``, ``k_l`` the streams of the plan whose routes cross
+    ``l`` (any number of channels per stream alike). Other traffic (all-reduces) is not
+    counted: a bound while no all-reduce shares the links. :func:`pipesim.plan.resplit`
+    pieces, as :meth:`~pipesim.planner.estimate.CostModel.transfer_s`.
+    """
+    placement = plan.placement(model.cluster.num_devices)
+    bw = [link.bandwidth_bytes_per_s for link in model.cluster.links]
+    lat = [link.latency_s for link in model.cluster.links]
+    where = rank_of(plan)
+    samples = largest_microbatch(plan)
+    chain = chain_length(placement_of(plan.schedule) or "looped", plan.num_stages)
+    route = model.cluster.route
+    transfers: list[tuple[int, list[tuple[int, int, float]], list[tuple[int, int, float]]]] = []
+    count: dict[int, int] = {}
+    streams: set[tuple[int, int]] = set()
+    for b in range(plan.num_stages - 1):
+        if where[b] == where[b + 1] or b % chain == chain - 1:
+            continue
+        src, dst = placement[where[b]], placement[where[b + 1]]
+        nbytes = samples * model.cut_bytes_per_sample[plan.stages[b].last_layer]
+        pieces = resplit(split_samples(samples, len(src)), split_samples(samples, len(dst)))
+        fwd = [(src[i], dst[k], n / samples * nbytes) for i, k, n in pieces if src[i] != dst[k]]
+        bwd = [(dst[k], src[i], n / samples * nbytes) for i, k, n in pieces if src[i] != dst[k]]
+        transfers.append((b, fwd, bwd))
+        streams.update((a, z) for a, z, _ in fwd + bwd)
+    for a, z in streams:
+        for link in set(route(a, z)):
+            if bw[link] < math.inf:
+                count[link] = count.get(link, 0) + 1
+    out = [(0.0, 0.0)] * (plan.num_stages - 1)
+    for b, fwd, bwd in transfers:
+        times = []
+        for pieces_of in (fwd, bwd):
+            worst = 0.0
+            for a, z, nbytes in pieces_of:
+                links = route(a, z)
+                shares = [count[link] / bw[link] for link in set(links) if link in count]
+                slow = max(shares, default=0.0)
+                worst = max(worst, sum(lat[link] for link in links) + nbytes * slow)
+            times.append(worst)
+        out[b] = (times[0], times[1])
+    return out
+
+
+def one_f_one_b_shared_upper_s(
+    model: CostModelLike, plan: Plan, costs: Sequence[StageCosts]
+) -> float:
+    """An upper bound on a 1F1B-family plan's iteration where its point-to-point streams share
+    links (NICs), seconds: :func:`~pipesim.planner.latency.one_f_one_b_upper_s` over transfers
+    that each take the longest they can with every stream on their links sending
+    (:func:`shared_transfer_s`; the latency still
+    pipelined), plus the longest optimizer step. The estimate (the contention-free paths) is a
+    lower bound there (a shared link only slows a transfer, and the order's times are
+    non-decreasing in every duration); the simulation lies between the two. Valid for plans
+    whose all-reduces do not overlap the transfers (one replica per stage).
+
+    Raises:
+        InputError: a schedule outside the 1F1B family (dapple, 1f1b) or with chunks.
+    """
+    if plan.schedule not in ("dapple", "1f1b") or plan.chunks != 1:
+        rule = "the shared-link upper bound is for dapple and 1f1b, one chunk"
+        raise invalid("schedule", plan.schedule, rule)
+    p, m = plan.num_ranks, plan.num_microbatches
+    warmup = dict(plan.schedule_options).get("warmup", "default")
+    shared = shared_transfer_s(model, plan)
+    latency = [min(c.send_latency_s, f, b) for c, (f, b) in zip(costs[:-1], shared, strict=True)]
+    pipeline = one_f_one_b_upper_s(
+        [c.fwd_s for c in costs],
+        [c.bwd_s for c in costs],
+        [f for f, _ in shared],
+        [b for _, b in shared],
+        [in_flight_microbatches(plan.schedule, i, p, m, warmup=warmup) for i in range(p)],
+        [in_flight_microbatches(plan.schedule, i, p, max(m, 2 * p), warmup=warmup) for i in range(p)],
+        m,
+        latency_fwd_s=latency,
+        latency_bwd_s=latency,
+    )
+    return pipeline + max(c.optimizer_s for c in costs)
 
 
 def ordered_time_s(
