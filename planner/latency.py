@@ -11,7 +11,11 @@ its last backward and overlaps the rest of the pipeline's drain.
 schedule           iteration time (equal stages ``t_f``, ``t_b``, free links: exact)
 =================  =============================================================================
 dapple, 1f1b       DAPPLE's warm-up + steady + ending phases around a pivot ``Q``
-                   (:func:`pipeline_time_s`); ``(m + p - 1)(t_f + t_b)``
+                   (:func:`pipeline_time_s`), and the longest path through the 1F1B order
+                   with pipelined transfers (:func:`one_f_one_b_loops_s`); ``(m + p - 1)(t_f +
+                   t_b)``, with links ``c_f = l + x_f``, ``c_b = l + x_b`` (``l`` latency)
+                   ``(m + p - 1)(t_f + t_b) + (c_f + c_b)(p + m - 2 - ceil((m - 1)/p))``
+                   while no stream is the bottleneck
 gpipe              two flow shops (all forwards, then all backwards):
                    ``(m + p - 1)(t_f + t_b) + (p - 1)(c_f + c_b)``
 interleaved        ``(m + (p - 1)/v)(t_f + t_b)`` for ``v`` chunks, ``p | m`` (Megatron-LM, SC'21,
@@ -26,6 +30,12 @@ With unequal stages each form takes a *pivot* (the stage, or rank, whose ``m`` m
 the steady phase) and adds the fill and drain of the others; the forms for interleaved and
 zero-bubble schedules with unequal stages, links or chunks are approximations (see
 ``docs/planner.md``), checked against :func:`pipesim.schedules.evaluate` and the simulator.
+
+A transfer's route latency is a delay, not an occupation: the simulator's point-to-point stream
+overlaps it with the bytes of the transfer ahead (docs/communication.md). So a latency counts
+once on every path through the transfer, and a stream's queue pays it once: GPipe's flow shops
+and the 1F1B paths take it so (``fwd_latency_s``, ``latency_fwd_s``, ``steady_s``); DAPPLE's
+own form (:func:`prepend` without ``steady_s``, the DP's cost) charges it per micro-batch.
 """
 
 from __future__ import annotations

@@ -219,3 +219,28 @@ def test_other_schedules_take_the_latency_as_the_simulator(
     estimate = CostModel(profile, cluster, optimizer_step=False).estimate(plan).iteration_time_s
     free = SimOptions(record_trace=False, optimizer_step=False, contention=False)
     assert estimate == pytest.approx(simulate(plan, profile, cluster, free).iteration_time_s, rel=1e-9)
+
+
+def test_bad_latencies_and_steady_times_are_named() -> None:
+    from pipesim.errors import InputError
+
+    k, w = _counts(2, 4, "default")
+    with pytest.raises(InputError, match=r"latency_fwd_s\[0\]"):
+        one_f_one_b_loops_s([1.0, 1.0], [2.0, 2.0], [1.0], [1.0], k, w, 4, latency_fwd_s=[2.0])
+    with pytest.raises(InputError, match="latency_bwd_s"):
+        one_f_one_b_upper_s([1.0, 1.0], [2.0, 2.0], [1.0], [1.0], k, w, 4, latency_bwd_s=[0.5, 0.5])
+    with pytest.raises(InputError, match="steady_s"):
+        pipeline_time_s([1.0, 1.0], [2.0, 2.0], [0.0, 0.0], 4, steady_s=[3.0])
+
+
+def test_steady_time_of_a_transfer_pseudo_stage() -> None:
+    # a transfer pseudo-stage busy max(x_f, x_b) per micro-batch instead of c_f + c_b: with a
+    # slow link as the pivot, (M - 1) max(x_f, x_b) instead of (M - 1)(c_f + c_b)
+    f, b, c_f, c_b, lat = Q(1), Q(2), Q(30), Q(20), Q(10)
+    fwd, bwd, zero = [f, c_f, f], [b, c_b, b], [Q(0)] * 3
+    m = 9
+    dapple = pipeline_time_s(fwd, bwd, zero, m)  # type: ignore[arg-type]
+    steady = pipeline_time_s(fwd, bwd, zero, m, steady_s=[f + b, c_f - lat, f + b])  # type: ignore[arg-type]
+    # the pivot is the link: A_Q = F + c_f + (M - 1) D_Q, then B + c_b back
+    assert dapple == f + c_f + (m - 1) * (c_f + c_b) + b + c_b
+    assert steady == f + c_f + (m - 1) * (c_f - lat) + b + c_b
