@@ -2,8 +2,9 @@
 
 One :class:`CostModel` per (profile, cluster, optimizer, recompute, all-reduce algorithm) answers
 every question a planner asks, with caches so a search pays for each distinct question once. The
-estimate is a closed form (:mod:`pipesim.planner.latency`); its cost depends on the number of
-stages, never on the number of micro-batches. The simulator owns execution; this is a formula.
+estimate is a closed form (:mod:`pipesim.planner.latency`, applied per schedule by
+:mod:`pipesim.planner.iteration_time`); its cost depends on the number of stages, never on the
+number of micro-batches. The simulator owns execution; this is a formula.
 
 * **Stage compute**: a replica's forward and backward time for its share of a micro-batch,
   ``sum(profile.fwd_times_s(share)[layers])``, from prefix sums per share. With unequal shares
@@ -38,7 +39,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import cast
 
 from pipesim.errors import invalid
 from pipesim.plan import ALLREDUCE_ALGORITHMS, Estimate, Plan, resplit, split_samples
@@ -49,17 +49,13 @@ from pipesim.planner.cost_tables import (
     largest_microbatch,
     prefix_sums,
 )
-from pipesim.planner.latency import (
-    NEG_INF,
-    backward_end_times,
-    gpipe_time_s,
-    looped_time_s,
-    nic_sharing_end_s,
-    one_f_one_b_loops_s,
-    pipeline_time_s,
-    prepend,
+from pipesim.planner.iteration_time import (
+    CLOSED_FORM_SCHEDULES,
+    ESTIMATED_SCHEDULES,
+    iteration_time_s,
+    rank_of,
 )
-from pipesim.planner.schedule_time import order_time_s
+from pipesim.planner.latency import NEG_INF, pipeline_time_s, prepend
 from pipesim.profiles.costmodels.collective import (
     AllReduceCurves,
     Lines,
@@ -68,8 +64,6 @@ from pipesim.profiles.costmodels.collective import (
     prune_lines,
 )
 from pipesim.profiles.costmodels.memory import (
-    IN_FLIGHT_SCHEDULES,
-    IN_FLIGHT_SCHEDULES_ALL,
     Recompute,
     StageActivations,
     check_recompute,
@@ -85,7 +79,7 @@ from pipesim.profiles.costmodels.memory import (
 from pipesim.profiles.costmodels.optimizer import optimizer_bytes_per_parameter, stage_optimizer_step_s
 from pipesim.profiles.hardware.cluster import Cluster
 from pipesim.profiles.models.profile import DTYPE_BYTES, ModelProfile
-from pipesim.schedules.placement import chain_length, copy_of, stage_ranks
+from pipesim.schedules.placement import chain_length, copy_of
 from pipesim.schedules.registry import placement_of, schedule_info
 
 __all__ = [
@@ -99,19 +93,6 @@ __all__ = [
     "pipeline_time_s",
     "prepend",
 ]
-
-ESTIMATED_SCHEDULES: tuple[str, ...] = IN_FLIGHT_SCHEDULES_ALL
-"""Schedules the estimate covers (every schedule pipesim generates): a closed form for
-:data:`CLOSED_FORM_SCHEDULES`, the order's evaluation bounded in ``m`` for the others
-(:mod:`pipesim.planner.schedule_time`)."""
-
-CLOSED_FORM_SCHEDULES: tuple[str, ...] = IN_FLIGHT_SCHEDULES
-"""Schedules with a closed form in :mod:`pipesim.planner.latency`."""
-
-
-def _rank_of(plan: Plan) -> tuple[int, ...]:
-    """``_rank_of(plan)[s]``: the pipeline rank of stage ``s`` under the schedule's placement."""
-    return stage_ranks(placement_of(plan.schedule) or "looped", plan.num_stages, plan.num_ranks)
 
 _DEVICE_CACHE_LIMIT = 1 << 16
 """Most device tuples whose all-reduce curves are also cached by identity (beyond the canonical cache)."""
@@ -403,7 +384,7 @@ class CostModel:
         if num < 2:
             return 0.0
         placement = plan.placement(self.cluster.num_devices)
-        where = _rank_of(plan)
+        where = rank_of(plan)
         samples = largest_microbatch(plan)
         fwd = [c.fwd_s for c in costs]
         bwd = [c.bwd_s for c in costs]
@@ -444,7 +425,7 @@ class CostModel:
         plan.check_against(self.profile.num_layers, self.cluster.num_devices)
         placement = plan.placement(self.cluster.num_devices)
         samples = largest_microbatch(plan)
-        where = _rank_of(plan)
+        where = rank_of(plan)
         dual = placement_of(plan.schedule) == "dual"
         out = []
         for s, stage in enumerate(plan.stages):
@@ -527,7 +508,7 @@ class CostModel:
         group = m // max(1, m // p) if v > 1 else m
         warmup = dict(plan.schedule_options).get("warmup", "default")
         memory_limit = dict(plan.schedule_options).get("memory_limit")
-        where = _rank_of(plan)
+        where = rank_of(plan)
         looped = plan.schedule in CLOSED_FORM_SCHEDULES
         peak: dict[int, float] = {}
         for r in range(p):
@@ -568,7 +549,8 @@ class CostModel:
             plan: any plan of a schedule in :data:`ESTIMATED_SCHEDULES`.
             decomposable: give DAPPLE's closed form alone (pseudo-stages, pivot, all-reduces
                 overlapping the drain), the cost the DAPPLE dynamic program optimises exactly;
-                by default the estimate also takes the 1F1B loop term (:meth:`_cycle_time_s`),
+                by default the estimate also takes the 1F1B paths with pipelined latency
+                (:func:`~pipesim.planner.iteration_time.one_f_one_b_paths_s`),
                 the links that stage boundaries share (:meth:`link_bound_s`) and the
                 all-reduces that share a NIC (:func:`~pipesim.planner.latency.nic_sharing_end_s`).
 
@@ -579,41 +561,7 @@ class CostModel:
         """
         self._check_schedule(plan)
         costs = self.stage_costs(plan)
-        m = plan.num_microbatches
-        placement = plan.placement(self.cluster.num_devices)
-        p = plan.num_ranks
-        if plan.chunks == 1 and plan.schedule in ("dapple", "1f1b", "gpipe"):
-            fwd: list[float] = []
-            bwd: list[float] = []
-            ar: list[float] = []
-            lat: list[float] = []
-            for c in costs:
-                fwd += [c.fwd_s, c.send_fwd_s]
-                bwd += [c.bwd_s, c.send_bwd_s]
-                ar += [c.allreduce_s + c.optimizer_s, 0.0]
-                lat += [0.0, c.send_latency_s]
-            fwd, bwd, ar, lat = fwd[:-1], bwd[:-1], ar[:-1], lat[:-1]
-            if plan.schedule == "gpipe":
-                time_s = gpipe_time_s(fwd, bwd, ar, m, fwd_latency_s=lat, bwd_latency_s=lat)
-            else:  # charges a transfer its latency per micro-batch (docs/communication.md)
-                time_s = pipeline_time_s(fwd, bwd, ar, m)
-            ends = backward_end_times(fwd, bwd, m, plan.schedule, fwd_latency_s=lat, bwd_latency_s=lat)[0::2]
-            if plan.schedule != "gpipe" and not decomposable:
-                cycle = self._cycle_time_s(plan, costs)
-                time_s = max(time_s, cycle)
-                for s in range(p):  # the closed loop's drain: stage s ends before stages < s
-                    ends[s] = max(ends[s], cycle)
-                    cycle -= costs[s].bwd_s + costs[s].send_bwd_s
-            if not decomposable:
-                nic = [self.allreduce_network_links(d) if len(d) > 1 else frozenset() for d in placement]
-                jobs = [(ends[s], costs[s].allreduce_s, nic[s]) for s in range(p)]
-                time_s = max(time_s, nic_sharing_end_s(jobs, [c.optimizer_s for c in costs]))
-        elif plan.schedule in CLOSED_FORM_SCHEDULES:
-            time_s = self._looped(plan, costs, placement, not decomposable)
-        else:
-            time_s = self._ordered(plan, costs, placement, not decomposable)
-        if not decomposable:
-            time_s = max(time_s, self.link_bound_s(plan, costs))
+        time_s = iteration_time_s(self, plan, costs, decomposable=decomposable)
         device_peak = self._memory(plan)
         return Estimate(
             iteration_time_s=time_s,
@@ -621,103 +569,3 @@ class CostModel:
             peak_memory_bytes=max(device_peak.values()),
             device_peak_memory_bytes=dict(sorted(device_peak.items())),
         )
-
-    def _cycle_time_s(self, plan: Plan, costs: Sequence[StageCosts]) -> float:
-        """The 1F1B loop terms of ``plan`` (:func:`~pipesim.planner.latency.one_f_one_b_loops_s`), seconds."""
-        p, m = plan.num_ranks, plan.num_microbatches
-        warmup = dict(plan.schedule_options).get("warmup", "default")
-        return one_f_one_b_loops_s(
-            [c.fwd_s for c in costs],
-            [c.bwd_s for c in costs],
-            [c.send_fwd_s for c in costs[:-1]],
-            [c.send_bwd_s for c in costs[:-1]],
-            [in_flight_microbatches(plan.schedule, i, p, m, warmup=warmup) for i in range(p)],
-            [in_flight_microbatches(plan.schedule, i, p, max(m, 2 * p), warmup=warmup) for i in range(p)],
-            m,
-        )
-
-    def _ordered(
-        self, plan: Plan, costs: list[StageCosts], placement: Sequence[tuple[int, ...]], contention: bool
-    ) -> float:
-        """Schedules without a closed form: the order's makespan
-        (:func:`~pipesim.planner.schedule_time.order_time_s`, bounded in ``m``), then each rank's
-        all-reduces (of all its stages) after its last action."""
-        p = plan.num_ranks
-        options = {k: tuple(v) if isinstance(v, list) else v for k, v in dict(plan.schedule_options).items()}
-        timed = order_time_s(
-            plan.schedule,
-            num_ranks=p,
-            num_microbatches=plan.num_microbatches,
-            chunks=plan.chunks,
-            fwd_s=[c.fwd_s for c in costs],
-            bwd_s=[c.bwd_s for c in costs],
-            wgrad_s=[min(c.wgrad_s, c.bwd_s) for c in costs],  # prefix-sum rounding may exceed
-            send_fwd_s=[c.send_fwd_s for c in costs[:-1]],
-            send_bwd_s=[c.send_bwd_s for c in costs[:-1]],
-            options=options,
-        )
-        ar = [0.0] * p
-        opt = [0.0] * p
-        for s, rank in enumerate(_rank_of(plan)):
-            ar[rank] += costs[s].allreduce_s
-            opt[rank] += costs[s].optimizer_s
-        nic = [
-            self.allreduce_network_links(placement[r])
-            if contention and len(placement[r]) > 1
-            else frozenset()
-            for r in range(p)
-        ]
-        # float costs give float times (int or Fraction costs, in exact tests, stay exact)
-        ends = list(cast(tuple[float, ...], timed.rank_end_s))
-        if placement_of(plan.schedule) == "dual":
-            # ranks r and p-1-r hold model stages r and p-1-r each: both pair all-reduces run over
-            # the same devices once both ranks are done (one job, on both ranks' NIC links)
-            for r in range(p // 2):
-                q = p - 1 - r
-                ends[r] = ends[q] = max(ends[r], ends[q])
-                ar[r], ar[q] = ar[r] + ar[q], 0.0
-                if contention:
-                    nic[r] = self.allreduce_network_links((*placement[r], *placement[q]))
-        jobs = [(ends[r], ar[r], nic[r]) for r in range(p)]
-        return max(cast(float, timed.makespan_s), nic_sharing_end_s(jobs, opt))
-
-    def _looped(
-        self, plan: Plan, costs: list[StageCosts], placement: Sequence[tuple[int, ...]], contention: bool
-    ) -> float:
-        """Interleaved and zero-bubble schedules: :func:`~pipesim.planner.latency.looped_time_s`
-        per rank, then each rank's all-reduces after its last backward."""
-        p, v, m = plan.num_ranks, plan.chunks, plan.num_microbatches
-        busy = [0.0] * p
-        fill = [0.0] * p
-        drain = [0.0] * p  # what rank r adds to the drain of the ranks after it
-        ar = [0.0] * p
-        opt = [0.0] * p
-        links = [0.0] * p  # link l: between rank l and rank l + 1 (mod p)
-        for s, c in enumerate(costs):
-            r = s % p
-            busy[r] += c.fwd_s + c.bwd_s
-            i_s, w_s = c.bwd_s - c.wgrad_s, c.wgrad_s
-            if plan.schedule == "zb-h1":
-                fill[r] += (c.fwd_s + i_s - min(w_s, c.fwd_s)) / v
-            elif plan.schedule == "zb-h2":
-                fill[r] += (c.fwd_s + max(0.0, i_s - 2 * w_s)) / v
-            else:
-                fill[r] += (c.fwd_s + c.bwd_s) / v
-                drain[r] += (c.bwd_s + c.send_bwd_s) / v
-            ar[r] += c.allreduce_s
-            opt[r] += c.optimizer_s
-            links[r] += c.send_fwd_s + c.send_bwd_s
-        link_fill = sum(links)
-        time_s = looped_time_s(busy, fill, [x for x in links if x > 0], link_fill, m)
-        ends = []
-        done = time_s
-        for r in range(p):  # rank 0 finishes last; each later rank a drain step earlier
-            ends.append(done)
-            done -= drain[r]
-        nic = [
-            self.allreduce_network_links(placement[r])
-            if contention and len(placement[r]) > 1
-            else frozenset()
-            for r in range(p)
-        ]
-        return max(time_s, nic_sharing_end_s([(ends[r], ar[r], nic[r]) for r in range(p)], opt))

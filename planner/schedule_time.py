@@ -12,7 +12,9 @@ schedule's placement, no transfer between two stages on one rank):
   (exact).
 * larger ``m``: the order is evaluated at two counts ``m_1 = m_2 - d`` and ``m_2 = m (mod d)``
   within that bound (and ``>= 3d``), and the makespan extrapolated by whole periods ``d``:
-  ``T(m) = T(m_2) + (m - m_2) / d (T(m_2) - T(m_1))``, each rank's last action likewise. ``d``
+  ``T(m) = T(m_2) + (m - m_2) / d (T(m_2) - T(m_1))``, each rank's and each stage's last action
+  likewise, once a third evaluation at ``m_1 - d`` shows the same growth over the period before
+  (otherwise the window doubles: far links make longer transients). ``d``
   is a period of the steady phase: ``p`` for the looped orders with ``v > 1`` (rounds of ``p``
   micro-batches; a count no multiple of ``p`` is below ``p^2`` and evaluated directly),
   ``lcm(p, 4)`` for the others (their steady phase repeats every 1, 2 or 4 micro-batches or every
@@ -56,10 +58,13 @@ extrapolated from two evaluations of at most this many."""
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class OrderTime:
-    """An order's makespan and when each rank ends its last action (seconds from the start)."""
+    """An order's makespan, when each rank ends its last action and when each stage ends its last
+    one (its last backward or weight gradient: when its gradients are complete), seconds from
+    the start."""
 
     makespan_s: Time
     rank_end_s: tuple[Time, ...]
+    stage_end_s: tuple[Time, ...] = ()
 
 
 def valid_microbatches(schedule: str, num_ranks: int, num_microbatches: int, chunks: int) -> bool:
@@ -97,7 +102,7 @@ def _evaluate(
     options: tuple[tuple[str, Any], ...],
     costs: tuple[Sequence[Time], ...],
 ) -> OrderTime:
-    fwd, bwd, wgrad, c_f, c_b = costs
+    fwd, bwd, wgrad, c_f, c_b, l_f, l_b = costs
     order = _order(schedule, p, m, chunks, options)
     timeline = evaluate(
         order,
@@ -106,10 +111,29 @@ def _evaluate(
         wgrad_time_s=list(wgrad),
         fwd_comm_time_s=list(c_f),
         bwd_comm_time_s=list(c_b),
+        fwd_comm_latency_s=list(l_f),
+        bwd_comm_latency_s=list(l_b),
         check=False,
     )
     ends = tuple(max(row, default=0) for row in timeline.ends)
-    return OrderTime(makespan_s=timeline.makespan, rank_end_s=ends)
+    stage_end: list[Time] = [0] * len(fwd)
+    for row, row_ends in zip(order.ranks, timeline.ends, strict=True):
+        for action, end in zip(row, row_ends, strict=True):
+            if end > stage_end[action.stage]:
+                stage_end[action.stage] = end
+    return OrderTime(makespan_s=timeline.makespan, rank_end_s=ends, stage_end_s=tuple(stage_end))
+
+
+def _same_growth(t0: OrderTime, t1: OrderTime, t2: OrderTime) -> bool:
+    """Whether every time grew as much from ``t1`` to ``t2`` as from ``t0`` to ``t1`` (to 1e-9)."""
+
+    def flat(t: OrderTime) -> list[float]:
+        return [float(x) for x in (t.makespan_s, *t.rank_end_s, *t.stage_end_s)]
+
+    for a, b, c in zip(flat(t0), flat(t1), flat(t2), strict=True):
+        if abs((c - b) - (b - a)) > abs(c) * 1e-9:
+            return False
+    return True
 
 
 def order_time_s(
@@ -124,6 +148,7 @@ def order_time_s(
     send_fwd_s: Sequence[Time],
     send_bwd_s: Sequence[Time],
     options: Mapping[str, Any] | None = None,
+    send_latency_s: Sequence[Time] | None = None,
 ) -> OrderTime:
     """The makespan of ``schedule``'s order over per-stage costs (see the module docstring).
 
@@ -137,23 +162,36 @@ def order_time_s(
         send_fwd_s, send_bwd_s: per stage boundary (``v p - 1``) the activation and gradient
             transfer times, seconds (charged only between stages on different ranks).
         options: the schedule's options (e.g. ``zb-auto``'s costs and memory limit).
+        send_latency_s: per stage boundary the route latency within either transfer time (default
+            0): a pipelined stream pays it once per queue, not per transfer (the evaluator's
+            ``fwd_comm_latency_s``; docs/communication.md).
 
     Raises:
         InputError: ``m`` or ``chunks`` the schedule's generator refuses, or bad cost lists.
     """
     p, m = num_ranks, num_microbatches
     opts = tuple(sorted((options or {}).items()))
-    costs = (tuple(fwd_s), tuple(bwd_s), tuple(wgrad_s), tuple(send_fwd_s), tuple(send_bwd_s))
+    lat: tuple[Time, ...] = tuple(send_latency_s) if send_latency_s is not None else (0,) * len(send_fwd_s)
+    costs = (tuple(fwd_s), tuple(bwd_s), tuple(wgrad_s), tuple(send_fwd_s), tuple(send_bwd_s), lat, lat)
     looped_rounds = schedule_info(schedule).chunks == "free" and chunks > 1
     period = p if looped_rounds else math.lcm(p, 4)
     bound = max(EXACT_MICROBATCHES_PER_RANK * p, 3 * period)
-    if m <= bound or (looped_rounds and m % p):
-        # a looped order whose m is no multiple of p has m < p^2 (its rounds divide m): direct
-        return _evaluate(schedule, p, m, chunks, opts, costs)
-    m2 = bound - (bound - m) % period  # the largest count <= bound with m2 = m (mod period)
-    m1 = m2 - period
-    t1 = _evaluate(schedule, p, m1, chunks, opts, costs)
-    t2 = _evaluate(schedule, p, m2, chunks, opts, costs)
+    while True:
+        if m <= bound or (looped_rounds and m % p):
+            # a looped order whose m is no multiple of p has m < p^2 (its rounds divide m): direct
+            return _evaluate(schedule, p, m, chunks, opts, costs)
+        m2 = bound - (bound - m) % period  # the largest count <= bound with m2 = m (mod period)
+        m1 = m2 - period
+        t1 = _evaluate(schedule, p, m1, chunks, opts, costs)
+        t2 = _evaluate(schedule, p, m2, chunks, opts, costs)
+        m0 = m1 - period
+        if not valid_microbatches(schedule, p, m0, chunks):
+            break
+        # periodic from m0 on: the same growth over two periods, or a longer transient (far
+        # links hold more micro-batches back): a window twice as long
+        if _same_growth(_evaluate(schedule, p, m0, chunks, opts, costs), t1, t2):
+            break
+        bound *= 2
     steps = Fraction(m - m2, period)  # exact with int or Fraction costs
     # no rank runs its micro-batches faster than its compute: the period's growth is at least the
     # busiest rank's, which guards against a bottleneck that only dominates past the window
@@ -167,4 +205,5 @@ def order_time_s(
     return OrderTime(
         makespan_s=t2.makespan_s + steps * growth,
         rank_end_s=tuple(b + steps * (b - a) for a, b in zip(t1.rank_end_s, t2.rank_end_s, strict=True)),
+        stage_end_s=tuple(b + steps * (b - a) for a, b in zip(t1.stage_end_s, t2.stage_end_s, strict=True)),
     )

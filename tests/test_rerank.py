@@ -29,7 +29,9 @@ def test_rerank_fixes_a_wrong_analytic_order() -> None:
     assert sorted(sims) != sims  # the analytic order is wrong here
     best_sim = simulate(reranked[0], profile, cluster, OPTIONS).iteration_time_s
     assert best_sim == pytest.approx(min(sims), rel=1e-12)
-    assert best_sim < 0.96 * sims[0]
+    # the estimate's first plan is the simulation's best since the 1F1B estimate takes pipelined
+    # latency (planner/latency.py); the rest of its order is still wrong, and reranked
+    assert [p.stages for p in reranked] != [p.stages for p in plain]
     assert [rerank(p) for p in reranked] == sorted(rerank(p) for p in reranked)
     assert all(p.estimate is not None for p in reranked)
 
