@@ -22,7 +22,14 @@ until a receive whose pieces are not all sent yet, and is woken when the last on
 the very same :func:`pipesim.simulator.scatter_gather.collective` (all-reduce, or ZeRO's
 reduce-scatters and all-gathers) run alone on a contention-free
 :class:`~pipesim.simulator.network.Network` (cached per collective shape). A program whose
-compute waits for collectives (ZeRO-3's gathers) is declined: the engine runs it.
+compute waits for data-parallel collectives (ZeRO-3's gathers) is declined: the engine runs it.
+
+A tensor-parallel op's collectives (:class:`~pipesim.simulator.tp_collectives.TpComm`, posted
+and awaited by the op's own device) are timed inline as the device runs: launched ``hidden_s``
+before the compute ends, they take their flows' latency plus bytes at their routes' bandwidth
+(:func:`~pipesim.simulator.tp_collectives.alone_s`), and with ``contention`` their flows hold
+their links like sends do, so a program whose TP flows would meet other traffic is handed to the
+engine too.
 
 It executes the same :class:`~pipesim.simulator.program.Program` as the SimPy engine, reports
 into the same :class:`~pipesim.simulator.tally.Tally`, and is held equal to the engine by
@@ -45,6 +52,7 @@ from pipesim.simulator.network import Network
 from pipesim.simulator.program import Block, Program, Send
 from pipesim.simulator.scatter_gather import collective
 from pipesim.simulator.tally import Tally
+from pipesim.simulator.tp_collectives import TpComm, alone_s
 from pipesim.simulator.trace import SimulationResult
 
 __all__ = ["LinksShared", "execute_fast", "held_by_rendezvous"]
@@ -145,6 +153,13 @@ class _Transfers:
                 link for link in dict.fromkeys(route) if math.isfinite(caps[link].bandwidth_bytes_per_s)
             )
         return latency, links
+
+    def tp_s(self, comm: TpComm) -> float:
+        """Seconds op TP collectives ``comm`` take alone (as the engine's flows on links that
+        are not shared: :func:`~pipesim.simulator.tp_collectives.alone_s`)."""
+        if self.free:
+            return 0.0
+        return alone_s(comm, self.network.route_bandwidth_bytes_per_s)
 
     def collective_s(self, kind: str, members: tuple[int, ...], nbytes: float, algorithm: str) -> float:
         """Seconds the collective takes when run alone (no other traffic can slow it here)."""
@@ -400,8 +415,23 @@ def execute_fast(
             if duration > 0:
                 t = t + duration
             busy_i += duration
+            compute_end = t
+            tp = ins.tp
+            if tp is not None:  # its TP collectives, launched before the compute ends (Engine._gated)
+                launch = start + max(0.0, duration - tp.hidden_s)
+                coll_end = launch + links.tp_s(tp)
+                if holds is not None:
+                    for route, nbytes in zip(tp.flows, tp.flow_bytes, strict=True):
+                        held = links.flow(route, nbytes)[1]
+                        if held:
+                            flows_at = launch + tp.latency_s
+                            holds.hold(held, flows_at, flows_at + links.bytes_s(route, nbytes))
+                if coll_end > t:
+                    busy_i += coll_end - t
+                    t = coll_end
+                tally.tp_collective(device, ins, tp.nbytes, launch, coll_end)
             if record_trace:
-                tally.compute(device, ins, start, t)
+                tally.compute(device, ins, start, t, compute_end)
             else:
                 computes += 1
                 for nbytes in ins.alloc_bytes:
