@@ -86,6 +86,12 @@ class _Engine:
         self.ready = [0] * len(program.collectives)
         self.done = [self.env.event() for _ in program.collectives]
         self.drained = self.env.event()
+        # devices with an optimizer step -> its end (the parameter all-gathers that follow it wait)
+        self.stepped = {
+            device: self.env.event()
+            for rank, replica, device in program.streams
+            if program.update(rank, replica) is not None
+        }
         self.position: dict[int, int] = {}  # stream -> lowered step it is waiting at
         self.running = len(program.streams)
         self.finished: set[int] = set()
@@ -251,6 +257,7 @@ class _Engine:
             yield env.timeout(update.compute.duration_s)
             busy += update.compute.duration_s
             tally.compute(device, update.compute, start, env.now)
+            self.stepped[device].succeed()
         tally.stream_done(device, busy, wait_comm, env.now, before)
 
     def _marks(
@@ -341,6 +348,11 @@ class _Engine:
             yield self.drained
         if spec.after is not None and not self.done[spec.after].processed:
             yield self.done[spec.after]
+        if spec.after_step:  # the all-gather of the updated shards: after the members' steps
+            for device in spec.members:
+                stepped = self.stepped.get(device)
+                if stepped is not None and not stepped.processed:
+                    yield stepped
         start = self.env.now
         yield self.env.process(
             run_collective(
@@ -469,10 +481,6 @@ def _run(
     unshared: bool,
 ) -> SimulationResult:
     program = lower(plan, profile, cluster, opts, schedule=schedule, costs=costs)
-    if program.gated:  # ZeRO-3's gathers gate the compute: only the engine runs that
-        if executor == "fast":
-            raise invalid("executor", executor, "the fast path does not run ZeRO-3's gated gathers; use auto")
-        return _Engine(program, cluster, opts).run()
     eager = float(opts.eager_bytes) if opts.rendezvous else None
     if executor != "simpy" and unshared:
         return execute_fast(

@@ -34,9 +34,12 @@ def optimizer_steps(
     rank, seconds, collectives it waits for)``, timed on the device
     (:func:`~pipesim.profiles.costmodels.optimizer.stage_optimizer_step_s`) over the parameters
     of the rank's stages it holds and owns, after the data-parallel collectives of those
-    stages. Streams with nothing to update are left out."""
+    stages but the parameter all-gathers that follow the step (``Collective.after_step``).
+    Streams with nothing to update are left out."""
     after: dict[int, list[int]] = {}
     for c in collectives:
+        if c.after_step:
+            continue
         after.setdefault(c.stage, []).append(c.index)
         if c.shared_with is not None:  # dualpipe: the copy's devices wait for the pair's all-reduce
             after.setdefault(c.shared_with, []).append(c.index)

@@ -37,16 +37,15 @@ Instruction semantics (per device, strictly in list order on its compute stream)
 * :class:`Update` (last, at most one per device): the optimizer step
   (:mod:`pipesim.profiles.costmodels.optimizer`), a compute op ``O`` that starts once the
   device's compute stream has run everything else and each of ``after`` (the gradient
-  collectives of the device's stages) has ended. With ZeRO or the distributed optimizer
-  Megatron-LM runs it between the reduce-scatter and the parameter all-gather; on an idle device
-  that ends at the same time as after the whole (all-reduce equivalent) collective, which is how
-  it is placed here (docs/optimizer.md).
+  collectives of the device's stages) has ended. With ZeRO-1/2 or the distributed optimizer
+  it runs between the reduce-scatter and the parameter all-gather, as Megatron-LM does: the
+  all-gather (``Collective.after_step``) waits for its members' steps (docs/optimizer.md).
 
 A :class:`Collective` (gradient all-reduce of one stage's bucket among its replicas, or one of
 ZeRO's reduce-scatters and all-gathers, :mod:`pipesim.simulator.zero_lowering`) starts once
 every member is ready (at once for one that nobody posts), the collective ``after`` it (the
-stage's previous bucket, the previous one on its stream) has ended, and, with ``after_drain``,
-every compute stream has finished.
+stage's previous bucket, the previous one on its stream) has ended, with ``after_drain``
+every compute stream has finished, and with ``after_step`` every member's optimizer step has.
 """
 
 from __future__ import annotations
