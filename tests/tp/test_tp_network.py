@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from pipesim.plan import Plan, StagePlan
+from pipesim.profiles.costmodels.collective import allreduce_curves
 from pipesim.profiles.costmodels.tensor_parallel import TpCollective, collective_time_s
 from pipesim.profiles.inputs import resolve_inputs
 from pipesim.simulator import SimOptions, simulate
@@ -168,3 +169,25 @@ def test_a_cross_server_tp_group_competes_with_pipeline_sends_for_the_nic() -> N
             assert not slowed
             assert not slow_grads
             assert result.iteration_time_s == pytest.approx(unshared.iteration_time_s, rel=1e-12)
+
+
+@pytest.mark.parametrize(("group", "rings"), [((0, 1, 2, 3), 4), (tuple(range(8)), 6), ((0, 1), 1)])
+def test_a_cube_mesh_runs_each_of_its_rings_as_one_flow(group: tuple[int, ...], rings: int) -> None:
+    """On a DGX-1's NVLink cube-mesh the group's several rings (ring_set) are one flow each,
+    carrying its share: alone, the summed ring times of the folded curves; with max-min sharing
+    on, the rings' flows (some on doubled NVLinks) do not slow each other down."""
+    profile, cluster = resolve_inputs(GPT, "dgx1-v100")
+    bw, lat = cluster.links.bandwidths_bytes_per_s(), cluster.links.latencies_s()
+    ring = tp_ring(group, cluster.route, bw.__getitem__, lat.__getitem__)
+    assert len(ring.flows) == rings
+    colls = [TpCollective("F", "all-reduce", 3e6), TpCollective("B", "reduce-scatter", 1e6)]
+    comm = op_comm(ring, colls, 0.0)
+    assert comm is not None
+    curves = allreduce_curves(group, cluster.route, bw.__getitem__, lat.__getitem__)
+    expected = sum(collective_time_s(curves, c) for c in colls)
+    assert alone_s(comm, lambda route: min(bw[link] for link in route)) == pytest.approx(expected, rel=1e-12)
+    plan = Plan(stages=(StagePlan(first_layer=0, last_layer=5, tensor_parallel=len(group)),),
+                global_batch_size=4, num_microbatches=2, schedule="1f1b")
+    shared = simulate(plan, profile, cluster, SimOptions(), executor="simpy")
+    alone = simulate(plan, profile, cluster, SimOptions(contention=False))
+    assert shared.iteration_time_s == pytest.approx(alone.iteration_time_s, rel=1e-12)
