@@ -317,31 +317,22 @@ class _Engine:
         return stalled, tp_stalled, compute_end
 
     def _tp_collective(self, tp: TpComm, ins: Compute, device: int) -> simpy.Event:
-        """Launch op ``ins``'s communication (:class:`~pipesim.simulator.tp_collectives.TpComm`:
-        its parts one after another, each part's flows all at once after its latency) from
-        ``device``'s group now; the returned event succeeds when the last part has arrived."""
+        """Launch op ``ins``'s TP collectives (:class:`~pipesim.simulator.tp_collectives.TpComm`:
+        its flows, all at once, each after the summed latencies) from ``device``'s group now;
+        the returned event succeeds when the last flow has arrived."""
         env = self.env
         done = env.event()
         start = env.now
-        parts = iter(tp.parts)
+        left = [len(tp.flows)]
 
-        def launch(_: object = None) -> None:
-            part = next(parts, None)
-            if part is None:
+        def arrived(_: simpy.Event) -> None:
+            left[0] -= 1
+            if not left[0]:
                 self.tally.tp_collective(device, ins, tp.nbytes, start, env.now)
                 done.succeed()
-                return
-            left = [len(part.flows)]
 
-            def arrived(_: simpy.Event) -> None:
-                left[0] -= 1
-                if not left[0]:
-                    launch()
-
-            for route, nbytes in zip(part.flows, part.flow_bytes, strict=True):
-                self.network.transfer(route, nbytes, latency_s=part.latency_s).callbacks.append(arrived)
-
-        launch()
+        for route, nbytes in zip(tp.flows, tp.flow_bytes, strict=True):
+            self.network.transfer(route, nbytes, latency_s=tp.latency_s).callbacks.append(arrived)
         return done
 
     def _ready(self, collective: int) -> None:

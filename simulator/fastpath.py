@@ -379,15 +379,13 @@ def execute_fast(
             busy_i += duration
             compute_end = t
             if tp is not None:  # its TP collectives, launched before the compute ends (Engine._gated)
-                coll_end = launch
-                for part in tp.parts:  # one after another
-                    if holds is not None:
-                        for route, nbytes in zip(part.flows, part.flow_bytes, strict=True):
-                            held = links.flow(route, nbytes)[1]
-                            if held:
-                                flows_at = coll_end + part.latency_s
-                                holds.hold(held, flows_at, flows_at + links.bytes_s(route, nbytes))
-                    coll_end += links.part_s(part)
+                coll_end = launch + links.tp_s(tp)
+                if holds is not None:
+                    for route, nbytes in zip(tp.flows, tp.flow_bytes, strict=True):
+                        held = links.flow(route, nbytes)[1]
+                        if held:
+                            flows_at = launch + tp.latency_s
+                            holds.hold(held, flows_at, flows_at + links.bytes_s(route, nbytes))
                 if coll_end > t:
                     busy_i += coll_end - t
                     t = coll_end

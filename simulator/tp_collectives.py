@@ -43,15 +43,6 @@ approximates under contention: the op's collectives run as one block at the end 
 rather than layer by layer between its kernels, and the step barriers are replaced by the
 pipelined steady state.
 
-**Context parallelism.** With ``c > 1`` the op's ring exchange (per block ``c - 1`` steps of a
-K/V chunk forward; K/V and dK/dV, then dK/dV's last hop home, backward) is one more part on the
-CP ring's hops, in order: one flow that waits the summed step latencies of the ring's slowest
-hop and carries the summed chunk bytes, which is exactly the folded
-:func:`~pipesim.profiles.costmodels.context_parallel.ring_exposed_s` step time
-``latency + bytes / bandwidth`` on that hop summed. An op's parts run one after another (the
-ring's, then the TP collectives'), launched together as early as the compute hides of both;
-alone that ends the op at ``compute + exposed ring + exposed TP``, as folded.
-
 Per (op, micro-batch) one collective of a handful of flows: the program stays about as small as
 a TP-free one (one flow per op on an NVSwitch server).
 """
@@ -65,16 +56,7 @@ from typing import NamedTuple
 from pipesim.profiles.costmodels.ring_topology import ring_set
 from pipesim.profiles.costmodels.tensor_parallel import TpCollective
 
-__all__ = [
-    "CommPart",
-    "TpComm",
-    "TpRing",
-    "alone_s",
-    "collectives_part",
-    "part_alone_s",
-    "ring_part",
-    "tp_ring",
-]
+__all__ = ["TpComm", "TpRing", "alone_s", "op_comm", "tp_ring"]
 
 
 class TpRing(NamedTuple):
@@ -89,27 +71,20 @@ class TpRing(NamedTuple):
     members: int
 
 
-class CommPart(NamedTuple):
-    """One collective of an op as flows, all started at once (module docstring).
+class TpComm(NamedTuple):
+    """The TP collectives of one compute op as one collective (module docstring).
 
     Attributes:
-        flows: routes of the flows (link indices).
+        flows: routes of the flows (link indices), all started at once.
         flow_bytes: bytes each flow carries.
-        latency_s: seconds each flow waits before its bytes flow (the summed per-step latencies).
+        latency_s: seconds each flow waits before its bytes flow (the summed per-call latencies).
+        hidden_s: seconds before the op's compute ends at which the collective is launched.
+        nbytes: the full tensors' bytes of the op's collectives (the trace shows them).
     """
 
     flows: tuple[tuple[int, ...], ...]
     flow_bytes: tuple[float, ...]
     latency_s: float
-
-
-class TpComm(NamedTuple):
-    """The communication of one compute op of a TP (or CP) stage: its ``parts`` run one after
-    another (the context-parallel ring exchange, then the TP collectives), launched ``hidden_s``
-    seconds before the op's compute ends; ``nbytes`` are the bytes the trace shows (the TP
-    collectives' full tensors and the ring's chunks)."""
-
-    parts: tuple[CommPart, ...]
     hidden_s: float
     nbytes: float
 
@@ -119,8 +94,6 @@ def tp_ring(
     route: Callable[[int, int], tuple[int, ...]],
     bandwidth: Callable[[int], float],
     latency: Callable[[int], float],
-    *,
-    several: bool = True,
 ) -> TpRing:
     """The flows of ``group``'s ring(s) (``group`` in ring order, two devices or more).
 
@@ -129,12 +102,9 @@ def tp_ring(
         route: ``route(src, dst)`` link indices.
         bandwidth: ``bandwidth(link)`` bytes/s.
         latency: ``latency(link)`` seconds.
-        several: run a direct-link mesh's several rings
-            (:func:`~pipesim.profiles.costmodels.ring_topology.ring_set`, as NCCL's collectives
-            do); ``False``: the one ring in the given order (the context-parallel ring exchange).
     """
     n = len(group)
-    rings = ring_set(group, route, bandwidth) if several else (tuple(group),)
+    rings = ring_set(group, route, bandwidth)
     flows: list[tuple[int, ...]] = []
     shares: list[float] = []
     slowest = 0.0
@@ -156,44 +126,34 @@ def tp_ring(
     return TpRing(flows=tuple(flows), shares=tuple(shares), hop_latency_s=slowest, members=n)
 
 
-def ring_part(ring: TpRing, steps: float, hop_bytes: float) -> CommPart:
-    """``steps`` ring steps moving ``hop_bytes`` bytes over every hop in all, as one
-    :class:`CommPart`: each flow waits ``steps`` hop latencies, then carries its share."""
-    return CommPart(
-        flows=ring.flows,
-        flow_bytes=tuple(hop_bytes * share for share in ring.shares),
-        latency_s=steps * ring.hop_latency_s,
-    )
-
-
-def collectives_part(ring: TpRing, collectives: Sequence[TpCollective]) -> CommPart | None:
-    """``collectives`` (run one after another) as one :class:`CommPart` on ``ring``: the
-    summed per-call latencies and the summed steps' bytes (module docstring); ``None`` without
-    collectives."""
+def op_comm(ring: TpRing, collectives: Sequence[TpCollective], hidden_s: float) -> TpComm | None:
+    """``collectives`` (run one after another) as one :class:`TpComm` on ``ring``, launched
+    ``hidden_s`` before the op's compute ends; ``None`` without collectives."""
     if not collectives or ring.members < 2:
         return None
     n = ring.members
-    units = 0
+    steps = 0
     weighted = 0.0
     for c in collectives:
-        u = 2 if c.kind == "all-reduce" else 1
-        units += u
-        weighted += u * c.nbytes
-    return ring_part(ring, units * (n - 1), (n - 1) / n * weighted)
-
-
-def part_alone_s(part: CommPart, rate: Callable[[tuple[int, ...]], float]) -> float:
-    """Seconds ``part`` takes when nothing else uses its links and its flows do not share one:
-    the latency plus the slowest flow's bytes at ``rate(route)`` (its route's bandwidth, bytes/s)."""
-    out = 0.0
-    for route, nbytes in zip(part.flows, part.flow_bytes, strict=True):
-        bandwidth = rate(route)
-        flow_s = nbytes / bandwidth if math.isfinite(bandwidth) and nbytes > 0 else 0.0
-        out = max(out, part.latency_s + flow_s)
-    return out
+        units = 2 if c.kind == "all-reduce" else 1
+        steps += units
+        weighted += units * c.nbytes
+    hop_bytes = (n - 1) / n * weighted
+    return TpComm(
+        flows=ring.flows,
+        flow_bytes=tuple(hop_bytes * share for share in ring.shares),
+        latency_s=steps * (n - 1) * ring.hop_latency_s,
+        hidden_s=hidden_s,
+        nbytes=float(sum(c.nbytes for c in collectives)),
+    )
 
 
 def alone_s(comm: TpComm, rate: Callable[[tuple[int, ...]], float]) -> float:
-    """Seconds ``comm``'s parts take one after another when nothing else uses their links
-    (:func:`part_alone_s`)."""
-    return sum(part_alone_s(part, rate) for part in comm.parts)
+    """Seconds ``comm`` takes when nothing else uses its links and its flows do not share one:
+    the slowest flow's latency plus bytes at ``rate(route)`` (its route's bandwidth, bytes/s)."""
+    out = 0.0
+    for route, nbytes in zip(comm.flows, comm.flow_bytes, strict=True):
+        bandwidth = rate(route)
+        flow_s = nbytes / bandwidth if math.isfinite(bandwidth) and nbytes > 0 else 0.0
+        out = max(out, comm.latency_s + flow_s)
+    return out
