@@ -173,7 +173,8 @@ class SimulationResult:
         if not self.devices or self.iteration_time_s <= 0:
             return 0.0
         busy = sum(d.busy_time_s for d in self.devices)
-        return 1.0 - busy / (len(self.devices) * self.iteration_time_s)
+        # (at least 0: busy time summed op by op may pass the iteration by a rounding error)
+        return max(0.0, 1.0 - busy / (len(self.devices) * self.iteration_time_s))
 
     @property
     def peak_memory_bytes(self) -> float:
