@@ -1,0 +1,465 @@
+"""The DAPPLE planner's dynamic program for one (micro-batch count, placement policy) pair
+(:func:`search_pair`), exact under DAPPLE's decomposable cost model; :mod:`pipesim.planner.dapple`
+drives it over the pairs.
+
+The program extends pipeline *suffixes* one stage at a time towards the first layer. A suffix is
+summarised by ``(W, Z, k)``: ``Z`` its latency under DAPPLE's cost model, ``W`` the auxiliary
+maximum that :func:`pipesim.planner.estimate.prepend` needs, ``k`` its number of stages (which
+sets how many micro-batches a stage put in front keeps in flight). Prepending a stage (and the
+transfer pseudo-stage in front of the suffix) is monotone in all three, so keeping, per state
+``(first layer of the suffix, devices used, replicas of the suffix's first stage)``, only the
+Pareto-minimal triples is exact. Triples whose ``Z`` (or a lower bound on the finished plan)
+reaches the best complete plan are dropped. The derivation is in ``docs/planner.md``.
+
+**Why the pruning is sound.** Write the finished plan as a *prefix* (the stages not placed yet,
+layers ``[0, first)``) in front of a kept suffix. Prepending a stage ``(F, B, AR)`` gives
+``W' = max(M (F + B), F + B + W)`` and ``Z' >= max(W' , F + Z)`` (``F + (M - 1)(F + B) + B =
+M (F + B)``), and a transfer pseudo-stage only adds non-negative terms, so the finished plan has
+
+* ``Z_final >= Z + sum of the prefix's forwards`` and ``Z_final >= W + sum of the prefix's
+  forward-plus-backward times`` (both sums bounded below per device count by
+  :func:`~pipesim.planner.cost_tables.block_floors` and the work floor);
+* ``Z_final >= M (F_s + B_s)`` for every stage ``s`` of the prefix. Its stages fit in the
+  devices the suffix left (placement only starts a stage at or after the devices used, so their
+  replica counts sum to at most that), use the searched replica counts, and each must fit in
+  memory with at least one micro-batch in flight: the least over such cuts of the slowest
+  stage (:func:`~pipesim.planner.dapple_bounds.bottleneck_floors`), and the work floor
+  ``work / devices left``, bound ``max_s (F_s + B_s)``.
+
+A state whose bound reaches the best plan found so far (or the threshold) cannot lead to a plan
+below it, and the bound only falls, so dropping it changes neither the optimum nor which plan of
+equal cost is found first (the iteration order is fixed). The floors are scaled down by a margin
+far above the rounding of the sums they bound.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from pipesim.plan import resplit, split_samples
+from pipesim.planner.cost_tables import FloorTable, ShareTable, block_floors, canonical_groups, floor_table
+from pipesim.planner.dapple_bounds import FLOOR_MARGIN, bottleneck_floors
+from pipesim.planner.estimate import NEG_INF, CostModel, eval_lines
+from pipesim.planner.placement import Placement, device_order, placement_grid, placement_unit, stage_start
+from pipesim.planner.search_space import replica_candidates
+from pipesim.profiles.costmodels.collective import AllReduceCurves, Lines
+from pipesim.profiles.costmodels.memory import Recompute
+
+__all__ = ["SearchResult", "search_pair"]
+
+
+class _Entry(NamedTuple):
+    """A suffix of the DP: its ``(W, Z, k)``, the suffix it extends and its first stage."""
+
+    w: float
+    z: float
+    k: int
+    parent: _Entry | None
+    first: int
+    last: int
+    replicas: int
+    start: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SearchResult:
+    """The best plan of one (micro-batch count, placement policy) pair.
+
+    Attributes:
+        time_s: its latency under the DP's cost model, seconds.
+        stages: ``(first, last, devices)`` per stage, in pipeline order.
+        num_microbatches: ``M``.
+        placement: the policy.
+    """
+
+    time_s: float
+    stages: tuple[tuple[int, int, tuple[int, ...]], ...]
+    num_microbatches: int
+    placement: Placement
+
+
+class _Floors(NamedTuple):
+    """Lower bounds on the unplaced prefix for one micro-batch size (per cost model, see
+    :func:`_prefix_floors`)."""
+
+    full: FloorTable | ShareTable  # per-layer floors of the forward (and backward) time of `b` samples
+    work: list[float]  # forward plus backward floor of layers [0, positions[pj])
+    sums: tuple[tuple[tuple[float, ...], tuple[float, ...]], ...]  # block_floors, per devices left
+    necks: tuple[tuple[float, ...], ...]  # bottleneck_floors, per devices left
+    stage: tuple[tuple[float, ...], ...]  # per devices left: necks, monotone and with a margin
+
+
+def _prefix_floors(
+    model: CostModel,
+    tables: dict[int, ShareTable],
+    b: int,
+    positions: Sequence[int],
+    memory_limit_bytes: float,
+) -> _Floors:
+    """The prefix floors for micro-batches of ``b`` samples over the replica counts of ``tables``,
+    cached in ``model.memo`` (they do not depend on the micro-batch count or the policy)."""
+    cache: dict[tuple[int, tuple[int, ...], float], _Floors]
+    cache = model.memo.setdefault(("dapple-floor", tuple(positions)), {})  # type: ignore[assignment]
+    key = (b, tuple(tables), memory_limit_bytes)
+    found = cache.get(key)
+    if found is None:
+        num_dev = model.cluster.num_devices
+        full = model.share_table(b) if model.linear else floor_table(tables, b)
+        work = [full.fwd[e] + full.bwd[e] for e in positions]
+        necks = bottleneck_floors(
+            tables, positions, num_dev, model._params, model._multiplier, memory_limit_bytes
+        )
+        # `m * stage[left][pj] >= bound` rules the start out: non-decreasing in pj (a longer
+        # prefix on the same devices has no faster slowest stage), so a binary search finds the
+        # last start it allows
+        stage = []
+        for left in range(num_dev + 1):
+            row = [nk * FLOOR_MARGIN for nk in necks[left]]
+            for pj in range(1, len(row)):  # monotone for the binary search, whatever the rounding
+                row[pj] = max(row[pj], row[pj - 1])
+            stage.append(tuple(row))
+        found = cache[key] = _Floors(
+            full=full,
+            work=work,
+            sums=block_floors(tables, positions, num_dev),
+            necks=necks,
+            stage=tuple(stage),
+        )
+    return found
+
+
+def _insert(bucket: list[_Entry], entry: _Entry) -> None:
+    """Add ``entry`` (which no entry of ``bucket`` dominates), dropping the entries it dominates."""
+    w, z, k = entry.w, entry.z, entry.k
+    bucket[:] = [e for e in bucket if not (w <= e.w and z <= e.z and k <= e.k)]
+    bucket.append(entry)
+
+
+def _uneven_lines(
+    model: CostModel, src: tuple[int, ...], dst: tuple[int, ...], samples: int
+) -> tuple[Lines, Lines]:
+    """:meth:`CostModel.transfer_s` of a micro-batch of ``samples`` split unevenly, forward (``src``
+    to ``dst``) and back, as lines of the bytes per sample (the same pieces: the time is linear
+    in every piece's bytes). Cached in ``model.memo`` per placement up to renumbering the servers."""
+    cache: dict[tuple[object, ...], tuple[Lines, Lines]]
+    cache = model.memo.setdefault(("dapple-uneven",), {})  # type: ignore[assignment]
+    cluster = model.cluster
+    groups = canonical_groups(src, dst, g=placement_unit(cluster), renumber=cluster.servers_interchangeable)
+    key = (groups, samples)
+    found = cache.get(key)
+    if found is None:
+        route = model.cluster.route
+        fwd = resplit(split_samples(samples, len(src)), split_samples(samples, len(dst)))
+        bwd = resplit(split_samples(samples, len(dst)), split_samples(samples, len(src)))
+        found = cache[key] = (
+            model._piece_lines([(route(src[i], dst[k]), float(n)) for i, k, n in fwd if src[i] != dst[k]]),
+            model._piece_lines([(route(dst[i], src[k]), float(n)) for i, k, n in bwd if dst[i] != src[k]]),
+        )
+    return found
+
+
+def _shifted(
+    entries: Sequence[_Entry], t_f: float, t_b: float, m: int
+) -> list[tuple[float, float, int, _Entry]]:
+    """``(W, Z, k, entry)`` of each suffix with the transfer pseudo-stage (``t_f`` forward, ``t_b``
+    backward, seconds) put in front; it does not depend on the new stage's first layer."""
+    head_t = t_f + (m - 1) * (t_f + t_b) + t_b
+    return [
+        (max(head_t, t_f + t_b + e.w), max(head_t, t_f + max(e.z, t_b + e.w)), min(e.k + 1, m), e)
+        for e in entries
+    ]
+
+
+class _Row(NamedTuple):
+    """A candidate stage (layers ``first..i-1`` on ``r`` replicas at one start) and what the DP
+    checks of it before looking at the suffixes it would extend; seconds and bytes."""
+
+    first: int
+    static: float  # weights, gradients and optimizer state
+    kept: float  # bytes kept per in-flight micro-batch
+    stash: float  # kept plus the stage's input
+    work: float  # the working set (and bytes a full recomputation holds)
+    head: float  # M (F + B) as prepend computes it
+    head_fb: float  # head + the prefix's (F + B) floor
+    head_ar: float  # head + all-reduce and optimizer step
+    fwd: float
+    fb: float
+    bar: float  # backward + all-reduce and optimizer step
+    lb_extra: float  # floor of the prefix's forwards
+    fb_extra: float  # floor of the prefix's forward-plus-backward times
+    bucket_key: tuple[int, int]
+    buckets: dict[tuple[int, int], list[_Entry]]
+
+
+def search_pair(
+    model: CostModel,
+    global_batch_size: int,
+    m: int,
+    policy: Placement,
+    memory_limit_bytes: float,
+    threshold: float,
+    positions: Sequence[int],
+    unit: int,
+    full_space: bool = True,
+    *,
+    start_bound: float = math.inf,
+) -> SearchResult | None:
+    """Exact DP for one micro-batch count and policy; ``None`` when nothing beats ``threshold``.
+
+    ``positions``: the layers where a stage may start
+    (:func:`~pipesim.planner.search_space.cut_positions`); ``unit``: the replica granularity
+    (:func:`~pipesim.planner.search_space.device_unit`); ``start_bound``: a cost the pair's
+    optimum is known to be below (a plan of its space), where the search starts pruning when it
+    is below ``threshold``; seconds. ``memory_limit_bytes``: per device. Raises nothing of its
+    own (a pair with no plan gives ``None``).
+    """
+    cluster = model.cluster
+    n = model.profile.num_layers
+    num_dev = cluster.num_devices
+    g = placement_unit(cluster)
+    grid = placement_grid(cluster)
+    b = global_batch_size // m
+    order = device_order(cluster, policy)
+    cands = replica_candidates(b, num_dev, g, unit, full=full_space)
+    if not cands:
+        return None
+    # the estimate times every replica at the largest share of an uneven split
+    tables = {r: model.share_table(-(-b // r)) for r in cands}
+    floors = _prefix_floors(model, tables, b, positions, memory_limit_bytes)
+    full_fwd, floor_work, sums_left, stage_floor = floors.full.fwd, floors.work, floors.sums, floors.stage
+    if m * floor_work[-1] / num_dev >= threshold or m * floors.necks[num_dev][-1] >= threshold:
+        return None  # some stage is at least that slow (the bound of the loop below, at the root)
+    held_mode = model.recompute is Recompute.FULL  # the stage's saved bytes re-materialised at once
+    cut = model.cut_bytes_per_sample
+    params = model._params
+    mult = model._multiplier
+    algo = model.allreduce
+    # caches shared by every run on this model (they do not depend on the micro-batch count)
+    xfer: dict[tuple[int, int, int, int], tuple[Lines, Lines]]
+    xfer = model.memo.setdefault(("dapple-xfer", policy), {})  # type: ignore[assignment]
+    uneven: dict[tuple[int, int, int, int, int], tuple[Lines, Lines]]
+    uneven = model.memo.setdefault(("dapple-xfer-uneven", policy), {})  # type: ignore[assignment]
+    devs_cache: dict[tuple[int, int], tuple[int, ...]]
+    devs_cache = model.memo.setdefault(("dapple-devices", policy), {})  # type: ignore[assignment]
+    ar_cache: dict[tuple[int, int], AllReduceCurves | None]
+    ar_cache = model.memo.setdefault(("dapple-allreduce", policy), {})  # type: ignore[assignment]
+    # all-reduce and optimizer-step seconds of a stage (layers first..i-1 on the devices at
+    # (start, r)): no `m` in them
+    ar_times: dict[tuple[int, int, int, int], float]
+    ar_times = model.memo.setdefault(("dapple-allreduce-step-s", policy), {})  # type: ignore[assignment]
+    # the largest per-layer working set over layers lo..i-1 at a share, bytes, per (share, lo, i)
+    act_max: dict[tuple[int, int, int], float]
+    act_max = model.memo.setdefault(("dapple-act-max",), {})  # type: ignore[assignment]
+
+    def devices(start: int, r: int) -> tuple[int, ...]:
+        key = (start, r)
+        found = devs_cache.get(key)
+        if found is None:
+            found = devs_cache[key] = order[num_dev - start - r : num_dev - start]
+        return found
+
+    def transfer(start: int, r: int, q: int, rf: int, i: int) -> tuple[float, float]:
+        """Forward and backward transfer times across the cut before layer ``i``, seconds, from a
+        stage of ``r`` replicas at ``start`` to the suffix's first stage (``rf`` replicas)."""
+        if b % r == 0 and b % rf == 0:
+            key = (start, r, q - rf, rf)
+            lines = xfer.get(key)
+            if lines is None:
+                new_devs = devices(start, r)
+                old = devices(q - rf, rf)
+                lines = xfer[key] = (model.transfer_lines(new_devs, old), model.transfer_lines(old, new_devs))
+            nbytes = b * cut[i - 1]
+            return eval_lines(lines[0], nbytes), eval_lines(lines[1], nbytes)
+        # uneven shares: the estimate's own pieces (its transfer_s), as lines of bytes per sample
+        ukey = (start, r, q - rf, rf, b)
+        ulines = uneven.get(ukey)
+        if ulines is None:
+            ulines = uneven[ukey] = _uneven_lines(model, devices(start, r), devices(q - rf, rf), b)
+        return eval_lines(ulines[0], cut[i - 1]), eval_lines(ulines[1], cut[i - 1])
+
+    best: _Entry | None = None
+    bound = min(threshold, start_bound)
+    mm1 = m - 1
+    buckets: dict[int, dict[tuple[int, int], list[_Entry]]] = {p: {} for p in positions}
+    empty = _Entry(NEG_INF, NEG_INF, 0, None, n, n, 0, 0)
+    buckets[n][(0, 0)] = [empty]
+    ends = list(positions)
+    # Per (start, r) at the current end `i`: the candidate stages, one row per stage start `pj`
+    # from the highest the prefix floors allowed when first asked, down (computed as far as some
+    # state asked: suffix states sharing a start share them).
+    rows_of: dict[tuple[int, int], tuple[int, list[_Row], list[float]]] = {}
+
+    def extend(start: int, r: int, i: int, pj: int, state: list[float]) -> _Row:
+        """The row of the stage of layers ``ends[pj]..i-1`` on ``r`` replicas at ``start``
+        (``state``: the largest working set so far, bytes, and the last layer it covers)."""
+        tab = tables[r]
+        share = -(-b // r)
+        q2 = start + r
+        left = num_dev - q2
+        first = ends[pj]
+        acts = tab.acts
+        max_act, prev = state[0], int(state[1])
+        if max_act < 0.0:
+            # the stage's largest per-layer working set over layers first..i-1
+            mkey = (share, first, i)
+            max_act = act_max.get(mkey, -1.0)
+            if max_act < 0.0:
+                max_act = act_max[mkey] = max(acts[first:i], default=0.0)
+        else:
+            for layer in range(first, prev):
+                if acts[layer] > max_act:
+                    max_act = acts[layer]
+        state[0], state[1] = max_act, float(first)
+        fwd = tab.fwd[i] - tab.fwd[first]
+        bwd = tab.bwd[i] - tab.bwd[first]
+        pbytes = params[i] - params[first]
+        static = pbytes * mult
+        kept = tab.stashed[i] - tab.stashed[first]  # per recompute mode (stage_activations)
+        inputs = cut[first - 1] * share if first > 0 else 0.0
+        held = tab.held[i] - tab.held[first] if held_mode else 0.0
+        lb_extra = fb_extra = 0.0
+        if first > 0:
+            # the prefix's stages run their forwards (backwards) one after another for the first
+            # (last) micro-batch: Z grows by the sum of their forwards, W by the sum of their
+            # forward-plus-backward times
+            sum_fwd, sum_fb = sums_left[left]
+            lb_extra = full_fwd[first] / left
+            if sum_fwd[pj] > lb_extra:
+                lb_extra = sum_fwd[pj]
+            fb_extra = floor_work[pj] / left
+            if sum_fb[pj] > fb_extra:
+                fb_extra = sum_fb[pj]
+        tkey = (start, r, first, i)
+        ar = ar_times.get(tkey, -1.0)
+        if ar < 0.0:
+            akey = (start, r)
+            if akey in ar_cache:
+                curves = ar_cache[akey]
+            else:
+                curves = ar_cache[akey] = model.allreduce_curves(devices(start, r)) if r > 1 else None
+            # the all-reduce, then the update after it (the estimate's tail)
+            ar = 0.0 if curves is None else curves.time_s(pbytes, algo)
+            ar = ar_times[tkey] = ar + model.optimizer_step_s(pbytes)
+        head = fwd + mm1 * (fwd + bwd) + bwd
+        return _Row(
+            first=first,
+            static=static,
+            kept=kept,
+            stash=inputs + kept,
+            work=held + max_act,
+            head=head,
+            head_fb=head + fb_extra,
+            head_ar=head + ar,
+            fwd=fwd,
+            fb=fwd + bwd,
+            bar=bwd + ar,
+            lb_extra=lb_extra,
+            fb_extra=fb_extra,
+            bucket_key=(q2, r),
+            buckets=buckets[first],
+        )
+
+    for pi in range(len(ends) - 1, 0, -1):
+        i = ends[pi]
+        rows_of.clear()
+        for (q, rf), entries in sorted(buckets[i].items()):
+            if not entries:
+                continue
+            start = stage_start(q, policy, grid)
+            min_k = min(e.k for e in entries)
+            k_min = min(min_k + 1, m)
+            for r in cands:
+                if start + r > num_dev:
+                    break
+                shifted: list[tuple[float, float, int, _Entry]] | None = None
+                if i == n:
+                    shifted = [(e.w, e.z, min(e.k + 1, m), e) for e in entries]
+                left = num_dev - start - r
+                # Stage starts the prefix floors rule out are skipped: with no device left only
+                # layer 0 can start the stage; otherwise the last start whose prefix can still be
+                # fast enough on the devices left, by its work (`floor_work` grows with the start)
+                # and by its slowest stage. The bound only falls, so later asks at this end never
+                # reach above the first.
+                if left <= 0:
+                    top_pj = 0
+                else:
+                    top_pj = min(pi - 1, bisect.bisect_left(floor_work, bound * left / m))
+                    while top_pj > 0 and m * floor_work[top_pj] / left >= bound:
+                        top_pj -= 1
+                    while top_pj < pi - 1 and m * floor_work[top_pj + 1] / left < bound:
+                        top_pj += 1
+                    neck_pj = bisect.bisect_left(stage_floor[left], bound / m) - 1
+                    if neck_pj < top_pj:
+                        top_pj = neck_pj
+                found_rows = rows_of.get((start, r))
+                if found_rows is None:
+                    found_rows = rows_of[start, r] = (top_pj, [], [-1.0, 0.0])
+                top0, rows, act_state = found_rows
+                j = top0 - top_pj
+                for pj in range(top_pj, -1, -1):
+                    if j < len(rows):
+                        row = rows[j]
+                    else:
+                        row = extend(start, r, i, pj, act_state)
+                        rows.append(row)
+                    j += 1
+                    static, kept, work = row.static, row.kept, row.work
+                    if static + k_min * kept + work > memory_limit_bytes:
+                        break  # a longer stage only needs more memory
+                    head = row.head
+                    if head >= bound:
+                        break  # as `not any_alive` below would: longer stages are slower still
+                    if row.head_fb >= bound:
+                        continue  # every entry's W is at least `head`, and Z at least the final W
+                    head_ar, fwd, bar = row.head_ar, row.fwd, row.bar
+                    if shifted is None:
+                        # the transfer pseudo-stage is built only for a stage that may be fast
+                        # enough: with free transfers every entry is no slower, a lower bound
+                        lb = min(max(head_ar, fwd + max(e.z, bar + e.w)) for e in entries)
+                        if lb >= bound:
+                            break  # as `not any_alive` below would
+                        shifted = _shifted(entries, *transfer(start, r, q, rf, i), m)
+                    first, stash, fb = row.first, row.stash, row.fb
+                    lb_extra, fb_extra = row.lb_extra, row.fb_extra
+                    bucket = None
+                    any_alive = False
+                    for w1, z1, k2, e in shifted:
+                        z2 = fwd + (z1 if z1 > bar + w1 else bar + w1)
+                        if head_ar > z2:
+                            z2 = head_ar
+                        if z2 >= bound:
+                            continue
+                        any_alive = True
+                        if z2 + lb_extra >= bound or static + k2 * stash + work > memory_limit_bytes:
+                            continue
+                        w2 = fb + w1
+                        if head > w2:
+                            w2 = head
+                        if first == 0:
+                            best = _Entry(w2, z2, k2, e, first, i - 1, r, start)
+                            bound = z2
+                            continue
+                        if w2 + fb_extra >= bound:
+                            continue  # the layers left run forward and backward before W's path
+                        if bucket is None:
+                            bucket = row.buckets.setdefault(row.bucket_key, [])
+                        for d in bucket:
+                            if d.w <= w2 and d.z <= z2 and d.k <= k2:
+                                break  # an entry no worse in all three is kept already
+                        else:
+                            _insert(bucket, _Entry(w2, z2, k2, e, first, i - 1, r, start))
+                    if not any_alive:
+                        break  # longer stages are slower still
+        buckets[i] = {}
+    if best is None or best.z >= threshold:
+        return None
+    stages = []
+    node: _Entry | None = best
+    while node is not None and node.replicas:
+        stages.append((node.first, node.last, devices(node.start, node.replicas)))
+        node = node.parent
+    return SearchResult(time_s=best.z, stages=tuple(stages), num_microbatches=m, placement=policy)
