@@ -27,6 +27,7 @@ __all__ = ["SearchResult", "dapple_search", "to_plan"]
 
 log = logging.getLogger(__name__)
 
+
 def _placed(
     cluster_devices: int,
     gpus_per_server: int | tuple[int, ...],
@@ -47,7 +48,7 @@ def _placed(
     return out[::-1]
 
 
-def _uniform_bound(
+def _uniform_bounds(
     model: CostModel,
     global_batch_size: int,
     m: int,
@@ -56,14 +57,16 @@ def _uniform_bound(
     unit: int,
     policies: Sequence[Placement],
     full_space: bool = True,
-) -> tuple[float, float]:
-    """The DP's cost of the best *uniform* plan for ``m`` (an upper bound on the DP optimum), and
-    the same over the uniform plans that fit in memory with a margin (:data:`_MARGIN`).
+) -> dict[Placement, tuple[float, float]]:
+    """Per policy: the DP's cost of the best *uniform* plan for ``m`` placed by that policy (an
+    upper bound on the DP optimum of the pair), and the same over the uniform plans that fit in
+    memory with a margin (:data:`_MARGIN`), seconds.
 
     Uniform: ``S`` stages of about equal time (cut at ``positions``), each on ``N / S`` devices
-    placed by each of the searched ``policies`` (so the plan is in the searched space), for every
-    ``S`` that gives an allowed replica count; ``inf`` if none fits. The second figure bounds the
-    DP's optimum even where the DP's memory sum rounds differently from the estimate's.
+    placed by the policy (so the plan is in the pair's space), for every ``S`` that gives an
+    allowed replica count; ``inf`` if none fits. The second figure bounds the DP's optimum even
+    where the DP's memory sum rounds differently from the estimate's. Two policies that place a
+    shape on the same devices share its estimate.
     """
     cluster = model.cluster
     num_dev = cluster.num_devices
@@ -73,7 +76,7 @@ def _uniform_bound(
     block_times = [sum(layer_times[positions[k] : positions[k + 1]]) for k in range(len(positions) - 1)]
     # Each shape's estimate is at least its slowest stage's `M (F + B)` (DAPPLE's latency is no
     # less than any stage's steady phase): shapes are estimated in the order of that floor, and
-    # once it reaches the best safe cost no later shape can lower either figure.
+    # once it reaches a policy's best safe cost no later shape can lower either of its figures.
     shapes = []
     for r in sorted(cands, reverse=True):
         stages = num_dev // r
@@ -88,35 +91,43 @@ def _uniform_bound(
             floor = max(floor, fwd + (m - 1) * (fwd + bwd) + bwd)
         shapes.append((floor * _FLOOR_SCALE, r, stages, bounds))
     shapes.sort(key=lambda shape: shape[0])  # stable: ties keep the order of `r`, largest first
-    best = safe = math.inf
-    for floor, r, stages, bounds in shapes:
-        if floor >= safe:
-            break
-        for policy in policies:
+    estimated: dict[tuple[object, ...], tuple[float, float]] = {}  # (r, devices) -> time, peak bytes
+    out = {}
+    for policy in policies:
+        best = safe = math.inf
+        for floor, r, stages, bounds in shapes:
+            if floor >= safe:
+                break
             devs = _placed(
                 num_dev, placement_grid(cluster), device_order(cluster, policy), policy, [r] * stages
             )
             if devs is None:
                 continue
-            plan = Plan(
-                stages=tuple(
-                    StagePlan(
-                        first_layer=positions[bounds[k]],
-                        last_layer=positions[bounds[k + 1]] - 1,
-                        replicas=r,
-                        devices=devs[k],
-                    )
-                    for k in range(stages)
-                ),
-                global_batch_size=global_batch_size,
-                num_microbatches=m,
-            )
-            est = model.estimate(plan, decomposable=True)
-            if est.peak_memory_bytes <= memory_limit_bytes:
-                best = min(best, est.iteration_time_s)
-                if est.peak_memory_bytes <= memory_limit_bytes * (1.0 - _MARGIN):
-                    safe = min(safe, est.iteration_time_s)
-    return best, safe
+            key = (r, tuple(devs))
+            found = estimated.get(key)
+            if found is None:
+                plan = Plan(
+                    stages=tuple(
+                        StagePlan(
+                            first_layer=positions[bounds[k]],
+                            last_layer=positions[bounds[k + 1]] - 1,
+                            replicas=r,
+                            devices=devs[k],
+                        )
+                        for k in range(stages)
+                    ),
+                    global_batch_size=global_batch_size,
+                    num_microbatches=m,
+                )
+                est = model.estimate(plan, decomposable=True)
+                found = estimated[key] = (est.iteration_time_s, est.peak_memory_bytes)
+            time_s, peak = found
+            if peak <= memory_limit_bytes:
+                best = min(best, time_s)
+                if peak <= memory_limit_bytes * (1.0 - _MARGIN):
+                    safe = min(safe, time_s)
+        out[policy] = (best, safe)
+    return out
 
 
 _FLOOR_SCALE = 1.0 - 1e-9
@@ -140,7 +151,7 @@ def _shape_bound(
 ) -> float:
     """The cost of ``shape``'s stages (layer ranges and replica counts) placed by ``policy`` at
     ``m`` micro-batches, when it is a plan of that pair's search space that fits in memory with
-    the margin (:data:`_MARGIN`): like :func:`_uniform_bound`'s second figure, an upper bound on
+    the margin (:data:`_MARGIN`): like :func:`_uniform_bounds`' second figure, an upper bound on
     the pair's optimum (``inf`` otherwise), seconds."""
     cluster = model.cluster
     num_dev = cluster.num_devices
@@ -237,13 +248,12 @@ def dapple_search(
     policies = _distinct_policies(placements, unit, placement_grid(cluster))
     # the DP's cost can favour one policy whose plans the full estimate (NIC sharing) ranks far
     # lower (gnmt16 on 1024 GPUs: scatter-first), so every policy keeps its best
-    bounds = {
-        (m, policy): _uniform_bound(
-            model, global_batch_size, m, limit, positions, unit, [policy], full_replica_space
+    bounds = {}
+    for m in ms:
+        per_policy = _uniform_bounds(
+            model, global_batch_size, m, limit, positions, unit, policies, full_replica_space
         )
-        for m in ms
-        for policy in policies
-    }
+        bounds.update({(m, policy): found for policy, found in per_policy.items()})
     uniform = {key: found for key, (found, _) in bounds.items()}
     # each pair's own uniform plan bounds its optimum: its search starts there (the pair's best,
     # no slower, is still found; a narrower band of suffixes stays alive)

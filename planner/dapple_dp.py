@@ -174,25 +174,33 @@ def _shifted(
     ]
 
 
-class _Row(NamedTuple):
-    """A candidate stage (layers ``first..i-1`` on ``r`` replicas at one start) and what the DP
-    checks of it before looking at the suffixes it would extend; seconds and bytes."""
+_RowT = tuple[
+    int, float, float, float, float, float, float, float, float, float, float, float, float,
+    dict[tuple[int, int], list[_Entry]], tuple[int, int],
+]  # fmt: skip
+"""A candidate stage (layers ``first..i-1`` on ``r`` replicas at one start) and what the DP
+checks of it before looking at the suffixes it would extend, seconds and bytes: ``first``; the
+weights, gradients and optimizer state; the bytes kept per in-flight micro-batch; those plus the
+stage's input; the working set (plus what a full recomputation holds); ``head = M (F + B)`` as
+:func:`~pipesim.planner.estimate.prepend` computes it; ``head`` plus the prefix's ``F + B``
+floor; ``head`` plus the all-reduce and optimizer step; ``F``; ``F + B``; ``B`` plus the
+all-reduce and step; the floors of the prefix's forwards and of its ``F + B``; the buckets at
+``first`` and the key of the stage's bucket there. A plain tuple: the DP's inner loop unpacks it."""
 
-    first: int
-    static: float  # weights, gradients and optimizer state
-    kept: float  # bytes kept per in-flight micro-batch
-    stash: float  # kept plus the stage's input
-    work: float  # the working set (and bytes a full recomputation holds)
-    head: float  # M (F + B) as prepend computes it
-    head_fb: float  # head + the prefix's (F + B) floor
-    head_ar: float  # head + all-reduce and optimizer step
-    fwd: float
-    fb: float
-    bar: float  # backward + all-reduce and optimizer step
-    lb_extra: float  # floor of the prefix's forwards
-    fb_extra: float  # floor of the prefix's forward-plus-backward times
-    bucket_key: tuple[int, int]
-    buckets: dict[tuple[int, int], list[_Entry]]
+
+class _Slot:
+    """What the DP keeps per (stage start, replica count) at one stage end (see :func:`search_pair`)."""
+
+    __slots__ = ("act_state", "left", "r", "rows", "top", "top0", "version")
+
+    def __init__(self, r: int, left: int) -> None:
+        self.r = r
+        self.left = left  # devices left after the stage
+        self.top = -1  # the highest stage start index the floors allow, at `version`
+        self.version = -1
+        self.top0 = -1  # the start index of `rows[0]`
+        self.rows: list[_RowT] | None = None
+        self.act_state = [-1.0, 0.0]  # the largest working set so far, the layer it reaches
 
 
 def search_pair(
@@ -288,12 +296,14 @@ def search_pair(
     empty = _Entry(NEG_INF, NEG_INF, 0, None, n, n, 0, 0)
     buckets[n][(0, 0)] = [empty]
     ends = list(positions)
-    # Per (start, r) at the current end `i`: the candidate stages, one row per stage start `pj`
-    # from the highest the prefix floors allowed when first asked, down (computed as far as some
-    # state asked: suffix states sharing a start share them).
-    rows_of: dict[tuple[int, int], tuple[int, list[_Row], list[float]]] = {}
+    # Per stage start at the current end `i`, per replica count: a slot holding the candidate
+    # stages (one row per stage start `pj`, from the highest the prefix floors allowed when first
+    # asked, down, computed as far as some suffix state asked: the suffix states of one start
+    # share them) and the highest `pj` the floors allow under the current bound.
+    slots_of: dict[int, list[_Slot]] = {}
+    version = 0  # counts the changes of `bound`: a slot's `top` is recomputed after one
 
-    def extend(start: int, r: int, i: int, pj: int, state: list[float]) -> _Row:
+    def extend(start: int, r: int, i: int, pj: int, state: list[float]) -> _RowT:
         """The row of the stage of layers ``ends[pj]..i-1`` on ``r`` replicas at ``start``
         (``state``: the largest working set so far, bytes, and the last layer it covers)."""
         tab = tables[r]
@@ -317,7 +327,6 @@ def search_pair(
         fwd = tab.fwd[i] - tab.fwd[first]
         bwd = tab.bwd[i] - tab.bwd[first]
         pbytes = params[i] - params[first]
-        static = pbytes * mult
         kept = tab.stashed[i] - tab.stashed[first]  # per recompute mode (stage_activations)
         inputs = cut[first - 1] * share if first > 0 else 0.0
         held = tab.held[i] - tab.held[first] if held_mode else 0.0
@@ -345,86 +354,99 @@ def search_pair(
             ar = 0.0 if curves is None else curves.time_s(pbytes, algo)
             ar = ar_times[tkey] = ar + model.optimizer_step_s(pbytes)
         head = fwd + mm1 * (fwd + bwd) + bwd
-        return _Row(
-            first=first,
-            static=static,
-            kept=kept,
-            stash=inputs + kept,
-            work=held + max_act,
-            head=head,
-            head_fb=head + fb_extra,
-            head_ar=head + ar,
-            fwd=fwd,
-            fb=fwd + bwd,
-            bar=bwd + ar,
-            lb_extra=lb_extra,
-            fb_extra=fb_extra,
-            bucket_key=(q2, r),
-            buckets=buckets[first],
+        return (
+            first,
+            pbytes * mult,
+            kept,
+            inputs + kept,
+            held + max_act,
+            head,
+            head + fb_extra,
+            head + ar,
+            fwd,
+            fwd + bwd,
+            bwd + ar,
+            lb_extra,
+            fb_extra,
+            buckets[first],
+            (q2, r),
         )
+
+    def top_start(left: int, pi: int) -> int:
+        """The highest stage start index the prefix floors allow (``-1``: none) under ``bound``,
+        for a stage ending at ``ends[pi]`` with ``left`` devices left after it."""
+        if left <= 0:
+            return 0  # with no device left only layer 0 can start the stage
+        # the work floor grows with the start; the binary search, then the exact test
+        top = min(pi - 1, bisect.bisect_left(floor_work, bound * left / m))
+        while top > 0 and m * floor_work[top] / left >= bound:
+            top -= 1
+        while top < pi - 1 and m * floor_work[top + 1] / left < bound:
+            top += 1
+        neck = bisect.bisect_left(stage_floor[left], bound / m) - 1  # the slowest stage's floor
+        return neck if neck < top else top
 
     for pi in range(len(ends) - 1, 0, -1):
         i = ends[pi]
-        rows_of.clear()
+        slots_of.clear()
         for (q, rf), entries in sorted(buckets[i].items()):
             if not entries:
                 continue
             start = stage_start(q, policy, grid)
             min_k = min(e.k for e in entries)
             k_min = min(min_k + 1, m)
-            for r in cands:
-                if start + r > num_dev:
-                    break
+            slots = slots_of.get(start)
+            if slots is None:
+                slots = slots_of[start] = [
+                    _Slot(r, num_dev - start - r) for r in cands if start + r <= num_dev
+                ]
+            for slot in slots:
+                r = slot.r
                 shifted: list[tuple[float, float, int, _Entry]] | None = None
                 if i == n:
                     shifted = [(e.w, e.z, min(e.k + 1, m), e) for e in entries]
-                left = num_dev - start - r
-                # Stage starts the prefix floors rule out are skipped: with no device left only
-                # layer 0 can start the stage; otherwise the last start whose prefix can still be
-                # fast enough on the devices left, by its work (`floor_work` grows with the start)
-                # and by its slowest stage. The bound only falls, so later asks at this end never
-                # reach above the first.
-                if left <= 0:
-                    top_pj = 0
-                else:
-                    top_pj = min(pi - 1, bisect.bisect_left(floor_work, bound * left / m))
-                    while top_pj > 0 and m * floor_work[top_pj] / left >= bound:
-                        top_pj -= 1
-                    while top_pj < pi - 1 and m * floor_work[top_pj + 1] / left < bound:
-                        top_pj += 1
-                    neck_pj = bisect.bisect_left(stage_floor[left], bound / m) - 1
-                    if neck_pj < top_pj:
-                        top_pj = neck_pj
-                found_rows = rows_of.get((start, r))
-                if found_rows is None:
-                    found_rows = rows_of[start, r] = (top_pj, [], [-1.0, 0.0])
-                top0, rows, act_state = found_rows
-                j = top0 - top_pj
+                # Stage starts the prefix floors rule out are skipped; the bound only falls, so
+                # the highest start allowed never rises above the one its rows began at.
+                if slot.version != version:
+                    slot.top = top_start(slot.left, pi)
+                    slot.version = version
+                    if slot.rows is None:
+                        slot.top0, slot.rows = slot.top, []
+                top_pj, rows = slot.top, slot.rows
+                assert rows is not None
+                j = slot.top0 - top_pj
                 for pj in range(top_pj, -1, -1):
                     if j < len(rows):
                         row = rows[j]
                     else:
-                        row = extend(start, r, i, pj, act_state)
+                        row = extend(start, r, i, pj, slot.act_state)
                         rows.append(row)
                     j += 1
-                    static, kept, work = row.static, row.kept, row.work
+                    (first, static, kept, stash, work, head, head_fb, head_ar, fwd, fb, bar, lb_extra,
+                     fb_extra, bucket_of, bucket_key) = row  # fmt: skip
                     if static + k_min * kept + work > memory_limit_bytes:
                         break  # a longer stage only needs more memory
-                    head = row.head
                     if head >= bound:
                         break  # as `not any_alive` below would: longer stages are slower still
-                    if row.head_fb >= bound:
+                    if head_fb >= bound:
                         continue  # every entry's W is at least `head`, and Z at least the final W
-                    head_ar, fwd, bar = row.head_ar, row.fwd, row.bar
                     if shifted is None:
                         # the transfer pseudo-stage is built only for a stage that may be fast
                         # enough: with free transfers every entry is no slower, a lower bound
-                        lb = min(max(head_ar, fwd + max(e.z, bar + e.w)) for e in entries)
+                        # (`max(head_ar, .)` of the least, as the least of `max(head_ar, .)`)
+                        lb = math.inf
+                        for e in entries:
+                            x = bar + e.w
+                            if e.z > x:
+                                x = e.z
+                            x = fwd + x
+                            if x < lb:
+                                lb = x
+                        if head_ar > lb:
+                            lb = head_ar
                         if lb >= bound:
                             break  # as `not any_alive` below would
                         shifted = _shifted(entries, *transfer(start, r, q, rf, i), m)
-                    first, stash, fb = row.first, row.stash, row.fb
-                    lb_extra, fb_extra = row.lb_extra, row.fb_extra
                     bucket = None
                     any_alive = False
                     for w1, z1, k2, e in shifted:
@@ -442,11 +464,12 @@ def search_pair(
                         if first == 0:
                             best = _Entry(w2, z2, k2, e, first, i - 1, r, start)
                             bound = z2
+                            version += 1
                             continue
                         if w2 + fb_extra >= bound:
                             continue  # the layers left run forward and backward before W's path
                         if bucket is None:
-                            bucket = row.buckets.setdefault(row.bucket_key, [])
+                            bucket = bucket_of.setdefault(bucket_key, [])
                         for d in bucket:
                             if d.w <= w2 and d.z <= z2 and d.k <= k2:
                                 break  # an entry no worse in all three is kept already
