@@ -48,6 +48,20 @@ def _placed(
     return out[::-1]
 
 
+def _pipeline_floor(model: CostModel, b: int, m: int, stages: Sequence[tuple[int, int, int]]) -> float:
+    """A floor on the estimate of stages ``(first layer, end layer, replicas)`` at ``m``
+    micro-batches of ``b`` samples, seconds: ``max_Q (sum_{s<Q} (F_s + B_s) + M (F_Q + B_Q))``,
+    the pipeline's fill before stage ``Q`` and its steady phase (DAPPLE's ``W``, which its latency
+    is no less than; transfers and all-reduces only add), scaled down by :data:`_FLOOR_SCALE`."""
+    floor = before = 0.0
+    for first, end, r in stages:
+        table = model.share_table(-(-b // r))
+        fwd, bwd = table.fwd[end] - table.fwd[first], table.bwd[end] - table.bwd[first]
+        floor = max(floor, before + fwd + (m - 1) * (fwd + bwd) + bwd)
+        before += fwd + bwd
+    return floor * _FLOOR_SCALE
+
+
 def _uniform_bounds(
     model: CostModel,
     global_batch_size: int,
@@ -74,22 +88,17 @@ def _uniform_bounds(
     cands = set(replica_candidates(b, num_dev, placement_unit(cluster), unit, full=full_space))
     layer_times = [lay.fwd_time_s + lay.bwd_time_s for lay in model.profile.layers]
     block_times = [sum(layer_times[positions[k] : positions[k + 1]]) for k in range(len(positions) - 1)]
-    # Each shape's estimate is at least its slowest stage's `M (F + B)` (DAPPLE's latency is no
-    # less than any stage's steady phase): shapes are estimated in the order of that floor, and
-    # once it reaches a policy's best safe cost no later shape can lower either of its figures.
+    # Each shape's estimate is at least its compute floor (`_pipeline_floor`): shapes are
+    # estimated in the order of that floor, and once it reaches a policy's best safe cost no later
+    # shape can lower either of its figures.
     shapes = []
     for r in sorted(cands, reverse=True):
         stages = num_dev // r
         if stages > len(block_times) or stages * r != num_dev:
             continue
         bounds = even_split(block_times, stages)
-        table = model.share_table(-(-b // r))
-        floor = 0.0
-        for k in range(stages):
-            first, end = positions[bounds[k]], positions[bounds[k + 1]]
-            fwd, bwd = table.fwd[end] - table.fwd[first], table.bwd[end] - table.bwd[first]
-            floor = max(floor, fwd + (m - 1) * (fwd + bwd) + bwd)
-        shapes.append((floor * _FLOOR_SCALE, r, stages, bounds))
+        spans = [(positions[bounds[k]], positions[bounds[k + 1]], r) for k in range(stages)]
+        shapes.append((_pipeline_floor(model, b, m, spans), r, stages, bounds))
     shapes.sort(key=lambda shape: shape[0])  # stable: ties keep the order of `r`, largest first
     estimated: dict[tuple[object, ...], tuple[float, float]] = {}  # (r, devices) -> time, peak bytes
     out = {}
@@ -148,17 +157,22 @@ def _shape_bound(
     memory_limit_bytes: float,
     unit: int,
     full_space: bool,
+    below: float = math.inf,
 ) -> float:
     """The cost of ``shape``'s stages (layer ranges and replica counts) placed by ``policy`` at
     ``m`` micro-batches, when it is a plan of that pair's search space that fits in memory with
     the margin (:data:`_MARGIN`): like :func:`_uniform_bounds`' second figure, an upper bound on
-    the pair's optimum (``inf`` otherwise), seconds."""
+    the pair's optimum (``inf`` otherwise), seconds. ``inf`` too, without estimating it, when its
+    compute floor already reaches ``below`` (seconds): it would not bound the pair any lower."""
     cluster = model.cluster
     num_dev = cluster.num_devices
     b = global_batch_size // m
     cands = replica_candidates(b, num_dev, placement_unit(cluster), unit, full=full_space)
     replicas = [len(devs) for _, _, devs in shape.stages]
     if any(r not in cands for r in replicas):
+        return math.inf
+    spans = [(first, last + 1, len(devs)) for first, last, devs in shape.stages]
+    if _pipeline_floor(model, b, m, spans) * (1.0 + _MARGIN) >= below:
         return math.inf
     devs = _placed(num_dev, placement_grid(cluster), device_order(cluster, policy), policy, replicas)
     if devs is None:
@@ -284,7 +298,7 @@ def dapple_search(
                 shapes.add(min(same_m, key=lambda r: r.time_s))
             for shape in shapes:
                 gbs, full = global_batch_size, full_replica_space
-                start = min(start, _shape_bound(model, gbs, m, policy, shape, limit, unit, full))
+                start = min(start, _shape_bound(model, gbs, m, policy, shape, limit, unit, full, start))
             result = search_pair(
                 model,
                 global_batch_size,

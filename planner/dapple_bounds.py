@@ -43,25 +43,32 @@ def bottleneck_floors(
     npos = len(positions)
     pos = list(positions)
     nrep = len(counts)
+    inf = math.inf
     fb = np.array([[tables[r].fwd[p] + tables[r].bwd[p] for p in pos] for r in counts])  # (R, P)
     kept = np.array([[tables[r].stashed[p] + tables[r].held[p] for p in pos] for r in counts])
     static = np.array([params[p] for p in pos], dtype=float) * multiplier
-    acts = [np.asarray(tables[r].acts, dtype=float) for r in counts]
-    best = np.full((npos, devices + 1), math.inf)
-    best[0, :] = 0.0
+    # the largest working set of each block between two stage starts, per replica count
+    blocks = np.zeros((nrep, max(npos - 1, 0)))
+    for ri, r in enumerate(counts):
+        acts = tables[r].acts
+        for j in range(npos - 1):
+            blocks[ri, j] = max(acts[pos[j] : pos[j + 1]], default=0.0)
+    # stage[k', k, ri]: the stage of layers positions[k'] .. positions[k] - 1 on counts[ri]
+    # replicas, its forward-plus-backward time, or inf where one replica does not fit
+    stage = np.full((npos, npos, nrep), inf)
+    for k0 in range(npos - 1):
+        largest = np.maximum.accumulate(blocks[:, k0:], axis=1).T  # (npos - 1 - k0, R)
+        weights = (static[k0 + 1 :] - static[k0])[:, None]
+        mem = weights + (kept[:, k0 + 1 :] - kept[:, k0 : k0 + 1]).T + largest
+        time_s = (fb[:, k0 + 1 :] - fb[:, k0 : k0 + 1]).T
+        stage[k0, k0 + 1 :] = np.where(mem * FLOOR_MARGIN > memory_limit_bytes, inf, time_s)
+    # before[k', ri, d] = best[k', d - counts[ri]] (inf where d < counts[ri]): one gather
+    shift = np.arange(devices + 1)[None, :] - np.array(counts)[:, None] + 1  # (R, D + 1)
+    shift[shift < 0] = 0
+    best = np.full((npos, devices + 2), inf)  # column 0: inf, column d + 1: d devices
+    best[0, 1:] = 0.0
     for k in range(1, npos):
-        # best[k', d - r] for every earlier start k' and replica count r (inf where d < r)
-        before = np.full((k, nrep, devices + 1), math.inf)
-        for ri, r in enumerate(counts):
-            if r <= devices:
-                before[:, ri, r:] = best[:k, : devices + 1 - r]
-        stage = fb[:, k][None, :] - fb[:, :k].T  # (k, R): the stage positions[k'] .. positions[k] - 1
-        mem = (static[k] - static[:k])[:, None] + (kept[:, k][None, :] - kept[:, :k].T)
-        hi = pos[k]
-        for ri in range(nrep):
-            largest = np.maximum.accumulate(acts[ri][:hi][::-1])[::-1]  # largest[l] = max(acts[l:hi])
-            mem[:, ri] += largest[pos[:k]]
-        stage = np.where(mem * FLOOR_MARGIN > memory_limit_bytes, math.inf, stage)
-        best[k] = np.maximum(before, stage[:, :, None]).min(axis=(0, 1))
-    return tuple(tuple(float(v) * FLOOR_MARGIN for v in best[:, d]) for d in range(devices + 1))
-
+        before = best[:k][:, shift]  # (k, R, D + 1)
+        best[k, 1:] = np.maximum(before, stage[:k, k, :, None]).min(axis=(0, 1))
+    scaled = best[:, 1:].T * FLOOR_MARGIN
+    return tuple(tuple(row) for row in scaled.tolist())

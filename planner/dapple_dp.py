@@ -86,6 +86,7 @@ class _Floors(NamedTuple):
     """Lower bounds on the unplaced prefix for one micro-batch size (per cost model, see
     :func:`_prefix_floors`)."""
 
+    tables: dict[int, ShareTable]  # per replica count, the table at its share ceil(b / r)
     full: FloorTable | ShareTable  # per-layer floors of the forward (and backward) time of `b` samples
     work: list[float]  # forward plus backward floor of layers [0, positions[pj])
     sums: tuple[tuple[tuple[float, ...], tuple[float, ...]], ...]  # block_floors, per devices left
@@ -95,18 +96,21 @@ class _Floors(NamedTuple):
 
 def _prefix_floors(
     model: CostModel,
-    tables: dict[int, ShareTable],
     b: int,
+    cands: Sequence[int],
     positions: Sequence[int],
     memory_limit_bytes: float,
 ) -> _Floors:
-    """The prefix floors for micro-batches of ``b`` samples over the replica counts of ``tables``,
-    cached in ``model.memo`` (they do not depend on the micro-batch count or the policy)."""
+    """The share tables and prefix floors for micro-batches of ``b`` samples over the replica
+    counts ``cands``, cached in ``model.memo`` (they do not depend on the micro-batch count or
+    the policy)."""
     cache: dict[tuple[int, tuple[int, ...], float], _Floors]
     cache = model.memo.setdefault(("dapple-floor", tuple(positions)), {})  # type: ignore[assignment]
-    key = (b, tuple(tables), memory_limit_bytes)
+    key = (b, tuple(cands), memory_limit_bytes)
     found = cache.get(key)
     if found is None:
+        # the estimate times every replica at the largest share of an uneven split
+        tables = {r: model.share_table(-(-b // r)) for r in cands}
         num_dev = model.cluster.num_devices
         full = model.share_table(b) if model.linear else floor_table(tables, b)
         work = [full.fwd[e] + full.bwd[e] for e in positions]
@@ -123,6 +127,7 @@ def _prefix_floors(
                 row[pj] = max(row[pj], row[pj - 1])
             stage.append(tuple(row))
         found = cache[key] = _Floors(
+            tables=tables,
             full=full,
             work=work,
             sums=block_floors(tables, positions, num_dev),
@@ -235,9 +240,8 @@ def search_pair(
     cands = replica_candidates(b, num_dev, g, unit, full=full_space)
     if not cands:
         return None
-    # the estimate times every replica at the largest share of an uneven split
-    tables = {r: model.share_table(-(-b // r)) for r in cands}
-    floors = _prefix_floors(model, tables, b, positions, memory_limit_bytes)
+    floors = _prefix_floors(model, b, cands, positions, memory_limit_bytes)
+    tables = floors.tables
     full_fwd, floor_work, sums_left, stage_floor = floors.full.fwd, floors.work, floors.sums, floors.stage
     if m * floor_work[-1] / num_dev >= threshold or m * floors.necks[num_dev][-1] >= threshold:
         return None  # some stage is at least that slow (the bound of the loop below, at the root)
