@@ -62,6 +62,18 @@ def _pipeline_floor(model: CostModel, b: int, m: int, stages: Sequence[tuple[int
     return floor * _FLOOR_SCALE
 
 
+def _memory_floor(model: CostModel, b: int, stages: Sequence[tuple[int, int, int]]) -> float:
+    """A floor on the estimated peak memory of stages ``(first layer, end layer, replicas)`` with
+    micro-batches of ``b`` samples, bytes: every stage of a flushed pipeline holds at least one
+    micro-batch in flight, so a replica needs its static bytes, one stash and its working set
+    (:class:`~pipesim.profiles.costmodels.memory.StageActivations`), scaled by :data:`_FLOOR_SCALE`."""
+    peak = 0.0
+    for first, end, r in stages:
+        acts = model.activations(first, end - 1, -(-b // r))
+        peak = max(peak, model.static_bytes(first, end - 1) + acts.stash_bytes + acts.work_bytes)
+    return peak * _FLOOR_SCALE
+
+
 def _uniform_bounds(
     model: CostModel,
     global_batch_size: int,
@@ -90,7 +102,8 @@ def _uniform_bounds(
     block_times = [sum(layer_times[positions[k] : positions[k + 1]]) for k in range(len(positions) - 1)]
     # Each shape's estimate is at least its compute floor (`_pipeline_floor`): shapes are
     # estimated in the order of that floor, and once it reaches a policy's best safe cost no later
-    # shape can lower either of its figures.
+    # shape can lower either of its figures; a shape whose memory floor (`_memory_floor`) exceeds
+    # the limit is not estimated (it counts for neither).
     shapes = []
     for r in sorted(cands, reverse=True):
         stages = num_dev // r
@@ -98,6 +111,8 @@ def _uniform_bounds(
             continue
         bounds = even_split(block_times, stages)
         spans = [(positions[bounds[k]], positions[bounds[k + 1]], r) for k in range(stages)]
+        if _memory_floor(model, b, spans) > memory_limit_bytes:
+            continue
         shapes.append((_pipeline_floor(model, b, m, spans), r, stages, bounds))
     shapes.sort(key=lambda shape: shape[0])  # stable: ties keep the order of `r`, largest first
     estimated: dict[tuple[object, ...], tuple[float, float]] = {}  # (r, devices) -> time, peak bytes
@@ -173,6 +188,8 @@ def _shape_bound(
         return math.inf
     spans = [(first, last + 1, len(devs)) for first, last, devs in shape.stages]
     if _pipeline_floor(model, b, m, spans) * (1.0 + _MARGIN) >= below:
+        return math.inf
+    if _memory_floor(model, b, spans) > memory_limit_bytes * (1.0 - _MARGIN):
         return math.inf
     devs = _placed(num_dev, placement_grid(cluster), device_order(cluster, policy), policy, replicas)
     if devs is None:

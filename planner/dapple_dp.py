@@ -194,13 +194,24 @@ all-reduce and step; the floors of the prefix's forwards and of its ``F + B``; t
 
 
 class _Slot:
-    """What the DP keeps per (stage start, replica count) at one stage end (see :func:`search_pair`)."""
+    """What the DP keeps per (stage start, replica count) at one stage end (see :func:`search_pair`):
+    the candidate stages computed so far and what they all read."""
 
-    __slots__ = ("act_state", "left", "r", "rows", "top", "top0", "version")
+    __slots__ = (
+        "act_state", "bucket_key", "fb_i", "fwd_i", "held_i", "left", "r", "rows", "share", "start",
+        "stash_i", "sums", "tab", "top", "top0", "version",
+    )  # fmt: skip
 
-    def __init__(self, r: int, left: int) -> None:
+    def __init__(self, start: int, r: int, left: int, tab: ShareTable, share: int, i: int) -> None:
+        self.start = start
         self.r = r
         self.left = left  # devices left after the stage
+        self.tab = tab  # the share table at the stage's share
+        self.share = share
+        self.fwd_i, self.fb_i = tab.fwd[i], tab.bwd[i]
+        self.stash_i, self.held_i = tab.stashed[i], tab.held[i]
+        self.bucket_key = (start + r, r)
+        self.sums: tuple[tuple[float, ...], tuple[float, ...]] | None = None
         self.top = -1  # the highest stage start index the floors allow, at `version`
         self.version = -1
         self.top0 = -1  # the start index of `rows[0]`
@@ -261,7 +272,7 @@ def search_pair(
     ar_cache = model.memo.setdefault(("dapple-allreduce", policy), {})  # type: ignore[assignment]
     # all-reduce and optimizer-step seconds of a stage (layers first..i-1 on the devices at
     # (start, r)): no `m` in them
-    ar_times: dict[tuple[int, int, int, int], float]
+    ar_times: dict[int, float]
     ar_times = model.memo.setdefault(("dapple-allreduce-step-s", policy), {})  # type: ignore[assignment]
     # the largest per-layer working set over layers lo..i-1 at a share, bytes, per (share, lo, i)
     act_max: dict[tuple[int, int, int], float]
@@ -307,46 +318,50 @@ def search_pair(
     slots_of: dict[int, list[_Slot]] = {}
     version = 0  # counts the changes of `bound`: a slot's `top` is recomputed after one
 
-    def extend(start: int, r: int, i: int, pj: int, state: list[float]) -> _RowT:
-        """The row of the stage of layers ``ends[pj]..i-1`` on ``r`` replicas at ``start``
-        (``state``: the largest working set so far, bytes, and the last layer it covers)."""
-        tab = tables[r]
-        share = -(-b // r)
-        q2 = start + r
-        left = num_dev - q2
+    ar_span = (n + 1) * (n + 1)  # `ar_times` keys: ((start, r), first, i) as one integer
+
+    def extend(slot: _Slot, i: int, pj: int) -> _RowT:
+        """The row of the stage of layers ``ends[pj]..i-1`` on ``slot``'s replicas at its start."""
+        tab = slot.tab
         first = ends[pj]
-        acts = tab.acts
-        max_act, prev = state[0], int(state[1])
+        state = slot.act_state  # the largest working set so far, and the last layer it covers
+        max_act = state[0]
         if max_act < 0.0:
             # the stage's largest per-layer working set over layers first..i-1
-            mkey = (share, first, i)
+            mkey = (slot.share, first, i)
             max_act = act_max.get(mkey, -1.0)
             if max_act < 0.0:
-                max_act = act_max[mkey] = max(acts[first:i], default=0.0)
+                max_act = act_max[mkey] = max(tab.acts[first:i], default=0.0)
         else:
-            for layer in range(first, prev):
+            acts = tab.acts
+            for layer in range(first, int(state[1])):
                 if acts[layer] > max_act:
                     max_act = acts[layer]
         state[0], state[1] = max_act, float(first)
-        fwd = tab.fwd[i] - tab.fwd[first]
-        bwd = tab.bwd[i] - tab.bwd[first]
+        fwd = slot.fwd_i - tab.fwd[first]
+        bwd = slot.fb_i - tab.bwd[first]
         pbytes = params[i] - params[first]
-        kept = tab.stashed[i] - tab.stashed[first]  # per recompute mode (stage_activations)
-        inputs = cut[first - 1] * share if first > 0 else 0.0
-        held = tab.held[i] - tab.held[first] if held_mode else 0.0
-        lb_extra = fb_extra = 0.0
+        kept = slot.stash_i - tab.stashed[first]  # per recompute mode (stage_activations)
+        held = slot.held_i - tab.held[first] if held_mode else 0.0
         if first > 0:
+            inputs = cut[first - 1] * slot.share
             # the prefix's stages run their forwards (backwards) one after another for the first
             # (last) micro-batch: Z grows by the sum of their forwards, W by the sum of their
             # forward-plus-backward times
-            sum_fwd, sum_fb = sums_left[left]
+            left = slot.left
+            sums = slot.sums
+            if sums is None:
+                sums = slot.sums = sums_left[left]
             lb_extra = full_fwd[first] / left
-            if sum_fwd[pj] > lb_extra:
-                lb_extra = sum_fwd[pj]
+            if sums[0][pj] > lb_extra:
+                lb_extra = sums[0][pj]
             fb_extra = floor_work[pj] / left
-            if sum_fb[pj] > fb_extra:
-                fb_extra = sum_fb[pj]
-        tkey = (start, r, first, i)
+            if sums[1][pj] > fb_extra:
+                fb_extra = sums[1][pj]
+        else:
+            inputs = lb_extra = fb_extra = 0.0
+        start, r = slot.start, slot.r
+        tkey = (start * (num_dev + 1) + r) * ar_span + first * (n + 1) + i
         ar = ar_times.get(tkey, -1.0)
         if ar < 0.0:
             akey = (start, r)
@@ -373,7 +388,7 @@ def search_pair(
             lb_extra,
             fb_extra,
             buckets[first],
-            (q2, r),
+            slot.bucket_key,
         )
 
     def top_start(left: int, pi: int) -> int:
@@ -402,7 +417,9 @@ def search_pair(
             slots = slots_of.get(start)
             if slots is None:
                 slots = slots_of[start] = [
-                    _Slot(r, num_dev - start - r) for r in cands if start + r <= num_dev
+                    _Slot(start, r, num_dev - start - r, tables[r], -(-b // r), i)
+                    for r in cands
+                    if start + r <= num_dev
                 ]
             for slot in slots:
                 r = slot.r
@@ -423,7 +440,7 @@ def search_pair(
                     if j < len(rows):
                         row = rows[j]
                     else:
-                        row = extend(start, r, i, pj, slot.act_state)
+                        row = extend(slot, i, pj)
                         rows.append(row)
                     j += 1
                     (first, static, kept, stash, work, head, head_fb, head_ar, fwd, fb, bar, lb_extra,
