@@ -41,27 +41,26 @@ def bottleneck_floors(
     """
     counts = sorted(tables)
     npos = len(positions)
-    pos = list(positions)
-    nrep = len(counts)
+    pos = np.array(positions)
     inf = math.inf
-    fb = np.array([[tables[r].fwd[p] + tables[r].bwd[p] for p in pos] for r in counts])  # (R, P)
-    kept = np.array([[tables[r].stashed[p] + tables[r].held[p] for p in pos] for r in counts])
-    static = np.array([params[p] for p in pos], dtype=float) * multiplier
-    # the largest working set of each block between two stage starts, per replica count
-    blocks = np.zeros((nrep, max(npos - 1, 0)))
-    for ri, r in enumerate(counts):
-        acts = tables[r].acts
-        for j in range(npos - 1):
-            blocks[ri, j] = max(acts[pos[j] : pos[j + 1]], default=0.0)
+    fb = np.array([tables[r].fwd for r in counts]) + np.array([tables[r].bwd for r in counts])
+    fb = fb[:, pos]  # (R, P): forward-plus-backward prefix sums at the stage starts
+    kept = np.array([tables[r].stashed for r in counts]) + np.array([tables[r].held for r in counts])
+    kept = kept[:, pos]
+    static = np.array(params, dtype=float)[pos] * multiplier
+    # largest[ri, k', k - 1]: the largest working set of layers positions[k'] .. positions[k] - 1
+    acts = np.array([tables[r].acts for r in counts], dtype=float)  # (R, layers)
+    blocks = np.maximum.reduceat(acts, pos[:-1], axis=1) if npos > 1 else acts[:, :0]  # (R, P - 1)
+    tri = np.triu(np.ones((npos - 1, npos - 1), dtype=bool))  # [k', j]: j >= k'
+    largest = np.maximum.accumulate(np.where(tri[None], blocks[:, None, :], -inf), axis=2)
     # stage[k', k, ri]: the stage of layers positions[k'] .. positions[k] - 1 on counts[ri]
-    # replicas, its forward-plus-backward time, or inf where one replica does not fit
-    stage = np.full((npos, npos, nrep), inf)
-    for k0 in range(npos - 1):
-        largest = np.maximum.accumulate(blocks[:, k0:], axis=1).T  # (npos - 1 - k0, R)
-        weights = (static[k0 + 1 :] - static[k0])[:, None]
-        mem = weights + (kept[:, k0 + 1 :] - kept[:, k0 : k0 + 1]).T + largest
-        time_s = (fb[:, k0 + 1 :] - fb[:, k0 : k0 + 1]).T
-        stage[k0, k0 + 1 :] = np.where(mem * FLOOR_MARGIN > memory_limit_bytes, inf, time_s)
+    # replicas, its forward-plus-backward time, or inf where one replica does not fit (or k <= k')
+    weights = (static[None, 1:] - static[:-1, None])[None]  # (1, P - 1, P - 1)
+    mem = weights + (kept[:, None, 1:] - kept[:, :-1, None]) + largest
+    time_s = fb[:, None, 1:] - fb[:, :-1, None]
+    fits = tri[None] & ~(mem * FLOOR_MARGIN > memory_limit_bytes)
+    stage = np.full((npos, npos, len(counts)), inf)
+    stage[:-1, 1:] = np.where(fits, time_s, inf).transpose(1, 2, 0)
     # before[k', ri, d] = best[k', d - counts[ri]] (inf where d < counts[ri]): one gather
     shift = np.arange(devices + 1)[None, :] - np.array(counts)[:, None] + 1  # (R, D + 1)
     shift[shift < 0] = 0
