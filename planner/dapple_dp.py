@@ -42,7 +42,7 @@ from typing import NamedTuple
 
 from pipesim.plan import resplit, split_samples
 from pipesim.planner.cost_tables import FloorTable, ShareTable, block_floors, canonical_groups, floor_table
-from pipesim.planner.dapple_bounds import FLOOR_MARGIN, bottleneck_floors
+from pipesim.planner.dapple_bounds import bottleneck_floors
 from pipesim.planner.estimate import NEG_INF, CostModel, eval_lines
 from pipesim.planner.placement import Placement, device_order, placement_grid, placement_unit, stage_start
 from pipesim.planner.search_space import replica_candidates
@@ -90,8 +90,7 @@ class _Floors(NamedTuple):
     full: FloorTable | ShareTable  # per-layer floors of the forward (and backward) time of `b` samples
     work: list[float]  # forward plus backward floor of layers [0, positions[pj])
     sums: tuple[tuple[tuple[float, ...], tuple[float, ...]], ...]  # block_floors, per devices left
-    necks: tuple[tuple[float, ...], ...]  # bottleneck_floors, per devices left
-    stage: tuple[tuple[float, ...], ...]  # per devices left: necks, monotone and with a margin
+    necks: list[tuple[tuple[float, ...], ...]]  # _neck_floors once asked (at the same memory limit)
 
 
 def _prefix_floors(
@@ -114,27 +113,37 @@ def _prefix_floors(
         num_dev = model.cluster.num_devices
         full = model.share_table(b) if model.linear else floor_table(tables, b)
         work = [full.fwd[e] + full.bwd[e] for e in positions]
-        necks = bottleneck_floors(
-            tables, positions, num_dev, model._params, model._multiplier, memory_limit_bytes
-        )
-        # `m * stage[left][pj] >= bound` rules the start out: non-decreasing in pj (a longer
-        # prefix on the same devices has no faster slowest stage), so a binary search finds the
-        # last start it allows
-        stage = []
-        for left in range(num_dev + 1):
-            row = [nk * FLOOR_MARGIN for nk in necks[left]]
-            for pj in range(1, len(row)):  # monotone for the binary search, whatever the rounding
-                row[pj] = max(row[pj], row[pj - 1])
-            stage.append(tuple(row))
         found = cache[key] = _Floors(
-            tables=tables,
-            full=full,
-            work=work,
-            sums=block_floors(tables, positions, num_dev),
-            necks=necks,
-            stage=tuple(stage),
+            tables=tables, full=full, work=work, sums=block_floors(tables, positions, num_dev), necks=[]
         )
     return found
+
+
+def _neck_floors(
+    model: CostModel, floors: _Floors, positions: Sequence[int], memory_limit_bytes: float
+) -> tuple[tuple[float, ...], ...]:
+    """:func:`~pipesim.planner.dapple_bounds.bottleneck_floors` of ``floors``' tables (per devices
+    left, per stage start index; ``floors`` is for ``memory_limit_bytes``), made non-decreasing in
+    the start whatever the rounding (a longer prefix on the same devices has no faster slowest
+    stage) so that a binary search finds the last start they allow. Kept in ``floors``: computed
+    only for a micro-batch size whose search gets past the work floor."""
+    if not floors.necks:
+        necks = bottleneck_floors(
+            floors.tables,
+            positions,
+            model.cluster.num_devices,
+            model._params,
+            model._multiplier,
+            memory_limit_bytes,
+        )
+        rows = []
+        for row in necks:
+            mono = list(row)
+            for pj in range(1, len(mono)):
+                mono[pj] = max(mono[pj], mono[pj - 1])
+            rows.append(tuple(mono))
+        floors.necks.append(tuple(rows))
+    return floors.necks[0]
 
 
 def _insert(bucket: list[_Entry], entry: _Entry) -> None:
@@ -253,9 +262,12 @@ def search_pair(
         return None
     floors = _prefix_floors(model, b, cands, positions, memory_limit_bytes)
     tables = floors.tables
-    full_fwd, floor_work, sums_left, stage_floor = floors.full.fwd, floors.work, floors.sums, floors.stage
-    if m * floor_work[-1] / num_dev >= threshold or m * floors.necks[num_dev][-1] >= threshold:
+    full_fwd, floor_work, sums_left = floors.full.fwd, floors.work, floors.sums
+    if m * floor_work[-1] / num_dev >= threshold:
         return None  # some stage is at least that slow (the bound of the loop below, at the root)
+    stage_floor = _neck_floors(model, floors, positions, memory_limit_bytes)
+    if m * stage_floor[num_dev][-1] >= threshold:
+        return None  # the least slowest stage of any cut is that slow
     held_mode = model.recompute is Recompute.FULL  # the stage's saved bytes re-materialised at once
     cut = model.cut_bytes_per_sample
     params = model._params
