@@ -146,13 +146,6 @@ def _neck_floors(
     return floors.necks[0]
 
 
-def _insert(bucket: list[_Entry], entry: _Entry) -> None:
-    """Add ``entry`` (which no entry of ``bucket`` dominates), dropping the entries it dominates."""
-    w, z, k = entry.w, entry.z, entry.k
-    bucket[:] = [e for e in bucket if not (w <= e.w and z <= e.z and k <= e.k)]
-    bucket.append(entry)
-
-
 def _uneven_lines(
     model: CostModel, src: tuple[int, ...], dst: tuple[int, ...], samples: int
 ) -> tuple[Lines, Lines]:
@@ -503,11 +496,17 @@ def search_pair(
                             continue  # the layers left run forward and backward before W's path
                         if bucket is None:
                             bucket = bucket_of.setdefault(bucket_key, [])
+                        dominates = False
                         for d in bucket:
-                            if d.w <= w2 and d.z <= z2 and d.k <= k2:
+                            dw, dz, dk = d.w, d.z, d.k
+                            if dw <= w2 and dz <= z2 and dk <= k2:
                                 break  # an entry no worse in all three is kept already
+                            if w2 <= dw and z2 <= dz and k2 <= dk:
+                                dominates = True
                         else:
-                            _insert(bucket, _Entry(w2, z2, k2, e, first, i - 1, r, start))
+                            if dominates:  # drop the entries the new one is no worse than
+                                bucket[:] = [d for d in bucket if not (w2 <= d.w and z2 <= d.z and k2 <= d.k)]
+                            bucket.append(_Entry(w2, z2, k2, e, first, i - 1, r, start))
                     if not any_alive:
                         break  # longer stages are slower still
         buckets[i] = {}
