@@ -353,15 +353,15 @@ def test_dapple_search_searches_each_pair_once(monkeypatch: pytest.MonkeyPatch) 
     rng = random.Random(11)
     model = CostModel(_non_linear(rng, _profile(rng, 6, branching=False)), CLUSTER, optimizer="adam")
     calls: list[tuple[int, Placement]] = []
-    real = dapple._search_one
+    real = dapple.search_pair
 
     def counted(model: CostModel, gbs: int, m: int, policy: Placement, *args: object, **kw: object):  # type: ignore[no-untyped-def]
         calls.append((m, policy))
         return real(model, gbs, m, policy, *args, **kw)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(dapple, "_search_one", counted)
+    monkeypatch.setattr(dapple, "search_pair", counted)
     results = dapple_search(model, 16, memory_limit_bytes=16 * 2**30, top=2)
-    monkeypatch.setattr(dapple, "_search_one", real)
+    monkeypatch.setattr(dapple, "search_pair", real)
     assert len(calls) == len(set(calls)) > 3
     unit = device_unit(8, 4)
     for r in results:
@@ -394,7 +394,7 @@ def test_a_found_shape_placed_for_another_pair_bounds_its_optimum(seed: int) -> 
                 bound = dapple._shape_bound(model, 16, m, policy, shape, limit, unit, True)
                 if bound == math.inf:
                     continue
-                best = dapple._search_one(model, 16, m, policy, limit, math.inf, positions, unit)
+                best = dapple.search_pair(model, 16, m, policy, limit, math.inf, positions, unit)
                 assert best is not None
                 assert best.time_s <= bound
                 checked += 1

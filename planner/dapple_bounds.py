@@ -1,0 +1,73 @@
+"""Lower bounds the DAPPLE search prunes with (see :mod:`pipesim.planner.dapple_dp`)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from pipesim.planner.cost_tables import ShareTable
+
+__all__ = ["FLOOR_MARGIN", "bottleneck_floors"]
+
+FLOOR_MARGIN = 1.0 - 1e-7
+"""Scale of a floor computed from prefix sums in another order than the cost it bounds: the
+rounding of either is many orders of magnitude below this margin."""
+
+
+def bottleneck_floors(
+    tables: Mapping[int, ShareTable],
+    positions: Sequence[int],
+    devices: int,
+    params: Sequence[float],
+    multiplier: float,
+    memory_limit_bytes: float,
+) -> tuple[tuple[float, ...], ...]:
+    """The least slowest stage of a prefix of layers, per device count, seconds.
+
+    Index ``[d][k]`` (``d = 0..devices``): the least, over the ways to cut layers
+    ``[0, positions[k])`` into stages starting at ``positions`` with replica counts of ``tables``
+    that sum to at most ``d``, of the slowest stage's forward-plus-backward time (each stage at
+    its share's :class:`ShareTable`), scaled down by :data:`FLOOR_MARGIN`; ``inf`` where no
+    cut fits. A stage counts only where one replica fits in ``memory_limit_bytes`` with one
+    micro-batch in flight: ``params`` (prefix sums of the layers' parameter bytes) times
+    ``multiplier`` (weights, gradients, optimizer state), plus the kept bytes of one micro-batch,
+    plus the largest working set of its layers, the least that the DAPPLE search charges a stage
+    with at least one micro-batch in flight.
+
+    A min-max dynamic program over (stage start, devices), vectorised over the replica counts and
+    device counts: ``O(len(positions)^2 x len(tables) x devices)``.
+    """
+    counts = sorted(tables)
+    npos = len(positions)
+    pos = np.array(positions)
+    inf = math.inf
+    fb = np.array([tables[r].fwd for r in counts]) + np.array([tables[r].bwd for r in counts])
+    fb = fb[:, pos]  # (R, P): forward-plus-backward prefix sums at the stage starts
+    kept = np.array([tables[r].stashed for r in counts]) + np.array([tables[r].held for r in counts])
+    kept = kept[:, pos]
+    static = np.array(params, dtype=float)[pos] * multiplier
+    # largest[ri, k', k - 1]: the largest working set of layers positions[k'] .. positions[k] - 1
+    acts = np.array([tables[r].acts for r in counts], dtype=float)  # (R, layers)
+    blocks = np.maximum.reduceat(acts, pos[:-1], axis=1) if npos > 1 else acts[:, :0]  # (R, P - 1)
+    tri = np.triu(np.ones((npos - 1, npos - 1), dtype=bool))  # [k', j]: j >= k'
+    largest = np.maximum.accumulate(np.where(tri[None], blocks[:, None, :], -inf), axis=2)
+    # stage[k', k, ri]: the stage of layers positions[k'] .. positions[k] - 1 on counts[ri]
+    # replicas, its forward-plus-backward time, or inf where one replica does not fit (or k <= k')
+    weights = (static[None, 1:] - static[:-1, None])[None]  # (1, P - 1, P - 1)
+    mem = weights + (kept[:, None, 1:] - kept[:, :-1, None]) + largest
+    time_s = fb[:, None, 1:] - fb[:, :-1, None]
+    fits = tri[None] & ~(mem * FLOOR_MARGIN > memory_limit_bytes)
+    stage = np.full((npos, npos, len(counts)), inf)
+    stage[:-1, 1:] = np.where(fits, time_s, inf).transpose(1, 2, 0)
+    # before[k', ri, d] = best[k', d - counts[ri]] (inf where d < counts[ri]): one gather
+    shift = np.arange(devices + 1)[None, :] - np.array(counts)[:, None] + 1  # (R, D + 1)
+    shift[shift < 0] = 0
+    best = np.full((npos, devices + 2), inf)  # column 0: inf, column d + 1: d devices
+    best[0, 1:] = 0.0
+    for k in range(1, npos):
+        before = best[:k][:, shift]  # (k, R, D + 1)
+        best[k, 1:] = np.maximum(before, stage[:k, k, :, None]).min(axis=(0, 1))
+    scaled = best[:, 1:].T * FLOOR_MARGIN
+    return tuple(tuple(row) for row in scaled.tolist())

@@ -1,0 +1,520 @@
+"""The DAPPLE planner's dynamic program for one (micro-batch count, placement policy) pair
+(:func:`search_pair`), exact under DAPPLE's decomposable cost model; :mod:`pipesim.planner.dapple`
+drives it over the pairs.
+
+The program extends pipeline *suffixes* one stage at a time towards the first layer. A suffix is
+summarised by ``(W, Z, k)``: ``Z`` its latency under DAPPLE's cost model, ``W`` the auxiliary
+maximum that :func:`pipesim.planner.estimate.prepend` needs, ``k`` its number of stages (which
+sets how many micro-batches a stage put in front keeps in flight). Prepending a stage (and the
+transfer pseudo-stage in front of the suffix) is monotone in all three, so keeping, per state
+``(first layer of the suffix, devices used, replicas of the suffix's first stage)``, only the
+Pareto-minimal triples is exact. Triples whose ``Z`` (or a lower bound on the finished plan)
+reaches the best complete plan are dropped. The derivation is in ``docs/planner.md``.
+
+**Why the pruning is sound.** Write the finished plan as a *prefix* (the stages not placed yet,
+layers ``[0, first)``) in front of a kept suffix. Prepending a stage ``(F, B, AR)`` gives
+``W' = max(M (F + B), F + B + W)`` and ``Z' >= max(W' , F + Z)`` (``F + (M - 1)(F + B) + B =
+M (F + B)``), and a transfer pseudo-stage only adds non-negative terms, so the finished plan has
+
+* ``Z_final >= Z + sum of the prefix's forwards`` and ``Z_final >= W + sum of the prefix's
+  forward-plus-backward times`` (both sums bounded below per device count by
+  :func:`~pipesim.planner.cost_tables.block_floors` and the work floor);
+* ``Z_final >= M (F_s + B_s)`` for every stage ``s`` of the prefix. Its stages fit in the
+  devices the suffix left (placement only starts a stage at or after the devices used, so their
+  replica counts sum to at most that), use the searched replica counts, and each must fit in
+  memory with at least one micro-batch in flight: the least over such cuts of the slowest
+  stage (:func:`~pipesim.planner.dapple_bounds.bottleneck_floors`), and the work floor
+  ``work / devices left``, bound ``max_s (F_s + B_s)``.
+
+A state whose bound reaches the best plan found so far (or the threshold) cannot lead to a plan
+below it, and the bound only falls, so dropping it changes neither the optimum nor which plan of
+equal cost is found first (the iteration order is fixed). The floors are scaled down by a margin
+far above the rounding of the sums they bound.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from pipesim.plan import resplit, split_samples
+from pipesim.planner.cost_tables import FloorTable, ShareTable, block_floors, canonical_groups, floor_table
+from pipesim.planner.dapple_bounds import bottleneck_floors
+from pipesim.planner.estimate import NEG_INF, CostModel, eval_lines
+from pipesim.planner.placement import Placement, device_order, placement_grid, placement_unit, stage_start
+from pipesim.planner.search_space import replica_candidates
+from pipesim.profiles.costmodels.collective import AllReduceCurves, Lines
+from pipesim.profiles.costmodels.memory import Recompute
+
+__all__ = ["SearchResult", "search_pair"]
+
+
+class _Entry(NamedTuple):
+    """A suffix of the DP: its ``(W, Z, k)``, the suffix it extends and its first stage."""
+
+    w: float
+    z: float
+    k: int
+    parent: _Entry | None
+    first: int
+    last: int
+    replicas: int
+    start: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SearchResult:
+    """The best plan of one (micro-batch count, placement policy) pair.
+
+    Attributes:
+        time_s: its latency under the DP's cost model, seconds.
+        stages: ``(first, last, devices)`` per stage, in pipeline order.
+        num_microbatches: ``M``.
+        placement: the policy.
+    """
+
+    time_s: float
+    stages: tuple[tuple[int, int, tuple[int, ...]], ...]
+    num_microbatches: int
+    placement: Placement
+
+
+class _Floors(NamedTuple):
+    """Lower bounds on the unplaced prefix for one micro-batch size (per cost model, see
+    :func:`_prefix_floors`)."""
+
+    tables: dict[int, ShareTable]  # per replica count, the table at its share ceil(b / r)
+    full: FloorTable | ShareTable  # per-layer floors of the forward (and backward) time of `b` samples
+    work: list[float]  # forward plus backward floor of layers [0, positions[pj])
+    sums: tuple[tuple[tuple[float, ...], tuple[float, ...]], ...]  # block_floors, per devices left
+    necks: list[tuple[tuple[float, ...], ...]]  # _neck_floors once asked (at the same memory limit)
+
+
+def _prefix_floors(
+    model: CostModel,
+    b: int,
+    cands: Sequence[int],
+    positions: Sequence[int],
+    memory_limit_bytes: float,
+) -> _Floors:
+    """The share tables and prefix floors for micro-batches of ``b`` samples over the replica
+    counts ``cands``, cached in ``model.memo`` (they do not depend on the micro-batch count or
+    the policy)."""
+    cache: dict[tuple[int, tuple[int, ...], float], _Floors]
+    cache = model.memo.setdefault(("dapple-floor", tuple(positions)), {})  # type: ignore[assignment]
+    key = (b, tuple(cands), memory_limit_bytes)
+    found = cache.get(key)
+    if found is None:
+        # the estimate times every replica at the largest share of an uneven split
+        tables = {r: model.share_table(-(-b // r)) for r in cands}
+        num_dev = model.cluster.num_devices
+        full = model.share_table(b) if model.linear else floor_table(tables, b)
+        work = [full.fwd[e] + full.bwd[e] for e in positions]
+        found = cache[key] = _Floors(
+            tables=tables, full=full, work=work, sums=block_floors(tables, positions, num_dev), necks=[]
+        )
+    return found
+
+
+def _neck_floors(
+    model: CostModel, floors: _Floors, positions: Sequence[int], memory_limit_bytes: float
+) -> tuple[tuple[float, ...], ...]:
+    """:func:`~pipesim.planner.dapple_bounds.bottleneck_floors` of ``floors``' tables (per devices
+    left, per stage start index; ``floors`` is for ``memory_limit_bytes``), made non-decreasing in
+    the start whatever the rounding (a longer prefix on the same devices has no faster slowest
+    stage) so that a binary search finds the last start they allow. Kept in ``floors``: computed
+    only for a micro-batch size whose search gets past the work floor."""
+    if not floors.necks:
+        necks = bottleneck_floors(
+            floors.tables,
+            positions,
+            model.cluster.num_devices,
+            model._params,
+            model._multiplier,
+            memory_limit_bytes,
+        )
+        rows = []
+        for row in necks:
+            mono = list(row)
+            for pj in range(1, len(mono)):
+                mono[pj] = max(mono[pj], mono[pj - 1])
+            rows.append(tuple(mono))
+        floors.necks.append(tuple(rows))
+    return floors.necks[0]
+
+
+def _uneven_lines(
+    model: CostModel, src: tuple[int, ...], dst: tuple[int, ...], samples: int
+) -> tuple[Lines, Lines]:
+    """:meth:`CostModel.transfer_s` of a micro-batch of ``samples`` split unevenly, forward (``src``
+    to ``dst``) and back, as lines of the bytes per sample (the same pieces: the time is linear
+    in every piece's bytes). Cached in ``model.memo`` per placement up to renumbering the servers."""
+    cache: dict[tuple[object, ...], tuple[Lines, Lines]]
+    cache = model.memo.setdefault(("dapple-uneven",), {})  # type: ignore[assignment]
+    cluster = model.cluster
+    groups = canonical_groups(src, dst, g=placement_unit(cluster), renumber=cluster.servers_interchangeable)
+    key = (groups, samples)
+    found = cache.get(key)
+    if found is None:
+        route = model.cluster.route
+        fwd = resplit(split_samples(samples, len(src)), split_samples(samples, len(dst)))
+        bwd = resplit(split_samples(samples, len(dst)), split_samples(samples, len(src)))
+        found = cache[key] = (
+            model._piece_lines([(route(src[i], dst[k]), float(n)) for i, k, n in fwd if src[i] != dst[k]]),
+            model._piece_lines([(route(dst[i], src[k]), float(n)) for i, k, n in bwd if dst[i] != src[k]]),
+        )
+    return found
+
+
+def _shifted(
+    entries: Sequence[_Entry], t_f: float, t_b: float, m: int
+) -> list[tuple[float, float, int, _Entry]]:
+    """``(W, Z, k, entry)`` of each suffix with the transfer pseudo-stage (``t_f`` forward, ``t_b``
+    backward, seconds) put in front; it does not depend on the new stage's first layer."""
+    head_t = t_f + (m - 1) * (t_f + t_b) + t_b
+    return [
+        (max(head_t, t_f + t_b + e.w), max(head_t, t_f + max(e.z, t_b + e.w)), min(e.k + 1, m), e)
+        for e in entries
+    ]
+
+
+_RowT = tuple[
+    int, float, float, float, float, float, float, float, float, float, float, float, float,
+    dict[tuple[int, int], list[_Entry]], tuple[int, int],
+]  # fmt: skip
+"""A candidate stage (layers ``first..i-1`` on ``r`` replicas at one start) and what the DP
+checks of it before looking at the suffixes it would extend, seconds and bytes: ``first``; the
+weights, gradients and optimizer state; the bytes kept per in-flight micro-batch; those plus the
+stage's input; the working set (plus what a full recomputation holds); ``head = M (F + B)`` as
+:func:`~pipesim.planner.estimate.prepend` computes it; ``head`` plus the prefix's ``F + B``
+floor; ``head`` plus the all-reduce and optimizer step; ``F``; ``F + B``; ``B`` plus the
+all-reduce and step; the floors of the prefix's forwards and of its ``F + B``; the buckets at
+``first`` and the key of the stage's bucket there. A plain tuple: the DP's inner loop unpacks it."""
+
+
+class _Slot:
+    """What the DP keeps per (stage start, replica count) at one stage end (see :func:`search_pair`):
+    the candidate stages computed so far and what they all read."""
+
+    __slots__ = (
+        "act_state", "bucket_key", "fb_i", "fwd_i", "held_i", "left", "r", "rows", "share", "start",
+        "stash_i", "sums", "tab", "top", "top0", "version",
+    )  # fmt: skip
+
+    def __init__(self, start: int, r: int, left: int, tab: ShareTable, share: int, i: int) -> None:
+        self.start = start
+        self.r = r
+        self.left = left  # devices left after the stage
+        self.tab = tab  # the share table at the stage's share
+        self.share = share
+        self.fwd_i, self.fb_i = tab.fwd[i], tab.bwd[i]
+        self.stash_i, self.held_i = tab.stashed[i], tab.held[i]
+        self.bucket_key = (start + r, r)
+        self.sums: tuple[tuple[float, ...], tuple[float, ...]] | None = None
+        self.top = -1  # the highest stage start index the floors allow, at `version`
+        self.version = -1
+        self.top0 = -1  # the start index of `rows[0]`
+        self.rows: list[_RowT] | None = None
+        self.act_state = [-1.0, 0.0]  # the largest working set so far, the layer it reaches
+
+
+def search_pair(
+    model: CostModel,
+    global_batch_size: int,
+    m: int,
+    policy: Placement,
+    memory_limit_bytes: float,
+    threshold: float,
+    positions: Sequence[int],
+    unit: int,
+    full_space: bool = True,
+    *,
+    start_bound: float = math.inf,
+) -> SearchResult | None:
+    """Exact DP for one micro-batch count and policy; ``None`` when nothing beats ``threshold``.
+
+    ``positions``: the layers where a stage may start
+    (:func:`~pipesim.planner.search_space.cut_positions`); ``unit``: the replica granularity
+    (:func:`~pipesim.planner.search_space.device_unit`); ``start_bound``: a cost the pair's
+    optimum is known to be below (a plan of its space), where the search starts pruning when it
+    is below ``threshold``; seconds. ``memory_limit_bytes``: per device. Raises nothing of its
+    own (a pair with no plan gives ``None``).
+    """
+    cluster = model.cluster
+    n = model.profile.num_layers
+    num_dev = cluster.num_devices
+    g = placement_unit(cluster)
+    grid = placement_grid(cluster)
+    b = global_batch_size // m
+    order = device_order(cluster, policy)
+    cands = replica_candidates(b, num_dev, g, unit, full=full_space)
+    if not cands:
+        return None
+    floors = _prefix_floors(model, b, cands, positions, memory_limit_bytes)
+    tables = floors.tables
+    full_fwd, floor_work, sums_left = floors.full.fwd, floors.work, floors.sums
+    if m * floor_work[-1] / num_dev >= threshold:
+        return None  # some stage is at least that slow (the bound of the loop below, at the root)
+    stage_floor = _neck_floors(model, floors, positions, memory_limit_bytes)
+    if m * stage_floor[num_dev][-1] >= threshold:
+        return None  # the least slowest stage of any cut is that slow
+    held_mode = model.recompute is Recompute.FULL  # the stage's saved bytes re-materialised at once
+    cut = model.cut_bytes_per_sample
+    params = model._params
+    mult = model._multiplier
+    algo = model.allreduce
+    # caches shared by every run on this model (they do not depend on the micro-batch count)
+    xfer: dict[tuple[int, int, int, int], tuple[Lines, Lines]]
+    xfer = model.memo.setdefault(("dapple-xfer", policy), {})  # type: ignore[assignment]
+    uneven: dict[tuple[int, int, int, int, int], tuple[Lines, Lines]]
+    uneven = model.memo.setdefault(("dapple-xfer-uneven", policy), {})  # type: ignore[assignment]
+    devs_cache: dict[tuple[int, int], tuple[int, ...]]
+    devs_cache = model.memo.setdefault(("dapple-devices", policy), {})  # type: ignore[assignment]
+    ar_cache: dict[tuple[int, int], AllReduceCurves | None]
+    ar_cache = model.memo.setdefault(("dapple-allreduce", policy), {})  # type: ignore[assignment]
+    # all-reduce and optimizer-step seconds of a stage (layers first..i-1 on the devices at
+    # (start, r)): no `m` in them
+    ar_times: dict[int, float]
+    ar_times = model.memo.setdefault(("dapple-allreduce-step-s", policy), {})  # type: ignore[assignment]
+    # the largest per-layer working set over layers lo..i-1 at a share, bytes, per (share, lo, i)
+    act_max: dict[tuple[int, int, int], float]
+    act_max = model.memo.setdefault(("dapple-act-max",), {})  # type: ignore[assignment]
+
+    def devices(start: int, r: int) -> tuple[int, ...]:
+        key = (start, r)
+        found = devs_cache.get(key)
+        if found is None:
+            found = devs_cache[key] = order[num_dev - start - r : num_dev - start]
+        return found
+
+    def transfer(start: int, r: int, q: int, rf: int, i: int) -> tuple[float, float]:
+        """Forward and backward transfer times across the cut before layer ``i``, seconds, from a
+        stage of ``r`` replicas at ``start`` to the suffix's first stage (``rf`` replicas)."""
+        if b % r == 0 and b % rf == 0:
+            key = (start, r, q - rf, rf)
+            lines = xfer.get(key)
+            if lines is None:
+                new_devs = devices(start, r)
+                old = devices(q - rf, rf)
+                lines = xfer[key] = (model.transfer_lines(new_devs, old), model.transfer_lines(old, new_devs))
+            nbytes = b * cut[i - 1]
+            return eval_lines(lines[0], nbytes), eval_lines(lines[1], nbytes)
+        # uneven shares: the estimate's own pieces (its transfer_s), as lines of bytes per sample
+        ukey = (start, r, q - rf, rf, b)
+        ulines = uneven.get(ukey)
+        if ulines is None:
+            ulines = uneven[ukey] = _uneven_lines(model, devices(start, r), devices(q - rf, rf), b)
+        return eval_lines(ulines[0], cut[i - 1]), eval_lines(ulines[1], cut[i - 1])
+
+    best: _Entry | None = None
+    bound = min(threshold, start_bound)
+    mm1 = m - 1
+    buckets: dict[int, dict[tuple[int, int], list[_Entry]]] = {p: {} for p in positions}
+    empty = _Entry(NEG_INF, NEG_INF, 0, None, n, n, 0, 0)
+    buckets[n][(0, 0)] = [empty]
+    ends = list(positions)
+    # Per stage start at the current end `i`, per replica count: a slot holding the candidate
+    # stages (one row per stage start `pj`, from the highest the prefix floors allowed when first
+    # asked, down, computed as far as some suffix state asked: the suffix states of one start
+    # share them) and the highest `pj` the floors allow under the current bound.
+    slots_of: dict[int, list[_Slot]] = {}
+    version = 0  # counts the changes of `bound`: a slot's `top` is recomputed after one
+
+    ar_span = (n + 1) * (n + 1)  # `ar_times` keys: ((start, r), first, i) as one integer
+
+    def extend(slot: _Slot, i: int, pj: int) -> _RowT:
+        """The row of the stage of layers ``ends[pj]..i-1`` on ``slot``'s replicas at its start."""
+        tab = slot.tab
+        first = ends[pj]
+        state = slot.act_state  # the largest working set so far, and the last layer it covers
+        max_act = state[0]
+        if max_act < 0.0:
+            # the stage's largest per-layer working set over layers first..i-1
+            mkey = (slot.share, first, i)
+            max_act = act_max.get(mkey, -1.0)
+            if max_act < 0.0:
+                max_act = act_max[mkey] = max(tab.acts[first:i], default=0.0)
+        else:
+            acts = tab.acts
+            for layer in range(first, int(state[1])):
+                if acts[layer] > max_act:
+                    max_act = acts[layer]
+        state[0], state[1] = max_act, float(first)
+        fwd = slot.fwd_i - tab.fwd[first]
+        bwd = slot.fb_i - tab.bwd[first]
+        pbytes = params[i] - params[first]
+        kept = slot.stash_i - tab.stashed[first]  # per recompute mode (stage_activations)
+        held = slot.held_i - tab.held[first] if held_mode else 0.0
+        if first > 0:
+            inputs = cut[first - 1] * slot.share
+            # the prefix's stages run their forwards (backwards) one after another for the first
+            # (last) micro-batch: Z grows by the sum of their forwards, W by the sum of their
+            # forward-plus-backward times
+            left = slot.left
+            sums = slot.sums
+            if sums is None:
+                sums = slot.sums = sums_left[left]
+            lb_extra = full_fwd[first] / left
+            if sums[0][pj] > lb_extra:
+                lb_extra = sums[0][pj]
+            fb_extra = floor_work[pj] / left
+            if sums[1][pj] > fb_extra:
+                fb_extra = sums[1][pj]
+        else:
+            inputs = lb_extra = fb_extra = 0.0
+        start, r = slot.start, slot.r
+        tkey = (start * (num_dev + 1) + r) * ar_span + first * (n + 1) + i
+        ar = ar_times.get(tkey, -1.0)
+        if ar < 0.0:
+            akey = (start, r)
+            if akey in ar_cache:
+                curves = ar_cache[akey]
+            else:
+                curves = ar_cache[akey] = model.allreduce_curves(devices(start, r)) if r > 1 else None
+            # the all-reduce, then the update after it (the estimate's tail)
+            ar = 0.0 if curves is None else curves.time_s(pbytes, algo)
+            ar = ar_times[tkey] = ar + model.optimizer_step_s(pbytes)
+        head = fwd + mm1 * (fwd + bwd) + bwd
+        return (
+            first,
+            pbytes * mult,
+            kept,
+            inputs + kept,
+            held + max_act,
+            head,
+            head + fb_extra,
+            head + ar,
+            fwd,
+            fwd + bwd,
+            bwd + ar,
+            lb_extra,
+            fb_extra,
+            buckets[first],
+            slot.bucket_key,
+        )
+
+    def top_start(left: int, pi: int) -> int:
+        """The highest stage start index the prefix floors allow (``-1``: none) under ``bound``,
+        for a stage ending at ``ends[pi]`` with ``left`` devices left after it."""
+        if left <= 0:
+            return 0  # with no device left only layer 0 can start the stage
+        # the work floor grows with the start; the binary search, then the exact test
+        top = min(pi - 1, bisect.bisect_left(floor_work, bound * left / m))
+        while top > 0 and m * floor_work[top] / left >= bound:
+            top -= 1
+        while top < pi - 1 and m * floor_work[top + 1] / left < bound:
+            top += 1
+        neck = bisect.bisect_left(stage_floor[left], bound / m) - 1  # the slowest stage's floor
+        return neck if neck < top else top
+
+    for pi in range(len(ends) - 1, 0, -1):
+        i = ends[pi]
+        slots_of.clear()
+        for (q, rf), entries in sorted(buckets[i].items()):
+            if not entries:
+                continue
+            start = stage_start(q, policy, grid)
+            min_k = min(e.k for e in entries)
+            k_min = min(min_k + 1, m)
+            slots = slots_of.get(start)
+            if slots is None:
+                slots = slots_of[start] = [
+                    _Slot(start, r, num_dev - start - r, tables[r], -(-b // r), i)
+                    for r in cands
+                    if start + r <= num_dev
+                ]
+            for slot in slots:
+                r = slot.r
+                shifted: list[tuple[float, float, int, _Entry]] | None = None
+                if i == n:
+                    shifted = [(e.w, e.z, min(e.k + 1, m), e) for e in entries]
+                # Stage starts the prefix floors rule out are skipped; the bound only falls, so
+                # the highest start allowed never rises above the one its rows began at.
+                if slot.version != version:
+                    slot.top = top_start(slot.left, pi)
+                    slot.version = version
+                    if slot.rows is None:
+                        slot.top0, slot.rows = slot.top, []
+                top_pj, rows = slot.top, slot.rows
+                assert rows is not None
+                j = slot.top0 - top_pj
+                for pj in range(top_pj, -1, -1):
+                    if j < len(rows):
+                        row = rows[j]
+                    else:
+                        row = extend(slot, i, pj)
+                        rows.append(row)
+                    j += 1
+                    (first, static, kept, stash, work, head, head_fb, head_ar, fwd, fb, bar, lb_extra,
+                     fb_extra, bucket_of, bucket_key) = row  # fmt: skip
+                    if static + k_min * kept + work > memory_limit_bytes:
+                        break  # a longer stage only needs more memory
+                    if head >= bound:
+                        break  # as `not any_alive` below would: longer stages are slower still
+                    if head_fb >= bound:
+                        continue  # every entry's W is at least `head`, and Z at least the final W
+                    if shifted is None:
+                        # the transfer pseudo-stage is built only for a stage that may be fast
+                        # enough: with free transfers every entry is no slower, a lower bound
+                        # (`max(head_ar, .)` of the least, as the least of `max(head_ar, .)`)
+                        lb = math.inf
+                        for e in entries:
+                            x = bar + e.w
+                            if e.z > x:
+                                x = e.z
+                            x = fwd + x
+                            if x < lb:
+                                lb = x
+                        if head_ar > lb:
+                            lb = head_ar
+                        if lb >= bound:
+                            break  # as `not any_alive` below would
+                        shifted = _shifted(entries, *transfer(start, r, q, rf, i), m)
+                    bucket = None
+                    any_alive = False
+                    for w1, z1, k2, e in shifted:
+                        z2 = fwd + (z1 if z1 > bar + w1 else bar + w1)
+                        if head_ar > z2:
+                            z2 = head_ar
+                        if z2 >= bound:
+                            continue
+                        any_alive = True
+                        if z2 + lb_extra >= bound or static + k2 * stash + work > memory_limit_bytes:
+                            continue
+                        w2 = fb + w1
+                        if head > w2:
+                            w2 = head
+                        if first == 0:
+                            best = _Entry(w2, z2, k2, e, first, i - 1, r, start)
+                            bound = z2
+                            version += 1
+                            continue
+                        if w2 + fb_extra >= bound:
+                            continue  # the layers left run forward and backward before W's path
+                        if bucket is None:
+                            bucket = bucket_of.setdefault(bucket_key, [])
+                        dominates = False
+                        for d in bucket:
+                            dw, dz, dk = d.w, d.z, d.k
+                            if dw <= w2 and dz <= z2 and dk <= k2:
+                                break  # an entry no worse in all three is kept already
+                            if w2 <= dw and z2 <= dz and k2 <= dk:
+                                dominates = True
+                        else:
+                            if dominates:  # drop the entries the new one is no worse than
+                                bucket[:] = [d for d in bucket if not (w2 <= d.w and z2 <= d.z and k2 <= d.k)]
+                            bucket.append(_Entry(w2, z2, k2, e, first, i - 1, r, start))
+                    if not any_alive:
+                        break  # longer stages are slower still
+        buckets[i] = {}
+    if best is None or best.z >= threshold:
+        return None
+    stages = []
+    node: _Entry | None = best
+    while node is not None and node.replicas:
+        stages.append((node.first, node.last, devices(node.start, node.replicas)))
+        node = node.parent
+    return SearchResult(time_s=best.z, stages=tuple(stages), num_microbatches=m, placement=policy)
