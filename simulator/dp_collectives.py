@@ -8,7 +8,7 @@ For each stage with more than one replica, :func:`data_parallel_collectives` giv
   ``after_backward``, after the drain with ``end``, or one per gradient bucket with
   ``bucketed``, marked on the last backward as PyTorch DDP's buckets fill);
 * ``zero1`` and ``distributed``: the same, as reduce-scatters, then one all-gather of the updated
-  parameters after the optimizer step;
+  parameters after the optimizer step (``after_step``: reduce-scatter, step, all-gather);
 * ``zero2`` and ``zero3``: per unit and micro-batch (:class:`ZeroLowering`), and for ``zero2``
   the all-gather after the optimizer step.
 """
@@ -55,6 +55,9 @@ class Collective:
             ``members``.
         shared_with: the stage holding the other copy of ``stage``'s layers (``dualpipe``), whose
             devices are members too and post to it; ``None`` otherwise.
+        after_step: it also waits for every member's optimizer step to end (the all-gather of
+            the updated parameter shards after ZeRO-1/2's and the distributed optimizer's step);
+            the step does not wait for it.
     """
 
     index: int
@@ -69,6 +72,7 @@ class Collective:
     posted: bool = True
     group: tuple[int, ...] = ()
     shared_with: int | None = None
+    after_step: bool = False
 
 
 Marks = dict[int, tuple[tuple[float, int], ...]]
@@ -274,10 +278,10 @@ def _post_step_gather(
 ) -> None:
     """Append the all-gather of a stage's updated parameter shards after the optimizer step of
     ZeRO-1/2 and the distributed optimizer: it starts once the stage's last reduce-scatter (the
-    last collective so far, unless ``after`` says) has ended. The device's optimizer step
-    (:class:`~pipesim.simulator.program.Update`) waits for it rather than the other way round: on
-    a device with nothing else left, reduce-scatter, gather, step ends when reduce-scatter, step,
-    gather would (the step's inputs are this device's shard alone)."""
+    last collective so far, unless ``after`` says) and every member's optimizer step
+    (:class:`~pipesim.simulator.program.Update`, which waits for the reduce-scatters, not for
+    it) have ended: reduce-scatter, step, all-gather, as Megatron-LM's distributed optimizer
+    and DeepSpeed's ZeRO run them."""
     index = len(collectives)
     collectives.append(
         Collective(
@@ -292,5 +296,6 @@ def _post_step_gather(
             kind=CollectiveKind.ALL_GATHER.value,
             posted=False,
             group=group,
+            after_step=True,
         )
     )

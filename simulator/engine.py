@@ -1,10 +1,17 @@
-"""The engine: SimPy execution of a lowered program (one training iteration) on a modelled cluster."""
+"""The engine: SimPy execution of a lowered program (one training iteration) on a modelled cluster.
+
+Compute instructions run in order on each device's compute stream; sends, data-parallel
+collectives and tensor-parallel collectives (:mod:`pipesim.simulator.tp_collectives`, launched
+by their op and awaited at its end) are flows on one :class:`~pipesim.simulator.network.Network`,
+sharing links max-min fairly.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import gc
 import logging
+import math
 from collections import deque
 from collections.abc import Callable, Generator, Iterator
 from typing import Any
@@ -25,6 +32,7 @@ from pipesim.simulator.options import SimOptions
 from pipesim.simulator.program import Collective, Compute, Program, Send, lower
 from pipesim.simulator.scatter_gather import collective as run_collective
 from pipesim.simulator.tally import Tally
+from pipesim.simulator.tp_collectives import TpComm
 from pipesim.simulator.trace import SimulationResult
 
 __all__ = ["SimOptions", "simulate"]
@@ -78,6 +86,12 @@ class _Engine:
         self.ready = [0] * len(program.collectives)
         self.done = [self.env.event() for _ in program.collectives]
         self.drained = self.env.event()
+        # devices with an optimizer step -> its end (the parameter all-gathers that follow it wait)
+        self.stepped = {
+            device: self.env.event()
+            for rank, replica, device in program.streams
+            if program.update(rank, replica) is not None
+        }
         self.position: dict[int, int] = {}  # stream -> lowered step it is waiting at
         self.running = len(program.streams)
         self.finished: set[int] = set()
@@ -212,9 +226,11 @@ class _Engine:
                 self.posted.discard(recv.key)
             start = env.now
             duration = ins.duration_s
-            if ins.waits:  # ZeRO-3: the op's units wait for their gathers
-                stalled = yield from self._gated(ins)
+            compute_end = None
+            if ins.waits or ins.tp is not None:  # ZeRO-3's gathers, TP collectives
+                stalled, tp_stalled, compute_end = yield from self._gated(ins, device)
                 wait_comm += stalled
+                busy += tp_stalled  # exposed TP collectives occupy the compute stream
             else:
                 if ins.marks:
                     env.process(self._marks(ins.marks, duration))
@@ -222,7 +238,7 @@ class _Engine:
                     yield env.timeout(duration)
             busy += duration
             end = env.now
-            tally.compute(device, ins, start, end)
+            tally.compute(device, ins, start, end, compute_end)
             for send in sends:
                 self._send(send, device)
             if post is not None:
@@ -241,6 +257,7 @@ class _Engine:
             yield env.timeout(update.compute.duration_s)
             busy += update.compute.duration_s
             tally.compute(device, update.compute, start, env.now)
+            self.stepped[device].succeed()
         tally.stream_done(device, busy, wait_comm, env.now, before)
 
     def _marks(
@@ -254,17 +271,28 @@ class _Engine:
                 elapsed = fraction * duration
             self._ready(collective)
 
-    def _gated(self, ins: Compute) -> Generator[simpy.Event, Any, float]:
-        """Run a compute op whose ``marks`` and ``waits`` interleave (ZeRO-3's units): at each
-        fraction, first make this device ready for the marked collectives, then stall until the
-        awaited ones have ended. Returns the seconds stalled."""
+    def _gated(self, ins: Compute, device: int) -> Generator[simpy.Event, Any, tuple[float, float, float]]:
+        """Run a compute op whose ``marks`` and ``waits`` interleave (ZeRO-3's units) or that
+        has TP collectives: at each fraction, first make this device ready for the marked
+        collectives, then stall until the awaited ones have ended; launch the TP collectives
+        ``tp.hidden_s`` before the compute ends and wait for them after it. Returns the seconds
+        stalled for ZeRO's gathers, the seconds stalled for the TP collectives and when the
+        compute ended."""
         env = self.env
         duration = ins.duration_s
         points = sorted([(f, 0, c) for f, c in ins.marks] + [(f, 1, c) for f, c in ins.waits])
+        tp = ins.tp
+        launch_at = max(0.0, duration - tp.hidden_s) if tp is not None else math.inf
+        tp_done: simpy.Event | None = None
         elapsed = 0.0
         stalled = 0.0
         for fraction, wait, cid in points:
             at = fraction * duration
+            if tp is not None and tp_done is None and launch_at <= at:
+                if launch_at > elapsed:
+                    yield env.timeout(launch_at - elapsed)
+                    elapsed = launch_at
+                tp_done = self._tp_collective(tp, ins, device)
             if at > elapsed:
                 yield env.timeout(at - elapsed)
                 elapsed = at
@@ -274,9 +302,38 @@ class _Engine:
                 before = env.now
                 yield self.done[cid]
                 stalled += env.now - before
+        if tp is not None and tp_done is None:
+            if launch_at > elapsed:
+                yield env.timeout(launch_at - elapsed)
+                elapsed = launch_at
+            tp_done = self._tp_collective(tp, ins, device)
         if duration > elapsed:
             yield env.timeout(duration - elapsed)
-        return stalled
+        compute_end = env.now
+        tp_stalled = 0.0
+        if tp_done is not None and not tp_done.processed:
+            yield tp_done
+            tp_stalled = env.now - compute_end
+        return stalled, tp_stalled, compute_end
+
+    def _tp_collective(self, tp: TpComm, ins: Compute, device: int) -> simpy.Event:
+        """Launch op ``ins``'s TP collectives (:class:`~pipesim.simulator.tp_collectives.TpComm`:
+        its flows, all at once, each after the summed latencies) from ``device``'s group now;
+        the returned event succeeds when the last flow has arrived."""
+        env = self.env
+        done = env.event()
+        start = env.now
+        left = [len(tp.flows)]
+
+        def arrived(_: simpy.Event) -> None:
+            left[0] -= 1
+            if not left[0]:
+                self.tally.tp_collective(device, ins, tp.nbytes, start, env.now)
+                done.succeed()
+
+        for route, nbytes in zip(tp.flows, tp.flow_bytes, strict=True):
+            self.network.transfer(route, nbytes, latency_s=tp.latency_s).callbacks.append(arrived)
+        return done
 
     def _ready(self, collective: int) -> None:
         self.ready[collective] += 1
@@ -291,6 +348,11 @@ class _Engine:
             yield self.drained
         if spec.after is not None and not self.done[spec.after].processed:
             yield self.done[spec.after]
+        if spec.after_step:  # the all-gather of the updated shards: after the members' steps
+            for device in spec.members:
+                stepped = self.stepped.get(device)
+                if stepped is not None and not stepped.processed:
+                    yield stepped
         start = self.env.now
         yield self.env.process(
             run_collective(
@@ -419,10 +481,6 @@ def _run(
     unshared: bool,
 ) -> SimulationResult:
     program = lower(plan, profile, cluster, opts, schedule=schedule, costs=costs)
-    if program.gated:  # ZeRO-3's gathers gate the compute: only the engine runs that
-        if executor == "fast":
-            raise invalid("executor", executor, "the fast path does not run ZeRO-3's gated gathers; use auto")
-        return _Engine(program, cluster, opts).run()
     eager = float(opts.eager_bytes) if opts.rendezvous else None
     if executor != "simpy" and unshared:
         return execute_fast(

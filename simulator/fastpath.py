@@ -21,8 +21,18 @@ until a receive whose pieces are not all sent yet, and is woken when the last on
 (only on unshared links) do not interact with anything either: each one's duration is that of
 the very same :func:`pipesim.simulator.scatter_gather.collective` (all-reduce, or ZeRO's
 reduce-scatters and all-gathers) run alone on a contention-free
-:class:`~pipesim.simulator.network.Network` (cached per collective shape). A program whose
-compute waits for collectives (ZeRO-3's gathers) is declined: the engine runs it.
+:class:`~pipesim.simulator.network.Network` (cached per collective shape). Where compute waits
+for them (ZeRO-3's gathers, ``Compute.waits``), a collective's end is resolved as soon as every
+member has marked it ready and the collective before it has ended (as the engine starts it); an
+op that reaches a wait whose collective is not resolved yet stalls there, its progress kept, and
+resumes when it is (the 1536-GPU ZeRO-3 row of GPT-3 175B, benchmarks/README.md).
+
+A tensor-parallel op's collectives (:class:`~pipesim.simulator.tp_collectives.TpComm`, posted
+and awaited by the op's own device) are timed inline as the device runs: launched ``hidden_s``
+before the compute ends, they take their flows' latency plus bytes at their routes' bandwidth
+(:func:`~pipesim.simulator.tp_collectives.alone_s`), and with ``contention`` their flows hold
+their links like sends do, so a program whose TP flows would meet other traffic is handed to the
+engine too.
 
 It executes the same :class:`~pipesim.simulator.program.Program` as the SimPy engine, reports
 into the same :class:`~pipesim.simulator.tally.Tally`, and is held equal to the engine by
@@ -35,6 +45,7 @@ import bisect
 import math
 from collections import deque
 from collections.abc import Collection, Mapping, Sequence
+from typing import Any
 
 import simpy
 
@@ -42,9 +53,10 @@ from pipesim.errors import invalid
 from pipesim.profiles.hardware.cluster import Cluster
 from pipesim.schedules.validate import deadlock_error
 from pipesim.simulator.network import Network
-from pipesim.simulator.program import Block, Program, Send
+from pipesim.simulator.program import Block, Collective, Program, Send
 from pipesim.simulator.scatter_gather import collective
 from pipesim.simulator.tally import Tally
+from pipesim.simulator.tp_collectives import TpComm, alone_s
 from pipesim.simulator.trace import SimulationResult
 
 __all__ = ["LinksShared", "execute_fast", "held_by_rendezvous"]
@@ -145,6 +157,13 @@ class _Transfers:
                 link for link in dict.fromkeys(route) if math.isfinite(caps[link].bandwidth_bytes_per_s)
             )
         return latency, links
+
+    def tp_s(self, comm: TpComm) -> float:
+        """Seconds op TP collectives ``comm`` take alone (as the engine's flows on links that
+        are not shared: :func:`~pipesim.simulator.tp_collectives.alone_s`)."""
+        if self.free:
+            return 0.0
+        return alone_s(comm, self.network.route_bandwidth_bytes_per_s)
 
     def collective_s(self, kind: str, members: tuple[int, ...], nbytes: float, algorithm: str) -> float:
         """Seconds the collective takes when run alone (no other traffic can slow it here)."""
@@ -302,13 +321,10 @@ def execute_fast(
 
     Raises:
         LinksShared: with ``contention``, two flows would share a link (run the engine instead).
-        InputError: ``contention`` on links that are not free, with collectives or a trace; a
-            program whose compute waits for collectives (ZeRO-3: run the engine).
+        InputError: ``contention`` on links that are not free, with collectives or a trace.
         ScheduleError: the program deadlocks (for a validated schedule, only where the
             rendezvous holds a send whose receive comes after the data queued behind it).
     """
-    if program.gated:
-        raise invalid("program", "ZeRO-3", "the fast path does not run gathers that gate the compute")
     shared = contention and not free_links
     if shared and (program.collectives or record_trace):
         raise invalid(
@@ -347,10 +363,60 @@ def execute_fast(
             del waiting[key]
             runnable.append(woken[0])
 
+    # ZeRO-3's gathers gate the compute: a collective's end is resolved as soon as every member
+    # is ready for it and the one before it has ended, and the streams waiting for it resume
+    specs = program.collectives
+    gated = program.gated
+    members = [len(spec.members) for spec in specs]
+    ready_n = [0] * len(specs)
+    done_at: list[float | None] = [None] * len(specs)
+    blocked: dict[int, list[int]] = {}  # collective -> streams stalled in an op until it ends
+    op_state: list[list[Any] | None] = [None] * n  # a gated op's progress when it stalled
+    followers: dict[int, list[int]] = {}
+    for spec in specs:
+        if spec.after is not None:
+            followers.setdefault(spec.after, []).append(spec.index)
+
+    def mark(cid: int, at: float) -> None:
+        """A member is ready for collective ``cid`` at ``at``."""
+        if at > ready_at[cid]:
+            ready_at[cid] = at
+        ready_n[cid] += 1
+        if gated and ready_n[cid] == members[cid]:
+            resolve(cid)
+
+    def resolve(first: int) -> None:
+        """End times of ``first`` and the collectives after it that can start now (as
+        :meth:`~pipesim.simulator.engine._Engine._collective`; those after the drain are left
+        to the end); their stalled streams become runnable."""
+        todo = [first]
+        while todo:
+            cid = todo.pop()
+            spec = specs[cid]
+            if done_at[cid] is not None or spec.after_drain or spec.after_step:
+                continue  # (those after the drain or the optimizer steps: at the end)
+            if spec.posted and ready_n[cid] < members[cid]:
+                continue
+            begin = ready_at[cid]
+            if spec.after is not None:
+                before = done_at[spec.after]
+                if before is None:
+                    continue
+                begin = max(begin, before)
+            done_at[cid] = begin + links.collective_s(
+                spec.kind, spec.group or spec.members, spec.nbytes, spec.algorithm
+            )
+            runnable.extend(blocked.pop(cid, ()))
+            todo.extend(followers.get(cid, ()))
+
     memory_now, memory_peak = tally.memory_now, tally.memory_peak
     finished = 0
     over = [False] * n  # streams that ran their last instruction
     runnable = list(range(n - 1, -1, -1))
+    if gated:
+        for spec in specs:
+            if not spec.posted:
+                resolve(spec.index)
     while runnable:
         i = runnable.pop()
         device = devices[i]
@@ -370,7 +436,7 @@ def execute_fast(
             block = next(it, None)
         while block is not None:
             recv, ins, sends, post = block
-            if recv is not None:
+            if recv is not None and op_state[i] is None:  # (not when resuming a gated op)
                 if rdv is not None:  # (what the post resolves goes to this device, not waiting yet)
                     for resolved in rdv.post(recv.key, t):
                         arrive(*resolved)
@@ -389,19 +455,71 @@ def execute_fast(
                         wait_i += max(0.0, got[1] - max(t, got[2]))
                         t = got[1]
             duration = ins.duration_s
-            if ins.marks:
-                mark_t, elapsed = t, 0.0
-                for fraction, cid in ins.marks:
-                    if fraction * duration > elapsed:
-                        mark_t += fraction * duration - elapsed
-                        elapsed = fraction * duration
-                    ready_at[cid] = max(ready_at[cid], mark_t)
-            start = t
-            if duration > 0:
-                t = t + duration
+            tp = ins.tp
+            if ins.waits:  # ZeRO-3: its units wait for their gathers (Engine._gated)
+                state = op_state[i]
+                if state is None:
+                    points = sorted([(f * duration, 1, 0, c) for f, c in ins.marks]
+                                    + [(f * duration, 1, 1, c) for f, c in ins.waits])
+                    if tp is not None:  # its launch comes before the points at that time
+                        points.append((max(0.0, duration - tp.hidden_s), 0, 2, -1))
+                        points.sort()
+                    state = [points, 0, t, 0.0, 0.0, t, 0.0]
+                points, k, start, elapsed, stalled, cur, launch = state
+                while k < len(points):
+                    at, _, kind, cid = points[k]
+                    if at > elapsed:
+                        cur += at - elapsed
+                        elapsed = at
+                    if kind == 0:
+                        mark(cid, cur)
+                    elif kind == 2:
+                        launch = cur
+                    else:
+                        ends = done_at[cid]
+                        if ends is None:  # its gather has not started yet: wait for it
+                            break
+                        if ends > cur:
+                            stalled += ends - cur
+                            cur = ends
+                    k += 1
+                if k < len(points):
+                    op_state[i] = [points, k, start, elapsed, stalled, cur, launch]
+                    blocked.setdefault(points[k][3], []).append(i)
+                    pending[i] = block
+                    step_at[i] = ins.step
+                    break
+                op_state[i] = None
+                t = cur + (duration - elapsed if duration > elapsed else 0.0)
+                wait_i += stalled
+            else:
+                if ins.marks:
+                    mark_t, elapsed = t, 0.0
+                    for fraction, cid in ins.marks:
+                        if fraction * duration > elapsed:
+                            mark_t += fraction * duration - elapsed
+                            elapsed = fraction * duration
+                        mark(cid, mark_t)
+                start = t
+                if duration > 0:
+                    t = t + duration
+                launch = start + max(0.0, duration - tp.hidden_s) if tp is not None else 0.0
             busy_i += duration
+            compute_end = t
+            if tp is not None:  # its TP collectives, launched before the compute ends (Engine._gated)
+                coll_end = launch + links.tp_s(tp)
+                if holds is not None:
+                    for route, nbytes in zip(tp.flows, tp.flow_bytes, strict=True):
+                        held = links.flow(route, nbytes)[1]
+                        if held:
+                            flows_at = launch + tp.latency_s
+                            holds.hold(held, flows_at, flows_at + links.bytes_s(route, nbytes))
+                if coll_end > t:
+                    busy_i += coll_end - t
+                    t = coll_end
+                tally.tp_collective(device, ins, tp.nbytes, launch, coll_end)
             if record_trace:
-                tally.compute(device, ins, start, t)
+                tally.compute(device, ins, start, t, compute_end)
             else:
                 computes += 1
                 for nbytes in ins.alloc_bytes:
@@ -461,7 +579,7 @@ def execute_fast(
                     del waiting[key]
                     runnable.append(woken[0])
             if post is not None:
-                ready_at[post.collective] = max(ready_at[post.collective], t)
+                mark(post.collective, t)
             block = next(it, None)
         t_free[i] = t
         busy[i] = busy_i
@@ -490,8 +608,9 @@ def execute_fast(
         raise deadlock_error(lowered.ranks, held_by_rendezvous([stuck[r] for r in sorted(stuck)], held_for))
     drained = max(t_free, default=0.0)
     done = [0.0] * len(program.collectives)
-    for spec in program.collectives:
-        start = ready_at[spec.index]
+
+    def run_collective(spec: Collective, begin: float) -> None:
+        start = max(begin, ready_at[spec.index])
         if spec.after_drain:
             start = max(start, drained)
         if spec.after is not None:
@@ -500,6 +619,11 @@ def execute_fast(
             spec.kind, spec.group or spec.members, spec.nbytes, spec.algorithm
         )
         tally.collective(spec.members, spec.stage, spec.nbytes, start, done[spec.index])
+
+    for spec in program.collectives:
+        if not spec.after_step:
+            run_collective(spec, 0.0)
+    stepped: dict[int, float] = {}  # device -> the end of its optimizer step
     for i, (rank, replica, device) in enumerate(program.streams):
         t = t_free[i]
         update = program.update(rank, replica)
@@ -508,5 +632,9 @@ def execute_fast(
             t = start + update.compute.duration_s
             busy[i] += update.compute.duration_s
             tally.compute(device, update.compute, start, t)
+            stepped[device] = t
         tally.stream_done(device, busy[i], wait[i], t, t_free[i])
+    for spec in program.collectives:  # the all-gathers of the updated shards, after the steps
+        if spec.after_step:
+            run_collective(spec, max((stepped.get(d, 0.0) for d in spec.members), default=0.0))
     return tally.result(cluster, tuple(link.name for link in cluster.links))

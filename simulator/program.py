@@ -24,7 +24,11 @@ Instruction semantics (per device, strictly in list order on its compute stream)
   of ``marks`` makes this device ready for that collective once ``fraction`` of the duration
   has run (gradient buckets, ZeRO's per-unit collectives); each of ``waits`` stalls the op
   once ``fraction`` of it has run until that collective has ended (ZeRO-3's parameter gathers;
-  at one fraction the marks come first).
+  at one fraction the marks come first); its ``tp`` (a tensor-parallel stage's op,
+  :mod:`pipesim.simulator.tp_collectives`) is the op's TP collectives as one collective among
+  the TP group, launched ``tp.hidden_s`` before the compute ends, and the op ends once both
+  the compute and the collective have ended (its stall counts as busy time: Megatron-LM runs
+  them on the compute stream).
 * :class:`Recv` waits until ``pieces`` transfers keyed ``key`` have arrived.
 * :class:`Send` posts one transfer (it does not block the compute stream): ``nbytes`` over
   ``route`` to the arrival ``key`` on ``dst_device``; concurrent transfers share links max-min
@@ -33,16 +37,15 @@ Instruction semantics (per device, strictly in list order on its compute stream)
 * :class:`Update` (last, at most one per device): the optimizer step
   (:mod:`pipesim.profiles.costmodels.optimizer`), a compute op ``O`` that starts once the
   device's compute stream has run everything else and each of ``after`` (the gradient
-  collectives of the device's stages) has ended. With ZeRO or the distributed optimizer
-  Megatron-LM runs it between the reduce-scatter and the parameter all-gather; on an idle device
-  that ends at the same time as after the whole (all-reduce equivalent) collective, which is how
-  it is placed here (docs/optimizer.md).
+  collectives of the device's stages) has ended. With ZeRO-1/2 or the distributed optimizer
+  it runs between the reduce-scatter and the parameter all-gather, as Megatron-LM does: the
+  all-gather (``Collective.after_step``) waits for its members' steps (docs/optimizer.md).
 
 A :class:`Collective` (gradient all-reduce of one stage's bucket among its replicas, or one of
 ZeRO's reduce-scatters and all-gathers, :mod:`pipesim.simulator.zero_lowering`) starts once
 every member is ready (at once for one that nobody posts), the collective ``after`` it (the
-stage's previous bucket, the previous one on its stream) has ended, and, with ``after_drain``,
-every compute stream has finished.
+stage's previous bucket, the previous one on its stream) has ended, with ``after_drain``
+every compute stream has finished, and with ``after_step`` every member's optimizer step has.
 """
 
 from __future__ import annotations
@@ -54,7 +57,6 @@ from typing import NamedTuple
 from pipesim.errors import invalid
 from pipesim.plan import Plan, Recompute, resplit
 from pipesim.profiles.costmodels.memory import static_memory_bytes, weight_versions
-from pipesim.profiles.costmodels.optimizer import stage_optimizer_step_s
 from pipesim.profiles.costmodels.sharding import CollectiveKind
 from pipesim.profiles.hardware.cluster import Cluster
 from pipesim.profiles.models.profile import ModelProfile
@@ -67,8 +69,10 @@ from pipesim.schedules.schedule import ScheduleStream
 from pipesim.schedules.validate import validate
 from pipesim.simulator.dp_collectives import Collective, data_parallel_collectives
 from pipesim.simulator.microbatch_costs import MicrobatchCosts
+from pipesim.simulator.optimizer_steps import optimizer_steps
 from pipesim.simulator.options import SimOptions
 from pipesim.simulator.stage_costs import CostOptions, StageCosts, StageFacts
+from pipesim.simulator.tp_collectives import TpComm
 from pipesim.simulator.tp_lowering import TpLowering
 from pipesim.simulator.zero_lowering import ZeroLowering
 
@@ -101,6 +105,7 @@ class Compute(NamedTuple):
     marks: tuple[tuple[float, int], ...]
     step: int  # index of the action in the rank's lowered schedule row
     waits: tuple[tuple[float, int], ...] = ()
+    tp: TpComm | None = None
 
 
 class Recv(NamedTuple):
@@ -153,6 +158,7 @@ _Template = tuple[
     tuple[float, ...],
     tuple[float, ...],
     tuple[tuple[str, int, int, int, float, tuple[int, ...]], ...],
+    TpComm | None,
 ]
 
 
@@ -222,8 +228,6 @@ class Program:
             if c.shared_with is not None and c.stage in self._posts
         )
         self._routes: dict[tuple[int, int], tuple[int, ...]] = {}
-        self._replica_of: dict[int, int] | None = None
-        self._tp_comm: dict[tuple[int, int, int, str], tuple[float, float]] = {}
         self._updates = dict(updates or {})
 
     def update(self, rank: int, replica: int) -> Update | None:
@@ -283,7 +287,7 @@ class Program:
                 template = self._template(recv_op, op, s, mb, send_op, replica)
                 if cached:
                     templates[key] = template
-            kind, pieces, name, duration, alloc, free, parts = template
+            kind, pieces, name, duration, alloc, free, parts, tp_comm = template
             recv = None
             if kind is not None:
                 recv = new(Recv, ((kind, s, mb, replica), pieces, step))
@@ -295,7 +299,7 @@ class Program:
             if zero is not None and zero.per_unit(s):
                 fwd, bwd, _, _, rec, _ = self._costs.of(s, mb, replica)
                 marks, waits = zero.events(name, s, mb, fwd, bwd, rec, self.stages[s].wgrad_fraction)
-            compute = new(Compute, (name, s, mb, duration, alloc, free, marks, step, waits))
+            compute = new(Compute, (name, s, mb, duration, alloc, free, marks, step, waits, tp_comm))
             step += 1
             out = no_sends
             if send_op is not None:
@@ -324,17 +328,18 @@ class Program:
             kind = "act" if recv_op is Op.RECV_F else "grad"
             src = s - 1 if recv_op is Op.RECV_F else s + 1
             pieces = sum(1 for _, k, _ in self._pieces(src, s, mb) if k == replica)
-        name, duration, alloc, free = self._compute_parts(op, s, mb, replica)
+        name, duration, alloc, free, tp_comm = self._compute_parts(op, s, mb, replica)
         held = self.zero.held_bytes(name, s) if self.zero is not None else 0.0
         if held:  # ZeRO's gathered units and unreduced gradients, while the op runs
             alloc, free = (*alloc, held), (*free, held)
         parts = tuple(self._send_parts(send_op, s, mb, replica)) if send_op is not None else ()
-        return (kind, pieces, name, duration, alloc, free, parts)
+        return (kind, pieces, name, duration, alloc, free, parts, tp_comm)
 
     def _compute_parts(
         self, op: Op, s: int, mb: int, replica: int
-    ) -> tuple[str, float, tuple[float, ...], tuple[float, ...]]:
-        """``(op, duration s, bytes allocated at the start, bytes freed at the end)``.
+    ) -> tuple[str, float, tuple[float, ...], tuple[float, ...], TpComm | None]:
+        """``(op, duration s, bytes allocated at the start, bytes freed at the end, TP
+        collectives)``.
 
         With activation recomputation the replayed forward (``rec``) runs at the start of ``B``
         (of ``I`` when the backward is split), inside the same instruction; with a split backward
@@ -346,12 +351,12 @@ class Program:
         if tp is not None and tp.is_tp(s):
             return tp.compute_parts(op, s, self._part(s, mb, replica), replica, fwd, bwd, wf, rec)
         if op is Op.F:
-            return ("F", fwd, (stash,), ())
+            return ("F", fwd, (stash,), (), None)
         if op is Op.B:
-            return ("B", rec + bwd, (work,), (work, stash))
+            return ("B", rec + bwd, (work,), (work, stash), None)
         if op is Op.I:
-            return ("I", rec + bwd * (1.0 - wf), (work,), (work - held,) if held else (work,))
-        return ("W", bwd * wf, (), (stash, held) if held else (stash,))
+            return ("I", rec + bwd * (1.0 - wf), (work,), (work - held,) if held else (work,), None)
+        return ("W", bwd * wf, (), (stash, held) if held else (stash,), None)
 
     def _after_replay(
         self, marks: tuple[tuple[float, int], ...], s: int, mb: int, replica: int
@@ -363,27 +368,6 @@ class Program:
         if total <= 0:
             return marks
         return tuple(((rec + f * bwd) / total, c) for f, c in marks)
-
-    def tp_comm(self, device: int, ins: Compute) -> tuple[float, float] | None:
-        """``(seconds, bytes)`` of the exposed TP collectives summed into ``ins`` on ``device``
-        (its stream's first device), or ``None`` for an op of a stage without TP (or a ``W`` or
-        the optimizer step ``O``)."""
-        tp = self.tp
-        if tp is None or ins.op not in ("F", "B", "I") or not tp.is_tp(ins.stage):
-            return None
-        if self._replica_of is None:
-            self._replica_of = {d: replica for _, replica, d in self.streams}
-        replica = self._replica_of[device]
-        samples = self._part(ins.stage, ins.microbatch, replica)
-        forward = ins.op == "F"
-        key = (ins.stage, samples, replica, ins.op)
-        found = self._tp_comm.get(key)
-        if found is None:
-            colls = tp.collectives(ins.stage, samples)
-            nbytes = sum(c.nbytes for c in colls if (c.phase == "F") == forward)
-            exposed = tp.exposed_comm_s(ins.op, ins.stage, samples, replica)
-            found = self._tp_comm[key] = (exposed, float(nbytes))
-        return found
 
     def _part(self, s: int, mb: int, replica: int) -> int:
         """Samples of ``replica``'s share of micro-batch ``mb`` on stage ``s``."""
@@ -444,6 +428,8 @@ class Program:
                     text += "  marks " + ", ".join(f"ar{c}@{f:.3g}" for f, c in ins.marks)
                 if ins.waits:
                     text += "  waits " + ", ".join(f"ar{c}@{f:.3g}" for f, c in ins.waits)
+                if ins.tp is not None:
+                    text += f"  tp {ins.tp.nbytes:.6g} B ({ins.tp.hidden_s:.3g} s hidden)"
             elif isinstance(ins, Recv):
                 kind, s, mb, k = ins.key
                 text = f"recv {kind} {s}:{mb} replica {k} ({ins.pieces} piece{'s' * (ins.pieces != 1)})"
@@ -475,46 +461,6 @@ def _stage_facts(
         out.append(
             StageFacts(index=s, rank=rank, layers=layers, devices=placement[rank], wgrad_fraction=wgrad)
         )
-    return out
-
-
-def _updates(
-    plan: Plan,
-    profile: ModelProfile,
-    cluster: Cluster,
-    stages: list[StageFacts],
-    collectives: list[Collective],
-    tp: TpLowering | None,
-) -> dict[tuple[int, int], Update]:
-    """The optimizer step of every device stream (``(rank, replica)`` -> :class:`Update`): the
-    parameters of the rank's stages it holds (its TP shard) and owns (``1 / d`` with sharding),
-    timed on the device (:func:`~pipesim.profiles.costmodels.optimizer.stage_optimizer_step_s`),
-    after the gradient collectives of those stages."""
-    after: dict[int, list[int]] = {}
-    for c in collectives:
-        after.setdefault(c.stage, []).append(c.index)
-        if c.shared_with is not None:  # dualpipe: the copy's devices wait for the pair's all-reduce
-            after.setdefault(c.shared_with, []).append(c.index)
-    out: dict[tuple[int, int], Update] = {}
-    for rank, devices in enumerate(plan.placement(cluster.num_devices)):
-        mine = [st for st in stages if st.rank == rank]
-        for replica, device in enumerate(devices):
-            spec = cluster.device_spec(device)
-            duration = 0.0
-            for st in mine:
-                sp = plan.stages[st.index]
-                if tp is not None:
-                    params = tp.parameter_bytes(st.index)
-                else:
-                    params = float(sum(profile.layers[i].parameter_bytes for i in st.layers))
-                owners = sp.replicas * sp.context_parallel  # sharded over the d x c ranks that reduce
-                duration += stage_optimizer_step_s(
-                    params, spec, plan.optimizer, profile.dtype, sp.sharding, owners
-                )
-            if mine and duration > 0:
-                waits = tuple(c for st in mine for c in after.get(st.index, ()))
-                op = Compute("O", mine[0].index, -1, duration, (), (), (), -1)
-                out[(rank, replica)] = Update(op, waits)
     return out
 
 
@@ -619,7 +565,13 @@ def lower(
             weights = float(sum(profile.layers[i].parameter_bytes for i in stage.layers))
             for device in stage.devices:
                 static[device] += extra * weights
-    updates = _updates(plan, profile, cluster, stages, collectives, tp) if options.optimizer_step else None
+    updates = None
+    if options.optimizer_step:
+        steps = optimizer_steps(plan, profile, cluster, stages, collectives, tp)
+        updates = {
+            key: Update(Compute("O", stage, -1, duration, (), (), (), -1), after)
+            for key, (stage, duration, after) in steps.items()
+        }
     return Program(
         plan=plan,
         schedule=stream,

@@ -64,9 +64,12 @@ class Tally:
         self.end_time = 0.0
         self.comm_end = 0.0  # the end of the last stream before its optimizer step, or collective
 
-    def compute(self, device: int, ins: Compute, start: float, end: float) -> None:
+    def compute(
+        self, device: int, ins: Compute, start: float, end: float, compute_end: float | None = None
+    ) -> None:
         """Count one compute op that ran from ``start`` to ``end`` seconds: its memory (allocated
-        at the start, freed at the end), its trace record, and the end of a backward."""
+        at the start, freed at the end), its trace record (the compute until ``compute_end``
+        when the op then waited for its TP collectives), and the end of a backward."""
         now = self.memory_now[device]
         peak_t, peak = self.memory_peak[device]
         if self.record:
@@ -88,15 +91,7 @@ class Tally:
                 else:
                     times.append(end)
                     values.append(now)
-            op_end = end
-            if self.program.tp is not None:
-                tp = self.program.tp_comm(device, ins)
-                if tp is not None:  # the op's exposed TP collectives, on the communication row
-                    comm_s, nbytes = tp
-                    op_end = end - comm_s
-                    self._comm_record(
-                        (device, TP_COLLECTIVE, ins.stage, ins.microbatch, nbytes, -1, op_end, end)
-                    )
+            op_end = end if compute_end is None else compute_end
             self._compute_record((device, OP_CODE[ins.op], ins.stage, ins.microbatch, start, op_end))
         else:
             for nbytes in ins.alloc_bytes:
@@ -110,6 +105,13 @@ class Tally:
         self.num_ops += 1
         if (ins.op == "B" or ins.op == "W") and end > self.last_backward_end:
             self.last_backward_end = end
+
+    def tp_collective(self, device: int, ins: Compute, nbytes: float, start: float, end: float) -> None:
+        """Count op ``ins``'s TP collectives (``nbytes`` of full tensors) that ran from ``start`` to
+        ``end`` seconds among ``device``'s group, on its communication row when recording."""
+        self.num_ops += 1
+        if self.record:
+            self._comm_record((device, TP_COLLECTIVE, ins.stage, ins.microbatch, nbytes, -1, start, end))
 
     def send(
         self, device: int, kind: str, stage: int, mb: int, nbytes: float, peer: int, start: float, end: float

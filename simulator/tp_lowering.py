@@ -9,18 +9,23 @@ memory). For every compute instruction of a TP stage this pass gives
   blocks re-timed from their split GEMM shapes on the group's device, other layers by time
   division; a ratio applied to the stage's time so speed factors and jitter still apply);
 * the TP collectives of its layers for that micro-batch share
-  (:func:`~pipesim.profiles.costmodels.tensor_parallel.stage_collectives`), timed as ring
-  collectives over the group's routes in the cluster (NVLink/NVSwitch inside a server, NICs
-  across) with :func:`~pipesim.profiles.costmodels.collective.allreduce_curves`: an all-reduce
-  the ring all-reduce, an all-gather or a reduce-scatter its half (``n - 1`` of its ``2 (n - 1)``
-  steps). They are *exposed*: each waits for the compute before it and the next kernel waits for
-  it, so a stage's collectives of one (op, micro-batch) are summed into that op's time (exact:
-  they are serial on the compute stream, and nothing else is carried by the group's links in
-  this model), except the backward's input-gradient all-reduces (reduce-scatters with SP) of
-  the column-parallel linears, which run while the linear's weight-gradient GEMM computes, so
-  only their excess over it is exposed in a full backward ``B``
-  (:func:`~pipesim.profiles.costmodels.tensor_parallel.wgrad_hidden_comm_s`); an input-gradient
-  ``I`` of a split backward has no weight gradient to hide them behind and exposes them whole;
+  (:func:`~pipesim.profiles.costmodels.tensor_parallel.stage_collectives`), lowered to one
+  collective per (op, micro-batch) that the executors run as real transfers over the group's
+  routes (NVLink/NVSwitch inside a server, PCIe, NICs and the fabric across servers), sharing
+  links max-min fairly with the pipeline's sends and the data-parallel collectives
+  (:mod:`pipesim.simulator.tp_collectives`: the aggregation and why it is exact on one
+  NVSwitch server). They are *exposed*: the collective starts as the op's compute ends and the
+  next instruction waits for it, except the part the compute hides, by which the collective is
+  launched earlier: the backward's input-gradient all-reduces (reduce-scatters with SP) of the
+  column-parallel linears run while the linear's weight-gradient GEMM computes, so only their
+  excess over it is exposed in a full backward ``B``
+  (:func:`~pipesim.profiles.costmodels.tensor_parallel.wgrad_hidden_comm_s`: the collective is
+  launched ``sum min(c, wgrad)`` before the compute ends), and with ``tp_comm_overlap`` the ring
+  exchange's share (:func:`~pipesim.profiles.costmodels.tensor_parallel.tp_exposed_comm_s`); an
+  input-gradient ``I`` of a split backward has no weight gradient to hide them behind and
+  exposes them whole. Alone on the group's links (a group inside one NVSwitch server) the op
+  ends exactly when the folded model of :func:`~pipesim.profiles.costmodels.tensor_parallel.stage_tp_times`
+  says (``compute + exposed``), which the planner uses;
   the activation stash and working set per device (:func:`tp_stage_activation_bytes`).
 
 Pipeline transfers: each TP rank sends its ``1/t`` share to its peer in the next stage (the
@@ -36,8 +41,9 @@ Context parallelism ``c`` (:mod:`~pipesim.profiles.costmodels.context_parallel`)
 ``t x c`` devices, ``c`` TP groups that split the sequence; the stream runs on the first TP
 group's first device and the others mirror it. Compute and TP collectives are those of
 ``s / c`` tokens, each block's ring exchange (timed on the slowest hop of the first TP rank's
-CP ring, :meth:`TpLowering.cp_ring`) is added exposed beyond the attention it hides behind, and
-activations are divided by ``c``. The gradient collectives join the ``c`` CP ranks of every
+CP ring, :meth:`TpLowering.cp_ring`) is added exposed beyond the attention it hides behind
+(folded into the op's duration: the CP ring is not lowered to transfers yet), and activations
+are divided by ``c``. The gradient collectives join the ``c`` CP ranks of every
 replica (Megatron-LM reduces over data x context parallel ranks, :meth:`TpLowering.dp_group`),
 and sharded state is split over them.
 """
@@ -45,6 +51,7 @@ and sharded state is split over them.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import NamedTuple
 
 from pipesim.plan import Plan
 from pipesim.profiles.costmodels.collective import AllReduceCurves, allreduce_curves
@@ -61,7 +68,6 @@ from pipesim.profiles.costmodels.sharding import sharded_memory_multiplier
 from pipesim.profiles.costmodels.tensor_parallel import (
     TpCollective,
     check_tensor_parallel,
-    check_tp_group_in_server,
     collective_time_s,
     stage_collectives,
     tp_compute_model,
@@ -71,12 +77,23 @@ from pipesim.profiles.costmodels.tensor_parallel import (
 from pipesim.profiles.hardware.cluster import Cluster
 from pipesim.profiles.models.profile import DTYPE_BYTES, ModelProfile
 from pipesim.schedules.action import Op
+from pipesim.simulator.tp_collectives import TpComm, TpRing, op_comm, tp_ring
 
 __all__ = ["TpLowering", "TpStageCost"]
 
 TpStageCost = tuple[float, float, float, float, float, float]
 """``(forward time ratio, backward time ratio, forward collectives s, backward collectives s,
 stash bytes, work bytes)`` of one replica's share of a micro-batch on a TP stage."""
+
+
+class _OpComm(NamedTuple):
+    """Per op (``F``, ``B``, ``I``) of one replica's share on a TP stage, seconds: the TP
+    collectives' exposed time and their whole time (alone on the group's links), and the
+    exposed CP ring exchange (folded into the op's duration)."""
+
+    exposed: dict[str, float]
+    whole: dict[str, float]
+    ring: dict[str, float]
 
 
 class TpLowering:
@@ -93,18 +110,15 @@ class TpLowering:
         self.elem_bytes = DTYPE_BYTES[profile.dtype]
         self.groups = plan.tp_groups(cluster.num_devices)
         self.cp_rings = plan.cp_groups(cluster.num_devices)
-        for s, rings in enumerate(self.cp_rings):
-            t = plan.stages[s].tensor_parallel
-            if t > 1:  # every CP rank's TP group (the first TP ranks of the replica's ring)
-                for lead in (d for ring in rings for d in ring):
-                    group = tuple(range(lead, lead + t))
-                    check_tp_group_in_server(group, cluster.server_of, f"stages[{s}].tensor_parallel")
         self._free = free_links
         self._bw = cluster.links.bandwidths_bytes_per_s()
         self._lat = cluster.links.latencies_s()
         self._curves: dict[tuple[int, ...], AllReduceCurves] = {}
         self._cache: dict[tuple[int, int, int], TpStageCost] = {}
         self._split: dict[tuple[int, int, int], float] = {}
+        self._ops: dict[tuple[int, int, int], _OpComm] = {}
+        self._rings: dict[tuple[int, ...], TpRing] = {}
+        self._comms: dict[tuple[str, int, int, int], TpComm | None] = {}
 
     def is_tp(self, stage: int) -> bool:
         """Whether ``stage`` is tensor- or context-parallel (a replica of several devices)."""
@@ -213,26 +227,90 @@ class TpLowering:
         :meth:`memory_multiplier`)."""
         return self.parameter_bytes(stage) * self.memory_multiplier(stage)
 
+    def _op_comms(self, stage: int, samples: int, replica: int) -> _OpComm:
+        """:class:`_OpComm` of ``replica``'s share of ``samples`` samples on TP ``stage``."""
+        key = (stage, samples, replica)
+        found = self._ops.get(key)
+        if found is not None:
+            return found
+        self.cost(stage, samples, replica)
+        spec = self.plan.stages[stage]
+        t, sp, c = spec.tensor_parallel, spec.sequence_parallel, spec.context_parallel
+        group = self.groups[stage % self.plan.num_ranks][replica]
+        curves = self.curves(group)
+        compute = tp_compute_model(self.profile, self.cluster.device_spec(group[0]))
+        first, last, overlap = spec.first_layer, spec.last_layer, spec.tp_comm_overlap
+        full = stage_cp_times(self.profile, first, last, samples, t, c, sp, curves,
+                              self.cp_ring(stage, replica), compute, overlap)
+        tp_only = full if c == 1 else stage_cp_times(
+            self.profile, first, last, samples, t, c, sp, curves, FREE_HOP, compute, overlap
+        )
+        whole = tp_only if not overlap else stage_cp_times(
+            self.profile, first, last, samples, t, c, sp, curves, FREE_HOP, compute, False
+        )
+        found = self._ops[key] = _OpComm(
+            exposed={"F": tp_only.fwd_comm_s, "B": tp_only.bwd_comm_s, "I": tp_only.bwd_split_comm_s},
+            whole={"F": whole.fwd_comm_s, "B": whole.bwd_split_comm_s, "I": whole.bwd_split_comm_s},
+            ring={
+                "F": full.fwd_comm_s - tp_only.fwd_comm_s,
+                "B": full.bwd_comm_s - tp_only.bwd_comm_s,
+                "I": full.bwd_split_comm_s - tp_only.bwd_split_comm_s,
+            },
+        )
+        return found
+
+    def tp_comm(self, op: str, stage: int, samples: int, replica: int) -> TpComm | None:
+        """The TP collectives of op ``op`` (``F``, ``B``, ``I``; with ``full`` recomputation a
+        backward replays the forward's too) of ``replica``'s share of ``samples`` samples on TP
+        ``stage`` as one :class:`~pipesim.simulator.tp_collectives.TpComm`, launched as early
+        before the op's compute ends as the compute hides of them (module docstring); ``None``
+        for a ``W``, without collectives (``t = 1``, layers without shapes) or on free links."""
+        key = (op, stage, samples, replica)
+        if key in self._comms:
+            return self._comms[key]
+        found: TpComm | None = None
+        group = self.groups[stage % self.plan.num_ranks][replica]
+        if op in ("F", "B", "I") and not self._free and len(group) > 1:
+            ops = self._op_comms(stage, samples, replica)
+            phases = {"F"} if op == "F" else {"B"}
+            exposed, whole = ops.exposed[op], ops.whole[op]
+            if op != "F" and self.recompute is Recompute.FULL:  # the replayed forward's too
+                phases.add("F")
+                exposed, whole = exposed + ops.exposed["F"], whole + ops.whole["F"]
+            colls = [c for c in self.collectives(stage, samples) if c.phase in phases]
+            ring = self._rings.get(group)
+            if ring is None:
+                ring = self._rings[group] = tp_ring(group, self.cluster.route, self._bw.__getitem__,
+                                                    self._lat.__getitem__)
+            found = op_comm(ring, colls, max(0.0, whole - exposed))
+        self._comms[key] = found
+        return found
+
     def compute_parts(
         self, op: Op, s: int, samples: int, replica: int, fwd: float, bwd: float, wf: float, rec: float = 0.0
-    ) -> tuple[str, float, tuple[float, ...], tuple[float, ...]]:
-        """The program's ``(op, duration s, bytes allocated, bytes freed)`` of a compute op of TP
-        stage ``s`` whose stage costs without TP are ``fwd``, ``bwd`` seconds (weight-gradient
-        share ``wf``) and ``rec`` seconds of replayed forward: the compute scaled to TP plus the
-        op's exposed TP collectives (the backward's go with the input gradient ``I``, whole:
-        :meth:`exposed_comm_s`); the replay
-        (:func:`~pipesim.profiles.costmodels.tensor_parallel.tp_replay_s`) starts ``B`` or ``I``."""
-        ratio_f, ratio_b, comm_f, comm_b, stash, work = self.cost(s, samples, replica)
-        replay = tp_replay_s(self.recompute, rec, ratio_f, comm_f, self.plan.stages[s].replica_width)
+    ) -> tuple[str, float, tuple[float, ...], tuple[float, ...], TpComm | None]:
+        """The program's ``(op, duration s, bytes allocated, bytes freed, TP collectives)`` of a
+        compute op of TP stage ``s`` whose stage costs without TP are ``fwd``, ``bwd`` seconds
+        (weight-gradient share ``wf``) and ``rec`` seconds of replayed forward: the compute
+        scaled to TP plus the op's exposed CP ring exchange, and its TP collectives
+        (:meth:`tp_comm`), which the executors run as transfers; the replay
+        (:func:`~pipesim.profiles.costmodels.tensor_parallel.tp_replay_s`, its collectives
+        going with the backward's) starts ``B`` or ``I``."""
+        ratio_f, ratio_b, _, _, stash, work = self.cost(s, samples, replica)
+        ring = self._op_comms(s, samples, replica).ring
+        full = self.recompute is Recompute.FULL
+        replay = tp_replay_s(self.recompute, rec, ratio_f, ring["F"] if full else 0.0,
+                             self.plan.stages[s].replica_width)
         fwd, bwd = fwd * ratio_f, bwd * ratio_b
         if op is Op.F:
-            return ("F", fwd + comm_f, (stash,), ())
+            return ("F", fwd + ring["F"], (stash,), (), self.tp_comm("F", s, samples, replica))
         if op is Op.B:
-            return ("B", replay + bwd + comm_b, (work,), (work, stash))
+            comm = self.tp_comm("B", s, samples, replica)
+            return ("B", replay + bwd + ring["B"], (work,), (work, stash), comm)
         if op is Op.I:
-            comm_i = self._split[(s, samples, replica)]
-            return ("I", replay + bwd * (1.0 - wf) + comm_i, (work,), (work,))
-        return ("W", bwd * wf, (), (stash,))
+            comm = self.tp_comm("I", s, samples, replica)
+            return ("I", replay + bwd * (1.0 - wf) + ring["I"], (work,), (work,), comm)
+        return ("W", bwd * wf, (), (stash,), None)
 
     def static_memory(self, devices_of: Mapping[int, tuple[int, ...]]) -> dict[int, float]:
         """Static memory per device under TP and sharding, bytes, for stages whose stream devices

@@ -162,6 +162,30 @@ def rendezvous_of(args: argparse.Namespace) -> dict[str, Any]:
     return {"rendezvous": True} if args.rendezvous else {}
 
 
+ZERO_PREFETCH_MAX = 8
+"""The most units ``--zero-prefetch`` takes: ``pipesim.profiles.costmodels.sharding.MAX_ZERO_UNITS``
+(not imported here, to keep the CLI's start-up light; ``tests/tp/test_zero_prefetch_cli.py``
+holds them equal)."""
+
+
+def add_zero_prefetch_arg(parser: argparse.ArgumentParser) -> None:
+    """Add ``--zero-prefetch N`` (``SimOptions.zero_prefetch``: units whose parameters ZeRO-3
+    gathers ahead of the one in use). Read it with :func:`zero_prefetch_of`."""
+    parser.add_argument(
+        "--zero-prefetch",
+        type=int_arg(1, ZERO_PREFETCH_MAX),
+        default=None,
+        metavar="N",
+        help=f"ZeRO-3: units whose parameters are gathered ahead of the one in use, 1..{ZERO_PREFETCH_MAX} "
+        "(default 1, FSDP's backward_prefetch; each more holds one more unit; docs/parallelism.md)",
+    )
+
+
+def zero_prefetch_of(args: argparse.Namespace) -> dict[str, Any]:
+    """The :class:`~pipesim.simulator.SimOptions` keywords ``--zero-prefetch`` gives."""
+    return {} if args.zero_prefetch is None else {"zero_prefetch": args.zero_prefetch}
+
+
 def add_recompute_arg(parser: argparse.ArgumentParser, *, default: str | None = "none") -> None:
     """Add ``--recompute none|full|selective`` (``--recompute`` alone is ``full``); see
     ``docs/recompute.md``. ``default=None`` leaves the plan file's mode (``--plan``) in force."""

@@ -12,6 +12,7 @@ from pipesim.cli._common import (
     add_model_args,
     add_recompute_arg,
     add_rendezvous_args,
+    add_zero_prefetch_arg,
     batch_int,
     float_arg,
     format_table,
@@ -19,6 +20,7 @@ from pipesim.cli._common import (
     print_json,
     rendezvous_of,
     samples_int,
+    zero_prefetch_of,
 )
 from pipesim.cli._parallel import add_parallel_args, apply_parallel, pins_of
 from pipesim.cli.progress import Status
@@ -114,6 +116,7 @@ def add_comparison_args(p: argparse.ArgumentParser) -> None:
     )
     add_recompute_arg(p, default=None)  # with --plan: given, it replaces the plan file's mode
     add_rendezvous_args(p)
+    add_zero_prefetch_arg(p)
 
 
 def comparison_rows(
@@ -153,7 +156,7 @@ def comparison_rows(
         rerank=args.rerank == "simulate",
         recompute=args.recompute,
         hold_plan=args.hold_plan,
-        options=SimOptions(**rendezvous) if (rendezvous := rendezvous_of(args)) else None,
+        options=SimOptions(**sim) if (sim := {**rendezvous_of(args), **zero_prefetch_of(args)}) else None,
         **options,
     )
     return rows, title, cluster

@@ -11,6 +11,7 @@ from pipesim.cli._common import (
     add_model_args,
     add_recompute_arg,
     add_rendezvous_args,
+    add_zero_prefetch_arg,
     batch_int,
     format_table,
     inputs_of,
@@ -19,6 +20,7 @@ from pipesim.cli._common import (
     print_json,
     rendezvous_of,
     seed_int,
+    zero_prefetch_of,
 )
 from pipesim.cli._parallel import add_parallel_args, apply_parallel, parallel_text
 from pipesim.cli.progress import Status
@@ -106,6 +108,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "transfer is split over them; default 1; docs/communication.md)",
     )
     add_rendezvous_args(p)
+    add_zero_prefetch_arg(p)
     p.add_argument(
         "--optimizer-step",
         default="on",
@@ -288,6 +291,7 @@ def _run(args: argparse.Namespace) -> int:
         speed_factors=speeds,
         p2p_channels=args.p2p_channels,
         **rendezvous_of(args),
+        **zero_prefetch_of(args),
         optimizer_step=args.optimizer_step == "on",
     )
     with Status(f"simulating {profile.name} on {cluster.name} ({plan.num_microbatches} micro-batches)"):

@@ -167,3 +167,38 @@ def test_looped_and_ordered_estimates_add_the_simulated_update(schedule: str, ch
     opt = chunks * _step_s(PARAMS)
     assert sim[0] - sim[1] == pytest.approx(opt, rel=1e-9)
     assert est[0] - est[1] == pytest.approx(opt, rel=1e-9)
+
+
+@pytest.mark.parametrize("sharding", ["zero1", "zero2", "distributed"])
+@pytest.mark.parametrize("executor", ["simpy", "fast"])
+def test_sharded_steps_run_between_the_reduce_scatter_and_the_all_gather(
+    sharding: str, executor: str
+) -> None:
+    """ZeRO-1/2 and the distributed optimizer: reduce-scatter, step, all-gather (Megatron-LM's
+    order): the step waits for the stage's reduce-scatters only, the all-gather of the updated
+    shards for every member's step, and the iteration ends with the all-gather."""
+    p, m = 2, 4
+    profile = equal_profile(p, parameter_bytes=PARAMS, fwd_s=0.01, bwd_s=0.02)
+    plan = one_layer_per_stage(p, m, schedule="1f1b", replicas=2)
+    plan = replace(plan, stages=tuple(replace(s, sharding=sharding) for s in plan.stages))
+    opts = SimOptions(contention=False, record_trace=True)
+    result = simulate(plan, profile, DGX1, opts, executor=executor)
+    program = lower(plan, profile, DGX1, opts)
+    gathers = [c for c in program.collectives if c.after_step]
+    assert len(gathers) == p
+    assert all(c.kind == "all-gather" for c in gathers)
+    for rank, replica, _ in program.streams:
+        update = program.update(rank, replica)
+        assert update is not None
+        assert not {c.index for c in gathers} & set(update.after)
+    ops = {e.device: e for e in result.events if e.kind is EventKind.OPTIMIZER}
+    for gather in gathers:  # its event starts once its members' steps have ended
+        events = [e for e in result.events if e.kind is EventKind.ALL_REDUCE and e.stage == gather.stage
+                  and e.nbytes == gather.nbytes]
+        last = max(events, key=lambda e: e.end_s)
+        assert last.start_s == pytest.approx(max(ops[d].end_s for d in gather.members), rel=1e-12)
+        assert result.iteration_time_s >= last.end_s
+    off = simulate(plan, profile, DGX1, replace(opts, optimizer_step=False), executor=executor)
+    step = next(iter(ops.values())).duration_s
+    # the step sits between the collectives: the iteration grows by it
+    assert result.iteration_time_s - off.iteration_time_s == pytest.approx(step, rel=1e-9)

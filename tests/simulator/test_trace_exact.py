@@ -84,10 +84,13 @@ class EagerRecorder:
         compute, send, collective = Tally.compute, Tally.send, Tally.collective
         record_links = Network._record_links
 
-        def on_compute(tally: Tally, device: int, ins: Compute, start: float, end: float) -> None:
+        def on_compute(
+            tally: Tally, device: int, ins: Compute, start: float, end: float,
+            compute_end: float | None = None,
+        ) -> None:
             if tally.record:
                 self.compute(tally, device, ins, start, end)
-            compute(tally, device, ins, start, end)
+            compute(tally, device, ins, start, end, compute_end)
 
         def on_send(tally: Tally, device: int, kind: str, *rest: Any) -> None:
             if tally.record:

@@ -169,14 +169,45 @@ def test_fast_path_runs_reduce_scatters_and_gathers_as_the_engine(sharding: str,
                 simulate(plan, profile, CLUSTER, options, executor="simpy"))
 
 
-def test_zero3_runs_on_the_engine_only() -> None:
-    profile = equal_profile(8)
-    options = SimOptions(contention=False)
-    with pytest.raises(InputError, match="fast path"):
-        simulate(_plan("zero3"), profile, CLUSTER, options, executor="fast")
-    auto = simulate(_plan("zero3"), profile, CLUSTER, options)
-    ref = simulate(_plan("zero3"), profile, CLUSTER, options, executor="simpy")
-    assert auto.iteration_time_s == ref.iteration_time_s
+@pytest.mark.parametrize("schedule", ["1f1b", "gpipe", "zb-h1", "interleaved"])
+@pytest.mark.parametrize("prefetch", [1, 2])
+@pytest.mark.parametrize("free_links", [False, True])
+def test_the_fast_path_runs_zero3s_gated_gathers_as_the_engine(
+    schedule: str, prefetch: int, free_links: bool
+) -> None:
+    """The fast path resolves each gather's end once its members are ready and the one before
+    it has ended, and resumes the ops stalled on it: the engine's result, event for event."""
+    from tests.simulator.test_fastpath import assert_same
+
+    profile = equal_profile(8, fwd_s=1e-3, bwd_s=2e-3, activation_bytes=1 << 20, parameter_bytes=1 << 24)
+    chunks = 2 if schedule == "interleaved" else 1
+    spans = ((0, 1), (2, 3), (4, 5), (6, 7)) if chunks == 2 else ((0, 3), (4, 7))
+    stages = tuple(StagePlan(first_layer=a, last_layer=b, replicas=2, sharding="zero3") for a, b in spans)
+    plan = Plan(stages=stages, global_batch_size=16, num_microbatches=4, schedule=schedule, chunks=chunks)
+    options = SimOptions(contention=False, free_links=free_links, zero_prefetch=prefetch, record_trace=True)
+    fast = simulate(plan, profile, CLUSTER, options, executor="fast")
+    assert_same(fast, simulate(plan, profile, CLUSTER, options, executor="simpy"))
+    if not free_links:  # the gathers gate the compute: stalls show as communication waits
+        assert max(d.comm_wait_time_s for d in fast.devices) > 0
+
+
+def test_the_fast_path_runs_zero3_with_tensor_parallelism_as_the_engine() -> None:
+    from pipesim.profiles.inputs import resolve_inputs
+    from tests.simulator.test_fastpath import assert_same
+
+    profile, cluster = resolve_inputs("gpt:layers=4,hidden=1024,heads=16,seq=512,vocab=32000", "dgx-a100-x2")
+    stages = (
+        StagePlan(first_layer=0, last_layer=2, replicas=2, tensor_parallel=2, sharding="zero3"),
+        StagePlan(first_layer=3, last_layer=5, replicas=2, tensor_parallel=2, sharding="zero3"),
+    )
+    plan = Plan(stages=stages, global_batch_size=16, num_microbatches=4, schedule="zb-h1")
+    options = SimOptions(contention=False, record_trace=True)
+    assert_same(simulate(plan, profile, cluster, options, executor="fast"),
+                simulate(plan, profile, cluster, options, executor="simpy"))
+    auto = simulate(plan, profile, cluster, SimOptions(contention=False))  # auto: the fast path
+    assert auto.iteration_time_s == pytest.approx(
+        simulate(plan, profile, cluster, SimOptions(contention=False), executor="simpy").iteration_time_s,
+        rel=1e-9)
 
 
 def test_units_are_bounded_and_cover_the_layers() -> None:

@@ -57,20 +57,26 @@ def _free_curves(n: int) -> AllReduceCurves:
 
 # (iteration s, peak bytes, summed all-reduce s) of each plan below, printed with repr(): main at
 # 08899f5 (before context parallelism) gave these bit for bit at the CP merge; regenerated since
-# for intended physics changes only (ZeRO collectives lowered, the optimizer step)
+# for intended physics changes only (ZeRO collectives lowered, the optimizer step); since the TP
+# collectives run as transfers (simulator/tp_collectives.py) equal up to rounding (1e-12)
 MAIN_RESULTS = {
     (1, False, "none", "1f1b"): (0.29969552271707134, 3943071744.0, 0.0029276416000001415),
     (2, False, "none", "gpipe"): (0.15633403945655663, 3953453963.8762894, 0.0015072170666666773),
     (4, True, "zero1", "1f1b"): (0.08281349441653146, 944695296.0, 0.0007795285333333513),
-    (2, True, "distributed", "interleaved"): (0.1457800905632445, 2244710400.0, 0.0015931221333333467),
+    # TP collectives as transfers: here the pipeline's sends share the NVSwitch ports with them
+    # (4 of device 0's 16 slowed), 0.1457800905632445 when folded; then the parameter all-gathers
+    # after the optimizer step (reduce-scatter, step, all-gather): both chunks' all-gathers start
+    # after the device's one step and share the links (0.14583251936324446, 0.0015931221333333467)
+    (2, True, "distributed", "interleaved"): (0.14588502922991112, 2244710400.0, 0.0020132010666666367),
     (1, False, "zero3", "zb-h1"): (0.2742095197399059, 3854901248.0, 0.019981474133333843),
 }
 
 
 @pytest.mark.parametrize(("t", "sp", "sharding", "schedule"), list(MAIN_RESULTS))
 def test_c1_reproduces_the_tp_pass(t: int, sp: bool, sharding: str, schedule: str) -> None:
-    """Differential: at c = 1 the simulation equals main's before context parallelism to the
-    last bit; c = 1 written out and read back from a plan file is the same plan; the CP cost
+    """Differential: at c = 1 the simulation equals main's before context parallelism (to the
+    rounding of the TP collectives' aggregation); c = 1 written out and read back from a plan
+    file is the same plan; the CP cost
     functions return the TP ones at c = 1."""
     profile, cluster = resolve_inputs(GPT, CLUSTER)
     base = _plan(t, 1, sp=sp, sharding=sharding, schedule=schedule)
@@ -84,7 +90,7 @@ def test_c1_reproduces_the_tp_pass(t: int, sp: bool, sharding: str, schedule: st
     b = simulate(again, profile, cluster, SimOptions())
     got = (a.iteration_time_s, max(d.peak_memory_bytes for d in a.devices),
            sum(d.allreduce_time_s for d in a.devices))
-    assert got == MAIN_RESULTS[(t, sp, sharding, schedule)]
+    assert got == pytest.approx(MAIN_RESULTS[(t, sp, sharding, schedule)], rel=1e-12)
     assert a.iteration_time_s == b.iteration_time_s
     assert [(d.device, d.peak_memory_bytes, d.busy_time_s, d.allreduce_time_s) for d in a.devices] == [
         (d.device, d.peak_memory_bytes, d.busy_time_s, d.allreduce_time_s) for d in b.devices
@@ -350,9 +356,10 @@ def test_compare_with_cp(capsys: pytest.CaptureFixture[str]) -> None:
     assert "1f1b" in out
 
 
-def test_every_cp_ranks_tp_group_must_sit_in_one_server() -> None:
+def test_cp_ranks_tp_groups_may_span_servers_in_the_simulation() -> None:
     """A TP 4 x CP 2 replica from device 2: its first TP group (2-5) is inside server 0, its
-    second (6-9) spans servers 0 and 1 and is refused; from device 0 both fit."""
+    second (6-9) spans servers 0 and 1. The simulation runs it (the stream's TP group, 2-5, on
+    NVSwitch); the 3D estimate still refuses it, naming the group."""
     profile, cluster = resolve_inputs(GPT, CLUSTER)
 
     def plan(lead: int) -> Plan:
@@ -360,9 +367,8 @@ def test_every_cp_ranks_tp_group_must_sit_in_one_server() -> None:
         return Plan(stages=(stage,), global_batch_size=4, num_microbatches=2, schedule="1f1b")
 
     with pytest.raises(InputError, match=r"stages\[0\]\.tensor_parallel=4.*devices 6\.\.9"):
-        simulate(plan(2), profile, cluster, SimOptions())
-    with pytest.raises(InputError, match=r"stages\[0\]\.tensor_parallel=4.*devices 6\.\.9"):
         estimate_3d(plan(2), profile, cluster)
+    assert simulate(plan(2), profile, cluster, SimOptions()).iteration_time_s > 0
     assert simulate(plan(0), profile, cluster, SimOptions()).iteration_time_s > 0
 
 

@@ -23,6 +23,7 @@ from pipesim.simulator.program import Compute, lower
 from pipesim.simulator.tp_lowering import TpLowering
 from tests.simulator.builders import random_plan
 from tests.tp.test_tp_compute import expected_block_times_s
+from tests.tp.tp_ops import op_time_s
 
 CLUSTER = get_cluster("dapple-2x8-v100")
 GPT = "gpt:layers=4,hidden=1024,heads=16,seq=512,vocab=32000"
@@ -206,12 +207,17 @@ def test_tp_collectives_are_on_the_communication_rows() -> None:
     # every F and B of both stages' 2 replicas and 4 micro-batches
     assert len(tp_events) == 2 * 2 * 2 * 4
     assert all(e.resource.endswith(".comm") and e.nbytes > 0 for e in tp_events)
-    instructions = [i for i in program.instructions(0) if isinstance(i, Compute)]
-    durations = {(i.op, i.stage, i.microbatch): i.duration_s for i in instructions}
+    instructions = {
+        (i.op, i.stage, i.microbatch): i for i in program.instructions(0) if isinstance(i, Compute)
+    }
     ops = [e for e in result.events if e.kind.is_compute and e.device == 0]
-    for e in (e for e in tp_events if e.device == 0):  # each right after its op, which it completes
-        (op,) = [c for c in ops if (c.stage, c.microbatch, c.end_s) == (e.stage, e.microbatch, e.start_s)]
-        total = durations[(op.kind.value, e.stage, e.microbatch)]
-        assert op.duration_s + e.duration_s == pytest.approx(total, rel=1e-12)
+    for e in (e for e in tp_events if e.device == 0):  # launched before its op's compute ends, ending it
+        (op,) = [c for c in ops if (c.stage, c.microbatch) == (e.stage, e.microbatch)
+                 and c.start_s <= e.start_s <= c.end_s]
+        ins = instructions[(op.kind.value, e.stage, e.microbatch)]
+        assert ins.tp is not None
+        assert op.duration_s == pytest.approx(ins.duration_s, rel=1e-12)  # the compute
+        assert e.start_s == pytest.approx(op.end_s - ins.tp.hidden_s, rel=1e-12)
+        assert e.end_s - op.start_s == pytest.approx(op_time_s(ins, cluster), rel=1e-12)
     plain = simulate(_gpt_plan(1), profile, cluster, SimOptions(record_trace=True))
     assert not [e for e in plain.events if e.kind is EventKind.TP_COLLECTIVE]

@@ -18,6 +18,7 @@ from pipesim.profiles.models.profile import DTYPE_BYTES
 from pipesim.profiles.models.shape import LayerKind, LayerShape
 from pipesim.simulator import SimOptions
 from pipesim.simulator.program import Compute, lower
+from tests.tp.tp_ops import op_time_s
 
 GPT = "gpt:layers=4,hidden=1024,heads=16,seq=512,vocab=32000"
 
@@ -90,7 +91,12 @@ def test_a_split_backward_exposes_its_collectives_whole() -> None:
     w_op = next(i for i in split.instructions(0) if isinstance(i, Compute) and i.op == "W")
     hidden, whole = tp.exposed_comm_s("B", 0, 2, 0), tp.exposed_comm_s("I", 0, 2, 0)
     assert whole > hidden
-    assert i_op.duration_s + w_op.duration_s - b.duration_s == pytest.approx(whole - hidden, rel=1e-9)
-    traced = full.tp_comm(0, b)  # what the trace shows on the communication row
-    assert traced is not None
-    assert traced[0] == hidden
+    i_s, w_s, b_s = (op_time_s(ins, cluster) for ins in (i_op, w_op, b))
+    assert i_s + w_s - b_s == pytest.approx(whole - hidden, rel=1e-9)
+    # the B launches its collective as early as the weight gradients hide of it, the I at its end
+    assert b.tp is not None
+    assert i_op.tp is not None
+    assert w_op.tp is None
+    assert b.tp.hidden_s == pytest.approx(whole - hidden, rel=1e-9)
+    assert i_op.tp.hidden_s == 0.0
+    assert b.tp.flow_bytes == i_op.tp.flow_bytes  # the same collectives, as one transfer

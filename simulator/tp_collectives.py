@@ -1,0 +1,159 @@
+"""The tensor-parallel collectives of one compute op, lowered to real transfers on the group's links.
+
+Every compute op of a tensor-parallel stage (``F``, ``B``, ``I``) carries the TP collectives
+of its layers for its micro-batch share
+(:func:`~pipesim.profiles.costmodels.tensor_parallel.stage_collectives`). The lowering
+(:mod:`pipesim.simulator.tp_lowering`) gives the op one :class:`TpComm`: the op's collectives
+*aggregated* into one ring collective among the TP group, which the executors run as network
+transfers over the group's routes (NVLink/NVSwitch inside a server, PCIe, NICs and the fabric
+across servers), sharing every link max-min fairly with the pipeline's sends and the
+data-parallel collectives. The op's compute occupies its stream for its own duration; the
+collective is launched ``hidden_s`` before the compute ends (the part of it the compute hides:
+the backward's input-gradient all-reduces behind the weight-gradient GEMMs, and with
+``tp_comm_overlap`` the ring-exchange overlap) and the op ends when both have ended, so the next
+instruction waits for it (exposed).
+
+**The aggregation.** A ring all-reduce of ``S`` bytes among ``n`` members is ``2 (n - 1)`` steps
+in which every member sends ``S / n`` bytes to the next; an all-gather or a reduce-scatter is
+``n - 1`` of them. On a ring whose hops have one latency ``a`` and one bandwidth ``B`` (a group
+inside one NVSwitch server) the op's collectives, which run one after another on the stream,
+take
+
+    sum_i u_i (n - 1) (a + S_i / (n B))  =  U (n - 1) a  +  (n - 1) / n  x  (sum_i u_i S_i) / B
+
+with ``u_i`` 2 for an all-reduce, 1 for a half and ``U = sum u_i``: exactly one flow per hop
+that waits ``U (n - 1) a`` (the summed per-call latencies) and then carries
+``(n - 1) / n x sum u_i S_i`` bytes (the summed steps' bytes). So the aggregation changes no
+time when nothing else uses the links: the folded per-op sums of before, and
+:func:`~pipesim.profiles.costmodels.tensor_parallel.stage_tp_times`, which the planner uses,
+are reproduced (``tests/tp/test_tp_network.py``). With hops of different latency and bandwidth
+(a ring across servers) the per-call time is ``max`` over the hops and the sum of maxima can be
+less than one flow's time (at most the slowest hop's latency times the steps plus the bytes
+at the slowest hop's rate: equal when the slowest hop is also the one of highest latency, as
+NIC hops are).
+
+**One flow per hop set.** NCCL's ring is pipelined in slices: in the steady state every hop
+moves data at the pace of the slowest, so a ring is modelled as *one* flow over the union of its
+hops' links (a max-min share limited by its most contended link), not ``n`` flows of which the
+fast ones would finish early and wait at each step's barrier. Hops that share a link (which one
+flow counts once) are split into several flows, each over link-disjoint hops; a direct-link mesh
+(a DGX-1) runs its several rings (:func:`~pipesim.profiles.costmodels.ring_topology.ring_set`)
+as one flow set each, carrying its share of the bytes, as the folded curves did. What this
+approximates under contention: the op's collectives run as one block at the end of its compute
+rather than layer by layer between its kernels, and the step barriers are replaced by the
+pipelined steady state.
+
+Per (op, micro-batch) one collective of a handful of flows: the program stays about as small as
+a TP-free one (one flow per op on an NVSwitch server).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
+
+from pipesim.profiles.costmodels.ring_topology import ring_set
+from pipesim.profiles.costmodels.tensor_parallel import TpCollective
+
+__all__ = ["TpComm", "TpRing", "alone_s", "op_comm", "tp_ring"]
+
+
+class TpRing(NamedTuple):
+    """A TP group's ring(s) as flows: ``flows`` the routes (link indices, the union of the
+    hops of one link-disjoint hop set), ``shares`` each flow's share of a hop's bytes (``1 / R``
+    on ``R`` rings), ``hop_latency_s`` the slowest hop's route latency, seconds, and ``members``
+    the group's size ``n``."""
+
+    flows: tuple[tuple[int, ...], ...]
+    shares: tuple[float, ...]
+    hop_latency_s: float
+    members: int
+
+
+class TpComm(NamedTuple):
+    """The TP collectives of one compute op as one collective (module docstring).
+
+    Attributes:
+        flows: routes of the flows (link indices), all started at once.
+        flow_bytes: bytes each flow carries.
+        latency_s: seconds each flow waits before its bytes flow (the summed per-call latencies).
+        hidden_s: seconds before the op's compute ends at which the collective is launched.
+        nbytes: the full tensors' bytes of the op's collectives (the trace shows them).
+    """
+
+    flows: tuple[tuple[int, ...], ...]
+    flow_bytes: tuple[float, ...]
+    latency_s: float
+    hidden_s: float
+    nbytes: float
+
+
+def tp_ring(
+    group: Sequence[int],
+    route: Callable[[int, int], tuple[int, ...]],
+    bandwidth: Callable[[int], float],
+    latency: Callable[[int], float],
+) -> TpRing:
+    """The flows of ``group``'s ring(s) (``group`` in ring order, two devices or more).
+
+    Args:
+        group: the TP group's devices.
+        route: ``route(src, dst)`` link indices.
+        bandwidth: ``bandwidth(link)`` bytes/s.
+        latency: ``latency(link)`` seconds.
+    """
+    n = len(group)
+    rings = ring_set(group, route, bandwidth)
+    flows: list[tuple[int, ...]] = []
+    shares: list[float] = []
+    slowest = 0.0
+    for ring in rings:
+        hop_sets: list[tuple[set[int], list[int]]] = []  # (links held, route) per flow
+        for i in range(n):
+            hop = route(ring[i], ring[(i + 1) % n])
+            slowest = max(slowest, sum(latency(link) for link in hop))
+            for held, links in hop_sets:
+                if held.isdisjoint(hop):
+                    held.update(hop)
+                    links.extend(hop)
+                    break
+            else:
+                hop_sets.append((set(hop), list(hop)))
+        for _, links in hop_sets:
+            flows.append(tuple(links))
+            shares.append(1.0 / len(rings))
+    return TpRing(flows=tuple(flows), shares=tuple(shares), hop_latency_s=slowest, members=n)
+
+
+def op_comm(ring: TpRing, collectives: Sequence[TpCollective], hidden_s: float) -> TpComm | None:
+    """``collectives`` (run one after another) as one :class:`TpComm` on ``ring``, launched
+    ``hidden_s`` before the op's compute ends; ``None`` without collectives."""
+    if not collectives or ring.members < 2:
+        return None
+    n = ring.members
+    steps = 0
+    weighted = 0.0
+    for c in collectives:
+        units = 2 if c.kind == "all-reduce" else 1
+        steps += units
+        weighted += units * c.nbytes
+    hop_bytes = (n - 1) / n * weighted
+    return TpComm(
+        flows=ring.flows,
+        flow_bytes=tuple(hop_bytes * share for share in ring.shares),
+        latency_s=steps * (n - 1) * ring.hop_latency_s,
+        hidden_s=hidden_s,
+        nbytes=float(sum(c.nbytes for c in collectives)),
+    )
+
+
+def alone_s(comm: TpComm, rate: Callable[[tuple[int, ...]], float]) -> float:
+    """Seconds ``comm`` takes when nothing else uses its links and its flows do not share one:
+    the slowest flow's latency plus bytes at ``rate(route)`` (its route's bandwidth, bytes/s)."""
+    out = 0.0
+    for route, nbytes in zip(comm.flows, comm.flow_bytes, strict=True):
+        bandwidth = rate(route)
+        flow_s = nbytes / bandwidth if math.isfinite(bandwidth) and nbytes > 0 else 0.0
+        out = max(out, comm.latency_s + flow_s)
+    return out
