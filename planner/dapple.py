@@ -295,7 +295,7 @@ def _search_one(
                     ar = ar_times.get(tkey, -1.0)
                     if ar < 0.0:
                         # the all-reduce, then the update after it (the estimate's tail)
-                        ar = 0.0 if curves is None else curves.time_s(pbytes, algo)
+                        ar = 0.0 if curves is None else curves.time_s(pbytes * model.grad_bytes, algo)
                         ar = ar_times[tkey] = ar + model.optimizer_step_s(pbytes)
                     head = fwd + mm1 * (fwd + bwd) + bwd
                     if head >= bound:

@@ -67,6 +67,7 @@ from pipesim.profiles.costmodels.collective import (
     eval_lines,
     prune_lines,
 )
+from pipesim.profiles.costmodels.grad_dtype import grad_bytes_factor
 from pipesim.profiles.costmodels.memory import (
     IN_FLIGHT_SCHEDULES,
     IN_FLIGHT_SCHEDULES_ALL,
@@ -156,6 +157,10 @@ class CostModel:
         self.optimizer_step = optimizer_step
         self._optimizer_factors: tuple[float, float, float] | None = None
         self._multiplier = static_memory_multiplier(profile.dtype, optimizer)
+        self.grad_bytes = grad_bytes_factor(profile.dtype)
+        """Gradient bytes per parameter byte in a gradient all-reduce (the default rule of
+        :func:`~pipesim.profiles.costmodels.grad_dtype.grad_reduce_dtype`; a plan's
+        ``grad_reduce_dtype`` overrides it in :meth:`stage_costs`)."""
         self._params = list(prefix_sums([layer.parameter_bytes for layer in profile.layers]))
         self.cut_bytes_per_sample = [c.crossing_bytes / profile.profile_batch_size for c in profile.cuts()]
         self._shares: dict[float, ShareTable] = {}
@@ -446,6 +451,7 @@ class CostModel:
         samples = largest_microbatch(plan)
         where = _rank_of(plan)
         dual = placement_of(plan.schedule) == "dual"
+        grad = grad_bytes_factor(self.profile.dtype, plan.grad_reduce_dtype)
         out = []
         for s, stage in enumerate(plan.stages):
             devices = placement[where[s]]
@@ -468,7 +474,9 @@ class CostModel:
                     fwd_s=table.fwd[last + 1] - table.fwd[first],
                     bwd_s=table.bwd[last + 1] - table.bwd[first],
                     wgrad_s=table.wgrad[last + 1] - table.wgrad[first],
-                    allreduce_s=self.allreduce_s(reducers, self.parameter_bytes(first, last), plan.allreduce),
+                    allreduce_s=self.allreduce_s(
+                        reducers, self.parameter_bytes(first, last) * grad, plan.allreduce
+                    ),
                     send_fwd_s=send_f,
                     send_bwd_s=send_b,
                     send_latency_s=latency,
