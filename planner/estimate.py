@@ -131,6 +131,9 @@ class CostModel:
         allreduce: ``auto``, ``ring`` or ``hierarchical``.
         optimizer_step: time each device's optimizer step at the end of the iteration (default
             ``True``, as the simulator's ``SimOptions.optimizer_step``).
+        grad_reduce_dtype: the gradients' reduction dtype (``None``: the default rule of
+            :func:`~pipesim.profiles.costmodels.grad_dtype.grad_reduce_dtype`): gradient
+            all-reduce bytes and gradient memory.
 
     Raises:
         InputError: unknown optimizer or all-reduce algorithm, or ``selective`` for a profile
@@ -146,6 +149,7 @@ class CostModel:
         recompute: Recompute | str | bool = Recompute.NONE,
         allreduce: str = "auto",
         optimizer_step: bool = True,
+        grad_reduce_dtype: str | None = None,
     ) -> None:
         if allreduce not in ALLREDUCE_ALGORITHMS:
             raise invalid("allreduce", allreduce, f"must be one of {', '.join(ALLREDUCE_ALGORITHMS)}")
@@ -156,10 +160,11 @@ class CostModel:
         self.allreduce = allreduce
         self.optimizer_step = optimizer_step
         self._optimizer_factors: tuple[float, float, float] | None = None
-        self._multiplier = static_memory_multiplier(profile.dtype, optimizer)
-        self.grad_bytes = grad_bytes_factor(profile.dtype)
-        """Gradient bytes per parameter byte in a gradient all-reduce (the default rule of
-        :func:`~pipesim.profiles.costmodels.grad_dtype.grad_reduce_dtype`; a plan's
+        self.grad_reduce_dtype = grad_reduce_dtype
+        self._multiplier = static_memory_multiplier(profile.dtype, optimizer, grad_reduce_dtype)
+        self.grad_bytes = grad_bytes_factor(profile.dtype, grad_reduce_dtype)
+        """Gradient bytes per parameter byte in a gradient all-reduce
+        (:func:`~pipesim.profiles.costmodels.grad_dtype.grad_bytes_factor`; a plan's own
         ``grad_reduce_dtype`` overrides it in :meth:`stage_costs`)."""
         self._params = list(prefix_sums([layer.parameter_bytes for layer in profile.layers]))
         self.cut_bytes_per_sample = [c.crossing_bytes / profile.profile_batch_size for c in profile.cuts()]
@@ -451,7 +456,9 @@ class CostModel:
         samples = largest_microbatch(plan)
         where = _rank_of(plan)
         dual = placement_of(plan.schedule) == "dual"
-        grad = grad_bytes_factor(self.profile.dtype, plan.grad_reduce_dtype)
+        grad = self.grad_bytes
+        if plan.grad_reduce_dtype is not None:
+            grad = grad_bytes_factor(self.profile.dtype, plan.grad_reduce_dtype)
         out = []
         for s, stage in enumerate(plan.stages):
             devices = placement[where[s]]

@@ -335,6 +335,8 @@ def megatron_plans(
     allreduce: str = "auto",
     recompute: Recompute | str | bool | None = None,
     pins: MegatronPins | None = None,
+    grad_reduce_dtype: str | None = None,
+    zero1_grad_collective: str = "reduce-scatter",
 ) -> list[Plan]:
     """The best 3D-parallel plans by the estimate (module docstring), best first, at most ``top``.
 
@@ -349,12 +351,16 @@ def megatron_plans(
         recompute: a recomputation mode to pin, or ``None`` to search ``none``, ``full`` and
             ``selective`` (the last where the blocks have attention cores).
         pins: tensor, sequence or context parallelism or sharding the user fixed.
+        grad_reduce_dtype, zero1_grad_collective: the plans' gradient collectives
+            (:class:`~pipesim.plan.Plan`).
 
     Raises:
         InputError: the profile is not a shaped transformer, or a bad pin.
         Infeasible: no plan fits (the message says why).
     """
     pins = pins or MegatronPins()
+    zero1 = GradCollective.parse(zero1_grad_collective)
+    zero1_all_reduce = zero1 is GradCollective.ALL_REDUCE
     n_dev, g = cluster.num_devices, cluster.gpus_per_server
     shape_model = _Model(profile, cluster, Recompute.NONE)
     shape = shape_model.shape
@@ -392,7 +398,8 @@ def megatron_plans(
                                 tried += 1
                                 est = _estimate(shape_model, cluster, optimizer, allreduce, global_batch_size,
                                                 _chunks(shape_model, p, v), t, p, d, mbs, m, v, sp, rc, sh,
-                                                memory_limit_bytes, overlap=ov, c=c)
+                                                memory_limit_bytes, overlap=ov, c=c, grad=grad_reduce_dtype,
+                                                zero1_all_reduce=zero1_all_reduce)
                                 if est is None:
                                     continue
                                 config = (t, p, d, m, v, sp, rc, c, ov, sh)
@@ -414,7 +421,9 @@ def megatron_plans(
         if any(k_time <= time_s and k_peak <= peak for k_time, k_peak in group):
             continue
         group.append((time_s, peak))
-        plans.append(_plan(shape_model, global_batch_size, *config, optimizer, allreduce, est))
+        found_plan = _plan(shape_model, global_batch_size, *config, optimizer, allreduce, est)
+        plans.append(replace(found_plan, grad_reduce_dtype=grad_reduce_dtype,
+                             zero1_grad_collective=zero1))
         if len(plans) == top:
             break
     return plans
