@@ -167,4 +167,8 @@ def parallel_text(plan: Plan) -> str:
         parts.append("sharding " + ",".join(shardings))
     if any(s.tp_comm_overlap for s in plan.stages):
         parts.append("TP overlap")
+    if plan.grad_reduce_dtype is not None:
+        parts.append(f"{plan.grad_reduce_dtype} gradients")
+    if plan.zero1_grad_collective.value != "reduce-scatter" and "zero1" in shardings:
+        parts.append(f"ZeRO-1 gradient {plan.zero1_grad_collective.value}")
     return "".join(", " + p for p in parts)

@@ -216,3 +216,13 @@ def test_compare_refuses_the_flag_without_a_plan(capsys: pytest.CaptureFixture[s
             "--grad-reduce-dtype", "fp32"]
     assert main(argv) == 2
     assert "--plan" in capsys.readouterr().err
+
+
+def test_cli_summary_names_the_settings(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    flags = ("--grad-reduce-dtype", "fp16", "--zero1-grad-collective", "all_reduce")
+    assert main(_simulate_args(tmp_path, *flags)) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert "float16 gradients" in first
+    assert "ZeRO-1 gradient all-reduce" in first
+    assert main(_simulate_args(tmp_path)) == 0
+    assert "gradient" not in capsys.readouterr().out.splitlines()[0]
