@@ -15,7 +15,7 @@ from pipesim.errors import Infeasible, InputError, check_count, check_nonneg, ch
 from pipesim.limits import MAX_COUNT, MAX_GLOBAL_BATCH
 from pipesim.profiles.costmodels.collective import AllReduceAlgorithm
 from pipesim.profiles.costmodels.memory import OPTIMIZERS, Optimizer, Recompute
-from pipesim.profiles.costmodels.sharding import SHARDINGS, Sharding
+from pipesim.profiles.costmodels.sharding import SHARDINGS, GradCollective, Sharding, parse_grad_reduce_dtype
 from pipesim.schedules.placement import stage_ranks
 from pipesim.schedules.registry import ScheduleName, placement_of
 from pipesim.schedules.registry import lookup as lookup_schedule
@@ -200,14 +200,23 @@ class Plan:
             (:class:`AllReduceAlgorithm` or its name).
         microbatch_sizes: per-micro-batch sample counts for variable-size micro-batches (they must
             sum to ``global_batch_size``), or ``None`` for equal micro-batches.
+        grad_reduce_dtype: the dtype data-parallel gradients are kept and reduced in
+            (``float32``, ``bfloat16``, ``float16``; ``fp32``/``bf16``/``fp16`` accepted), or
+            ``None`` (default) for Megatron-LM's rule: fp32 for bf16 training, else the training
+            dtype (:mod:`pipesim.profiles.costmodels.grad_dtype`). Gradient collectives move the
+            parameters times its bytes; parameter all-gathers move the training dtype.
+        zero1_grad_collective: a ZeRO-1 stage's gradient collective: ``reduce-scatter`` (default,
+            ZeRO's) or ``all-reduce`` (DeepSpeed's BF16_Optimizer: the whole gradients
+            all-reduced, then the updated parameter shards all-gathered), a
+            :class:`~pipesim.profiles.costmodels.sharding.GradCollective` or its name.
         estimate: the planner's prediction, if the plan came from a planner.
         planner: the name of the planner that made the plan, if any.
 
     Raises:
         InputError: no stages, stages that are not contiguous from layer 0, a bad batch or
             micro-batch count, a device on two stages, or micro-batch sizes that do not add up.
-        UnknownNameError: an unknown schedule, optimizer, recompute mode or all-reduce algorithm
-            (the message lists the valid names).
+        UnknownNameError: an unknown schedule, optimizer, recompute mode, all-reduce algorithm
+            or ZeRO-1 gradient collective (the message lists the valid names).
     """
 
     stages: tuple[StagePlan, ...]
@@ -222,6 +231,8 @@ class Plan:
     microbatch_sizes: tuple[int, ...] | None = None
     estimate: Estimate | None = None
     planner: str | None = None
+    grad_reduce_dtype: str | None = None
+    zero1_grad_collective: GradCollective = GradCollective.REDUCE_SCATTER
 
     def __init__(
         self,
@@ -238,6 +249,8 @@ class Plan:
         microbatch_sizes: tuple[int, ...] | None = None,
         estimate: Estimate | None = None,
         planner: str | None = None,
+        grad_reduce_dtype: str | None = None,
+        zero1_grad_collective: GradCollective | str = GradCollective.REDUCE_SCATTER,
     ) -> None:
         # Written out (not generated) so that names are accepted for the enum fields: the
         # attributes hold the enums, converted by __post_init__.
@@ -254,6 +267,8 @@ class Plan:
             "microbatch_sizes": microbatch_sizes,
             "estimate": estimate,
             "planner": planner,
+            "grad_reduce_dtype": grad_reduce_dtype,
+            "zero1_grad_collective": zero1_grad_collective,
         }
         for name, value in values.items():
             object.__setattr__(self, name, value)
@@ -265,6 +280,8 @@ class Plan:
         object.__setattr__(self, "optimizer", Optimizer.parse(self.optimizer))
         object.__setattr__(self, "recompute", Recompute.parse(self.recompute))
         object.__setattr__(self, "allreduce", AllReduceAlgorithm.parse(self.allreduce))
+        object.__setattr__(self, "grad_reduce_dtype", parse_grad_reduce_dtype(self.grad_reduce_dtype))
+        object.__setattr__(self, "zero1_grad_collective", GradCollective.parse(self.zero1_grad_collective))
         if not isinstance(self.stages, tuple) or not all(isinstance(s, StagePlan) for s in self.stages):
             raise invalid("stages", self.stages, "must be a tuple of StagePlan")
         if not self.stages:

@@ -21,6 +21,9 @@ written only when not the default, so plans without them read and write as befor
 
 Only ``stages``, ``global_batch_size`` and ``microbatches`` are required. ``recompute`` is
 ``none``, ``full`` or ``selective`` (``true``/``false`` of older files read as full/none).
+``grad_reduce_dtype`` (``fp32``, ``bf16``, ``fp16``; absent: fp32 for bf16 training, else the
+training dtype) and ``zero1_grad_collective`` (``reduce-scatter``, the default, or ``all-reduce``)
+are written only when set (:class:`~pipesim.plan.Plan`).
 ``pipesim plan --json`` output (a list of such objects, with ``simulated_iteration_time_s``) is accepted too.
 """
 
@@ -63,6 +66,8 @@ _PLAN_KEYS = frozenset(
         "optimizer",
         "recompute",
         "allreduce",
+        "grad_reduce_dtype",
+        "zero1_grad_collective",
         "microbatch_sizes",
         "planner",
         "estimate",
@@ -111,6 +116,10 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
         "recompute": plan.recompute.value,
         "allreduce": plan.allreduce.value,
     }
+    if plan.grad_reduce_dtype is not None:
+        data["grad_reduce_dtype"] = plan.grad_reduce_dtype
+    if plan.zero1_grad_collective.value != "reduce-scatter":
+        data["zero1_grad_collective"] = plan.zero1_grad_collective.value
     if plan.microbatch_sizes is not None:
         data["microbatch_sizes"] = list(plan.microbatch_sizes)
     if plan.planner is not None:
@@ -289,6 +298,8 @@ def plan_from_dict(data: Mapping[str, Any], *, source: str | None = None) -> Pla
             optimizer=top.text("optimizer", Optimizer.ADAM.value),
             recompute=_recompute(top),
             allreduce=top.text("allreduce", AllReduceAlgorithm.AUTO.value),
+            grad_reduce_dtype=top.text("grad_reduce_dtype", "") if top.has("grad_reduce_dtype") else None,
+            zero1_grad_collective=top.text("zero1_grad_collective", "reduce-scatter"),
             microbatch_sizes=top.integers("microbatch_sizes") if top.has("microbatch_sizes") else None,
             estimate=estimate,
             planner=planner,

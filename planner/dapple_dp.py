@@ -375,7 +375,7 @@ def search_pair(
             else:
                 curves = ar_cache[akey] = model.allreduce_curves(devices(start, r)) if r > 1 else None
             # the all-reduce, then the update after it (the estimate's tail)
-            ar = 0.0 if curves is None else curves.time_s(pbytes, algo)
+            ar = 0.0 if curves is None else curves.time_s(pbytes * model.grad_bytes, algo)
             ar = ar_times[tkey] = ar + model.optimizer_step_s(pbytes)
         head = fwd + mm1 * (fwd + bwd) + bwd
         return (

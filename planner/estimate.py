@@ -63,6 +63,7 @@ from pipesim.profiles.costmodels.collective import (
     eval_lines,
     prune_lines,
 )
+from pipesim.profiles.costmodels.grad_dtype import grad_bytes_factor
 from pipesim.profiles.costmodels.memory import (
     Recompute,
     StageActivations,
@@ -111,6 +112,9 @@ class CostModel:
         allreduce: ``auto``, ``ring`` or ``hierarchical``.
         optimizer_step: time each device's optimizer step at the end of the iteration (default
             ``True``, as the simulator's ``SimOptions.optimizer_step``).
+        grad_reduce_dtype: the gradients' reduction dtype (``None``: the default rule of
+            :func:`~pipesim.profiles.costmodels.grad_dtype.grad_reduce_dtype`): gradient
+            all-reduce bytes and gradient memory.
 
     Raises:
         InputError: unknown optimizer or all-reduce algorithm, or ``selective`` for a profile
@@ -126,6 +130,7 @@ class CostModel:
         recompute: Recompute | str | bool = Recompute.NONE,
         allreduce: str = "auto",
         optimizer_step: bool = True,
+        grad_reduce_dtype: str | None = None,
     ) -> None:
         if allreduce not in ALLREDUCE_ALGORITHMS:
             raise invalid("allreduce", allreduce, f"must be one of {', '.join(ALLREDUCE_ALGORITHMS)}")
@@ -136,7 +141,12 @@ class CostModel:
         self.allreduce = allreduce
         self.optimizer_step = optimizer_step
         self._optimizer_factors: tuple[float, float, float] | None = None
-        self._multiplier = static_memory_multiplier(profile.dtype, optimizer)
+        self.grad_reduce_dtype = grad_reduce_dtype
+        self._multiplier = static_memory_multiplier(profile.dtype, optimizer, grad_reduce_dtype)
+        self.grad_bytes = grad_bytes_factor(profile.dtype, grad_reduce_dtype)
+        """Gradient bytes per parameter byte in a gradient all-reduce
+        (:func:`~pipesim.profiles.costmodels.grad_dtype.grad_bytes_factor`; a plan's own
+        ``grad_reduce_dtype`` overrides it in :meth:`stage_costs`)."""
         self._params = list(prefix_sums([layer.parameter_bytes for layer in profile.layers]))
         self.cut_bytes_per_sample = [c.crossing_bytes / profile.profile_batch_size for c in profile.cuts()]
         self._shares: dict[float, ShareTable] = {}
@@ -427,6 +437,9 @@ class CostModel:
         samples = largest_microbatch(plan)
         where = rank_of(plan)
         dual = placement_of(plan.schedule) == "dual"
+        grad = self.grad_bytes
+        if plan.grad_reduce_dtype is not None:
+            grad = grad_bytes_factor(self.profile.dtype, plan.grad_reduce_dtype)
         out = []
         for s, stage in enumerate(plan.stages):
             devices = placement[where[s]]
@@ -449,7 +462,9 @@ class CostModel:
                     fwd_s=table.fwd[last + 1] - table.fwd[first],
                     bwd_s=table.bwd[last + 1] - table.bwd[first],
                     wgrad_s=table.wgrad[last + 1] - table.wgrad[first],
-                    allreduce_s=self.allreduce_s(reducers, self.parameter_bytes(first, last), plan.allreduce),
+                    allreduce_s=self.allreduce_s(
+                        reducers, self.parameter_bytes(first, last) * grad, plan.allreduce
+                    ),
                     send_fwd_s=send_f,
                     send_bwd_s=send_b,
                     send_latency_s=latency,

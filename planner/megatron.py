@@ -67,7 +67,9 @@ from pipesim.profiles.costmodels.memory import (
 )
 from pipesim.profiles.costmodels.optimizer import stage_optimizer_step_s
 from pipesim.profiles.costmodels.sharding import (
+    GradCollective,
     Sharding,
+    grad_bytes_factor,
     half_time_s,
     reduce_tail_s,
     sharded_memory_multiplier,
@@ -333,6 +335,8 @@ def megatron_plans(
     allreduce: str = "auto",
     recompute: Recompute | str | bool | None = None,
     pins: MegatronPins | None = None,
+    grad_reduce_dtype: str | None = None,
+    zero1_grad_collective: str = "reduce-scatter",
 ) -> list[Plan]:
     """The best 3D-parallel plans by the estimate (module docstring), best first, at most ``top``.
 
@@ -347,12 +351,16 @@ def megatron_plans(
         recompute: a recomputation mode to pin, or ``None`` to search ``none``, ``full`` and
             ``selective`` (the last where the blocks have attention cores).
         pins: tensor, sequence or context parallelism or sharding the user fixed.
+        grad_reduce_dtype, zero1_grad_collective: the plans' gradient collectives
+            (:class:`~pipesim.plan.Plan`).
 
     Raises:
         InputError: the profile is not a shaped transformer, or a bad pin.
         Infeasible: no plan fits (the message says why).
     """
     pins = pins or MegatronPins()
+    zero1 = GradCollective.parse(zero1_grad_collective)
+    zero1_all_reduce = zero1 is GradCollective.ALL_REDUCE
     n_dev, g = cluster.num_devices, cluster.gpus_per_server
     shape_model = _Model(profile, cluster, Recompute.NONE)
     shape = shape_model.shape
@@ -390,7 +398,8 @@ def megatron_plans(
                                 tried += 1
                                 est = _estimate(shape_model, cluster, optimizer, allreduce, global_batch_size,
                                                 _chunks(shape_model, p, v), t, p, d, mbs, m, v, sp, rc, sh,
-                                                memory_limit_bytes, overlap=ov, c=c)
+                                                memory_limit_bytes, overlap=ov, c=c, grad=grad_reduce_dtype,
+                                                zero1_all_reduce=zero1_all_reduce)
                                 if est is None:
                                     continue
                                 config = (t, p, d, m, v, sp, rc, c, ov, sh)
@@ -412,7 +421,9 @@ def megatron_plans(
         if any(k_time <= time_s and k_peak <= peak for k_time, k_peak in group):
             continue
         group.append((time_s, peak))
-        plans.append(_plan(shape_model, global_batch_size, *config, optimizer, allreduce, est))
+        found_plan = _plan(shape_model, global_batch_size, *config, optimizer, allreduce, est)
+        plans.append(replace(found_plan, grad_reduce_dtype=grad_reduce_dtype,
+                             zero1_grad_collective=zero1))
         if len(plans) == top:
             break
     return plans
@@ -460,7 +471,8 @@ def estimate_3d(
     rc = plan.recompute
     est = _estimate(model, cluster, opt, ar, gbs, chunks, t, p, d, samples // d, m, v, sp, rc, sh, math.inf,
                     schedule=plan.schedule.value, overlap=first.tp_comm_overlap, c=c,
-                    optimizer_step=optimizer_step)
+                    optimizer_step=optimizer_step, grad=plan.grad_reduce_dtype,
+                    zero1_all_reduce=plan.zero1_grad_collective is GradCollective.ALL_REDUCE)
     assert est is not None  # no memory limit
     return est
 
@@ -469,11 +481,13 @@ def _estimate(
     model: _Model, cluster: Cluster, optimizer: str, allreduce: str, gbs: int, chunks: list[tuple[int, int]],
     t: int, p: int, d: int, mbs: int, m: int, v: int, sp: bool, rc: Recompute, sh: Sharding, limit: float,
     schedule: str | None = None, overlap: bool = False, c: int = 1, optimizer_step: bool = True,
+    grad: str | None = None, zero1_all_reduce: bool = False,
 ) -> Estimate | None:
     schedule = schedule or ("1f1b" if v == 1 else "interleaved")
     if schedule == "dapple":
         schedule = "1f1b"  # the same in-flight count (DAPPLE's K_i = min(p - i, m))
-    multiplier = sharded_memory_multiplier(model.profile.dtype, optimizer, sh, d * c)
+    multiplier = sharded_memory_multiplier(model.profile.dtype, optimizer, sh, d * c, grad)
+    g = grad_bytes_factor(model.profile.dtype, grad)  # gradient bytes per parameter byte
     per_unit = d * c > 1 and sh in (Sharding.ZERO2, Sharding.ZERO3)
     # every replica's CP ranks (tp-cp order) reduce the gradients together
     dp_curves = model.curves(tuple(k * t for k in range(d * c)), servers=True) if d * c > 1 else None
@@ -493,19 +507,20 @@ def _estimate(
             if per_unit and dp_curves is not None:  # ZeRO-2/3: per-unit collectives (zero_lowering)
                 sizes, fshare, bshare = model.zero_units(first, last, t)
                 gathers = [half_time_s(dp_curves, x, allreduce) for x in sizes]
+                scatters = [half_time_s(dp_curves, x * g, allreduce) for x in sizes]
                 fwd_units = [f_op * x for x in fshare]
                 bwd_units = [replay * f + (b_op - replay) * b
                              for f, b in zip(fshare, bshare, strict=True)]
                 if sh is Sharding.ZERO3:
                     f_op, b_op, first_extra, last_tail = zero3_op_times_s(
-                        fwd_units, bwd_units, gathers, gathers
+                        fwd_units, bwd_units, gathers, scatters
                     )
                     # 1 + depth gathered units and one unit's gradients (zero_lowering.held_bytes)
-                    held = max(held, (min(len(sizes), 2) + 1) * max(sizes))
+                    held = max(held, (min(len(sizes), 2) + g) * max(sizes))
                 else:
                     first_extra = 0.0
-                    last_tail = reduce_tail_s(bwd_units[::-1], gathers[::-1])
-                    held = max(held, max(sizes))
+                    last_tail = reduce_tail_s(bwd_units[::-1], scatters[::-1])
+                    held = max(held, max(sizes) * g)
                 if k == 0:
                     head, tail = first_extra, last_tail
             fr += f_op
@@ -529,13 +544,15 @@ def _estimate(
     if dp_curves is not None:  # rank 0's data-parallel collectives after its last backward
         nbytes = sum(model.params(*chunks[k], t) for k in range(0, p * v, p))
         if sh is Sharding.NONE:
-            dp = dp_curves.time_s(nbytes, allreduce)
+            dp = dp_curves.time_s(nbytes * g, allreduce)
         elif sh is Sharding.ZERO3:  # the first gathers and the last reduce-scatters
             dp = head + tail
         elif sh is Sharding.ZERO2:  # the last reduce-scatters, the gather after the optimizer step
             dp = tail + half_time_s(dp_curves, nbytes, allreduce)
+        elif sh is Sharding.ZERO1 and zero1_all_reduce:  # DeepSpeed's BF16_Optimizer: all-reduce
+            dp = dp_curves.time_s(nbytes * g, allreduce) + half_time_s(dp_curves, nbytes, allreduce)
         else:  # ZeRO-1, distributed optimizer: reduce-scatter, optimizer step, all-gather
-            dp = 2.0 * half_time_s(dp_curves, nbytes, allreduce)
+            dp = half_time_s(dp_curves, nbytes * g, allreduce) + half_time_s(dp_curves, nbytes, allreduce)
     opt = 0.0
     if optimizer_step:  # rank 0's update, after its gradient collective (it finishes last)
         for k in range(0, p * v, p):

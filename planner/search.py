@@ -19,6 +19,7 @@ from pipesim.planner.megatron import MEGATRON_SHORTLIST, MegatronPins, estimate_
 from pipesim.planner.pipedream import pipedream_plans
 from pipesim.planner.placement import Placement, parse_placement
 from pipesim.planner.schedule_plans import schedule_plans
+from pipesim.profiles.costmodels.sharding import GradCollective, parse_grad_reduce_dtype
 from pipesim.profiles.hardware.cluster import Cluster
 from pipesim.profiles.inputs import resolve_inputs
 from pipesim.profiles.models.profile import ModelProfile
@@ -185,6 +186,7 @@ def cost_model(
     optimizer: str = "adam",
     recompute: Recompute | str | bool = Recompute.NONE,
     allreduce: str = "auto",
+    grad_reduce_dtype: str | None = None,
 ) -> CostModel:
     """The :class:`CostModel` of these inputs, shared by successive :func:`plan` calls.
 
@@ -198,13 +200,15 @@ def cost_model(
     Raises:
         InputError: as :class:`CostModel` does.
     """
-    key = (profile, cluster, optimizer, Recompute.parse(recompute), allreduce)
+    key = (profile, cluster, optimizer, Recompute.parse(recompute), allreduce, grad_reduce_dtype)
     try:
         found = _COST_MODELS.get(key)
     except TypeError:  # a profile or cluster built with lists is not hashable: a model of its own
-        return CostModel(profile, cluster, optimizer=optimizer, recompute=recompute, allreduce=allreduce)
+        return CostModel(profile, cluster, optimizer=optimizer, recompute=recompute, allreduce=allreduce,
+                         grad_reduce_dtype=grad_reduce_dtype)
     if found is None:
-        found = CostModel(profile, cluster, optimizer=optimizer, recompute=recompute, allreduce=allreduce)
+        found = CostModel(profile, cluster, optimizer=optimizer, recompute=recompute, allreduce=allreduce,
+                          grad_reduce_dtype=grad_reduce_dtype)
         _COST_MODELS[key] = found
         while len(_COST_MODELS) > _COST_MODELS_KEPT:
             _COST_MODELS.popitem(last=False)
@@ -245,6 +249,8 @@ def plan(
     pins: MegatronPins | None = None,
     schedule: str | None = None,
     chunks: int | None = None,
+    grad_reduce_dtype: str | None = None,
+    zero1_grad_collective: str = "reduce-scatter",
 ) -> list[Plan]:
     """Plan a training iteration of a model on a cluster: ranked plans, best first.
 
@@ -286,6 +292,8 @@ def plan(
             all; the other planners keep their own schedule.
         chunks: stages per rank for ``schedule`` (default: the schedule's, 2 for interleaved and
             the V shapes).
+        grad_reduce_dtype, zero1_grad_collective: the plans' gradient collectives (see
+            :class:`~pipesim.plan.Plan`); the estimates count them.
 
     Returns:
         Plans with ``planner`` set and an :class:`~pipesim.plan.Estimate` (iteration time,
@@ -302,6 +310,8 @@ def plan(
     if replica_space not in REPLICA_SPACES:
         raise UnknownNameError("replica space", str(replica_space), REPLICA_SPACES)
     check_count("global_batch_size", global_batch_size, maximum=MAX_GLOBAL_BATCH)
+    grad_reduce_dtype = parse_grad_reduce_dtype(grad_reduce_dtype)
+    collective = GradCollective.parse(zero1_grad_collective)
     if not isinstance(top, int) or isinstance(top, bool) or top < 1:
         raise invalid("top", top, "must be an integer >= 1")
     if memory_limit_bytes is not None and not (memory_limit_bytes > 0 and math.isfinite(memory_limit_bytes)):
@@ -325,17 +335,23 @@ def plan(
         pinned_rc = None if Recompute.parse(recompute) is Recompute.NONE else recompute
         proposed = megatron_plans(
             profile, machine, global_batch_size, memory_limit_bytes=limit, top=keep, optimizer=optimizer,
-            allreduce=allreduce, recompute=pinned_rc, pins=pins,
+            allreduce=allreduce, recompute=pinned_rc, pins=pins, grad_reduce_dtype=grad_reduce_dtype,
+            zero1_grad_collective=collective.value,
         )
         return (_reranked(proposed, rerank) if rerank is not None else proposed)[:top]
     _check_no_pins(planner, pins)
-    cost = cost_model(profile, machine, optimizer=optimizer, recompute=recompute, allreduce=allreduce)
+    cost = cost_model(profile, machine, optimizer=optimizer, recompute=recompute, allreduce=allreduce,
+                      grad_reduce_dtype=grad_reduce_dtype)
     full = replica_space == "full"
     if schedule is not None and planner != "dapple":
         raise invalid("schedule", schedule, f"is planned by the dapple planner only, not {planner!r}")
     plans = _PLANNERS[planner](cost, global_batch_size, limit, keep, policies, microbatch_counts, full)
     if planner == "dapple":
         plans = _per_schedule(cost, plans, global_batch_size, limit, schedule, chunks, microbatch_counts)
+    if grad_reduce_dtype is not None or collective is not GradCollective.REDUCE_SCATTER:
+        plans = [
+            replace(p, grad_reduce_dtype=grad_reduce_dtype, zero1_grad_collective=collective) for p in plans
+        ]
     single = single_plan(cost, global_batch_size, limit)
     single_s = single.estimate.iteration_time_s if single is not None and single.estimate else None
     try:
@@ -438,6 +454,7 @@ def estimate_plan(plan: Plan, profile: ModelProfile, cluster: Cluster) -> Estima
     if is_3d(plan):
         return estimate_3d(plan, profile, cluster)
     model = CostModel(
-        profile, cluster, optimizer=plan.optimizer, recompute=plan.recompute, allreduce=plan.allreduce
+        profile, cluster, optimizer=plan.optimizer, recompute=plan.recompute, allreduce=plan.allreduce,
+        grad_reduce_dtype=plan.grad_reduce_dtype,
     )
     return model.estimate(plan)

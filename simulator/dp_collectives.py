@@ -11,6 +11,12 @@ For each stage with more than one replica, :func:`data_parallel_collectives` giv
   parameters after the optimizer step (``after_step``: reduce-scatter, step, all-gather);
 * ``zero2`` and ``zero3``: per unit and micro-batch (:class:`ZeroLowering`), and for ``zero2``
   the all-gather after the optimizer step.
+
+Gradient collectives move the parameter bytes times
+:func:`~pipesim.profiles.costmodels.grad_dtype.grad_bytes_factor` (fp32 gradients of bf16
+training by default, ``Plan.grad_reduce_dtype``); parameter all-gathers the parameter bytes. A
+ZeRO-1 stage all-reduces its gradients instead of reduce-scattering them with
+``Plan.zero1_grad_collective = all-reduce`` (DeepSpeed's BF16_Optimizer).
 """
 
 from __future__ import annotations
@@ -19,7 +25,8 @@ from dataclasses import dataclass, replace
 
 from pipesim.plan import Plan
 from pipesim.profiles.costmodels.collective import AllReduceAlgorithm, AllReduceCurves, allreduce_curves
-from pipesim.profiles.costmodels.sharding import CollectiveKind, Sharding, half_algorithm
+from pipesim.profiles.costmodels.grad_dtype import grad_bytes_factor
+from pipesim.profiles.costmodels.sharding import CollectiveKind, GradCollective, Sharding, half_algorithm
 from pipesim.profiles.hardware.cluster import Cluster
 from pipesim.profiles.models.profile import ModelProfile
 from pipesim.schedules.placement import copy_of
@@ -108,6 +115,7 @@ def data_parallel_collectives(
     collectives: list[Collective] = []
     marks: dict[int, tuple[tuple[float, int], ...]] = {}
     bucketed = opts.allreduce_overlap == "bucketed"
+    grad = grad_bytes_factor(profile.dtype, plan.grad_reduce_dtype)  # gradient bytes per parameter byte
     zero = None
     if tp is not None and any(s.sharding in (Sharding.ZERO2, Sharding.ZERO3) for s in plan.stages):
         zero = ZeroLowering(plan, profile, stages, tp.layer_parameter_bytes, zero_prefetch)
@@ -127,15 +135,17 @@ def data_parallel_collectives(
         if len(groups[stage.index] or members) < 2 or (zero is not None and zero.per_unit(stage.index)):
             continue
         sharded = plan.stages[stage.index].sharding is not Sharding.NONE
-        kind = (CollectiveKind.REDUCE_SCATTER if sharded else CollectiveKind.ALL_REDUCE).value
+        scatter = sharded and not (plan.stages[stage.index].sharding is Sharding.ZERO1
+                                   and plan.zero1_grad_collective is GradCollective.ALL_REDUCE)
+        kind = (CollectiveKind.REDUCE_SCATTER if scatter else CollectiveKind.ALL_REDUCE).value
         scale = 1.0
         if tp is not None:  # TP shards
             whole = float(sum(profile.layers[i].parameter_bytes for i in stage.layers))
             scale = tp.parameter_bytes(stage.index) / whole if whole > 0 else 1.0
         if bucketed:
             stage_marks = []
-            for k, (nbytes, fraction) in enumerate(_buckets(profile, stage.layers, opts.bucket_bytes)):
-                nbytes *= scale
+            for k, (nbytes, fraction) in enumerate(_buckets(profile, stage.layers, opts.bucket_bytes / grad)):
+                nbytes *= scale * grad
                 index = len(collectives)
                 collectives.append(
                     Collective(
@@ -160,6 +170,7 @@ def data_parallel_collectives(
             nbytes = float(sum(profile.layers[i].parameter_bytes for i in stage.layers))
             if tp is not None:
                 nbytes = tp.parameter_bytes(stage.index)
+            nbytes *= grad
             collectives.append(
                 Collective(
                     index=len(collectives),

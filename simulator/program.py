@@ -556,7 +556,8 @@ def lower(
     for stage in stages:
         for device in stage.devices:
             device_layers.setdefault(device, []).extend(stage.layers)
-    static = {d: static_memory_bytes(profile, layers, plan.optimizer) for d, layers in device_layers.items()}
+    static = {d: static_memory_bytes(profile, layers, plan.optimizer, plan.grad_reduce_dtype)
+              for d, layers in device_layers.items()}
     if tp is not None:
         static = tp.static_memory({st.index: st.devices for st in stages})
     for stage in stages:  # the weight versions asynchronous PipeDream / 2BW keep beyond the first

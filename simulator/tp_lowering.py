@@ -220,7 +220,7 @@ class TpLowering:
         spec = self.plan.stages[stage]
         dtype, optimizer = self.profile.dtype, self.plan.optimizer
         shards = spec.replicas * spec.context_parallel
-        return sharded_memory_multiplier(dtype, optimizer, spec.sharding, shards)
+        return sharded_memory_multiplier(dtype, optimizer, spec.sharding, shards, self.plan.grad_reduce_dtype)
 
     def static_memory_bytes(self, stage: int) -> float:
         """Weights + gradients + optimizer state of ``stage`` on one device, bytes (TP shards and

@@ -50,7 +50,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 
 from pipesim.plan import Plan
-from pipesim.profiles.costmodels.sharding import CollectiveKind, Sharding, zero_units
+from pipesim.profiles.costmodels.sharding import CollectiveKind, Sharding, grad_bytes_factor, zero_units
 from pipesim.profiles.models.profile import ModelProfile
 from pipesim.schedules.action import Op
 from pipesim.schedules.schedule import Step
@@ -90,6 +90,7 @@ class ZeroLowering:
         depth: int,
     ) -> None:
         self.depth = depth
+        self.grad = grad_bytes_factor(profile.dtype, plan.grad_reduce_dtype)  # gradient / parameter bytes
         self.sharding = {st.index: plan.stages[st.index].sharding for st in stages if len(st.devices) > 1}
         self._stages = stages
         self.units: dict[int, tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...]]] = {}
@@ -148,7 +149,8 @@ class ZeroLowering:
             if op in (Op.B, Op.W):
                 found = [0] * len(sizes)
                 for u in order:
-                    scatter_prev = add(s, u, CollectiveKind.REDUCE_SCATTER, sizes[u], members, scatter_prev)
+                    scatter_prev = add(s, u, CollectiveKind.REDUCE_SCATTER, sizes[u] * self.grad, members,
+                                       scatter_prev)
                     found[u] = scatter_prev
                     self.last_scatter[s] = scatter_prev
                 self._scatters[(op.value, s, mb)] = found
@@ -202,7 +204,7 @@ class ZeroLowering:
         if self.sharding[s] is Sharding.ZERO3 and op in ("F", "B", "I"):
             held += min(len(units[0]), 1 + self.depth) * largest
         if op in ("B", "W"):
-            held += largest
+            held += largest * self.grad
         return held
 
 

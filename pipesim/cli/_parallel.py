@@ -1,5 +1,7 @@
 """The ``--tp``, ``--sp``, ``--cp`` and ``--zero`` options: tensor, sequence and context
-parallelism and data-parallel sharding pinned by the user (``simulate``, ``plan``, ``compare``, ``sweep``)."""
+parallelism and data-parallel sharding pinned by the user (``simulate``, ``plan``, ``compare``, ``sweep``),
+and ``--grad-reduce-dtype`` and ``--zero1-grad-collective``: the data-parallel gradient
+collectives' dtype and ZeRO-1's gradient collective (:class:`~pipesim.plan.Plan`)."""
 
 from __future__ import annotations
 
@@ -8,18 +10,22 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from pipesim.cli._common import positive_int
-from pipesim.profiles.costmodels.sharding import SHARDINGS
+from pipesim.errors import InputError
+from pipesim.profiles.costmodels.sharding import SHARDINGS, GradCollective, parse_grad_reduce_dtype
 
 if TYPE_CHECKING:
     from pipesim.plan import Plan
     from pipesim.planner.megatron import MegatronPins
 
-__all__ = ["add_parallel_args", "apply_parallel", "parallel_text", "pins_of"]
+__all__ = ["add_gradient_args", "add_parallel_args", "apply_parallel", "parallel_text", "pins_of"]
 
 
-def add_parallel_args(p: argparse.ArgumentParser, *, overlap: bool = False) -> None:
+def add_parallel_args(
+    p: argparse.ArgumentParser, *, overlap: bool = False, gradients: bool = False
+) -> None:
     """Add ``--tp``, ``--sp``, ``--cp`` and ``--zero`` (and ``--tp-overlap`` with ``overlap``, for
-    commands that run a given plan)."""
+    commands that run a given plan; ``--grad-reduce-dtype`` and ``--zero1-grad-collective`` with
+    ``gradients``)."""
     p.add_argument(
         "--tp",
         type=positive_int,
@@ -47,6 +53,8 @@ def add_parallel_args(p: argparse.ArgumentParser, *, overlap: bool = False) -> N
         help="data-parallel sharding: none, zero1 (optimizer state), zero2 (+gradients), "
         "zero3 (+parameters), distributed (Megatron-LM's distributed optimizer); 0-3 name ZeRO stages",
     )
+    if gradients:
+        add_gradient_args(p)
     if overlap:
         p.add_argument(
             "--tp-overlap",
@@ -56,6 +64,38 @@ def add_parallel_args(p: argparse.ArgumentParser, *, overlap: bool = False) -> N
             help="with --sp, overlap the TP all-gathers and reduce-scatters with the GEMMs by ring "
             "exchange (Megatron-LM's tp_comm_overlap; docs/parallelism.md)",
         )
+
+
+def add_gradient_args(p: argparse.ArgumentParser) -> None:
+    """Add ``--grad-reduce-dtype`` and ``--zero1-grad-collective`` (:func:`apply_parallel` sets them)."""
+    p.add_argument(
+        "--grad-reduce-dtype",
+        type=_grad_dtype,
+        default=None,
+        help="dtype the data-parallel gradients are kept and reduced in: fp32, bf16 or fp16 (default: "
+        "Megatron-LM's rule, fp32 for bf16 training, else the training dtype)",
+    )
+    p.add_argument(
+        "--zero1-grad-collective",
+        type=_grad_collective,
+        default=None,
+        help="ZeRO-1's gradient collective: reduce-scatter (default) or all-reduce (DeepSpeed's "
+        "BF16_Optimizer; then the updated parameters are all-gathered either way)",
+    )
+
+
+def _grad_dtype(text: str) -> str | None:
+    try:
+        return parse_grad_reduce_dtype(text)
+    except InputError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def _grad_collective(text: str) -> str:
+    try:
+        return GradCollective.parse(text).value
+    except InputError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
 def pins_of(args: argparse.Namespace) -> MegatronPins | None:
@@ -73,14 +113,24 @@ def pins_of(args: argparse.Namespace) -> MegatronPins | None:
 
 
 def apply_parallel(plan: Plan, args: argparse.Namespace) -> Plan:
-    """``plan`` with every stage's tensor, sequence and context parallelism and sharding set as
-    the options say (options not given leave the plan's values). A stage whose tensor- or
+    """``plan`` with every stage's tensor, sequence and context parallelism and sharding, and the
+    plan's gradient reduction dtype and ZeRO-1 gradient collective, set as the options say
+    (options not given leave the plan's values). A stage whose tensor- or
     context-parallel degree changes is placed anew (its device list dropped).
 
     Raises:
         InputError: a combination a stage refuses (``--sp`` without ``--tp`` > 1).
     """
     tp_overlap = getattr(args, "tp_overlap", None)
+    grad_dtype = getattr(args, "grad_reduce_dtype", None)
+    collective = getattr(args, "zero1_grad_collective", None)
+    if grad_dtype is not None or collective is not None:
+        plan = replace(
+            plan,
+            grad_reduce_dtype=plan.grad_reduce_dtype if grad_dtype is None else grad_dtype,
+            zero1_grad_collective=plan.zero1_grad_collective if collective is None else collective,
+            estimate=None,
+        )
     if args.tp is None and args.sp is None and args.zero is None and tp_overlap is None and args.cp is None:
         return plan
     stages = []
@@ -117,4 +167,8 @@ def parallel_text(plan: Plan) -> str:
         parts.append("sharding " + ",".join(shardings))
     if any(s.tp_comm_overlap for s in plan.stages):
         parts.append("TP overlap")
+    if plan.grad_reduce_dtype is not None:
+        parts.append(f"{plan.grad_reduce_dtype} gradients")
+    if plan.zero1_grad_collective.value != "reduce-scatter" and "zero1" in shardings:
+        parts.append(f"ZeRO-1 gradient {plan.zero1_grad_collective.value}")
     return "".join(", " + p for p in parts)

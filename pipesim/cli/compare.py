@@ -24,6 +24,7 @@ from pipesim.cli._common import (
 )
 from pipesim.cli._parallel import add_parallel_args, apply_parallel, pins_of
 from pipesim.cli.progress import Status
+from pipesim.errors import invalid
 from pipesim.limits import MAX_PRICE_PER_DEVICE_HOUR_USD
 from pipesim.units import GIB, MS
 
@@ -106,7 +107,7 @@ def add_comparison_args(p: argparse.ArgumentParser) -> None:
         help="compare every schedule on one plan (DAPPLE's best: each schedule re-cut into its chunks, at "
         "the nearest micro-batch count it accepts) instead of planning each schedule for itself (default)",
     )
-    add_parallel_args(p)
+    add_parallel_args(p, gradients=True)
     p.add_argument(
         "--rerank",
         default="simulate",
@@ -141,6 +142,10 @@ def comparison_rows(
         if text:
             _, explicit = schedule_arg(text)
             schedules.append(explicit if explicit is not None else text)
+    for flag in ("grad_reduce_dtype", "zero1_grad_collective"):
+        if getattr(args, flag) is not None and not args.plan:
+            raise invalid(f"--{flag.replace('_', '-')}", getattr(args, flag),
+                          "applies to a given plan (--plan); the planners use the default rule")
     base = apply_parallel(load_plan(args.plan), args) if args.plan else None
     title = f"{profile.name} on {cluster.name}"
     labels = [entry.name if not isinstance(entry, str) else entry for entry in schedules]

@@ -58,7 +58,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--optimizer", default="adam", choices=vocabulary(Optimizer))
     add_recompute_arg(p)
-    add_parallel_args(p)
+    add_parallel_args(p, gradients=True)
     p.add_argument(
         "--replica-space",
         default="full",
@@ -152,6 +152,8 @@ def _plans(
         pins=pins_of(args),
         schedule=args.schedule,
         chunks=args.chunks,
+        grad_reduce_dtype=args.grad_reduce_dtype,
+        zero1_grad_collective=args.zero1_grad_collective or "reduce-scatter",
     )
     return plans, profile, cluster
 

@@ -83,7 +83,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         help="schedule name (default dapple; see `pipesim schedule list`), or a file with the order "
         "(FILE.csv as torch's _dump_csv writes it, FILE.json, or one rank per line)",
     )
-    add_parallel_args(p, overlap=True)
+    add_parallel_args(p, overlap=True, gradients=True)
     p.add_argument(
         "--chunks",
         type=positive_int,

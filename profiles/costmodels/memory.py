@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from pipesim.errors import check_count, invalid, parse_name
+from pipesim.profiles.costmodels.grad_dtype import grad_bytes_factor
 from pipesim.profiles.models.profile import ModelProfile
 
 __all__ = [
@@ -133,14 +134,18 @@ OPTIMIZER_STATE_MULTIPLIER: dict[tuple[str, bool], float] = {
 """Optimizer-state bytes per parameter byte, by (optimizer, mixed precision)."""
 
 
-def static_memory_multiplier(dtype: str, optimizer: str | Optimizer) -> float:
-    """Bytes of weights + gradients + optimizer state per parameter byte (see the table above).
+def static_memory_multiplier(dtype: str, optimizer: str | Optimizer, grad_dtype: str | None = None) -> float:
+    """Bytes of weights + gradients + optimizer state per parameter byte (see the table above),
+    the gradients in their reduction dtype
+    (:func:`~pipesim.profiles.costmodels.grad_dtype.grad_bytes_factor` of ``grad_dtype``: fp32
+    gradients of bf16 training by default, 18 bytes per parameter with Adam).
 
     Raises:
         UnknownNameError: unknown optimizer (an :class:`~pipesim.errors.InputError`).
+        InputError: a bad ``grad_dtype``.
     """
     key = (Optimizer.parse(optimizer).value, dtype != "float32")
-    return 2.0 + OPTIMIZER_STATE_MULTIPLIER[key]
+    return 1.0 + grad_bytes_factor(dtype, grad_dtype) + OPTIMIZER_STATE_MULTIPLIER[key]
 
 
 def check_recompute(profile: ModelProfile, recompute: Recompute | str | bool) -> Recompute:
@@ -315,19 +320,24 @@ def stage_activation_bytes(
     return acts.stash_bytes, acts.work_bytes
 
 
-def static_memory_bytes(profile: ModelProfile, layers: Iterable[int], optimizer: str | Optimizer) -> float:
+def static_memory_bytes(
+    profile: ModelProfile, layers: Iterable[int], optimizer: str | Optimizer, grad_dtype: str | None = None
+) -> float:
     """Weights + gradients + optimizer state of the given layers on one device, bytes.
 
     Args:
         profile: the model.
         layers: layer indices held by one device (one replica of one or more stages).
         optimizer: an :class:`Optimizer` or its name.
+        grad_dtype: the gradients' reduction dtype (``None``: the default rule of
+            :func:`~pipesim.profiles.costmodels.grad_dtype.grad_reduce_dtype`).
 
     Raises:
         UnknownNameError: unknown optimizer.
+        InputError: a bad ``grad_dtype``.
     """
     params = sum(profile.layers[i].parameter_bytes for i in layers)
-    return params * static_memory_multiplier(profile.dtype, optimizer)
+    return params * static_memory_multiplier(profile.dtype, optimizer, grad_dtype)
 
 
 IN_FLIGHT_SCHEDULES: tuple[str, ...] = ("gpipe", "dapple", "1f1b", "interleaved", "zb-h1", "zb-h2")

@@ -26,6 +26,30 @@ bytes per bf16 parameter: 2 per parameter byte) and shards the 12 bytes of fp32 
 ``6 + 12 / d`` bytes per parameter, the figure of ``num_bytes_per_parameter`` in Megatron-LM's
 ``megatron/training/theoretical_memory_usage.py`` (commit d98e8a64ddf3, Aug 2026). With an fp32
 training dtype the main gradients are the gradients (1 per parameter byte).
+
+**Gradient dtype.** The table's gradient term is for gradients kept in the training dtype. The
+data-parallel gradient collectives and the gradient buffer they reduce are in the gradient
+reduction dtype (:func:`grad_reduce_dtype`): by default Megatron-LM's rule, in
+``megatron/training/arguments.py`` (``megatron/arguments.py`` in older versions): "bfloat16
+requires gradient accumulation and all-reduce to be done in fp32", so bf16 training sets
+``accumulate_allreduce_grads_in_fp32`` (newer versions let ``--grad-reduce-in-bf16`` opt out) and
+fp16 and fp32 training keep their own dtype. Gradient bytes are therefore ``g`` per parameter byte
+(:func:`grad_bytes_factor`: 2 for bf16 training by default, else 1) in place of the table's 1:
+none ``1 + g + K`` (18 bytes per bf16 parameter, Megatron-LM's non-distributed figure in
+``theoretical_memory_usage.py``), zero1 ``1 + g + K / d``, zero2 ``1 + (g + K) / d``, zero3
+``(1 + g + K) / d``, distributed ``1 + g + K / d`` (``6 + 12 / d`` for bf16). Where mixed-precision
+gradients are not reduced in fp32 (fp16, or bf16 with ``grad_reduce_dtype = bf16``) the
+distributed optimizer keeps fp32 main gradients of its shard: ``+ 2 / d`` per parameter byte, the
+"fp16 param, fp16 grads" row of Megatron-LM's distributed-optimizer table (``4 + 16 / d`` bytes per
+parameter; ``docs/source/api-guide/dist_optimizer.md``). Parameter all-gathers move the parameter
+dtype (the training dtype).
+
+**ZeRO-1's gradient collective** (:class:`GradCollective`): a reduce-scatter (ZeRO's, Megatron-LM's
+distributed optimizer's) by default; ``all-reduce`` is DeepSpeed's BF16_Optimizer with ZeRO stage 1
+(Megatron-DeepSpeed's bf16 runs, BLOOM's): ``runtime/engine.py`` ``allreduce_gradients`` takes the
+optimizer's flat fp32 gradients (``bf16_optimizer.py`` ``get_grads_for_reduction``) and all-reduces
+them whole (``buffered_allreduce_fallback``); each rank then steps its fp32 partition and the bf16
+partitions are all-gathered (``update_lp_params``).
 """
 
 from __future__ import annotations
@@ -35,16 +59,28 @@ from enum import Enum
 
 from pipesim.errors import check_count, parse_name
 from pipesim.profiles.costmodels.collective import AllReduceAlgorithm, AllReduceCurves, eval_lines
+from pipesim.profiles.costmodels.grad_dtype import (
+    GRAD_REDUCE_DTYPES,
+    grad_bytes_factor,
+    grad_reduce_dtype,
+    parse_grad_reduce_dtype,
+)
 from pipesim.profiles.costmodels.memory import OPTIMIZER_STATE_MULTIPLIER, Optimizer
+from pipesim.profiles.models.profile import DTYPE_BYTES
 
 __all__ = [
+    "GRAD_REDUCE_DTYPES",
     "MAX_ZERO_UNITS",
     "SHARDINGS",
     "CollectiveKind",
+    "GradCollective",
     "Sharding",
     "gated_time_s",
+    "grad_bytes_factor",
+    "grad_reduce_dtype",
     "half_algorithm",
     "half_time_s",
+    "parse_grad_reduce_dtype",
     "reduce_tail_s",
     "sharded_memory_multiplier",
     "zero3_op_times_s",
@@ -93,32 +129,63 @@ SHARDINGS: tuple[str, ...] = tuple(s.value for s in Sharding)
 """Sharding names, in :class:`Sharding` order."""
 
 
+class GradCollective(str, Enum):
+    """The gradient collective of a ZeRO-1 stage (module docstring): ``reduce-scatter`` (default)
+    or ``all-reduce`` (DeepSpeed's BF16_Optimizer); either way the updated parameters are then
+    all-gathered."""
+
+    REDUCE_SCATTER = "reduce-scatter"
+    ALL_REDUCE = "all-reduce"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @classmethod
+    def parse(cls, name: object) -> GradCollective:
+        """The collective called ``name`` (case-insensitive; ``_`` reads as ``-``).
+
+        Raises:
+            UnknownNameError: not ``reduce-scatter`` or ``all-reduce``.
+        """
+        if isinstance(name, str) and not isinstance(name, cls):
+            try:
+                return cls(name.strip().lower().replace("_", "-"))
+            except ValueError:
+                pass
+        return parse_name("zero1_grad_collective", cls, name)
+
+
 def sharded_memory_multiplier(
-    dtype: str, optimizer: str | Optimizer, sharding: str | Sharding, replicas: int
+    dtype: str,
+    optimizer: str | Optimizer,
+    sharding: str | Sharding,
+    replicas: int,
+    grad_dtype: str | None = None,
 ) -> float:
     """Bytes of weights + gradients + optimizer state per parameter byte on one device, with the
-    state sharded over ``replicas`` data-parallel replicas as ``sharding`` says (module table).
-
-    ``sharding = none`` gives :func:`~pipesim.profiles.costmodels.memory.static_memory_multiplier`.
+    state sharded over ``replicas`` data-parallel replicas as ``sharding`` says (module table),
+    gradients kept in :func:`grad_reduce_dtype` of ``dtype`` and ``grad_dtype`` (the module's
+    gradient-dtype paragraph).
 
     Raises:
         UnknownNameError: unknown optimizer or sharding.
-        InputError: ``replicas < 1``.
+        InputError: ``replicas < 1``, a bad ``grad_dtype``.
     """
     d = check_count("replicas", replicas)
     mixed = dtype != "float32"
     k = OPTIMIZER_STATE_MULTIPLIER[(Optimizer.parse(optimizer).value, mixed)]
     mode = Sharding.parse(sharding)
+    g = grad_bytes_factor(dtype, grad_dtype)
     if mode is Sharding.NONE:
-        return 2.0 + k
+        return 1.0 + g + k
     if mode is Sharding.ZERO1:
-        return 2.0 + k / d
+        return 1.0 + g + k / d
     if mode is Sharding.ZERO2:
-        return 1.0 + (1.0 + k) / d
+        return 1.0 + (g + k) / d
     if mode is Sharding.ZERO3:
-        return (2.0 + k) / d
-    main_grads = 2.0 if mixed else 1.0  # fp32 main gradients per parameter byte
-    return 1.0 + main_grads + k / d
+        return (1.0 + g + k) / d
+    main_copy = DTYPE_BYTES["float32"] / DTYPE_BYTES[dtype] if mixed and g * DTYPE_BYTES[dtype] < 4 else 0.0
+    return 1.0 + g + (k + main_copy) / d
 
 
 class CollectiveKind(str, Enum):
