@@ -56,6 +56,7 @@ from pipesim.planner.iteration_time import (
     rank_of,
 )
 from pipesim.planner.latency import NEG_INF, pipeline_time_s, prepend
+from pipesim.planner.route_latency import LeastLatency
 from pipesim.profiles.costmodels.collective import (
     AllReduceCurves,
     Lines,
@@ -152,6 +153,7 @@ class CostModel:
         self._shares: dict[float, ShareTable] = {}
         self._bw = [link.bandwidth_bytes_per_s for link in cluster.links]
         self._lat = [link.latency_s for link in cluster.links]
+        self._least_latency_s = LeastLatency(cluster)
         # per route: (latency, slowest bandwidth, its finite-bandwidth links once each)
         self._route_facts: dict[tuple[int, ...], tuple[float, float, tuple[int, ...]]] = {}
         if len({g.device for g in cluster.groups}) > 1:
@@ -472,20 +474,6 @@ class CostModel:
                 )
             )
         return out
-
-    def _least_latency_s(self, src: Sequence[int], dst: Sequence[int]) -> float:
-        """The least route latency between a device of ``src`` and another of ``dst`` (either
-        direction), seconds; 0 where they share a device."""
-        lat = self._lat
-        best = math.inf
-        for a in src:
-            for b in dst:
-                if a == b:
-                    return 0.0
-                there = sum(lat[link] for link in self.cluster.route(a, b))
-                back = sum(lat[link] for link in self.cluster.route(b, a))
-                best = min(best, there, back)
-        return 0.0 if best == math.inf else best
 
     def optimizer_step_s(self, parameter_bytes: float) -> float:
         """The optimizer step of a device holding ``parameter_bytes`` of a stage's parameters (it
