@@ -35,6 +35,7 @@ from pipesim.planner.dynamic import (
     make_microbatches,
     variable_schedule,
 )
+from pipesim.profiles.costmodels.grad_dtype import grad_reduce_dtype
 from pipesim.profiles.costmodels.memory import static_memory_bytes
 from pipesim.profiles.costmodels.optimizer import stage_optimizer_step_s
 from pipesim.profiles.costmodels.sequence import SeqCostModel, SeqPoly, seq_cost_model
@@ -240,7 +241,10 @@ def _simulate_one(
     if options.optimizer_step:  # the first stage's update ends the iteration (its backward is last)
         a, b = costs.ranges[0]
         params = float(sum(profile.layers[i].parameter_bytes for i in range(a, b + 1)))
-        estimate += stage_optimizer_step_s(params, cluster.device_spec(0), plan.optimizer, profile.dtype)
+        estimate += stage_optimizer_step_s(
+            params, cluster.device_spec(0), plan.optimizer, profile.dtype,
+            grad_dtype=grad_reduce_dtype(profile.dtype, plan.grad_reduce_dtype),
+        )
     result = simulate(plan, profile, cluster, options, schedule=schedule, costs=mb_costs)
     return mplan, estimate, result
 

@@ -64,7 +64,7 @@ from pipesim.profiles.costmodels.collective import (
     eval_lines,
     prune_lines,
 )
-from pipesim.profiles.costmodels.grad_dtype import grad_bytes_factor
+from pipesim.profiles.costmodels.grad_dtype import grad_bytes_factor, grad_reduce_dtype
 from pipesim.profiles.costmodels.memory import (
     Recompute,
     StageActivations,
@@ -486,10 +486,11 @@ class CostModel:
         factors = self._optimizer_factors
         if factors is None:
             device, dtype = self.cluster.device, self.profile.dtype
-            stage_optimizer_step_s(1.0, device, self.optimizer, dtype)  # validates the inputs
+            grad_dtype = grad_reduce_dtype(dtype, self.grad_reduce_dtype)
+            stage_optimizer_step_s(1.0, device, self.optimizer, dtype, grad_dtype=grad_dtype)  # validates
             factors = self._optimizer_factors = (
                 float(DTYPE_BYTES[dtype]),
-                float(optimizer_bytes_per_parameter(self.optimizer, dtype)),
+                float(optimizer_bytes_per_parameter(self.optimizer, dtype, grad_dtype=grad_dtype)),
                 float(device.achievable_memory_bandwidth_bytes_per_s),
             )
         elem, per_parameter, bandwidth = factors

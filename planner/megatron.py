@@ -70,6 +70,7 @@ from pipesim.profiles.costmodels.sharding import (
     GradCollective,
     Sharding,
     grad_bytes_factor,
+    grad_reduce_dtype,
     half_time_s,
     reduce_tail_s,
     sharded_memory_multiplier,
@@ -557,7 +558,8 @@ def _estimate(
     if optimizer_step:  # rank 0's update, after its gradient collective (it finishes last)
         for k in range(0, p * v, p):
             opt += stage_optimizer_step_s(
-                model.params(*chunks[k], t), cluster.device_spec(0), optimizer, model.profile.dtype, sh, d * c
+                model.params(*chunks[k], t), cluster.device_spec(0), optimizer, model.profile.dtype, sh,
+                d * c, grad_reduce_dtype(model.profile.dtype, grad),
             )
     time_s = (m + (p - 1) / v) * (tf + tb) + 2 * (p * v - 1) * hop + dp + opt
     return Estimate(

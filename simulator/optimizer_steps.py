@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from pipesim.plan import Plan
+from pipesim.profiles.costmodels.grad_dtype import grad_reduce_dtype
 from pipesim.profiles.costmodels.optimizer import stage_optimizer_step_s
 from pipesim.profiles.hardware.cluster import Cluster
 from pipesim.profiles.models.profile import ModelProfile
@@ -57,7 +58,8 @@ def optimizer_steps(
                     params = float(sum(profile.layers[i].parameter_bytes for i in st.layers))
                 owners = sp.replicas * sp.context_parallel  # sharded over the d x c ranks that reduce
                 duration += stage_optimizer_step_s(
-                    params, spec, plan.optimizer, profile.dtype, sp.sharding, owners
+                    params, spec, plan.optimizer, profile.dtype, sp.sharding, owners,
+                    grad_reduce_dtype(profile.dtype, plan.grad_reduce_dtype),
                 )
             if mine and duration > 0:
                 waits = tuple(c for st in mine for c in after.get(st.index, ()))

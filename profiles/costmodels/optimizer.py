@@ -19,9 +19,11 @@ adam        + Adam ``m`` and ``v`` (r+w each, fp32)       2 + 24 + 2 = 28      4
 ==========  ============================================  ===================  =================
 
 With mixed precision the weight read and written is the fp32 master copy (8 bytes) and the
-fp16/bf16 working copy is written from it (``e`` bytes); the gradient is read in the training
-dtype (``e`` bytes), or in fp32 (4 bytes) where fp32 main gradients are kept (Megatron-LM's
-distributed optimizer: 30 bytes for Adam). The states are the 12 bytes per parameter (fp32
+fp16/bf16 working copy is written from it (``e`` bytes); the gradient is read in the dtype it is
+held and reduced in (``grad_dtype``, Megatron-LM's rule in :mod:`~pipesim.profiles.costmodels.grad_dtype`:
+fp32 for bf16 training, so 30 bytes for Adam there; the training dtype for fp16), and in fp32 (4
+bytes) where fp32 main gradients are kept (Megatron-LM's distributed optimizer: 30 bytes for Adam).
+The states are the 12 bytes per parameter (fp32
 master, ``m``, ``v``) of Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training Trillion
 Parameter Models" (SC'20), Sec. 3.1, each read and written once; Megatron-LM's distributed
 optimizer keeps fp16/bf16 parameters with fp32 gradients ("float16 param, fp32 grads": 6 + 12/d
@@ -65,7 +67,10 @@ STATE_BUFFERS: dict[Optimizer, int] = {Optimizer.SGD: 0, Optimizer.MOMENTUM: 1, 
 
 
 def optimizer_bytes_per_parameter(
-    optimizer: str | Optimizer, dtype: str, sharding: str | Sharding = Sharding.NONE
+    optimizer: str | Optimizer,
+    dtype: str,
+    sharding: str | Sharding = Sharding.NONE,
+    grad_dtype: str | None = None,
 ) -> int:
     """Bytes the update reads and writes per parameter (module table).
 
@@ -73,6 +78,9 @@ def optimizer_bytes_per_parameter(
         optimizer: ``sgd``, ``momentum`` or ``adam``.
         dtype: the training dtype (``float32``, ``float16``, ``bfloat16``).
         sharding: ``distributed`` (Megatron-LM's distributed optimizer) reads fp32 main gradients.
+        grad_dtype: the dtype the gradients are held and reduced in
+            (:func:`~pipesim.profiles.costmodels.grad_dtype.grad_reduce_dtype`: fp32 for bf16
+            training by Megatron-LM's rule); ``None`` reads them in ``dtype``.
 
     Raises:
         UnknownNameError: unknown optimizer or sharding.
@@ -85,7 +93,10 @@ def optimizer_bytes_per_parameter(
     except KeyError:
         raise invalid("dtype", dtype, f"must be one of {', '.join(DTYPE_BYTES)}") from None
     mixed = dtype != "float32"
-    grad = FP32_BYTES if (mode is Sharding.DISTRIBUTED or not mixed) else elem
+    if grad_dtype is not None and grad_dtype not in DTYPE_BYTES:
+        raise invalid("grad_dtype", grad_dtype, f"must be one of {', '.join(DTYPE_BYTES)}")
+    held = elem if grad_dtype is None else DTYPE_BYTES[grad_dtype]
+    grad = FP32_BYTES if (mode is Sharding.DISTRIBUTED or not mixed) else held
     weights = 2 * FP32_BYTES + (elem if mixed else 0)  # fp32 (master) weight r + w, working copy w
     return grad + weights + 2 * FP32_BYTES * STATE_BUFFERS[opt]
 
@@ -108,6 +119,7 @@ def optimizer_step_s(
     optimizer: str | Optimizer,
     dtype: str,
     sharding: str | Sharding = Sharding.NONE,
+    grad_dtype: str | None = None,
 ) -> float:
     """Seconds one device takes to update ``parameters`` parameters (already its own share):
     ``parameters x optimizer_bytes_per_parameter / achievable memory bandwidth``.
@@ -123,7 +135,7 @@ def optimizer_step_s(
         f"{device.name}.achievable_memory_bandwidth_bytes_per_s",
         device.achievable_memory_bandwidth_bytes_per_s,
     )
-    return n * optimizer_bytes_per_parameter(optimizer, dtype, sharding) / bandwidth
+    return n * optimizer_bytes_per_parameter(optimizer, dtype, sharding, grad_dtype) / bandwidth
 
 
 def stage_optimizer_step_s(
@@ -133,6 +145,7 @@ def stage_optimizer_step_s(
     dtype: str,
     sharding: str | Sharding = Sharding.NONE,
     replicas: int = 1,
+    grad_dtype: str | None = None,
 ) -> float:
     """Seconds one device of a stage takes to update its share of the stage's parameters, whose
     bytes on that device (its TP shard) are ``parameter_bytes`` in the training ``dtype``: the
@@ -148,5 +161,6 @@ def stage_optimizer_step_s(
         raise invalid("dtype", dtype, f"must be one of {', '.join(DTYPE_BYTES)}")
     parameters = check_nonneg("parameter_bytes", parameter_bytes) / elem
     return optimizer_step_s(
-        parameters * updated_parameter_fraction(sharding, replicas), device, optimizer, dtype, sharding
+        parameters * updated_parameter_fraction(sharding, replicas),
+        device, optimizer, dtype, sharding, grad_dtype,
     )

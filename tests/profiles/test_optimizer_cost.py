@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pipesim.errors import InputError, UnknownNameError
+from pipesim.profiles.costmodels.grad_dtype import grad_reduce_dtype
 from pipesim.profiles.costmodels.optimizer import (
     optimizer_bytes_per_parameter,
     optimizer_step_s,
@@ -68,3 +69,14 @@ def test_bad_inputs_name_the_field() -> None:
         optimizer_bytes_per_parameter("lamb", "float32")
     with pytest.raises(InputError, match="replicas"):
         updated_parameter_fraction("zero1", 0)
+
+
+def test_the_gradient_is_read_in_the_dtype_it_is_held_in() -> None:
+    # bf16 training holds fp32 main gradients by Megatron-LM's rule (grad_dtype.grad_reduce_dtype):
+    # Adam reads 4 gradient bytes, 30 in all; fp16 keeps 2-byte gradients, 28; fp32 is 28 either way
+    assert optimizer_bytes_per_parameter("adam", "bfloat16", grad_dtype=grad_reduce_dtype("bfloat16")) == 30
+    assert optimizer_bytes_per_parameter("adam", "float16", grad_dtype=grad_reduce_dtype("float16")) == 28
+    assert optimizer_bytes_per_parameter("adam", "float32", grad_dtype="float32") == 28
+    assert optimizer_bytes_per_parameter("adam", "bfloat16", "distributed", grad_dtype="bfloat16") == 30
+    with pytest.raises(InputError, match="grad_dtype"):
+        optimizer_bytes_per_parameter("adam", "bfloat16", grad_dtype="float64")
