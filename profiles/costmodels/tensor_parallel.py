@@ -142,13 +142,13 @@ def check_tensor_parallel(profile: ModelProfile, first: int, last: int, t: int, 
 
 
 def check_tp_group_in_server(group: Sequence[int], server_of: Callable[[int], int], where: str) -> None:
-    """Check that a TP group's devices sit in one server.
+    """Check that a TP group's devices sit in one server (the 3D estimate's condition).
 
-    TP collectives are folded into their ops' compute (``docs/parallelism.md``), exact inside
-    one NVLink/NVSwitch server, where nothing else uses the group's links; across servers they
-    would share the NICs and the fabric with pipeline and data-parallel traffic, which the
-    folded model cannot show, so such a group is refused (Megatron-LM keeps TP inside a server
-    too: Narayanan et al. 2021, Sec. 3.3, takeaway #1).
+    The simulator runs TP collectives as transfers on the group's links, across servers too,
+    sharing the NICs with pipeline and data-parallel traffic (``simulator/tp_collectives.py``).
+    The 3D estimate (``planner/megatron.py``) times them on one group, alone on its links: exact
+    inside one NVLink/NVSwitch server, blind to that sharing across servers, so it refuses such a
+    group (Megatron-LM keeps TP inside a server too: Narayanan et al. 2021, Sec. 3.3, takeaway #1).
 
     Raises:
         InputError: the group spans servers; the message names ``where``, the degree and the
@@ -160,9 +160,10 @@ def check_tp_group_in_server(group: Sequence[int], server_of: Callable[[int], in
             where,
             len(group),
             f"a tensor-parallel group must sit in one server, and devices {group[0]}..{group[-1]} span "
-            f"servers {servers[0]}..{servers[-1]}: its collectives would cross the NICs, sharing them "
-            "with pipeline and data-parallel traffic, which the folded TP model does not simulate; use a "
-            "degree up to the GPUs per server (placed on a server boundary)",
+            f"servers {servers[0]}..{servers[-1]}: its collectives cross the NICs, sharing them with "
+            "pipeline and data-parallel traffic, which the 3D estimate does not model (the simulator "
+            "does: `pipesim simulate`); for an estimate use a degree up to the GPUs per server (placed on "
+            "a server boundary)",
         )
 
 
