@@ -117,6 +117,8 @@ def compare(
     recompute: Recompute | str | bool | None = None,
     pins: MegatronPins | None = None,
     hold_plan: bool = False,
+    grad_reduce_dtype: str | None = None,
+    zero1_grad_collective: str = "reduce-scatter",
 ) -> list[CompareRow]:
     """Plan each schedule for itself (or hold one plan fixed), then simulate each.
 
@@ -152,6 +154,9 @@ def compare(
         pins: tensor parallelism, sequence parallelism or sharding for the planner
             (``--tp``/``--sp``/``--zero``; :class:`~pipesim.planner.megatron.MegatronPins`).
         hold_plan: compare every schedule on one plan (see above) instead of planning each.
+        grad_reduce_dtype, zero1_grad_collective: the planned plans' gradient collectives
+            (``pipesim.planner.plan``'s; ``None`` and ``reduce-scatter``: Megatron-LM's rule and
+            ZeRO-1's reduce-scatter); a ``base_plan`` keeps its own.
 
     Returns:
         One row per schedule, in the order given.
@@ -174,7 +179,8 @@ def compare(
     def planned(schedule: str | None) -> Plan:
         return plan(
             profile, machine, global_batch_size, planner=planner, top=1, rerank=by_simulation, pins=pins,
-            recompute=mode, schedule=schedule,
+            recompute=mode, schedule=schedule, grad_reduce_dtype=grad_reduce_dtype,
+            zero1_grad_collective=zero1_grad_collective,
         )[0]
 
     if base_plan is not None and recompute is not None:

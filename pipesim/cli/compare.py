@@ -24,7 +24,6 @@ from pipesim.cli._common import (
 )
 from pipesim.cli._parallel import add_parallel_args, apply_parallel, pins_of
 from pipesim.cli.progress import Status
-from pipesim.errors import invalid
 from pipesim.limits import MAX_PRICE_PER_DEVICE_HOUR_USD
 from pipesim.units import GIB, MS
 
@@ -142,10 +141,6 @@ def comparison_rows(
         if text:
             _, explicit = schedule_arg(text)
             schedules.append(explicit if explicit is not None else text)
-    for flag in ("grad_reduce_dtype", "zero1_grad_collective"):
-        if getattr(args, flag) is not None and not args.plan:
-            raise invalid(f"--{flag.replace('_', '-')}", getattr(args, flag),
-                          "applies to a given plan (--plan); the planners use the default rule")
     base = apply_parallel(load_plan(args.plan), args) if args.plan else None
     title = f"{profile.name} on {cluster.name}"
     labels = [entry.name if not isinstance(entry, str) else entry for entry in schedules]
@@ -161,6 +156,8 @@ def comparison_rows(
         rerank=args.rerank == "simulate",
         recompute=args.recompute,
         hold_plan=args.hold_plan,
+        grad_reduce_dtype=args.grad_reduce_dtype,
+        zero1_grad_collective=args.zero1_grad_collective or "reduce-scatter",
         options=SimOptions(**sim) if (sim := {**rendezvous_of(args), **zero_prefetch_of(args)}) else None,
         **options,
     )

@@ -183,3 +183,19 @@ def test_paper_size_vector_figures_and_report(tmp_path: Path, capsys: pytest.Cap
     code, _out, err = run(capsys, "compare", "--out", str(tmp_path), "--figsize", "a4")
     assert code == 2
     assert "--figsize='a4': must be screen, double, single or WxH" in err
+
+
+def test_planned_compare_takes_the_gradient_dtype(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # without --plan the planners plan with the given gradient dtype: bf16 training reduces fp32
+    # gradients by default (Megatron-LM's rule), --grad-reduce-dtype bf16 halves those bytes
+    exposed = {}
+    for grad in ("fp32", "bf16"):
+        code, out, err = run(
+            capsys, "compare", "--model", "gpt:layers=8,hidden=512,heads=8,seq=256,vocab=1000",
+            "--cluster", "dgx-a100-x2", "--gbs", "32", "--schedules", "1f1b", "--dtype", "bf16",
+            "--grad-reduce-dtype", grad, "--json", "--out", str(tmp_path / grad),
+        )
+        assert code == 0, err
+        (row,) = json.loads(out)
+        exposed[grad] = row["exposed_allreduce_time_s"]
+    assert 0 < exposed["bf16"] < exposed["fp32"]
