@@ -211,11 +211,13 @@ def test_cli_flags_change_the_simulation(tmp_path: Path, capsys: pytest.CaptureF
     assert times[1] < times[0] < times[2]
 
 
-def test_compare_refuses_the_flag_without_a_plan(capsys: pytest.CaptureFixture[str]) -> None:
+def test_compare_refuses_a_bad_gradient_dtype(capsys: pytest.CaptureFixture[str]) -> None:
+    # compare plans with the flag (tests/cli/test_compare_cli.py); a bad value is exit 2
     argv = ["compare", "--model", "bert48", "--cluster", "dapple-2x8-v100", "--gbs", "64",
-            "--grad-reduce-dtype", "fp32"]
+            "--grad-reduce-dtype", "fp64"]
     assert main(argv) == 2
-    assert "--plan" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "grad" in err and "fp64" in err and "Traceback" not in err
 
 
 def test_cli_summary_names_the_settings(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
