@@ -18,7 +18,7 @@ from pipesim.profiles.hardware.cluster import get_cluster
 from pipesim.schedules import Op, evaluate, format_timeline, make_schedule, validate
 from pipesim.schedules.chimera import chimera, chimera_unit_slots
 from pipesim.simulator import SimOptions, simulate
-from pipesim.simulator.program import lower as lower_program
+from tests.schedules.dual_plans import dual_plan
 from tests.simulator.builders import equal_profile
 
 CLUSTER = get_cluster("dapple-2x8-v100")
@@ -27,9 +27,7 @@ SIZES = [(p, c * p) for p in (2, 4, 8) for c in (1, 2, 3, 5)] + [(6, 6), (6, 18)
 
 
 def _plan(p: int, m: int, replicas: int = 1) -> Plan:
-    model = [StagePlan(first_layer=i, last_layer=i, replicas=replicas) for i in range(p)]
-    return Plan(stages=tuple(model + model), global_batch_size=4 * m * replicas, num_microbatches=m,
-                schedule="chimera", chunks=2)
+    return dual_plan("chimera", p, m, replicas)
 
 
 def _makespan(p: int, m: int, f: float, b: float) -> float:
@@ -122,27 +120,6 @@ def test_simulator_closed_form_and_twice_the_parameters(executor: str, p: int, m
     assert sorted(d.static_memory_bytes for d in result.devices) == sorted(
         2 * d.static_memory_bytes for d in base.devices
     )
-
-
-def test_the_two_copies_gradients_are_summed_between_the_pair() -> None:
-    p, m = 4, 8
-    profile = equal_profile(p, parameter_bytes=1 << 20)
-    for replicas in (1, 2):
-        program = lower_program(_plan(p, m, replicas), profile, CLUSTER, SimOptions())
-        assert len(program.collectives) == p
-        for c in program.collectives:
-            assert c.shared_with == c.stage + p
-            assert set(c.members) == set(program.stages[c.stage].devices) | set(
-                program.stages[c.stage + p].devices
-            )
-            assert len(c.members) == 2 * replicas
-        lowered = program.lowered_schedule()
-        reduces = sorted(a.stage for row in lowered.ranks for a in row if a.op is Op.ALL_REDUCE)
-        assert reduces == list(range(2 * p))
-        # the all-reduces cost time: the iteration is longer than the free-link compute alone
-        timed = simulate(_plan(p, m, replicas), profile, CLUSTER, SimOptions(optimizer_step=False))
-        free = simulate(_plan(p, m, replicas), profile, CLUSTER, FREE)
-        assert timed.iteration_time_s > free.iteration_time_s
 
 
 @pytest.mark.parametrize(("p", "m"), [(2, 4), (4, 8), (4, 32), (8, 16)])

@@ -27,7 +27,7 @@ from pipesim.schedules.dualpipe import dualpipe
 from pipesim.schedules.placement import chain_bounds, copy_of, microbatch_chain, stage_ranks
 from pipesim.schedules.vshape import dualpipev, dualpipev_rank
 from pipesim.simulator import SimOptions, simulate
-from pipesim.simulator.program import lower as lower_program
+from tests.schedules.dual_plans import dual_plan
 from tests.simulator.builders import equal_profile
 
 CLUSTER = get_cluster("dapple-2x8-v100")
@@ -36,9 +36,7 @@ SIZES = ((2, 4), (2, 6), (4, 8), (4, 10), (4, 16), (6, 12), (8, 16), (8, 24))
 
 
 def _plan(p: int, m: int, replicas: int = 1) -> Plan:
-    model = [StagePlan(first_layer=i, last_layer=i, replicas=replicas) for i in range(p)]
-    return Plan(stages=tuple(model + model), global_batch_size=4 * m * replicas, num_microbatches=m,
-                schedule="dualpipe", chunks=2)
+    return dual_plan("dualpipe", p, m, replicas)
 
 
 def test_dual_placement_two_chains_fed_from_both_ends() -> None:
@@ -267,24 +265,6 @@ def test_simulator_closed_form_and_twice_the_parameters(executor: str, p: int, m
     assert sorted(d.static_memory_bytes for d in result.devices) == sorted(
         2 * d.static_memory_bytes for d in base.devices
     )
-
-
-def test_the_two_copies_gradients_are_summed_between_the_pair() -> None:
-    p, m = 4, 8
-    profile = equal_profile(p, parameter_bytes=1 << 20)
-    for replicas in (1, 2):
-        program = lower_program(_plan(p, m, replicas), profile, CLUSTER, SimOptions())
-        assert len(program.collectives) == p
-        for c in program.collectives:
-            assert c.shared_with == c.stage + p
-            assert len(c.members) == 2 * replicas
-            assert set(c.members) == set(program.stages[c.stage].devices) | set(
-                program.stages[c.stage + p].devices
-            )
-        lowered = program.lowered_schedule()
-        reduces = sorted(a.stage for row in lowered.ranks for a in row if a.op is Op.ALL_REDUCE)
-        assert reduces == list(range(2 * p))
-        simulate(_plan(p, m, replicas), profile, CLUSTER, SimOptions())  # runs to the end
 
 
 def test_plan_needs_the_copies() -> None:
