@@ -79,20 +79,28 @@ the throughput column for m = 4 and 32 (the README does not say why); the column
 _CELL_COSTS = (
     "AmoebaNet-D cell costs on P40: torchgpipe's balances, chosen by measuring ([3, 6, 7, 8] for 4 GPUs: "
     "stems | the 6 normal cells of the first group | reduction + 6 | reduction + 6 + classifier), are "
-    "near-even in time on the real GPUs (the measured m=4 / m=32 throughput ratio of that split, 0.615, is "
-    "the bubble ratio of equal stages, 0.625), but not under pipesim's kernel model, whose normal cells "
-    "before the first reduction cost 1.85x those after the second (pooling, batch-norm and element-wise "
-    "passes, c x h^2, halve at each reduction): stages 455, 809, 712, 565 ms at 90 images, so the "
-    "4-micro-batch pipeline fills faster than (m + n - 1) bottleneck slots (sum of stages + (m - 1) x max): "
-    "+19%. Which op costs are off (the 1x7/7x1 convolutions or the memory-bound passes) is not traced"
+    "near-even in time on the real GPUs (the measured m=4 / m=32 throughput ratio of that split, 0.615, "
+    "is the bubble ratio of equal stages, 0.625), but not under pipesim's kernel model: at 90 images a "
+    "normal cell of the first group costs 98.6 ms (convolutions 46.3, memory-bound passes 52.2), of the "
+    "third 56.9 ms (43.7 and 13.2): the convolutions' FLOP are the same in every group (c^2 h^2) while "
+    "the pooling, batch-norm and element-wise passes (c h^2) halve at each reduction, so the "
+    "4-micro-batch pipeline fills faster than (m + n - 1) bottleneck slots: +19.5%. cuDNN's fp32 "
+    "convolution tiles (128 output pixels, compute.CONV_TILES_FP32) did not move it (+18.9% before): at "
+    "90 images every map fills its tiles. Even stages need the convolutions to cost several times the "
+    "memory passes in the first group; which op costs are off is not traced (the benchmark runs without "
+    "torch.backends.cudnn.benchmark, so PyTorch 1.3 takes cuDNN's heuristic algorithm, not the fastest "
+    "one the model assumes)"
 )
 
 _P40_SPEED = (
     "AmoebaNet-D (18, 256) on P40 in fp32 too fast: every experiment's absolute throughput is predicted "
-    "19-55% high (n2m1 +29%); the ratios between them are within 10% but n4m4. The same direction as "
-    "the zoo's AmoebaNet-36 on V100, 0.77 of the DAPPLE authors' measured time per sample "
-    "(zoo-v100-amoebanet36-b1, within its 25%; docs/zoo.md): AmoebaNet's many small convolutions and "
-    "memory-bound passes run slower than the kernel model's rates; no other record runs on a P40"
+    "20-57% high (n2m1 +30.1%); the ratios between them are within 10% but n4m4. The same direction as "
+    "DAPPLE's measured AmoebaNet-D (18, 512) on V100 at batch 8 (zoo-v100-amoebanet18-b8: the zoo's "
+    "time is 0.50 of it, the deeper cells the furthest off) and n4m4's cell balance: the zoo makes the "
+    "cells after the reductions too cheap. cuDNN's 128-pixel fp32 convolution tiles "
+    "(compute.CONV_TILES_FP32) do not bind at 36-196 images (+29.3% before). Not traced: cuDNN's "
+    "heuristic (not autotuned: the script does not set torch.backends.cudnn.benchmark) algorithms, the "
+    "P40's sustained clock, GDDR5's achieved bandwidth; no other record runs on a P40"
 )
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 from experiments.validation.record import Record
 from pipesim.profiles.models.profile import ModelProfile
 from pipesim.profiles.models.zoo import zoo_model
+from pipesim.profiles.models.zoo.amoebanet import amoebanet_d
 from pipesim.profiles.models.zoo.gnmt import gnmt16
 from pipesim.profiles.models.zoo.roofline import REFERENCE_DEVICE, roofline_for
 
@@ -36,6 +37,28 @@ def _per_sample_ms(profile: ModelProfile, *, skip: tuple[str, ...] = ()) -> floa
 
 def _zoo(name: str, batch: int, *, skip: tuple[str, ...] = ()) -> float:
     return _per_sample_ms(zoo_model(name, batch_size=batch, device=REFERENCE_DEVICE), skip=skip)
+
+
+def _amoebanet18_b8() -> float:
+    profile = amoebanet_d(roofline_for("float32"), 8, normal_cells=18, filters=512, name="amoebanet-d-18-512")
+    return _per_sample_ms(profile)
+
+
+_AMOEBANET_V100 = (
+    "AmoebaNet-D (18, 512) on V100 in fp32 at batch 8: the zoo gives 357 ms per iteration (fwd + bwd) "
+    "against the file's 718 (0.50). Per cell the zoo is close on the stem cells (112 x 112 and 56 x 56 "
+    "maps: 6.6 + 13.1 ms against 4.9 + 12.6 measured for the first) and falls behind with depth: a normal "
+    "cell of the first group 5.9 + 10.7 ms against ~8.4 + 20.0, of the third 5.6 + 10.7 against ~13.3 + "
+    "29.8. The measured network runs 2.92 TFLOP (the zoo's count, forward and backward) at 4.1 TFLOP/s, "
+    "26% of the V100's fp32 peak (NVIDIA's PyTorch ResNet-50 reaches ~58%, zoo-resnet50-v100-fp32); its "
+    "backward is 2.5x its forward (the zoo's 1.9x); cuDNN's fp32 convolution tiles moved the zoo from 362 "
+    "to 357 ms. Not traced: the profile comes from a TensorFlow "
+    "implementation (cell_stem_0, reduction_cell_0 node names) whose kernels, data layout (NHWC needs "
+    "transposes around cuDNN's NCHW kernels) and per-op costs the files do not show. The batch-1 "
+    "comparison this record replaces (zoo-v100-amoebanet36-b1, -23.1%, -15.2% with cuDNN's fp32 "
+    "convolution tiles) hid the gap: at batch 1 most of the zoo's kernels sit at the 10 us host "
+    "dispatch floor, which the file (batch-8 times divided by 8) never had"
+)
 
 
 def _gnmt_as_measured() -> float:
@@ -136,14 +159,19 @@ def _profile_records() -> list[Record]:
             note="zoo xlnet36 at batch 1, seq 512, fp32",
         ),
         Record(
-            name="zoo-v100-amoebanet36-b1",
-            source=_REPO + "amoeba-36-pbs-1.txt: 48.67 ms fwd + 119.38 ms bwd at batch 1",
+            name="zoo-v100-amoebanet18-b8",
+            source=_REPO + "amoeba-18-pbs-8.txt: 207.71 ms fwd + 510.10 ms bwd at batch 8",
             quantity=quantity,
             kind="absolute",
-            published=48.67 + 119.38,
-            predict=lambda: _zoo("amoebanet36", 1),
+            published=(207.71 + 510.10) / 8,
+            predict=_amoebanet18_b8,
             tolerance=_TOLERANCE,
-            note="zoo amoebanet36 (AmoebaNet-D, L=36, F=512) at batch 1, fp32",
+            note="zoo AmoebaNet-D (L=18, F=512) at batch 8, fp32; the file's cells have amoebanet36's "
+            "parameter sizes (6 normal cells per group instead of 12). The folder's amoeba-36-pbs-1.txt is "
+            "derived from this file, not measured: each of its cell times is this file's divided by 8 "
+            "(rounded to 0.01 ms), its activation sizes too, and its 12 cells per group repeat this file's "
+            "6; so the measurement is at batch 8 and is compared at batch 8",
+            known_miss=_AMOEBANET_V100,
         ),
         Record(
             name="zoo-v100-gnmt16-b64",

@@ -18,12 +18,14 @@ summed. We take the fastest ``s`` up to :data:`MAX_SPLIT_K` whose slices are at 
 :data:`MIN_SPLIT_K` long; each slice pays the per-tile fixed work, and summing the partial tiles
 costs one more.
 
-cuBLAS picks the tile per problem; we take the fastest of :data:`TILES`. A big tile reuses each
-loaded element of A and B for more multiply-adds (``tm x tn / (tm + tn)`` per k-step), so it runs
-closer to peak, while a small tile wastes less on padding and fills more SMs: the relative rate
-of a tile is ``r(I) = I / (I + TILE_REUSE_HALF)`` with ``I = tm tn / (tm + tn)``, normalised to
-the largest tile. A tile also pays a fixed prologue/epilogue (loading the first k-slices,
-writing C), modelled as :data:`K_OVERHEAD` extra steps of k: efficiency ``k / (k + K_OVERHEAD)``.
+cuBLAS picks the tile per problem; we take the fastest of :data:`TILES` (for cuDNN's fp32
+convolutions, of :data:`CONV_TILES_FP32`, the only tiles its CUDA-core kernels come in). A big
+tile reuses each loaded element of A and B for more multiply-adds (``tm x tn / (tm + tn)`` per
+k-step), so it runs closer to peak, while a small tile wastes less on padding and fills more
+SMs: the relative rate of a tile is ``r(I) = I / (I + TILE_REUSE_HALF)`` with
+``I = tm tn / (tm + tn)``, normalised to the largest tile of the set. A tile also pays a fixed
+prologue/epilogue (loading the first k-slices, writing C), modelled as :data:`K_OVERHEAD` extra
+steps of k: efficiency ``k / (k + K_OVERHEAD)``.
 The time of a GEMM is then
 
     waves x 2 tm tn (k / s + K_OVERHEAD [+ K_OVERHEAD if s > 1])
@@ -56,6 +58,7 @@ from pipesim.profiles.hardware.specs import (
 from pipesim.units import US
 
 __all__ = [
+    "CONV_TILES_FP32",
     "GEMM_EFFICIENCY",
     "KERNEL_OVERHEAD_S",
     "K_OVERHEAD",
@@ -75,6 +78,19 @@ TILES: tuple[tuple[int, int], ...] = (
 )
 """Output tile sizes (rows x columns) cuBLAS/CUTLASS kernels use, largest first: the sizes NVIDIA's
 "Matrix Multiplication Background User's Guide" discusses (256x128 down to 64x64)."""
+
+CONV_TILES_FP32: tuple[tuple[int, int], ...] = ((128, 128), (128, 64), (128, 32))
+"""Output tiles (output pixels x output channels) of cuDNN's fp32 implicit-GEMM convolution
+kernels, forward and data gradient, on CUDA cores. cuDNN names them by tile: profiler traces of
+PyTorch, TensorFlow and ONNX Runtime convolutions on Pascal and Volta list only
+``maxwell_scudnn_128x32/128x64/128x128_relu_{small,medium,large}_nn_v1`` and
+``volta_scudnn_128x32/128x64/128x128_relu_{small,interior}_nn_v1`` (e.g. the nvprof listing in
+github.com/microsoft/onnxruntime/issues/7578, a Pascal-generation ``maxwell_scudnn`` set) and its
+fused Winograd kernel ``maxwell_scudnn_winograd_128x128``. So a convolution's output pixels
+(batch x output height x output width) are padded to 128 rows, not 64 as a cuBLAS GEMM's may be:
+a batch-1 7 x 7 map (49 pixels) fills 38% of a tile; and a convolution with 32 or fewer output
+channels uses a 32-wide tile instead of padding to 64. The filter gradient reduces over the
+pixels, so it keeps :data:`TILES`."""
 
 TILE_REUSE_HALF = 32.0
 """Reuse ``tm tn / (tm + tn)`` at which a tile reaches half its asymptotic rate. With 32 a 64 x 64
@@ -244,16 +260,21 @@ class ComputeModel:
         check_nonneg("bytes_moved", bytes_moved)
         return bytes_moved / self.memory_bytes_per_s + self.kernel_overhead_s
 
-    def gemm_compute_s(self, shape: GemmShape) -> float:
-        """Arithmetic time of ``shape`` with tile and wave quantisation, no launch cost, seconds."""
-        return _gemm_compute_s(self.peak_flop_per_s * self.efficiency, self.sm_count,
-                               shape.m, shape.n, shape.k, shape.count)
+    def gemm_compute_s(self, shape: GemmShape, *, tiles: tuple[tuple[int, int], ...] = TILES) -> float:
+        """Arithmetic time of ``shape`` with tile and wave quantisation, no launch cost, seconds.
 
-    def gemm_time_s(self, shape: GemmShape, bytes_moved: float = 0.0, *, speedup: float = 1.0) -> float:
+        ``tiles`` are the output tiles the library may pick from (default :data:`TILES`, cuBLAS's;
+        :data:`CONV_TILES_FP32` for cuDNN's fp32 convolutions), largest first: the largest
+        runs at the large-GEMM efficiency, the others at their reuse relative to it."""
+        return _gemm_compute_s(self.peak_flop_per_s * self.efficiency, self.sm_count,
+                               shape.m, shape.n, shape.k, shape.count, tiles)
+
+    def gemm_time_s(self, shape: GemmShape, bytes_moved: float = 0.0, *, speedup: float = 1.0,
+                    tiles: tuple[tuple[int, int], ...] = TILES) -> float:
         """Time of the GEMM kernel ``shape``: ``max(arithmetic / speedup, bytes / bandwidth)`` plus
         the launch cost, seconds. ``speedup`` divides the arithmetic (e.g. fewer multiplications
-        of a fast convolution algorithm)."""
-        compute = self.gemm_compute_s(shape) / speedup
+        of a fast convolution algorithm); ``tiles`` as for :meth:`gemm_compute_s`."""
+        compute = self.gemm_compute_s(shape, tiles=tiles) / speedup
         return max(compute, bytes_moved / self.memory_bytes_per_s) + self.kernel_overhead_s
 
     def gemm_flop_per_s(self, shape: GemmShape) -> float:
@@ -261,21 +282,22 @@ class ComputeModel:
         return shape.flop / self.gemm_compute_s(shape)
 
 
-def _tile_rate(tm: int, tn: int) -> float:
+def _tile_rate(tm: int, tn: int, largest: tuple[int, int]) -> float:
     reuse = tm * tn / (tm + tn)
-    best = TILES[0][0] * TILES[0][1] / (TILES[0][0] + TILES[0][1])
+    best = largest[0] * largest[1] / (largest[0] + largest[1])
     return (reuse / (reuse + TILE_REUSE_HALF)) / (best / (best + TILE_REUSE_HALF))
 
 
 @lru_cache(maxsize=65536)
-def _gemm_compute_s(rate: float, sm_count: int | None, m: int, n: int, k: int, count: int) -> float:
+def _gemm_compute_s(rate: float, sm_count: int | None, m: int, n: int, k: int, count: int,
+                    tile_set: tuple[tuple[int, int], ...] = TILES) -> float:
     if sm_count is None:
         return 2.0 * m * n * k * count / (rate * k / (k + K_OVERHEAD))
     per_sm = rate / sm_count
     best = math.inf
-    for tm, tn in TILES:
+    for tm, tn in tile_set:
         tiles = math.ceil(m / tm) * math.ceil(n / tn) * count
-        tile_rate = per_sm * _tile_rate(tm, tn)
+        tile_rate = per_sm * _tile_rate(tm, tn, tile_set[0])
         for split in range(1, MAX_SPLIT_K + 1):
             if split > 1 and k / split < MIN_SPLIT_K:
                 break  # never split k into slivers

@@ -8,6 +8,7 @@ import pytest
 
 from pipesim.errors import InputError
 from pipesim.profiles.costmodels.compute import (
+    CONV_TILES_FP32,
     GEMM_EFFICIENCY,
     K_OVERHEAD,
     TILES,
@@ -43,6 +44,28 @@ def test_one_full_wave_of_the_largest_tile_by_hand() -> None:
     one_wave = 2 * 256 * 128 * (k + K_OVERHEAD) / per_sm
     assert model.gemm_compute_s(shape) == pytest.approx(one_wave)
     assert model.gemm_flop_per_s(shape) == pytest.approx(1e12 * k / (k + K_OVERHEAD))
+
+
+def test_a_tile_set_runs_its_largest_tile_at_the_full_efficiency_by_hand() -> None:
+    # cuDNN's fp32 convolution tiles: 80 SMs, 1280 x 1024 = 10 x 8 tiles of 128 x 128, one wave
+    model = _model(80)
+    k = 4096
+    one_wave = 2 * 128 * 128 * (k + K_OVERHEAD) / (1e12 / 80)
+    shape = GemmShape(m=1280, n=1024, k=k)
+    assert model.gemm_compute_s(shape, tiles=CONV_TILES_FP32) == pytest.approx(one_wave)
+
+
+def test_conv_tiles_pad_pixels_to_128_and_channels_to_32() -> None:
+    model = _model(80)
+    # a batch-1 7 x 7 map: 49 pixels pad to a 128-row tile (a cuBLAS GEMM may use 64 rows)
+    small_map = GemmShape(m=49, n=512, k=512)
+    assert model.gemm_compute_s(small_map, tiles=CONV_TILES_FP32) > model.gemm_compute_s(small_map)
+    # one SM, 16 output channels: a 128 x 32 tile wastes half, a 64 x 64 one three quarters
+    one_sm = _model(1)
+    narrow = GemmShape(m=128 * 64, n=16, k=1024)
+    assert one_sm.gemm_compute_s(narrow, tiles=CONV_TILES_FP32) < one_sm.gemm_compute_s(narrow)
+    assert all(tm == 128 for tm, _ in CONV_TILES_FP32)
+    assert CONV_TILES_FP32[0] == max(CONV_TILES_FP32, key=lambda t: t[0] * t[1])
 
 
 def test_wave_quantisation_one_tile_more_costs_a_wave() -> None:

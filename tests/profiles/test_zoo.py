@@ -10,7 +10,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipesim.errors import InputError, UnknownNameError
-from pipesim.profiles.costmodels.compute import K_OVERHEAD, OP_DISPATCH_S, ComputeModel
+from pipesim.profiles.costmodels.compute import (
+    CONV_TILES_FP32,
+    K_OVERHEAD,
+    OP_DISPATCH_S,
+    ComputeModel,
+    GemmShape,
+)
 from pipesim.profiles.models.profile import ModelProfile
 from pipesim.profiles.models.zoo import GptSpec, parse_gpt_spec, zoo_descriptions, zoo_model, zoo_names
 from pipesim.profiles.models.zoo import _build as zoo_cache
@@ -226,6 +232,26 @@ def test_conv_picks_the_fastest_algorithm() -> None:
     c = LayerCost("c", _unit_roofline("float16"))
     c.conv(8, 64, 64, 3, 3, 56, 56, 56, 56)
     assert c.fwd.time_s == pytest.approx(_gemm_s(8 * 56 * 56, 64, 576, moved / 2))
+
+
+def test_fp32_convolutions_tile_pixels_with_cudnn_tiles_and_filter_gradients_with_gemm_tiles() -> None:
+    rl = roofline_for("float32")  # V100: 80 SMs
+    model = rl.model
+    lc = LayerCost("c", rl)
+    lc.conv(1, 512, 512, 1, 1, 7, 7, 7, 7)  # a batch-1 1x1 convolution on a 7 x 7 map
+    moved = 4 * (512 * 49 * 2 + 512 * 512)
+    fwd = model.gemm_time_s(GemmShape(m=49, n=512, k=512), moved, tiles=CONV_TILES_FP32)
+    assert lc.fwd.time_s == pytest.approx(model.op_time_s(fwd))
+    assert fwd > model.gemm_time_s(GemmShape(m=49, n=512, k=512), moved)
+    wgrad = model.gemm_time_s(GemmShape(m=512, n=512, k=49), moved)
+    dgrad = model.gemm_time_s(GemmShape(m=49, n=512, k=512), moved, tiles=CONV_TILES_FP32)
+    assert lc.bwd.time_s == pytest.approx(model.op_time_s(dgrad) + model.op_time_s(wgrad))
+    # tensor-core precisions keep the GEMM tiles
+    half = roofline_for("float16")
+    h = LayerCost("h", half)
+    h.conv(1, 512, 512, 1, 1, 7, 7, 7, 7)
+    expected = half.model.gemm_time_s(GemmShape(m=49, n=512, k=512), moved / 2)
+    assert h.fwd.time_s == pytest.approx(half.model.op_time_s(expected))
 
 
 def test_vgg_conv_layer_flop_by_hand() -> None:

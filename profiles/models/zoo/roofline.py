@@ -16,7 +16,9 @@ batch: a small micro-batch makes short GEMMs that fill fewer SMs and run at a lo
 peak. The zoo therefore costs each model at several batch sizes (``batch_points``).
 
 Convolutions pick the fastest of three cuDNN algorithms (as cuDNN's autotuner does): implicit
-GEMM; for 3x3 stride-1 convolutions in fp32 on CUDA cores also fused Winograd F(2x2, 3x3) (2.25x
+GEMM (in fp32 with cuDNN's own output tiles, 128 pixels by 128, 64 or 32 channels:
+:data:`~pipesim.profiles.costmodels.compute.CONV_TILES_FP32`); for 3x3 stride-1 convolutions
+in fp32 on CUDA cores also fused Winograd F(2x2, 3x3) (2.25x
 fewer multiplications, Lavin & Gray, "Fast Algorithms for Convolutional Neural Networks", CVPR
 2016) and non-fused Winograd F(4x4, 3x3) (4x fewer multiplications, same paper) whose input and
 output transforms are separate memory-bound kernels moving the 36 transformed tiles.
@@ -27,7 +29,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from pipesim.profiles.costmodels.compute import ComputeModel, GemmShape, compute_model
+from pipesim.profiles.costmodels.compute import CONV_TILES_FP32, TILES, ComputeModel, GemmShape, compute_model
 from pipesim.profiles.hardware.catalog import get_device
 from pipesim.profiles.models.profile import DTYPE_BYTES, Layer
 
@@ -85,6 +87,13 @@ class Roofline:
     def winograd(self) -> bool:
         """Whether 3x3 convolutions may use Winograd (fp32 on CUDA cores only)."""
         return self.model.precision == "float32"
+
+    @property
+    def conv_tiles(self) -> tuple[tuple[int, int], ...]:
+        """Output tiles of forward and data-gradient convolutions: cuDNN's fp32 kernels'
+        (:data:`~pipesim.profiles.costmodels.compute.CONV_TILES_FP32`) on CUDA cores, the GEMM
+        tiles otherwise (tensor-core kernels, whose tile set the model does not separate)."""
+        return CONV_TILES_FP32 if self.model.precision == "float32" else TILES
 
     def memory_kernel_s(self, flop: float, bytes_moved: float) -> float:
         """Time of an element-wise kernel: the slower of its arithmetic (at the large-GEMM rate)
@@ -200,17 +209,22 @@ class LayerCost:
                      hout: int, wout: int, in_elems: float, out_elems: float, *, winograd: bool,
                      wgrad: bool = False) -> None:
         """One convolution-shaped kernel (forward, data gradient or filter gradient): the fastest
-        of implicit GEMM, fused Winograd F(2x2,3x3) and non-fused Winograd F(4x4,3x3)."""
+        of implicit GEMM, fused Winograd F(2x2,3x3) and non-fused Winograd F(4x4,3x3).
+
+        Forward and data gradient tile the output pixels with :attr:`Roofline.conv_tiles`;
+        the filter gradient, a GEMM reducing over the pixels, with the GEMM tiles."""
         d = self.rl.elem_bytes
         model = self.rl.model
         if wgrad:  # the filter gradient reduces over the batch and the output pixels
             shape = GemmShape(m=cin * kh * kw, n=cout, k=batch * hout * wout)
+            tile_set = TILES
         else:
             shape = GemmShape(m=batch * hout * wout, n=cout, k=cin * kh * kw)
+            tile_set = self.rl.conv_tiles
         moved = d * (in_elems + cout * cin * kh * kw + out_elems)
-        best = model.gemm_time_s(shape, moved)
+        best = model.gemm_time_s(shape, moved, tiles=tile_set)
         if winograd:
-            best = min(best, model.gemm_time_s(shape, moved, speedup=WINOGRAD_FUSED_SPEEDUP))
+            best = min(best, model.gemm_time_s(shape, moved, speedup=WINOGRAD_FUSED_SPEEDUP, tiles=tile_set))
             tiles = batch * math.ceil(hout / _WINOGRAD_TILE) * math.ceil(wout / _WINOGRAD_TILE)
             alpha2 = (_WINOGRAD_TILE + 2) ** 2  # 36 transformed points per tile
             tin, tout = alpha2 * tiles * cin, alpha2 * tiles * cout
