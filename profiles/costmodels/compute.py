@@ -81,16 +81,17 @@ TILES: tuple[tuple[int, int], ...] = (
 
 CONV_TILES_FP32: tuple[tuple[int, int], ...] = ((128, 128), (128, 64), (128, 32))
 """Output tiles (output pixels x output channels) of cuDNN's fp32 implicit-GEMM convolution
-kernels, forward and data gradient, on CUDA cores. cuDNN names them by tile: profiler traces of
-PyTorch, TensorFlow and ONNX Runtime convolutions on Pascal and Volta list only
-``maxwell_scudnn_128x32/128x64/128x128_relu_{small,medium,large}_nn_v1`` and
-``volta_scudnn_128x32/128x64/128x128_relu_{small,interior}_nn_v1`` (e.g. the nvprof listing in
-github.com/microsoft/onnxruntime/issues/7578, a Pascal-generation ``maxwell_scudnn`` set) and its
-fused Winograd kernel ``maxwell_scudnn_winograd_128x128``. So a convolution's output pixels
-(batch x output height x output width) are padded to 128 rows, not 64 as a cuBLAS GEMM's may be:
-a batch-1 7 x 7 map (49 pixels) fills 38% of a tile; and a convolution with 32 or fewer output
-channels uses a 32-wide tile instead of padding to 64. The filter gradient reduces over the
-pixels, so it keeps :data:`TILES`."""
+kernels, forward and data gradient, on CUDA cores. cuDNN names these kernels by their tile, and
+profiler traces of PyTorch, TensorFlow and ONNX Runtime convolutions show 128-pixel tiles only:
+``maxwell_scudnn_128x32/128x64/128x128_relu_{small,medium,large}_nn_v1`` (the set cuDNN runs on
+Maxwell and Pascal GPUs; e.g. the nvprof listing in github.com/microsoft/onnxruntime/issues/7578),
+``volta_scudnn_128x32/128x64/128x128_relu_{small,interior}_nn_v1`` and, for the data gradient,
+``volta_scudnn_128x64_stridedB_splitK_interior_nn_v1`` on Volta, and the fused Winograd kernel
+``maxwell_scudnn_winograd_128x128``. So a convolution's output pixels (batch x output height x
+output width) are padded to 128 rows, not 64 as a cuBLAS GEMM's may be: a batch-1 7 x 7 map (49
+pixels) fills 38% of a tile; and a convolution with 32 or fewer output channels takes a 32-wide
+tile instead of padding to 64. The filter gradient reduces over the pixels, so it keeps
+:data:`TILES`."""
 
 TILE_REUSE_HALF = 32.0
 """Reuse ``tm tn / (tm + tn)`` at which a tile reaches half its asymptotic rate. With 32 a 64 x 64
