@@ -24,10 +24,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     """Add ``sweep`` and ``plot``."""
     p = subparsers.add_parser(
         "sweep",
-        help="run a grid of models, clusters, overrides, batch sizes, planners and schedules",
+        help="run a grid of models, clusters, overrides, batch sizes, planners, options and schedules",
         description="Run the Cartesian product of the config's models, clusters, overrides, global "
-        "batch sizes, planners and schedules (schema: docs/sweep.md) and append one CSV row per "
-        "point as it finishes. An interrupted sweep keeps its finished rows; --resume runs the rest.",
+        "batch sizes, planners, parallelism pins, plan and simulator options and schedules (schema: "
+        "docs/sweep.md; at most 1048576 points) and append one CSV row per point as it finishes. "
+        "An interrupted sweep keeps its finished rows; --resume runs the rest.",
     )
     p.add_argument("config", help="sweep config TOML file")
     p.add_argument("--out", help="results CSV (default: <config name>.csv in the current directory)")
@@ -47,6 +48,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     add_parallel_args(p, gradients=True)
     p.add_argument("--dtype", choices=DTYPE_CHOICES, default=None,
                    help="training precision of every point (replaces the config's dtype list)")
+    p.add_argument("--optimizer", default=None, help="optimizer of every plan: adam, momentum or sgd "
+                   "(replaces the config's optimizer list)")
     p.add_argument("--allreduce", default=None, help="all-reduce algorithm of every plan: auto, ring, "
                    "hierarchical, tree or nvls (replaces the config's allreduce list)")
     add_zero_prefetch_arg(p)

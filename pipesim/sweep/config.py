@@ -1,11 +1,11 @@
 """Sweep configs: the TOML file that names the grid of points a sweep runs (see ``docs/sweep.md``).
 
 A config lists models, clusters, cluster overrides, global batch sizes, planners, recompute modes,
-tensor-parallel degrees, sequence parallelism, sharding, training precisions, the plan's gradient
-collectives (all-reduce algorithm, gradient reduction dtype, ZeRO-1's collective), simulator options
-(ZeRO-3 prefetch depth, point-to-point channels, all-reduce overlap, rendezvous sends) and
-schedules; the sweep runs their Cartesian product, one :class:`SweepPoint` per combination, at most
-:data:`~pipesim.limits.MAX_COUNT` of them.
+tensor-parallel degrees, sequence parallelism, sharding, training precisions, the plan's
+optimizer and gradient collectives (all-reduce algorithm, gradient reduction dtype, ZeRO-1's
+collective), simulator options (ZeRO-3 prefetch depth, point-to-point channels, all-reduce
+overlap, rendezvous sends) and schedules; the sweep runs their Cartesian product, one
+:class:`SweepPoint` per combination, at most :data:`~pipesim.limits.MAX_COUNT` of them.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from pipesim.fileio import read_input_text
 from pipesim.limits import MAX_COUNT, MAX_GLOBAL_BATCH, MAX_OVERRIDE_MAGNITUDE, MAX_PRICE_PER_DEVICE_HOUR_USD
 from pipesim.planner import planner_names
 from pipesim.profiles.costmodels.collective import AllReduceAlgorithm, AllReduceOverlap
-from pipesim.profiles.costmodels.memory import Recompute
+from pipesim.profiles.costmodels.memory import Optimizer, Recompute
 from pipesim.profiles.costmodels.sharding import GradCollective, Sharding, parse_grad_reduce_dtype
 from pipesim.profiles.hardware.specs import parse_precision
 from pipesim.schedules.order_text import is_schedule_file, read_schedule_file
@@ -75,6 +75,7 @@ _KEYS = (
     "sharding",
     "dtype",
     "context_parallel",
+    "optimizer",
     "allreduce",
     "grad_reduce_dtype",
     "zero1_grad_collective",
@@ -85,7 +86,7 @@ _KEYS = (
     "price_per_device_hour_usd",
 )
 
-PLAN_OPTIONS: tuple[str, ...] = ("allreduce", "grad_reduce_dtype", "zero1_grad_collective")
+PLAN_OPTIONS: tuple[str, ...] = ("optimizer", "allreduce", "grad_reduce_dtype", "zero1_grad_collective")
 """Axes that are fields of the plan (:class:`~pipesim.plan.Plan`): each value is planned anew."""
 SIM_OPTIONS: tuple[str, ...] = ("zero_prefetch", "p2p_channels", "allreduce_overlap", "rendezvous")
 """Axes that are simulator options (:class:`~pipesim.simulator.SimOptions` fields of the same
@@ -130,6 +131,7 @@ class SweepPoint:
         dtype: the training precision (canonical name, e.g. ``bfloat16``), or ``None`` (the
             model's own).
         context_parallel: the context-parallel degree pinned for the planner, or ``None`` (auto).
+        optimizer: the plan's optimizer (``adam``, ``momentum``, ``sgd``: state memory and step).
         allreduce: the plan's data-parallel all-reduce algorithm (``auto``, ``ring``, ...).
         grad_reduce_dtype: the plan's gradient reduction dtype (canonical), or ``None`` (the
             default rule, :func:`~pipesim.profiles.costmodels.grad_dtype.grad_reduce_dtype`).
@@ -150,6 +152,7 @@ class SweepPoint:
     sharding: str | None = None
     dtype: str | None = None
     context_parallel: int | None = None
+    optimizer: str = "adam"
     allreduce: str = "auto"
     grad_reduce_dtype: str | None = None
     zero1_grad_collective: str = "reduce-scatter"
@@ -188,6 +191,7 @@ class SweepConfig:
         dtype: training precisions (canonical names: ``float32``, ``tfloat32``, ``float16``,
             ``bfloat16``, ``float8``), ``None`` for the model's own (default ``(None,)``).
         context_parallel: context-parallel degrees to pin, ``None`` for auto.
+        optimizer: optimizers of the plans (default ``("adam",)``).
         allreduce: all-reduce algorithms of the plans (default ``("auto",)``).
         grad_reduce_dtype: gradient reduction dtypes of the plans (``float32``, ``bfloat16``,
             ``float16``), ``None`` for the default rule (default ``(None,)``).
@@ -215,6 +219,7 @@ class SweepConfig:
     sharding: tuple[str | None, ...] = (None,)
     dtype: tuple[str | None, ...] = (None,)
     context_parallel: tuple[int | None, ...] = (None,)
+    optimizer: tuple[str, ...] = ("adam",)
     allreduce: tuple[str, ...] = ("auto",)
     grad_reduce_dtype: tuple[str | None, ...] = (None,)
     zero1_grad_collective: tuple[str, ...] = ("reduce-scatter",)
@@ -403,6 +408,7 @@ def _named(name: str, parse_name: Any) -> Any:
 
 
 _OPTION_PARSERS: dict[str, Any] = {
+    "optimizer": _named("optimizer", Optimizer.parse),
     "allreduce": _named("allreduce", AllReduceAlgorithm.parse),
     "grad_reduce_dtype": lambda v: None if v is None else parse_grad_reduce_dtype(v),
     "zero1_grad_collective": _named("zero1_grad_collective", GradCollective.parse),

@@ -1,7 +1,7 @@
 """Running a sweep: every point of a config, in parallel processes or on a Dask cluster.
 
 The points that share a model, cluster, overrides, batch size, planner, recompute mode,
-precision, parallelism pins and plan options (all-reduce algorithm, gradient reduction dtype,
+precision, parallelism pins and plan options (optimizer, all-reduce algorithm, gradient reduction dtype,
 ZeRO-1's collective) form one task: the task plans once and simulates the plan under each of its
 schedules and simulator options (as ``pipesim compare`` does).
 Tasks run in worker processes (or Dask workers); the parent process writes each finished row to
@@ -146,7 +146,8 @@ def run_task(task: SweepTask) -> list[dict[str, object]]:
                                 context_parallel=first.context_parallel)
         held = "dapple" if first.planner == "dapple" else None  # every schedule on DAPPLE's plan
         base = plan(profile, cluster, first.global_batch_size, planner=first.planner, top=1,
-                    recompute=first.recompute, pins=pins, schedule=held, allreduce=first.allreduce,
+                    recompute=first.recompute, pins=pins, schedule=held, optimizer=first.optimizer,
+                    allreduce=first.allreduce,
                     grad_reduce_dtype=first.grad_reduce_dtype,
                     zero1_grad_collective=first.zero1_grad_collective)[0]
     except (Infeasible, InputError) as exc:

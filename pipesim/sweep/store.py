@@ -43,6 +43,7 @@ PARAMETER_COLUMNS: tuple[str, ...] = (
     "sharding",
     "dtype",
     "context_parallel",
+    "optimizer",
     "allreduce",
     "grad_reduce_dtype",
     "zero1_grad_collective",
@@ -90,6 +91,7 @@ _FLOAT_COLUMNS = frozenset(
 _BOOL_COLUMNS = frozenset({"fits", "sequence_parallel", "rendezvous"})
 
 _OPTION_DEFAULTS: tuple[tuple[str, object], ...] = (
+    ("optimizer", "adam"),
     ("allreduce", "auto"),
     ("grad_reduce_dtype", None),
     ("zero1_grad_collective", "reduce-scatter"),

@@ -1,7 +1,8 @@
-"""Sweep axes for the plan's gradient collectives (``allreduce``, ``grad_reduce_dtype``,
-``zero1_grad_collective``) and for simulator options (``zero_prefetch``, ``p2p_channels``,
-``allreduce_overlap``, ``rendezvous``): grammar, one validator, the grid bound, results columns,
-unchanged keys at the defaults, rows equal to ``compare``, and the ``pipesim sweep`` flags."""
+"""Sweep axes for the plan's optimizer and gradient collectives (``optimizer``, ``allreduce``,
+``grad_reduce_dtype``, ``zero1_grad_collective``) and for simulator options (``zero_prefetch``,
+``p2p_channels``, ``allreduce_overlap``, ``rendezvous``): grammar, one validator, the grid bound,
+results columns, unchanged keys at the defaults, rows equal to ``compare``, and the
+``pipesim sweep`` flags."""
 
 from __future__ import annotations
 
@@ -33,9 +34,11 @@ def _config(**extra: object) -> dict[str, object]:
 
 def test_option_axes_parse_to_canonical_values_and_multiply_the_grid() -> None:
     config = parse_sweep_config(_config(
-        allreduce=["RING", "auto"], grad_reduce_dtype=["fp32", "auto"], zero1_grad_collective="all_reduce",
+        optimizer=["SGD"], allreduce=["RING", "auto"], grad_reduce_dtype=["fp32", "auto"],
+        zero1_grad_collective="all_reduce",
         zero_prefetch=[1, 2], p2p_channels=4, allreduce_overlap=["END", "bucketed"], rendezvous=[True, False],
     ))
+    assert config.optimizer == ("sgd",)
     assert config.allreduce == ("ring", "auto")
     assert config.grad_reduce_dtype == ("float32", None)
     assert config.zero1_grad_collective == ("all-reduce",)
@@ -48,8 +51,7 @@ def test_option_axes_parse_to_canonical_values_and_multiply_the_grid() -> None:
     # plan options outside the simulator options: one plan's points are consecutive
     assert [p.allreduce for p in points[:16]] == ["ring"] * 16
     (default,) = parse_sweep_config(_config()).points()
-    assert (default.allreduce, default.grad_reduce_dtype, default.zero1_grad_collective) == (
-        "auto", None, "reduce-scatter")
+    assert [getattr(default, name) for name in PLAN_OPTIONS] == ["adam", "auto", None, "reduce-scatter"]
     assert (default.zero_prefetch, default.p2p_channels, default.allreduce_overlap, default.rendezvous) == (
         1, 1, "after_backward", False)
     assert set(PLAN_OPTIONS + SIM_OPTIONS) <= set(PARAMETER_COLUMNS) <= set(COLUMNS)
@@ -66,6 +68,7 @@ def test_option_axes_parse_to_canonical_values_and_multiply_the_grid() -> None:
         ("allreduce_overlap", ["later"], "allreduce_overlap='later': must be one of after_backward"),
         ("rendezvous", ["yes"], "rendezvous='yes': must be true or false"),
         ("allreduce", ["fastest"], "allreduce='fastest': must be one of auto, hierarchical, nvls"),
+        ("optimizer", ["lamb"], "optimizer='lamb': must be one of adam, momentum, sgd"),
         ("grad_reduce_dtype", ["fp64"], "grad_reduce_dtype='fp64': must be one of fp32, bf16, fp16"),
         ("zero1_grad_collective", ["gather"], "zero1_grad_collective='gather': must be one of all-reduce"),
         ("p2p_channels", [2, 2], "p2p_channels=[2, 2]: must not repeat a value"),
@@ -95,18 +98,18 @@ def test_option_value_is_the_one_check_of_each_axis() -> None:
     assert option_value("p2p_channels", 8) == 8
     with pytest.raises(InputError, match="p2p_channels=0: must be an integer from 1 to 64"):
         option_value("p2p_channels", 0)
-    with pytest.raises(InputError, match="option='seed': must be one of allreduce"):
+    with pytest.raises(InputError, match="option='seed': must be one of optimizer, allreduce"):
         option_value("seed", 1)
 
 
 def test_keys_are_unchanged_at_the_defaults_and_differ_off_them() -> None:
     point = SweepPoint(model=MODEL, cluster=CLUSTER, overrides=(), global_batch_size=16, planner="dapple",
                        schedule="1f1b")
-    explicit = dataclasses.replace(point, allreduce="auto", grad_reduce_dtype=None,
+    explicit = dataclasses.replace(point, optimizer="adam", allreduce="auto", grad_reduce_dtype=None,
                                    zero1_grad_collective="reduce-scatter", zero_prefetch=1, p2p_channels=1,
                                    allreduce_overlap="after_backward", rendezvous=False)
     assert point_key(explicit, None) == point_key(point, None)
-    changes = [{"allreduce": "ring"}, {"grad_reduce_dtype": "float32"},
+    changes = [{"optimizer": "sgd"}, {"allreduce": "ring"}, {"grad_reduce_dtype": "float32"},
                {"zero1_grad_collective": "all-reduce"}, {"zero_prefetch": 2}, {"p2p_channels": 2},
                {"allreduce_overlap": "end"}, {"rendezvous": True}]
     keys = {point_key(point, None)} | {point_key(dataclasses.replace(point, **c), None) for c in changes}
@@ -162,11 +165,13 @@ def test_cli_flags_replace_the_lists_and_bad_values_exit_2(
     out = tmp_path / "c.csv"
     assert main(["sweep", str(path), "--out", str(out), "--workers", "1", "-q", "--p2p-channels", "4",
                  "--allreduce-overlap", "END", "--allreduce", "hierarchical", "--zero-prefetch", "3",
-                 "--rendezvous", "--grad-reduce-dtype", "fp32", "--zero1-grad-collective", "all-reduce"]) == 0
+                 "--optimizer", "sgd", "--rendezvous", "--grad-reduce-dtype", "fp32",
+                 "--zero1-grad-collective", "all-reduce"]) == 0
     assert capsys.readouterr().out.startswith("1 points: 0 already done, 1 run (1 ok)")
     (row,) = read_results(out)
     assert {c: row[c] for c in PLAN_OPTIONS + SIM_OPTIONS} == {
-        "allreduce": "hierarchical", "grad_reduce_dtype": "float32", "zero1_grad_collective": "all-reduce",
+        "optimizer": "sgd", "allreduce": "hierarchical", "grad_reduce_dtype": "float32",
+        "zero1_grad_collective": "all-reduce",
         "zero_prefetch": 3, "p2p_channels": 4, "allreduce_overlap": "end", "rendezvous": True}
     for flags, message in ((["--p2p-channels", "0"], "p2p_channels=0: must be an integer from 1 to 64"),
                            (["--allreduce-overlap", "soon"], "allreduce_overlap='soon': must be one of"),
@@ -174,3 +179,16 @@ def test_cli_flags_replace_the_lists_and_bad_values_exit_2(
                            (["--zero-prefetch", "9"], "--zero-prefetch")):
         assert main(["sweep", str(path), "--out", str(out), "--overwrite", "-q", *flags]) == 2
         assert message in capsys.readouterr().err
+
+
+def test_cli_bad_config_value_is_one_line_and_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text(f'models = ["{MODEL}"]\nclusters = ["{CLUSTER}"]\nglobal_batch_sizes = [16]\n'
+                    "zero_prefetch = [1, 9]\n")
+    assert main(["sweep", str(path), "--out", str(tmp_path / "bad.csv"), "-q"]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}:4: zero_prefetch=9: must be an integer from 1 to 8" in err
+    assert "Traceback" not in err
+    assert not (tmp_path / "bad.csv").exists()
