@@ -30,7 +30,9 @@ ring the simulator's lowering runs), whose every step takes its slowest hop, so 
 servers is charged its NIC hops (latency and bandwidth of the inter-server route). The estimate
 sees that ring alone on its links: pipeline sends and data-parallel collectives that share a NIC
 with it in the simulation are not seen (``tests/tp/test_cross_server_estimate.py`` bounds the
-difference; exact where nothing shares the ring's links).
+difference; exact where nothing shares the ring's links). :func:`estimate_3d` takes the groups,
+rank 0's data-parallel group and the pipeline hop's devices from the plan's placement
+(:class:`Placed3d`); the planner's search, which places automatically, from that placement.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import NamedTuple
 
 from pipesim.errors import invalid
 from pipesim.plan import Estimate, Plan
@@ -79,11 +82,30 @@ from pipesim.profiles.hardware.cluster import Cluster
 from pipesim.profiles.models.profile import DTYPE_BYTES, ModelProfile
 from pipesim.profiles.models.shape import LayerKind
 
-__all__ = ["THREE_D_SCHEDULES", "ThreeDCosts", "chunk_ranges", "estimate_3d", "estimate_config", "is_3d"]
+__all__ = [
+    "THREE_D_SCHEDULES",
+    "Placed3d",
+    "ThreeDCosts",
+    "chunk_ranges",
+    "estimate_3d",
+    "estimate_config",
+    "is_3d",
+]
 
 THREE_D_SCHEDULES: tuple[str, ...] = ("gpipe", "dapple", "1f1b", "interleaved")
 """Schedules :func:`estimate_3d` models (GPipe, DAPPLE and 1F1B share the time
 ``(m + p - 1)(t_f + t_b)`` of equal stages; their memory differs by the in-flight count)."""
+
+
+class Placed3d(NamedTuple):
+    """Where a plan's ranks sit, as :func:`estimate_config` costs them: ``rings`` per rank its TP
+    ring (:meth:`ThreeDCosts.ring`), ``dp_group`` rank 0's gradient collective's members (every
+    replica's CP ranks' first devices, replica by replica, as the simulator's lowering groups
+    them) and ``hop`` the first devices of ranks 0 and 1 (the pipeline transfer)."""
+
+    rings: tuple[int, ...]
+    dp_group: tuple[int, ...]
+    hop: tuple[int, int]
 
 
 def is_3d(plan: Plan) -> bool:
@@ -332,9 +354,14 @@ def estimate_3d(
         raise invalid("plan.global_batch_size", plan.global_batch_size,
                       f"the 3D estimate needs micro-batches of a multiple of the {d} replicas")
     model = ThreeDCosts(profile, cluster, plan.recompute)
-    # per rank, the slowest of its TP groups: every replica's and every CP rank's (the plan's devices)
-    rings = [model.ring(tuple(tuple(range(lead, lead + t)) for ring in cp for lead in ring))
-             for cp in plan.cp_groups(cluster.num_devices)]
+    cp_groups = plan.cp_groups(cluster.num_devices)  # per rank, per replica, its CP ranks' first devices
+    placed = Placed3d(
+        # per rank, the slowest of its TP groups: every replica's and every CP rank's
+        rings=tuple(model.ring(tuple(tuple(range(lead, lead + t)) for ring in cp for lead in ring))
+                    for cp in cp_groups),
+        dp_group=tuple(x for ring in cp_groups[0] for x in ring),
+        hop=(cp_groups[0][0][0], cp_groups[min(1, p - 1)][0][0]),
+    )
     chunks = [(s.first_layer, s.last_layer) for s in plan.stages]
     opt, ar, gbs = plan.optimizer.value, plan.allreduce.value, plan.global_batch_size
     rc = plan.recompute
@@ -342,7 +369,7 @@ def estimate_3d(
                           math.inf, schedule=plan.schedule.value, overlap=first.tp_comm_overlap, c=c,
                           optimizer_step=optimizer_step, grad=plan.grad_reduce_dtype,
                           zero1_all_reduce=plan.zero1_grad_collective is GradCollective.ALL_REDUCE,
-                          rings=rings)
+                          placed=placed)
     assert est is not None  # no memory limit
     return est
 
@@ -352,13 +379,13 @@ def estimate_config(
     chunks: list[tuple[int, int]], t: int, p: int, d: int, mbs: int, m: int, v: int, sp: bool,
     rc: Recompute, sh: Sharding, limit: float,
     schedule: str | None = None, overlap: bool = False, c: int = 1, optimizer_step: bool = True,
-    grad: str | None = None, zero1_all_reduce: bool = False, rings: Sequence[int] | None = None,
+    grad: str | None = None, zero1_all_reduce: bool = False, placed: Placed3d | None = None,
 ) -> Estimate | None:
     """The estimate (module docstring) of one configuration: ``chunks`` the ``p v`` chunks' layer
     ranges (rank ``k mod p`` runs chunk ``k``), ``t``, ``p``, ``d``, ``c`` the degrees, ``mbs``
     samples per micro-batch and replica, ``m`` micro-batches, ``v`` chunks per rank, ``sp``,
-    ``rc``, ``sh`` sequence parallelism, recomputation and sharding; ``rings`` per rank its TP
-    ring (:meth:`ThreeDCosts.ring`; default: automatic placement, :meth:`ThreeDCosts.auto_ring`).
+    ``rc``, ``sh`` sequence parallelism, recomputation and sharding; ``placed`` where the ranks
+    sit (:class:`Placed3d`; default: automatic placement, :meth:`ThreeDCosts.auto_ring`).
     ``None`` when a rank's peak memory exceeds ``limit`` bytes."""
     schedule = schedule or ("1f1b" if v == 1 else "interleaved")
     if schedule == "dapple":
@@ -366,10 +393,12 @@ def estimate_config(
     multiplier = sharded_memory_multiplier(model.profile.dtype, optimizer, sh, d * c, grad)
     g = grad_bytes_factor(model.profile.dtype, grad)  # gradient bytes per parameter byte
     per_unit = d * c > 1 and sh in (Sharding.ZERO2, Sharding.ZERO3)
+    if placed is None:  # automatic placement: rank r from device r d t c on, TP ranks fastest
+        placed = Placed3d(rings=tuple(model.auto_ring(t, c, d, r) for r in range(p)),
+                          dp_group=tuple(k * t for k in range(d * c)), hop=(0, d * t * c))
+    rings = placed.rings
     # every replica's CP ranks (tp-cp order) reduce the gradients together
-    dp_curves = model.curves(tuple(k * t for k in range(d * c)), servers=True) if d * c > 1 else None
-    if rings is None:
-        rings = [model.auto_ring(t, c, d, r) for r in range(p)]
+    dp_curves = model.curves(placed.dp_group, servers=True) if d * c > 1 else None
     tf = tb = 0.0
     peaks: list[float] = []
     head = tail = 0.0  # ZeRO: the first forward's unhidden gathers, the last backward's reduce tail
@@ -416,7 +445,7 @@ def estimate_config(
     hop = 0.0
     if p > 1:
         act = mbs * model.shape.seq * model.shape.hidden * model.elem / (t * c)
-        src, dst = 0, d * t * c  # rank 0's and rank 1's first devices (automatic placement)
+        src, dst = placed.hop  # rank 0's and rank 1's first devices
         bw = cluster.route_bandwidth_bytes_per_s(src, dst)
         hop = cluster.route_latency_s(src, dst) + (act / bw if bw < math.inf else 0.0)
     dp = 0.0
