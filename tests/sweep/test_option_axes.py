@@ -192,3 +192,15 @@ def test_cli_bad_config_value_is_one_line_and_exit_2(
     assert f"{path}:4: zero_prefetch=9: must be an integer from 1 to 8" in err
     assert "Traceback" not in err
     assert not (tmp_path / "bad.csv").exists()
+
+
+@pytest.mark.parametrize("algorithm", ["auto", "ring", "hierarchical", "tree"])
+def test_every_allreduce_axis_value_plans_on_two_servers(algorithm: str) -> None:
+    """DAPPLE's uniform bound is estimated with the plan's all-reduce algorithm, the one its DP
+    costs: with ``auto``'s bound the DP found no ring or tree plan below it on two servers, and
+    the sweep's rows were ``infeasible`` (planner/dapple.py ``_uniform_bounds``)."""
+    profile, cluster = resolve_inputs(MODEL, CLUSTER)
+    (best,) = plan(profile, cluster, 16, top=1, allreduce=algorithm, schedule="dapple")
+    assert best.allreduce.value == algorithm
+    assert best.estimate is not None
+    assert best.estimate.iteration_time_s > 0
