@@ -142,6 +142,7 @@ def _uniform_bounds(
                     ),
                     global_batch_size=global_batch_size,
                     num_microbatches=m,
+                    allreduce=model.allreduce,  # the DP's algorithm, or this bound is not the DP's cost
                 )
                 est = model.estimate(plan, decomposable=True)
                 found = estimated[key] = (est.iteration_time_s, est.peak_memory_bytes)

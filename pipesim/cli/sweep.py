@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pipesim.cli._common import DTYPE_CHOICES, add_recompute_arg, positive_int
+from pipesim.cli._common import DTYPE_CHOICES, add_recompute_arg, add_zero_prefetch_arg, positive_int
 from pipesim.cli._parallel import add_parallel_args
 from pipesim.errors import invalid
 
@@ -24,10 +24,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     """Add ``sweep`` and ``plot``."""
     p = subparsers.add_parser(
         "sweep",
-        help="run a grid of models, clusters, overrides, batch sizes, planners and schedules",
+        help="run a grid of models, clusters, overrides, batch sizes, planners, options and schedules",
         description="Run the Cartesian product of the config's models, clusters, overrides, global "
-        "batch sizes, planners and schedules (schema: docs/sweep.md) and append one CSV row per "
-        "point as it finishes. An interrupted sweep keeps its finished rows; --resume runs the rest.",
+        "batch sizes, planners, parallelism pins, plan and simulator options and schedules (schema: "
+        "docs/sweep.md; at most 1048576 points) and append one CSV row per point as it finishes. "
+        "An interrupted sweep keeps its finished rows; --resume runs the rest.",
     )
     p.add_argument("config", help="sweep config TOML file")
     p.add_argument("--out", help="results CSV (default: <config name>.csv in the current directory)")
@@ -43,9 +44,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress line")
     add_recompute_arg(p, default=None)  # given, it replaces the config's `recompute` list
-    add_parallel_args(p)  # given, each replaces the config's list (tensor_parallel, ...)
+    # given, each of these replaces the config's list of the same name (tensor_parallel, ...)
+    add_parallel_args(p, gradients=True)
     p.add_argument("--dtype", choices=DTYPE_CHOICES, default=None,
                    help="training precision of every point (replaces the config's dtype list)")
+    p.add_argument("--optimizer", default=None, help="optimizer of every plan: adam, momentum or sgd "
+                   "(replaces the config's optimizer list)")
+    p.add_argument("--allreduce", default=None, help="all-reduce algorithm of every plan: auto, ring, "
+                   "hierarchical, tree or nvls (replaces the config's allreduce list)")
+    add_zero_prefetch_arg(p)
+    p.add_argument("--p2p-channels", type=int, default=None, metavar="N",
+                   help="channels per peer of point-to-point streams, 1..64 (replaces the config's list)")
+    p.add_argument("--allreduce-overlap", default=None,
+                   help="when gradient all-reduces start: after_backward, end or bucketed (replaces the "
+                   "config's list)")
+    p.add_argument("--rendezvous", action="store_const", const=True, default=None,
+                   help="receiver-ready point-to-point sends at every point (replaces the config's list)")
     p.set_defaults(func=_run_sweep)
 
     q = subparsers.add_parser(
@@ -82,9 +96,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 
 def _with_axes(config: SweepConfig, args: argparse.Namespace) -> SweepConfig:
-    """``config`` with the lists that ``--tp``, ``--sp``, ``--zero`` and ``--dtype`` replace."""
+    """``config`` with the lists that ``--tp``, ``--sp``, ``--cp``, ``--zero``, ``--dtype`` and the
+    plan and simulator options replace. Each value is checked as the config's own are (one
+    validator, :class:`~pipesim.sweep.config.SweepConfig`): a bad one is an ``InputError`` that
+    names the list, the value and the rule.
+
+    Raises:
+        InputError: a value the config's list would refuse.
+    """
     from pipesim.profiles.costmodels.sharding import Sharding
     from pipesim.profiles.hardware.specs import parse_precision
+    from pipesim.sweep.config import PLAN_OPTIONS, SIM_OPTIONS, option_value
 
     changes: dict[str, object] = {}
     if args.tp is not None:
@@ -97,6 +119,10 @@ def _with_axes(config: SweepConfig, args: argparse.Namespace) -> SweepConfig:
         changes["sharding"] = (Sharding.parse(args.zero).value,)
     if args.dtype is not None:
         changes["dtype"] = (parse_precision(args.dtype),)
+    for name in (*PLAN_OPTIONS, *SIM_OPTIONS):
+        value = getattr(args, name)
+        if value is not None:
+            changes[name] = (option_value(name, value),)
     return dataclasses.replace(config, **changes) if changes else config  # type: ignore[arg-type]
 
 

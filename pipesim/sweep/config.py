@@ -1,8 +1,11 @@
 """Sweep configs: the TOML file that names the grid of points a sweep runs (see ``docs/sweep.md``).
 
 A config lists models, clusters, cluster overrides, global batch sizes, planners, recompute modes,
-tensor-parallel degrees, sequence parallelism, sharding, training precisions and schedules;
-the sweep runs their Cartesian product, one :class:`SweepPoint` per combination.
+tensor-parallel degrees, sequence parallelism, sharding, training precisions, the plan's
+optimizer and gradient collectives (all-reduce algorithm, gradient reduction dtype, ZeRO-1's
+collective), simulator options (ZeRO-3 prefetch depth, point-to-point channels, all-reduce
+overlap, rendezvous sends) and schedules; the sweep runs their Cartesian product, one
+:class:`SweepPoint` per combination, at most :data:`~pipesim.limits.MAX_COUNT` of them.
 """
 
 from __future__ import annotations
@@ -18,10 +21,11 @@ from typing import Any
 
 from pipesim.errors import FormatError, InputError, UnknownNameError, check_nonneg, invalid
 from pipesim.fileio import read_input_text
-from pipesim.limits import MAX_GLOBAL_BATCH, MAX_OVERRIDE_MAGNITUDE, MAX_PRICE_PER_DEVICE_HOUR_USD
+from pipesim.limits import MAX_COUNT, MAX_GLOBAL_BATCH, MAX_OVERRIDE_MAGNITUDE, MAX_PRICE_PER_DEVICE_HOUR_USD
 from pipesim.planner import planner_names
-from pipesim.profiles.costmodels.memory import Recompute
-from pipesim.profiles.costmodels.sharding import Sharding
+from pipesim.profiles.costmodels.collective import AllReduceAlgorithm, AllReduceOverlap
+from pipesim.profiles.costmodels.memory import Optimizer, Recompute
+from pipesim.profiles.costmodels.sharding import GradCollective, Sharding, parse_grad_reduce_dtype
 from pipesim.profiles.hardware.specs import parse_precision
 from pipesim.schedules.order_text import is_schedule_file, read_schedule_file
 from pipesim.schedules.registry import lookup
@@ -35,10 +39,13 @@ __all__ = [
     "AUTO",
     "DEFAULT_PLANNERS",
     "DEFAULT_SCHEDULES",
+    "PLAN_OPTIONS",
+    "SIM_OPTIONS",
     "Overrides",
     "SweepConfig",
     "SweepPoint",
     "load_sweep_config",
+    "option_value",
     "overrides_text",
     "parse_sweep_config",
 ]
@@ -68,7 +75,26 @@ _KEYS = (
     "sharding",
     "dtype",
     "context_parallel",
+    "optimizer",
+    "allreduce",
+    "grad_reduce_dtype",
+    "zero1_grad_collective",
+    "zero_prefetch",
+    "p2p_channels",
+    "allreduce_overlap",
+    "rendezvous",
     "price_per_device_hour_usd",
+)
+
+PLAN_OPTIONS: tuple[str, ...] = ("optimizer", "allreduce", "grad_reduce_dtype", "zero1_grad_collective")
+"""Axes that are fields of the plan (:class:`~pipesim.plan.Plan`): each value is planned anew."""
+SIM_OPTIONS: tuple[str, ...] = ("zero_prefetch", "p2p_channels", "allreduce_overlap", "rendezvous")
+"""Axes that are simulator options (:class:`~pipesim.simulator.SimOptions` fields of the same
+names): the points of one plan simulate it under each value."""
+_AXES: tuple[str, ...] = (
+    "models", "clusters", "overrides", "global_batch_sizes", "planners", "schedules", "recompute",
+    "tensor_parallel", "sequence_parallel", "sharding", "dtype", "context_parallel", *PLAN_OPTIONS,
+    *SIM_OPTIONS,
 )
 
 
@@ -104,6 +130,14 @@ class SweepPoint:
             ``None`` (auto).
         dtype: the training precision (canonical name, e.g. ``bfloat16``), or ``None`` (the
             model's own).
+        context_parallel: the context-parallel degree pinned for the planner, or ``None`` (auto).
+        optimizer: the plan's optimizer (``adam``, ``momentum``, ``sgd``: state memory and step).
+        allreduce: the plan's data-parallel all-reduce algorithm (``auto``, ``ring``, ...).
+        grad_reduce_dtype: the plan's gradient reduction dtype (canonical), or ``None`` (the
+            default rule, :func:`~pipesim.profiles.costmodels.grad_dtype.grad_reduce_dtype`).
+        zero1_grad_collective: ZeRO-1's gradient collective (``reduce-scatter``, ``all-reduce``).
+        zero_prefetch, p2p_channels, allreduce_overlap, rendezvous: the simulator options of
+            those names (:class:`~pipesim.simulator.SimOptions`).
     """
 
     model: str
@@ -118,6 +152,14 @@ class SweepPoint:
     sharding: str | None = None
     dtype: str | None = None
     context_parallel: int | None = None
+    optimizer: str = "adam"
+    allreduce: str = "auto"
+    grad_reduce_dtype: str | None = None
+    zero1_grad_collective: str = "reduce-scatter"
+    zero_prefetch: int = 1
+    p2p_channels: int = 1
+    allreduce_overlap: str = "after_backward"
+    rendezvous: bool = False
 
     @property
     def pinned(self) -> bool:
@@ -148,6 +190,16 @@ class SweepConfig:
             ``None`` for auto.
         dtype: training precisions (canonical names: ``float32``, ``tfloat32``, ``float16``,
             ``bfloat16``, ``float8``), ``None`` for the model's own (default ``(None,)``).
+        context_parallel: context-parallel degrees to pin, ``None`` for auto.
+        optimizer: optimizers of the plans (default ``("adam",)``).
+        allreduce: all-reduce algorithms of the plans (default ``("auto",)``).
+        grad_reduce_dtype: gradient reduction dtypes of the plans (``float32``, ``bfloat16``,
+            ``float16``), ``None`` for the default rule (default ``(None,)``).
+        zero1_grad_collective: ZeRO-1's gradient collectives (default ``("reduce-scatter",)``).
+        zero_prefetch: ZeRO-3 prefetch depths, 1..8 (default ``(1,)``).
+        p2p_channels: channels per peer of point-to-point streams, 1..64 (default ``(1,)``).
+        allreduce_overlap: when gradient all-reduces start (default ``("after_backward",)``).
+        rendezvous: receiver-ready point-to-point sends or not (default ``(False,)``).
         price_per_device_hour_usd: price of one device for one hour, US dollars, for the cost
             column; ``None`` takes each cluster's device price (the catalog's on-demand price).
         base_dir: directory that relative model and cluster file paths are resolved against
@@ -167,6 +219,14 @@ class SweepConfig:
     sharding: tuple[str | None, ...] = (None,)
     dtype: tuple[str | None, ...] = (None,)
     context_parallel: tuple[int | None, ...] = (None,)
+    optimizer: tuple[str, ...] = ("adam",)
+    allreduce: tuple[str, ...] = ("auto",)
+    grad_reduce_dtype: tuple[str | None, ...] = (None,)
+    zero1_grad_collective: tuple[str, ...] = ("reduce-scatter",)
+    zero_prefetch: tuple[int, ...] = (1,)
+    p2p_channels: tuple[int, ...] = (1,)
+    allreduce_overlap: tuple[str, ...] = ("after_backward",)
+    rendezvous: tuple[bool, ...] = (False,)
     price_per_device_hour_usd: float | None = None
     base_dir: Path | None = field(default=None, compare=False)
     source: str | None = field(default=None, compare=False)
@@ -175,14 +235,17 @@ class SweepConfig:
         for gbs in self.global_batch_sizes:
             if isinstance(gbs, bool) or not isinstance(gbs, int) or not 1 <= gbs <= MAX_GLOBAL_BATCH:
                 raise invalid("global_batch_sizes", gbs, f"must be integers in 1..{MAX_GLOBAL_BATCH}")
-        axes = ("models", "clusters", "overrides", "global_batch_sizes", "planners", "schedules", "recompute",
-                "tensor_parallel", "sequence_parallel", "sharding", "dtype", "context_parallel")
-        for name in axes:
+        size = 1
+        for name in _AXES:
             values = getattr(self, name)
             if not values:
                 raise invalid(name, list(values), "must list at least one value")
             if len(set(values)) != len(values):
                 raise invalid(name, list(values), "must not repeat a value")
+            size *= len(values)
+        if size > MAX_COUNT:  # checked before any point is made: points() is a list
+            rule = f"must be at most {MAX_COUNT} (the product of the lengths of the config's lists)"
+            raise invalid("points", size, rule)
         for text in (*self.models, *self.clusters):
             if not text.strip():
                 raise invalid("models/clusters", text, "must not be empty")
@@ -216,19 +279,27 @@ class SweepConfig:
         for dtype in self.dtype:
             if dtype is not None and parse_precision(dtype) != dtype:
                 raise invalid("dtype", dtype, f"write the canonical name {parse_precision(dtype)!r}")
+        for name in (*PLAN_OPTIONS, *SIM_OPTIONS):
+            for value in getattr(self, name):
+                if _OPTION_PARSERS[name](value) != value:
+                    raise invalid(name, value, f"write the canonical name {_OPTION_PARSERS[name](value)!r}")
         price = self.price_per_device_hour_usd
         if price is not None and not (math.isfinite(price) and 0 <= price <= MAX_PRICE_PER_DEVICE_HOUR_USD):
             rule = f"must be a number in [0, {MAX_PRICE_PER_DEVICE_HOUR_USD:g}]"
             raise invalid("price_per_device_hour_usd", price, rule)
 
     def points(self) -> list[SweepPoint]:
-        """Every point of the grid, in a fixed order (models outermost, schedules innermost)."""
+        """Every point of the grid, in a fixed order (models outermost, then the plan's axes, the
+        simulator options, schedules innermost)."""
         parallel = list(product(self.tensor_parallel, self.sequence_parallel, self.sharding,
                                 self.context_parallel))
+        plan_options = list(product(*(getattr(self, name) for name in PLAN_OPTIONS)))
+        sim_options = list(product(*(getattr(self, name) for name in SIM_OPTIONS)))
         return [
             SweepPoint(
                 model=m, cluster=c, overrides=o, global_batch_size=g, planner=p, recompute=r, schedule=s,
                 tensor_parallel=t, sequence_parallel=sp, sharding=z, dtype=dt, context_parallel=cp,
+                **dict(zip(PLAN_OPTIONS, po, strict=True)), **dict(zip(SIM_OPTIONS, so, strict=True)),
             )
             for m, c, o, g, p, r in product(
                 self.models,
@@ -240,6 +311,8 @@ class SweepConfig:
             )
             for dt in self.dtype
             for t, sp, z, cp in parallel
+            for po in plan_options
+            for so in sim_options
             for s in self.schedules
         ]
 
@@ -300,6 +373,61 @@ def _flag(value: object) -> bool:
     if not isinstance(value, bool):
         raise invalid("sequence_parallel", value, f"must be true, false or {AUTO!r}")
     return value
+
+
+def _sim_option(name: str) -> Any:
+    """A parser of one value of the simulator option ``name``, checked by
+    :class:`~pipesim.simulator.SimOptions` itself (the one validator; its message names the
+    option, the value and the rule); a name (``allreduce_overlap``) comes back canonical."""
+
+    def parse(value: object) -> object:
+        from pipesim.simulator.options import SimOptions
+
+        if name == "allreduce_overlap":
+            try:
+                value = AllReduceOverlap.parse(value).value
+            except UnknownNameError as exc:
+                raise invalid(name, value, f"must be one of {', '.join(exc.valid)}") from None
+        kwargs: dict[str, Any] = {name: value}
+        SimOptions(**kwargs)
+        return value
+
+    return parse
+
+
+def _named(name: str, parse_name: Any) -> Any:
+    """A parser of one name of ``name``'s vocabulary (``parse_name``) to its canonical value."""
+
+    def parse(value: object) -> object:
+        try:
+            return parse_name(value).value
+        except UnknownNameError as exc:
+            raise invalid(name, value, f"must be one of {', '.join(exc.valid)}") from None
+
+    return parse
+
+
+_OPTION_PARSERS: dict[str, Any] = {
+    "optimizer": _named("optimizer", Optimizer.parse),
+    "allreduce": _named("allreduce", AllReduceAlgorithm.parse),
+    "grad_reduce_dtype": lambda v: None if v is None else parse_grad_reduce_dtype(v),
+    "zero1_grad_collective": _named("zero1_grad_collective", GradCollective.parse),
+    **{name: _sim_option(name) for name in SIM_OPTIONS},
+}
+"""Per plan or simulator option axis: one value parsed to its canonical form (or ``InputError``)."""
+
+
+def option_value(name: str, value: object) -> object:
+    """One value of the plan or simulator option axis ``name`` (:data:`PLAN_OPTIONS`,
+    :data:`SIM_OPTIONS`) in its canonical form (``"END"`` -> ``"end"``, ``"fp32"`` -> ``"float32"``).
+
+    Raises:
+        InputError: ``name`` is not such an axis, or ``value`` breaks its rule (the message
+            names the axis, the value and the rule).
+    """
+    if name not in _OPTION_PARSERS:
+        raise invalid("option", name, f"must be one of {', '.join(_OPTION_PARSERS)}")
+    return _OPTION_PARSERS[name](value)
 
 
 def _schedule(name: str, base_dir: Path | None) -> str:
@@ -383,6 +511,14 @@ def parse_sweep_config(
             kwargs["sharding"] = _auto_list(data["sharding"], "sharding", lambda v: Sharding.parse(v).value)
         if "dtype" in data:
             kwargs["dtype"] = _auto_list(data["dtype"], "dtype", parse_precision)
+        for key in PLAN_OPTIONS + SIM_OPTIONS:
+            if key in data:
+                parse = _OPTION_PARSERS[key]
+                if key == "grad_reduce_dtype":  # "auto" is the default rule
+                    kwargs[key] = _auto_list(data[key], key, parse)
+                else:
+                    items = data[key] if isinstance(data[key], list) else [data[key]]
+                    kwargs[key] = tuple(parse(item) for item in items)
         if "schedules" in data:
             here = Path(path).parent if path is not None else None
             names = _string_list(data["schedules"], "schedules")
@@ -401,7 +537,7 @@ def parse_sweep_config(
         return SweepConfig(**kwargs, base_dir=base_dir, source=None if path is None else str(path))
     except InputError as exc:
         message = str(exc)
-        key = next((k for k in _KEYS if message.startswith(k)), "")
+        key = max((k for k in _KEYS if message.startswith(k)), key=len, default="")
         index = None
         found = re.match(r"overrides\[(\d+)\]", message)
         if found is not None:

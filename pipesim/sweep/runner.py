@@ -1,8 +1,9 @@
 """Running a sweep: every point of a config, in parallel processes or on a Dask cluster.
 
 The points that share a model, cluster, overrides, batch size, planner, recompute mode,
-precision and parallelism pins form one task: the task plans once and simulates the plan under
-each of its schedules (as ``pipesim compare`` does).
+precision, parallelism pins and plan options (optimizer, all-reduce algorithm, gradient reduction dtype,
+ZeRO-1's collective) form one task: the task plans once and simulates the plan under each of its
+schedules and simulator options (as ``pipesim compare`` does).
 Tasks run in worker processes (or Dask workers); the parent process writes each finished row to
 the results file (:class:`~pipesim.sweep.store.ResultsWriter`).
 """
@@ -28,7 +29,7 @@ from pipesim.profiles.hardware.cluster import Cluster
 from pipesim.profiles.inputs import resolve_cluster, resolve_inputs
 from pipesim.profiles.models.profile import ModelProfile
 from pipesim.schedules.order_text import is_schedule_file, read_schedule_file
-from pipesim.sweep.config import Overrides, SweepConfig, SweepPoint, overrides_text
+from pipesim.sweep.config import PLAN_OPTIONS, SIM_OPTIONS, Overrides, SweepConfig, SweepPoint, overrides_text
 from pipesim.sweep.store import ResultsWriter, point_key
 
 __all__ = ["SweepSummary", "SweepTask", "default_workers", "run_sweep", "run_task"]
@@ -45,7 +46,8 @@ class SweepTask:
 
     Attributes:
         points: the points (same model, cluster, overrides, batch size, planner,
-            recompute mode, precision and parallelism pins; one per schedule).
+            recompute mode, precision, parallelism pins and plan options; one per schedule and
+            simulator options).
         keys: each point's results key, in the same order.
         profile: the loaded model, or a zoo spec (costed on the cluster's device by the worker)
             (re-targeted to the cluster's device by the worker, through
@@ -105,6 +107,7 @@ def _base_row(point: SweepPoint, key: str) -> dict[str, object]:
         "sharding": point.sharding,
         "dtype": point.dtype,
         "context_parallel": point.context_parallel,
+        **{name: getattr(point, name) for name in (*PLAN_OPTIONS, *SIM_OPTIONS)},
         "key": key,
     }
 
@@ -143,13 +146,16 @@ def run_task(task: SweepTask) -> list[dict[str, object]]:
                                 context_parallel=first.context_parallel)
         held = "dapple" if first.planner == "dapple" else None  # every schedule on DAPPLE's plan
         base = plan(profile, cluster, first.global_batch_size, planner=first.planner, top=1,
-                    recompute=first.recompute, pins=pins, schedule=held)[0]
+                    recompute=first.recompute, pins=pins, schedule=held, optimizer=first.optimizer,
+                    allreduce=first.allreduce,
+                    grad_reduce_dtype=first.grad_reduce_dtype,
+                    zero1_grad_collective=first.zero1_grad_collective)[0]
     except (Infeasible, InputError) as exc:
         return [_failed(row, exc) for row in rows]
-    options = SimOptions(record_trace=False)
     out: list[dict[str, object]] = []
     for point, row in zip(task.points, rows, strict=True):
         try:
+            options = SimOptions(record_trace=False, **{name: getattr(point, name) for name in SIM_OPTIONS})
             (done,) = compare(
                 profile,
                 cluster,
@@ -281,6 +287,7 @@ def _tasks(config: SweepConfig, done: set[str]) -> tuple[list[SweepTask], int]:
             point.sequence_parallel,
             point.sharding,
             point.context_parallel,
+            *(getattr(point, name) for name in PLAN_OPTIONS),
         )
         groups.setdefault(group, []).append((point, key))
     tasks = [

@@ -43,6 +43,14 @@ PARAMETER_COLUMNS: tuple[str, ...] = (
     "sharding",
     "dtype",
     "context_parallel",
+    "optimizer",
+    "allreduce",
+    "grad_reduce_dtype",
+    "zero1_grad_collective",
+    "zero_prefetch",
+    "p2p_channels",
+    "allreduce_overlap",
+    "rendezvous",
 )
 """The columns that name a point (the grid's axes; an empty parallelism or dtype cell is auto)."""
 
@@ -67,7 +75,7 @@ COLUMNS: tuple[str, ...] = (
 
 _INT_COLUMNS = frozenset(
     {"global_batch_size", "num_stages", "num_microbatches", "num_devices", "tensor_parallel",
-     "context_parallel"}
+     "context_parallel", "zero_prefetch", "p2p_channels"}
 )
 _FLOAT_COLUMNS = frozenset(
     {
@@ -80,7 +88,20 @@ _FLOAT_COLUMNS = frozenset(
         "cost_per_million_samples_usd",
     }
 )
-_BOOL_COLUMNS = frozenset({"fits", "sequence_parallel"})
+_BOOL_COLUMNS = frozenset({"fits", "sequence_parallel", "rendezvous"})
+
+_OPTION_DEFAULTS: tuple[tuple[str, object], ...] = (
+    ("optimizer", "adam"),
+    ("allreduce", "auto"),
+    ("grad_reduce_dtype", None),
+    ("zero1_grad_collective", "reduce-scatter"),
+    ("zero_prefetch", 1),
+    ("p2p_channels", 1),
+    ("allreduce_overlap", "after_backward"),
+    ("rendezvous", False),
+)
+"""The plan and simulator option axes with their defaults: a point's key names an option only
+where it differs from its default, so the keys of points without them are unchanged."""
 
 
 def point_key(point: SweepPoint, price_per_device_hour_usd: float | None) -> str:
@@ -112,6 +133,10 @@ def point_key(point: SweepPoint, price_per_device_hour_usd: float | None) -> str
         parts += (f"dtype={point.dtype}",)
     if point.context_parallel is not None:
         parts += (f"context_parallel={point.context_parallel}",)
+    for name, default in _OPTION_DEFAULTS:
+        value = getattr(point, name)
+        if value != default:
+            parts += (f"{name}={_cell(value)}",)
     return hashlib.sha256("\x1f".join(parts).encode("utf-8")).hexdigest()[:16]
 
 

@@ -23,11 +23,10 @@ model (a profile file measured on another device), use the time division alone
 (:func:`tp_time_factors`).
 
 The embedding and the LM head are vocabulary-parallel: the embedding's table is split by
-vocabulary, each device looks up every token (masked) and the partial outputs are all-reduced
-(reduce-scattered with SP) in the forward; the head's logits GEMM is column-parallel (its input
-is all-reduced in the backward; with SP all-gathered in the forward and reduce-scattered in the
-backward) and the vocabulary-parallel cross-entropy all-reduces three ``b s`` fp32 vectors
-(max logit, sum of exponentials, target logit) in the forward.
+vocabulary, each device looks up every token (masked); the head's logits GEMM is column-parallel.
+The collectives all this needs, and their cost on the group's ring, are
+:mod:`pipesim.profiles.costmodels.tp_comm`'s (named here too); :func:`stage_tp_times` sums a
+stage's compute and exposed collectives.
 
 Activation memory per block (Korthikanti et al., Table 2, in ``s b h`` units with 2-byte
 activations): ``34 + 5 a s / h`` without TP, ``10 + 24 / t + 5 a s / (h t)`` with TP and
@@ -37,18 +36,28 @@ scaled by the ratio of these figures.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
 from functools import lru_cache
 from typing import NamedTuple
 
 from pipesim.errors import invalid
-from pipesim.profiles.costmodels.collective import AllReduceAlgorithm, AllReduceCurves
+from pipesim.profiles.costmodels.collective import AllReduceCurves
 from pipesim.profiles.costmodels.compute import ComputeModel, GemmShape, compute_model
 from pipesim.profiles.costmodels.memory import (
     Recompute,
     check_recompute,
     layer_kept_bytes,
     layer_transient_bytes,
+)
+from pipesim.profiles.costmodels.tp_comm import (
+    CE_BYTES_PER_TOKEN,
+    TpCollective,
+    block_wgrad_shares,
+    collective_time_s,
+    layer_collective_times_s,
+    layer_collectives,
+    stage_collectives,
+    tp_exposed_comm_s,
+    wgrad_hidden_comm_s,
 )
 from pipesim.profiles.hardware.specs import DeviceSpec
 from pipesim.profiles.models.profile import DTYPE_BYTES, Layer, ModelProfile
@@ -64,7 +73,6 @@ __all__ = [
     "block_tp_time_factors",
     "block_wgrad_shares",
     "check_tensor_parallel",
-    "check_tp_group_in_server",
     "collective_time_s",
     "korthikanti_block_units",
     "layer_collective_times_s",
@@ -81,26 +89,6 @@ __all__ = [
     "tp_time_factors",
     "wgrad_hidden_comm_s",
 ]
-
-CE_BYTES_PER_TOKEN = 4
-"""Bytes per token of each of the vocabulary-parallel cross-entropy's three fp32 all-reduces."""
-
-
-class TpCollective(NamedTuple):
-    """One tensor-parallel collective of one layer for one micro-batch share.
-
-    ``phase`` is ``"F"`` or ``"B"``; ``kind`` is ``"all-reduce"``, ``"all-gather"`` or
-    ``"reduce-scatter"``; ``nbytes`` is the full (unsharded) tensor's size in bytes;
-    ``wgrad_share`` is the share of the layer's weight-gradient time it can hide behind (0: none):
-    the input-gradient all-reduce (reduce-scatter with SP) of a column-parallel linear runs while
-    that linear's weight-gradient GEMM computes (:func:`wgrad_hidden_comm_s`).
-    """
-
-    phase: str
-    kind: str
-    nbytes: float
-    wgrad_share: float = 0.0
-
 
 def layer_shape(profile: ModelProfile, index: int, where: str, degree: int, what: str) -> LayerShape:
     """Layer ``index``'s shape, which ``what`` (e.g. ``"tensor parallelism"``) of ``degree`` needs.
@@ -139,32 +127,6 @@ def check_tensor_parallel(profile: ModelProfile, first: int, last: int, t: int, 
                 f"must divide layer {layer.name!r}'s attention heads ({shape.heads}) and MLP width "
                 f"({shape.ffn})",
             )
-
-
-def check_tp_group_in_server(group: Sequence[int], server_of: Callable[[int], int], where: str) -> None:
-    """Check that a TP group's devices sit in one server (the 3D estimate's condition).
-
-    The simulator runs TP collectives as transfers on the group's links, across servers too,
-    sharing the NICs with pipeline and data-parallel traffic (``simulator/tp_collectives.py``).
-    The 3D estimate (``planner/megatron.py``) times them on one group, alone on its links: exact
-    inside one NVLink/NVSwitch server, blind to that sharing across servers, so it refuses such a
-    group (Megatron-LM keeps TP inside a server too: Narayanan et al. 2021, Sec. 3.3, takeaway #1).
-
-    Raises:
-        InputError: the group spans servers; the message names ``where``, the degree and the
-            servers.
-    """
-    servers = sorted({server_of(d) for d in group})
-    if len(servers) > 1:
-        raise invalid(
-            where,
-            len(group),
-            f"a tensor-parallel group must sit in one server, and devices {group[0]}..{group[-1]} span "
-            f"servers {servers[0]}..{servers[-1]}: its collectives cross the NICs, sharing them with "
-            "pipeline and data-parallel traffic, which the 3D estimate does not model (the simulator "
-            "does: `pipesim simulate`); for an estimate use a degree up to the GPUs per server (placed on "
-            "a server boundary)",
-        )
 
 
 def tp_time_factors(shape: LayerShape, t: int, sequence_parallel: bool) -> tuple[float, float]:
@@ -297,69 +259,6 @@ def block_tp_time_factors(
     return out[0], out[1]
 
 
-def layer_collectives(
-    shape: LayerShape, t: int, sequence_parallel: bool, samples: float, elem_bytes: int
-) -> tuple[TpCollective, ...]:
-    """The TP collectives of one layer for ``samples`` samples (module docstring; Megatron-LM's
-    counts: 2 all-reduces forward and 2 backward per block, or with sequence parallelism 2
-    all-gathers and 2 reduce-scatters each way).
-
-    Args:
-        shape: the layer's shape.
-        t: tensor-parallel degree (no collectives for 1).
-        sequence_parallel: Korthikanti et al.'s sequence parallelism.
-        samples: samples in the micro-batch share.
-        elem_bytes: bytes per activation element.
-    """
-    if t == 1:
-        return ()
-    act = samples * shape.seq * shape.hidden * elem_bytes
-    ar, ag, rs = "all-reduce", "all-gather", "reduce-scatter"
-    if shape.kind is LayerKind.BLOCK:
-        qkv, fc1 = block_wgrad_shares(shape)
-        if sequence_parallel:  # backward: the row-parallel linears' output-gradient all-gathers
-            # (exposed) and the column-parallel linears' input-gradient reduce-scatters (hidden)
-            return (
-                (TpCollective("F", ag, act), TpCollective("F", rs, act)) * 2
-                + (TpCollective("B", ag, act), TpCollective("B", rs, act, qkv))
-                + (TpCollective("B", ag, act), TpCollective("B", rs, act, fc1))
-            )
-        backward = (TpCollective("B", ar, act, qkv), TpCollective("B", ar, act, fc1))
-        return (TpCollective("F", ar, act),) * 2 + backward
-    if shape.kind is LayerKind.EMBEDDING:
-        if sequence_parallel:
-            return (TpCollective("F", rs, act), TpCollective("B", ag, act))
-        return (TpCollective("F", ar, act),)
-    ce = (TpCollective("F", ar, samples * shape.seq * CE_BYTES_PER_TOKEN),) * 3
-    if sequence_parallel:
-        return (TpCollective("F", ag, act), *ce, TpCollective("B", rs, act, 1.0))
-    return (*ce, TpCollective("B", ar, act, 1.0))
-
-
-def block_wgrad_shares(shape: LayerShape) -> tuple[float, float]:
-    """Shares of a block's weight-gradient GEMM work done by its two column-parallel linears,
-    ``(QKV, FC1)``: by weight size (a weight-gradient GEMM's FLOPs are ``2 b s`` per weight),
-    ``3 h^2`` and ``h f`` of ``4 h^2 + 2 h f`` (QKV, projection, FC1, FC2; ``f`` the MLP width)."""
-    h, f = float(shape.hidden), float(shape.ffn)
-    total = 4.0 * h * h + 2.0 * h * f
-    return 3.0 * h * h / total, h * f / total
-
-
-def wgrad_hidden_comm_s(comm_s: float, wgrad_s: float) -> float:
-    """The exposed part of a backward TP collective of ``comm_s`` seconds that overlaps a
-    weight-gradient GEMM of ``wgrad_s`` seconds: ``max(0, comm - wgrad)``.
-
-    Megatron-LM launches a column-parallel linear's input-gradient all-reduce asynchronously
-    (with SP its reduce-scatter) and computes the weight gradient meanwhile (Korthikanti et al.
-    2022, Sec. 6.2; Megatron-LM ``megatron/core/tensor_parallel/layers.py`` at commit
-    000c4ac24f61, ``linear_with_grad_accumulation_and_async_allreduce``: "the tensor parallel all
-    reduce of the input gradients can be done asynchronously with the calculation of the weight
-    gradients", the reduce-scatter likewise with sequence parallelism; ``ColumnParallelLinear``
-    turns it on, ``allreduce_dgrad``). The row-parallel linears' backward collectives (their
-    output gradients, all-gathered with SP) are needed before any of their GEMMs and stay exposed."""
-    return max(0.0, comm_s - wgrad_s)
-
-
 def tp_parameter_bytes(layer: Layer, t: int, elem_bytes: int) -> float:
     """Parameter bytes of ``layer`` on one device of a ``t``-way TP group: the replicated
     parameters whole, the rest divided by ``t`` (``parameter_bytes`` for ``t = 1``)."""
@@ -466,26 +365,6 @@ def tp_replay_s(recompute: Recompute, replay_s: float, fwd_ratio: float, fwd_com
     return 0.0
 
 
-def stage_collectives(
-    layers: Sequence[Layer], t: int, sequence_parallel: bool, samples: float, dtype: str
-) -> tuple[TpCollective, ...]:
-    """Every TP collective of a stage's layers for one micro-batch share, in layer order."""
-    elem = DTYPE_BYTES[dtype]
-    out: list[TpCollective] = []
-    for layer in layers:
-        if layer.shape is not None:
-            out.extend(layer_collectives(layer.shape, t, sequence_parallel, samples, elem))
-    return tuple(out)
-
-
-def collective_time_s(curves: AllReduceCurves, collective: TpCollective) -> float:
-    """Time of one TP collective on a group whose ring all-reduce ``curves`` are given, seconds:
-    an all-reduce is the ring all-reduce of ``nbytes``; an all-gather or a reduce-scatter of the
-    full ``nbytes`` is its half (``n - 1`` of its ``2 (n - 1)`` ring steps)."""
-    full = curves.time_s(collective.nbytes, AllReduceAlgorithm.RING)
-    return full if collective.kind == "all-reduce" else full / 2.0
-
-
 class TpStageTimes(NamedTuple):
     """A TP stage's times for one micro-batch share on one device, seconds: the compute before
     and after TP (forward, backward) and its exposed collectives per direction; the backward's
@@ -500,55 +379,6 @@ class TpStageTimes(NamedTuple):
     fwd_comm_s: float
     bwd_comm_s: float
     bwd_split_comm_s: float = 0.0
-
-
-def tp_exposed_comm_s(comm_s: float, compute_s: float, t: int, overlap: bool) -> float:
-    """The exposed part of an op's TP collectives (``comm_s`` seconds in all) next to its
-    ``compute_s`` seconds of compute under TP, seconds.
-
-    Without ``overlap``: all of it. With it (Megatron-LM's ``tp_comm_overlap`` by ring
-    exchange, as Megatron Bridge's GPT-3 175B preset
-    ``userbuffers_bf16_h100_h12288_tp4_mbs1_seqlen2048`` runs the QKV and FC1 all-gathers and
-    the projection and FC2 input-gradient reduce-scatters): each collective is cut into ``t``
-    chunks, one per TP rank, and each chunk after the first moves while the GEMM works on the one
-    before, so ``(t - 1) / t`` of it can hide behind the op's compute:
-    ``comm / t + max(0, (comm - compute) (t - 1) / t)``.
-    """
-    if not overlap or t <= 1:
-        return comm_s
-    return comm_s / t + max(0.0, comm_s - compute_s) * (t - 1) / t
-
-
-def layer_collective_times_s(
-    layer: Layer,
-    bwd_tp_s: float,
-    t: int,
-    sequence_parallel: bool,
-    samples: float,
-    elem_bytes: int,
-    curves: AllReduceCurves,
-) -> tuple[float, float, float]:
-    """``(forward, backward exposed, backward whole)`` seconds of one shaped layer's TP
-    collectives (:func:`layer_collectives` of ``samples`` samples' tokens, timed with
-    :func:`collective_time_s` on ``curves``): a backward collective with a ``wgrad_share``
-    exposes only what its linear's weight-gradient time (``bwd_tp_s``, the layer's backward
-    under TP, times its ``weight_grad_fraction`` times the share) does not hide
-    (:func:`wgrad_hidden_comm_s`); "whole" counts every backward collective in full (a split
-    backward's ``I``, whose weight gradient runs later). Shared by :func:`stage_tp_times` and
-    context parallelism's per-rank times (``s / c`` tokens)."""
-    shape = layer.shape
-    if shape is None or t == 1:
-        return 0.0, 0.0, 0.0
-    wgrad_s = bwd_tp_s * layer.weight_grad_fraction
-    fwd = bwd = whole = 0.0
-    for c in layer_collectives(shape, t, sequence_parallel, samples, elem_bytes):
-        c_s = collective_time_s(curves, c)
-        if c.phase == "F":
-            fwd += c_s
-        else:
-            whole += c_s
-            bwd += wgrad_hidden_comm_s(c_s, wgrad_s * c.wgrad_share) if c.wgrad_share else c_s
-    return fwd, bwd, whole
 
 
 def stage_tp_times(
