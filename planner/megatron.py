@@ -84,6 +84,7 @@ from pipesim.profiles.costmodels.tensor_parallel import (
     tp_parameter_bytes,
     tp_replay_s,
 )
+from pipesim.profiles.costmodels.zero3_runtime import UnitCalls, Zero3Runtime, unit_calls, unit_issue_s
 from pipesim.profiles.hardware.cluster import Cluster
 from pipesim.profiles.models.profile import DTYPE_BYTES, ModelProfile
 from pipesim.profiles.models.shape import LayerKind
@@ -264,9 +265,12 @@ class _Model:
             found = self._acts[key] = cp_stage_activation_bytes(self.profile, first, last, mbs, rc, t, sp, 1)
         return cp_activation_split(*found, c)
 
-    def zero_units(self, first: int, last: int, t: int) -> tuple[list[float], list[float], list[float]]:
+    def zero_units(
+        self, first: int, last: int, t: int
+    ) -> tuple[list[float], list[float], list[float], list[UnitCalls]]:
         """ZeRO's units of layers ``first..last`` (:func:`~pipesim.profiles.costmodels.sharding.zero_units`,
-        as the simulator groups them): parameter bytes per device, forward and backward time shares."""
+        as the simulator groups them): parameter bytes per device, forward and backward time shares,
+        ZeRO-3's runtime calls (:func:`~pipesim.profiles.costmodels.zero3_runtime.unit_calls`)."""
         layers = self.profile.layers[first : last + 1]
         sizes = [tp_parameter_bytes(layer, t, self.elem) for layer in layers]
         groups = zero_units(sizes)
@@ -276,6 +280,7 @@ class _Model:
             [float(sum(sizes[i] for i in g)) for g in groups],
             [x / sum(fwd) if sum(fwd) > 0 else 1.0 / len(fwd) for x in fwd],
             [x / sum(bwd) if sum(bwd) > 0 else 1.0 / len(bwd) for x in bwd],
+            [unit_calls([layers[i] for i in g], self.elem, t) for g in groups],
         )
 
     def params(self, first: int, last: int, t: int) -> float:
@@ -473,7 +478,8 @@ def estimate_3d(
     est = _estimate(model, cluster, opt, ar, gbs, chunks, t, p, d, samples // d, m, v, sp, rc, sh, math.inf,
                     schedule=plan.schedule.value, overlap=first.tp_comm_overlap, c=c,
                     optimizer_step=optimizer_step, grad=plan.grad_reduce_dtype,
-                    zero1_all_reduce=plan.zero1_grad_collective is GradCollective.ALL_REDUCE)
+                    zero1_all_reduce=plan.zero1_grad_collective is GradCollective.ALL_REDUCE,
+                    zero3_runtime=plan.zero3_runtime)
     assert est is not None  # no memory limit
     return est
 
@@ -482,7 +488,7 @@ def _estimate(
     model: _Model, cluster: Cluster, optimizer: str, allreduce: str, gbs: int, chunks: list[tuple[int, int]],
     t: int, p: int, d: int, mbs: int, m: int, v: int, sp: bool, rc: Recompute, sh: Sharding, limit: float,
     schedule: str | None = None, overlap: bool = False, c: int = 1, optimizer_step: bool = True,
-    grad: str | None = None, zero1_all_reduce: bool = False,
+    grad: str | None = None, zero1_all_reduce: bool = False, zero3_runtime: Zero3Runtime = Zero3Runtime.FSDP,
 ) -> Estimate | None:
     schedule = schedule or ("1f1b" if v == 1 else "interleaved")
     if schedule == "dapple":
@@ -506,15 +512,25 @@ def _estimate(
             replay = model.replay(first, last, mbs, t, sp, rc, overlap, c)
             b_op = times.bwd_tp_s + times.bwd_comm_s + replay
             if per_unit and dp_curves is not None:  # ZeRO-2/3: per-unit collectives (zero_lowering)
-                sizes, fshare, bshare = model.zero_units(first, last, t)
+                sizes, fshare, bshare, calls = model.zero_units(first, last, t)
                 gathers = [half_time_s(dp_curves, x, allreduce) for x in sizes]
                 scatters = [half_time_s(dp_curves, x * g, allreduce) for x in sizes]
                 fwd_units = [f_op * x for x in fshare]
                 bwd_units = [replay * f + (b_op - replay) * b
                              for f, b in zip(fshare, bshare, strict=True)]
-                if sh is Sharding.ZERO3:
+                if sh is Sharding.ZERO3:  # the runtime's issue time and re-gathers (zero_lowering)
+                    again = zero3_runtime is Zero3Runtime.DEEPSPEED_2021 and rc is Recompute.FULL
+                    n_f = [u.calls for u in calls]
+                    n_b = [u.calls + (u.regathers if again else 0) for u in calls]
+                    f_issue = unit_issue_s(zero3_runtime, "F", n_f, n_f, fwd_units, d * c)
+                    b_issue = unit_issue_s(zero3_runtime, "B", n_b, n_f, bwd_units, d * c)
+                    fwd_units = [x + y for x, y in zip(fwd_units, f_issue, strict=True)]
+                    bwd_units = [x + y for x, y in zip(bwd_units, b_issue, strict=True)]
+                    extra = [u.regather_elements * model.elem if again else 0.0 for u in calls]
+                    b_gathers = [half_time_s(dp_curves, x + y, allreduce)
+                                 for x, y in zip(sizes, extra, strict=True)]
                     f_op, b_op, first_extra, last_tail = zero3_op_times_s(
-                        fwd_units, bwd_units, gathers, scatters
+                        fwd_units, bwd_units, gathers, scatters, bwd_gather_s=b_gathers
                     )
                     # 1 + depth gathered units and one unit's gradients (zero_lowering.held_bytes)
                     held = max(held, (min(len(sizes), 2) + g) * max(sizes))

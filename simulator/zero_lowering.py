@@ -50,8 +50,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 
 from pipesim.plan import Plan
+from pipesim.profiles.costmodels.memory import Recompute
 from pipesim.profiles.costmodels.sharding import CollectiveKind, Sharding, grad_bytes_factor, zero_units
-from pipesim.profiles.models.profile import ModelProfile
+from pipesim.profiles.costmodels.zero3_runtime import UnitCalls, Zero3Runtime, unit_calls, unit_issue_s
+from pipesim.profiles.models.profile import DTYPE_BYTES, ModelProfile
 from pipesim.schedules.action import Op
 from pipesim.schedules.schedule import Step
 from pipesim.simulator.stage_costs import StageFacts
@@ -91,10 +93,18 @@ class ZeroLowering:
     ) -> None:
         self.depth = depth
         self.grad = grad_bytes_factor(profile.dtype, plan.grad_reduce_dtype)  # gradient / parameter bytes
+        self.runtime = plan.zero3_runtime
         self.sharding = {st.index: plan.stages[st.index].sharding for st in stages if len(st.devices) > 1}
         self._stages = stages
+        self._extra: dict[int, tuple[float, ...]] = {}  # stage -> a backward's re-gathered bytes per unit
         self.units: dict[int, tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...]]] = {}
         """stage -> (parameter bytes, forward-time share, backward-time share) per unit."""
+        self.calls: dict[int, tuple[UnitCalls, ...]] = {}
+        """stage -> ZeRO-3's runtime calls per unit
+        (:func:`~pipesim.profiles.costmodels.zero3_runtime.unit_calls`)."""
+        elem = DTYPE_BYTES[profile.dtype]
+        # DeepSpeed gathers again, in the backward, what it released after the replay
+        self._regather = self.runtime is Zero3Runtime.DEEPSPEED_2021 and plan.recompute is Recompute.FULL
         for s, mode in self.sharding.items():
             if mode not in (Sharding.ZERO2, Sharding.ZERO3):
                 continue
@@ -107,6 +117,11 @@ class ZeroLowering:
                 tuple(float(sum(sizes[k] for k in g)) for g in groups),
                 _shares(fwd),
                 _shares(bwd),
+            )
+            t = plan.stages[s].tensor_parallel
+            self.calls[s] = tuple(unit_calls([profile.layers[layers[k]] for k in g], elem, t) for g in groups)
+            self._extra[s] = tuple(
+                c.regather_elements * elem if self._regather else 0.0 for c in self.calls[s]
             )
         # (op, stage, micro-batch) -> collectives per unit, in unit order (0 = the stage's first)
         self._gathers: dict[tuple[str, int, int], list[int]] = {}
@@ -141,8 +156,10 @@ class ZeroLowering:
             if zero3 and op in (Op.F, Op.B, Op.I):
                 found = [0] * len(sizes)
                 self._first[(op.value, s, mb)] = len(sequence)
+                extra = self._extra[s] if op is not Op.F else (0.0,) * len(sizes)
                 for u in order:
-                    gather_prev = add(s, u, CollectiveKind.ALL_GATHER, sizes[u], members, gather_prev)
+                    gather_prev = add(s, u, CollectiveKind.ALL_GATHER, sizes[u] + extra[u], members,
+                                      gather_prev)
                     found[u] = gather_prev
                     sequence.append(gather_prev)
                 self._gathers[(op.value, s, mb)] = found
@@ -163,17 +180,9 @@ class ZeroLowering:
         units = self.units.get(s)
         if units is None:
             return _NONE, _NONE
-        sizes, fshare, bshare = units
-        n = len(sizes)
-        if op == "F":
-            order = list(range(n))
-            weights = [fshare[u] for u in order]
-        else:
-            order = list(range(n - 1, -1, -1))
-            part = {"B": bwd, "I": bwd * (1.0 - wf), "W": bwd * wf}[op]
-            replay = rec if op in ("B", "I") else 0.0
-            weights = [replay * fshare[u] + part * bshare[u] for u in order]
-        bounds = _bounds(weights)
+        order, compute = self._unit_compute(op, s, fwd, bwd, rec, wf)
+        issue = self._issue(op, s, compute)
+        bounds = _bounds([c + x for c, x in zip(compute, issue, strict=True)])
         marks: list[tuple[float, int]] = []
         waits: list[tuple[float, int]] = []
         gathers = self._gathers.get((op, s, mb))
@@ -191,6 +200,37 @@ class ZeroLowering:
             if scatters is not None:
                 marks.append((bounds[k + 1], scatters[u]))
         return tuple(marks), tuple(waits)
+
+    def issue_s(self, op: str, s: int, fwd: float, bwd: float, rec: float, wf: float) -> float:
+        """Seconds compute op ``op`` of stage ``s`` spends issuing its ZeRO-3 collectives on top of
+        its compute (:func:`~pipesim.profiles.costmodels.zero3_runtime.unit_issue_s`; 0 but for
+        ``deepspeed-2021``); its arguments as in :meth:`events`."""
+        if s not in self.units:
+            return 0.0
+        return sum(self._issue(op, s, self._unit_compute(op, s, fwd, bwd, rec, wf)[1]))
+
+    def _unit_compute(
+        self, op: str, s: int, fwd: float, bwd: float, rec: float, wf: float
+    ) -> tuple[list[int], list[float]]:
+        """The units of stage ``s`` in the order op ``op`` runs them and each one's compute, seconds."""
+        _, fshare, bshare = self.units[s]
+        n = len(fshare)
+        if op == "F":
+            return list(range(n)), [fwd * x for x in fshare]
+        order = list(range(n - 1, -1, -1))
+        part = {"B": bwd, "I": bwd * (1.0 - wf), "W": bwd * wf}[op]
+        replay = rec if op in ("B", "I") else 0.0
+        return order, [replay * fshare[u] + part * bshare[u] for u in order]
+
+    def _issue(self, op: str, s: int, compute: list[float]) -> list[float]:
+        """Per unit (in ``compute``'s order) the issue time of ZeRO-3's runtime calls, seconds."""
+        if self.sharding[s] is not Sharding.ZERO3:
+            return [0.0] * len(compute)
+        calls = list(self.calls[s]) if op == "F" else list(reversed(self.calls[s]))
+        again = self._regather and op in ("B", "I")
+        gathers = [c.calls + (c.regathers if again else 0) for c in calls]
+        return unit_issue_s(self.runtime, op, gathers, [c.calls for c in calls], compute,
+                            len(self._stages[s].devices))
 
     def held_bytes(self, op: str, s: int) -> float:
         """Bytes a compute op of ``s`` holds while it runs besides its activations: ZeRO-3's

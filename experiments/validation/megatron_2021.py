@@ -39,6 +39,7 @@ from pipesim.api import simulate
 from pipesim.plan import Plan, Recompute, StagePlan
 from pipesim.planner.megatron import estimate_3d
 from pipesim.profiles.costmodels.sharding import Sharding
+from pipesim.profiles.costmodels.zero3_runtime import Zero3Runtime
 from pipesim.profiles.inputs import resolve_inputs
 
 __all__ = ["achieved_tflops_per_gpu", "records"]
@@ -138,6 +139,7 @@ def zero3_tflops_per_gpu(
         num_microbatches=batch // (gpus * microbatch),
         schedule="1f1b",
         recompute=Recompute.FULL,
+        zero3_runtime=Zero3Runtime.DEEPSPEED_2021,
     )
     time_s = estimate_3d(plan, profile, cluster).iteration_time_s
     return _model_flop(hidden, layers, batch) / time_s / gpus / 1e12

@@ -319,6 +319,7 @@ def zero3_op_times_s(
     gather_s: Sequence[float],
     scatter_s: Sequence[float],
     depth: int = DEFAULT_PREFETCH_DEPTH,
+    bwd_gather_s: Sequence[float] | None = None,
 ) -> tuple[float, float, float, float]:
     """ZeRO-3's forward and backward of one stage and micro-batch with their gathers, seconds
     (:func:`gated_time_s`), for units in layer order (the backward runs them in reverse).
@@ -326,7 +327,9 @@ def zero3_op_times_s(
     In the steady state the op's first gathers are issued during the op before (in 1F1B a
     forward follows a backward, whose last unit is unit 0, and the other way round). In the
     backward a unit's gather shares the links with the previous unit's reduce-scatter, so it is
-    charged ``gather + scatter``.
+    charged ``gather + scatter``. ``bwd_gather_s`` gives the backward's gathers where they differ
+    from the forward's (DeepSpeed's re-gathers after a replay,
+    :class:`~pipesim.profiles.costmodels.zero3_runtime.UnitCalls`); default ``gather_s``.
 
     Returns:
         ``(forward s, backward s, the first op's extra s, the last backward's reduce tail s)``:
@@ -339,7 +342,8 @@ def zero3_op_times_s(
     fwd = gated_time_s(fwd_units_s, gather_s, depth, bwd_units_s[0])
     first = gated_time_s(fwd_units_s, gather_s, depth, 0.0) - fwd
     back = list(reversed(bwd_units_s))
-    comm = [g + r for g, r in zip(reversed(gather_s), reversed(scatter_s), strict=True)]
+    again = gather_s if bwd_gather_s is None else bwd_gather_s
+    comm = [g + r for g, r in zip(reversed(again), reversed(scatter_s), strict=True)]
     bwd = gated_time_s(back, comm, depth, fwd_units_s[-1])
     tail = reduce_tail_s(back, list(reversed(scatter_s)))
     return fwd, bwd, first, tail

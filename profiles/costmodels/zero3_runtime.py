@@ -1,0 +1,254 @@
+"""How the runtime issues ZeRO-3's per-unit collectives: FSDP's flat calls or DeepSpeed's (2021).
+
+pipesim lowers ZeRO-3 as a parameter all-gather per unit of layers before each forward and
+backward and a gradient reduce-scatter after each backward
+(:mod:`pipesim.simulator.zero_lowering`); this module adds what the runtime spends issuing them,
+which at hundreds of data-parallel ranks dominates. Two runtimes (:class:`Zero3Runtime`):
+
+* ``fsdp`` (default): one collective per unit on a flat buffer (PyTorch FSDP's
+  ``all_gather_into_tensor`` / ``reduce_scatter_tensor`` on a ``FlatParameter``), issued from
+  a separate stream without synchronizing the device: no cost besides the transfers.
+* ``deepspeed-2021``: DeepSpeed's ZeRO-3 as released in spring 2021 (v0.3.13 to v0.3.16, the
+  version of Narayanan et al.'s SC'21 comparison; files ``deepspeed/runtime/zero/stage3.py``,
+  ``partition_parameters.py`` and ``constants.py`` at tag v0.3.15, 2021-04-19):
+
+  - **one call per parameter tensor**: a submodule's pre-forward and pre-backward hooks fetch its
+    own parameters (``named_parameters(recurse=False)``), and ``_all_gather`` issues one
+    ``_allgather_param`` per tensor; the gradients are reduce-scattered per tensor as well
+    (``_reduce_scatter_gradients`` loops ``_reduce_scatter_gradient`` over a bucket's
+    parameters). Tensors under ``stage3_param_persistence_threshold`` elements (default 1e5,
+    :data:`PERSISTENCE_THRESHOLD_ELEMENTS`) are never partitioned, so a GPT block costs four
+    calls each way (the QKV, projection and two MLP weights; biases and layer norms persist);
+  - **a list of one tensor per rank**: each call builds ``world_size`` views of the flat buffer
+    in a Python loop (``flat_tensor.narrow`` per rank) and passes them as a list to
+    ``torch.distributed.all_gather`` (``reduce_scatter`` likewise), which PyTorch's NCCL process
+    group copies one by one from (into) its flat NCCL buffer
+    (``ProcessGroupNCCL::allgather``: ``outputTensors[i][j].copy_(outputFlattened[i][j])`` per
+    rank ``j``): :data:`ISSUE_OPS_PER_MEMBER` framework operators per rank and call, each
+    :data:`~pipesim.profiles.costmodels.compute.OP_DISPATCH_S` of host time, so a call costs
+    ``2 x 10 us x n`` of host time: 31 ms on 1536 ranks;
+  - **a synchronized device**: ``_allgather_param`` calls ``torch.cuda.synchronize()`` before
+    each gather and ``fetch_sub_module`` waits for the comm stream and the device
+    (``_synchronize_communication``), so the host cannot run ahead of the GPU: the GPU idles
+    while the host issues the gathers a unit's hooks issue. A reduce-scatter is issued from the
+    gradient hook while the unit's backward kernels, already queued, run: it is exposed only by
+    what it outlasts them.
+
+  The prefetch (``stage3_prefetch_bucket_size`` = 5e7 elements, issued only when no gather is
+  in flight) reaches one weight tensor ahead on GPT-3-sized blocks, pipesim's default depth of
+  one unit. Not modelled: the re-gather of recomputed tensors whose next use is more than
+  ``stage3_max_reuse_distance`` (1e9 elements) away (about three of a GPT-3 block's four in the
+  backward) and the ``stage3_max_live_parameters`` (1e9) bound that stops prefetching behind a
+  larger tensor (the 530B model's QKV and MLP weights); both would make DeepSpeed slower still.
+
+Per unit of ``k`` calls among ``n`` ranks, with ``c = k x n x ISSUE_OPS_PER_MEMBER x
+OP_DISPATCH_S`` and ``t`` the unit's compute in the op (forward, or replay + backward), the op
+spends (:func:`unit_issue_s`): forward ``c``; backward ``c + max(0, c - t)`` (its gathers, then
+its reduce-scatters' issue beyond the compute it overlaps); a split backward's ``I`` ``c`` and
+``W`` ``max(0, c - t)``. The 3D estimate and the simulator charge it the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import Enum
+
+from pipesim.errors import check_count, check_nonneg, invalid, parse_name
+from pipesim.profiles.costmodels.compute import OP_DISPATCH_S
+from pipesim.profiles.models.profile import Layer
+from pipesim.profiles.models.shape import LayerKind
+
+__all__ = [
+    "ISSUE_OPS_PER_MEMBER",
+    "MAX_REUSE_DISTANCE_ELEMENTS",
+    "PERSISTENCE_THRESHOLD_ELEMENTS",
+    "ZERO3_RUNTIMES",
+    "UnitCalls",
+    "Zero3Runtime",
+    "call_issue_s",
+    "unit_calls",
+    "unit_issue_s",
+    "weight_tensor_elements",
+]
+
+PERSISTENCE_THRESHOLD_ELEMENTS = 100_000
+"""Tensors with fewer elements stay whole on every rank: DeepSpeed's
+``stage3_param_persistence_threshold`` default, 1e5 (``deepspeed/runtime/zero/constants.py``,
+``ZERO_OPTIMIZATION_PARAM_PERSISTENCE_THRESHOLD_DEFAULT``, v0.3.15)."""
+
+MAX_REUSE_DISTANCE_ELEMENTS = 1_000_000_000
+"""A gathered tensor whose next use is at least this many elements of other modules' parameters
+away is released and gathered again: DeepSpeed's ``stage3_max_reuse_distance`` default, 1e9
+(``ZERO_OPTIMIZATION_MAX_REUSE_DISTANCE_DEFAULT``, v0.3.15; ``PartitionedParameterCoordinator
+._keep_for_later``)."""
+
+ISSUE_OPS_PER_MEMBER = 2
+"""Framework operators the host dispatches per rank of one DeepSpeed (2021) ZeRO-3 collective
+call: DeepSpeed's view of the rank's slice (``narrow``) and PyTorch's copy between that slice
+and the flat NCCL buffer (module docstring)."""
+
+
+class Zero3Runtime(str, Enum):
+    """How ZeRO-3's collectives are issued (see the module docstring)."""
+
+    FSDP = "fsdp"
+    DEEPSPEED_2021 = "deepspeed-2021"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @classmethod
+    def parse(cls, name: object) -> Zero3Runtime:
+        """The runtime called ``name`` (case-insensitive; ``_`` reads as ``-``).
+
+        Raises:
+            UnknownNameError: not ``fsdp`` or ``deepspeed-2021``; the message lists the names.
+        """
+        if isinstance(name, str) and not isinstance(name, cls):
+            try:
+                return cls(name.strip().lower().replace("_", "-"))
+            except ValueError:
+                pass
+        return parse_name("zero3_runtime", cls, name)
+
+
+ZERO3_RUNTIMES: tuple[str, ...] = tuple(r.value for r in Zero3Runtime)
+"""Runtime names, in :class:`Zero3Runtime` order."""
+
+
+def weight_tensor_elements(layer: Layer, elem_bytes: int, t: int = 1) -> tuple[float, ...]:
+    """Elements of each parameter tensor of ``layer`` on one device of a ``t``-way TP group.
+
+    A shaped block holds Megatron-LM's GPT tensors: QKV weight ``3 h^2`` and bias ``3 h``,
+    projection ``h^2``, first MLP ``ffn h`` and bias ``ffn`` (all split by ``t``), second MLP
+    ``ffn h`` (split), and the replicated ones (two layer norms, two row-parallel biases: ``h``
+    each, whole); an embedding its vocabulary table ``vocab h`` (split) and its replicated
+    parameters as one tensor; any other layer (an LM head, an unshaped layer) one tensor of all
+    its parameters, the replicated ones whole.
+
+    Raises:
+        InputError: ``elem_bytes`` or ``t`` below 1.
+    """
+    elem = check_count("elem_bytes", elem_bytes)
+    tp = check_count("t", t)
+    total = layer.parameter_bytes / elem
+    shape = layer.shape
+    if shape is None:
+        return (total,) if total > 0 else ()
+    h, f = float(shape.hidden), float(shape.ffn)
+    if shape.kind is LayerKind.BLOCK:
+        split = (3 * h * h, 3 * h, h * h, f * h, f, f * h)
+        kept = shape.replicated_params
+        tensors = [x / tp for x in split] + [h] * (kept // shape.hidden)
+        if kept % shape.hidden:
+            tensors.append(float(kept % shape.hidden))
+        return tuple(tensors)
+    if shape.kind is LayerKind.EMBEDDING:
+        table = max(0.0, total - shape.replicated_params)
+        return tuple(x for x in (table / tp, float(shape.replicated_params)) if x > 0)
+    whole = min(total, float(shape.replicated_params))
+    return tuple(x for x in ((total - whole) / tp + whole,) if x > 0)
+
+
+def _regathered(tensors: Sequence[float], threshold: float, reuse_distance: float) -> list[float]:
+    """The gathered tensors of one block (forward order) that DeepSpeed releases after their
+    replayed forward: between that use and the backward's, the trace runs the block's later
+    modules forward and back, ``2 x`` their elements, which must stay below ``reuse_distance``."""
+    out = []
+    for i, x in enumerate(tensors):
+        if x >= threshold and 2.0 * sum(tensors[i + 1 :]) >= reuse_distance:
+            out.append(x)
+    return out
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UnitCalls:
+    """DeepSpeed's (2021) ZeRO-3 calls of one unit of layers (module docstring).
+
+    Attributes:
+        calls: all-gathers per forward (and per backward), reduce-scatters per backward: the
+            unit's tensors of at least the persistence threshold.
+        regathers: extra all-gathers of a backward that replays the forward (full
+            recomputation): the blocks' tensors released between their replay and their
+            backward (reuse distance of at least ``stage3_max_reuse_distance``).
+        regather_elements: their elements, on one device.
+    """
+
+    calls: int
+    regathers: int
+    regather_elements: float
+
+
+def unit_calls(
+    layers: Sequence[Layer],
+    elem_bytes: int,
+    t: int = 1,
+    *,
+    threshold: int = PERSISTENCE_THRESHOLD_ELEMENTS,
+    reuse_distance: int = MAX_REUSE_DISTANCE_ELEMENTS,
+) -> UnitCalls:
+    """DeepSpeed's ZeRO-3 calls for a unit of ``layers`` (:class:`UnitCalls`), from their tensors
+    (:func:`weight_tensor_elements`); only blocks are replayed tensor by tensor.
+
+    Raises:
+        InputError: ``elem_bytes`` or ``t`` below 1, a negative ``threshold`` or ``reuse_distance``.
+    """
+    limit = check_nonneg("threshold", threshold)
+    reuse = check_nonneg("reuse_distance", reuse_distance)
+    calls = regathers = 0
+    elements = 0.0
+    for layer in layers:
+        tensors = weight_tensor_elements(layer, elem_bytes, t)
+        calls += sum(1 for x in tensors if x >= limit)
+        if layer.shape is not None and layer.shape.kind is LayerKind.BLOCK:
+            again = _regathered(tensors, limit, reuse)
+            regathers += len(again)
+            elements += sum(again)
+    return UnitCalls(calls=calls, regathers=regathers, regather_elements=elements)
+
+
+def call_issue_s(members: int) -> float:
+    """Host time to issue one DeepSpeed (2021) ZeRO-3 collective call among ``members`` ranks,
+    seconds: ``members x ISSUE_OPS_PER_MEMBER x OP_DISPATCH_S``.
+
+    Raises:
+        InputError: ``members`` below 1.
+    """
+    return check_count("members", members) * ISSUE_OPS_PER_MEMBER * OP_DISPATCH_S
+
+
+def unit_issue_s(
+    runtime: Zero3Runtime | str,
+    op: str,
+    gathers: Sequence[int],
+    scatters: Sequence[int],
+    compute_s: Sequence[float],
+    members: int,
+) -> list[float]:
+    """What a ZeRO-3 op spends per unit issuing its collectives, seconds (module docstring):
+    ``F`` and ``I`` their gathers' issue, ``B`` that plus the reduce-scatters' issue beyond the
+    unit's compute, ``W`` the latter.
+
+    Args:
+        runtime: the :class:`Zero3Runtime` (``fsdp`` spends nothing).
+        op: ``F``, ``B``, ``I`` or ``W``.
+        gathers: all-gather calls per unit in this op.
+        scatters: reduce-scatter calls per unit in this op (same order).
+        compute_s: each unit's compute in this op (same order), seconds.
+        members: ranks in the data-parallel group.
+
+    Raises:
+        UnknownNameError: an unknown runtime.
+        InputError: ``members`` below 1, an unknown op.
+    """
+    mode = Zero3Runtime.parse(runtime)
+    if op not in ("F", "B", "I", "W"):
+        raise invalid("op", op, "must be F, B, I or W")
+    n = len(compute_s)
+    if mode is Zero3Runtime.FSDP or members <= 1:
+        return [0.0] * n
+    one = call_issue_s(members)
+    gather = [k * one if op in ("F", "B", "I") else 0.0 for k in gathers]
+    scatter = [k * one if op in ("B", "W") else 0.0 for k in scatters]
+    return [g + max(0.0, r - t) for g, r, t in zip(gather, scatter, compute_s, strict=True)]

@@ -1,0 +1,87 @@
+"""DeepSpeed's (2021) ZeRO-3 calls: per-tensor gathers, their issue time, the re-gathers after a replay
+(profiles/costmodels/zero3_runtime.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipesim.errors import InputError, UnknownNameError
+from pipesim.profiles.costmodels.compute import OP_DISPATCH_S
+from pipesim.profiles.costmodels.zero3_runtime import (
+    ISSUE_OPS_PER_MEMBER,
+    Zero3Runtime,
+    call_issue_s,
+    unit_calls,
+    unit_issue_s,
+    weight_tensor_elements,
+)
+from pipesim.profiles.inputs import resolve_inputs
+from pipesim.profiles.models.profile import Layer
+
+
+def _gpt(hidden: int, heads: int) -> tuple[Layer, ...]:
+    spec = f"gpt:layers=2,hidden={hidden},heads={heads},seq=2048,vocab=51200"
+    profile, _ = resolve_inputs(spec, "dgx-a100-x2", dtype="fp16")
+    return profile.layers
+
+
+def test_a_gpt_block_is_megatrons_tensors() -> None:
+    h = 12288
+    block = _gpt(h, 96)[1]
+    tensors = weight_tensor_elements(block, 2)
+    assert tensors[:6] == (3 * h * h, 3 * h, h * h, 4 * h * h, 4 * h, 4 * h * h)
+    assert sum(tensors) == block.parameter_bytes / 2  # the replicated ones (layer norms, biases) too
+    # under 8-way TP the split tensors are an eighth, the replicated ones whole
+    split = weight_tensor_elements(block, 2, 8)
+    assert split[0] == 3 * h * h / 8
+    assert split[6:] == tensors[6:]
+
+
+@pytest.mark.parametrize(("hidden", "heads"), [(12288, 96), (20480, 128)])
+def test_gpt3_sized_blocks_gather_four_tensors_and_regather_three(hidden: int, heads: int) -> None:
+    """GPT-3 175B and the 530B model: biases and layer norms are under the 1e5-element persistence
+    threshold, so four calls per block; after the replay only the second MLP weight is reused
+    within 1e9 elements (its backward comes next), the other three are gathered again."""
+    h = hidden
+    calls = unit_calls([_gpt(hidden, heads)[1]], 2)
+    assert calls.calls == 4
+    assert calls.regathers == 3
+    assert calls.regather_elements == 3 * h * h + h * h + 4 * h * h
+
+
+def test_small_blocks_are_kept_between_replay_and_backward() -> None:
+    # h = 2048: a block's later tensors hold far fewer than 1e9 elements, nothing is released
+    layers = _gpt(2048, 16)
+    calls = unit_calls(list(layers), 2)
+    assert calls.regathers == 0
+    assert calls.regather_elements == 0.0
+    # embedding: vocabulary table (positions under the threshold? 2048 x 2048 = 4.2M: no) and
+    # positions; the head's 2 h layer-norm parameters persist
+    assert unit_calls([layers[0]], 2).calls == 2
+    assert unit_calls([layers[-1]], 2).calls == 0
+    assert calls.calls == 2 + 2 * 4
+
+
+def test_issue_time_is_framework_operators_per_member() -> None:
+    assert call_issue_s(1536) == pytest.approx(1536 * ISSUE_OPS_PER_MEMBER * OP_DISPATCH_S)
+    c = call_issue_s(16)
+    compute = [5 * c, 0.5 * c]
+    assert unit_issue_s("deepspeed-2021", "F", [2, 3], [2, 3], compute, 16) == pytest.approx([2 * c, 3 * c])
+    assert unit_issue_s("deepspeed-2021", "I", [2, 3], [2, 3], compute, 16) == pytest.approx([2 * c, 3 * c])
+    # backward: the gathers' issue, plus the reduce-scatters' beyond the unit's compute
+    assert unit_issue_s("deepspeed-2021", "B", [3, 3], [2, 2], compute, 16) == pytest.approx(
+        [3 * c, 3 * c + 1.5 * c]
+    )
+    assert unit_issue_s("deepspeed-2021", "W", [3, 3], [2, 2], compute, 16) == pytest.approx([0.0, 1.5 * c])
+    assert unit_issue_s(Zero3Runtime.FSDP, "B", [3, 3], [2, 2], compute, 16) == [0.0, 0.0]
+    assert unit_issue_s("deepspeed-2021", "B", [3, 3], [2, 2], compute, 1) == [0.0, 0.0]
+
+
+def test_bad_inputs_are_refused() -> None:
+    with pytest.raises(InputError, match="op"):
+        unit_issue_s("deepspeed-2021", "X", [1], [1], [0.0], 4)
+    with pytest.raises(UnknownNameError, match="zero3_runtime"):
+        Zero3Runtime.parse("deepspeed-2024")
+    with pytest.raises(InputError, match="members"):
+        call_issue_s(0)
+    assert Zero3Runtime.parse("DeepSpeed_2021") is Zero3Runtime.DEEPSPEED_2021
