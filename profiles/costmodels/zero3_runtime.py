@@ -3,14 +3,16 @@
 pipesim lowers ZeRO-3 as a parameter all-gather per unit of layers before each forward and
 backward and a gradient reduce-scatter after each backward
 (:mod:`pipesim.simulator.zero_lowering`); this module adds what the runtime spends issuing them,
-which at hundreds of data-parallel ranks dominates. Two runtimes (:class:`Zero3Runtime`):
+which at hundreds of data-parallel ranks dominates. Two runtimes (:class:`Zero3Runtime`,
+``Plan.zero3_runtime``):
 
 * ``fsdp`` (default): one collective per unit on a flat buffer (PyTorch FSDP's
   ``all_gather_into_tensor`` / ``reduce_scatter_tensor`` on a ``FlatParameter``), issued from
   a separate stream without synchronizing the device: no cost besides the transfers.
 * ``deepspeed-2021``: DeepSpeed's ZeRO-3 as released in spring 2021 (v0.3.13 to v0.3.16, the
-  version of Narayanan et al.'s SC'21 comparison; files ``deepspeed/runtime/zero/stage3.py``,
-  ``partition_parameters.py`` and ``constants.py`` at tag v0.3.15, 2021-04-19):
+  versions of Narayanan et al.'s SC'21 comparison, arXiv of 2021-04-09; files
+  ``deepspeed/runtime/zero/stage3.py``, ``partition_parameters.py`` and ``constants.py`` at tag
+  v0.3.15, 2021-04-19):
 
   - **one call per parameter tensor**: a submodule's pre-forward and pre-backward hooks fetch its
     own parameters (``named_parameters(recurse=False)``), and ``_all_gather`` issues one
@@ -19,33 +21,46 @@ which at hundreds of data-parallel ranks dominates. Two runtimes (:class:`Zero3R
     parameters). Tensors under ``stage3_param_persistence_threshold`` elements (default 1e5,
     :data:`PERSISTENCE_THRESHOLD_ELEMENTS`) are never partitioned, so a GPT block costs four
     calls each way (the QKV, projection and two MLP weights; biases and layer norms persist);
-  - **a list of one tensor per rank**: each call builds ``world_size`` views of the flat buffer
-    in a Python loop (``flat_tensor.narrow`` per rank) and passes them as a list to
-    ``torch.distributed.all_gather`` (``reduce_scatter`` likewise), which PyTorch's NCCL process
-    group copies one by one from (into) its flat NCCL buffer
+  - **a list of one tensor per rank**: each call builds ``world_size`` views in a Python loop
+    and passes them as a list to ``torch.distributed.all_gather`` (``reduce_scatter``), which
+    PyTorch's NCCL process group copies one by one out of (into) its flat NCCL buffer
     (``ProcessGroupNCCL::allgather``: ``outputTensors[i][j].copy_(outputFlattened[i][j])`` per
-    rank ``j``): :data:`ISSUE_OPS_PER_MEMBER` framework operators per rank and call, each
-    :data:`~pipesim.profiles.costmodels.compute.OP_DISPATCH_S` of host time, so a call costs
-    ``2 x 10 us x n`` of host time: 31 ms on 1536 ranks;
+    rank ``j``; ``reduce_scatter``: ``inputFlattened[i][j].copy_(inputTensors[i][j])``):
+    :data:`GATHER_OPS_PER_MEMBER` (2) and :data:`SCATTER_OPS_PER_MEMBER` (3) framework operators
+    per rank and call, each :data:`~pipesim.profiles.costmodels.compute.OP_DISPATCH_S` (10 us)
+    of host time: a gather costs 31 ms of host time on 1536 ranks, the bytes of a GPT-3 MLP
+    weight (1.2 GB) at NCCL's ~200 GB/s about 6 ms;
   - **a synchronized device**: ``_allgather_param`` calls ``torch.cuda.synchronize()`` before
     each gather and ``fetch_sub_module`` waits for the comm stream and the device
     (``_synchronize_communication``), so the host cannot run ahead of the GPU: the GPU idles
-    while the host issues the gathers a unit's hooks issue. A reduce-scatter is issued from the
-    gradient hook while the unit's backward kernels, already queued, run: it is exposed only by
-    what it outlasts them.
+    while the host issues a unit's gathers. A reduce-scatter is issued from the gradient hook
+    while the unit's backward kernels, already queued, run: it is exposed only by what it
+    outlasts them;
+  - **re-gathers after a replay**: with activation recomputation a block's tensors are gathered
+    for the replayed forward, and each is released after it unless its backward comes within
+    ``stage3_max_reuse_distance`` elements of other parameters (default 1e9,
+    :data:`MAX_REUSE_DISTANCE_ELEMENTS`; ``_keep_for_later``): in a GPT-3-wide block only the
+    second MLP weight is kept, the QKV, projection and first MLP weights (``8 h^2``) are gathered
+    again for the backward (:class:`UnitCalls`).
 
   The prefetch (``stage3_prefetch_bucket_size`` = 5e7 elements, issued only when no gather is
   in flight) reaches one weight tensor ahead on GPT-3-sized blocks, pipesim's default depth of
-  one unit. Not modelled: the re-gather of recomputed tensors whose next use is more than
-  ``stage3_max_reuse_distance`` (1e9 elements) away (about three of a GPT-3 block's four in the
-  backward) and the ``stage3_max_live_parameters`` (1e9) bound that stops prefetching behind a
-  larger tensor (the 530B model's QKV and MLP weights); both would make DeepSpeed slower still.
+  one unit. Not modelled: the ``stage3_max_live_parameters`` bound (1e9 elements), which stops
+  prefetching while a larger tensor is gathered (the 530B model's QKV and MLP weights, so three
+  of its four gathers per block run on demand), each call's NCCL ring latency over all ``n``
+  ranks (NCCL 2.8.4's tuning model, ring all-gather: ``8.4 + 3.4 (n - k) + 9.6 (k - 1)`` us over
+  ``k`` servers, 6.4 ms on 1536 GPUs) and the ``n`` copy kernels on the NCCL stream beyond the
+  one latency and the bytes the unit's collective pays (both overlap the compute: on the
+  Megatron ZeRO-3 rows they would add 0.2 to 1.7 s per iteration), and gathers finer than the
+  units (``MAX_ZERO_UNITS`` per stage), whose compute hides them on average but not tensor by
+  tensor.
 
-Per unit of ``k`` calls among ``n`` ranks, with ``c = k x n x ISSUE_OPS_PER_MEMBER x
-OP_DISPATCH_S`` and ``t`` the unit's compute in the op (forward, or replay + backward), the op
-spends (:func:`unit_issue_s`): forward ``c``; backward ``c + max(0, c - t)`` (its gathers, then
-its reduce-scatters' issue beyond the compute it overlaps); a split backward's ``I`` ``c`` and
-``W`` ``max(0, c - t)``. The 3D estimate and the simulator charge it the same way.
+Per unit of ``g`` gather and ``r`` reduce-scatter calls among ``n`` ranks, with ``G = g n x 2 x
+OP_DISPATCH_S``, ``R = r n x 3 x OP_DISPATCH_S`` and ``t`` the unit's compute in the op
+(forward, or replay + backward), the op spends (:func:`unit_issue_s`): forward ``G``; backward
+``G + max(0, R - t)`` (its gathers, then its reduce-scatters' issue beyond the compute it
+overlaps); a split backward's ``I`` ``G`` and ``W`` ``max(0, R - t)``. The 3D estimate
+(:func:`pipesim.planner.megatron.estimate_3d`) and the simulator charge it the same way.
 """
 
 from __future__ import annotations
@@ -60,9 +75,10 @@ from pipesim.profiles.models.profile import Layer
 from pipesim.profiles.models.shape import LayerKind
 
 __all__ = [
-    "ISSUE_OPS_PER_MEMBER",
+    "GATHER_OPS_PER_MEMBER",
     "MAX_REUSE_DISTANCE_ELEMENTS",
     "PERSISTENCE_THRESHOLD_ELEMENTS",
+    "SCATTER_OPS_PER_MEMBER",
     "ZERO3_RUNTIMES",
     "UnitCalls",
     "Zero3Runtime",
@@ -83,10 +99,15 @@ away is released and gathered again: DeepSpeed's ``stage3_max_reuse_distance`` d
 (``ZERO_OPTIMIZATION_MAX_REUSE_DISTANCE_DEFAULT``, v0.3.15; ``PartitionedParameterCoordinator
 ._keep_for_later``)."""
 
-ISSUE_OPS_PER_MEMBER = 2
-"""Framework operators the host dispatches per rank of one DeepSpeed (2021) ZeRO-3 collective
-call: DeepSpeed's view of the rank's slice (``narrow``) and PyTorch's copy between that slice
-and the flat NCCL buffer (module docstring)."""
+GATHER_OPS_PER_MEMBER = 2
+"""Framework operators the host dispatches per rank of one DeepSpeed (2021) ZeRO-3 all-gather:
+DeepSpeed's view of the rank's slice of the gathered tensor (``flat_tensor.narrow`` in
+``_allgather_param``) and PyTorch's copy of it out of the flat NCCL buffer (module docstring)."""
+
+SCATTER_OPS_PER_MEMBER = 3
+"""Likewise per rank of one gradient reduce-scatter: DeepSpeed's ``param.grad.view(-1).narrow(...)``
+in ``_reduce_scatter_gradient`` (two operators) and PyTorch's copy of that slice into the flat
+NCCL buffer (``ProcessGroupNCCL::reduce_scatter``: ``inputFlattened[i][j].copy_(inputTensors[i][j])``)."""
 
 
 class Zero3Runtime(str, Enum):
@@ -208,14 +229,15 @@ def unit_calls(
     return UnitCalls(calls=calls, regathers=regathers, regather_elements=elements)
 
 
-def call_issue_s(members: int) -> float:
+def call_issue_s(members: int, ops_per_member: int = GATHER_OPS_PER_MEMBER) -> float:
     """Host time to issue one DeepSpeed (2021) ZeRO-3 collective call among ``members`` ranks,
-    seconds: ``members x ISSUE_OPS_PER_MEMBER x OP_DISPATCH_S``.
+    seconds: ``members x ops_per_member x OP_DISPATCH_S`` (:data:`GATHER_OPS_PER_MEMBER` for an
+    all-gather, :data:`SCATTER_OPS_PER_MEMBER` for a reduce-scatter).
 
     Raises:
-        InputError: ``members`` below 1.
+        InputError: ``members`` or ``ops_per_member`` below 1.
     """
-    return check_count("members", members) * ISSUE_OPS_PER_MEMBER * OP_DISPATCH_S
+    return check_count("members", members) * check_count("ops_per_member", ops_per_member) * OP_DISPATCH_S
 
 
 def unit_issue_s(
@@ -248,7 +270,8 @@ def unit_issue_s(
     n = len(compute_s)
     if mode is Zero3Runtime.FSDP or members <= 1:
         return [0.0] * n
-    one = call_issue_s(members)
-    gather = [k * one if op in ("F", "B", "I") else 0.0 for k in gathers]
-    scatter = [k * one if op in ("B", "W") else 0.0 for k in scatters]
+    one_gather = call_issue_s(members, GATHER_OPS_PER_MEMBER)
+    one_scatter = call_issue_s(members, SCATTER_OPS_PER_MEMBER)
+    gather = [k * one_gather if op in ("F", "B", "I") else 0.0 for k in gathers]
+    scatter = [k * one_scatter if op in ("B", "W") else 0.0 for k in scatters]
     return [g + max(0.0, r - t) for g, r, t in zip(gather, scatter, compute_s, strict=True)]

@@ -8,7 +8,8 @@ import pytest
 from pipesim.errors import InputError, UnknownNameError
 from pipesim.profiles.costmodels.compute import OP_DISPATCH_S
 from pipesim.profiles.costmodels.zero3_runtime import (
-    ISSUE_OPS_PER_MEMBER,
+    GATHER_OPS_PER_MEMBER,
+    SCATTER_OPS_PER_MEMBER,
     Zero3Runtime,
     call_issue_s,
     unit_calls,
@@ -63,16 +64,20 @@ def test_small_blocks_are_kept_between_replay_and_backward() -> None:
 
 
 def test_issue_time_is_framework_operators_per_member() -> None:
-    assert call_issue_s(1536) == pytest.approx(1536 * ISSUE_OPS_PER_MEMBER * OP_DISPATCH_S)
+    assert call_issue_s(1536) == pytest.approx(1536 * GATHER_OPS_PER_MEMBER * OP_DISPATCH_S)
     c = call_issue_s(16)
+    r = call_issue_s(16, SCATTER_OPS_PER_MEMBER)
+    assert r == pytest.approx(1.5 * c)
     compute = [5 * c, 0.5 * c]
     assert unit_issue_s("deepspeed-2021", "F", [2, 3], [2, 3], compute, 16) == pytest.approx([2 * c, 3 * c])
     assert unit_issue_s("deepspeed-2021", "I", [2, 3], [2, 3], compute, 16) == pytest.approx([2 * c, 3 * c])
     # backward: the gathers' issue, plus the reduce-scatters' beyond the unit's compute
     assert unit_issue_s("deepspeed-2021", "B", [3, 3], [2, 2], compute, 16) == pytest.approx(
-        [3 * c, 3 * c + 1.5 * c]
+        [3 * c, 3 * c + (2 * r - 0.5 * c)]
     )
-    assert unit_issue_s("deepspeed-2021", "W", [3, 3], [2, 2], compute, 16) == pytest.approx([0.0, 1.5 * c])
+    assert unit_issue_s("deepspeed-2021", "W", [3, 3], [2, 2], compute, 16) == pytest.approx(
+        [0.0, 2 * r - 0.5 * c]
+    )
     assert unit_issue_s(Zero3Runtime.FSDP, "B", [3, 3], [2, 2], compute, 16) == [0.0, 0.0]
     assert unit_issue_s("deepspeed-2021", "B", [3, 3], [2, 2], compute, 1) == [0.0, 0.0]
 

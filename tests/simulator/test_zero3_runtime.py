@@ -26,18 +26,18 @@ def _plan(runtime: str, *, replicas: int, layers: int, recompute: str = "none", 
 
 def test_issue_time_closed_form_on_free_links() -> None:
     """Free links: the gathers take no time, so DeepSpeed's iteration exceeds FSDP's by the issue
-    time alone. Eight one-layer units of one call each among 16 ranks (c = 16 x 2 x 10 us):
-    each forward unit ``c``; each backward unit ``c`` for its gather plus its reduce-scatter's
-    ``c`` beyond the unit's 0.2 ms of compute."""
+    time alone. Eight one-layer units of one call each among 16 ranks (``c`` = 16 x 2 x 10 us a
+    gather, ``r`` = 16 x 3 x 10 us a reduce-scatter): each forward unit ``c``; each backward unit
+    ``c`` for its gather plus its reduce-scatter's ``r`` beyond the unit's 0.2 ms of compute."""
     profile = equal_profile(8, fwd_s=1e-4, bwd_s=2e-4)
     cluster = get_cluster("dapple-2x8-v100")
     opts = SimOptions(free_links=True, optimizer_step=False, record_trace=False)
     fsdp = simulate(_plan("fsdp", replicas=16, layers=8), profile, cluster, opts).iteration_time_s
     ds = simulate(_plan("deepspeed-2021", replicas=16, layers=8), profile, cluster, opts).iteration_time_s
-    c = call_issue_s(16)
-    assert c > 2e-4
+    c, r = call_issue_s(16), call_issue_s(16, 3)
+    assert r > 2e-4
     assert fsdp == pytest.approx(8 * 3e-4)
-    assert ds - fsdp == pytest.approx(8 * c + 8 * (c + (c - 2e-4)), abs=1e-12)
+    assert ds - fsdp == pytest.approx(8 * c + 8 * (c + (r - 2e-4)), abs=1e-12)
 
 
 def test_replayed_backward_regathers_released_tensors() -> None:
