@@ -3,6 +3,8 @@ and re-gathers (profiles/costmodels/zero3_runtime.py, simulator/zero_lowering.py
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from pipesim.plan import Plan, StagePlan
@@ -90,3 +92,26 @@ def test_the_runtime_round_trips_the_plan_file() -> None:
     assert data["zero3_runtime"] == "deepspeed-2021"
     assert plan_from_dict(data).zero3_runtime is Zero3Runtime.DEEPSPEED_2021
     assert "zero3_runtime" not in plan_to_dict(_plan("fsdp", replicas=4, layers=8))
+
+
+@pytest.mark.parametrize("schedule", ["1f1b", "zb-h1", "interleaved"])
+@pytest.mark.parametrize("recompute", ["none", "full"])
+def test_the_fast_path_runs_deepspeeds_issue_time_as_the_engine(schedule: str, recompute: str) -> None:
+    """The issue time is part of each op's duration and its unit boundaries: the fast path and
+    the engine agree event for event, split backwards (``I`` issues gathers, ``W`` the
+    reduce-scatters' excess) and TP included."""
+    from tests.simulator.test_fastpath import assert_same
+
+    profile, cluster = resolve_inputs("gpt:layers=4,hidden=1024,heads=16,seq=512,vocab=32000", "dgx-a100-x2")
+    chunks = 2 if schedule == "interleaved" else 1
+    spans = ((0, 1), (2, 2), (3, 4), (5, 5)) if chunks == 2 else ((0, 2), (3, 5))
+    stages = tuple(StagePlan(first_layer=a, last_layer=b, replicas=4, tensor_parallel=2, sharding="zero3")
+                   for a, b in spans)
+    plan = Plan(stages=stages, global_batch_size=16, num_microbatches=4, schedule=schedule, chunks=chunks,
+                recompute=recompute, zero3_runtime="deepspeed-2021")
+    options = SimOptions(contention=False, record_trace=True)
+    fast = simulate(plan, profile, cluster, options, executor="fast")
+    assert_same(fast, simulate(plan, profile, cluster, options, executor="simpy"))
+    flat = replace(plan, zero3_runtime=Zero3Runtime.FSDP)
+    fsdp = simulate(flat, profile, cluster, options, executor="fast")
+    assert fast.iteration_time_s > fsdp.iteration_time_s
