@@ -84,7 +84,13 @@ from pipesim.profiles.costmodels.tensor_parallel import (
     tp_parameter_bytes,
     tp_replay_s,
 )
-from pipesim.profiles.costmodels.zero3_runtime import UnitCalls, Zero3Runtime, unit_calls, unit_issue_s
+from pipesim.profiles.costmodels.zero3_runtime import (
+    UnitCalls,
+    Zero3Runtime,
+    unit_calls,
+    unit_gathers,
+    unit_issue_s,
+)
 from pipesim.profiles.hardware.cluster import Cluster
 from pipesim.profiles.models.profile import DTYPE_BYTES, ModelProfile
 from pipesim.profiles.models.shape import LayerKind
@@ -513,24 +519,27 @@ def _estimate(
             b_op = times.bwd_tp_s + times.bwd_comm_s + replay
             if per_unit and dp_curves is not None:  # ZeRO-2/3: per-unit collectives (zero_lowering)
                 sizes, fshare, bshare, calls = model.zero_units(first, last, t)
-                gathers = [half_time_s(dp_curves, x, allreduce) for x in sizes]
                 scatters = [half_time_s(dp_curves, x * g, allreduce) for x in sizes]
                 fwd_units = [f_op * x for x in fshare]
                 bwd_units = [replay * f + (b_op - replay) * b
                              for f, b in zip(fshare, bshare, strict=True)]
-                if sh is Sharding.ZERO3:  # the runtime's issue time and re-gathers (zero_lowering)
-                    again = zero3_runtime is Zero3Runtime.DEEPSPEED_2021 and rc is Recompute.FULL
-                    n_f = [u.calls for u in calls]
-                    n_b = [u.calls + (u.regathers if again else 0) for u in calls]
-                    f_issue = unit_issue_s(zero3_runtime, "F", n_f, n_f, fwd_units, d * c)
-                    b_issue = unit_issue_s(zero3_runtime, "B", n_b, n_f, bwd_units, d * c)
-                    fwd_units = [x + y for x, y in zip(fwd_units, f_issue, strict=True)]
-                    bwd_units = [x + y for x, y in zip(bwd_units, b_issue, strict=True)]
-                    extra = [u.regather_elements * model.elem if again else 0.0 for u in calls]
-                    b_gathers = [half_time_s(dp_curves, x + y, allreduce)
-                                 for x, y in zip(sizes, extra, strict=True)]
+                if sh is Sharding.ZERO3:  # the runtime's gathers and issue time (zero_lowering)
+                    ug = [unit_gathers(zero3_runtime, rc is Recompute.FULL, x, u, model.elem)
+                          for x, u in zip(sizes, calls, strict=True)]
+                    fwd_units = [x + y for x, y in zip(fwd_units, unit_issue_s(
+                        zero3_runtime, "F", [u.forward_calls for u in ug], [0] * len(ug), fwd_units, d * c),
+                        strict=True)]
+                    bwd_units = [x + y for x, y in zip(bwd_units, unit_issue_s(
+                        zero3_runtime, "B", [u.backward_calls for u in ug], [u.scatter_calls for u in ug],
+                        bwd_units, d * c), strict=True)]
+                    times_s = [[half_time_s(dp_curves, x, allreduce) if x > 0 or j % 2 == 0 else 0.0
+                                for j, x in enumerate((u.forward, u.forward_on_demand, u.backward,
+                                                       u.backward_on_demand))] for u in ug]
                     f_op, b_op, first_extra, last_tail = zero3_op_times_s(
-                        fwd_units, bwd_units, gathers, scatters, bwd_gather_s=b_gathers
+                        fwd_units, bwd_units, [x[0] for x in times_s], scatters,
+                        bwd_gather_s=[x[2] for x in times_s],
+                        fwd_on_demand_s=[x[1] for x in times_s],
+                        bwd_on_demand_s=[x[3] for x in times_s],
                     )
                     # 1 + depth gathered units and one unit's gradients (zero_lowering.held_bytes)
                     held = max(held, (min(len(sizes), 2) + g) * max(sizes))

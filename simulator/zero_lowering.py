@@ -52,7 +52,13 @@ from collections.abc import Callable, Iterable, Sequence
 from pipesim.plan import Plan
 from pipesim.profiles.costmodels.memory import Recompute
 from pipesim.profiles.costmodels.sharding import CollectiveKind, Sharding, grad_bytes_factor, zero_units
-from pipesim.profiles.costmodels.zero3_runtime import UnitCalls, Zero3Runtime, unit_calls, unit_issue_s
+from pipesim.profiles.costmodels.zero3_runtime import (
+    UnitCalls,
+    UnitGathers,
+    unit_calls,
+    unit_gathers,
+    unit_issue_s,
+)
 from pipesim.profiles.models.profile import DTYPE_BYTES, ModelProfile
 from pipesim.schedules.action import Op
 from pipesim.schedules.schedule import Step
@@ -96,15 +102,15 @@ class ZeroLowering:
         self.runtime = plan.zero3_runtime
         self.sharding = {st.index: plan.stages[st.index].sharding for st in stages if len(st.devices) > 1}
         self._stages = stages
-        self._extra: dict[int, tuple[float, ...]] = {}  # stage -> a backward's re-gathered bytes per unit
+        self._gathered: dict[int, tuple[UnitGathers, ...]] = {}  # stage -> per unit its gathers per op
+        # (op, stage, micro-batch) -> per unit its on-demand gather, or -1
+        self._demand: dict[tuple[str, int, int], list[int]] = {}
         self.units: dict[int, tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...]]] = {}
         """stage -> (parameter bytes, forward-time share, backward-time share) per unit."""
         self.calls: dict[int, tuple[UnitCalls, ...]] = {}
         """stage -> ZeRO-3's runtime calls per unit
         (:func:`~pipesim.profiles.costmodels.zero3_runtime.unit_calls`)."""
         elem = DTYPE_BYTES[profile.dtype]
-        # DeepSpeed gathers again, in the backward, what it released after the replay
-        self._regather = self.runtime is Zero3Runtime.DEEPSPEED_2021 and plan.recompute is Recompute.FULL
         for s, mode in self.sharding.items():
             if mode not in (Sharding.ZERO2, Sharding.ZERO3):
                 continue
@@ -120,8 +126,10 @@ class ZeroLowering:
             )
             t = plan.stages[s].tensor_parallel
             self.calls[s] = tuple(unit_calls([profile.layers[layers[k]] for k in g], elem, t) for g in groups)
-            self._extra[s] = tuple(
-                c.regather_elements * elem if self._regather else 0.0 for c in self.calls[s]
+            replayed = plan.recompute is Recompute.FULL
+            self._gathered[s] = tuple(
+                unit_gathers(self.runtime, replayed, x, c, elem)
+                for x, c in zip(self.units[s][0], self.calls[s], strict=True)
             )
         # (op, stage, micro-batch) -> collectives per unit, in unit order (0 = the stage's first)
         self._gathers: dict[tuple[str, int, int], list[int]] = {}
@@ -156,13 +164,19 @@ class ZeroLowering:
             if zero3 and op in (Op.F, Op.B, Op.I):
                 found = [0] * len(sizes)
                 self._first[(op.value, s, mb)] = len(sequence)
-                extra = self._extra[s] if op is not Op.F else (0.0,) * len(sizes)
+                late = [-1] * len(sizes)
                 for u in order:
-                    gather_prev = add(s, u, CollectiveKind.ALL_GATHER, sizes[u] + extra[u], members,
-                                      gather_prev)
+                    ug = self._gathered[s][u]
+                    early, demand = (ug.forward, ug.forward_on_demand) if op is Op.F else (
+                        ug.backward, ug.backward_on_demand)
+                    gather_prev = add(s, u, CollectiveKind.ALL_GATHER, early, members, gather_prev)
                     found[u] = gather_prev
                     sequence.append(gather_prev)
+                    if demand > 0:  # issued when the unit is reached, after its prefetched part
+                        gather_prev = late[u] = add(s, u, CollectiveKind.ALL_GATHER, demand, members,
+                                                    gather_prev)
                 self._gathers[(op.value, s, mb)] = found
+                self._demand[(op.value, s, mb)] = late
             if op in (Op.B, Op.W):
                 found = [0] * len(sizes)
                 for u in order:
@@ -197,6 +211,10 @@ class ZeroLowering:
                     if q < len(sequence):
                         marks.append((bounds[k], sequence[q]))
                 waits.append((bounds[k], gathers[u]))
+                late = self._demand[(op, s, mb)][u]
+                if late >= 0:
+                    marks.append((bounds[k], late))
+                    waits.append((bounds[k], late))
             if scatters is not None:
                 marks.append((bounds[k + 1], scatters[u]))
         return tuple(marks), tuple(waits)
@@ -226,10 +244,9 @@ class ZeroLowering:
         """Per unit (in ``compute``'s order) the issue time of ZeRO-3's runtime calls, seconds."""
         if self.sharding[s] is not Sharding.ZERO3:
             return [0.0] * len(compute)
-        calls = list(self.calls[s]) if op == "F" else list(reversed(self.calls[s]))
-        again = self._regather and op in ("B", "I")
-        gathers = [c.calls + (c.regathers if again else 0) for c in calls]
-        return unit_issue_s(self.runtime, op, gathers, [c.calls for c in calls], compute,
+        units = list(self._gathered[s]) if op == "F" else list(reversed(self._gathered[s]))
+        gathers = [u.forward_calls if op == "F" else u.backward_calls for u in units]
+        return unit_issue_s(self.runtime, op, gathers, [u.scatter_calls for u in units], compute,
                             len(self._stages[s].devices))
 
     def held_bytes(self, op: str, s: int) -> float:

@@ -164,12 +164,12 @@ _ZERO3_GAP = (
     "7.7, 15.4, 30.7 ms of host time per gather on 384, 768, 1536 ranks) on a synchronized device. That "
     "takes the 175B iterations from 59, 30, 16 s (FSDP-style, compute-bound) to 67, 46, 55 s against the "
     "measured 82, 67, 67 s: near flat from 768 to 1536 GPUs as measured (issue time grows with n as compute "
-    "shrinks) but 15-20 s short at every n; 530B: 186, 113, 97 s against 256, 180, 184 s (70-87 s short). "
-    "Not modelled: stage3_max_live_parameters (1e9) stopping the prefetch behind the 530B model's QKV and "
-    "MLP weights (3 of 4 gathers per block on demand, ~18 s per iteration at pipesim's all-gather rate); "
-    "each call's NCCL ring latency over all n ranks (NCCL 2.8.4 tuner: 1.6-9.4 ms per call, 0.2-1.7 s per "
-    "iteration once the compute hides it). The remainder does not grow with n and scales with the bytes "
-    "each GPU moves (1.3 TB, 3.9 TB per iteration), as if a quarter of the communication were unoverlapped"
+    "shrinks) but 15-20 s short at every n; 530B, where stage3_max_live_parameters (1e9) also leaves 3 of "
+    "4 gathers per block on demand: 203, 130, 114 s against 256, 180, 184 s (50-70 s short). Not modelled: "
+    "each call's NCCL ring latency over all n ranks beyond the unit's one (NCCL 2.8.4 tuner: 1.6-9.4 ms per "
+    "call, 0.2-1.7 s per iteration once the compute hides it) and gathers finer than pipesim's 8 units per "
+    "stage. The remainder does not grow with n and scales with the bytes each GPU moves (1.3 TB, 3.9 TB "
+    "per iteration), as if a quarter of the communication were unoverlapped"
 )
 
 

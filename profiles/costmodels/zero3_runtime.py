@@ -43,17 +43,21 @@ which at hundreds of data-parallel ranks dominates. Two runtimes (:class:`Zero3R
     second MLP weight is kept, the QKV, projection and first MLP weights (``8 h^2``) are gathered
     again for the backward (:class:`UnitCalls`).
 
-  The prefetch (``stage3_prefetch_bucket_size`` = 5e7 elements, issued only when no gather is
-  in flight) reaches one weight tensor ahead on GPT-3-sized blocks, pipesim's default depth of
-  one unit. Not modelled: the ``stage3_max_live_parameters`` bound (1e9 elements), which stops
-  prefetching while a larger tensor is gathered (the 530B model's QKV and MLP weights, so three
-  of its four gathers per block run on demand), each call's NCCL ring latency over all ``n``
-  ranks (NCCL 2.8.4's tuning model, ring all-gather: ``8.4 + 3.4 (n - k) + 9.6 (k - 1)`` us over
-  ``k`` servers, 6.4 ms on 1536 GPUs) and the ``n`` copy kernels on the NCCL stream beyond the
-  one latency and the bytes the unit's collective pays (both overlap the compute: on the
-  Megatron ZeRO-3 rows they would add 0.2 to 1.7 s per iteration), and gathers finer than the
-  units (``MAX_ZERO_UNITS`` per stage), whose compute hides them on average but not tensor by
-  tensor.
+  - **gathers on demand**: the prefetch (``stage3_prefetch_bucket_size`` = 5e7 elements,
+    issued only when no gather is in flight) reaches one weight tensor ahead on GPT-3-sized
+    blocks, pipesim's default depth of one unit, but a hook prefetches only while fewer than
+    ``stage3_max_live_parameters`` elements are gathered (default 1e9,
+    :data:`MAX_LIVE_PARAMETERS_ELEMENTS`): behind a larger tensor the next one is gathered when
+    its module is reached, and waited for (the 530B model's QKV and MLP weights, so three of its
+    four gathers per block; :class:`UnitCalls`). A unit's on-demand bytes are a second gather,
+    issued when the unit is reached after its prefetched part (:func:`unit_gathers`).
+
+  Not modelled: each call's NCCL ring latency over all ``n`` ranks (NCCL 2.8.4's tuning model,
+  ring all-gather: ``8.4 + 3.4 (n - k) + 9.6 (k - 1)`` us over ``k`` servers, 6.4 ms on 1536
+  GPUs) and the ``n`` copy kernels on the NCCL stream beyond the one latency and the bytes the
+  unit's collective pays (both overlap the compute: on the Megatron ZeRO-3 rows they would add
+  0.2 to 1.7 s per iteration), and gathers finer than the units (``MAX_ZERO_UNITS`` per stage),
+  whose compute hides them on average but not tensor by tensor.
 
 Per unit of ``g`` gather and ``r`` reduce-scatter calls among ``n`` ranks, with ``G = g n x 2 x
 OP_DISPATCH_S``, ``R = r n x 3 x OP_DISPATCH_S`` and ``t`` the unit's compute in the op
@@ -76,14 +80,17 @@ from pipesim.profiles.models.shape import LayerKind
 
 __all__ = [
     "GATHER_OPS_PER_MEMBER",
+    "MAX_LIVE_PARAMETERS_ELEMENTS",
     "MAX_REUSE_DISTANCE_ELEMENTS",
     "PERSISTENCE_THRESHOLD_ELEMENTS",
     "SCATTER_OPS_PER_MEMBER",
     "ZERO3_RUNTIMES",
     "UnitCalls",
+    "UnitGathers",
     "Zero3Runtime",
     "call_issue_s",
     "unit_calls",
+    "unit_gathers",
     "unit_issue_s",
     "weight_tensor_elements",
 ]
@@ -98,6 +105,11 @@ MAX_REUSE_DISTANCE_ELEMENTS = 1_000_000_000
 away is released and gathered again: DeepSpeed's ``stage3_max_reuse_distance`` default, 1e9
 (``ZERO_OPTIMIZATION_MAX_REUSE_DISTANCE_DEFAULT``, v0.3.15; ``PartitionedParameterCoordinator
 ._keep_for_later``)."""
+
+MAX_LIVE_PARAMETERS_ELEMENTS = 1_000_000_000
+"""A submodule's hook prefetches only while fewer elements than this are gathered (its own and
+the ones kept): DeepSpeed's ``stage3_max_live_parameters`` default, 1e9
+(``ZERO_OPTIMIZATION_MAX_LIVE_PARAMETERS_DEFAULT``, v0.3.15; ``prefetch_next_sub_modules``)."""
 
 GATHER_OPS_PER_MEMBER = 2
 """Framework operators the host dispatches per rank of one DeepSpeed (2021) ZeRO-3 all-gather:
@@ -172,20 +184,35 @@ def weight_tensor_elements(layer: Layer, elem_bytes: int, t: int = 1) -> tuple[f
     return tuple(x for x in ((total - whole) / tp + whole,) if x > 0)
 
 
-def _regathered(tensors: Sequence[float], threshold: float, reuse_distance: float) -> list[float]:
-    """The gathered tensors of one block (forward order) that DeepSpeed releases after their
-    replayed forward: between that use and the backward's, the trace runs the block's later
-    modules forward and back, ``2 x`` their elements, which must stay below ``reuse_distance``."""
-    out = []
-    for i, x in enumerate(tensors):
-        if x >= threshold and 2.0 * sum(tensors[i + 1 :]) >= reuse_distance:
-            out.append(x)
-    return out
+def _block_calls(
+    tensors: Sequence[float], threshold: float, reuse_distance: float, live: float
+) -> tuple[list[float], list[bool], float, float, float]:
+    """One block's gathered tensors (forward order), which of them are gathered again after the
+    replay, and its on-demand elements in a forward, a backward and a replayed backward.
+
+    Re-gathered: between a tensor's replay and its backward the trace runs the block's later
+    modules forward and back, ``2 x`` their elements, at least ``reuse_distance``. On demand: the
+    module whose hook ran before the tensor's fetch held at least ``live`` elements, so that hook
+    did not prefetch it (the previous block being alike: a forward's first tensor follows the
+    last; a backward ends on the first tensor, and a replayed block's backward starts from its
+    last tensor, still gathered).
+    """
+    gathered = [x for x in tensors if x >= threshold]
+    again = [2.0 * sum(tensors[i + 1 :]) >= reuse_distance for i, x in enumerate(tensors) if x >= threshold]
+    n = len(gathered)
+    if n == 0:
+        return gathered, again, 0.0, 0.0, 0.0
+    forward = sum(x for i, x in enumerate(gathered) if gathered[i - 1] >= live)
+    backward = sum(x for i, x in enumerate(gathered) if gathered[(i + 1) % n] >= live)
+    replay = sum(x for i, x in enumerate(gathered) if gathered[max(0, i - 1)] >= live)
+    regather = sum(x for i, x in enumerate(gathered) if again[i] and gathered[min(n - 1, i + 1)] >= live)
+    return gathered, again, forward, backward, replay + regather
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class UnitCalls:
-    """DeepSpeed's (2021) ZeRO-3 calls of one unit of layers (module docstring).
+    """DeepSpeed's (2021) ZeRO-3 calls of one unit of layers (module docstring); elements are on
+    one device.
 
     Attributes:
         calls: all-gathers per forward (and per backward), reduce-scatters per backward: the
@@ -193,12 +220,19 @@ class UnitCalls:
         regathers: extra all-gathers of a backward that replays the forward (full
             recomputation): the blocks' tensors released between their replay and their
             backward (reuse distance of at least ``stage3_max_reuse_distance``).
-        regather_elements: their elements, on one device.
+        regather_elements: their elements.
+        on_demand_forward: elements a forward gathers on demand, not prefetched (a tensor whose
+            module's hook follows one holding ``stage3_max_live_parameters`` or more).
+        on_demand_backward: likewise in a backward without a replay.
+        on_demand_replayed: likewise in a backward that replays the forward, re-gathers included.
     """
 
     calls: int
     regathers: int
     regather_elements: float
+    on_demand_forward: float = 0.0
+    on_demand_backward: float = 0.0
+    on_demand_replayed: float = 0.0
 
 
 def unit_calls(
@@ -208,25 +242,85 @@ def unit_calls(
     *,
     threshold: int = PERSISTENCE_THRESHOLD_ELEMENTS,
     reuse_distance: int = MAX_REUSE_DISTANCE_ELEMENTS,
+    max_live: int = MAX_LIVE_PARAMETERS_ELEMENTS,
 ) -> UnitCalls:
     """DeepSpeed's ZeRO-3 calls for a unit of ``layers`` (:class:`UnitCalls`), from their tensors
-    (:func:`weight_tensor_elements`); only blocks are replayed tensor by tensor.
+    (:func:`weight_tensor_elements`); only blocks are replayed, re-gathered and gathered on
+    demand tensor by tensor.
 
     Raises:
-        InputError: ``elem_bytes`` or ``t`` below 1, a negative ``threshold`` or ``reuse_distance``.
+        InputError: ``elem_bytes`` or ``t`` below 1; a negative ``threshold``, ``reuse_distance``
+            or ``max_live``.
     """
     limit = check_nonneg("threshold", threshold)
     reuse = check_nonneg("reuse_distance", reuse_distance)
+    live = check_nonneg("max_live", max_live)
     calls = regathers = 0
-    elements = 0.0
+    elements = forward = backward = replayed = 0.0
     for layer in layers:
         tensors = weight_tensor_elements(layer, elem_bytes, t)
         calls += sum(1 for x in tensors if x >= limit)
         if layer.shape is not None and layer.shape.kind is LayerKind.BLOCK:
-            again = _regathered(tensors, limit, reuse)
-            regathers += len(again)
-            elements += sum(again)
-    return UnitCalls(calls=calls, regathers=regathers, regather_elements=elements)
+            gathered, again, fwd, bwd, rep = _block_calls(tensors, limit, reuse, live)
+            regathers += sum(again)
+            elements += sum(x for x, a in zip(gathered, again, strict=True) if a)
+            forward, backward, replayed = forward + fwd, backward + bwd, replayed + rep
+    return UnitCalls(calls=calls, regathers=regathers, regather_elements=elements, on_demand_forward=forward,
+                     on_demand_backward=backward, on_demand_replayed=replayed)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UnitGathers:
+    """A ZeRO-3 unit's gathers and calls per op under a runtime (:func:`unit_gathers`); bytes per
+    member.
+
+    Attributes:
+        forward: bytes of the forward's prefetched gather.
+        forward_on_demand: bytes the forward gathers when it reaches the unit.
+        backward: bytes of the backward's prefetched gather (re-gathers included).
+        backward_on_demand: bytes the backward gathers when it reaches the unit.
+        forward_calls: the forward's all-gather calls.
+        backward_calls: the backward's all-gather calls.
+        scatter_calls: the backward's reduce-scatter calls.
+    """
+
+    forward: float
+    forward_on_demand: float
+    backward: float
+    backward_on_demand: float
+    forward_calls: int
+    backward_calls: int
+    scatter_calls: int
+
+
+def unit_gathers(
+    runtime: Zero3Runtime | str, replayed: bool, unit_bytes: float, calls: UnitCalls, elem_bytes: int
+) -> UnitGathers:
+    """What a unit of ``unit_bytes`` parameter bytes per device gathers per op: ``fsdp`` the unit,
+    prefetched; ``deepspeed-2021`` also the re-gathers of a backward that replays the forward
+    (``replayed``: full recomputation), with the on-demand parts of ``calls`` split off.
+
+    Raises:
+        UnknownNameError: an unknown runtime.
+        InputError: ``elem_bytes`` below 1.
+    """
+    elem = check_count("elem_bytes", elem_bytes)
+    if Zero3Runtime.parse(runtime) is Zero3Runtime.FSDP:
+        return UnitGathers(forward=unit_bytes, forward_on_demand=0.0, backward=unit_bytes,
+                           backward_on_demand=0.0, forward_calls=calls.calls, backward_calls=calls.calls,
+                           scatter_calls=calls.calls)
+    late_f = calls.on_demand_forward * elem
+    late_b = (calls.on_demand_replayed if replayed else calls.on_demand_backward) * elem
+    again = calls.regather_elements * elem if replayed else 0.0
+    return UnitGathers(
+        forward=unit_bytes - late_f,
+        forward_on_demand=late_f,
+        backward=unit_bytes + again - late_b,
+        backward_on_demand=late_b,
+        forward_calls=calls.calls,
+        backward_calls=calls.calls + (calls.regathers if replayed else 0),
+        scatter_calls=calls.calls,
+    )
 
 
 def call_issue_s(members: int, ops_per_member: int = GATHER_OPS_PER_MEMBER) -> float:

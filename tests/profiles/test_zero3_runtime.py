@@ -7,12 +7,14 @@ import pytest
 
 from pipesim.errors import InputError, UnknownNameError
 from pipesim.profiles.costmodels.compute import OP_DISPATCH_S
+from pipesim.profiles.costmodels.sharding import gated_time_s
 from pipesim.profiles.costmodels.zero3_runtime import (
     GATHER_OPS_PER_MEMBER,
     SCATTER_OPS_PER_MEMBER,
     Zero3Runtime,
     call_issue_s,
     unit_calls,
+    unit_gathers,
     unit_issue_s,
     weight_tensor_elements,
 )
@@ -90,3 +92,35 @@ def test_bad_inputs_are_refused() -> None:
     with pytest.raises(InputError, match="members"):
         call_issue_s(0)
     assert Zero3Runtime.parse("DeepSpeed_2021") is Zero3Runtime.DEEPSPEED_2021
+
+
+def test_the_live_bound_leaves_the_530b_models_gathers_on_demand() -> None:
+    """A 530B block (h = 20480): QKV 1.26e9, projection 0.42e9, MLP weights 1.68e9 elements each.
+    A hook prefetches only while its module holds under 1e9 elements, so only the tensor after
+    the projection is prefetched: a forward gathers QKV, projection and second MLP on demand
+    (8 h^2); a backward (second MLP, first, projection, QKV) all but QKV (9 h^2); a replayed one
+    the replay's QKV, projection, second MLP and the re-gathered first MLP and projection
+    (13 h^2). GPT-3's tensors are all under the bound: everything prefetched."""
+    h = 20480
+    calls = unit_calls([_gpt(h, 128)[1]], 2)
+    assert calls.on_demand_forward == 8 * h * h
+    assert calls.on_demand_backward == 9 * h * h
+    assert calls.on_demand_replayed == 13 * h * h
+    gpt3 = unit_calls([_gpt(12288, 96)[1]], 2)
+    assert gpt3.on_demand_forward == gpt3.on_demand_backward == gpt3.on_demand_replayed == 0.0
+    ds = unit_gathers("deepspeed-2021", True, 100.0 * h * h, calls, 2)
+    assert (ds.forward, ds.forward_on_demand) == (84.0 * h * h, 16.0 * h * h)
+    assert (ds.backward, ds.backward_on_demand) == (100.0 * h * h + 16 * h * h - 26 * h * h, 26.0 * h * h)
+    assert (ds.forward_calls, ds.backward_calls, ds.scatter_calls) == (4, 7, 4)
+    flat = unit_gathers("fsdp", True, 100.0, calls, 2)
+    assert (flat.forward, flat.backward) == (100.0, 100.0)
+    assert flat.forward_on_demand == flat.backward_on_demand == 0.0
+
+
+def test_on_demand_gathers_closed_form() -> None:
+    # units of 3 s; prefetched parts of 1 s hide, the on-demand 2 s each do not
+    assert gated_time_s([3.0, 3.0], [1.0, 1.0], 1, 0.0, [2.0, 2.0]) == 1.0 + 2.0 + 3.0 + 2.0 + 3.0
+    # prefetched during the op before: the first unit waits only for its on-demand part
+    assert gated_time_s([3.0, 3.0], [1.0, 1.0], 1, 5.0, [2.0, 2.0]) == 2.0 + 3.0 + 2.0 + 3.0
+    none = gated_time_s([3.0, 3.0], [1.0, 1.0], 1, 0.0)
+    assert gated_time_s([3.0, 3.0], [1.0, 1.0], 1, 0.0, [0.0, 0.0]) == none

@@ -96,17 +96,23 @@ def test_the_runtime_round_trips_the_plan_file() -> None:
 
 @pytest.mark.parametrize("schedule", ["1f1b", "zb-h1", "interleaved"])
 @pytest.mark.parametrize("recompute", ["none", "full"])
-def test_the_fast_path_runs_deepspeeds_issue_time_as_the_engine(schedule: str, recompute: str) -> None:
+@pytest.mark.parametrize(("hidden", "heads"), [(1024, 16), (20480, 128)])
+def test_the_fast_path_runs_deepspeeds_issue_time_as_the_engine(
+    schedule: str, recompute: str, hidden: int, heads: int
+) -> None:
     """The issue time is part of each op's duration and its unit boundaries: the fast path and
     the engine agree event for event, split backwards (``I`` issues gathers, ``W`` the
-    reduce-scatters' excess) and TP included."""
+    reduce-scatters' excess), TP and (530B-wide blocks) on-demand gathers included."""
     from tests.simulator.test_fastpath import assert_same
 
-    profile, cluster = resolve_inputs("gpt:layers=4,hidden=1024,heads=16,seq=512,vocab=32000", "dgx-a100-x2")
+    spec = f"gpt:layers=4,hidden={hidden},heads={heads},seq=256,vocab=32000"
+    profile, cluster = resolve_inputs(spec, "dgx-a100-x2")
     chunks = 2 if schedule == "interleaved" else 1
     spans = ((0, 1), (2, 2), (3, 4), (5, 5)) if chunks == 2 else ((0, 2), (3, 5))
-    stages = tuple(StagePlan(first_layer=a, last_layer=b, replicas=4, tensor_parallel=2, sharding="zero3")
+    t = 2 if hidden == 1024 else 1  # TP would halve the wide tensors below the live bound
+    stages = tuple(StagePlan(first_layer=a, last_layer=b, replicas=4, tensor_parallel=t, sharding="zero3")
                    for a, b in spans)
+    assert (unit_calls([profile.layers[1]], 2, t).on_demand_forward > 0) == (hidden > 1024)
     plan = Plan(stages=stages, global_batch_size=16, num_microbatches=4, schedule=schedule, chunks=chunks,
                 recompute=recompute, zero3_runtime="deepspeed-2021")
     options = SimOptions(contention=False, record_trace=True)
@@ -115,3 +121,35 @@ def test_the_fast_path_runs_deepspeeds_issue_time_as_the_engine(schedule: str, r
     flat = replace(plan, zero3_runtime=Zero3Runtime.FSDP)
     fsdp = simulate(flat, profile, cluster, options, executor="fast")
     assert fast.iteration_time_s > fsdp.iteration_time_s
+
+
+@pytest.mark.parametrize("recompute", ["none", "full"])
+def test_on_demand_gathers_follow_the_estimate_and_move_the_same_bytes(recompute: str) -> None:
+    """530B-wide blocks: most gathers run on demand (a second collective per unit, waited for at
+    the unit's start); the bytes on the wire are those of the prefetched model, and the 3D
+    estimate charges what the simulator runs."""
+    moved: list[float] = []
+
+    class Counting(Network):
+        def transfer(self, route, nbytes, **kwargs):  # type: ignore[no-untyped-def]
+            if route:
+                moved.append(nbytes)
+            return super().transfer(route, nbytes, **kwargs)
+
+    h = 20480
+    profile, cluster = resolve_inputs(f"gpt:layers=2,hidden={h},heads=128,seq=256,vocab=1024", "dgx-a100-x2",
+                                      dtype="fp16")
+    params = float(sum(layer.parameter_bytes for layer in profile.layers))
+    n = 4
+    plan = _plan("deepspeed-2021", replicas=n, layers=profile.num_layers, recompute=recompute,
+                 allreduce="ring")
+    options = SimOptions(optimizer_step=False, record_trace=False)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(engine_module, "Network", Counting)
+        sim = simulate(plan, profile, cluster, options, executor="simpy").iteration_time_s
+    again = 2 * (8 * h * h * 2) if recompute == "full" else 0.0
+    assert sum(moved) == pytest.approx(3 * (n - 1) * params + (n - 1) * again)
+    est = estimate_3d(plan, profile, cluster, optimizer_step=False).iteration_time_s
+    assert est == pytest.approx(sim, rel=0.03)
+    flat = estimate_3d(replace(plan, zero3_runtime=Zero3Runtime.FSDP), profile, cluster, optimizer_step=False)
+    assert est > flat.iteration_time_s
