@@ -36,10 +36,13 @@ simulator's lowering emits them (docs/parallelism.md): ZeRO-1 and the distribute
 reduce-scatter and an all-gather as ``t_dp``; ZeRO-2 the last backward's reduce-scatter tail and
 the all-gather; ZeRO-3's gathers inside ``t_f`` and ``t_b``
 (:func:`~pipesim.profiles.costmodels.sharding.zero3_op_times_s`), its first forward's and last
-backward's exposed parts as ``t_dp``. Memory per rank: TP-sharded weights, gradients and optimizer
-state (:func:`~pipesim.profiles.costmodels.sharding.sharded_memory_multiplier`) plus the in-flight
-micro-batches' stashes (:func:`~pipesim.profiles.costmodels.memory.in_flight_microbatches`) and
-the backward's working set. Plans must fit the device memory.
+backward's exposed parts as ``t_dp``; with ``Plan.zero3_runtime = deepspeed-2021`` also the
+runtime's issue time, re-gathers and on-demand gathers
+(:mod:`~pipesim.profiles.costmodels.zero3_runtime`). Memory per rank: TP-sharded weights,
+gradients and optimizer state (:func:`~pipesim.profiles.costmodels.sharding.sharded_memory_multiplier`)
+plus the in-flight micro-batches' stashes
+(:func:`~pipesim.profiles.costmodels.memory.in_flight_microbatches`) and the backward's working set.
+Plans must fit the device memory.
 """
 
 from __future__ import annotations
