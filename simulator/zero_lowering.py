@@ -37,6 +37,13 @@ backward ends (:attr:`Compute.marks`). Within an op, unit boundaries are placed 
 forward and backward times (the replay of recomputation split over the units by their forward
 times, as per-layer checkpointing replays each layer just before its backward).
 
+With ``Plan.zero3_runtime = deepspeed-2021`` (:mod:`pipesim.profiles.costmodels.zero3_runtime`)
+a ZeRO-3 op also spends, per unit and before its compute, the host time of issuing DeepSpeed's
+per-tensor calls (:meth:`ZeroLowering.issue_s`, added to the op's duration); a backward that
+replays the forward gathers the re-gathered tensors too; and a unit's on-demand bytes are a
+second gather, after its prefetched one on the gather stream, posted and waited for when the
+unit is reached.
+
 Memory: the static part is sharded
 (:func:`~pipesim.profiles.costmodels.sharding.sharded_memory_multiplier`); a ZeRO-3 op also holds
 its gathered units while it runs, at most ``1 + depth`` of them (the one in use and the
