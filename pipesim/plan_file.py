@@ -22,8 +22,9 @@ written only when not the default, so plans without them read and write as befor
 Only ``stages``, ``global_batch_size`` and ``microbatches`` are required. ``recompute`` is
 ``none``, ``full`` or ``selective`` (``true``/``false`` of older files read as full/none).
 ``grad_reduce_dtype`` (``fp32``, ``bf16``, ``fp16``; absent: fp32 for bf16 training, else the
-training dtype) and ``zero1_grad_collective`` (``reduce-scatter``, the default, or ``all-reduce``)
-are written only when set (:class:`~pipesim.plan.Plan`).
+training dtype), ``zero1_grad_collective`` (``reduce-scatter``, the default, or ``all-reduce``) and
+``zero3_runtime`` (``fsdp``, the default, or ``deepspeed-2021``) are written only when set
+(:class:`~pipesim.plan.Plan`).
 ``pipesim plan --json`` output (a list of such objects, with ``simulated_iteration_time_s``) is accepted too.
 """
 
@@ -68,6 +69,7 @@ _PLAN_KEYS = frozenset(
         "allreduce",
         "grad_reduce_dtype",
         "zero1_grad_collective",
+        "zero3_runtime",
         "microbatch_sizes",
         "planner",
         "estimate",
@@ -120,6 +122,8 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
         data["grad_reduce_dtype"] = plan.grad_reduce_dtype
     if plan.zero1_grad_collective.value != "reduce-scatter":
         data["zero1_grad_collective"] = plan.zero1_grad_collective.value
+    if plan.zero3_runtime.value != "fsdp":
+        data["zero3_runtime"] = plan.zero3_runtime.value
     if plan.microbatch_sizes is not None:
         data["microbatch_sizes"] = list(plan.microbatch_sizes)
     if plan.planner is not None:
@@ -300,6 +304,7 @@ def plan_from_dict(data: Mapping[str, Any], *, source: str | None = None) -> Pla
             allreduce=top.text("allreduce", AllReduceAlgorithm.AUTO.value),
             grad_reduce_dtype=top.text("grad_reduce_dtype", "") if top.has("grad_reduce_dtype") else None,
             zero1_grad_collective=top.text("zero1_grad_collective", "reduce-scatter"),
+            zero3_runtime=top.text("zero3_runtime", "fsdp"),
             microbatch_sizes=top.integers("microbatch_sizes") if top.has("microbatch_sizes") else None,
             estimate=estimate,
             planner=planner,

@@ -18,9 +18,11 @@ simulator's lowering emits them (docs/parallelism.md): ZeRO-1 and the distribute
 reduce-scatter and an all-gather as ``t_dp``; ZeRO-2 the last backward's reduce-scatter tail and
 the all-gather; ZeRO-3's gathers inside ``t_f`` and ``t_b``
 (:func:`~pipesim.profiles.costmodels.sharding.zero3_op_times_s`), its first forward's and last
-backward's exposed parts as ``t_dp``. Memory per rank: TP-sharded weights, gradients and optimizer
-state (:func:`~pipesim.profiles.costmodels.sharding.sharded_memory_multiplier`) plus the in-flight
-micro-batches' stashes (:func:`~pipesim.profiles.costmodels.memory.in_flight_microbatches`) and
+backward's exposed parts as ``t_dp``; with ``Plan.zero3_runtime = deepspeed-2021`` also the
+runtime's issue time, re-gathers and on-demand gathers
+(:mod:`~pipesim.profiles.costmodels.zero3_runtime`). Memory per rank: TP-sharded weights, gradients
+and optimizer state (:func:`~pipesim.profiles.costmodels.sharding.sharded_memory_multiplier`) plus
+the in-flight micro-batches' stashes (:func:`~pipesim.profiles.costmodels.memory.in_flight_microbatches`) and
 the backward's working set.
 
 **TP groups across servers.** A rank's TP collectives are timed on the ring of the slowest of its
@@ -77,6 +79,13 @@ from pipesim.profiles.costmodels.tensor_parallel import (
     tp_compute_model,
     tp_parameter_bytes,
     tp_replay_s,
+)
+from pipesim.profiles.costmodels.zero3_runtime import (
+    UnitCalls,
+    Zero3Runtime,
+    unit_calls,
+    unit_gathers,
+    unit_issue_s,
 )
 from pipesim.profiles.hardware.cluster import Cluster
 from pipesim.profiles.models.profile import DTYPE_BYTES, ModelProfile
@@ -265,9 +274,12 @@ class ThreeDCosts:
             found = self._acts[key] = cp_stage_activation_bytes(self.profile, first, last, mbs, rc, t, sp, 1)
         return cp_activation_split(*found, c)
 
-    def zero_units(self, first: int, last: int, t: int) -> tuple[list[float], list[float], list[float]]:
+    def zero_units(
+        self, first: int, last: int, t: int
+    ) -> tuple[list[float], list[float], list[float], list[UnitCalls]]:
         """ZeRO's units of layers ``first..last`` (:func:`~pipesim.profiles.costmodels.sharding.zero_units`,
-        as the simulator groups them): parameter bytes per device, forward and backward time shares."""
+        as the simulator groups them): parameter bytes per device, forward and backward time shares,
+        ZeRO-3's runtime calls (:func:`~pipesim.profiles.costmodels.zero3_runtime.unit_calls`)."""
         layers = self.profile.layers[first : last + 1]
         sizes = [tp_parameter_bytes(layer, t, self.elem) for layer in layers]
         groups = zero_units(sizes)
@@ -277,6 +289,7 @@ class ThreeDCosts:
             [float(sum(sizes[i] for i in g)) for g in groups],
             [x / sum(fwd) if sum(fwd) > 0 else 1.0 / len(fwd) for x in fwd],
             [x / sum(bwd) if sum(bwd) > 0 else 1.0 / len(bwd) for x in bwd],
+            [unit_calls([layers[i] for i in g], self.elem, t) for g in groups],
         )
 
     def params(self, first: int, last: int, t: int) -> float:
@@ -369,7 +382,7 @@ def estimate_3d(
                           math.inf, schedule=plan.schedule.value, overlap=first.tp_comm_overlap, c=c,
                           optimizer_step=optimizer_step, grad=plan.grad_reduce_dtype,
                           zero1_all_reduce=plan.zero1_grad_collective is GradCollective.ALL_REDUCE,
-                          placed=placed)
+                          placed=placed, zero3_runtime=plan.zero3_runtime)
     assert est is not None  # no memory limit
     return est
 
@@ -380,12 +393,15 @@ def estimate_config(
     rc: Recompute, sh: Sharding, limit: float,
     schedule: str | None = None, overlap: bool = False, c: int = 1, optimizer_step: bool = True,
     grad: str | None = None, zero1_all_reduce: bool = False, placed: Placed3d | None = None,
+    zero3_runtime: Zero3Runtime = Zero3Runtime.FSDP,
 ) -> Estimate | None:
     """The estimate (module docstring) of one configuration: ``chunks`` the ``p v`` chunks' layer
     ranges (rank ``k mod p`` runs chunk ``k``), ``t``, ``p``, ``d``, ``c`` the degrees, ``mbs``
     samples per micro-batch and replica, ``m`` micro-batches, ``v`` chunks per rank, ``sp``,
     ``rc``, ``sh`` sequence parallelism, recomputation and sharding; ``placed`` where the ranks
-    sit (:class:`Placed3d`; default: automatic placement, :meth:`ThreeDCosts.auto_ring`).
+    sit (:class:`Placed3d`; default: automatic placement, :meth:`ThreeDCosts.auto_ring`);
+    ``zero3_runtime`` how ZeRO-3's gathers are issued
+    (:class:`~pipesim.profiles.costmodels.zero3_runtime.Zero3Runtime`).
     ``None`` when a rank's peak memory exceeds ``limit`` bytes."""
     schedule = schedule or ("1f1b" if v == 1 else "interleaved")
     if schedule == "dapple":
@@ -413,15 +429,28 @@ def estimate_config(
             replay = model.replay(first, last, mbs, t, sp, rc, overlap, c, rings[r])
             b_op = times.bwd_tp_s + times.bwd_comm_s + replay
             if per_unit and dp_curves is not None:  # ZeRO-2/3: per-unit collectives (zero_lowering)
-                sizes, fshare, bshare = model.zero_units(first, last, t)
-                gathers = [half_time_s(dp_curves, x, allreduce) for x in sizes]
+                sizes, fshare, bshare, calls = model.zero_units(first, last, t)
                 scatters = [half_time_s(dp_curves, x * g, allreduce) for x in sizes]
                 fwd_units = [f_op * x for x in fshare]
                 bwd_units = [replay * f + (b_op - replay) * b
                              for f, b in zip(fshare, bshare, strict=True)]
-                if sh is Sharding.ZERO3:
+                if sh is Sharding.ZERO3:  # the runtime's gathers and issue time (zero_lowering)
+                    ug = [unit_gathers(zero3_runtime, rc is Recompute.FULL, x, u, model.elem)
+                          for x, u in zip(sizes, calls, strict=True)]
+                    fwd_units = [x + y for x, y in zip(fwd_units, unit_issue_s(
+                        zero3_runtime, "F", [u.forward_calls for u in ug], [0] * len(ug), fwd_units, d * c),
+                        strict=True)]
+                    bwd_units = [x + y for x, y in zip(bwd_units, unit_issue_s(
+                        zero3_runtime, "B", [u.backward_calls for u in ug], [u.scatter_calls for u in ug],
+                        bwd_units, d * c), strict=True)]
+                    times_s = [[half_time_s(dp_curves, x, allreduce) if x > 0 or j % 2 == 0 else 0.0
+                                for j, x in enumerate((u.forward, u.forward_on_demand, u.backward,
+                                                       u.backward_on_demand))] for u in ug]
                     f_op, b_op, first_extra, last_tail = zero3_op_times_s(
-                        fwd_units, bwd_units, gathers, scatters
+                        fwd_units, bwd_units, [x[0] for x in times_s], scatters,
+                        bwd_gather_s=[x[2] for x in times_s],
+                        fwd_on_demand_s=[x[1] for x in times_s],
+                        bwd_on_demand_s=[x[3] for x in times_s],
                     )
                     # 1 + depth gathered units and one unit's gradients (zero_lowering.held_bytes)
                     held = max(held, (min(len(sizes), 2) + g) * max(sizes))

@@ -329,6 +329,9 @@ class Program:
             src = s - 1 if recv_op is Op.RECV_F else s + 1
             pieces = sum(1 for _, k, _ in self._pieces(src, s, mb) if k == replica)
         name, duration, alloc, free, tp_comm = self._compute_parts(op, s, mb, replica)
+        if self.zero is not None and self.zero.per_unit(s):  # ZeRO-3's runtime issuing its calls
+            fwd, bwd, _, _, rec, _ = self._costs.of(s, mb, replica)
+            duration += self.zero.issue_s(name, s, fwd, bwd, rec, self.stages[s].wgrad_fraction)
         held = self.zero.held_bytes(name, s) if self.zero is not None else 0.0
         if held:  # ZeRO's gathered units and unreduced gradients, while the op runs
             alloc, free = (*alloc, held), (*free, held)

@@ -37,6 +37,13 @@ backward ends (:attr:`Compute.marks`). Within an op, unit boundaries are placed 
 forward and backward times (the replay of recomputation split over the units by their forward
 times, as per-layer checkpointing replays each layer just before its backward).
 
+With ``Plan.zero3_runtime = deepspeed-2021`` (:mod:`pipesim.profiles.costmodels.zero3_runtime`)
+a ZeRO-3 op also spends, per unit and before its compute, the host time of issuing DeepSpeed's
+per-tensor calls (:meth:`ZeroLowering.issue_s`, added to the op's duration); a backward that
+replays the forward gathers the re-gathered tensors too; and a unit's on-demand bytes are a
+second gather, after its prefetched one on the gather stream, posted and waited for when the
+unit is reached.
+
 Memory: the static part is sharded
 (:func:`~pipesim.profiles.costmodels.sharding.sharded_memory_multiplier`); a ZeRO-3 op also holds
 its gathered units while it runs, at most ``1 + depth`` of them (the one in use and the
@@ -50,8 +57,16 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 
 from pipesim.plan import Plan
+from pipesim.profiles.costmodels.memory import Recompute
 from pipesim.profiles.costmodels.sharding import CollectiveKind, Sharding, grad_bytes_factor, zero_units
-from pipesim.profiles.models.profile import ModelProfile
+from pipesim.profiles.costmodels.zero3_runtime import (
+    UnitCalls,
+    UnitGathers,
+    unit_calls,
+    unit_gathers,
+    unit_issue_s,
+)
+from pipesim.profiles.models.profile import DTYPE_BYTES, ModelProfile
 from pipesim.schedules.action import Op
 from pipesim.schedules.schedule import Step
 from pipesim.simulator.stage_costs import StageFacts
@@ -91,10 +106,18 @@ class ZeroLowering:
     ) -> None:
         self.depth = depth
         self.grad = grad_bytes_factor(profile.dtype, plan.grad_reduce_dtype)  # gradient / parameter bytes
+        self.runtime = plan.zero3_runtime
         self.sharding = {st.index: plan.stages[st.index].sharding for st in stages if len(st.devices) > 1}
         self._stages = stages
+        self._gathered: dict[int, tuple[UnitGathers, ...]] = {}  # stage -> per unit its gathers per op
+        # (op, stage, micro-batch) -> per unit its on-demand gather, or -1
+        self._demand: dict[tuple[str, int, int], list[int]] = {}
         self.units: dict[int, tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...]]] = {}
         """stage -> (parameter bytes, forward-time share, backward-time share) per unit."""
+        self.calls: dict[int, tuple[UnitCalls, ...]] = {}
+        """stage -> ZeRO-3's runtime calls per unit
+        (:func:`~pipesim.profiles.costmodels.zero3_runtime.unit_calls`)."""
+        elem = DTYPE_BYTES[profile.dtype]
         for s, mode in self.sharding.items():
             if mode not in (Sharding.ZERO2, Sharding.ZERO3):
                 continue
@@ -107,6 +130,13 @@ class ZeroLowering:
                 tuple(float(sum(sizes[k] for k in g)) for g in groups),
                 _shares(fwd),
                 _shares(bwd),
+            )
+            t = plan.stages[s].tensor_parallel
+            self.calls[s] = tuple(unit_calls([profile.layers[layers[k]] for k in g], elem, t) for g in groups)
+            replayed = plan.recompute is Recompute.FULL
+            self._gathered[s] = tuple(
+                unit_gathers(self.runtime, replayed, x, c, elem)
+                for x, c in zip(self.units[s][0], self.calls[s], strict=True)
             )
         # (op, stage, micro-batch) -> collectives per unit, in unit order (0 = the stage's first)
         self._gathers: dict[tuple[str, int, int], list[int]] = {}
@@ -141,11 +171,19 @@ class ZeroLowering:
             if zero3 and op in (Op.F, Op.B, Op.I):
                 found = [0] * len(sizes)
                 self._first[(op.value, s, mb)] = len(sequence)
+                late = [-1] * len(sizes)
                 for u in order:
-                    gather_prev = add(s, u, CollectiveKind.ALL_GATHER, sizes[u], members, gather_prev)
+                    ug = self._gathered[s][u]
+                    early, demand = (ug.forward, ug.forward_on_demand) if op is Op.F else (
+                        ug.backward, ug.backward_on_demand)
+                    gather_prev = add(s, u, CollectiveKind.ALL_GATHER, early, members, gather_prev)
                     found[u] = gather_prev
                     sequence.append(gather_prev)
+                    if demand > 0:  # issued when the unit is reached, after its prefetched part
+                        gather_prev = late[u] = add(s, u, CollectiveKind.ALL_GATHER, demand, members,
+                                                    gather_prev)
                 self._gathers[(op.value, s, mb)] = found
+                self._demand[(op.value, s, mb)] = late
             if op in (Op.B, Op.W):
                 found = [0] * len(sizes)
                 for u in order:
@@ -163,17 +201,9 @@ class ZeroLowering:
         units = self.units.get(s)
         if units is None:
             return _NONE, _NONE
-        sizes, fshare, bshare = units
-        n = len(sizes)
-        if op == "F":
-            order = list(range(n))
-            weights = [fshare[u] for u in order]
-        else:
-            order = list(range(n - 1, -1, -1))
-            part = {"B": bwd, "I": bwd * (1.0 - wf), "W": bwd * wf}[op]
-            replay = rec if op in ("B", "I") else 0.0
-            weights = [replay * fshare[u] + part * bshare[u] for u in order]
-        bounds = _bounds(weights)
+        order, compute = self._unit_compute(op, s, fwd, bwd, rec, wf)
+        issue = self._issue(op, s, compute)
+        bounds = _bounds([c + x for c, x in zip(compute, issue, strict=True)])
         marks: list[tuple[float, int]] = []
         waits: list[tuple[float, int]] = []
         gathers = self._gathers.get((op, s, mb))
@@ -188,9 +218,43 @@ class ZeroLowering:
                     if q < len(sequence):
                         marks.append((bounds[k], sequence[q]))
                 waits.append((bounds[k], gathers[u]))
+                late = self._demand[(op, s, mb)][u]
+                if late >= 0:
+                    marks.append((bounds[k], late))
+                    waits.append((bounds[k], late))
             if scatters is not None:
                 marks.append((bounds[k + 1], scatters[u]))
         return tuple(marks), tuple(waits)
+
+    def issue_s(self, op: str, s: int, fwd: float, bwd: float, rec: float, wf: float) -> float:
+        """Seconds compute op ``op`` of stage ``s`` spends issuing its ZeRO-3 collectives on top of
+        its compute (:func:`~pipesim.profiles.costmodels.zero3_runtime.unit_issue_s`; 0 but for
+        ``deepspeed-2021``); its arguments as in :meth:`events`."""
+        if s not in self.units:
+            return 0.0
+        return sum(self._issue(op, s, self._unit_compute(op, s, fwd, bwd, rec, wf)[1]))
+
+    def _unit_compute(
+        self, op: str, s: int, fwd: float, bwd: float, rec: float, wf: float
+    ) -> tuple[list[int], list[float]]:
+        """The units of stage ``s`` in the order op ``op`` runs them and each one's compute, seconds."""
+        _, fshare, bshare = self.units[s]
+        n = len(fshare)
+        if op == "F":
+            return list(range(n)), [fwd * x for x in fshare]
+        order = list(range(n - 1, -1, -1))
+        part = {"B": bwd, "I": bwd * (1.0 - wf), "W": bwd * wf}[op]
+        replay = rec if op in ("B", "I") else 0.0
+        return order, [replay * fshare[u] + part * bshare[u] for u in order]
+
+    def _issue(self, op: str, s: int, compute: list[float]) -> list[float]:
+        """Per unit (in ``compute``'s order) the issue time of ZeRO-3's runtime calls, seconds."""
+        if self.sharding[s] is not Sharding.ZERO3:
+            return [0.0] * len(compute)
+        units = list(self._gathered[s]) if op == "F" else list(reversed(self._gathered[s]))
+        gathers = [u.forward_calls if op == "F" else u.backward_calls for u in units]
+        return unit_issue_s(self.runtime, op, gathers, [u.scatter_calls for u in units], compute,
+                            len(self._stages[s].devices))
 
     def held_bytes(self, op: str, s: int) -> float:
         """Bytes a compute op of ``s`` holds while it runs besides its activations: ZeRO-3's

@@ -17,6 +17,7 @@ from pipesim.plan.splits import balanced_split, resplit, split_samples, stage_ra
 from pipesim.profiles.costmodels.collective import AllReduceAlgorithm
 from pipesim.profiles.costmodels.memory import OPTIMIZERS, Optimizer, Recompute
 from pipesim.profiles.costmodels.sharding import SHARDINGS, GradCollective, Sharding, parse_grad_reduce_dtype
+from pipesim.profiles.costmodels.zero3_runtime import Zero3Runtime
 from pipesim.schedules.placement import stage_ranks
 from pipesim.schedules.registry import ScheduleName, placement_of
 from pipesim.schedules.registry import lookup as lookup_schedule
@@ -212,6 +213,10 @@ class Plan:
             ZeRO's) or ``all-reduce`` (DeepSpeed's BF16_Optimizer: the whole gradients
             all-reduced, then the updated parameter shards all-gathered), a
             :class:`~pipesim.profiles.costmodels.sharding.GradCollective` or its name.
+        zero3_runtime: how ZeRO-3 stages issue their collectives: ``fsdp`` (default, flat
+            per-unit calls) or ``deepspeed-2021`` (DeepSpeed's per-tensor calls with a list of
+            one tensor per rank, on a synchronized device), a
+            :class:`~pipesim.profiles.costmodels.zero3_runtime.Zero3Runtime` or its name.
         estimate: the planner's prediction, if the plan came from a planner.
         planner: the name of the planner that made the plan, if any.
 
@@ -236,6 +241,7 @@ class Plan:
     planner: str | None = None
     grad_reduce_dtype: str | None = None
     zero1_grad_collective: GradCollective = GradCollective.REDUCE_SCATTER
+    zero3_runtime: Zero3Runtime = Zero3Runtime.FSDP
 
     def __init__(
         self,
@@ -254,6 +260,7 @@ class Plan:
         planner: str | None = None,
         grad_reduce_dtype: str | None = None,
         zero1_grad_collective: GradCollective | str = GradCollective.REDUCE_SCATTER,
+        zero3_runtime: Zero3Runtime | str = Zero3Runtime.FSDP,
     ) -> None:
         # Written out (not generated) so that names are accepted for the enum fields: the
         # attributes hold the enums, converted by __post_init__.
@@ -272,6 +279,7 @@ class Plan:
             "planner": planner,
             "grad_reduce_dtype": grad_reduce_dtype,
             "zero1_grad_collective": zero1_grad_collective,
+            "zero3_runtime": zero3_runtime,
         }
         for name, value in values.items():
             object.__setattr__(self, name, value)
@@ -285,6 +293,7 @@ class Plan:
         object.__setattr__(self, "allreduce", AllReduceAlgorithm.parse(self.allreduce))
         object.__setattr__(self, "grad_reduce_dtype", parse_grad_reduce_dtype(self.grad_reduce_dtype))
         object.__setattr__(self, "zero1_grad_collective", GradCollective.parse(self.zero1_grad_collective))
+        object.__setattr__(self, "zero3_runtime", Zero3Runtime.parse(self.zero3_runtime))
         if not isinstance(self.stages, tuple) or not all(isinstance(s, StagePlan) for s in self.stages):
             raise invalid("stages", self.stages, "must be a tuple of StagePlan")
         if not self.stages:

@@ -276,14 +276,23 @@ def zero_units(parameter_bytes: Sequence[float], max_units: int = MAX_ZERO_UNITS
     return tuple(units)
 
 
-def gated_time_s(compute_s: Sequence[float], comm_s: Sequence[float], depth: int, lead_s: float) -> float:
+def gated_time_s(
+    compute_s: Sequence[float],
+    comm_s: Sequence[float],
+    depth: int,
+    lead_s: float,
+    on_demand_s: Sequence[float] | None = None,
+) -> float:
     """Time of one op whose units each wait for their own collective (ZeRO-3's gathers), seconds.
 
     Unit ``j`` computes for ``compute_s[j]`` once its collective (``comm_s[j]``) has ended; the
     collectives run one after another on their own stream, collective ``j`` issued when unit
     ``j - depth`` starts, the first ``depth`` ones ``lead_s`` before the op (issued during the
     op before it). Unit ``j`` thus exposes ``max(0, comm - compute it overlaps)``; with
-    ``depth = 1``: ``sum_j max(compute_s[j - 1], comm_s[j])`` after the first unit.
+    ``depth = 1``: ``sum_j max(compute_s[j - 1], comm_s[j])`` after the first unit. A unit's
+    ``on_demand_s`` part (default none) is a second collective issued when the unit is reached,
+    after its prefetched one on the same stream, and waited for (DeepSpeed's gathers that no
+    prefetch covered).
 
     Raises:
         InputError: ``depth < 1``.
@@ -295,6 +304,8 @@ def gated_time_s(compute_s: Sequence[float], comm_s: Sequence[float], depth: int
     for j, (compute, comm) in enumerate(zip(compute_s, comm_s, strict=True)):
         issued = starts[j - k] if j >= k else -lead_s
         comm_end = max(issued, comm_end) + comm
+        if on_demand_s is not None and on_demand_s[j] > 0:
+            comm_end = max(t, comm_end) + on_demand_s[j]
         start = max(t, comm_end)
         starts.append(start)
         t = start + compute
@@ -319,6 +330,9 @@ def zero3_op_times_s(
     gather_s: Sequence[float],
     scatter_s: Sequence[float],
     depth: int = DEFAULT_PREFETCH_DEPTH,
+    bwd_gather_s: Sequence[float] | None = None,
+    fwd_on_demand_s: Sequence[float] | None = None,
+    bwd_on_demand_s: Sequence[float] | None = None,
 ) -> tuple[float, float, float, float]:
     """ZeRO-3's forward and backward of one stage and micro-batch with their gathers, seconds
     (:func:`gated_time_s`), for units in layer order (the backward runs them in reverse).
@@ -326,7 +340,10 @@ def zero3_op_times_s(
     In the steady state the op's first gathers are issued during the op before (in 1F1B a
     forward follows a backward, whose last unit is unit 0, and the other way round). In the
     backward a unit's gather shares the links with the previous unit's reduce-scatter, so it is
-    charged ``gather + scatter``.
+    charged ``gather + scatter``. ``bwd_gather_s`` gives the backward's gathers where they differ
+    from the forward's (DeepSpeed's re-gathers after a replay,
+    :class:`~pipesim.profiles.costmodels.zero3_runtime.UnitCalls`); default ``gather_s``. The
+    ``*_on_demand_s`` parts are gathered when their unit is reached (:func:`gated_time_s`).
 
     Returns:
         ``(forward s, backward s, the first op's extra s, the last backward's reduce tail s)``:
@@ -336,10 +353,12 @@ def zero3_op_times_s(
     Raises:
         InputError: ``depth < 1``.
     """
-    fwd = gated_time_s(fwd_units_s, gather_s, depth, bwd_units_s[0])
-    first = gated_time_s(fwd_units_s, gather_s, depth, 0.0) - fwd
+    fwd = gated_time_s(fwd_units_s, gather_s, depth, bwd_units_s[0], fwd_on_demand_s)
+    first = gated_time_s(fwd_units_s, gather_s, depth, 0.0, fwd_on_demand_s) - fwd
     back = list(reversed(bwd_units_s))
-    comm = [g + r for g, r in zip(reversed(gather_s), reversed(scatter_s), strict=True)]
-    bwd = gated_time_s(back, comm, depth, fwd_units_s[-1])
+    again = gather_s if bwd_gather_s is None else bwd_gather_s
+    comm = [g + r for g, r in zip(reversed(again), reversed(scatter_s), strict=True)]
+    od = None if bwd_on_demand_s is None else list(reversed(bwd_on_demand_s))
+    bwd = gated_time_s(back, comm, depth, fwd_units_s[-1], od)
     tail = reduce_tail_s(back, list(reversed(scatter_s)))
     return fwd, bwd, first, tail
