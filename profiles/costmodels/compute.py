@@ -38,6 +38,12 @@ largest tile reaches on full waves in training frameworks, per GPU generation an
 from published measurements (sources there). Memory-bound kernels take ``bytes / (bandwidth x
 memory_efficiency)`` (the catalog's figures) plus the same overhead.
 
+Independent kernel chains on concurrent streams (cuDNN's RNN kernels,
+:meth:`ComputeModel.concurrent_time_s`) share the device: together they take the longer of their
+longest chain and their summed arithmetic at the large-GEMM rate plus their memory-bound traffic
+over the bandwidth. A small GEMM that runs well below that rate alone (a recurrent step's
+64-row GEMM) leaves issue slots that co-resident blocks of another stream's kernels fill.
+
 Shapes are data: :class:`GemmShape` lists a layer's GEMMs so that other cost models (tensor
 parallelism, re-targeting) can re-cost them, e.g. with ``n`` or ``k`` divided by the TP degree.
 """
@@ -45,6 +51,7 @@ parallelism, re-targeting) can re-cost them, e.g. with ``n`` or ``k`` divided by
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -277,6 +284,34 @@ class ComputeModel:
         of a fast convolution algorithm); ``tiles`` as for :meth:`gemm_compute_s`."""
         compute = self.gemm_compute_s(shape, tiles=tiles) / speedup
         return max(compute, bytes_moved / self.memory_bytes_per_s) + self.kernel_overhead_s
+
+    def concurrent_time_s(self, chains_s: Sequence[float], *, flop: float, memory_bytes: float) -> float:
+        """Time of independent kernel chains run on concurrent streams, seconds.
+
+        ``chains_s`` are the chains' times run alone (each a sum of its kernels' times, launch
+        gaps included); ``flop`` is the arithmetic of all their kernels and ``memory_bytes`` the
+        traffic of their memory-bound kernels. The chains overlap as far as the device allows:
+        ``max(longest chain, flop / (peak x efficiency) + memory_bytes / bandwidth)``, the
+        longest chain being the dependency bound and the second term the throughput bound
+        (every FLOP at the large-GEMM rate, every memory-bound byte at the achievable
+        bandwidth). Appleyard, Kocisky & Blunsom, "Optimizing Performance of Recurrent Neural
+        Networks on GPUs" (arXiv:1604.01946, 2016), describe the cuDNN RNN kernels this is for:
+        a layer's input GEMMs run on a stream beside its recurrent GEMMs, whose small
+        per-step shapes do not fill the GPU on their own.
+
+        Raises:
+            InputError: ``chains_s`` is empty, or a time, ``flop`` or ``memory_bytes`` is
+                negative.
+        """
+        if not chains_s:
+            raise invalid("chains_s", list(chains_s), "needs at least one chain")
+        for i, chain_s in enumerate(chains_s):
+            check_nonneg(f"chains_s[{i}]", chain_s)
+        check_nonneg("flop", flop)
+        check_nonneg("memory_bytes", memory_bytes)
+        arithmetic_s = flop / (self.peak_flop_per_s * self.efficiency)
+        throughput_s = arithmetic_s + memory_bytes / self.memory_bytes_per_s
+        return max(max(chains_s), throughput_s)
 
     def gemm_flop_per_s(self, shape: GemmShape) -> float:
         """The rate ``shape`` runs at, FLOP/s (launch cost and memory bound excluded)."""

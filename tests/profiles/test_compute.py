@@ -177,3 +177,26 @@ def test_newer_generations_and_narrower_precisions_are_faster() -> None:
     assert [t[k] for k in order] == sorted((t[k] for k in order), reverse=True)
     assert t["B200", "bf16"] < t["H100", "bf16"]
     assert math.isfinite(t["V100", "fp32"])
+
+
+def test_concurrent_chains_take_the_longest_chain_when_the_device_has_room() -> None:
+    # Three chains of 3, 1 and 2 s with 1 TFLOP at 1 TFLOP/s: the 3 s chain bounds them.
+    model = _model(80)
+    assert model.concurrent_time_s([3.0, 1.0, 2.0], flop=1e12, memory_bytes=0.0) == 3.0
+
+
+def test_concurrent_chains_are_bound_by_the_devices_throughput() -> None:
+    # 4 TFLOP at 1 TFLOP/s (efficiency 0.5 of a 2 TFLOP/s peak) plus 1e18 bytes at 1e18 B/s.
+    model = _model(80, peak=2e12, efficiency=0.5)
+    assert model.concurrent_time_s([3.0, 2.5], flop=4e12, memory_bytes=1e18) == 5.0
+
+
+@pytest.mark.parametrize(
+    ("chains", "flop", "memory_bytes", "field"),
+    [([], 0.0, 0.0, "chains_s"), ([1.0, -1.0], 0.0, 0.0, r"chains_s\[1\]"),
+     ([1.0], -1.0, 0.0, "flop"), ([1.0], 0.0, -1.0, "memory_bytes")],
+)
+def test_concurrent_time_rejects_bad_input(chains: list[float], flop: float, memory_bytes: float,
+                                           field: str) -> None:
+    with pytest.raises(InputError, match=field):
+        _model(80).concurrent_time_s(chains, flop=flop, memory_bytes=memory_bytes)

@@ -10,11 +10,16 @@ and a classifier. 277,686,273 parameters.
 
 The model is a DAG in topological order: the target embedding has no input from the encoder and
 sits just before the decoder, the encoder output feeds the attention layer, and the attention
-context feeds every decoder layer. LSTMs are costed as cuDNN runs them: one GEMM for the input
-projection of all time steps, one small GEMM and one fused gate kernel per time step, and one
-GEMM for each weight gradient over all steps; the backward of the recurrence is per step too.
-cuDNN launches the per-step kernels itself, so they pay the GPU launch gap but not the
-framework's per-operator dispatch.
+context feeds every decoder layer. LSTMs are costed as cuDNN runs them (Appleyard, Kocisky &
+Blunsom, "Optimizing Performance of Recurrent Neural Networks on GPUs", arXiv:1604.01946): the
+four gates' GEMMs combined into one, one GEMM for the input projection of all time steps, one
+small GEMM and one fused gate kernel per time step, and one GEMM for each weight gradient over
+all steps; the backward of the recurrence is per step too. The input projection (in the
+backward, the input gradient) runs on a stream beside the recurrence, and the two directions of
+a bidirectional layer beside each other: they overlap as far as the GPU's throughput allows
+(:meth:`~pipesim.profiles.costmodels.compute.ComputeModel.concurrent_time_s`). cuDNN launches
+the per-step kernels itself, so they pay the GPU launch gap but not the framework's
+per-operator dispatch.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from pipesim.profiles.costmodels.compute import GemmShape
 from pipesim.profiles.models.profile import Layer, ModelProfile
 from pipesim.profiles.models.zoo.roofline import LayerCost, Roofline
 
-__all__ = ["GNMT16_BATCH", "GNMT16_SEQ", "gnmt16"]
+__all__ = ["GNMT16_BATCH", "GNMT16_SEQ", "gnmt16", "lstm"]
 
 GNMT16_SEQ = 50
 """Tokens per sentence (source and target): the maximum training length of the MLPerf v0.5 GNMT
@@ -36,23 +41,54 @@ _VOCAB = 32320  # MLPerf GNMT BPE vocabulary (PipeDream's gnmt_large uses the sa
 _HIDDEN = 1024
 
 
-def _lstm(lc: LayerCost, *, steps: int, batch: int, fan_in: int, hidden: int, directions: int = 1) -> None:
-    """One (optionally bidirectional) LSTM layer over ``steps`` x ``batch`` tokens."""
+def lstm(lc: LayerCost, *, steps: int, batch: int, fan_in: int, hidden: int, directions: int = 1) -> None:
+    """One (optionally bidirectional) LSTM layer over ``steps`` x ``batch`` tokens, as cuDNN runs it.
+
+    Forward: per direction one input GEMM for all steps (``tokens x 4h x fan_in``) and a chain of
+    ``steps`` recurrent GEMMs (``batch x 4h x h``) each followed by one fused gate kernel. The
+    input GEMMs and the chains of both directions are independent streams, timed together by
+    :meth:`~pipesim.profiles.costmodels.compute.ComputeModel.concurrent_time_s`.
+    Backward data (``cudnnRNNBackwardData``): per direction a chain of fused gate-gradient
+    kernels and ``batch x h x 4h`` GEMMs (the gradient to ``h_{t-1}``) beside one input-gradient
+    GEMM over all steps, again concurrent. Backward weights (``cudnnRNNBackwardWeights``, called
+    after it): one GEMM per weight matrix over all steps, in turn (weight-gradient work).
+    """
+    model = lc.rl.model
     d = lc.rl.elem_bytes
     tokens = steps * batch
     gates = 4 * hidden
+    gate_bytes = d * batch * hidden * 8  # read 4h gates and c, write c and h (and keep them)
+    gate_flop = 10.0 * batch * hidden
+    step = GemmShape(m=batch, n=gates, k=hidden)  # h_{t-1} @ W_hh
+    step_back = GemmShape(m=batch, n=hidden, k=gates)  # gradient to h_{t-1}
+    project = GemmShape(m=tokens, n=gates, k=fan_in)  # x @ W_ih for all steps
+    project_back = GemmShape(m=tokens, n=fan_in, k=gates)  # gradient to x
+    weight_grads = (GemmShape(m=fan_in, n=gates, k=tokens), GemmShape(m=hidden, n=gates, k=tokens))
+
+    def gemm_bytes(shape: GemmShape) -> float:
+        return d * (shape.m * shape.k + shape.k * shape.n + shape.m * shape.n) * shape.count
+
+    def gemm_s(shape: GemmShape) -> float:
+        return model.gemm_time_s(shape, gemm_bytes(shape))
+
+    for direction, chain_gemm, chain_gate_bytes, parallel in (
+        ("fwd", step, gate_bytes, project),
+        ("bwd", step_back, 1.5 * gate_bytes, project_back),
+    ):
+        chain_s = steps * (gemm_s(chain_gemm) + lc.rl.memory_kernel_s(gate_flop, chain_gate_bytes))
+        gemm_flop = directions * (steps * chain_gemm.flop + parallel.flop)
+        memory_bytes = directions * steps * chain_gate_bytes
+        time_s = model.concurrent_time_s(
+            [chain_s] * directions + [gemm_s(parallel)] * directions,
+            flop=gemm_flop, memory_bytes=memory_bytes,
+        )
+        target = lc.fwd if direction == "fwd" else lc.bwd
+        moved = memory_bytes + directions * (steps * gemm_bytes(chain_gemm) + gemm_bytes(parallel))
+        target.add(time_s, gemm_flop + directions * steps * gate_flop, moved)
     for _ in range(directions):
-        lc.gemm(tokens, gates, fan_in)  # input projection of all steps (+ its dgrad and wgrad)
-        step = GemmShape(m=batch, n=gates, k=hidden)  # h_{t-1} @ W_hh
-        step_back = GemmShape(m=batch, n=hidden, k=gates)  # gradient to h_{t-1}
-        gate_bytes = d * batch * hidden * 8  # read 4h gates and c, write c and h (and keep them)
-        for _step in range(steps):
-            lc.gemm_kernel("fwd", step, internal=True)
-            lc.memory_kernel("fwd", 10.0 * batch * hidden, gate_bytes, internal=True)  # fused gates
-            lc.gemm_kernel("bwd", step_back, internal=True)
-            lc.memory_kernel("bwd", 10.0 * batch * hidden, 1.5 * gate_bytes, internal=True)
-        # W_hh gradient over all steps at once
-        lc.gemm_kernel("bwd", GemmShape(m=hidden, n=gates, k=tokens), wgrad=True, internal=True)
+        lc.gemm_shapes.append(project)
+        for shape in weight_grads:
+            lc.gemm_kernel("bwd", shape, wgrad=True, internal=True)
         lc.params += gates * fan_in + gates * hidden + 2 * gates  # PyTorch keeps two bias vectors
         # cuDNN's reserve space: the input (for the W_ih gradient), gates, cell and hidden states.
         lc.save(tokens * (fan_in + gates + 2 * hidden))
@@ -93,26 +129,26 @@ def gnmt16(rl: Roofline, batch: int, *, seq: int = GNMT16_SEQ, vocab: int = _VOC
     t = seq * batch
     layers: list[Layer] = [_embedding(rl, "src_embed", t, vocab)]
     enc = LayerCost("enc0", rl)
-    _lstm(enc, steps=seq, batch=batch, fan_in=h, hidden=h, directions=2)
+    lstm(enc, steps=seq, batch=batch, fan_in=h, hidden=h, directions=2)
     layers.append(enc.build(output_elements=2 * t * h))
     for i in range(1, 8):
         lc = LayerCost(f"enc{i}", rl)
         fan_in = 2 * h if i == 1 else h
         lc.dropout(t * fan_in)
-        _lstm(lc, steps=seq, batch=batch, fan_in=fan_in, hidden=h)
+        lstm(lc, steps=seq, batch=batch, fan_in=fan_in, hidden=h)
         if i >= 2:
             lc.eltwise(t * h, fwd_passes=3, bwd_passes=1)  # residual add
         layers.append(lc.build(output_elements=t * h))
     layers.append(_embedding(rl, "tgt_embed", t, vocab))
     att = LayerCost("dec0", rl)
-    _lstm(att, steps=seq, batch=batch, fan_in=h, hidden=h)
+    lstm(att, steps=seq, batch=batch, fan_in=h, hidden=h)
     _attention(att, batch=batch, tgt=seq, src=seq, hidden=h)
     layers.append(att.build(output_elements=2 * t * h))  # LSTM output and attention context
     for i in range(1, 8):
         lc = LayerCost(f"dec{i}", rl)
         lc.dropout(t * h)
         lc.eltwise(2 * t * h, fwd_passes=2, bwd_passes=2)  # concatenate with the context
-        _lstm(lc, steps=seq, batch=batch, fan_in=2 * h, hidden=h)
+        lstm(lc, steps=seq, batch=batch, fan_in=2 * h, hidden=h)
         if i >= 2:
             lc.eltwise(t * h, fwd_passes=3, bwd_passes=1)  # residual add
         layers.append(lc.build(output_elements=t * h))
