@@ -51,7 +51,7 @@ from pipesim.errors import invalid
 from pipesim.profiles.hardware.cluster import Cluster
 from pipesim.schedules.validate import deadlock_error
 from pipesim.simulator.fast_links import LinkHolds, LinksShared, Transfers
-from pipesim.simulator.program import Block, Collective, Program, Send
+from pipesim.simulator.program import Block, Collective, Program, Recv, Send
 from pipesim.simulator.tally import Tally
 from pipesim.simulator.trace import SimulationResult
 
@@ -214,7 +214,6 @@ def execute_fast(
     wait = [0.0] * n
     pending: list[Block | None] = [None] * n  # a block whose receive has not arrived yet
     step_at = [0] * n
-    part_at = [0] * n  # the computation of its pending block a stream stalled in (gated ops)
     # arrival key -> [pieces arrived, last arrival time, last production time]
     arrivals: dict[tuple[str, int, int, int], list[float]] = {}
     waiting: dict[tuple[str, int, int, int], tuple[int, int]] = {}  # key -> (stream, pieces)
@@ -310,35 +309,33 @@ def execute_fast(
             block = next(it, None)
         while block is not None:
             recvs, ops, sends, post = block
-            first = part_at[i]
-            if recvs and op_state[i] is None and not first:  # (not when resuming a gated op)
+            if recvs:  # (none left when resuming a gated op: its block is kept from that op on)
                 if rdv is not None:  # a unit posts all its receives at once (what the posts
                     for recv in recvs:  # resolve goes to this device, not waiting yet)
                         for resolved in rdv.post(recv.key, t):
                             arrive(*resolved)
-                missing = None
-                for recv in recvs:
+                missing: Recv | None = None
+                for recv in recvs:  # in order, as the engine waits for them
                     got = arrivals.get(recv.key)
-                    if (got is None or got[0] < recv.pieces) and recv.pieces:
-                        missing = recv  # (a replica that receives nothing never waits)
-                        break
-                if missing is not None:
-                    waiting[missing.key] = (i, missing.pieces)
-                    pending[i] = block
-                    step_at[i] = missing.step
-                    break
-                for recv in recvs:  # all in: taken in order, as the engine waits for them
-                    got = arrivals.get(recv.key)
-                    if got is not None:
+                    if got is None or got[0] < recv.pieces:
+                        if recv.pieces:  # (a replica that receives nothing never waits)
+                            missing = recv
+                            break
+                    else:
                         del arrivals[recv.key]
                         if rdv is not None:
                             rdv.posted.pop(recv.key, None)
                         if got[1] > t:
                             wait_i += max(0.0, got[1] - max(t, got[2]))
                             t = got[1]
-            stalled_in = -1
-            for part in range(first, len(ops)):
-                ins = ops[part]
+                if missing is not None:  # wait for it (a pair: with the receives before it taken)
+                    waiting[missing.key] = (i, missing.pieces)
+                    if missing is not recvs[0]:
+                        block = (recvs[recvs.index(missing):], ops, sends, post)
+                    pending[i] = block
+                    step_at[i] = missing.step
+                    break
+            for ins in ops:
                 duration = ins.duration_s
                 tp = ins.tp
                 if ins.waits:  # ZeRO-3: its units wait for their gathers (Engine._gated)
@@ -371,9 +368,8 @@ def execute_fast(
                     if k < len(points):
                         op_state[i] = [points, k, start, elapsed, stalled, cur, launch]
                         blocked.setdefault(points[k][3], []).append(i)
-                        pending[i] = block
+                        pending[i] = ((), ops[ops.index(ins):], sends, post)  # resumes this op
                         step_at[i] = ins.step
-                        stalled_in = part
                         break
                     op_state[i] = None
                     t = cur + (duration - elapsed if duration > elapsed else 0.0)
@@ -416,10 +412,10 @@ def execute_fast(
                         now -= nbytes
                     if ins.op == "B" or ins.op == "W":
                         last_backward = t
-            if stalled_in >= 0:
-                part_at[i] = stalled_in
+            else:
+                ins = None
+            if ins is not None:  # stalled in a gated op
                 break
-            part_at[i] = 0
             for send in sends:
                 key = send.key
                 got = arrivals.get(key)

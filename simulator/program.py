@@ -58,7 +58,7 @@ import functools
 from collections.abc import Iterator, Mapping
 from typing import NamedTuple
 
-from pipesim.errors import invalid
+from pipesim.errors import InputError, invalid
 from pipesim.plan import Plan, Recompute, resplit
 from pipesim.profiles.costmodels.memory import static_memory_bytes, weight_versions
 from pipesim.profiles.costmodels.sharding import CollectiveKind
@@ -67,9 +67,9 @@ from pipesim.profiles.models.profile import ModelProfile
 from pipesim.schedules import Schedule
 from pipesim.schedules.action import Op
 from pipesim.schedules.lowering import Block as LoweredBlock
-from pipesim.schedules.lowering import last_backwards, lowered_units
+from pipesim.schedules.lowering import last_backwards, lowered_blocks
 from pipesim.schedules.lowering import lower as lower_schedule
-from pipesim.schedules.pairs import pair_parts
+from pipesim.schedules.pairs import PAIR_RULE, pair_parts
 from pipesim.schedules.registry import stream_schedule
 from pipesim.schedules.schedule import ScheduleStream
 from pipesim.schedules.validate import validate
@@ -269,7 +269,8 @@ class Program:
         """The instructions of the device running ``replica`` of ``rank``, one :data:`Block` per
         unit it runs (a compute instruction with the receive before it, the sends and the post
         after it; an overlapped pair's two, :mod:`pipesim.schedules.pairs`), generated lazily
-        from the schedule's rows (:func:`pipesim.schedules.lowering.lowered_units`)."""
+        from the schedule's rows (:func:`pipesim.schedules.lowering.lowered_blocks`, grouped as
+        :func:`~pipesim.schedules.lowering.lowered_units` groups them)."""
         sched = self.schedule
         where = sched.stage_ranks
         reduce = {s for s in self._posts.keys() | self._marks.keys() if where[s] == rank}
@@ -322,22 +323,26 @@ class Program:
             return recv, compute, out, post
 
         step = 0
-        for unit in lowered_units(
+        op_fb = Op.FB
+        blocks = lowered_blocks(
             sched.row(rank),
             num_ranks=sched.num_ranks,
             num_stages=sched.num_stages,
             allreduce_after=after,
             placement=sched.placement,
-        ):
-            if len(unit) == 1:
-                block = unit[0]
+        )
+        for block in blocks:
+            if block[1] is not op_fb:
                 got = block[0] is not None
                 recv, compute, out, post = one(block, step, step + got)
                 step += got + 1 + (block[4] is not None) + block[5]
                 yield ((recv,) if recv is not None else no_recvs, (compute,), out, post)
                 continue
-            # an overlapped pair: both receives, then both computations as one unit, then both sends
-            first, second = unit
+            # an overlapped pair (lowered_units' rule): both receives, then both computations as
+            # one unit, then both sends
+            first, second = block, next(blocks, None)
+            if second is None or second[1] is not Op.B:
+                raise InputError(f"{first[2]}FB{first[3]} {PAIR_RULE}")
             got_f, got_b = first[0] is not None, second[0] is not None
             at = step + got_f + got_b
             recv_f, fwd, out_f, _ = one(first, step, at)  # (FB is never a stage's last backward)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
+from pathlib import Path
 
 import pytest
 
@@ -255,3 +256,39 @@ def test_the_estimate_extrapolates_the_pairs_exactly(name: str, p: int, m: int) 
     serial = evaluate(make_schedule(name, num_ranks=p, num_microbatches=m), fwd_time_s=fwd, bwd_time_s=bwd,
                       wgrad_time_s=wgrad, fwd_comm_time_s=c_f, bwd_comm_time_s=c_b)
     assert direct.makespan < serial.makespan
+
+
+def test_zero3_gathers_stall_inside_a_pair_alike_in_both_executors() -> None:
+    """ZeRO-3 with replicas: a pair's computations wait for their parameter gathers; the fast path
+    resumes a stalled pair where it stopped, as the engine does."""
+    from pipesim.plan import Plan, StagePlan
+
+    p, m = 4, 8
+    model = [StagePlan(first_layer=i, last_layer=i, replicas=2, sharding="zero3") for i in range(p)]
+    plan = Plan(stages=tuple(model + model), global_batch_size=8 * m, num_microbatches=m, schedule="dualpipe",
+                chunks=2, schedule_options={"fb_overlap": 0.4})
+    profile = equal_profile(p, fwd_s=0.01, bwd_s=0.02, parameter_bytes=64 << 20, wgrad_fraction=0.5)
+    program = lower_program(plan, profile, CLUSTER, SimOptions(free_links=True))
+    assert program.gated
+    for options in (SimOptions(contention=False), SimOptions(free_links=True)):
+        slow = simulate(plan, profile, CLUSTER, options, executor="simpy")
+        fast = simulate(plan, profile, CLUSTER, options, executor="fast")
+        assert fast.iteration_time_s == pytest.approx(slow.iteration_time_s, rel=1e-9)
+        assert [d.peak_memory_bytes for d in fast.devices] == [d.peak_memory_bytes for d in slow.devices]
+
+
+def test_a_bad_fb_overlap_in_a_plan_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from pipesim.cli import main
+    from pipesim.plan_file import save_plan
+
+    path = tmp_path / "plan.json"
+    from pipesim.api import make_plan
+
+    plan = make_plan("bert48", global_batch_size=32, num_microbatches=8, stages=4, schedule="dualpipe",
+                     chunks=2, schedule_options={"fb_overlap": 1.5})
+    save_plan(plan, path)
+    code = main(["simulate", "--model", "bert48", "--cluster", "dapple-2x8-v100", "--plan", str(path)])
+    out, err = capsys.readouterr()
+    assert code == 2
+    assert out == ""
+    assert "fb_overlap=1.5: must be a number in [0, 1]" in err
