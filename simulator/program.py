@@ -287,7 +287,7 @@ class Program:
 
         def one(
             block: LoweredBlock, recv_step: int, compute_step: int
-        ) -> tuple[Recv | None, Compute, tuple[Send, ...], Post | None]:
+        ) -> Block:
             recv_op, op, s, mb, send_op, reduced = block
             key = (op, s, samples[mb])
             template = templates.get(key) if cached else None
@@ -296,9 +296,9 @@ class Program:
                 if cached:
                     templates[key] = template
             kind, pieces, name, duration, alloc, free, parts, tp_comm = template
-            recv = None
+            recvs = no_recvs
             if kind is not None:
-                recv = new(Recv, ((kind, s, mb, replica), pieces, recv_step))
+                recvs = (new(Recv, ((kind, s, mb, replica), pieces, recv_step)),)
             marks = self._marks.get(s, _NO_MARKS) if reduced else _NO_MARKS
             if marks and name == "B" and self._costs.recompute is not Recompute.NONE:
                 marks = self._after_replay(marks, s, mb, replica)
@@ -320,7 +320,7 @@ class Program:
                 cid = self._posts.get(s)
                 if cid is not None:
                     post = Post(cid)
-            return recv, compute, out, post
+            return (recvs, (compute,), out, post)
 
         step = 0
         op_fb = Op.FB
@@ -334,9 +334,8 @@ class Program:
         for block in blocks:
             if block[1] is not op_fb:
                 got = block[0] is not None
-                recv, compute, out, post = one(block, step, step + got)
+                yield one(block, step, step + got)
                 step += got + 1 + (block[4] is not None) + block[5]
-                yield ((recv,) if recv is not None else no_recvs, (compute,), out, post)
                 continue
             # an overlapped pair (lowered_units' rule): both receives, then both computations as
             # one unit, then both sends
@@ -345,14 +344,13 @@ class Program:
                 raise InputError(f"{first[2]}FB{first[3]} {PAIR_RULE}")
             got_f, got_b = first[0] is not None, second[0] is not None
             at = step + got_f + got_b
-            recv_f, fwd, out_f, _ = one(first, step, at)  # (FB is never a stage's last backward)
-            recv_b, bwd, out_b, post = one(second, step + got_f, at + 1)
+            recv_f, (fwd,), out_f, _ = one(first, step, at)  # (FB is never a stage's last backward)
+            recv_b, (bwd,), out_b, post = one(second, step + got_f, at + 1)
             if overlap:
                 front, back = pair_parts(fwd.duration_s, bwd.duration_s, overlap)
                 fwd, bwd = fwd._replace(duration_s=float(front)), bwd._replace(duration_s=float(back))
             step = at + 2 + (first[4] is not None) + (second[4] is not None) + second[5]
-            recvs = tuple(r for r in (recv_f, recv_b) if r is not None)
-            yield (recvs, (fwd, bwd), out_f + out_b, post)
+            yield (recv_f + recv_b, (fwd, bwd), out_f + out_b, post)
 
     def _template(
         self, recv_op: Op | None, op: Op, s: int, mb: int, send_op: Op | None, replica: int
