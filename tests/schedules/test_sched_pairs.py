@@ -292,3 +292,20 @@ def test_a_bad_fb_overlap_in_a_plan_file_exits_2(tmp_path: Path, capsys: pytest.
     assert code == 2
     assert out == ""
     assert "fb_overlap=1.5: must be a number in [0, 1]" in err
+
+
+@pytest.mark.parametrize("executor", ["simpy", "fast"])
+@pytest.mark.parametrize("overlap", [0.0, 0.5, 1.0])
+def test_deepseeks_bubble_in_both_executors(executor: str, overlap: float) -> None:
+    """F = I = 2, W = 1 s per stage (B = 3 s), free links, no optimizer step: the busiest device
+    idles DeepSeek's (p/2 - 1)(F&B + B - 3W), F&B = F + B - fb_overlap min(F, B) (5, 4, 3 s)."""
+    for p, m in ((4, 8), (6, 12), (8, 16)):
+        profile = equal_profile(p, fwd_s=2.0, bwd_s=3.0, parameter_bytes=0, wgrad_fraction=1 / 3)
+        plan = dual_plan("dualpipe", p, m, schedule_options={"fb_overlap": overlap})
+        result = simulate(plan, profile, CLUSTER, FREE, executor=executor)
+        fb = 2.0 + 3.0 - overlap * 2.0
+        deepseek = (p // 2 - 1) * (fb + 3.0 - 3 * 1.0)
+        idle = [result.iteration_time_s - d.busy_time_s for d in result.devices]
+        assert max(idle) == pytest.approx(deepseek, rel=1e-9, abs=1e-9)
+        if not overlap:
+            assert result.iteration_time_s == pytest.approx(m * 5.0 + deepseek, rel=1e-12)
