@@ -23,7 +23,9 @@ schedule's placement, no transfer between two stages on one rank):
   checked against direct evaluation with unequal stages and slow links in
   ``tests/planner/test_schedule_plans.py``. A bottleneck that only overtakes past the window
   (a flow shop whose slowest stage's line crosses late) is caught for the makespan by taking the
-  period's growth at least ``d`` times the busiest rank's compute per micro-batch; the ranks'
+  period's growth at least ``d`` times the busiest rank's compute per micro-batch (its forwards
+  and backwards, less what overlapped pairs may hide: ``fb_overlap`` of the shorter side,
+  :mod:`pipesim.schedules.pairs`); the ranks'
   last actions (when their all-reduces start) keep the window's growth, an approximation.
 
 The cost is that of evaluating ``O(lcm(p, 4))`` micro-batches over ``v p`` stages, independent of ``m``.
@@ -38,7 +40,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from pipesim.schedules import evaluate
+from pipesim.schedules import evaluate, pair_time
 from pipesim.schedules.placement import stage_ranks
 from pipesim.schedules.registry import make_schedule, schedule_info
 from pipesim.schedules.schedule import Schedule
@@ -197,9 +199,14 @@ def order_time_s(
     # busiest rank's, which guards against a bottleneck that only dominates past the window
     placement = schedule_info(schedule).placement
     where = stage_ranks(placement, len(fwd_s), p)
-    busy: list[Time] = [0 for _ in range(p)]
+    fwd_sum: list[Time] = [0 for _ in range(p)]
+    bwd_sum: list[Time] = [0 for _ in range(p)]
     for s, rank in enumerate(where):
-        busy[rank] += fwd_s[s] + bwd_s[s]
+        fwd_sum[rank] += fwd_s[s]
+        bwd_sum[rank] += bwd_s[s]
+    # overlapped pairs (dualpipe, dualpipev) hide at most fb_overlap of the shorter side
+    overlap = (options or {}).get("fb_overlap", 0)
+    busy = [pair_time(f, b, overlap) for f, b in zip(fwd_sum, bwd_sum, strict=True)]
     share = Fraction(1, 2) if placement == "dual" else 1  # dual: a micro-batch runs half the stages
     growth = max(t2.makespan_s - t1.makespan_s, period * max(busy) * share)
     return OrderTime(

@@ -4,7 +4,9 @@ A :class:`Schedule` holds, for each pipeline rank, the ordered :class:`Action` l
 iteration; actions print and parse in torch's token form (``0F1``, ``3I0``). Generators
 (:func:`make_schedule`, or lazily :func:`stream_schedule`; :func:`schedule_info` and
 ``pipesim schedule list`` describe each) produce compute-only schedules, their stages placed on
-ranks looped or in a V (:mod:`pipesim.schedules.placement`); the
+ranks looped, in a V or in two directions (:mod:`pipesim.schedules.placement`); an overlapped
+forward-and-backward pair (``FB`` then ``B``, DualPipe's ``F&B``) runs as one unit
+(:mod:`pipesim.schedules.pairs`); the
 lowering (:func:`lowered_blocks`, :func:`lower`) derives communication and gradient all-reduces;
 :func:`validate` checks a schedule; :func:`evaluate` times one on per-rank timelines without a
 simulator. This layer imports only ``pipesim.errors`` and ``pipesim.units``.
@@ -12,7 +14,7 @@ simulator. This layer imports only ``pipesim.errors`` and ``pipesim.units``.
 
 from __future__ import annotations
 
-from pipesim.schedules.action import Action, Op
+from pipesim.schedules.action import FORWARD_OPS, Action, Op
 from pipesim.schedules.async_pipedream import pipedream_2bw, pipedream_async, steady_iteration_time
 from pipesim.schedules.controllable import v_half, v_min
 from pipesim.schedules.generators import (
@@ -35,6 +37,7 @@ from pipesim.schedules.lowering import (
     split_backward,
 )
 from pipesim.schedules.order_text import parse_order, read_schedule, read_schedule_file, schedule_from_order
+from pipesim.schedules.pairs import pair_time
 from pipesim.schedules.placement import PLACEMENTS, stage_rank, stage_ranks
 from pipesim.schedules.registry import (
     ScheduleInfo,
@@ -51,6 +54,7 @@ from pipesim.schedules.validate import validate
 from pipesim.schedules.vshape import dualpipev, zbv
 
 __all__ = [
+    "FORWARD_OPS",
     "PLACEMENTS",
     "Action",
     "CostSpec",
@@ -78,6 +82,7 @@ __all__ = [
     "make_schedule",
     "merge_backward",
     "one_f_one_b",
+    "pair_time",
     "parse_order",
     "pipedream_2bw",
     "pipedream_async",

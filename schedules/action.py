@@ -16,7 +16,7 @@ from enum import Enum
 
 from pipesim.errors import InputError, invalid
 
-__all__ = ["BACKWARD_OPS", "COMM_OPS", "COMPUTE_OPS", "Action", "Op"]
+__all__ = ["BACKWARD_OPS", "COMM_OPS", "COMPUTE_OPS", "FORWARD_OPS", "Action", "Op"]
 
 
 class Op(str, Enum):
@@ -24,13 +24,21 @@ class Op(str, Enum):
 
     Compute ops: ``F`` forward, ``B`` full backward (input and weight gradients together), ``I``
     input gradient only, ``W`` weight gradient only (zero-bubble schedules split ``B`` into ``I``
-    then ``W``). Communication ops, added by :mod:`pipesim.schedules.lowering`: ``SEND_F``/``RECV_F``
+    then ``W``). ``FB`` is the forward of an overlapped forward-and-backward pair (DualPipe's
+    ``F&B``, torch's ``OVERLAP_F_B``): ``sFBk`` runs the forward of micro-batch ``k`` on stage
+    ``s`` as one unit with the full backward ``B`` that immediately follows it in the rank's
+    order; the unit waits for both inputs (the forward's activation and the backward's
+    gradient), runs for the pair's time and then releases both outputs (DeepSeek's
+    ``DualPipe._forward_backward_chunk``; the pair's time is the schedule's ``fb_overlap`` rule,
+    :func:`~pipesim.schedules.pairs.pair_time`). As a dependency ``FB`` is the forward it runs.
+    Communication ops, added by :mod:`pipesim.schedules.lowering`: ``SEND_F``/``RECV_F``
     move a micro-batch's activation from stage ``s`` to ``s + 1``; ``SEND_B``/``RECV_B`` move its
     gradient from ``s`` to ``s - 1``; ``ALL_REDUCE`` all-reduces a replicated stage's weight
     gradients among its replicas once per iteration (torch calls it ``REDUCE_GRAD``).
     """
 
     F = "F"
+    FB = "FB"
     B = "B"
     I = "I"  # noqa: E741 - torch's name for the input-gradient action
     W = "W"
@@ -44,8 +52,10 @@ class Op(str, Enum):
         return self.value
 
 
-COMPUTE_OPS: frozenset[Op] = frozenset({Op.F, Op.B, Op.I, Op.W})
+COMPUTE_OPS: frozenset[Op] = frozenset({Op.F, Op.FB, Op.B, Op.I, Op.W})
 """Ops that occupy the rank's compute unit."""
+FORWARD_OPS: frozenset[Op] = frozenset({Op.F, Op.FB})
+"""Ops that run a forward (``FB``: the forward of an overlapped pair)."""
 COMM_OPS: frozenset[Op] = frozenset({Op.SEND_F, Op.RECV_F, Op.SEND_B, Op.RECV_B, Op.ALL_REDUCE})
 """Ops added by the lowering passes."""
 BACKWARD_OPS: frozenset[Op] = frozenset({Op.B, Op.I})
@@ -55,7 +65,7 @@ _PEER_OFFSET: dict[Op, int] = {Op.SEND_F: 1, Op.RECV_F: -1, Op.SEND_B: -1, Op.RE
 # REDUCE_GRAD is torch's spelling of ALL_REDUCE; it is accepted when parsing, never emitted.
 _ALIASES: dict[str, Op] = {"REDUCE_GRAD": Op.ALL_REDUCE}
 _TOKEN = re.compile(
-    r"\s*([0-9]{1,18})(SEND_F|RECV_F|SEND_B|RECV_B|ALL_REDUCE|REDUCE_GRAD|F|B|I|W)([0-9]{0,18})\s*\Z"
+    r"\s*([0-9]{1,18})(SEND_F|RECV_F|SEND_B|RECV_B|ALL_REDUCE|REDUCE_GRAD|FB|F|B|I|W)([0-9]{0,18})\s*\Z"
 )
 
 
@@ -70,8 +80,9 @@ class Action:
             covers the whole iteration.
 
     Dependencies the simulator and the evaluator honour (``S`` stages, the rank order aside):
-    ``F(s, m)`` needs ``F(s - 1, m)``; ``B(s, m)`` and ``I(s, m)`` need ``F(s, m)`` and the
-    input gradient of ``(s + 1, m)`` (its ``B`` or ``I``); ``W(s, m)`` needs ``I(s, m)``.
+    ``F(s, m)`` (or ``FB(s, m)``) needs ``F(s - 1, m)``; ``B(s, m)`` and ``I(s, m)`` need ``F(s, m)`` and the
+    input gradient of ``(s + 1, m)`` (its ``B`` or ``I``); ``W(s, m)`` needs ``I(s, m)``; an
+    ``FB`` and the ``B`` after it start together, once both have what they need.
 
     Raises:
         InputError: a negative or non-integer stage or micro-batch, a missing micro-batch on an op
@@ -100,7 +111,7 @@ class Action:
 
     @property
     def is_compute(self) -> bool:
-        """Whether the action is computation (``F``, ``B``, ``I``, ``W``)."""
+        """Whether the action is computation (``F``, ``FB``, ``B``, ``I``, ``W``)."""
         return self.op in COMPUTE_OPS
 
     @property
@@ -114,7 +125,7 @@ class Action:
 
     @classmethod
     def parse(cls, text: str) -> Action:
-        """Parse one token of the text form, e.g. ``"0F1"``, ``"3I0"``, ``"1SEND_F2"``.
+        """Parse one token of the text form, e.g. ``"0F1"``, ``"3I0"``, ``"1SEND_F2"``, ``"0FB3"``.
 
         ``REDUCE_GRAD`` (torch's name) is read as ``ALL_REDUCE``.
 

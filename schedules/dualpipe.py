@@ -23,39 +23,44 @@ unfolded over ``p`` ranks, and each up micro-batch its mirror image.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from fractions import Fraction
 
 from pipesim.errors import check_count, invalid
+from pipesim.schedules.pairs import check_fb_overlap
 from pipesim.schedules.schedule import Schedule, ScheduleStream, Step
 from pipesim.schedules.vshape import dualpipev_rank
 
 __all__ = ["dualpipe"]
 
 
-def dualpipe(*, num_ranks: int, num_microbatches: int) -> Schedule:
+def dualpipe(*, num_ranks: int, num_microbatches: int, fb_overlap: float | Fraction = 0) -> Schedule:
     """DualPipe (DeepSeek-V3 technical report, sec. 3.2.1): two pipelines fed from both ends of
     ``p`` ranks (``p`` even), ``m / 2`` micro-batches each way (``m`` even, ``m >= 2p``: the
     reference's rules), two model stages per rank (see the module doc).
 
-    pipesim runs each overlapped forward-and-backward pair of the main phase as its forward then
-    its backward on one compute stream (``F&B = F + B``; DeepSeek hides the pair's all-to-all
-    under the other's compute, which this model has no communication to gain from). With equal
-    stages and free links the makespan is DualPipeV's with ``p / 2`` ranks and ``m / 2``
-    micro-batches: ``m (F + I + W) + (p / 2 - 1) max(F + I - W, 2(F - W))`` when ``W <= I <= F``
-    (``(p / 2 - 1) F`` at equal costs; DeepSeek's ``(p / 2 - 1)(F&B + B - 3W)`` counts each pair
-    as one unit that waits for both its inputs, ``docs/schedules.md``). Each rank holds at most
-    ``p + 1`` stage-micro-batches of activations. Unit-cost slots for p=4, m=8 (F = I = W = 1,
-    B = 2; upper case the down copy, lower case the up copy, up micro-batches numbered from
-    ``m / 2``)::
+    Each overlapped forward-and-backward pair of the main phase is an ``FB`` followed by its
+    ``B``, run as one unit as DeepSeek's ``_forward_backward_chunk`` runs it: it waits for both
+    inputs (the forward's activation and the backward's gradient), lasts
+    ``F&B = F + B - fb_overlap * min(F, B)`` (default ``fb_overlap = 0``, ``F&B = F + B``:
+    :mod:`pipesim.schedules.pairs`) and then sends both outputs. With equal stages and free links
+    the busiest rank idles ``(p/2 - 1)(F&B + F - 2W)`` when ``W <= I <= F`` (every rank when
+    ``fb_overlap = 0``, the makespan ``m(F + I + W)`` plus it): DeepSeek's bubble
+    ``(p/2 - 1)(F&B + B - 3W)`` when ``F = I``; for any ``W <= I`` it is
+    ``max((p/2 - 1)(F&B + F - 2W), (p/2 - 1)(F&B + I - 2W) - F)`` (``docs/schedules.md``). Each rank
+    holds at most ``p + 1`` stage-micro-batches of activations. Unit-cost slots for p=4, m=8
+    (F = I = W = 1, B = 2; upper case the down copy, lower case the up copy, up micro-batches
+    numbered from ``m / 2``; a pair's forward is shown as its F, its backward right after it)::
 
-        rank 0 F0 F1 F2 f4 i4 w4 f5 F3 b5--- f6 B0--- b6--- f7 .  B1--- b7--- I2 W2 I3 W3
-        rank 1 .  F0 f4 F1 f5 F2 b4--- f6 B0--- F3 b5--- f7 B1--- b6--- B2--- i7 I3 w7 W3
-        rank 2 .  f4 F0 f5 F1 f6 B0--- F2 b4--- f7 B1--- F3 b5--- B2--- b6--- I3 i7 W3 w7
-        rank 3 f4 f5 f6 F0 I0 W0 F1 f7 B1--- F2 b4--- B2--- F3 .  b5--- B3--- i6 w6 i7 w7
+        rank 0 F0 F1 F2 f4 i4 w4 f5 F3 b5--- .  f6 B0--- b6--- .  f7 B1--- b7--- I2 W2 I3 W3
+        rank 1 .  F0 f4 F1 f5 F2 b4--- f6 B0--- F3 b5--- f7 B1--- b6--- B2--- .  i7 I3 w7 W3
+        rank 2 .  f4 F0 f5 F1 f6 B0--- F2 b4--- f7 B1--- F3 b5--- B2--- b6--- .  I3 i7 W3 w7
+        rank 3 f4 f5 f6 F0 I0 W0 F1 f7 B1--- .  F2 b4--- B2--- .  F3 b5--- B3--- i6 w6 i7 w7
 
     Raises:
         InputError: a count below 1, an odd ``p`` or ``m``, or ``m < 2p``.
     """
-    return _dualpipe(num_ranks=num_ranks, num_microbatches=num_microbatches).materialize()
+    stream = _dualpipe(num_ranks=num_ranks, num_microbatches=num_microbatches, fb_overlap=fb_overlap)
+    return stream.materialize()
 
 
 def _dualpipe_rank(p: int, m: int, r: int) -> Iterator[Step]:
@@ -72,7 +77,7 @@ def _dualpipe_rank(p: int, m: int, r: int) -> Iterator[Step]:
             yield (op, up, half_m + k)
 
 
-def _dualpipe(*, num_ranks: int, num_microbatches: int) -> ScheduleStream:
+def _dualpipe(*, num_ranks: int, num_microbatches: int, fb_overlap: float | Fraction = 0) -> ScheduleStream:
     check_count("num_ranks", num_ranks)
     check_count("num_microbatches", num_microbatches)
     p, m = num_ranks, num_microbatches
@@ -88,4 +93,5 @@ def _dualpipe(*, num_ranks: int, num_microbatches: int) -> ScheduleStream:
         num_microbatches=m,
         rows=lambda r: _dualpipe_rank(p, m, r),
         placement="dual",
+        fb_overlap=check_fb_overlap(fb_overlap),
     )

@@ -8,9 +8,11 @@ validates what it returns.
 ``lowered_blocks`` is the one place communication is derived: it walks one rank's compute steps
 and yields, lazily, each compute step with the receive before it, the send after it and whether
 the stage's all-reduce follows, so that the simulator (:mod:`pipesim.simulator.program`) can
-stream a lowered program of any length without building it; ``lowered_steps`` flattens those
-blocks into plain ``(op, stage, microbatch)`` steps, and ``add_communication`` and ``lower`` are
-that generator, materialized and validated.
+stream a lowered program of any length without building it; ``lowered_units`` groups those
+blocks into the units a rank runs (an overlapped pair, ``FB`` and its ``B``, is one unit: both
+receives before it, both sends after it); ``lowered_steps`` flattens the units into plain
+``(op, stage, microbatch)`` steps, and ``add_communication`` and ``lower`` are that generator,
+materialized and validated.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from dataclasses import replace
 
 from pipesim.errors import InputError, invalid
 from pipesim.schedules.action import Action, Op
+from pipesim.schedules.pairs import PAIR_RULE
 from pipesim.schedules.placement import chain_bounds, stage_ranks
 from pipesim.schedules.schedule import Schedule, Step
 from pipesim.schedules.validate import validate
@@ -33,6 +36,7 @@ __all__ = [
     "lower",
     "lowered_blocks",
     "lowered_steps",
+    "lowered_units",
     "merge_backward",
     "split_backward",
 ]
@@ -74,8 +78,9 @@ def lowered_blocks(
     """The lowered steps of one rank's compute steps, one :data:`Block` per compute step, lazily.
 
     Rules (the communication of :func:`add_communication`, the all-reduce of
-    :func:`add_allreduce`): ``RECV_F(s, m)`` just before ``F(s, m)`` when ``s > 0``; ``SEND_F(s, m)``
-    just after it when ``s`` is not the last stage; ``RECV_B(s, m)`` just before ``B(s, m)`` or
+    :func:`add_allreduce`): ``RECV_F(s, m)`` just before ``F(s, m)`` (or ``FB(s, m)``) when
+    ``s > 0``; ``SEND_F(s, m)`` just after it when ``s`` is not the last stage;
+    ``RECV_B(s, m)`` just before ``B(s, m)`` or
     ``I(s, m)`` when ``s`` is not the last stage and ``SEND_B(s, m)`` just after it when
     ``s > 0``; each only between stages on different ranks (stages on one rank exchange nothing:
     one rank, or the turn of a V-shape placement) and within a chain (``dual``: stage ``S/2 - 1``
@@ -103,10 +108,10 @@ def lowered_blocks(
     cross_prev = [not starts[s] and where[s - 1] != where[s] for s in range(num_stages)]
     cross_next = [not ends[s] and where[s + 1] != where[s] for s in range(num_stages)]
     reduce = allreduce_after or {}
-    op_f, op_b, op_i, op_w = Op.F, Op.B, Op.I, Op.W
+    op_f, op_fb, op_b, op_i, op_w = Op.F, Op.FB, Op.B, Op.I, Op.W
     recv_f, send_f, recv_b, send_b = Op.RECV_F, Op.SEND_F, Op.RECV_B, Op.SEND_B
     for i, (op, s, mb) in enumerate(steps):
-        if op is op_f:
+        if op is op_f or op is op_fb:
             recv = recv_f if cross_prev[s] else None
             send = send_f if cross_next[s] else None
         elif op is op_b or op is op_i:
@@ -121,6 +126,38 @@ def lowered_blocks(
         yield (recv, op, s, mb, send, bool(reduce) and reduce.get(s) == i)
 
 
+def lowered_units(
+    steps: Iterable[Step],
+    *,
+    num_ranks: int,
+    num_stages: int,
+    allreduce_after: Mapping[int, int] | None = None,
+    placement: str = "looped",
+) -> Iterator[tuple[Block, ...]]:
+    """The blocks of :func:`lowered_blocks` grouped into the units the rank runs, lazily: one
+    block, or the two blocks of an overlapped pair (``FB`` and the ``B`` after it, run as one:
+    :mod:`pipesim.schedules.pairs`). A unit's lowered steps are its receives, its compute steps,
+    its sends and its all-reduce, each in the unit's order (for a pair ``RECV_F``, ``RECV_B``,
+    ``FB``, ``B``, ``SEND_F``, ``SEND_B``, ``ALL_REDUCE``, those present).
+
+    Same arguments and errors as :func:`lowered_blocks`; also
+    InputError: an ``FB`` not followed by a ``B`` (raised when it is reached).
+    """
+    op_fb, op_b = Op.FB, Op.B
+    blocks = lowered_blocks(
+        steps, num_ranks=num_ranks, num_stages=num_stages, allreduce_after=allreduce_after,
+        placement=placement,
+    )
+    for block in blocks:
+        if block[1] is not op_fb:
+            yield (block,)
+            continue
+        partner = next(blocks, None)
+        if partner is None or partner[1] is not op_b:
+            raise InputError(f"{block[2]}FB{block[3]} {PAIR_RULE}")
+        yield (block, partner)
+
+
 def lowered_steps(
     row: Sequence[Action],
     *,
@@ -129,7 +166,7 @@ def lowered_steps(
     allreduce_stages: Iterable[int] = (),
     placement: str = "looped",
 ) -> Iterator[Step]:
-    """The lowered steps of one rank's compute actions, generated lazily (:func:`lowered_blocks`,
+    """The lowered steps of one rank's compute actions, generated lazily (:func:`lowered_units`,
     flattened).
 
     Args:
@@ -147,16 +184,20 @@ def lowered_steps(
     """
     steps = [(a.op, a.stage, a.microbatch) for a in row]
     after = last_backwards(steps, allreduce_stages)
-    for recv, op, s, mb, send, reduce in lowered_blocks(
+    for unit in lowered_units(
         steps, num_ranks=num_ranks, num_stages=num_stages, allreduce_after=after, placement=placement
     ):
-        if recv is not None:
-            yield (recv, s, mb)
-        yield (op, s, mb)
-        if send is not None:
-            yield (send, s, mb)
-        if reduce:
-            yield (Op.ALL_REDUCE, s, None)
+        for recv, _, s, mb, _, _ in unit:
+            if recv is not None:
+                yield (recv, s, mb)
+        for _, op, s, mb, _, _ in unit:
+            yield (op, s, mb)
+        for _, _, s, mb, send, _ in unit:
+            if send is not None:
+                yield (send, s, mb)
+        for _, _, s, _, _, reduce in unit:
+            if reduce:
+                yield (Op.ALL_REDUCE, s, None)
 
 
 def _materialized(schedule: Schedule, allreduce_stages: Iterable[int]) -> Schedule:
@@ -211,11 +252,14 @@ def lower(schedule: Schedule, allreduce_stages: Iterable[int] = ()) -> Schedule:
 
 
 def _after_sends(row: list[Action], i: int) -> int:
-    """The index just past ``row[i]`` and the sends of the same (stage, micro-batch) right after it."""
+    """The index just past ``row[i]`` and the sends of the same (stage, micro-batch) right after it
+    (a pair's ``B``: and those of its ``FB``)."""
     a = row[i]
+    own = {(a.stage, a.microbatch)}
+    if a.op is Op.B and i > 0 and row[i - 1].op is Op.FB:
+        own.add((row[i - 1].stage, row[i - 1].microbatch))
     j = i + 1
-    while j < len(row) and row[j].op in (Op.SEND_F, Op.SEND_B) and row[j].stage == a.stage \
-            and row[j].microbatch == a.microbatch:
+    while j < len(row) and row[j].op in (Op.SEND_F, Op.SEND_B) and (row[j].stage, row[j].microbatch) in own:
         j += 1
     return j
 
@@ -265,14 +309,17 @@ def split_backward(schedule: Schedule) -> Schedule:
     """Replace each ``B(s, m)`` by ``I(s, m)`` followed at once by ``W(s, m)``.
 
     ``W`` goes after the gradient send that follows the backward, if any. The timing of the result
-    equals the original's when ``I`` and ``W`` together cost what ``B`` did.
+    equals the original's when ``I`` and ``W`` together cost what ``B`` did. The ``B`` of an
+    overlapped pair (after an ``FB``) stays whole: the pair runs as one unit.
     """
     rows: list[list[Action]] = []
     for row in schedule.ranks:
-        out = [Action(stage=a.stage, op=Op.I, microbatch=a.microbatch) if a.op is Op.B else a for a in row]
+        split = [a.op is Op.B and not (i > 0 and row[i - 1].op is Op.FB) for i, a in enumerate(row)]
+        out = [Action(stage=a.stage, op=Op.I, microbatch=a.microbatch) if cut else a
+               for a, cut in zip(row, split, strict=True)]
         for i in reversed(range(len(row))):
             a = row[i]
-            if a.op is Op.B:
+            if split[i]:
                 out.insert(_after_sends(out, i), Action(stage=a.stage, op=Op.W, microbatch=a.microbatch))
         rows.append(out)
     return _rebuilt(schedule, rows)

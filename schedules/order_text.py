@@ -12,9 +12,10 @@ The vocabulary is torch 2.13's (``torch.distributed.pipelining.schedules._Comput
 ``F``, ``B``, ``I``, ``W``, ``SEND_F``, ``RECV_F``, ``SEND_B``, ``RECV_B``, ``REDUCE_GRAD``
 (pipesim's ``ALL_REDUCE``), ``UNSHARD`` and ``RESHARD`` (FSDP's parameter gathering around a
 stage's work: pipesim models no sharding there, so they are read and dropped) and the overlapped
-pair ``(0F3;3B1)OVERLAP_F_B`` (read as its sub-actions in order: pipesim's devices run one compute
-action at a time). The stage-to-rank placement (looped or V) is inferred from where each stage's
-compute actions are.
+pair ``(0F3;3B1)OVERLAP_F_B``, a forward and a full backward run as one unit (DualPipe's
+``F&B``): it is read as pipesim's ``0FB3`` followed by ``3B1`` (:mod:`pipesim.schedules.pairs`),
+which is also how pipesim prints it and reads it back. The stage-to-rank placement (looped or V)
+is inferred from where each stage's compute actions are.
 
 :func:`read_schedule` (and :func:`read_schedule_file`, what ``--schedule FILE`` uses) returns
 the compute-only schedule the simulator lowers itself: when the file also holds communication
@@ -37,7 +38,7 @@ from typing import Any
 
 from pipesim.errors import FormatError, InputError, invalid
 from pipesim.fileio import parse_ascii_int, read_input_bytes
-from pipesim.schedules.action import Action, Op
+from pipesim.schedules.action import FORWARD_OPS, Action, Op
 from pipesim.schedules.placement import infer_placement
 from pipesim.schedules.schedule import Schedule
 from pipesim.schedules.validate import validate
@@ -62,7 +63,7 @@ _COMM_CHECKED = (Op.SEND_F, Op.RECV_F, Op.SEND_B, Op.RECV_B)
 
 def _actions(token: str, line: int | None) -> list[Action]:
     """The actions one token stands for: none (``UNSHARD``/``RESHARD``), one, or an overlapped
-    pair's sub-actions."""
+    pair's two (``FB`` and its ``B``)."""
     if _SHARDING.match(token):
         return []
     overlap = _OVERLAP.match(token)
@@ -70,7 +71,12 @@ def _actions(token: str, line: int | None) -> list[Action]:
         parts = [p for p in overlap.group(1).split(";") if p.strip()]
         if not parts:
             raise FormatError(None, line, f"action={token!r}: OVERLAP_F_B needs sub-actions, e.g. (0F1;3B0)")
-        return [a for part in parts for a in _actions(part, line)]
+        subs = [a for part in parts for a in _actions(part, line)]
+        if [a.op for a in subs] != [Op.F, Op.B]:
+            rule = "OVERLAP_F_B must hold one forward then one full backward, e.g. (0F1;3B0)"
+            raise FormatError(None, line, f"action={token!r}: {rule}")
+        fwd, bwd = subs
+        return [Action(stage=fwd.stage, op=Op.FB, microbatch=fwd.microbatch), bwd]
     try:
         return [Action.parse(token)]
     except InputError as exc:
@@ -223,7 +229,7 @@ def _one_half_each(rows: list[list[Action]], num_stages: int) -> bool:
     sides: dict[int | None, set[bool]] = {}
     for row in rows:
         for a in row:
-            if a.op is Op.F:
+            if a.op in FORWARD_OPS:
                 sides.setdefault(a.microbatch, set()).add(a.stage < half)
     return all(len(side) == 1 for side in sides.values()) and len(set().union(*sides.values())) == 2
 

@@ -95,6 +95,7 @@ def _info(name: ScheduleName, stream: Callable[..., ScheduleStream], chunks: str
 
 
 _NONE: frozenset[str] = frozenset()
+_FB = frozenset({"fb_overlap"})  # the overlapped pairs' overlap (pipesim.schedules.pairs)
 _S = generators.stream_of
 _REGISTRY: dict[ScheduleName, ScheduleInfo] = {
     info.name: info
@@ -144,15 +145,17 @@ _REGISTRY: dict[ScheduleName, ScheduleInfo] = {
             "Qi et al., ICLR 2024, sec. 6; torch ScheduleZBVZeroBubble",
         ),
         _info(
-            ScheduleName.DUALPIPEV, vshape._dualpipev, "two", 2, _NONE, "v",
+            ScheduleName.DUALPIPEV, vshape._dualpipev, "two", 2, _FB, "v",
             "2p + 1",
-            "makespan 2m(F + I + W) + (p - 1)max(F + I - W, 2(F - W)) when W <= I <= F (F&B = F + B)",
+            "busiest rank idles (p - 1)(F&B + F - 2W) when W <= I <= F (DeepSeek's (p - 1)(F&B + B - 3W) at "
+            "F = I); F&B = F + B - fb_overlap min(F, B), pairs run as one unit",
             "DeepSeek-V3 technical report 2024, sec. 3.2.1; torch ScheduleDualPipeV",
         ),
         _info(
-            ScheduleName.DUALPIPE, dualpipe._dualpipe, "two", 2, _NONE, "dual",
+            ScheduleName.DUALPIPE, dualpipe._dualpipe, "two", 2, _FB, "dual",
             "p + 1 (two model stages per rank: 2x parameters)",
-            "makespan m(F + I + W) + (p/2 - 1)max(F + I - W, 2(F - W)) when W <= I <= F (F&B = F + B)",
+            "busiest rank idles (p/2 - 1)(F&B + F - 2W) when W <= I <= F (DeepSeek's "
+            "(p/2 - 1)(F&B + B - 3W) at F = I); F&B = F + B - fb_overlap min(F, B), pairs run as one unit",
             "DeepSeek-V3 technical report 2024, sec. 3.2.1; github deepseek-ai/DualPipe 3da1bbe",
         ),
         _info(
@@ -259,7 +262,10 @@ def make_schedule(
             depend on them), or ``None`` for equal micro-batches.
         **options: schedule options: ``dapple`` takes ``warmup`` (``"default"``, ``"slow-link"``
             or a list of per-stage warm-up counts); ``zb-auto`` takes ``fwd_time_s``,
-            ``bwd_time_s``, ``wgrad_time_s``, ``comm_time_s`` and ``memory_limit``.
+            ``bwd_time_s``, ``wgrad_time_s``, ``comm_time_s`` and ``memory_limit``;
+            ``dualpipe`` and ``dualpipev`` take ``fb_overlap`` (in ``[0, 1]``, default 0: the
+            share of the shorter computation an overlapped pair hides,
+            :mod:`pipesim.schedules.pairs`).
 
     Returns:
         The validated, compute-only schedule.

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from pipesim.errors import InputError
-from pipesim.schedules.action import Action
+from pipesim.schedules.action import Action, Op
 from pipesim.schedules.timing import Timeline
 
 __all__ = ["format_timeline"]
 
 
 def _compact(action: Action, num_ranks: int) -> str:
-    text = f"{action.op.value}{action.microbatch}"
+    op = Op.F if action.op is Op.FB else action.op  # an overlapped pair's forward: its F
+    text = f"{op.value}{action.microbatch}"
     return text.lower() if (action.stage // num_ranks) % 2 else text
 
 
@@ -19,7 +20,9 @@ def format_timeline(timeline: Timeline, *, compact: bool = False) -> str:
 
     Each slot is one column; an action that lasts several slots shows its token once, followed by
     ``-`` to its end; ``.`` is an idle slot. Tokens are torch's (``1B0``); with ``compact`` they drop
-    the stage (``B0``) and odd chunks are lower case (``b0``), for small docstring grids.
+    the stage (``B0``) and odd chunks are lower case (``b0``), for small docstring grids; the
+    forward of an overlapped pair is its ``F0`` there (``0FB0`` in full), its backward right
+    after it.
 
     Raises:
         InputError: a start or end that is not a whole number of slots.

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
+from fractions import Fraction
 
 from pipesim.errors import InputError, invalid
 from pipesim.schedules.action import Action, Op
+from pipesim.schedules.pairs import check_fb_overlap
 from pipesim.schedules.placement import check_dual, check_placement, microbatch_chain, stage_ranks
 
 __all__ = ["Schedule", "ScheduleError", "ScheduleStream", "Step", "format_grid"]
@@ -103,10 +105,15 @@ class Schedule:
             sizes do not change the order; they travel with the schedule to the simulator.
         placement: ``"looped"`` (stage ``s`` on rank ``s % p``), ``"v"`` (V shape) or ``"dual"``
             (two chains fed from both ends, :mod:`pipesim.schedules.placement`).
+        fb_overlap: the share of the shorter computation an overlapped pair (``FB`` then ``B``)
+            hides under the other, in ``[0, 1]`` (default 0: ``F&B = F + B``;
+            :func:`pipesim.schedules.pairs.pair_time`). Like the sizes, it does not change the
+            order; it travels with the schedule to the evaluator and the simulator.
 
     Raises:
         InputError: counts below 1, ``num_stages`` not a multiple of ``num_ranks``, ``ranks`` of
-            the wrong length, an action on the wrong rank or out of range, bad sizes, or (``dual``)
+            the wrong length, an action on the wrong rank or out of range, bad sizes, an
+            ``fb_overlap`` outside ``[0, 1]``, or (``dual``)
             an odd ``p`` or ``m``, ``S != 2p``, or a micro-batch on the other direction's chain.
             (Semantic rules, like one forward per micro-batch, are checked by
             :func:`pipesim.schedules.validate`.)
@@ -119,9 +126,11 @@ class Schedule:
     ranks: tuple[tuple[Action, ...], ...]
     microbatch_sizes: tuple[int, ...] | None = None
     placement: str = "looped"
+    fb_overlap: float | Fraction = 0
 
     def __post_init__(self) -> None:
         check_placement(self.placement)
+        check_fb_overlap(self.fb_overlap)
         for field in ("num_ranks", "num_stages", "num_microbatches"):
             value = getattr(self, field)
             if type(value) is not int or value < 1:
@@ -245,6 +254,7 @@ class ScheduleStream:
         rows: ``rows(r)`` makes rank ``r``'s step iterator.
         microbatch_sizes: samples per micro-batch, or ``None`` for equal micro-batches.
         placement: the stage-to-rank placement (:class:`Schedule`).
+        fb_overlap: the overlapped pairs' overlap (:class:`Schedule`).
     """
 
     name: str
@@ -254,6 +264,7 @@ class ScheduleStream:
     rows: Callable[[int], Iterator[Step]]
     microbatch_sizes: tuple[int, ...] | None = None
     placement: str = "looped"
+    fb_overlap: float | Fraction = 0
 
     @property
     def stage_ranks(self) -> tuple[int, ...]:
@@ -282,6 +293,7 @@ class ScheduleStream:
             ranks=ranks,
             microbatch_sizes=self.microbatch_sizes,
             placement=self.placement,
+            fb_overlap=self.fb_overlap,
         )
 
     @classmethod
@@ -299,4 +311,5 @@ class ScheduleStream:
             rows=rows,
             microbatch_sizes=schedule.microbatch_sizes,
             placement=schedule.placement,
+            fb_overlap=schedule.fb_overlap,
         )

@@ -14,6 +14,7 @@ from fractions import Fraction
 
 from pipesim.errors import InputError, invalid
 from pipesim.schedules.action import Action, Op
+from pipesim.schedules.pairs import PAIR_RULE, pair_parts
 from pipesim.schedules.placement import chain_bounds
 from pipesim.schedules.schedule import Schedule
 from pipesim.schedules.validate import deadlock_error, validate
@@ -40,6 +41,10 @@ class Timeline:
             micro-batch is stashed from the start of its ``F`` until the end of the action that
             frees it: the full backward ``B``, or ``W`` in the split form (``W`` still needs the
             stage's inputs). The count depends on the order only, never on the costs.
+
+    An overlapped pair (``FB`` and its ``B``) runs as one unit: its two actions' spans split the
+    pair's time in proportion to their costs (:func:`pipesim.schedules.pairs.pair_parts`), the
+    forward's first, and both outputs leave at the end of the second.
     """
 
     schedule: Schedule
@@ -132,7 +137,10 @@ def evaluate(
 
     Each rank runs its actions strictly in order, one at a time; an action starts when its rank is
     free and its dependencies (see :class:`~pipesim.schedules.action.Action`) have ended, plus the
-    transfer time when the dependency ran on another rank. Transfers from one rank to another go
+    transfer time when the dependency ran on another rank. An overlapped pair (``FB`` then its
+    ``B``, :mod:`pipesim.schedules.pairs`) starts once both its actions' dependencies have ended
+    and lasts ``F&B = F + B - fb_overlap * min(F, B)`` (the schedule's ``fb_overlap``); both its
+    outputs leave at its end, the activation's transfer first. Transfers from one rank to another go
     one at a time in the order the sending rank produced them (a FIFO stream per ordered rank
     pair, as the simulator's point-to-point streams), pipelined: of a transfer's time ``c``, its
     latency ``l`` overlaps the pair's previous transfer, so it arrives at
@@ -211,7 +219,8 @@ def evaluate(
     peak = [0] * stages
     pointer = [0] * p
     ready = list(range(p))
-    op_f, op_b, op_i = Op.F, Op.B, Op.I
+    op_f, op_fb, op_b, op_i = Op.F, Op.FB, Op.B, Op.I
+    overlap = schedule.fb_overlap
     while ready:
         r = ready.pop()
         row, start_row, end_row = ranks[r], starts[r], ends[r]
@@ -221,6 +230,34 @@ def evaluate(
             a = row[i]
             op, s, mb = a.op, a.stage, a.microbatch
             assert mb is not None
+            if op is op_fb:
+                pair = _pair(a, row[i + 1] if i + 1 < len(row) else None, t_free, m, stages, heads, tails,
+                             f_end, g_end, arrive_f, arrive_b, waiting, r)
+                if pair is None:
+                    break
+                start, bs, bk = pair
+                front, back = pair_parts(f_time[s][mb], b_time[bs][bk], overlap)
+                end = start + front + back
+                f_end[s][mb] = g_end[bs][bk] = end
+                if not tails[s]:
+                    arrive_f[s + 1][mb] = _arrival(wire, r, where[s + 1], end, into_f[s + 1], lat_f[s + 1])
+                if not heads[bs]:
+                    arrive_b[bs - 1][bk] = _arrival(
+                        wire, r, where[bs - 1], end, into_b[bs - 1], lat_b[bs - 1]
+                    )
+                stashed[s] += 1
+                if stashed[s] > peak[s]:
+                    peak[s] = stashed[s]
+                stashed[bs] -= 1
+                start_row.extend((start, start + front))
+                end_row.extend((start + front, end))
+                busy[r] += end - start
+                t_free = end
+                i += 2
+                for key in (s * m + mb, (stages + bs) * m + bk):
+                    if waiting and key in waiting:
+                        ready.append(waiting.pop(key))
+                continue
             if op is op_f:
                 if not heads[s]:
                     dep = f_end[s - 1][mb]
@@ -293,6 +330,52 @@ def evaluate(
         busy=tuple(busy),
         peak_stashed=tuple(peak),
     )
+
+
+def _pair(
+    fb: Action,
+    b: Action | None,
+    t_free: Time,
+    m: int,
+    stages: int,
+    heads: tuple[bool, ...],
+    tails: tuple[bool, ...],
+    f_end: list[list[Time | None]],
+    g_end: list[list[Time | None]],
+    arrive_f: list[list[Time]],
+    arrive_b: list[list[Time]],
+    waiting: dict[int, int],
+    r: int,
+) -> tuple[Time, int, int] | None:
+    """When the overlapped pair ``fb`` + ``b`` on rank ``r`` (free at ``t_free``) may start, with
+    its backward's stage and micro-batch; ``None`` (rank ``r`` recorded in ``waiting``) while an
+    input of either is not produced yet.
+
+    Raises:
+        InputError: ``b`` is not a full backward.
+    """
+    if b is None or b.op is not Op.B:
+        raise InputError(f"{fb} {PAIR_RULE}")
+    s, mb, bs, bk = fb.stage, fb.microbatch, b.stage, b.microbatch
+    assert mb is not None
+    assert bk is not None
+    start = t_free
+    if not heads[s]:
+        if f_end[s - 1][mb] is None:
+            waiting[(s - 1) * m + mb] = r
+            return None
+        start = max(start, arrive_f[s][mb])
+    own = f_end[bs][bk]
+    if own is None:
+        waiting[bs * m + bk] = r
+        return None
+    start = max(start, own)
+    if not tails[bs]:
+        if g_end[bs + 1][bk] is None:
+            waiting[(stages + bs + 1) * m + bk] = r
+            return None
+        start = max(start, arrive_b[bs][bk])
+    return start, bs, bk
 
 
 def _arrival(

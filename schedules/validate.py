@@ -6,6 +6,7 @@ import heapq
 from collections.abc import Sequence
 
 from pipesim.schedules.action import Action, Op
+from pipesim.schedules.pairs import PAIR_RULE
 from pipesim.schedules.placement import chain_bounds, microbatch_chain
 from pipesim.schedules.schedule import Schedule, ScheduleError
 
@@ -15,7 +16,9 @@ _Key = tuple[Op, int, int | None]
 
 
 def _key(action: Action) -> _Key:
-    return (action.op, action.stage, action.microbatch)
+    """The action's key; an overlapped pair's ``FB`` is the forward it runs."""
+    op = Op.F if action.op is Op.FB else action.op
+    return (op, action.stage, action.microbatch)
 
 
 def validate(schedule: Schedule) -> None:
@@ -23,7 +26,8 @@ def validate(schedule: Schedule) -> None:
 
     Rules, for every stage ``s`` and micro-batch ``m``:
 
-    1. exactly one ``F(s, m)``, and either exactly one full backward ``B(s, m)`` or exactly one
+    1. exactly one ``F(s, m)`` (or ``FB(s, m)``, the forward of an overlapped pair), and either
+       exactly one full backward ``B(s, m)`` or exactly one
        ``I(s, m)`` and one ``W(s, m)`` (never both forms);
     2. on the stage's rank, ``F`` comes before ``B``/``I``, and ``I`` before ``W``;
     3. communication, where present (a lowered schedule), is matched and local-order consistent:
@@ -31,9 +35,12 @@ def validate(schedule: Schedule) -> None:
        ``RECV_F(s, m)`` precedes ``F(s, m)`` (likewise ``SEND_B``/``RECV_B`` around the
        backward), sends and receives only cross ranks, and ``ALL_REDUCE(s)`` appears at most once,
        after the stage's last ``B``/``W``;
-    4. no deadlock: running every rank's list strictly in order, with the dependencies of
+    4. each ``FB`` is immediately followed, on its rank, by the full backward ``B`` it runs with
+       (an overlapped pair, :mod:`pipesim.schedules.pairs`);
+    5. no deadlock: running every rank's list strictly in order, with the dependencies of
        :class:`~pipesim.schedules.action.Action` (and each receive waiting for its send), every
-       action eventually runs. Order alone decides this, so it holds for any positive costs.
+       action eventually runs (a pair starts once both its actions may). Order alone decides
+       this, so it holds for any positive costs.
 
     Raises:
         ScheduleError: the first broken rule, with the whole grid and the offending step marked.
@@ -51,6 +58,7 @@ def validate(schedule: Schedule) -> None:
     _check_complete(schedule, where)
     _check_local_order(schedule, where)
     _check_comm(schedule, where)
+    _check_pairs(schedule)
     _check_progress(schedule, where)
 
 
@@ -124,6 +132,14 @@ def _check_comm(schedule: Schedule, where: dict[_Key, tuple[int, int]]) -> None:
             )
 
 
+def _check_pairs(schedule: Schedule) -> None:
+    ranks = schedule.ranks
+    for r, row in enumerate(ranks):
+        for i, action in enumerate(row):
+            if action.op is Op.FB and (i + 1 == len(row) or row[i + 1].op is not Op.B):
+                raise ScheduleError(f"{action} {PAIR_RULE}", ranks, rank=r, step=i)
+
+
 def _backward_key(where: dict[_Key, tuple[int, int]], s: int, m: int | None) -> _Key:
     return (Op.B, s, m) if (Op.B, s, m) in where else (Op.I, s, m)
 
@@ -135,7 +151,7 @@ def _dependencies(
     ``starts``/``ends``: which stages begin and end a chain
     (:func:`~pipesim.schedules.placement.chain_bounds`)."""
     op, s, m = action.op, action.stage, action.microbatch
-    if op is Op.F:
+    if op is Op.F or op is Op.FB:
         return ((Op.F, s - 1, m),) if not starts[s] else ()
     if op is Op.B or op is Op.I:
         return ((Op.F, s, m), (Op.B, s + 1, m)) if not ends[s] else ((Op.F, s, m),)
@@ -166,7 +182,10 @@ def _check_progress(schedule: Schedule, where: dict[_Key, tuple[int, int]]) -> N
         i = pointer[r]
         while i < len(row):
             blocker = None
-            for dep in _dependencies(row[i], starts, ends):
+            deps = _dependencies(row[i], starts, ends)
+            if row[i].op is Op.FB:  # the pair starts once its backward may too
+                deps += _dependencies(row[i + 1], starts, ends)
+            for dep in deps:
                 pos = where.get(dep)
                 if pos is None and dep[0] is Op.B:
                     pos = where.get((Op.I, dep[1], dep[2]))

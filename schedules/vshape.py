@@ -14,18 +14,21 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterator
+from fractions import Fraction
 
 from pipesim.errors import check_count, invalid
 from pipesim.schedules.action import Op
+from pipesim.schedules.pairs import check_fb_overlap
 from pipesim.schedules.schedule import Schedule, ScheduleStream, Step
 
 __all__ = ["dualpipev", "dualpipev_rank", "zbv"]
 
 
-def _stream(name: str, p: int, m: int, rows: object) -> ScheduleStream:
+def _stream(name: str, p: int, m: int, rows: object, fb_overlap: float | Fraction = 0) -> ScheduleStream:
     assert callable(rows)
     return ScheduleStream(
-        name=name, num_ranks=p, num_stages=2 * p, num_microbatches=m, rows=rows, placement="v"
+        name=name, num_ranks=p, num_stages=2 * p, num_microbatches=m, rows=rows, placement="v",
+        fb_overlap=check_fb_overlap(fb_overlap),
     )
 
 
@@ -108,7 +111,7 @@ def _zbv(*, num_ranks: int, num_microbatches: int) -> ScheduleStream:
     return _stream("zbv", p, m, lambda r: _zbv_rank(p, m, r))
 
 
-def dualpipev(*, num_ranks: int, num_microbatches: int) -> Schedule:
+def dualpipev(*, num_ranks: int, num_microbatches: int, fb_overlap: float | Fraction = 0) -> Schedule:
     """DualPipeV, torch's ``ScheduleDualPipeV``: DeepSeek's DualPipe (DeepSeek-V3 technical
     report, 2024, sec. 3.2.1) folded into a V, two stages per rank, ``m >= 2p``.
 
@@ -118,35 +121,39 @@ def dualpipev(*, num_ranks: int, num_microbatches: int) -> Schedule:
     forward-and-backward pairs (chunk-0 F with chunk-1 B, chunk-1 F with chunk-0 B; the last
     rank's first pair is not overlapped); ``p - r - 1`` times (chunk-1 B, chunk-1 F with
     chunk-0 B); ``r + 1`` backward pairs (chunk 1, chunk 0) that switch to the split ``I`` half
-    way; ``p - r - 1`` times (a pending W, chunk-0 backward); and the pending ``W`` s. pipesim
-    runs an overlapped pair as its forward then its backward, one after the other: the
-    simulator has one compute stream per device, so the overlap DeepSeek gains by hiding the
-    pair's communication under its computation (their ``F&B`` time) is not modelled; ``F&B``
-    is ``F + B`` here. Unit-cost slots for p=2, m=4 (F = I = W = 1, B = 2;
-    upper case chunk 0, lower case chunk 1)::
+    way; ``p - r - 1`` times (a pending W, chunk-0 backward); and the pending ``W`` s. Each
+    overlapped pair is an ``FB`` followed by its ``B`` (torch's ``OVERLAP_F_B``), run as one unit
+    as DeepSeek's ``_forward_backward_chunk`` runs it: it waits for both inputs, lasts
+    ``F&B = F + B - fb_overlap * min(F, B)`` (default ``fb_overlap = 0``:
+    :mod:`pipesim.schedules.pairs`) and then sends both outputs. With equal stages and free
+    links every rank idles ``(p - 1)(F&B + F - 2W)`` when ``W <= I <= F`` (DeepSeek's
+    ``(p - 1)(F&B + B - 3W)`` at ``F = I``; ``docs/schedules.md``). Unit-cost slots for p=2,
+    m=4 (F = I = W = 1, B = 2; upper case chunk 0, lower case chunk 1; a pair's forward
+    is shown as its F, its backward right after it)::
 
-        rank 0 F0 F1 F2 f0 i0 w0 f1 F3 b1--- f2 B0--- b2--- f3 .  B1--- b3--- I2 W2 I3 W3
-        rank 1 .  F0 f0 F1 f1 F2 b0--- f2 B0--- F3 b1--- f3 B1--- b2--- B2--- i3 I3 w3 W3
+        rank 0 F0 F1 F2 f0 i0 w0 f1 F3 b1--- .  f2 B0--- b2--- .  f3 B1--- b3--- I2 W2 I3 W3
+        rank 1 .  F0 f0 F1 f1 F2 b0--- f2 B0--- F3 b1--- f3 B1--- b2--- B2--- .  i3 I3 w3 W3
 
     Raises:
         InputError: a count below 1, or ``m < 2p`` (torch's rule).
     """
-    return _dualpipev(num_ranks=num_ranks, num_microbatches=num_microbatches).materialize()
+    stream = _dualpipev(num_ranks=num_ranks, num_microbatches=num_microbatches, fb_overlap=fb_overlap)
+    return stream.materialize()
 
 
 def dualpipev_rank(p: int, m: int, r: int) -> Iterator[Step]:
     """Rank ``r``'s DualPipeV steps with ``p`` ranks and ``m`` micro-batches (see :func:`dualpipev`);
     :mod:`pipesim.schedules.dualpipe` unfolds them over twice the ranks."""
     c0, c1 = r, 2 * p - 1 - r
-    f_op, b_op, i_op, w_op = Op.F, Op.B, Op.I, Op.W
+    f_op, fb_op, b_op, i_op, w_op = Op.F, Op.FB, Op.B, Op.I, Op.W
     forwards = {c0: 0, c1: 0}
     backwards = {c0: 0, c1: 0}
     pending: deque[tuple[int, int]] = deque()
 
-    def forward(stage: int) -> Step:
+    def forward(stage: int, paired: bool = False) -> Step:
         k = forwards[stage]
         forwards[stage] = k + 1
-        return (f_op, stage, k)
+        return (fb_op if paired else f_op, stage, k)
 
     def backward(stage: int, split: bool) -> Step:
         k = backwards[stage]
@@ -170,14 +177,15 @@ def dualpipev_rank(p: int, m: int, r: int) -> Iterator[Step]:
         yield backward(c1, True)
         yield from weight()
         yield forward(c1)
-    for _ in range(m - 2 * p + r + 1):
-        yield forward(c0)  # overlapped with the next backward (not overlapped for the last rank's first)
+    for i in range(m - 2 * p + r + 1):
+        # each forward runs as one unit with the backward after it (FB), but the last rank's first
+        yield forward(c0, paired=i > 0 or r < p - 1)
         yield backward(c1, False)
-        yield forward(c1)
+        yield forward(c1, paired=True)
         yield backward(c0, False)
     for _ in range(p - r - 1):
         yield backward(c1, False)
-        yield forward(c1)
+        yield forward(c1, paired=True)
         yield backward(c0, False)
     split = False
     half = (r + 1) // 2
@@ -195,11 +203,11 @@ def dualpipev_rank(p: int, m: int, r: int) -> Iterator[Step]:
         yield from weight()
 
 
-def _dualpipev(*, num_ranks: int, num_microbatches: int) -> ScheduleStream:
+def _dualpipev(*, num_ranks: int, num_microbatches: int, fb_overlap: float | Fraction = 0) -> ScheduleStream:
     check_count("num_ranks", num_ranks)
     check_count("num_microbatches", num_microbatches)
     p, m = num_ranks, num_microbatches
     if m < 2 * p:
         raise invalid("num_microbatches", m, f"must be at least 2p = {2 * p} for dualpipev (torch's rule)")
-    return _stream("dualpipev", p, m, lambda r: dualpipev_rank(p, m, r))
+    return _stream("dualpipev", p, m, lambda r: dualpipev_rank(p, m, r), fb_overlap)
 

@@ -29,6 +29,7 @@ from pipesim.profiles.costmodels.grad_dtype import grad_bytes_factor
 from pipesim.profiles.costmodels.sharding import CollectiveKind, GradCollective, Sharding, half_algorithm
 from pipesim.profiles.hardware.cluster import Cluster
 from pipesim.profiles.models.profile import ModelProfile
+from pipesim.schedules.pairs import unpaired
 from pipesim.schedules.placement import copy_of
 from pipesim.schedules.schedule import ScheduleStream
 from pipesim.simulator.stage_costs import CostOptions, StageFacts
@@ -207,7 +208,7 @@ def data_parallel_collectives(
             return index
 
         for rank in range(stream.num_ranks):
-            zero.build(rank, stream.row(rank), add)
+            zero.build(rank, unpaired(stream.row(rank)), add)  # a pair's FB: the forward it runs
         for stage in stages:
             if zero.per_unit(stage.index) and plan.stages[stage.index].sharding is Sharding.ZERO2:
                 assert tp is not None

@@ -205,40 +205,43 @@ class _Engine:
         arrivals = self.arrivals
         busy = 0.0
         wait_comm = 0.0
-        # the blocks of the device's stream (:meth:`Program.blocks`): a receive, a compute, its
-        # sends and a post, in this order, exactly as the flattened stream lists them
-        for recv, ins, sends, post in self.program.blocks(rank, replica):
-            if recv is not None:
-                if self.rendezvous:
-                    self._post(recv.key)
-                target = arrivals.get(recv.key)
-                if target is None:
-                    target = arrivals[recv.key] = _Arrival()
-                if target.arrived < recv.pieces:
-                    free_at = env.now
-                    target.expected = recv.pieces
-                    target.event = env.event()
-                    self.position[index] = recv.step
-                    yield target.event
-                    # Time the data spent on the wire after it was produced (or after we were free).
-                    wait_comm += max(0.0, env.now - max(free_at, target.produced_s))
-                del arrivals[recv.key]
-                self.posted.discard(recv.key)
-            start = env.now
-            duration = ins.duration_s
-            compute_end = None
-            if ins.waits or ins.tp is not None:  # ZeRO-3's gathers, TP collectives
-                stalled, tp_stalled, compute_end = yield from self._gated(ins, device)
-                wait_comm += stalled
-                busy += tp_stalled  # exposed TP collectives occupy the compute stream
-            else:
-                if ins.marks:
-                    env.process(self._marks(ins.marks, duration))
-                if duration > 0:
-                    yield env.timeout(duration)
-            busy += duration
-            end = env.now
-            tally.compute(device, ins, start, end, compute_end)
+        # the blocks of the device's stream (:meth:`Program.blocks`): its receives, its computes
+        # (an overlapped pair's two run as one unit once both inputs are in), its sends and a post,
+        # in this order, exactly as the flattened stream lists them
+        for recvs, computes, sends, post in self.program.blocks(rank, replica):
+            if recvs:
+                if self.rendezvous:  # a unit posts all its receives at once (batch_isend_irecv)
+                    for recv in recvs:
+                        self._post(recv.key)
+                for recv in recvs:
+                    target = arrivals.get(recv.key)
+                    if target is None:
+                        target = arrivals[recv.key] = _Arrival()
+                    if target.arrived < recv.pieces:
+                        free_at = env.now
+                        target.expected = recv.pieces
+                        target.event = env.event()
+                        self.position[index] = recv.step
+                        yield target.event
+                        # Time the data spent on the wire after it was produced (or after we were free).
+                        wait_comm += max(0.0, env.now - max(free_at, target.produced_s))
+                    del arrivals[recv.key]
+                    self.posted.discard(recv.key)
+            for ins in computes:
+                start = env.now
+                duration = ins.duration_s
+                compute_end = None
+                if ins.waits or ins.tp is not None:  # ZeRO-3's gathers, TP collectives
+                    stalled, tp_stalled, compute_end = yield from self._gated(ins, device)
+                    wait_comm += stalled
+                    busy += tp_stalled  # exposed TP collectives occupy the compute stream
+                else:
+                    if ins.marks:
+                        env.process(self._marks(ins.marks, duration))
+                    if duration > 0:
+                        yield env.timeout(duration)
+                busy += duration
+                tally.compute(device, ins, start, env.now, compute_end)
             for send in sends:
                 self._send(send, device)
             if post is not None:

@@ -17,7 +17,8 @@ a trace (per-link trace events come from the engine's network).
 
 Then every instruction's time follows from the instructions it depends on, and the program can be
 list-scheduled device by device, with no event queue: a device runs its instructions in order
-until a receive whose pieces are not all sent yet, and is woken when the last one is. Collectives
+until a receive whose pieces are not all sent yet, and is woken when the last one is (an
+overlapped pair's block, :mod:`pipesim.schedules.pairs`: until both its receives are in). Collectives
 (only on unshared links) do not interact with anything either: each one's duration is that of
 the very same :func:`pipesim.simulator.scatter_gather.collective` (all-reduce, or ZeRO's
 reduce-scatters and all-gathers) run alone on a contention-free
@@ -50,7 +51,7 @@ from pipesim.errors import invalid
 from pipesim.profiles.hardware.cluster import Cluster
 from pipesim.schedules.validate import deadlock_error
 from pipesim.simulator.fast_links import LinkHolds, LinksShared, Transfers
-from pipesim.simulator.program import Block, Collective, Program, Send
+from pipesim.simulator.program import Block, Collective, Program, Recv, Send
 from pipesim.simulator.tally import Tally
 from pipesim.simulator.trace import SimulationResult
 
@@ -307,101 +308,114 @@ def execute_fast(
         if block is None:
             block = next(it, None)
         while block is not None:
-            recv, ins, sends, post = block
-            if recv is not None and op_state[i] is None:  # (not when resuming a gated op)
-                if rdv is not None:  # (what the post resolves goes to this device, not waiting yet)
-                    for resolved in rdv.post(recv.key, t):
-                        arrive(*resolved)
-                got = arrivals.get(recv.key)
-                if got is None or got[0] < recv.pieces:
-                    if recv.pieces:  # (a replica that receives nothing never waits)
-                        waiting[recv.key] = (i, recv.pieces)
-                        pending[i] = block
-                        step_at[i] = recv.step
-                        break
-                else:
-                    del arrivals[recv.key]
-                    if rdv is not None:
-                        rdv.posted.pop(recv.key, None)
-                    if got[1] > t:
-                        wait_i += max(0.0, got[1] - max(t, got[2]))
-                        t = got[1]
-            duration = ins.duration_s
-            tp = ins.tp
-            if ins.waits:  # ZeRO-3: its units wait for their gathers (Engine._gated)
-                state = op_state[i]
-                if state is None:
-                    points = sorted([(f * duration, 1, 0, c) for f, c in ins.marks]
-                                    + [(f * duration, 1, 1, c) for f, c in ins.waits])
-                    if tp is not None:  # its launch comes before the points at that time
-                        points.append((max(0.0, duration - tp.hidden_s), 0, 2, -1))
-                        points.sort()
-                    state = [points, 0, t, 0.0, 0.0, t, 0.0]
-                points, k, start, elapsed, stalled, cur, launch = state
-                while k < len(points):
-                    at, _, kind, cid = points[k]
-                    if at > elapsed:
-                        cur += at - elapsed
-                        elapsed = at
-                    if kind == 0:
-                        mark(cid, cur)
-                    elif kind == 2:
-                        launch = cur
-                    else:
-                        ends = done_at[cid]
-                        if ends is None:  # its gather has not started yet: wait for it
+            recvs, ops, sends, post = block
+            if recvs:  # (none left when resuming a gated op: its block is kept from that op on)
+                if rdv is not None:  # a unit posts all its receives at once (what the posts
+                    for recv in recvs:  # resolve goes to this device, not waiting yet)
+                        for resolved in rdv.post(recv.key, t):
+                            arrive(*resolved)
+                missing: Recv | None = None
+                for recv in recvs:  # in order, as the engine waits for them
+                    got = arrivals.get(recv.key)
+                    if got is None or got[0] < recv.pieces:
+                        if recv.pieces:  # (a replica that receives nothing never waits)
+                            missing = recv
                             break
-                        if ends > cur:
-                            stalled += ends - cur
-                            cur = ends
-                    k += 1
-                if k < len(points):
-                    op_state[i] = [points, k, start, elapsed, stalled, cur, launch]
-                    blocked.setdefault(points[k][3], []).append(i)
+                    else:
+                        del arrivals[recv.key]
+                        if rdv is not None:
+                            rdv.posted.pop(recv.key, None)
+                        if got[1] > t:
+                            wait_i += max(0.0, got[1] - max(t, got[2]))
+                            t = got[1]
+                if missing is not None:  # wait for it (a pair: with the receives before it taken)
+                    waiting[missing.key] = (i, missing.pieces)
+                    if missing is not recvs[0]:
+                        block = (recvs[recvs.index(missing):], ops, sends, post)
                     pending[i] = block
-                    step_at[i] = ins.step
+                    step_at[i] = missing.step
                     break
-                op_state[i] = None
-                t = cur + (duration - elapsed if duration > elapsed else 0.0)
-                wait_i += stalled
+            for ins in ops:
+                duration = ins.duration_s
+                tp = ins.tp
+                if ins.waits:  # ZeRO-3: its units wait for their gathers (Engine._gated)
+                    state = op_state[i]
+                    if state is None:
+                        points = sorted([(f * duration, 1, 0, c) for f, c in ins.marks]
+                                        + [(f * duration, 1, 1, c) for f, c in ins.waits])
+                        if tp is not None:  # its launch comes before the points at that time
+                            points.append((max(0.0, duration - tp.hidden_s), 0, 2, -1))
+                            points.sort()
+                        state = [points, 0, t, 0.0, 0.0, t, 0.0]
+                    points, k, start, elapsed, stalled, cur, launch = state
+                    while k < len(points):
+                        at, _, kind, cid = points[k]
+                        if at > elapsed:
+                            cur += at - elapsed
+                            elapsed = at
+                        if kind == 0:
+                            mark(cid, cur)
+                        elif kind == 2:
+                            launch = cur
+                        else:
+                            ends = done_at[cid]
+                            if ends is None:  # its gather has not started yet: wait for it
+                                break
+                            if ends > cur:
+                                stalled += ends - cur
+                                cur = ends
+                        k += 1
+                    if k < len(points):
+                        op_state[i] = [points, k, start, elapsed, stalled, cur, launch]
+                        blocked.setdefault(points[k][3], []).append(i)
+                        pending[i] = ((), ops[ops.index(ins):], sends, post)  # resumes this op
+                        step_at[i] = ins.step
+                        break
+                    op_state[i] = None
+                    t = cur + (duration - elapsed if duration > elapsed else 0.0)
+                    wait_i += stalled
+                else:
+                    if ins.marks:
+                        mark_t, elapsed = t, 0.0
+                        for fraction, cid in ins.marks:
+                            if fraction * duration > elapsed:
+                                mark_t += fraction * duration - elapsed
+                                elapsed = fraction * duration
+                            mark(cid, mark_t)
+                    start = t
+                    if duration > 0:
+                        t = t + duration
+                    launch = start + max(0.0, duration - tp.hidden_s) if tp is not None else 0.0
+                busy_i += duration
+                compute_end = t
+                if tp is not None:  # its TP collectives, launched before the compute ends (Engine._gated)
+                    coll_end = launch + links.tp_s(tp)
+                    if holds is not None:
+                        for route, nbytes in zip(tp.flows, tp.flow_bytes, strict=True):
+                            held = links.flow(route, nbytes)[1]
+                            if held:
+                                flows_at = launch + tp.latency_s
+                                holds.hold(held, flows_at, flows_at + links.bytes_s(route, nbytes))
+                    if coll_end > t:
+                        busy_i += coll_end - t
+                        t = coll_end
+                    tally.tp_collective(device, ins, tp.nbytes, launch, coll_end)
+                if record_trace:
+                    tally.compute(device, ins, start, t, compute_end)
+                else:
+                    computes += 1
+                    for nbytes in ins.alloc_bytes:
+                        now += nbytes
+                        if now > peak:
+                            peak_t, peak = start, now
+                    for nbytes in ins.free_bytes:
+                        now -= nbytes
+                    if ins.op == "B" or ins.op == "W":
+                        last_backward = t
             else:
-                if ins.marks:
-                    mark_t, elapsed = t, 0.0
-                    for fraction, cid in ins.marks:
-                        if fraction * duration > elapsed:
-                            mark_t += fraction * duration - elapsed
-                            elapsed = fraction * duration
-                        mark(cid, mark_t)
-                start = t
-                if duration > 0:
-                    t = t + duration
-                launch = start + max(0.0, duration - tp.hidden_s) if tp is not None else 0.0
-            busy_i += duration
-            compute_end = t
-            if tp is not None:  # its TP collectives, launched before the compute ends (Engine._gated)
-                coll_end = launch + links.tp_s(tp)
-                if holds is not None:
-                    for route, nbytes in zip(tp.flows, tp.flow_bytes, strict=True):
-                        held = links.flow(route, nbytes)[1]
-                        if held:
-                            flows_at = launch + tp.latency_s
-                            holds.hold(held, flows_at, flows_at + links.bytes_s(route, nbytes))
-                if coll_end > t:
-                    busy_i += coll_end - t
-                    t = coll_end
-                tally.tp_collective(device, ins, tp.nbytes, launch, coll_end)
-            if record_trace:
-                tally.compute(device, ins, start, t, compute_end)
-            else:
-                computes += 1
-                for nbytes in ins.alloc_bytes:
-                    now += nbytes
-                    if now > peak:
-                        peak_t, peak = start, now
-                for nbytes in ins.free_bytes:
-                    now -= nbytes
-                if ins.op == "B" or ins.op == "W":
-                    last_backward = t
+                ins = None
+            if ins is not None:  # stalled in a gated op
+                break
             for send in sends:
                 key = send.key
                 got = arrivals.get(key)

@@ -30,6 +30,10 @@ Instruction semantics (per device, strictly in list order on its compute stream)
   the compute and the collective have ended (its stall counts as busy time: Megatron-LM runs
   them on the compute stream).
 * :class:`Recv` waits until ``pieces`` transfers keyed ``key`` have arrived.
+* An overlapped pair (``FB`` then its ``B``, DualPipe's ``F&B``, :mod:`pipesim.schedules.pairs`)
+  is one :data:`Block`: both receives are waited for before either computation starts, the two
+  :class:`Compute` s (the forward's and the backward's parts of ``F&B``, each allocating and
+  freeing what the op alone would) run back to back, then both sends go.
 * :class:`Send` posts one transfer (it does not block the compute stream): ``nbytes`` over
   ``route`` to the arrival ``key`` on ``dst_device``; concurrent transfers share links max-min
   fairly; an empty route is delivered at once (same device, or free links).
@@ -54,7 +58,7 @@ import functools
 from collections.abc import Iterator, Mapping
 from typing import NamedTuple
 
-from pipesim.errors import invalid
+from pipesim.errors import InputError, invalid
 from pipesim.plan import Plan, Recompute, resplit
 from pipesim.profiles.costmodels.memory import static_memory_bytes, weight_versions
 from pipesim.profiles.costmodels.sharding import CollectiveKind
@@ -62,8 +66,10 @@ from pipesim.profiles.hardware.cluster import Cluster
 from pipesim.profiles.models.profile import ModelProfile
 from pipesim.schedules import Schedule
 from pipesim.schedules.action import Op
+from pipesim.schedules.lowering import Block as LoweredBlock
 from pipesim.schedules.lowering import last_backwards, lowered_blocks
 from pipesim.schedules.lowering import lower as lower_schedule
+from pipesim.schedules.pairs import PAIR_RULE, pair_parts
 from pipesim.schedules.registry import stream_schedule
 from pipesim.schedules.schedule import ScheduleStream
 from pipesim.schedules.validate import validate
@@ -143,9 +149,11 @@ class Update(NamedTuple):
 
 Instruction = Compute | Recv | Send | Post | Update
 
-Block = tuple[Recv | None, Compute, tuple[Send, ...], Post | None]
-"""One compute instruction with the receive just before it, the sends and the post just after it
-(the stream is the blocks, flattened)."""
+Block = tuple[tuple[Recv, ...], tuple[Compute, ...], tuple[Send, ...], Post | None]
+"""One unit a device runs: its receives (waited for, in order, before it starts), its compute
+instructions (run back to back: one, or an overlapped pair's forward and backward parts,
+:mod:`pipesim.schedules.pairs`), then its sends and its post (the stream is the blocks,
+flattened)."""
 
 
 _NO_MARKS: tuple[tuple[float, int], ...] = ()
@@ -247,10 +255,9 @@ class Program:
     def stream(self, rank: int, replica: int) -> Iterator[Instruction]:
         """The instructions of the device running ``replica`` of ``rank``, generated lazily
         (:meth:`blocks`, flattened)."""
-        for recv, compute, sends, post in self.blocks(rank, replica):
-            if recv is not None:
-                yield recv
-            yield compute
+        for recvs, computes, sends, post in self.blocks(rank, replica):
+            yield from recvs
+            yield from computes
             yield from sends
             if post is not None:
                 yield post
@@ -260,8 +267,10 @@ class Program:
 
     def blocks(self, rank: int, replica: int) -> Iterator[Block]:
         """The instructions of the device running ``replica`` of ``rank``, one :data:`Block` per
-        compute instruction (with the receive before it, the sends and the post after it),
-        generated lazily from the schedule's rows (:func:`pipesim.schedules.lowering.lowered_blocks`)."""
+        unit it runs (a compute instruction with the receive before it, the sends and the post
+        after it; an overlapped pair's two, :mod:`pipesim.schedules.pairs`), generated lazily
+        from the schedule's rows (:func:`pipesim.schedules.lowering.lowered_blocks`, grouped as
+        :func:`~pipesim.schedules.lowering.lowered_units` groups them)."""
         sched = self.schedule
         where = sched.stage_ranks
         reduce = {s for s in self._posts.keys() | self._marks.keys() if where[s] == rank}
@@ -272,15 +281,14 @@ class Program:
         templates: dict[tuple[Op, int, int], _Template] = {}
         new = tuple.__new__  # namedtuples made without their Python-level __new__ (the same tuples)
         no_sends: tuple[Send, ...] = ()
+        no_recvs: tuple[Recv, ...] = ()
         zero = self.zero
-        step = 0
-        for recv_op, op, s, mb, send_op, reduced in lowered_blocks(
-            sched.row(rank),
-            num_ranks=sched.num_ranks,
-            num_stages=sched.num_stages,
-            allreduce_after=after,
-            placement=sched.placement,
-        ):
+        overlap = sched.fb_overlap
+
+        def one(
+            block: LoweredBlock, recv_step: int, compute_step: int
+        ) -> Block:
+            recv_op, op, s, mb, send_op, reduced = block
             key = (op, s, samples[mb])
             template = templates.get(key) if cached else None
             if template is None:
@@ -288,10 +296,9 @@ class Program:
                 if cached:
                     templates[key] = template
             kind, pieces, name, duration, alloc, free, parts, tp_comm = template
-            recv = None
+            recvs = no_recvs
             if kind is not None:
-                recv = new(Recv, ((kind, s, mb, replica), pieces, step))
-                step += 1
+                recvs = (new(Recv, ((kind, s, mb, replica), pieces, recv_step)),)
             marks = self._marks.get(s, _NO_MARKS) if reduced else _NO_MARKS
             if marks and name == "B" and self._costs.recompute is not Recompute.NONE:
                 marks = self._after_replay(marks, s, mb, replica)
@@ -299,8 +306,7 @@ class Program:
             if zero is not None and zero.per_unit(s):
                 fwd, bwd, _, _, rec, _ = self._costs.of(s, mb, replica)
                 marks, waits = zero.events(name, s, mb, fwd, bwd, rec, self.stages[s].wgrad_fraction)
-            compute = new(Compute, (name, s, mb, duration, alloc, free, marks, step, waits, tp_comm))
-            step += 1
+            compute = new(Compute, (name, s, mb, duration, alloc, free, marks, compute_step, waits, tp_comm))
             out = no_sends
             if send_op is not None:
                 out = tuple(
@@ -309,14 +315,42 @@ class Program:
                         for kind_out, dst, k, dst_device, nbytes, route in parts
                     ]
                 )
-                step += 1
             post = None
             if reduced:
                 cid = self._posts.get(s)
                 if cid is not None:
                     post = Post(cid)
-                step += 1
-            yield (recv, compute, out, post)
+            return (recvs, (compute,), out, post)
+
+        step = 0
+        op_fb = Op.FB
+        blocks = lowered_blocks(
+            sched.row(rank),
+            num_ranks=sched.num_ranks,
+            num_stages=sched.num_stages,
+            allreduce_after=after,
+            placement=sched.placement,
+        )
+        for block in blocks:
+            if block[1] is not op_fb:
+                got = block[0] is not None
+                yield one(block, step, step + got)
+                step += got + 1 + (block[4] is not None) + block[5]
+                continue
+            # an overlapped pair (lowered_units' rule): both receives, then both computations as
+            # one unit, then both sends
+            first, second = block, next(blocks, None)
+            if second is None or second[1] is not Op.B:
+                raise InputError(f"{first[2]}FB{first[3]} {PAIR_RULE}")
+            got_f, got_b = first[0] is not None, second[0] is not None
+            at = step + got_f + got_b
+            recv_f, (fwd,), out_f, _ = one(first, step, at)  # (FB is never a stage's last backward)
+            recv_b, (bwd,), out_b, post = one(second, step + got_f, at + 1)
+            if overlap:
+                front, back = pair_parts(fwd.duration_s, bwd.duration_s, overlap)
+                fwd, bwd = fwd._replace(duration_s=float(front)), bwd._replace(duration_s=float(back))
+            step = at + 2 + (first[4] is not None) + (second[4] is not None) + second[5]
+            yield (recv_f + recv_b, (fwd, bwd), out_f + out_b, post)
 
     def _template(
         self, recv_op: Op | None, op: Op, s: int, mb: int, send_op: Op | None, replica: int
@@ -350,6 +384,8 @@ class Program:
         """
         fwd, bwd, stash, work, rec, held = self._costs.of(s, mb, replica)
         wf = self.stages[s].wgrad_fraction
+        if op is Op.FB:  # an overlapped pair's forward: its own costs (the pair's time: blocks())
+            op = Op.F
         tp = self.tp
         if tp is not None and tp.is_tp(s):
             return tp.compute_parts(op, s, self._part(s, mb, replica), replica, fwd, bwd, wf, rec)

@@ -14,6 +14,7 @@ from pipesim.planner.estimate import CostModel
 from pipesim.profiles.costmodels.memory import in_flight_microbatches
 from pipesim.profiles.hardware.cluster import get_cluster
 from pipesim.schedules import (
+    FORWARD_OPS,
     Action,
     Op,
     Schedule,
@@ -56,7 +57,8 @@ def test_every_microbatch_runs_its_own_chain_once() -> None:
         assert s.placement == "dual"
         assert s.num_stages == 2 * p
         for k in range(m):
-            stages = sorted(a.stage for row in s.ranks for a in row if a.op is Op.F and a.microbatch == k)
+            stages = sorted(a.stage for row in s.ranks for a in row
+                            if a.op in FORWARD_OPS and a.microbatch == k)
             assert stages == list(range(p) if k < m // 2 else range(p, 2 * p))
         # rank r holds model stages r (down) and p - 1 - r (up copy: stage 2p - 1 - r)
         for r, row in enumerate(s.ranks):
@@ -106,56 +108,86 @@ def test_no_transfer_across_the_chains_meeting_point() -> None:
 
 @pytest.mark.parametrize(("p", "m"), SIZES)
 def test_closed_forms_with_equal_stages(p: int, m: int) -> None:
-    """F = I = W: makespan m(F + I + W) + (p/2 - 1)F, so the bubble per rank is (p/2 - 1)F
-    (DeepSeek's (p/2 - 1)(F&B + B - 3W) with F&B = F + B, B = I + W is 2(p/2 - 1)F: see
-    docs/schedules.md); peak activations p + 1 stage-micro-batches per rank."""
+    """F = I = W: every rank idles DeepSeek's (p/2 - 1)(F&B + B - 3W) = 2(p/2 - 1)F with
+    F&B = F + B (its pairs wait for both inputs); peak activations p + 1 stage-micro-batches."""
     for f in (1, 3):
         order = dualpipe(num_ranks=p, num_microbatches=m)
         t = evaluate(order, fwd_time_s=f, bwd_time_s=2 * f, wgrad_time_s=f)
-        assert t.makespan == m * 3 * f + (p // 2 - 1) * f
+        deepseek = (p // 2 - 1) * ((f + 2 * f) + 2 * f - 3 * f)
+        assert t.idle == (deepseek,) * p
+        assert t.makespan == m * 3 * f + deepseek
         assert all(b == m * 3 * f for b in t.busy)
         assert [t.peak_stashed[r] + t.peak_stashed[2 * p - 1 - r] for r in range(p)] == [p + 1] * p
     assert [in_flight_microbatches("dualpipe", r, p, m, chunks=2) for r in range(p)] == [p + 1] * p
 
 
-def _pipesim_idle(p: int, f: Fraction, i: Fraction, w: Fraction) -> Fraction:
-    """Idle per rank of pipesim's dualpipe with W <= I <= F per stage (docs/schedules.md)."""
-    return (p // 2 - 1) * max(f + i - w, 2 * (f - w))
+def _pair_time(f: Fraction, b: Fraction, overlap: Fraction) -> Fraction:
+    """F&B under ``fb_overlap`` (pipesim.schedules.pairs.pair_time, restated)."""
+    return f + b - overlap * min(f, b)
+
+
+def _idle(k: int, f: Fraction, i: Fraction, w: Fraction, overlap: Fraction = Fraction(0)) -> Fraction:
+    """The busiest rank's idle with ``k`` = p/2 - 1 (dualpipe) or p - 1 (dualpipev), W <= I:
+    max(k(F&B + F - 2W), k(F&B + I - 2W) - F); k(F&B + F - 2W) when I <= F (docs/schedules.md)."""
+    fb = _pair_time(f, i + w, overlap)
+    return max(k * (fb + f - 2 * w), k * (fb + i - 2 * w) - f)
+
+
+VALUES = (Fraction(1), Fraction(3, 2), Fraction(2), Fraction(3), Fraction(1, 2))
+OVERLAPS = (Fraction(0), Fraction(1, 3), Fraction(1))
 
 
 @pytest.mark.parametrize(("p", "m"), [(2, 4), (4, 8), (4, 10), (6, 12), (8, 16), (8, 18), (10, 20)])
-def test_closed_form_with_unequal_forward_input_and_weight_gradient(p: int, m: int) -> None:
-    """W <= I <= F: every rank idles (p/2 - 1) max(F + I - W, 2(F - W)). DeepSeek's
-    (p/2 - 1)(F&B + B - 3W) at F&B = F + B is (p/2 - 1)(F + 2I - W): their overlapped pair starts
-    only once both its inputs are in (dualpipe.py ``_forward_backward_chunk``), pipesim's forward
-    does not wait for its partner's gradient, which saves (p/2 - 1) I where F + I - W dominates."""
-    values = (Fraction(1), Fraction(3, 2), Fraction(2), Fraction(3), Fraction(1, 2))
-    for f, i, w in itertools.product(values, repeat=3):
+def test_deepseeks_bubble_with_unequal_forward_input_and_weight_gradient(p: int, m: int) -> None:
+    """W <= I <= F: the busiest rank idles (p/2 - 1)(F&B + F - 2W), DeepSeek's (p/2 - 1)(F&B + B - 3W)
+    (DeepSeek-V3 report, Table 2) when F = I, for every overlap F&B in [max(F, B), F + B]; with
+    F&B = F + B every rank idles that and the makespan is m(F + I + W) plus it."""
+    k = p // 2 - 1
+    for f, i, w in itertools.product(VALUES, repeat=3):
         if not w <= i <= f:
             continue
-        order = dualpipe(num_ranks=p, num_microbatches=m)
-        t = evaluate(order, fwd_time_s=f, bwd_time_s=i + w, wgrad_time_s=w)
-        idle = _pipesim_idle(p, f, i, w)
-        assert t.idle == (idle,) * p, (f, i, w)
-        assert t.makespan == m * (f + i + w) + idle
-        deepseek = (p // 2 - 1) * ((f + i + w) + (i + w) - 3 * w)
-        assert deepseek - idle == (p // 2 - 1) * min(i, 2 * i + w - f)
+        for overlap in OVERLAPS:
+            order = dualpipe(num_ranks=p, num_microbatches=m, fb_overlap=overlap)
+            t = evaluate(order, fwd_time_s=f, bwd_time_s=i + w, wgrad_time_s=w)
+            fb = _pair_time(f, i + w, overlap)
+            assert max(t.idle) == k * (fb + f - 2 * w) == _idle(k, f, i, w, overlap), (f, i, w, overlap)
+            if f == i:
+                assert max(t.idle) == k * (fb + (i + w) - 3 * w)  # DeepSeek's formula
+            if not overlap:
+                assert t.idle == (k * (fb + f - 2 * w),) * p
+                assert t.makespan == m * (f + i + w) + k * (fb + f - 2 * w)
+
+
+@pytest.mark.parametrize(("p", "m"), [(4, 8), (4, 12), (6, 12), (8, 16), (8, 26), (10, 20)])
+def test_idle_when_the_input_gradient_outlasts_the_forward(p: int, m: int) -> None:
+    """I > F (W <= I): the busiest rank idles max(k(F&B + F - 2W), k(F&B + I - 2W) - F),
+    k = p/2 - 1, any m >= 2p: past p = 4 each extra rank pair adds F&B + I - 2W, not DeepSeek's
+    F&B + B - 3W (their formula assumes the forward is the longer)."""
+    k = p // 2 - 1
+    for f, i, w in itertools.product(VALUES, repeat=3):
+        if not (w <= i and f < i):
+            continue
+        for overlap in OVERLAPS:
+            order = dualpipe(num_ranks=p, num_microbatches=m, fb_overlap=overlap)
+            t = evaluate(order, fwd_time_s=f, bwd_time_s=i + w, wgrad_time_s=w)
+            assert max(t.idle) == _idle(k, f, i, w, overlap), (f, i, w, overlap)
 
 
 def test_dualpipev_closed_form_with_unequal_costs() -> None:
-    """DualPipeV, the folded order dualpipe unfolds: (p - 1) max(F + I - W, 2(F - W)) idle per
-    rank for W <= I <= F and any m >= 2p (dualpipe's with p / 2 ranks)."""
-    values = (Fraction(1), Fraction(3, 2), Fraction(2), Fraction(3), Fraction(1, 2))
-    for f, i, w in itertools.product(values, repeat=3):
-        if not w <= i <= f:
+    """DualPipeV, the folded order dualpipe unfolds: the busiest rank idles the same with
+    k = p - 1 for W <= I and any m >= 2p (dualpipe's with p / 2 ranks)."""
+    for f, i, w in itertools.product(VALUES, repeat=3):
+        if not w <= i:
             continue
-        for p in range(1, 7):
+        for p in range(1, 6):
             for m in (2 * p, 2 * p + 1, 3 * p + 2):
-                t = evaluate(dualpipev(num_ranks=p, num_microbatches=m), fwd_time_s=f, bwd_time_s=i + w,
-                             wgrad_time_s=w)
-                idle = (p - 1) * max(f + i - w, 2 * (f - w))
-                assert t.idle == (idle,) * p, (f, i, w, p, m)
-                assert t.makespan == 2 * m * (f + i + w) + idle
+                for overlap in (Fraction(0), Fraction(1, 2)):
+                    t = evaluate(dualpipev(num_ranks=p, num_microbatches=m, fb_overlap=overlap), fwd_time_s=f,
+                                 bwd_time_s=i + w, wgrad_time_s=w)
+                    assert max(t.idle) == _idle(p - 1, f, i, w, overlap), (f, i, w, p, m, overlap)
+                    if not overlap:
+                        assert t.idle == (max(t.idle),) * p
+                        assert t.makespan == 2 * m * (f + i + w) + max(t.idle)
 
 
 def _pair_model_idle(
@@ -168,7 +200,8 @@ def _pair_model_idle(
     last = 2 * p - 1
     units: list[list[list[tuple[Op, int, int]]]] = []
     for r in range(p):
-        steps = [(op, stage, k) for op, stage, k in dualpipev_rank(p, m, r) if k is not None]
+        steps = [(Op.F if op is Op.FB else op, stage, k) for op, stage, k in dualpipev_rank(p, m, r)
+                 if k is not None]  # the pairs found again here, by the reference's rule
         row, j, first = [], 0, r == p - 1
         while j < len(steps):
             nxt = steps[j + 1][0] if j + 1 < len(steps) else None
@@ -213,10 +246,12 @@ def _pair_model_idle(
     return max(makespan - b for b in busy)
 
 
-def test_deepseeks_bubble_is_the_reference_pair_as_one_unit() -> None:
-    """Run as one unit (length F&B, waiting for both inputs), the reference's pairs give
-    (p - 1)(F&B + F - 2W) for W <= I <= F and max(F, B) <= F&B <= F + B: DeepSeek's
-    (p - 1)(F&B + B - 3W) exactly when F = I; run apart (pipesim) they give less."""
+def test_the_evaluator_runs_the_reference_pairs_as_one_unit() -> None:
+    """An independent list scheduler that pairs each forward followed by a full backward (not the
+    last rank's first: dualpipe.py's step 4) and runs the pair as one unit of length F&B once both
+    its inputs are in gives the evaluator's idle for every overlap: (p - 1)(F&B + F - 2W) for
+    W <= I <= F, DeepSeek's (p - 1)(F&B + B - 3W) when F = I; run apart (pipesim before the
+    pairs) they would give less."""
     values = (Fraction(1), Fraction(2), Fraction(3, 2), Fraction(1, 2))
     for f, i, w in itertools.product(values, repeat=3):
         if not w <= i <= f:
@@ -224,12 +259,12 @@ def test_deepseeks_bubble_is_the_reference_pair_as_one_unit() -> None:
         for p in (2, 3, 4, 5):
             m = 3 * p
             apart = _pair_model_idle(p, m, f, i, w, None)
-            timeline = evaluate(dualpipev(num_ranks=p, num_microbatches=m), fwd_time_s=f, bwd_time_s=i + w,
-                                wgrad_time_s=w)
-            assert apart == max(timeline.idle)  # the helper is pipesim's evaluator when nothing pairs
-            for pair in (max(f, i + w), f + i + w):
+            for overlap in (Fraction(1), Fraction(1, 2), Fraction(0)):
+                pair = _pair_time(f, i + w, overlap)  # max(F, B), between, F + B
                 joint = _pair_model_idle(p, m, f, i, w, pair)
-                assert joint == (p - 1) * (pair + f - 2 * w), (f, i, w, p, pair)
+                order = dualpipev(num_ranks=p, num_microbatches=m, fb_overlap=overlap)
+                timeline = evaluate(order, fwd_time_s=f, bwd_time_s=i + w, wgrad_time_s=w)
+                assert joint == max(timeline.idle) == (p - 1) * (pair + f - 2 * w), (f, i, w, p, pair)
                 if f == i:
                     assert joint == (p - 1) * (pair + (i + w) - 3 * w)  # DeepSeek's formula
             assert apart <= (p - 1) * (f + i + w + f - 2 * w)
@@ -237,12 +272,22 @@ def test_deepseeks_bubble_is_the_reference_pair_as_one_unit() -> None:
 
 @pytest.mark.parametrize("executor", ["simpy", "fast"])
 def test_simulator_closed_form_with_unequal_costs(executor: str) -> None:
-    """F = 2, I = 1.5, W = 0.5 s per stage, free links, no optimizer step: (p/2 - 1) 3 s idle."""
+    """F = 2, I = 1.5, W = 0.5 s per stage, free links, no optimizer step: every rank idles
+    (p/2 - 1)(F&B + F - 2W) = (p/2 - 1) 5 s with F&B = F + B; with fb_overlap = 1/2 (F&B = 3 s)
+    the busiest rank (p/2 - 1) 4 s, and the iteration is the evaluator's makespan."""
     for p, m in ((4, 8), (6, 12)):
         profile = equal_profile(p, fwd_s=2.0, bwd_s=2.0, parameter_bytes=0, wgrad_fraction=0.25)
         result = simulate(_plan(p, m), profile, CLUSTER, FREE, executor=executor)
-        idle = _pipesim_idle(p, Fraction(2), Fraction(3, 2), Fraction(1, 2))
+        idle = _idle(p // 2 - 1, Fraction(2), Fraction(3, 2), Fraction(1, 2))
+        assert idle == (p // 2 - 1) * 5
         assert result.iteration_time_s == pytest.approx(float(4 * m + idle), rel=1e-12)
+        plan = dual_plan("dualpipe", p, m, 1, schedule_options={"fb_overlap": 0.5})
+        overlapped = simulate(plan, profile, CLUSTER, FREE, executor=executor)
+        t = evaluate(dualpipe(num_ranks=p, num_microbatches=m, fb_overlap=Fraction(1, 2)), fwd_time_s=2,
+                     bwd_time_s=2, wgrad_time_s=Fraction(1, 2))
+        assert max(t.idle) == (p // 2 - 1) * 4
+        assert overlapped.iteration_time_s == pytest.approx(float(t.makespan), rel=1e-12)
+        assert overlapped.iteration_time_s < result.iteration_time_s
 
 
 def test_docstring_grid_is_the_rendered_one() -> None:
@@ -258,7 +303,8 @@ def test_docstring_grid_is_the_rendered_one() -> None:
 def test_simulator_closed_form_and_twice_the_parameters(executor: str, p: int, m: int) -> None:
     profile = equal_profile(p, fwd_s=1.0, bwd_s=2.0, parameter_bytes=1 << 20, wgrad_fraction=0.5)
     result = simulate(_plan(p, m), profile, CLUSTER, FREE, executor=executor)
-    assert result.iteration_time_s == pytest.approx(3 * m + p // 2 - 1, rel=1e-12)
+    # F = I = W = 1, B = 2: DeepSeek's (p/2 - 1)(F&B + B - 3W) = 2(p/2 - 1) idle per rank
+    assert result.iteration_time_s == pytest.approx(3 * m + 2 * (p // 2 - 1), rel=1e-12)
     one_f = Plan(stages=tuple(StagePlan(first_layer=i, last_layer=i) for i in range(p)),
                  global_batch_size=4 * m, num_microbatches=m, schedule="1f1b")
     base = simulate(one_f, profile, CLUSTER, FREE, executor=executor)
@@ -314,7 +360,7 @@ def test_make_plan_adds_the_copies() -> None:
     assert plan.num_model_stages == 4
     assert [(s.first_layer, s.last_layer) for s in plan.stages] == [(0, 1), (2, 3), (4, 5), (6, 7)] * 2
     assert simulate(plan, profile, CLUSTER, FREE).iteration_time_s == pytest.approx(
-        3 * 2 * 8 + 2 * (4 // 2 - 1)  # two layers per stage: F = 2, I = W = 2
+        3 * 2 * 8 + 4 * (4 // 2 - 1)  # two layers per stage: F = I = W = 2, (p/2 - 1)(F&B + B - 3W)
     )
 
 

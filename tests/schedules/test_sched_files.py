@@ -39,9 +39,15 @@ def test_torch_csv_dumps_read_as_the_generated_order(path: Path) -> None:
 
 def test_overlapped_pairs_and_sharding_tokens() -> None:
     text = "0F0,0UNSHARD,(0F1;0B0)OVERLAP_F_B,0B1,0RESHARD,0REDUCE_GRAD\n"
-    assert [str(a) for a in read_schedule(text).ranks[0]] == ["0F0", "0F1", "0B0", "0B1"]
+    schedule = read_schedule(text)
+    assert [str(a) for a in schedule.ranks[0]] == ["0F0", "0FB1", "0B0", "0B1"]  # the pair: FB, then its B
+    assert read_schedule("\n".join(" ".join(row) for row in schedule.to_order().values())) == schedule
     with pytest.raises(FormatError, match="OVERLAP_F_B needs sub-actions"):
         read_schedule("0F0,()OVERLAP_F_B\n")
+    with pytest.raises(FormatError, match="OVERLAP_F_B must hold one forward then one full backward"):
+        read_schedule("0F0,(0F1;0I0)OVERLAP_F_B,0W0,0B1\n")
+    with pytest.raises(InputError, match="0FB1 must be followed at once by the full backward B"):
+        read_schedule("0F0,0FB1,0I0,0W0,0B1\n")
 
 
 def test_communication_in_a_file_must_match_the_lowering() -> None:

@@ -203,5 +203,5 @@ def test_streamed_program_is_the_materialized_lowering(schedule: str, chunks: in
             if isinstance(ins, Compute | Recv):
                 assert _as_steps(program, ins) == want[ins.step]
         blocks = program.blocks(rank, replica)
-        flat = [i for recv, compute, sends, post in blocks for i in (recv, compute, *sends, post)]
+        flat = [i for recvs, computes, sends, post in blocks for i in (*recvs, *computes, *sends, post)]
         assert [i for i in flat if i is not None] == got
