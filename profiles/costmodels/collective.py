@@ -78,7 +78,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from pipesim.errors import check_nonneg, invalid, parse_name
-from pipesim.profiles.costmodels.nccl_protocol import IDEAL, NVLS_PROTOCOL, Protocol, best_protocol
+from pipesim.profiles.costmodels.nccl_protocol import IDEAL, NVLS_PROTOCOL, PROTOCOLS, Protocol
 from pipesim.profiles.costmodels.ring_topology import (
     LinkValue,
     RouteFn,
@@ -382,23 +382,87 @@ class AllReduceCurves:
     hierarchical_steps: int = 0
     timed: bool = False
 
-    def timed_call(self, nbytes: float, algorithm: AllReduceAlgorithm) -> tuple[Protocol, float]:
-        """``(protocol, seconds)`` of one all-reduce of ``nbytes`` with ``algorithm`` (not
-        ``auto``; one that does not apply runs as :meth:`algorithm_for` says): the protocol of
-        least time and that time."""
-        algo = self.algorithm_for(nbytes, algorithm)
-        if algo is AllReduceAlgorithm.HIERARCHICAL and self.hierarchical is not None:
-            lines = self.hierarchical
-            steps = self.hierarchical_steps
-            return best_protocol(steps, lambda x: eval_lines(lines, x), nbytes, timed=self.timed)
-        if algo is AllReduceAlgorithm.TREE and self.tree is not None:
-            tree = self.tree
-            return best_protocol(2 * tree.depth, tree.time_s, nbytes, timed=self.timed, tree=True)
+    def _call(self, nbytes: float, algo: AllReduceAlgorithm) -> tuple[Protocol, float]:
+        """``(protocol, seconds)`` of one call of an algorithm that applies (not ``auto``)."""
         if algo is AllReduceAlgorithm.NVLS and self.nvls is not None:
             wire = eval_lines(self.nvls, nbytes)
             return (NVLS_PROTOCOL, NVLS_PROTOCOL.ring_launch_s + wire) if self.timed else (IDEAL, wire)
-        ring = self.ring
-        return best_protocol(self.ring_steps, lambda x: eval_lines(ring, x), nbytes, timed=self.timed)
+        wire = self._wire_s(algo, nbytes)
+        if not self.timed:
+            return IDEAL, wire
+        depth = self.tree.depth if algo is AllReduceAlgorithm.TREE and self.tree is not None else -1
+        steps = self.hierarchical_steps if algo is AllReduceAlgorithm.HIERARCHICAL else self.ring_steps
+        slope = -1.0  # a lower bound on (wire(f x) - wire(x)) / ((f - 1) x), found when needed
+        best, best_s = IDEAL, math.inf
+        for protocol in PROTOCOLS:  # best_protocol inline (the planner's DP calls this a lot)
+            if depth >= 0:
+                fixed = protocol.tree_launch_s + 2 * depth * protocol.tree_step_s
+            else:
+                fixed = protocol.ring_launch_s + steps * protocol.ring_step_s
+            extra = protocol.wire_factor - 1.0
+            if extra > 0:
+                # wire is convex (a max of lines; the tree's stream too): wire(f x) >= wire(x) +
+                # (f - 1) x times the least slope, so a protocol that cannot win is not evaluated
+                if slope < 0:
+                    slope = self._least_slope(algo)
+                if fixed + wire + slope * extra * nbytes >= best_s:
+                    continue
+                t = fixed + self._wire_s(algo, protocol.wire_factor * nbytes)
+            else:
+                t = fixed + wire
+            if t < best_s:
+                best, best_s = protocol, t
+        return best, best_s
+
+    def _least_slope(self, algo: AllReduceAlgorithm) -> float:
+        """Seconds per byte ``L`` with ``wire(f x) - wire(x) >= L (f - 1) x`` for ``x >= 0``,
+        ``f >= 1``: the least slope of the algorithm's lines (the tree: half the sum of its two
+        phases' least slopes, each phase streaming half the bytes)."""
+        if algo is AllReduceAlgorithm.TREE and self.tree is not None:
+            phases = (self.tree.up, self.tree.down)
+            return sum(min((b for _, b in lines), default=0.0) for lines in phases) / 2
+        hier = algo is AllReduceAlgorithm.HIERARCHICAL and self.hierarchical is not None
+        lines = self.hierarchical if hier and self.hierarchical is not None else self.ring
+        return min((b for _, b in lines), default=0.0)
+
+    def _wire_s(self, algo: AllReduceAlgorithm, x: float) -> float:
+        """The wire time of ``x`` bytes (no protocol) of an algorithm that applies, seconds."""
+        if algo is AllReduceAlgorithm.HIERARCHICAL and self.hierarchical is not None:
+            return eval_lines(self.hierarchical, x)
+        if algo is AllReduceAlgorithm.TREE and self.tree is not None:
+            return self.tree.time_s(x)
+        return eval_lines(self.ring, x)
+
+    def _resolved(
+        self, nbytes: float, algorithm: str | AllReduceAlgorithm
+    ) -> tuple[AllReduceAlgorithm, Protocol, float]:
+        """``(algorithm, protocol, seconds)`` that run for ``nbytes`` (:meth:`algorithm_for`)."""
+        algo = AllReduceAlgorithm.parse(algorithm)
+        if algo is AllReduceAlgorithm.AUTO:
+            best = AllReduceAlgorithm.RING
+            protocol, best_s = self._call(nbytes, best)
+            if self.hierarchical is not None and self.even:
+                p, t = self._call(nbytes, AllReduceAlgorithm.HIERARCHICAL)
+                if t < best_s:
+                    best, protocol, best_s = AllReduceAlgorithm.HIERARCHICAL, p, t
+            if self.tree is not None and self.tree_in_auto:
+                p, t = self._call(nbytes, AllReduceAlgorithm.TREE)
+                if t < best_s:
+                    best, protocol, best_s = AllReduceAlgorithm.TREE, p, t
+            return best, protocol, best_s
+        if (
+            (algo is AllReduceAlgorithm.NVLS and self.nvls is None)
+            or (algo is AllReduceAlgorithm.HIERARCHICAL and self.hierarchical is None)
+            or (algo is AllReduceAlgorithm.TREE and self.tree is None)
+        ):
+            algo = AllReduceAlgorithm.RING
+        return (algo, *self._call(nbytes, algo))
+
+    def timed_call(self, nbytes: float, algorithm: str | AllReduceAlgorithm) -> tuple[Protocol, float]:
+        """``(protocol, seconds)`` of one all-reduce of ``nbytes`` with ``algorithm`` (resolved as
+        :meth:`algorithm_for` says): the protocol of least time and that time."""
+        _, protocol, t = self._resolved(nbytes, algorithm)
+        return protocol, t
 
     def algorithm_for(
         self, nbytes: float, algorithm: str | AllReduceAlgorithm = AllReduceAlgorithm.AUTO
@@ -408,24 +472,7 @@ class AllReduceCurves:
         member: ``RING``), ``nvls`` where it does not apply (``RING``), and ``auto``: the fastest
         of ring, hierarchical and tree that applies (each with its fastest protocol), ties to
         ring then hierarchical."""
-        algo = AllReduceAlgorithm.parse(algorithm)
-        if algo is AllReduceAlgorithm.RING:
-            return algo
-        if algo is AllReduceAlgorithm.NVLS:
-            return algo if self.nvls is not None else AllReduceAlgorithm.RING
-        if algo is AllReduceAlgorithm.HIERARCHICAL:
-            return algo if self.hierarchical is not None else AllReduceAlgorithm.RING
-        if algo is AllReduceAlgorithm.TREE:
-            return algo if self.tree is not None else AllReduceAlgorithm.RING
-        best, best_s = AllReduceAlgorithm.RING, self.timed_call(nbytes, AllReduceAlgorithm.RING)[1]
-        if self.hierarchical is not None and self.even:
-            hier = self.timed_call(nbytes, AllReduceAlgorithm.HIERARCHICAL)[1]
-            if hier < best_s:
-                best, best_s = AllReduceAlgorithm.HIERARCHICAL, hier
-        tree_s = self.timed_call(nbytes, AllReduceAlgorithm.TREE)[1] if self.tree_in_auto else math.inf
-        if self.tree is not None and tree_s < best_s:
-            best = AllReduceAlgorithm.TREE
-        return best
+        return self._resolved(nbytes, algorithm)[0]
 
     def protocol_for(
         self, nbytes: float, algorithm: str | AllReduceAlgorithm = AllReduceAlgorithm.AUTO
@@ -433,12 +480,12 @@ class AllReduceCurves:
         """The NCCL protocol an all-reduce of ``nbytes`` runs with (``algorithm`` resolved by
         :meth:`algorithm_for`); :data:`~pipesim.profiles.costmodels.nccl_protocol.IDEAL` on
         ideal routes."""
-        return self.timed_call(nbytes, self.algorithm_for(nbytes, algorithm))[0]
+        return self._resolved(nbytes, algorithm)[1]
 
     def time_s(self, nbytes: float, algorithm: str | AllReduceAlgorithm = AllReduceAlgorithm.AUTO) -> float:
         """Estimated time of an all-reduce of ``nbytes`` per member with ``algorithm``, seconds:
         the wire, and where ``timed`` the protocol's launch and per-step hand-offs."""
-        return self.timed_call(nbytes, self.algorithm_for(nbytes, algorithm))[1]
+        return self._resolved(nbytes, algorithm)[2]
 
     def uses_hierarchical(
         self, nbytes: float, algorithm: str | AllReduceAlgorithm = AllReduceAlgorithm.AUTO

@@ -19,13 +19,13 @@ factor (LL ring: ``busBw * .5``).
 pipesim keeps the wire in the route model (each step's chunks pay their route's latency and
 cross its links at the achievable bandwidth, :mod:`pipesim.profiles.costmodels.collective`) and
 adds, per call, the protocol's launch, per step its hand-off (:attr:`Protocol.ring_step_s`), and
-sends ``wire_factor`` bytes per payload byte. The constants are NCCL's NVLink figures (the only
-class the route model need not tell apart: on networks the route's latency carries most of the
-cost): ring LL 6.6 us per call and 0.6 us per step, Simple 8.4 us and 3.4 us; tree LL 6.8 and
-0.6, Simple 8.4 and 4.0; NVLS 25 us per call (``hwLatencies`` NVLink NVLS Simple, NCCL's whole
-NVLS latency inside a server). LL128 is not modelled: NCCL enables it only on NVLink paths
-(and on Hopper over PCIe/C2C), a property of a route that the cost model's callables do not
-carry; it lies between LL and Simple.
+sends ``wire_factor`` bytes per payload byte. The constants are NCCL's NVLink figures, used on
+every route (the cost model's callables do not tell link classes apart; across a network the
+route's own latency carries most of a step's cost): ring LL 6.6 us per call and 0.6 us per
+step, Simple 8.4 us and 3.4 us; tree LL 6.8 and 0.6, Simple 8.4 and 4.0; NVLS 25 us per call
+(``hwLatencies`` NVLink NVLS Simple, NCCL's whole NVLS latency inside a server). LL128 is not
+modelled: NCCL enables it only on NVLink paths (and on Hopper over PCIe/C2C), a property of a
+route that the cost model's callables do not carry; it lies between LL and Simple.
 
 **Ideal links.** Where every route of a collective has zero latency (and no per-transfer
 overhead) nothing is charged: such links are ideal, as in the closed-form tests, and the
