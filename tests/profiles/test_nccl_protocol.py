@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipesim.errors import InputError
-from pipesim.profiles.costmodels.collective import AllReduceCurves, allreduce_curves
+from pipesim.profiles.costmodels.collective import AllReduceCurves, allreduce_curves, eval_lines
 from pipesim.profiles.costmodels.nccl_protocol import (
     IDEAL,
     LL,
@@ -158,3 +158,37 @@ def test_ideal_links_cost_nothing_extra() -> None:
     assert env.now == 0.0
     assert ring_allreduce_time_s(n, 0.0, bw, 0.0) == 0.0
     assert math.isfinite(ring_allreduce_time_s(n, 1e9, math.inf, 1e-6))
+
+
+def _brute_force_s(curves: AllReduceCurves, nbytes: float, algorithm: str) -> float:
+    """Every protocol evaluated (no pruning): the least of :func:`call_time_s` on the wire."""
+    if algorithm == "tree":
+        tree = curves.tree
+        assert tree is not None
+        return best_protocol(2 * tree.depth, tree.time_s, nbytes, timed=True, tree=True)[1]
+    lines = curves.hierarchical if algorithm == "hierarchical" else curves.ring
+    assert lines is not None
+    steps = curves.hierarchical_steps if algorithm == "hierarchical" else curves.ring_steps
+    return best_protocol(steps, lambda x: eval_lines(lines, x), nbytes, timed=True)[1]
+
+
+@settings(max_examples=60, deadline=None)
+@given(nbytes=st.floats(0, 2**33), preset=st.sampled_from(["dapple-2x8-v100", "dgx-a100-x2", "dgx1-v100"]))
+def test_the_protocol_choice_is_the_least_time_of_every_protocol(nbytes: float, preset: str) -> None:
+    # the curves skip a protocol that cannot win (the wire's least slope bounds its extra bytes):
+    # the result is still the least time over every protocol, per algorithm and for auto
+    members = 16 if preset != "dgx1-v100" else 8
+    curves = _curves(preset, members)
+    assert curves.timed
+    times = {}
+    for algorithm in ("ring", "hierarchical", "tree"):
+        if algorithm == "hierarchical" and curves.hierarchical is None:
+            continue
+        times[algorithm] = _brute_force_s(curves, nbytes, algorithm)
+        assert curves.time_s(nbytes, algorithm) == pytest.approx(times[algorithm], rel=1e-12, abs=1e-15)
+    auto = [times["ring"]]
+    if curves.hierarchical is not None and curves.even:
+        auto.append(times["hierarchical"])
+    if curves.tree_in_auto:
+        auto.append(times["tree"])
+    assert curves.time_s(nbytes) == pytest.approx(min(auto), rel=1e-12, abs=1e-15)
