@@ -50,6 +50,7 @@ does not depend on the cluster type: ``route(src_device, dst_device) -> tuple[in
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Generator, Sequence
 from typing import Any
 
@@ -58,6 +59,7 @@ import simpy
 from pipesim.errors import check_count, check_nonneg, check_positive, invalid
 from pipesim.profiles.costmodels import collective as collective_cost
 from pipesim.profiles.costmodels.collective import AllReduceAlgorithm
+from pipesim.profiles.costmodels.nccl_protocol import IDEAL, Protocol, best_protocol
 from pipesim.simulator.network import Network
 
 __all__ = [
@@ -87,9 +89,13 @@ Process = Generator[simpy.Event, Any, None]
 def ring_allreduce_time_s(n: int, nbytes: float, bandwidth_bytes_per_s: float, latency_s: float) -> float:
     """Ring all-reduce time on n members over equal, uncontended links, seconds.
 
-    ``2 (n - 1) latency_s + 2 (n - 1) / n * nbytes / bandwidth_bytes_per_s``; 0 for n <= 1.
+    On ideal links (``latency_s`` 0) ``2 (n - 1) / n * nbytes / bandwidth_bytes_per_s``
     (Patarasuk and Yuan, "Bandwidth optimal all-reduce algorithms for clusters of workstations",
-    JPDC 2009: the ring's 2(n - 1) steps of S/n bytes.)
+    JPDC 2009: the ring's 2(n - 1) steps of S/n bytes); otherwise, with the NCCL protocol of
+    least time (:mod:`pipesim.profiles.costmodels.nccl_protocol`: launch ``L``, hand-off ``h``
+    per step, ``f`` wire bytes per byte),
+    ``L + 2 (n - 1) (latency_s + h) + f * 2 (n - 1) / n * nbytes / bandwidth_bytes_per_s``.
+    0 for n <= 1.
 
     Raises:
         InputError: n < 1, negative bytes or latency, or bandwidth <= 0.
@@ -100,7 +106,11 @@ def ring_allreduce_time_s(n: int, nbytes: float, bandwidth_bytes_per_s: float, l
     check_positive("bandwidth_bytes_per_s", bandwidth_bytes_per_s, allow_inf=True)
     if n <= 1:
         return 0.0
-    return 2 * (n - 1) * (latency_s + nbytes / n / bandwidth_bytes_per_s)
+
+    def wire_s(x: float) -> float:
+        return 2 * (n - 1) * (latency_s + x / n / bandwidth_bytes_per_s)
+
+    return best_protocol(2 * (n - 1), wire_s, nbytes, timed=latency_s > 0)[1]
 
 
 def hierarchical_allreduce_time_s(
@@ -116,9 +126,11 @@ def hierarchical_allreduce_time_s(
     """Hierarchical all-reduce time (see the module docstring), seconds, uncontended links.
 
     ``2 (g - 1) (a_intra + S / (g B_intra)) + 2 (k - 1) (a_inter + S / (g k B_inter))`` with
-    k = ``n_servers``, g = ``gpus_per_server``. ``inter_bandwidth_bytes_per_s`` is the rate one
-    of the g concurrent inter-server rings gets per hop: divide a shared NIC's bandwidth by the
-    number of rings crossing it.
+    k = ``n_servers``, g = ``gpus_per_server``, on ideal links (both latencies 0); otherwise
+    with the NCCL protocol of least time as in :func:`ring_allreduce_time_s` (its launch, its
+    hand-off at each of the ``2 (g - 1) + 2 (k - 1)`` steps, ``S`` times its wire factor).
+    ``inter_bandwidth_bytes_per_s`` is the rate one of the g concurrent inter-server rings gets
+    per hop: divide a shared NIC's bandwidth by the number of rings crossing it.
 
     Raises:
         InputError: a count < 1, negative bytes or latency, or a bandwidth <= 0.
@@ -131,10 +143,16 @@ def hierarchical_allreduce_time_s(
     check_positive("intra_bandwidth_bytes_per_s", intra_bandwidth_bytes_per_s, allow_inf=True)
     check_positive("inter_bandwidth_bytes_per_s", inter_bandwidth_bytes_per_s, allow_inf=True)
     k, g = n_servers, gpus_per_server
-    shard = nbytes / g
-    intra = 2 * (g - 1) * (intra_latency_s + shard / intra_bandwidth_bytes_per_s)
-    inter = 2 * (k - 1) * (inter_latency_s + shard / k / inter_bandwidth_bytes_per_s)
-    return intra + inter
+
+    def wire_s(x: float) -> float:
+        shard = x / g
+        intra = 2 * (g - 1) * (intra_latency_s + shard / intra_bandwidth_bytes_per_s)
+        inter = 2 * (k - 1) * (inter_latency_s + shard / k / inter_bandwidth_bytes_per_s)
+        return intra + inter
+
+    steps = 2 * (g - 1) + 2 * (k - 1)
+    timed = (g > 1 and intra_latency_s > 0) or (k > 1 and inter_latency_s > 0)
+    return best_protocol(steps, wire_s, nbytes, timed=timed)[1] if steps else 0.0
 
 
 # ---------------------------------------------------------------------- processes
@@ -146,11 +164,13 @@ def ring_allreduce(
     route: Route,
     *,
     tag: object = None,
+    protocol: Protocol | None = None,
 ) -> Process:
     """Ring all-reduce of ``nbytes`` among ``members`` (device ids, ring in the given order).
 
     Inputs are checked now; the returned generator is the SimPy process body (wrap it in
-    ``env.process`` or ``yield from`` it); it ends when the last chunk of the last step arrives.
+    ``env.process`` or ``yield from`` it); it waits the protocol's launch, then runs the steps,
+    each after the protocol's hand-off, and ends when the last chunk of the last step arrives.
 
     Args:
         env: the SimPy environment.
@@ -159,6 +179,9 @@ def ring_allreduce(
         nbytes: bytes each member contributes (the gradient size), >= 0.
         route: ``route(src, dst)`` link indices between two devices.
         tag: passed to every chunk transfer.
+        protocol: the NCCL protocol it runs with (launch, hand-off per step, wire bytes); by
+            default the one of least time (:meth:`AllReduceCurves.protocol_for
+            <pipesim.profiles.costmodels.collective.AllReduceCurves.protocol_for>`).
 
     Raises:
         InputError: no members, duplicate members, or bad ``nbytes``.
@@ -168,8 +191,12 @@ def ring_allreduce(
     n = len(order)
     if n <= 1:
         return _ring_steps(env, network, [[]], 0.0, 0, tag)
+    if protocol is None:
+        protocol = _protocol(network, order, route, None, nbytes, AllReduceAlgorithm.RING)
     routes = _ring_routes(network, order, route)
-    return _ring_steps(env, network, routes, nbytes / n / len(routes), 2 * (n - 1), tag)
+    chunk = protocol.wire_factor * nbytes / n / len(routes)
+    body = _ring_steps(env, network, routes, chunk, 2 * (n - 1), tag, protocol.ring_step_s)
+    return _launched(env, protocol.ring_launch_s, body)
 
 
 def _ring_routes(network: Network, order: list[int], route: Route) -> list[list[tuple[int, ...]]]:
@@ -194,6 +221,7 @@ def hierarchical_allreduce(
     server_of: ServerOf,
     *,
     tag: object = None,
+    protocol: Protocol | None = None,
 ) -> Process:
     """Hierarchical all-reduce (intra-server reduce-scatter, inter-server rings, intra all-gather).
 
@@ -208,18 +236,23 @@ def hierarchical_allreduce(
         route: ``route(src, dst)`` link indices between two devices.
         server_of: ``server_of(device)`` server id of a device.
         tag: passed to every chunk transfer.
+        protocol: as in :func:`ring_allreduce` (by default the hierarchical form's).
 
     Raises:
         InputError: no members, duplicate members, or bad ``nbytes``.
     """
-    _check_members(members)
+    order = _check_members(members)
     check_nonneg("nbytes", nbytes)
+    if protocol is None:
+        protocol = _protocol(network, order, route, server_of, nbytes, AllReduceAlgorithm.HIERARCHICAL)
     groups = collective_cost.group_by_server(members, server_of)
     if not _is_even(groups):
         flat = [m for group in groups for m in group]
-        return ring_allreduce(env, network, flat, nbytes, route, tag=tag)
-    intra, inter, k, g = _hierarchy(network, groups, nbytes, route)
-    return _hierarchical_body(env, network, intra, inter, nbytes, k, g, tag)
+        return ring_allreduce(env, network, flat, nbytes, route, tag=tag, protocol=protocol)
+    wire = protocol.wire_factor * nbytes
+    intra, inter, k, g = _hierarchy(network, groups, wire, route)
+    body = _hierarchical_body(env, network, intra, inter, wire, k, g, tag, protocol.ring_step_s)
+    return _launched(env, protocol.ring_launch_s, body)
 
 
 _Intra = list[tuple[list[list[tuple[int, ...]]], float]]
@@ -252,6 +285,7 @@ def tree_allreduce(
     *,
     server_of: ServerOf | None = None,
     tag: object = None,
+    protocol: Protocol | None = None,
 ) -> Process:
     """Double binary tree all-reduce (module docstring) of ``nbytes`` among ``members``.
 
@@ -261,16 +295,24 @@ def tree_allreduce(
         env, network, members, nbytes, route, tag: as in :func:`ring_allreduce`.
         server_of: ``server_of(device)``: chains inside servers; without it every member is
             its own server.
+        protocol: as in :func:`ring_allreduce` (by default the tree's; its tree launch and
+            hand-off apply).
 
     Raises:
         InputError: no members, duplicate members, or bad ``nbytes``.
     """
-    _check_members(members)
+    order = _check_members(members)
     check_nonneg("nbytes", nbytes)
     shape = collective_cost.double_binary_tree(members, server_of)
+    if shape.depth == 0:
+        return _tree_body(env, network, [], [], 0, 0.0, tag, 0.0)
+    if protocol is None:
+        protocol = _protocol(network, order, route, server_of, nbytes, AllReduceAlgorithm.TREE)
     up = [route(c, p) for c, p in shape.up]
     down = [route(p, c) for c, p in shape.up]
-    return _tree_body(env, network, up, down, shape.depth, nbytes, tag)
+    wire = protocol.wire_factor * nbytes
+    body = _tree_body(env, network, up, down, shape.depth, wire, tag, protocol.tree_step_s)
+    return _launched(env, protocol.tree_launch_s, body)
 
 
 def nvls_allreduce(
@@ -282,6 +324,7 @@ def nvls_allreduce(
     *,
     server_of: ServerOf | None = None,
     tag: object = None,
+    protocol: Protocol | None = None,
 ) -> Process:
     """NVLink SHARP all-reduce (module docstring of :mod:`pipesim.profiles.costmodels.collective`):
     every member moves ``(1 + 1/n) nbytes / NVLS_FRACTION`` bytes into its switch port and as many
@@ -295,9 +338,12 @@ def nvls_allreduce(
     check_nonneg("nbytes", nbytes)
     ports = collective_cost.nvls_ports(order, route, server_of)
     if ports is None:
-        return ring_allreduce(env, network, order, nbytes, route, tag=tag)
+        return ring_allreduce(env, network, order, nbytes, route, tag=tag, protocol=protocol)
+    if protocol is None:
+        protocol = _protocol(network, order, route, server_of, nbytes, AllReduceAlgorithm.NVLS)
     size = (1.0 + 1.0 / len(order)) * nbytes / collective_cost.NVLS_FRACTION
-    return _nvls_body(env, network, [(p,) for pair in ports for p in pair], size, tag)
+    body = _nvls_body(env, network, [(p,) for pair in ports for p in pair], size, tag)
+    return _launched(env, protocol.ring_launch_s, body)
 
 
 def allreduce(
@@ -327,17 +373,31 @@ def allreduce(
         InputError: bad members or bytes, or ``hierarchical`` without ``server_of``.
     """
     algo = AllReduceAlgorithm.parse(algorithm)
-    if algo is AllReduceAlgorithm.AUTO:
-        algo = choose_allreduce_algorithm(network, members, nbytes, route, server_of=server_of)
-    if algo is AllReduceAlgorithm.HIERARCHICAL:
-        if server_of is None:
-            raise invalid("server_of", None, "is required for the hierarchical all-reduce")
-        return hierarchical_allreduce(env, network, members, nbytes, route, server_of, tag=tag)
+    order = _check_members(members)
+    check_nonneg("nbytes", nbytes)
+    if algo is AllReduceAlgorithm.HIERARCHICAL and server_of is None:
+        raise invalid("server_of", None, "is required for the hierarchical all-reduce")
+    protocol = IDEAL
+    if network.free_links or len(order) <= 1:
+        algo = AllReduceAlgorithm.RING if algo is AllReduceAlgorithm.AUTO else algo
+    else:  # one set of curves chooses the algorithm (auto) and its protocol
+        curves = _curves(network, order, route, server_of)
+        if algo is AllReduceAlgorithm.AUTO:
+            algo = curves.algorithm_for(nbytes, algo) if server_of is not None else AllReduceAlgorithm.RING
+        protocol = curves.timed_call(nbytes, algo)[0]
+    if algo is AllReduceAlgorithm.HIERARCHICAL and server_of is not None:
+        return hierarchical_allreduce(
+            env, network, order, nbytes, route, server_of, tag=tag, protocol=protocol
+        )
     if algo is AllReduceAlgorithm.TREE:
-        return tree_allreduce(env, network, members, nbytes, route, server_of=server_of, tag=tag)
+        return tree_allreduce(
+            env, network, order, nbytes, route, server_of=server_of, tag=tag, protocol=protocol
+        )
     if algo is AllReduceAlgorithm.NVLS:
-        return nvls_allreduce(env, network, members, nbytes, route, server_of=server_of, tag=tag)
-    return ring_allreduce(env, network, members, nbytes, route, tag=tag)
+        return nvls_allreduce(
+            env, network, order, nbytes, route, server_of=server_of, tag=tag, protocol=protocol
+        )
+    return ring_allreduce(env, network, order, nbytes, route, tag=tag, protocol=protocol)
 
 
 # ---------------------------------------------------------------------- estimates
@@ -394,15 +454,53 @@ def choose_allreduce_algorithm(
 def _curves(
     network: Network, order: list[int], route: Route, server_of: ServerOf | None
 ) -> collective_cost.AllReduceCurves:
-    """The shared route-based cost curves (:mod:`pipesim.profiles.costmodels.collective`) on this network."""
-    return collective_cost.allreduce_curves(
-        order,
-        route,
-        network.bandwidth_bytes_per_s,
-        network.latency_s,
-        server_of=server_of,
-        overhead_s=network.overhead_s,
-    )
+    """The shared route-based cost curves (:mod:`pipesim.profiles.costmodels.collective`) on this
+    network, computed once per network, members, route and ``server_of`` (every collective call
+    asks for its protocol)."""
+    cache = _CURVES.get(network)
+    if cache is None:
+        cache = _CURVES[network] = {}
+    key = (tuple(order), route, server_of)
+    found = cache.get(key)
+    if found is None:
+        found = cache[key] = collective_cost.allreduce_curves(
+            order,
+            route,
+            network.bandwidth_bytes_per_s,
+            network.latency_s,
+            server_of=server_of,
+            overhead_s=network.overhead_s,
+        )
+    return found
+
+
+_CURVES: weakref.WeakKeyDictionary[Network, dict[tuple[object, ...], collective_cost.AllReduceCurves]] = (
+    weakref.WeakKeyDictionary()
+)
+"""Curves per live network (a network's links never change)."""
+
+
+def _protocol(
+    network: Network,
+    order: list[int],
+    route: Route,
+    server_of: ServerOf | None,
+    nbytes: float,
+    algorithm: AllReduceAlgorithm,
+) -> Protocol:
+    """The NCCL protocol an all-reduce of ``nbytes`` with ``algorithm`` runs with on this
+    network (:meth:`~pipesim.profiles.costmodels.collective.AllReduceCurves.protocol_for`);
+    ``IDEAL`` on free links or for one member."""
+    if network.free_links or len(order) <= 1:
+        return IDEAL
+    return _curves(network, order, route, server_of).protocol_for(nbytes, algorithm)
+
+
+def _launched(env: simpy.Environment, launch_s: float, body: Process) -> Process:
+    """``body`` after the call's launch of ``launch_s`` seconds."""
+    if launch_s > 0:
+        yield env.timeout(launch_s)
+    yield from body
 
 
 # ---------------------------------------------------------------------- internals
@@ -413,14 +511,20 @@ def _ring_steps(
     chunk: float,
     steps: int,
     tag: object,
+    step_s: float = 0.0,
 ) -> Process:
-    """``steps`` ring steps on each ring of routes; each ring waits only for its own chunks."""
+    """``steps`` ring steps on each ring of routes, each after a hand-off of ``step_s``
+    seconds; each ring waits only for its own chunks."""
     if len(rings) == 1:
         routes = rings[0]
         for _ in range(steps):
+            if step_s > 0:
+                yield env.timeout(step_s)
             yield _all_of(env, [network.transfer(r, chunk, tag=tag) for r in routes])
     elif rings:
-        yield _all_of(env, [env.process(_ring_steps(env, network, [r], chunk, steps, tag)) for r in rings])
+        yield _all_of(
+            env, [env.process(_ring_steps(env, network, [r], chunk, steps, tag, step_s)) for r in rings]
+        )
 
 
 def _server_steps(
@@ -429,9 +533,10 @@ def _server_steps(
     servers: list[tuple[list[list[tuple[int, ...]]], float]],
     steps: int,
     tag: object,
+    step_s: float = 0.0,
 ) -> Process:
     """``steps`` ring steps in every server at once, each server on its own rings and chunk."""
-    bodies = [_ring_steps(env, network, rings, chunk, steps, tag) for rings, chunk in servers]
+    bodies = [_ring_steps(env, network, rings, chunk, steps, tag, step_s) for rings, chunk in servers]
     if len(bodies) == 1:
         yield from bodies[0]
     elif bodies:
@@ -447,13 +552,14 @@ def _hierarchical_body(
     k: int,
     g: int,
     tag: object,
+    step_s: float = 0.0,
 ) -> Process:
     if g > 1:
-        yield from _server_steps(env, network, intra, g - 1, tag)  # reduce-scatter
+        yield from _server_steps(env, network, intra, g - 1, tag, step_s)  # reduce-scatter
     if k > 1:
-        yield from _ring_steps(env, network, inter, nbytes / g / k, 2 * (k - 1), tag)
+        yield from _ring_steps(env, network, inter, nbytes / g / k, 2 * (k - 1), tag, step_s)
     if g > 1:
-        yield from _server_steps(env, network, intra, g - 1, tag)  # all-gather
+        yield from _server_steps(env, network, intra, g - 1, tag, step_s)  # all-gather
 
 
 def _tree_body(
@@ -464,15 +570,18 @@ def _tree_body(
     depth: int,
     nbytes: float,
     tag: object,
+    step_s: float,
 ) -> Process:
     if depth == 0:
         return
     half = nbytes / 2
     chunk = min(float(collective_cost.TREE_CHUNK_BYTES), half)
     for routes in (up, down):  # reduce towards the roots, then broadcast back
-        for _ in range(depth - 1):  # the pipeline fills, one chunk per edge and step
-            yield _all_of(env, [network.transfer(r, chunk, tag=tag) for r in routes])
-        yield _all_of(env, [network.transfer(r, half, tag=tag) for r in routes])
+        for step in range(depth):  # the pipeline fills, one chunk per edge and step; then the rest
+            if step_s > 0:
+                yield env.timeout(step_s)
+            size = chunk if step < depth - 1 else half
+            yield _all_of(env, [network.transfer(r, size, tag=tag) for r in routes])
 
 
 def _nvls_body(

@@ -15,7 +15,10 @@ all-reduce's ``algbw x 2 (n - 1)/n``, ``S`` the whole array), made of
 NCCL runs these collectives on rings, so ``tree`` and ``nvls`` mean the ring and ``auto`` takes
 the faster of ring and hierarchical
 (:func:`pipesim.profiles.costmodels.sharding.half_algorithm`, the planner's rule too).
-Uncontended, each takes half the time of its all-reduce.
+Uncontended, each takes half the time of its all-reduce: the all-reduce's NCCL protocol on the
+same algorithm (:mod:`pipesim.profiles.costmodels.nccl_protocol`), its hand-off at each of the
+half's steps and half its launch (a reduce-scatter and all-gather pair pays one launch; NCCL
+launches each, a few microseconds more).
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ from pipesim.simulator.collectives import (
     _hierarchy,
     _Intra,
     _is_even,
+    _launched,
+    _protocol,
     _ring_routes,
     _ring_steps,
     _server_steps,
@@ -171,14 +176,20 @@ def _half(
     if n <= 1:
         return _ring_steps(env, network, [[]], 0.0, 0, tag)
     algo = choose_half_algorithm(network, order, nbytes, route, server_of=server_of, algorithm=algo)
+    # the all-reduce's protocol on the same algorithm: half its launch, its hand-off per step
+    protocol = _protocol(network, order, route, server_of, nbytes, algo)
+    wire = protocol.wire_factor * nbytes
+    launch, step_s = protocol.ring_launch_s / 2, protocol.ring_step_s
     if algo is AllReduceAlgorithm.HIERARCHICAL and server_of is not None:
         groups = collective_cost.group_by_server(order, server_of)
         if _is_even(groups):
-            intra, inter, k, g = _hierarchy(network, groups, nbytes, route)
-            return _half_body(env, network, intra, inter, nbytes, k, g, tag, gather=gather)
+            intra, inter, k, g = _hierarchy(network, groups, wire, route)
+            body = _half_body(env, network, intra, inter, wire, k, g, tag, step_s, gather=gather)
+            return _launched(env, launch, body)
         order = [m for group in groups for m in group]
     routes = _ring_routes(network, order, route)
-    return _ring_steps(env, network, routes, nbytes / n / len(routes), n - 1, tag)
+    body = _ring_steps(env, network, routes, wire / n / len(routes), n - 1, tag, step_s)
+    return _launched(env, launch, body)
 
 
 def _half_body(
@@ -190,13 +201,15 @@ def _half_body(
     k: int,
     g: int,
     tag: object,
+    step_s: float,
     *,
     gather: bool,
 ) -> Process:
-    """The hierarchical reduce-scatter (intra-server, then inter-server) or all-gather (reversed)."""
+    """The hierarchical reduce-scatter (intra-server, then inter-server) or all-gather (reversed),
+    each step after a hand-off of ``step_s`` seconds."""
     phases = ("inter", "intra") if gather else ("intra", "inter")
     for phase in phases:
         if phase == "intra" and g > 1:
-            yield from _server_steps(env, network, intra, g - 1, tag)
+            yield from _server_steps(env, network, intra, g - 1, tag, step_s)
         elif phase == "inter" and k > 1:
-            yield from _ring_steps(env, network, inter, nbytes / g / k, k - 1, tag)
+            yield from _ring_steps(env, network, inter, nbytes / g / k, k - 1, tag, step_s)

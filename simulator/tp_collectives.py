@@ -23,7 +23,10 @@ take
 
 with ``u_i`` 2 for an all-reduce, 1 for a half and ``U = sum u_i``: exactly one flow per hop
 that waits ``U (n - 1) a`` (the summed per-call latencies) and then carries
-``(n - 1) / n x sum u_i S_i`` bytes (the summed steps' bytes). So the aggregation changes no
+``(n - 1) / n x sum u_i S_i`` bytes (the summed steps' bytes). Each call also pays its NCCL
+protocol (:mod:`pipesim.profiles.costmodels.nccl_protocol`, chosen by its size): ``u_i / 2``
+launches and a hand-off ``h_i`` per step join the wait, ``u_i (L_i / 2 + (n - 1) h_i)``, and
+its bytes count ``f_i`` times (LL's flags), as in the planner's curves. So the aggregation changes no
 time when nothing else uses the links: the folded per-op sums of before, and
 :func:`~pipesim.profiles.costmodels.tensor_parallel.stage_tp_times`, which the planner uses,
 are reproduced (``tests/tp/test_tp_network.py``). With hops of different latency and bandwidth
@@ -53,6 +56,8 @@ import math
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
+from pipesim.profiles.costmodels.collective import AllReduceAlgorithm, AllReduceCurves
+from pipesim.profiles.costmodels.nccl_protocol import IDEAL
 from pipesim.profiles.costmodels.ring_topology import ring_set
 from pipesim.profiles.costmodels.tensor_parallel import TpCollective
 
@@ -126,23 +131,36 @@ def tp_ring(
     return TpRing(flows=tuple(flows), shares=tuple(shares), hop_latency_s=slowest, members=n)
 
 
-def op_comm(ring: TpRing, collectives: Sequence[TpCollective], hidden_s: float) -> TpComm | None:
+def op_comm(
+    ring: TpRing,
+    collectives: Sequence[TpCollective],
+    hidden_s: float,
+    curves: AllReduceCurves | None = None,
+) -> TpComm | None:
     """``collectives`` (run one after another) as one :class:`TpComm` on ``ring``, launched
-    ``hidden_s`` before the op's compute ends; ``None`` without collectives."""
+    ``hidden_s`` before the op's compute ends; ``None`` without collectives.
+
+    Each call runs with the NCCL protocol its size gets on the group's ring ``curves``
+    (:meth:`~pipesim.profiles.costmodels.collective.AllReduceCurves.protocol_for`; none given:
+    ideal): its launch (half of it for a reduce-scatter or all-gather, as the planner's half of
+    an all-reduce) and its hand-off per step join the waited latency, its wire factor the bytes.
+    """
     if not collectives or ring.members < 2:
         return None
     n = ring.members
-    steps = 0
+    latency = 0.0
     weighted = 0.0
     for c in collectives:
         units = 2 if c.kind == "all-reduce" else 1
-        steps += units
-        weighted += units * c.nbytes
+        protocol = curves.protocol_for(c.nbytes, AllReduceAlgorithm.RING) if curves is not None else IDEAL
+        step_s = ring.hop_latency_s + protocol.ring_step_s
+        latency += units * (protocol.ring_launch_s / 2 + (n - 1) * step_s)
+        weighted += units * protocol.wire_factor * c.nbytes
     hop_bytes = (n - 1) / n * weighted
     return TpComm(
         flows=ring.flows,
         flow_bytes=tuple(hop_bytes * share for share in ring.shares),
-        latency_s=steps * (n - 1) * ring.hop_latency_s,
+        latency_s=latency,
         hidden_s=hidden_s,
         nbytes=float(sum(c.nbytes for c in collectives)),
     )

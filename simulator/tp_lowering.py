@@ -282,7 +282,7 @@ class TpLowering:
             if ring is None:
                 ring = self._rings[group] = tp_ring(group, self.cluster.route, self._bw.__getitem__,
                                                     self._lat.__getitem__)
-            found = op_comm(ring, colls, max(0.0, whole - exposed))
+            found = op_comm(ring, colls, max(0.0, whole - exposed), self.curves(group))
         self._comms[key] = found
         return found
 

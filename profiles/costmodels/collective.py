@@ -53,6 +53,13 @@ returned as :data:`Lines` so a caller can evaluate it for many sizes cheaply.
   switch (the same first and last link on all its routes); the route model does not know the
   NVSwitch generation, so ``auto`` never picks it.
 
+**NCCL's protocols.** The lines above are the wire. A call adds its NCCL protocol's launch, a
+hand-off per step and sends the protocol's wire bytes (LL: 2 per byte), the protocol of least
+time chosen per size as NCCL's tuner does (:mod:`pipesim.profiles.costmodels.nccl_protocol`;
+:meth:`AllReduceCurves.timed_call`): LL for small, latency-bound messages, Simple for large
+ones, so the bus bandwidth keeps rising over tens of MiB as measured. Routes that are all ideal
+(zero latency, no overhead) pay nothing extra.
+
 ``auto`` takes the fastest of the algorithms that apply (ties go to ring, then hierarchical):
 hierarchical with even servers, tree with members on two servers or more (NCCL's trees span
 servers, a chain within each); as NCCL's tuner, whose model picks ring for large messages and
@@ -71,6 +78,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from pipesim.errors import check_nonneg, invalid, parse_name
+from pipesim.profiles.costmodels.nccl_protocol import IDEAL, NVLS_PROTOCOL, PROTOCOLS, Protocol
 from pipesim.profiles.costmodels.ring_topology import (
     LinkValue,
     RouteFn,
@@ -343,8 +351,13 @@ def tree_cost(
 class AllReduceCurves:
     """The time of an all-reduce among fixed members as functions of the gradient bytes.
 
+    The line sets are the wire (each step's chunks over their routes); a call adds its NCCL
+    protocol's launch and per-step hand-off and sends the protocol's wire bytes
+    (:mod:`pipesim.profiles.costmodels.nccl_protocol`), the protocol of least time chosen per
+    size as NCCL's tuner does, where the members' routes are ``timed``.
+
     Attributes:
-        ring: the ring all-reduce, :data:`Lines` of the bytes.
+        ring: the ring all-reduce's wire time, :data:`Lines` of the bytes.
         hierarchical: the hierarchical all-reduce (the server-ordered ring for uneven servers),
             or ``None`` where it is the plain ring (one member, one server, one member per server).
         even: whether the servers hold equal member counts (``auto`` considers hierarchical only then).
@@ -352,6 +365,11 @@ class AllReduceCurves:
         tree_in_auto: whether ``auto`` considers the tree (members on two servers or more).
         nvls: NVLink SHARP (:func:`nvls_ports`), or ``None`` where it does not apply; only
             ever run when asked for.
+        ring_steps: the ring's steps, ``2 (n - 1)``.
+        hierarchical_steps: the hierarchical form's steps (``2 (g - 1) + 2 (k - 1)``; the
+            ring's for uneven servers).
+        timed: whether NCCL's protocol costs apply: some route among the members has a latency
+            or a per-transfer overhead (all-ideal routes: the bare wire, as the closed forms).
     """
 
     ring: Lines
@@ -360,6 +378,91 @@ class AllReduceCurves:
     tree: TreeCost | None = None
     tree_in_auto: bool = False
     nvls: Lines | None = None
+    ring_steps: int = 0
+    hierarchical_steps: int = 0
+    timed: bool = False
+
+    def _call(self, nbytes: float, algo: AllReduceAlgorithm) -> tuple[Protocol, float]:
+        """``(protocol, seconds)`` of one call of an algorithm that applies (not ``auto``)."""
+        if algo is AllReduceAlgorithm.NVLS and self.nvls is not None:
+            wire = eval_lines(self.nvls, nbytes)
+            return (NVLS_PROTOCOL, NVLS_PROTOCOL.ring_launch_s + wire) if self.timed else (IDEAL, wire)
+        wire = self._wire_s(algo, nbytes)
+        if not self.timed:
+            return IDEAL, wire
+        depth = self.tree.depth if algo is AllReduceAlgorithm.TREE and self.tree is not None else -1
+        steps = self.hierarchical_steps if algo is AllReduceAlgorithm.HIERARCHICAL else self.ring_steps
+        slope = -1.0  # a lower bound on (wire(f x) - wire(x)) / ((f - 1) x), found when needed
+        best, best_s = IDEAL, math.inf
+        for protocol in PROTOCOLS:  # best_protocol inline (the planner's DP calls this a lot)
+            if depth >= 0:
+                fixed = protocol.tree_launch_s + 2 * depth * protocol.tree_step_s
+            else:
+                fixed = protocol.ring_launch_s + steps * protocol.ring_step_s
+            extra = protocol.wire_factor - 1.0
+            if extra > 0:
+                # wire is convex (a max of lines; the tree's stream too): wire(f x) >= wire(x) +
+                # (f - 1) x times the least slope, so a protocol that cannot win is not evaluated
+                if slope < 0:
+                    slope = self._least_slope(algo)
+                if fixed + wire + slope * extra * nbytes >= best_s:
+                    continue
+                t = fixed + self._wire_s(algo, protocol.wire_factor * nbytes)
+            else:
+                t = fixed + wire
+            if t < best_s:
+                best, best_s = protocol, t
+        return best, best_s
+
+    def _least_slope(self, algo: AllReduceAlgorithm) -> float:
+        """Seconds per byte ``L`` with ``wire(f x) - wire(x) >= L (f - 1) x`` for ``x >= 0``,
+        ``f >= 1``: the least slope of the algorithm's lines (the tree: half the sum of its two
+        phases' least slopes, each phase streaming half the bytes)."""
+        if algo is AllReduceAlgorithm.TREE and self.tree is not None:
+            phases = (self.tree.up, self.tree.down)
+            return sum(min((b for _, b in lines), default=0.0) for lines in phases) / 2
+        hier = algo is AllReduceAlgorithm.HIERARCHICAL and self.hierarchical is not None
+        lines = self.hierarchical if hier and self.hierarchical is not None else self.ring
+        return min((b for _, b in lines), default=0.0)
+
+    def _wire_s(self, algo: AllReduceAlgorithm, x: float) -> float:
+        """The wire time of ``x`` bytes (no protocol) of an algorithm that applies, seconds."""
+        if algo is AllReduceAlgorithm.HIERARCHICAL and self.hierarchical is not None:
+            return eval_lines(self.hierarchical, x)
+        if algo is AllReduceAlgorithm.TREE and self.tree is not None:
+            return self.tree.time_s(x)
+        return eval_lines(self.ring, x)
+
+    def _resolved(
+        self, nbytes: float, algorithm: str | AllReduceAlgorithm
+    ) -> tuple[AllReduceAlgorithm, Protocol, float]:
+        """``(algorithm, protocol, seconds)`` that run for ``nbytes`` (:meth:`algorithm_for`)."""
+        algo = AllReduceAlgorithm.parse(algorithm)
+        if algo is AllReduceAlgorithm.AUTO:
+            best = AllReduceAlgorithm.RING
+            protocol, best_s = self._call(nbytes, best)
+            if self.hierarchical is not None and self.even:
+                p, t = self._call(nbytes, AllReduceAlgorithm.HIERARCHICAL)
+                if t < best_s:
+                    best, protocol, best_s = AllReduceAlgorithm.HIERARCHICAL, p, t
+            if self.tree is not None and self.tree_in_auto:
+                p, t = self._call(nbytes, AllReduceAlgorithm.TREE)
+                if t < best_s:
+                    best, protocol, best_s = AllReduceAlgorithm.TREE, p, t
+            return best, protocol, best_s
+        if (
+            (algo is AllReduceAlgorithm.NVLS and self.nvls is None)
+            or (algo is AllReduceAlgorithm.HIERARCHICAL and self.hierarchical is None)
+            or (algo is AllReduceAlgorithm.TREE and self.tree is None)
+        ):
+            algo = AllReduceAlgorithm.RING
+        return (algo, *self._call(nbytes, algo))
+
+    def timed_call(self, nbytes: float, algorithm: str | AllReduceAlgorithm) -> tuple[Protocol, float]:
+        """``(protocol, seconds)`` of one all-reduce of ``nbytes`` with ``algorithm`` (resolved as
+        :meth:`algorithm_for` says): the protocol of least time and that time."""
+        _, protocol, t = self._resolved(nbytes, algorithm)
+        return protocol, t
 
     def algorithm_for(
         self, nbytes: float, algorithm: str | AllReduceAlgorithm = AllReduceAlgorithm.AUTO
@@ -367,46 +470,22 @@ class AllReduceCurves:
         """The algorithm that runs for ``nbytes`` when ``algorithm`` is asked for: itself, except
         ``hierarchical`` where it is the plain ring (``RING``), ``tree`` without a tree (one
         member: ``RING``), ``nvls`` where it does not apply (``RING``), and ``auto``: the fastest
-        of ring, hierarchical and tree that applies, ties to ring then hierarchical."""
-        algo = AllReduceAlgorithm.parse(algorithm)
-        if algo is AllReduceAlgorithm.RING:
-            return algo
-        if algo is AllReduceAlgorithm.NVLS:
-            return algo if self.nvls is not None else AllReduceAlgorithm.RING
-        if algo is AllReduceAlgorithm.HIERARCHICAL:
-            return algo if self.hierarchical is not None else AllReduceAlgorithm.RING
-        if algo is AllReduceAlgorithm.TREE:
-            return algo if self.tree is not None else AllReduceAlgorithm.RING
-        best, best_s = AllReduceAlgorithm.RING, eval_lines(self.ring, nbytes)
-        if self.hierarchical is not None and self.even:
-            hier = eval_lines(self.hierarchical, nbytes)
-            if hier < best_s:
-                best, best_s = AllReduceAlgorithm.HIERARCHICAL, hier
-        if self.tree is not None and self.tree_in_auto and self.tree.time_s(nbytes) < best_s:
-            best = AllReduceAlgorithm.TREE
-        return best
+        of ring, hierarchical and tree that applies (each with its fastest protocol), ties to
+        ring then hierarchical."""
+        return self._resolved(nbytes, algorithm)[0]
+
+    def protocol_for(
+        self, nbytes: float, algorithm: str | AllReduceAlgorithm = AllReduceAlgorithm.AUTO
+    ) -> Protocol:
+        """The NCCL protocol an all-reduce of ``nbytes`` runs with (``algorithm`` resolved by
+        :meth:`algorithm_for`); :data:`~pipesim.profiles.costmodels.nccl_protocol.IDEAL` on
+        ideal routes."""
+        return self._resolved(nbytes, algorithm)[1]
 
     def time_s(self, nbytes: float, algorithm: str | AllReduceAlgorithm = AllReduceAlgorithm.AUTO) -> float:
-        """Estimated time of an all-reduce of ``nbytes`` per member with ``algorithm``, seconds."""
-        if AllReduceAlgorithm.parse(algorithm) is AllReduceAlgorithm.AUTO:  # the fastest that applies
-            best = eval_lines(self.ring, nbytes)
-            if self.hierarchical is not None and self.even:
-                hier = eval_lines(self.hierarchical, nbytes)
-                if hier < best:
-                    best = hier
-            if self.tree is not None and self.tree_in_auto:
-                tree = self.tree.time_s(nbytes)
-                if tree < best:
-                    best = tree
-            return best
-        algo = self.algorithm_for(nbytes, algorithm)
-        if algo is AllReduceAlgorithm.HIERARCHICAL and self.hierarchical is not None:
-            return eval_lines(self.hierarchical, nbytes)
-        if algo is AllReduceAlgorithm.TREE and self.tree is not None:
-            return self.tree.time_s(nbytes)
-        if algo is AllReduceAlgorithm.NVLS and self.nvls is not None:
-            return eval_lines(self.nvls, nbytes)
-        return eval_lines(self.ring, nbytes)
+        """Estimated time of an all-reduce of ``nbytes`` per member with ``algorithm``, seconds:
+        the wire, and where ``timed`` the protocol's launch and per-step hand-offs."""
+        return self._resolved(nbytes, algorithm)[2]
 
     def uses_hierarchical(
         self, nbytes: float, algorithm: str | AllReduceAlgorithm = AllReduceAlgorithm.AUTO
@@ -459,22 +538,31 @@ def allreduce_curves(
     tree = tree_cost(double_binary_tree(order, server_of), route, bandwidth, latency, overhead_s=overhead_s)
     ports = nvls_ports(order, route, server_of)
     nvls = _nvls_lines(ports, bandwidth, latency, overhead_s) if ports is not None else None
+    timed = _timed(ring, tree.up, tree.down, nvls or ())
+    ring_steps = 2 * (n - 1)
     if server_of is None:
-        return AllReduceCurves(ring=ring, hierarchical=None, even=True, tree=tree, nvls=nvls)
+        return AllReduceCurves(
+            ring=ring, hierarchical=None, even=True, tree=tree, nvls=nvls, ring_steps=ring_steps, timed=timed
+        )
     groups = group_by_server(order, server_of)
     even = len({len(x) for x in groups}) == 1
     spans = len(groups) > 1
     if len(groups) == 1 or (even and len(groups[0]) == 1):
         return AllReduceCurves(
-            ring=ring, hierarchical=None, even=even, tree=tree, tree_in_auto=spans, nvls=nvls
+            ring=ring, hierarchical=None, even=even, tree=tree, tree_in_auto=spans, nvls=nvls,
+            ring_steps=ring_steps, timed=timed,
         )
     if not even:
+        flat = ring_of([m for x in groups for m in x])
         return AllReduceCurves(
             ring=ring,
-            hierarchical=ring_of([m for x in groups for m in x]),
+            hierarchical=flat,
             even=False,
             tree=tree,
             tree_in_auto=True,
+            ring_steps=ring_steps,
+            hierarchical_steps=ring_steps,
+            timed=timed or _timed(flat),
         )
     k, g = len(groups), len(groups[0])
     intra_steps: list[tuple[float, float]] = []
@@ -496,7 +584,21 @@ def allreduce_curves(
         overhead_s=overhead_s,
     )
     hier = _add(_scale(intra, 2.0 * (g - 1)), _scale(inter, 2.0 * (k - 1)))
-    return AllReduceCurves(ring=ring, hierarchical=hier, even=True, tree=tree, tree_in_auto=True)
+    return AllReduceCurves(
+        ring=ring,
+        hierarchical=hier,
+        even=True,
+        tree=tree,
+        tree_in_auto=True,
+        ring_steps=ring_steps,
+        hierarchical_steps=2 * (g - 1) + 2 * (k - 1),
+        timed=timed or _timed(intra, inter),
+    )
+
+
+def _timed(*line_sets: Lines) -> bool:
+    """Whether some step among ``line_sets`` pays a latency (a route with latency or overhead)."""
+    return any(a > 0 for lines in line_sets for a, _ in lines)
 
 
 def allreduce_time_s(

@@ -14,6 +14,7 @@ from pipesim.errors import InputError
 from pipesim.planner.estimate import CostModel
 from pipesim.profiles import get_cluster, with_overrides, zoo_model
 from pipesim.profiles.costmodels.collective import allreduce_curves, allreduce_time_s, eval_lines, prune_lines
+from pipesim.profiles.costmodels.nccl_protocol import SIMPLE
 from pipesim.simulator.collectives import estimate_allreduce_time_s
 from pipesim.simulator.network import Network
 
@@ -30,7 +31,9 @@ def test_ring_closed_form() -> None:
     n, nbytes = 5, 3e8
     routes, bw, lat = _star(n)
     got = allreduce_time_s(range(n), nbytes, lambda a, b: routes[(a, b)], bw.__getitem__, lat.__getitem__)
-    assert got == pytest.approx(2 * (n - 1) * (LAT + nbytes / n / BW))
+    # NCCL's Simple protocol at 300 MB: its launch, and its hand-off at each of the 8 steps
+    want = SIMPLE.ring_launch_s + 2 * (n - 1) * (LAT + SIMPLE.ring_step_s + nbytes / n / BW)
+    assert got == pytest.approx(want, rel=1e-12)
     assert allreduce_time_s([3], nbytes, lambda a, b: (), bw.__getitem__, lat.__getitem__) == 0.0
 
 

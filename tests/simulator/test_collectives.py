@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipesim.errors import InputError, UnknownNameError
+from pipesim.profiles.costmodels.nccl_protocol import LL, SIMPLE
 from pipesim.simulator.collectives import (
     AllReduceAlgorithm,
     allreduce,
@@ -81,6 +82,23 @@ class ToyCluster:
         return (a, 2 * n + na, 2 * n + self.nics + nb, n + b)
 
 
+def nccl_ring_s(n: int, nbytes: float, bandwidth: float, latency: float) -> float:
+    """The ring's closed form: ideal links (no latency) the bare wire ``2 (n - 1) / n S / B``;
+    otherwise the cheaper of NCCL's LL and Simple, each ``launch + 2 (n - 1) (a + hand-off) +
+    f 2 (n - 1) / n S / B`` (profiles/costmodels/nccl_protocol.py)."""
+    if latency == 0:
+        return 2 * (n - 1) / n * nbytes / bandwidth
+    wire = 2 * (n - 1) / n * nbytes / bandwidth
+    return min(
+        p.ring_launch_s + 2 * (n - 1) * (latency + p.ring_step_s) + p.wire_factor * wire for p in (LL, SIMPLE)
+    )
+
+
+def simple_extra_s(steps: int) -> float:
+    """What NCCL's Simple protocol adds to a call of ``steps`` steps: its launch and hand-offs."""
+    return SIMPLE.ring_launch_s + steps * SIMPLE.ring_step_s
+
+
 # ---------------------------------------------------------------------- closed forms
 @pytest.mark.parametrize("n", [2, 3, 4, 5, 7, 8, 16])
 @pytest.mark.parametrize(
@@ -89,7 +107,7 @@ class ToyCluster:
 def test_ring_matches_closed_form_exactly(n: int, nbytes: float, bandwidth: float, latency: float) -> None:
     env, net = ring_network(n, bandwidth, latency)
     got = run(env, ring_allreduce(env, net, list(range(n)), nbytes, ring_route))
-    want = 2 * (n - 1) * latency + 2 * (n - 1) / n * nbytes / bandwidth
+    want = nccl_ring_s(n, nbytes, bandwidth, latency)
     assert got == pytest.approx(want, rel=1e-9, abs=1e-15)
     assert ring_allreduce_time_s(n, nbytes, bandwidth, latency) == pytest.approx(want, rel=1e-12, abs=1e-15)
     assert estimate_allreduce_time_s(net, list(range(n)), nbytes, ring_route) == pytest.approx(
@@ -119,11 +137,13 @@ def test_hierarchical_on_two_servers_matches_hand_formula() -> None:
     # Intra route: 2 GPU links (0.5 s latency, 4 B/s); inter: GPU+NIC+NIC+GPU (1.5 s).
     # Reduce-scatter: 1 step of S/2 = 4 B: 0.5 + 4/4 = 1.5 s.
     # Inter rings: 2 rings (one per local rank) share each NIC: 2 steps of S/4 = 2 B at 1 B/s:
-    #   2 * (1.5 + 2) = 7 s.  All-gather: 1.5 s.  Total 10 s.
+    #   2 * (1.5 + 2) = 7 s.  All-gather: 1.5 s.  Total 10 s on the wire, plus NCCL's Simple
+    #   protocol (LL's doubled bytes cost seconds here): its launch and 4 hand-offs.
     toy = ToyCluster(2, 2, gpu_bw=4.0, gpu_lat=0.25, nic_bw=2.0, nic_lat=0.5)
     env, net = toy.network()
     got = run(env, hierarchical_allreduce(env, net, [0, 1, 2, 3], 8.0, toy.route, toy.server_of))
-    assert got == pytest.approx(10.0, rel=1e-12)
+    hier = 10.0 + simple_extra_s(4)
+    assert got == pytest.approx(hier, rel=1e-12)
     formula = hierarchical_allreduce_time_s(
         2,
         2,
@@ -133,22 +153,23 @@ def test_hierarchical_on_two_servers_matches_hand_formula() -> None:
         inter_bandwidth_bytes_per_s=1.0,  # NIC shared by 2 rings
         inter_latency_s=1.5,
     )
-    assert formula == pytest.approx(10.0, rel=1e-12)
+    assert formula == pytest.approx(hier, rel=1e-12)
     est = estimate_allreduce_time_s(
         net, [0, 1, 2, 3], 8.0, toy.route, server_of=toy.server_of, algorithm="hierarchical"
     )
-    assert est == pytest.approx(10.0, rel=1e-12)
+    assert est == pytest.approx(hier, rel=1e-12)
     # The flat ring 0->1->2->3->0 crosses each NIC once per step: 6 steps of 2 B:
-    # max(intra 0.5 + 2/4, inter 1.5 + 2/2) = 2.5 s per step -> 15 s.
+    # max(intra 0.5 + 2/4, inter 1.5 + 2/2) = 2.5 s per step -> 15 s (and Simple's 6 hand-offs).
+    flat = 15.0 + simple_extra_s(6)
     env, net = toy.network()
-    assert run(env, ring_allreduce(env, net, [0, 1, 2, 3], 8.0, toy.route)) == pytest.approx(15.0, rel=1e-12)
-    assert estimate_allreduce_time_s(net, [0, 1, 2, 3], 8.0, toy.route) == pytest.approx(15.0, rel=1e-12)
+    assert run(env, ring_allreduce(env, net, [0, 1, 2, 3], 8.0, toy.route)) == pytest.approx(flat, rel=1e-12)
+    assert estimate_allreduce_time_s(net, [0, 1, 2, 3], 8.0, toy.route) == pytest.approx(flat, rel=1e-12)
     assert choose_allreduce_algorithm(net, [0, 1, 2, 3], 8.0, toy.route, server_of=toy.server_of) is (
         AllReduceAlgorithm.HIERARCHICAL
     )
     env, net = toy.network()
     auto = allreduce(env, net, [0, 1, 2, 3], 8.0, toy.route, server_of=toy.server_of)
-    assert run(env, auto) == pytest.approx(10.0, rel=1e-12)
+    assert run(env, auto) == pytest.approx(hier, rel=1e-12)
 
 
 @settings(max_examples=30, deadline=None)
@@ -187,8 +208,8 @@ def test_uneven_servers_fall_back_to_a_ring_ordered_by_server() -> None:
     env2, net2 = toy.network()
     want = run(env2, ring_allreduce(env2, net2, [2, 0, 1], 6.0, toy.route))
     assert got == want
-    # 4 steps of 2 B; inter hops 1.5 + 2/2 = 2.5 s per step.
-    assert got == pytest.approx(10.0, rel=1e-12)
+    # 4 steps of 2 B; inter hops 1.5 + 2/2 = 2.5 s per step (and Simple's launch and hand-offs).
+    assert got == pytest.approx(10.0 + simple_extra_s(4), rel=1e-12)
     assert (
         choose_allreduce_algorithm(net, members, 6.0, toy.route, server_of=toy.server_of)
         is AllReduceAlgorithm.RING

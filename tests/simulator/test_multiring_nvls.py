@@ -13,6 +13,7 @@ from pipesim.profiles.costmodels.collective import (
     nvls_ports,
     ring_set,
 )
+from pipesim.profiles.costmodels.nccl_protocol import NVLS_PROTOCOL, SIMPLE
 from pipesim.profiles.hardware.cluster import Cluster, get_cluster, with_overrides
 from pipesim.profiles.hardware.topology import DGX1_NVLINKS
 from pipesim.simulator.collectives import allreduce
@@ -70,13 +71,14 @@ def test_dgx1_packs_three_cycles_run_both_ways_covering_every_nvlink_once_per_di
 
 
 def test_dgx1_ring_closed_form_and_simulator_equal_the_cost_model() -> None:
-    """6 rings of S/6, each hop one NVLink (B = 25 GB/s x 0.8): 14 steps of S/48 at B."""
+    """6 rings of S/6, each hop one NVLink (B = 25 GB/s x 0.9): 14 steps of S/48 at B, with NCCL's
+    Simple protocol (1 GiB): its launch and a hand-off per step."""
     cluster = get_cluster("dgx1-v100")
     nbytes = 1 << 30
     link = next(x for x in cluster.links if x.kind.value == "nvlink")
     unit_bw = min(x.bandwidth_bytes_per_s for x in cluster.links if x.kind.value == "nvlink")
     lat = link.latency_s
-    closed = 14 * (lat + nbytes / 48 / unit_bw)
+    closed = SIMPLE.ring_launch_s + 14 * (lat + SIMPLE.ring_step_s + nbytes / 48 / unit_bw)
     assert _estimate(cluster, list(range(8)), nbytes, "ring") == pytest.approx(closed, rel=1e-12)
     assert _simulate(cluster, list(range(8)), nbytes, "ring") == pytest.approx(closed, rel=1e-9)
     # without link sharing the simulator runs the one ring in the given order (extra rings would
@@ -99,12 +101,14 @@ def test_ring_set_is_the_given_ring_without_direct_links_or_cycles() -> None:
 
 
 def test_nvls_closed_form_and_simulator_equal_the_cost_model() -> None:
-    """Each of n ports moves (1 + 1/n) S / NVLS_FRACTION each way at once: one port-time."""
+    """Each of n ports moves (1 + 1/n) S / NVLS_FRACTION each way at once: one port-time, after
+    NCCL's NVLS latency."""
     cluster = get_cluster("dgx-h100-x4")
     members = list(range(8))
     nbytes = 4 << 30
     port = cluster.links[cluster.route(0, 1)[0]]
-    closed = port.latency_s + (1 + 1 / 8) * nbytes / NVLS_FRACTION / port.bandwidth_bytes_per_s
+    wire = (1 + 1 / 8) * nbytes / NVLS_FRACTION / port.bandwidth_bytes_per_s
+    closed = NVLS_PROTOCOL.ring_launch_s + port.latency_s + wire
     assert _estimate(cluster, members, nbytes, "nvls") == pytest.approx(closed, rel=1e-12)
     assert _simulate(cluster, members, nbytes, "nvls") == pytest.approx(closed, rel=1e-9)
     # faster than the ring from 5 GPUs on (busbw ~1.17x the ring on 8, as NCCL's 480 vs 370)

@@ -8,6 +8,7 @@ import simpy
 
 from pipesim.plan import Plan, StagePlan
 from pipesim.profiles.costmodels.collective import TREE_CHUNK_BYTES, allreduce_curves, double_binary_tree
+from pipesim.profiles.costmodels.nccl_protocol import LL, SIMPLE, Protocol
 from pipesim.profiles.hardware.cluster import Cluster, get_cluster, with_overrides
 from pipesim.simulator import SimOptions, simulate
 from pipesim.simulator.collectives import (
@@ -56,8 +57,11 @@ def test_two_members_take_the_ring_time() -> None:
     env, net, routes = star(2)
     nbytes = 3e6
     got = run(env, tree_allreduce(env, net, [0, 1], nbytes, lambda a, b: routes[(a, b)]))
-    assert got == pytest.approx(2 * (LAT + nbytes / 2 / BW), rel=1e-12)
-    assert got == pytest.approx(ring_allreduce_time_s(2, nbytes, BW, LAT), rel=1e-12)
+    # the ring's two steps on the wire, with NCCL's Simple protocol as a tree (its tree hand-off)
+    wire = 2 * (LAT + nbytes / 2 / BW)
+    assert got == pytest.approx(SIMPLE.tree_launch_s + 2 * SIMPLE.tree_step_s + wire, rel=1e-12)
+    ring_extra = SIMPLE.ring_launch_s + 2 * SIMPLE.ring_step_s
+    assert wire == pytest.approx(ring_allreduce_time_s(2, nbytes, BW, LAT) - ring_extra, rel=1e-12)
 
 
 @pytest.mark.parametrize("nbytes", [8 * 2**20, 2**18])
@@ -66,9 +70,13 @@ def test_four_members_closed_form(nbytes: float) -> None:
     # at most two: a step of x bytes per edge takes LAT + 2 x / BW; depth 2
     env, net, routes = star(4)
     got = run(env, tree_allreduce(env, net, range(4), nbytes, lambda a, b: routes[(a, b)]))
-    chunk = min(TREE_CHUNK_BYTES, nbytes / 2)
     step = lambda x: LAT + 2 * x / BW  # noqa: E731
-    assert got == pytest.approx(2 * (step(chunk) + step(nbytes / 2)), rel=1e-12)
+
+    def closed(p: Protocol) -> float:  # NCCL's protocol: launch, a hand-off per step (4), f x bytes
+        half = p.wire_factor * nbytes / 2
+        return p.tree_launch_s + 4 * p.tree_step_s + 2 * (step(min(TREE_CHUNK_BYTES, half)) + step(half))
+
+    assert got == pytest.approx(min(closed(LL), closed(SIMPLE)), rel=1e-12)
     curves = allreduce_curves(range(4), lambda a, b: routes[(a, b)], net.bandwidth_bytes_per_s, net.latency_s)
     assert curves.time_s(nbytes, "tree") == pytest.approx(got, rel=1e-12)
 
