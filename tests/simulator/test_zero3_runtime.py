@@ -14,8 +14,6 @@ from pipesim.profiles.costmodels.zero3_runtime import Zero3Runtime, call_issue_s
 from pipesim.profiles.hardware.cluster import get_cluster
 from pipesim.profiles.inputs import resolve_inputs
 from pipesim.simulator import SimOptions, simulate
-from pipesim.simulator import engine as engine_module
-from pipesim.simulator.network import Network
 from tests.simulator.builders import equal_profile
 
 
@@ -42,31 +40,21 @@ def test_issue_time_closed_form_on_free_links() -> None:
     assert ds - fsdp == pytest.approx(8 * c + 8 * (c + (r - 2e-4)), abs=1e-12)
 
 
-def test_replayed_backward_regathers_released_tensors() -> None:
+def test_replayed_backward_regathers_released_tensors(wire_bytes: list[float]) -> None:
     """Ring traffic over n members: FSDP-style ZeRO-3 moves 3 (n - 1) P per micro-batch; with
     full recomputation DeepSpeed also gathers again, in the backward, the tensors it released
     after their replay: a GPT-3-wide block's QKV, projection and first MLP weights (8 h^2)."""
-    moved: list[float] = []
-
-    class Counting(Network):
-        def transfer(self, route, nbytes, **kwargs):  # type: ignore[no-untyped-def]
-            if route:
-                moved.append(nbytes)
-            return super().transfer(route, nbytes, **kwargs)
-
     h = 12288
     profile, cluster = resolve_inputs(f"gpt:layers=2,hidden={h},heads=96,seq=128,vocab=1024", "dgx-a100-x2",
                                       dtype="fp16")
     params = float(sum(layer.parameter_bytes for layer in profile.layers))
     n = 4
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(engine_module, "Network", Counting)
-        wire = {}
-        for runtime in ("fsdp", "deepspeed-2021"):
-            moved.clear()
-            plan = _plan(runtime, replicas=n, layers=profile.num_layers, recompute="full", allreduce="ring")
-            simulate(plan, profile, cluster, SimOptions(optimizer_step=False), executor="simpy")
-            wire[runtime] = sum(moved)
+    wire = {}
+    for runtime in ("fsdp", "deepspeed-2021"):
+        wire_bytes.clear()
+        plan = _plan(runtime, replicas=n, layers=profile.num_layers, recompute="full", allreduce="ring")
+        simulate(plan, profile, cluster, SimOptions(optimizer_step=False), executor="simpy")
+        wire[runtime] = sum(wire_bytes)
     # the re-gathered tensors are large (Simple protocol: their bytes once), so the difference is exact;
     # LL's flag bytes (nccl_protocol: 2 wire bytes per data byte) on the few small units' calls add < 1e-5
     assert wire["deepspeed-2021"] - wire["fsdp"] == pytest.approx((n - 1) * 2 * (8 * h * h * 2))
@@ -127,18 +115,12 @@ def test_the_fast_path_runs_deepspeeds_issue_time_as_the_engine(
 
 
 @pytest.mark.parametrize("recompute", ["none", "full"])
-def test_on_demand_gathers_follow_the_estimate_and_move_the_same_bytes(recompute: str) -> None:
+def test_on_demand_gathers_follow_the_estimate_and_move_the_same_bytes(
+    recompute: str, wire_bytes: list[float]
+) -> None:
     """530B-wide blocks: most gathers run on demand (a second collective per unit, waited for at
     the unit's start); the bytes on the wire are those of the prefetched model, and the 3D
     estimate charges what the simulator runs."""
-    moved: list[float] = []
-
-    class Counting(Network):
-        def transfer(self, route, nbytes, **kwargs):  # type: ignore[no-untyped-def]
-            if route:
-                moved.append(nbytes)
-            return super().transfer(route, nbytes, **kwargs)
-
     h = 20480
     profile, cluster = resolve_inputs(f"gpt:layers=2,hidden={h},heads=128,seq=256,vocab=1024", "dgx-a100-x2",
                                       dtype="fp16")
@@ -147,13 +129,11 @@ def test_on_demand_gathers_follow_the_estimate_and_move_the_same_bytes(recompute
     plan = _plan("deepspeed-2021", replicas=n, layers=profile.num_layers, recompute=recompute,
                  allreduce="ring")
     options = SimOptions(optimizer_step=False, record_trace=False)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(engine_module, "Network", Counting)
-        sim = simulate(plan, profile, cluster, options, executor="simpy").iteration_time_s
+    sim = simulate(plan, profile, cluster, options, executor="simpy").iteration_time_s
     again = 2 * (8 * h * h * 2) if recompute == "full" else 0.0
     # LL's flag bytes (nccl_protocol: 2 wire bytes per data byte) on the few small units' calls add < 1e-5
-    assert sum(moved) >= 3 * (n - 1) * params + (n - 1) * again
-    assert sum(moved) == pytest.approx(3 * (n - 1) * params + (n - 1) * again, rel=1e-5)
+    assert sum(wire_bytes) >= 3 * (n - 1) * params + (n - 1) * again
+    assert sum(wire_bytes) == pytest.approx(3 * (n - 1) * params + (n - 1) * again, rel=1e-5)
     est = estimate_3d(plan, profile, cluster, optimizer_step=False).iteration_time_s
     assert est == pytest.approx(sim, rel=0.03)
     flat = estimate_3d(replace(plan, zero3_runtime=Zero3Runtime.FSDP), profile, cluster, optimizer_step=False)

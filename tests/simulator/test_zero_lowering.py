@@ -12,7 +12,6 @@ from pipesim.profiles.costmodels.sharding import gated_time_s, zero_units
 from pipesim.profiles.hardware.cluster import get_cluster
 from pipesim.profiles.models.profile import ModelProfile
 from pipesim.simulator import SimOptions, simulate
-from pipesim.simulator import engine as engine_module
 from pipesim.simulator.network import Network
 from pipesim.simulator.program import Compute, lower
 from tests.simulator.builders import equal_profile
@@ -25,21 +24,6 @@ def _plan(sharding: str, *, replicas: int = 4, m: int = 1, layers: int = 8, allr
     stage = StagePlan(first_layer=0, last_layer=layers - 1, replicas=replicas, sharding=sharding)
     return Plan(stages=(stage,), global_batch_size=4 * replicas * m, num_microbatches=m, schedule="1f1b",
                 allreduce=allreduce)
-
-
-@pytest.fixture
-def wire_bytes(monkeypatch: pytest.MonkeyPatch) -> list[float]:
-    """Bytes of every transfer the engine's network carries (the link records' source)."""
-    moved: list[float] = []
-
-    class Counting(Network):
-        def transfer(self, route, nbytes, **kwargs):  # type: ignore[no-untyped-def]
-            if route:
-                moved.append(nbytes)
-            return super().transfer(route, nbytes, **kwargs)
-
-    monkeypatch.setattr(engine_module, "Network", Counting)
-    return moved
 
 
 @pytest.mark.parametrize("m", [1, 3])
