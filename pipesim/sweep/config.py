@@ -62,40 +62,18 @@ AUTO = "auto"
 parallelism, sequence parallelism and sharding (``megatron``) or uses none (the others); the
 model keeps its own precision (a zoo model fp32)."""
 
-_KEYS = (
-    "models",
-    "clusters",
-    "overrides",
-    "global_batch_sizes",
-    "planners",
-    "schedules",
-    "recompute",
-    "tensor_parallel",
-    "sequence_parallel",
-    "sharding",
-    "dtype",
-    "context_parallel",
-    "optimizer",
-    "allreduce",
-    "grad_reduce_dtype",
-    "zero1_grad_collective",
-    "zero_prefetch",
-    "p2p_channels",
-    "allreduce_overlap",
-    "rendezvous",
-    "price_per_device_hour_usd",
-)
-
 PLAN_OPTIONS: tuple[str, ...] = ("optimizer", "allreduce", "grad_reduce_dtype", "zero1_grad_collective")
 """Axes that are fields of the plan (:class:`~pipesim.plan.Plan`): each value is planned anew."""
 SIM_OPTIONS: tuple[str, ...] = ("zero_prefetch", "p2p_channels", "allreduce_overlap", "rendezvous")
 """Axes that are simulator options (:class:`~pipesim.simulator.SimOptions` fields of the same
 names): the points of one plan simulate it under each value."""
+
 _AXES: tuple[str, ...] = (
     "models", "clusters", "overrides", "global_batch_sizes", "planners", "schedules", "recompute",
     "tensor_parallel", "sequence_parallel", "sharding", "dtype", "context_parallel", *PLAN_OPTIONS,
     *SIM_OPTIONS,
 )
+_KEYS: tuple[str, ...] = (*_AXES, "price_per_device_hour_usd")
 
 
 def _scalar_text(value: Scalar) -> str:

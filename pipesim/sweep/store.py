@@ -24,7 +24,7 @@ from typing import Any
 
 from pipesim.errors import FormatError, InputError
 from pipesim.fileio import atomic_write_bytes, read_input_bytes
-from pipesim.sweep.config import SweepPoint, overrides_text
+from pipesim.sweep.config import PLAN_OPTIONS, SIM_OPTIONS, SweepPoint, overrides_text
 
 __all__ = ["COLUMNS", "PARAMETER_COLUMNS", "ResultsWriter", "format_line", "point_key", "read_results"]
 
@@ -43,14 +43,8 @@ PARAMETER_COLUMNS: tuple[str, ...] = (
     "sharding",
     "dtype",
     "context_parallel",
-    "optimizer",
-    "allreduce",
-    "grad_reduce_dtype",
-    "zero1_grad_collective",
-    "zero_prefetch",
-    "p2p_channels",
-    "allreduce_overlap",
-    "rendezvous",
+    *PLAN_OPTIONS,
+    *SIM_OPTIONS,
 )
 """The columns that name a point (the grid's axes; an empty parallelism or dtype cell is auto)."""
 
