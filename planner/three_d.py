@@ -509,6 +509,9 @@ def estimate_config(
 
     # every replica's CP ranks (tp-cp order) reduce the gradients together
     dp_curves = model.curves(placed.dp_group, servers=True) if d * c > 1 else None
+    dp_servers = 1  # the servers the DP group spans: DeepSpeed's (2021) per-call ring latency
+    if per_unit and sh is Sharding.ZERO3 and zero3_runtime is Zero3Runtime.DEEPSPEED_2021:
+        dp_servers = len({cluster.server_of(x) for x in placed.dp_group})
     tf = tb = 0.0
     peaks: list[float] = []
     head = tail = 0.0  # ZeRO: the first forward's unhidden gathers, the last backward's reduce tail
@@ -525,7 +528,8 @@ def estimate_config(
             if per_unit and dp_curves is not None:  # ZeRO-2/3: per-unit collectives (zero_lowering)
                 unit = ZeroOp(first=first, last=last, mbs=mbs, t=t, sp=sp, c=c, ring=rings[r], times=times,
                               replay=replay, sharding=sh, runtime=zero3_runtime, full=rc is Recompute.FULL,
-                              replicas=d * c, grad=g, allreduce=allreduce, shared=shared(r))
+                              replicas=d * c, grad=g, allreduce=allreduce, shared=shared(r),
+                              servers=dp_servers)
                 ops = zero_unit_ops(model, unit, dp_curves)
                 f_op, b_op, first_extra, last_tail = ops.fwd_s, ops.bwd_s, ops.first_extra_s, ops.last_tail_s
                 held = max(held, ops.held_bytes)

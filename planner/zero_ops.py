@@ -17,7 +17,16 @@ from pipesim.planner.nic_sharing import shared_op_s, zero_transfers
 from pipesim.profiles.costmodels.collective import AllReduceCurves
 from pipesim.profiles.costmodels.sharding import Sharding, half_time_s, reduce_tail_s, zero3_op_times_s
 from pipesim.profiles.costmodels.tensor_parallel import TpStageTimes
-from pipesim.profiles.costmodels.zero3_runtime import UnitCalls, Zero3Runtime, unit_gathers, unit_issue_s
+from pipesim.profiles.costmodels.zero3_runtime import (
+    SCATTER_OPS_PER_MEMBER,
+    UnitCalls,
+    Zero3Runtime,
+    call_issue_s,
+    ring_call_latency_s,
+    unit_exposure_s,
+    unit_gathers,
+    unit_issue_s,
+)
 
 __all__ = ["UnitCosts", "ZeroOp", "ZeroOps", "zero_unit_ops"]
 
@@ -55,6 +64,8 @@ class ZeroOp:
         allreduce: the data-parallel algorithm.
         shared: whether the TP ring's bottleneck link carries the DP ring too
             (:func:`~pipesim.planner.nic_sharing.shares_ring_link`).
+        servers: the servers the data-parallel group spans (DeepSpeed's per-call ring latency,
+            :func:`~pipesim.profiles.costmodels.zero3_runtime.ring_call_latency_s`).
     """
 
     first: int
@@ -73,6 +84,7 @@ class ZeroOp:
     grad: float
     allreduce: str
     shared: bool
+    servers: int = 1
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -115,6 +127,19 @@ def zero_unit_ops(model: UnitCosts, op: ZeroOp, dp_curves: AllReduceCurves) -> Z
         bwd_units = [x + y for x, y in zip(bwd_units, unit_issue_s(
             op.runtime, "B", [u.backward_calls for u in ug], [u.scatter_calls for u in ug], bwd_units,
             op.replicas), strict=True)]
+        # DeepSpeed's per-tensor prefetch behind one module each (zero3_runtime.unit_exposure_s)
+        lat = ring_call_latency_s(op.replicas, op.servers) if op.replicas > 1 else 0.0
+        issue = call_issue_s(op.replicas, SCATTER_OPS_PER_MEMBER)
+
+        def gather(nbytes: float) -> float:
+            return half_time_s(dp_curves, nbytes, allreduce)
+
+        for u, x in enumerate(calls):
+            fwd_units[u] += unit_exposure_s(op.runtime, "F", x, fwd_start * fshare[u], 0.0, gather, lat,
+                                            model.elem, op.grad, replayed=op.full)
+            rep = replay * fshare[u]
+            bwd_units[u] += unit_exposure_s(op.runtime, "B", x, rep, bwd_compute[u] - rep, gather, lat,
+                                            model.elem, op.grad, replayed=op.full, scatter_issue_s=issue)
         times_s = [[half_time_s(dp_curves, x, allreduce) if x > 0 or j % 2 == 0 else 0.0
                     for j, x in enumerate((u.forward, u.forward_on_demand, u.backward, u.backward_on_demand))]
                    for u in ug]

@@ -118,13 +118,14 @@ def data_parallel_collectives(
     bucketed = opts.allreduce_overlap == "bucketed"
     grad = grad_bytes_factor(profile.dtype, plan.grad_reduce_dtype)  # gradient bytes per parameter byte
     zero = None
-    if tp is not None and any(s.sharding in (Sharding.ZERO2, Sharding.ZERO3) for s in plan.stages):
-        zero = ZeroLowering(plan, profile, stages, tp.layer_parameter_bytes, zero_prefetch)
     # with context parallelism the collectives join every replica's CP ranks (TpLowering.dp_group)
     groups = {
         st.index: _wider(tp.dp_group(st.index, st.devices), st.devices) if tp is not None else ()
         for st in stages
     }
+    if tp is not None and any(s.sharding in (Sharding.ZERO2, Sharding.ZERO3) for s in plan.stages):
+        zero = ZeroLowering(plan, profile, stages, tp.layer_parameter_bytes, zero_prefetch,
+                            cluster=None if opts.free_links else cluster, dp_groups=groups)
     # dualpipe: stage s and its copy (same layers, other direction) sum their weight gradients:
     # one all-reduce among the devices of both copies, charged on stage s < S/2
     copies = {st.index: copy_of(stream.placement, st.index, len(stages)) for st in stages}

@@ -54,18 +54,32 @@ unreduced gradients.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from functools import partial
 
 from pipesim.plan import Plan
+from pipesim.profiles.costmodels.collective import allreduce_curves
 from pipesim.profiles.costmodels.memory import Recompute
-from pipesim.profiles.costmodels.sharding import CollectiveKind, Sharding, grad_bytes_factor, zero_units
+from pipesim.profiles.costmodels.sharding import (
+    CollectiveKind,
+    Sharding,
+    grad_bytes_factor,
+    half_time_s,
+    zero_units,
+)
 from pipesim.profiles.costmodels.zero3_runtime import (
+    SCATTER_OPS_PER_MEMBER,
     UnitCalls,
     UnitGathers,
+    Zero3Runtime,
+    call_issue_s,
+    ring_call_latency_s,
     unit_calls,
+    unit_exposure_s,
     unit_gathers,
     unit_issue_s,
 )
+from pipesim.profiles.hardware.cluster import Cluster
 from pipesim.profiles.models.profile import DTYPE_BYTES, ModelProfile
 from pipesim.schedules.action import Op
 from pipesim.schedules.schedule import Step
@@ -94,6 +108,11 @@ class ZeroLowering:
         parameter_bytes: ``parameter_bytes(layer, stage)``: bytes of a layer's parameters on one
             device of the stage (its TP shard).
         depth: units gathered ahead (>= 1).
+        cluster: the cluster (``deepspeed-2021``'s per-tensor prefetch is costed on the DP
+            group's collective curves, :func:`~pipesim.profiles.costmodels.zero3_runtime.unit_exposure_s`);
+            ``None``: not costed.
+        dp_groups: per stage, the devices its collectives run among where wider than its devices
+            (context parallelism).
     """
 
     def __init__(
@@ -103,6 +122,8 @@ class ZeroLowering:
         stages: Sequence[StageFacts],
         parameter_bytes: Callable[[int, int], float],
         depth: int,
+        cluster: Cluster | None = None,
+        dp_groups: Mapping[int, tuple[int, ...]] | None = None,
     ) -> None:
         self.depth = depth
         self.grad = grad_bytes_factor(profile.dtype, plan.grad_reduce_dtype)  # gradient / parameter bytes
@@ -118,6 +139,12 @@ class ZeroLowering:
         """stage -> ZeRO-3's runtime calls per unit
         (:func:`~pipesim.profiles.costmodels.zero3_runtime.unit_calls`)."""
         elem = DTYPE_BYTES[profile.dtype]
+        self._elem = elem
+        self._replayed = plan.recompute is Recompute.FULL
+        # stage -> (one gather's seconds of its bytes, one call's ring latency s, one
+        # reduce-scatter's issue s): deepspeed-2021's per-tensor prefetch (unit_exposure_s)
+        self._per_tensor: dict[int, tuple[Callable[[float], float], float, float]] = {}
+        self._exposed: dict[tuple[str, int, float, float, float, float], list[float]] = {}
         for s, mode in self.sharding.items():
             if mode not in (Sharding.ZERO2, Sharding.ZERO3):
                 continue
@@ -138,6 +165,15 @@ class ZeroLowering:
                 unit_gathers(self.runtime, replayed, x, c, elem)
                 for x, c in zip(self.units[s][0], self.calls[s], strict=True)
             )
+            if mode is Sharding.ZERO3 and self.runtime is Zero3Runtime.DEEPSPEED_2021 and cluster is not None:
+                group = (dp_groups or {}).get(s) or stages[s].devices
+                bw, lat = cluster.links.bandwidths_bytes_per_s(), cluster.links.latencies_s()
+                curves = allreduce_curves(group, cluster.route, bw.__getitem__, lat.__getitem__,
+                                          server_of=cluster.server_of)
+                gather = partial(half_time_s, curves, algorithm=plan.allreduce)
+                servers = len({cluster.server_of(x) for x in group})
+                self._per_tensor[s] = (gather, ring_call_latency_s(len(group), servers),
+                                       call_issue_s(len(group), SCATTER_OPS_PER_MEMBER))
         # (op, stage, micro-batch) -> collectives per unit, in unit order (0 = the stage's first)
         self._gathers: dict[tuple[str, int, int], list[int]] = {}
         self._scatters: dict[tuple[str, int, int], list[int]] = {}
@@ -203,7 +239,8 @@ class ZeroLowering:
             return _NONE, _NONE
         order, compute = self._unit_compute(op, s, fwd, bwd, rec, wf)
         issue = self._issue(op, s, compute)
-        bounds = _bounds([c + x for c, x in zip(compute, issue, strict=True)])
+        exposed = self._exposure(op, s, fwd, bwd, rec, wf)
+        bounds = _bounds([c + x + y for c, x, y in zip(compute, issue, exposed, strict=True)])
         marks: list[tuple[float, int]] = []
         waits: list[tuple[float, int]] = []
         gathers = self._gathers.get((op, s, mb))
@@ -232,7 +269,30 @@ class ZeroLowering:
         ``deepspeed-2021``); its arguments as in :meth:`events`."""
         if s not in self.units:
             return 0.0
-        return sum(self._issue(op, s, self._unit_compute(op, s, fwd, bwd, rec, wf)[1]))
+        issue = sum(self._issue(op, s, self._unit_compute(op, s, fwd, bwd, rec, wf)[1]))
+        return issue + sum(self._exposure(op, s, fwd, bwd, rec, wf))
+
+    def _exposure(self, op: str, s: int, fwd: float, bwd: float, rec: float, wf: float) -> list[float]:
+        """Per unit (in the op's order) what deepspeed-2021's per-tensor prefetch exposes beyond
+        the unit's gating, seconds (:func:`~pipesim.profiles.costmodels.zero3_runtime.unit_exposure_s`;
+        0 for other runtimes and for ``I`` and ``W``), cached per op and times."""
+        n = len(self.units[s][1])
+        per_tensor = self._per_tensor.get(s)
+        if per_tensor is None or op not in ("F", "B"):
+            return [0.0] * n
+        key = (op, s, fwd, bwd, rec, wf)
+        found = self._exposed.get(key)
+        if found is None:
+            gather, latency, scatter_issue = per_tensor
+            _, fshare, bshare = self.units[s]
+            order = range(n) if op == "F" else range(n - 1, -1, -1)
+            found = self._exposed[key] = [
+                unit_exposure_s(self.runtime, op, self.calls[s][u], (fwd if op == "F" else rec) * fshare[u],
+                                0.0 if op == "F" else bwd * bshare[u], gather, latency, self._elem, self.grad,
+                                replayed=self._replayed, scatter_issue_s=scatter_issue)
+                for u in order
+            ]
+        return found
 
     def _unit_compute(
         self, op: str, s: int, fwd: float, bwd: float, rec: float, wf: float
