@@ -73,10 +73,15 @@ which at hundreds of data-parallel ranks dominates. Two runtimes (:class:`Zero3R
   elements (``buffered_reduce_fallback``) instead of the per-tensor reduce-scatters modelled
   here (DeepSpeed's own Megatron ZeRO-3 example, DeepSpeedExamples ``bdf8e59a``
   ``Megatron-LM-v1.1.5-ZeRO3/examples/ds_zero_stage_3_config.json``, sets it to true; the paper
-  does not give its configuration). The persistent tensors' gather after each step
+  does not give its configuration). Nor charged: the persistent tensors' own reduce-scatter
+  calls (``_reduce_scatter_gradients`` loops over every tensor of the bucket, the biases and
+  layer norms too: 12 calls per GPT block, not 4), their gather after each step
   (``_post_step``: ``_allgather_params``, a Python loop of 4 operators per tensor and rank,
-  770 tensors for GPT-3) and the ``torch.zeros`` and ``param.norm()`` of every fetch (the
-  latter evaluated in a log f-string) are not charged either.
+  770 tensors for GPT-3), and the ``torch.zeros`` and ``param.norm()`` of every fetch (the
+  latter evaluated in a log f-string). At :data:`~pipesim.profiles.costmodels.compute.OP_DISPATCH_S`
+  per operator the first two grow with ``n`` far beyond what Narayanan et al. measured (the
+  same iteration time on 768 and 1536 GPUs): the per-rank host cost of a call is likely lower
+  than this module's operator counts at 10 us each.
 
 Per unit of ``g`` gather and ``r`` reduce-scatter calls among ``n`` ranks, with ``G = g n x 2 x
 OP_DISPATCH_S``, ``R = r n x 3 x OP_DISPATCH_S`` and ``t`` the unit's compute in the op
