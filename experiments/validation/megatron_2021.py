@@ -181,7 +181,13 @@ _ZERO3_GAP = (
     "at 10 us per framework operator (compute.OP_DISPATCH_S) the 12 calls alone take the 175B "
     "1536-GPU row to 105 s against the measured 67 s, so the flat measurement from 768 to 1536 GPUs "
     "bounds the per-rank host cost of a call to about a third of what the model charges, leaving an "
-    "n-independent cost to find; torch.zeros and param.norm() per fetch (about 1-2% of the iteration)"
+    "n-independent cost to find; torch.zeros and param.norm() per fetch (about 1-2% of the iteration). "
+    "Found, not modelled: the live bound's counter (total_available_parameter_numel) is decremented for "
+    "the persistent tensors at every backward's end (_partition_all_parameters) but incremented for them "
+    "only in the first iteration (later _post_step gathers them outside the coordinator), so it drifts "
+    "below zero by 28M elements an iteration on the 530B model and the bound stops binding after tens of "
+    "iterations; without the on-demand gathers the 530B rows would take 187, 121, 127 s (further from "
+    "the measurement: the missing cost is larger than the gaps above)"
 )
 
 _ZERO3_HELD = frozenset({(174.6, 1536)})

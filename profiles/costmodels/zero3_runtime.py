@@ -51,6 +51,12 @@ which at hundreds of data-parallel ranks dominates. Two runtimes (:class:`Zero3R
     its module is reached, and waited for (the 530B model's QKV and MLP weights, so three of its
     four gathers per block; :class:`UnitCalls`). A unit's on-demand bytes are a second gather,
     issued when the unit is reached after its prefetched part (:func:`unit_gathers`).
+    Caveat (read, not modelled): the counter behind the bound (``total_available_parameter_numel``)
+    is decremented for the persistent tensors at every backward's end
+    (``_partition_all_parameters``) but incremented for them only in the first iteration (later
+    ``_post_step`` gathers them outside the coordinator), so in v0.3.13 to v0.4.0 it drifts
+    below zero by their elements every iteration and the bound stops binding after tens of
+    iterations (28M elements an iteration on the 530B model).
 
   - **per-tensor prefetch** (:func:`unit_exposure_s`): each gather is prefetched at the start
     of the module before its own (the fetch having synchronized the device) and waited for at

@@ -94,3 +94,16 @@ def test_unit_calls_list_the_gathered_tensors_in_forward_order() -> None:
     assert both.tensors[0] == (51200 + 2048) * h  # the word and position embeddings, one gather
     assert both.tensors[1:] == block.tensors
     assert both.again == (False, *block.again)
+
+
+def test_bad_inputs_are_refused() -> None:
+    gather = _linear(1.0)
+    with pytest.raises(InputError):
+        unit_exposure_s("deepspeed-2021", "X", _two(1, 3), 1.0, 0.0, gather, 0.0, 1, 1.0, replayed=False)
+    with pytest.raises(InputError):
+        unit_exposure_s("deepspeed-2021", "F", _two(1, 3), -1.0, 0.0, gather, 0.0, 1, 1.0, replayed=False)
+    with pytest.raises(InputError):
+        unit_exposure_s("deepspeed-2021", "B", _two(1, 3), 1.0, 1.0, gather, 0.0, 1, 1.0, replayed=False,
+                        scatter_issue_s=-1.0)
+    with pytest.raises(InputError):
+        unit_exposure_s("deepspeed-2021", "F", _two(1, 3), 1.0, 0.0, gather, 0.0, 0, 1.0, replayed=False)
