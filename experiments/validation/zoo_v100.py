@@ -23,7 +23,6 @@ from pipesim.profiles.models.zoo import zoo_model
 from pipesim.profiles.models.zoo.amoebanet import amoebanet_d
 from pipesim.profiles.models.zoo.gnmt import gnmt16
 from pipesim.profiles.models.zoo.roofline import REFERENCE_DEVICE, roofline_for
-from pipesim.profiles.models.zoo.transformers import bert48, xlnet36
 
 __all__ = ["records"]
 
@@ -36,17 +35,21 @@ def _per_sample_ms(profile: ModelProfile) -> float:
     return total_s / profile.profile_batch_size * 1e3
 
 
+def _zoo_profile(name: str, batch: int) -> ModelProfile:
+    return zoo_model(name, batch_size=batch, device=REFERENCE_DEVICE)
+
+
 def _zoo(name: str, batch: int) -> float:
-    return _per_sample_ms(zoo_model(name, batch_size=batch, device=REFERENCE_DEVICE))
+    return _per_sample_ms(_zoo_profile(name, batch))
 
 
 def _bert24_b6() -> float:
-    layers = bert48(roofline_for("float32"), 6, tf1=True).layers[:25]  # embeddings, 24 layers
+    layers = _zoo_profile("bert48:framework=tf1", 6).layers[:25]  # embeddings, 24 layers
     return sum(layer.fwd_time_s + layer.bwd_time_s for layer in layers) / 6 * 1e3
 
 
 def _xlnet36_b1() -> float:
-    layers = xlnet36(roofline_for("float32"), 1, tf1=True).layers[:-1]  # embeddings, 36 layers
+    layers = _zoo_profile("xlnet36:framework=tf1", 1).layers[:-1]  # embeddings, 36 layers
     return sum(layer.fwd_time_s + layer.bwd_time_s for layer in layers) * 1e3
 
 
@@ -57,9 +60,10 @@ def _amoebanet_b8(normal_cells: int) -> float:
 
 
 _TF1 = (
-    "; costed as TensorFlow 1.x runs the reference implementation, op by op (bert48/xlnet36 "
-    "tf1=True, profiles/models/zoo/tf1_blocks.py: separate bias adds, layer norms of 10 kernels, "
-    "GeLU of 5 or 9, dropout of 5, einsum transposes), the framework the DAPPLE authors measured; "
+    "; costed as TensorFlow 1.x runs the reference implementation, op by op (the zoo's "
+    "bert48:framework=tf1 and xlnet36:framework=tf1, profiles/models/zoo/tf1_blocks.py: separate "
+    "bias adds, layer norms of 10 kernels, GeLU of 5 or 9, dropout of 5, einsum transposes), the "
+    "framework the DAPPLE authors measured; "
     "the zoo's default fused kernels give "
 )
 

@@ -21,6 +21,7 @@ from pipesim.profiles.models.profile import ModelProfile
 from pipesim.profiles.models.zoo import GptSpec, parse_gpt_spec, zoo_descriptions, zoo_model, zoo_names
 from pipesim.profiles.models.zoo import _build as zoo_cache
 from pipesim.profiles.models.zoo.roofline import WINOGRAD_FUSED_SPEEDUP, LayerCost, Roofline, roofline_for
+from pipesim.profiles.models.zoo.transformers import bert48, xlnet36
 
 FIXED_MODELS = ("amoebanet36", "bert48", "gnmt16", "resnet50", "vgg19", "xlnet36")
 
@@ -84,7 +85,12 @@ def test_bad_batch(batch: object) -> None:
 
 def test_descriptions_one_line_each() -> None:
     rows = zoo_descriptions()
-    assert [name for name, _ in rows] == list(zoo_names())
+    names = [name for name, _ in rows]
+    assert [name for name in names if ":" not in name] == list(zoo_names())
+    # each TensorFlow 1.x form right after its model, and each row loads
+    assert names[names.index("bert48") + 1] == "bert48:framework=tf1"
+    assert names[names.index("xlnet36") + 1] == "xlnet36:framework=tf1"
+    assert all(zoo_model(name).name in (name, GptSpec().text()) for name in names)
     text = dict(rows)
     assert text["bert48"].endswith("638.5M params, seq 384, pbs 6")
     assert text["vgg19"].endswith("143.7M params, pbs 32")
@@ -523,3 +529,48 @@ def test_block_gemm_shapes_are_the_kernels_of_a_block() -> None:
     gemm_flop = sum(s.flop for s in shapes)
     assert gemm_flop <= (layer.fwd_flop or 0) < 1.02 * gemm_flop  # the rest is element-wise work
     assert len(block_gemm_shapes(batch=2, seq=128, hidden=1024, heads=16, flash=True)) == 6
+
+
+# ------------------------------------------------------------------------------------------------
+# The framework option (bert48:framework=tf1)
+
+
+@pytest.mark.parametrize("name", ["bert48", "xlnet36"])
+def test_framework_tf1_is_the_op_by_op_costing(name: str) -> None:
+    builder = {"bert48": bert48, "xlnet36": xlnet36}[name]
+    tf1 = zoo_model(f"{name}:framework=tf1", batch_size=2)
+    direct = builder(roofline_for("float32"), 2, tf1=True)
+    assert tf1.name == f"{name}:framework=tf1"
+    assert "TensorFlow 1.x" in tf1.description
+    assert [layer.fwd_time_s for layer in tf1.layers] == [layer.fwd_time_s for layer in direct.layers]
+    assert [layer.bwd_time_s for layer in tf1.layers] == [layer.bwd_time_s for layer in direct.layers]
+    fused = zoo_model(name, batch_size=2)
+    assert tf1.parameter_count == fused.parameter_count
+    assert tf1.layers[1].fwd_time_s > fused.layers[1].fwd_time_s  # unfused kernels cost more
+    # the batch points are costed op by op too
+    assert tf1.batch_points
+    assert tf1.batch_points[0].fwd_time_s != fused.batch_points[0].fwd_time_s
+
+
+def test_framework_spelling_and_default() -> None:
+    assert zoo_model(" BERT48 : Framework = TF1 ") == zoo_model("bert48:framework=tf1")
+    assert zoo_model("bert48:framework=pytorch") == zoo_model("bert48")
+    assert zoo_model("bert48:framework=pytorch").name == "bert48"
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("bert48:framework=tf2", r"bert48\.framework='tf2': must be pytorch .* or tf1 "),
+        ("xlnet36:framework=", r"xlnet36\.framework='': must be pytorch"),
+        ("bert48:kernels=tf1", r"bert48\.kernels='tf1': unknown key; valid keys: framework"),
+        ("bert48:tf1", r"bert48='tf1': each item must be key=value \(e\.g\. framework=tf1\)"),
+        ("bert48:", r"bert48='': each item must be key=value"),
+        ("bert48:framework=tf1,framework=tf1", r"bert48\.framework='tf1': given twice"),
+        ("vgg19:framework=tf1", r"model='vgg19:framework=tf1': vgg19 takes no parameters \(only gpt, bert48"),
+        ("gpt:framework=tf1", r"gpt\.framework='tf1': unknown key"),
+    ],
+)
+def test_framework_bad_values(spec: str, message: str) -> None:
+    with pytest.raises(InputError, match=message):
+        zoo_model(spec)
