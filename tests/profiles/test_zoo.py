@@ -246,7 +246,7 @@ def test_fp32_convolutions_tile_pixels_with_cudnn_tiles_and_filter_gradients_wit
     lc = LayerCost("c", rl)
     lc.conv(1, 512, 512, 1, 1, 7, 7, 7, 7)  # a batch-1 1x1 convolution on a 7 x 7 map
     moved = 4 * (512 * 49 * 2 + 512 * 512)
-    fwd = model.gemm_time_s(GemmShape(m=49, n=512, k=512), moved, tiles=CONV_TILES_FP32)
+    fwd = model.gemm_time_s(GemmShape(m=49, n=512, k=512), moved, tiles=CONV_TILES_FP32, max_split_k=1)
     assert lc.fwd.time_s == pytest.approx(model.op_time_s(fwd))
     assert fwd > model.gemm_time_s(GemmShape(m=49, n=512, k=512), moved)
     wgrad = model.gemm_time_s(GemmShape(m=512, n=512, k=49), moved)
@@ -258,6 +258,59 @@ def test_fp32_convolutions_tile_pixels_with_cudnn_tiles_and_filter_gradients_wit
     h.conv(1, 512, 512, 1, 1, 7, 7, 7, 7)
     expected = half.model.gemm_time_s(GemmShape(m=49, n=512, k=512), moved / 2)
     assert h.fwd.time_s == pytest.approx(half.model.op_time_s(expected))
+
+
+def test_cudnn_fp32_volta_forward_has_no_split_k() -> None:
+    # DeepBench V100 (cuDNN 7.6.2): C=2048 -> K=512, 1x1, 8 images of 7 x 7: 0.165 ms forward
+    rl = roofline_for("float32")
+    model = rl.model
+    shape = GemmShape(m=8 * 49, n=512, k=2048)
+    moved = 4 * (8 * 49 * (2048 + 512) + 2048 * 512)
+    lc = LayerCost("c", rl)
+    lc.conv(8, 2048, 512, 1, 1, 7, 7, 7, 7)
+    no_split = model.gemm_time_s(shape, moved, tiles=CONV_TILES_FP32, max_split_k=1)
+    assert lc.fwd.time_s == pytest.approx(model.op_time_s(no_split))
+    assert no_split > 1.5 * model.gemm_time_s(shape, moved, tiles=CONV_TILES_FP32)  # split-K would help
+    assert no_split == pytest.approx(0.165e-3, rel=0.05)
+    # the data gradient keeps split-K (cuDNN's stridedB_splitK kernels)
+    dgrad = model.gemm_time_s(GemmShape(m=8 * 49, n=2048, k=512), moved, tiles=CONV_TILES_FP32)
+    wgrad = lc.bwd.wgrad_time_s
+    assert lc.bwd.time_s - wgrad == pytest.approx(model.op_time_s(dgrad))
+    # other generations and tensor-core precisions keep the GEMM rules
+    for device, dtype in (("P40", "float32"), ("A100-80GB", "float32"), ("V100-SXM2-16GB", "float16")):
+        other = roofline_for(dtype, device)
+        oc = LayerCost("o", other)
+        oc.conv(8, 2048, 512, 1, 1, 7, 7, 7, 7)
+        d = other.elem_bytes
+        free = other.model.gemm_time_s(shape, moved / 4 * d, tiles=other.conv_tiles)
+        assert oc.fwd.time_s == pytest.approx(other.model.op_time_s(free)), device
+
+
+@pytest.mark.parametrize("batch", [1, 2, 8])
+def test_cudnn_fp32_volta_filter_gradient_restarts_per_image(batch: int) -> None:
+    rl = roofline_for("float32")
+    model = rl.model
+    lc = LayerCost("c", rl)
+    lc.conv(batch, 2048, 512, 1, 1, 7, 7, 7, 7)
+    moved = 4 * (batch * 49 * (2048 + 512) + 2048 * 512)
+    timed = GemmShape(m=2048, n=512, k=batch * (49 + int(K_OVERHEAD)) - int(K_OVERHEAD))
+    assert lc.bwd.wgrad_time_s == pytest.approx(model.op_time_s(model.gemm_time_s(timed, moved)))
+    assert lc.bwd.flop == pytest.approx(2 * 2 * batch * 49 * 2048 * 512)  # FLOP stay the GEMMs' own
+    # on Pascal the filter gradient is one GEMM over all the pixels
+    pascal = roofline_for("float32", "P40")
+    pc = LayerCost("p", pascal)
+    pc.conv(batch, 2048, 512, 1, 1, 7, 7, 7, 7)
+    plain = pascal.model.gemm_time_s(GemmShape(m=2048, n=512, k=batch * 49), moved)
+    assert pc.bwd.wgrad_time_s == pytest.approx(pascal.model.op_time_s(plain))
+
+
+def test_gemm_max_split_k() -> None:
+    model = roofline_for("float32").model
+    shape = GemmShape(m=392, n=512, k=2048)  # 16 tiles of 128 x 128 on 80 SMs
+    assert model.gemm_compute_s(shape, max_split_k=1) > model.gemm_compute_s(shape)
+    assert model.gemm_compute_s(shape, max_split_k=8) == model.gemm_compute_s(shape)
+    big = GemmShape(m=8192, n=8192, k=1024)  # full waves: split-K never pays
+    assert model.gemm_compute_s(big, max_split_k=1) == model.gemm_compute_s(big)
 
 
 def test_vgg_conv_layer_flop_by_hand() -> None:
@@ -567,7 +620,7 @@ def test_framework_spelling_and_default() -> None:
         ("bert48:tf1", r"bert48='tf1': each item must be key=value \(e\.g\. framework=tf1\)"),
         ("bert48:", r"bert48='': each item must be key=value"),
         ("bert48:framework=tf1,framework=tf1", r"bert48\.framework='tf1': given twice"),
-        ("vgg19:framework=tf1", r"model='vgg19:framework=tf1': vgg19 takes no parameters \(only gpt, bert48"),
+        ("vgg19:framework=tf1", r"vgg19 takes no parameters \(only gpt, amoebanet36, bert48, xlnet36 do\)"),
         ("gpt:framework=tf1", r"gpt\.framework='tf1': unknown key"),
     ],
 )

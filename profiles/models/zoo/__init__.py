@@ -20,13 +20,15 @@ name            model                                         seq len   batch   
 ``gpt`` takes ``gpt:layers=24,hidden=2048,heads=16,seq=2048,vocab=50257`` (any subset of the
 keys; the rest default to those values).
 
-Framework: ``bert48`` and ``xlnet36`` take ``:framework=pytorch`` (the default: fused kernels, one
-per layer norm, GeLU, softmax and dropout, biases in the GEMM epilogue, as PyTorch and Megatron-LM
-run them) or ``:framework=tf1`` (the TensorFlow 1.x graph of the reference implementations, op by
-op: every bias a ``BiasAdd``, a layer norm of 10 kernels, TensorFlow's gradients op by op;
-:mod:`~pipesim.profiles.models.zoo.tf1_blocks`), e.g. ``bert48:framework=tf1``: the framework the
-DAPPLE authors' measured V100 profiles ran. The profile is named by the canonical spec
-(``bert48:framework=tf1``; ``bert48`` for the default).
+Framework: ``bert48``, ``xlnet36`` and ``amoebanet36`` take ``:framework=pytorch`` (the default:
+fused kernels, one per layer norm, GeLU, softmax and dropout, biases in the GEMM epilogue, as
+PyTorch and Megatron-LM run them; AmoebaNet as the PyTorch port of GPipe's and torchgpipe's
+benchmarks builds it) or ``:framework=tf1`` (the TensorFlow 1.x graph of the reference
+implementations, op by op: every bias a ``BiasAdd``, a layer norm of 10 kernels, TensorFlow's
+gradients op by op, :mod:`~pipesim.profiles.models.zoo.tf1_blocks`; AmoebaNet with the
+TensorFlow reference's stem and cell wiring, :mod:`~pipesim.profiles.models.zoo.amoebanet_tf1`),
+e.g. ``bert48:framework=tf1``: the framework the DAPPLE authors' measured V100 profiles ran. The
+profile is named by the canonical spec (``bert48:framework=tf1``; ``bert48`` for the default).
 
 Training precision: ``float32`` by default (the setting of the DAPPLE and PipeDream V100
 measurements); ``tfloat32`` runs the GEMMs on tensor cores with fp32 tensors; ``float16`` and
@@ -49,7 +51,13 @@ from pipesim.profiles.costmodels.compute import compute_model
 from pipesim.profiles.hardware.catalog import get_device
 from pipesim.profiles.hardware.specs import DeviceSpec, parse_precision
 from pipesim.profiles.models.profile import BatchPoint, ModelProfile
-from pipesim.profiles.models.zoo.amoebanet import AMOEBANET36_BATCH, amoebanet36
+from pipesim.profiles.models.zoo.amoebanet import (
+    AMOEBANET36_BATCH,
+    AMOEBANET36_FILTERS,
+    AMOEBANET36_NORMAL_CELLS,
+    amoebanet36,
+)
+from pipesim.profiles.models.zoo.amoebanet_tf1 import amoebanet_d_tf1
 from pipesim.profiles.models.zoo.gnmt import GNMT16_BATCH, gnmt16
 from pipesim.profiles.models.zoo.roofline import REFERENCE_DEVICE, Roofline
 from pipesim.profiles.models.zoo.transformers import (
@@ -92,6 +100,11 @@ FRAMEWORKS: tuple[str, ...] = ("pytorch", "tf1")
 _DEFAULT_FRAMEWORK = "pytorch"
 
 _TF1_MODELS: dict[str, tuple[_Builder, str]] = {
+    "amoebanet36": (
+        partial(amoebanet_d_tf1, normal_cells=AMOEBANET36_NORMAL_CELLS, filters=AMOEBANET36_FILTERS,
+                name="amoebanet36"),
+        "AmoebaNet-D (36, 512) as the TensorFlow 1.x reference builds and runs it, op by op",
+    ),
     "bert48": (partial(bert48, tf1=True), "BERT-48 as TensorFlow 1.x runs google-research/bert, op by op"),
     "xlnet36": (partial(xlnet36, tf1=True), "XLNet-36 as TensorFlow 1.x runs the XLNet reference, op by op"),
 }
@@ -259,13 +272,16 @@ def zoo_descriptions() -> list[tuple[str, str]]:
     models) and the default profile batch (pbs). Each model with a TensorFlow 1.x form has a
     second row, ``name:framework=tf1``, after its own.
     """
+    def tail(spec: str) -> str:
+        profile = zoo_model(spec)
+        seq = f", seq {profile.seq_len}" if profile.seq_len is not None else ""
+        return f"; {_millions(profile.parameter_count)} params{seq}, pbs {profile.profile_batch_size}"
+
     rows: list[tuple[str, str]] = []
     for name in zoo_names():
-        profile = zoo_model(name)
-        seq = f", seq {profile.seq_len}" if profile.seq_len is not None else ""
         text = f"GPT decoder from a spec, default {GptSpec().text()}" if name == "gpt" else _MODELS[name][2]
-        tail = f"; {_millions(profile.parameter_count)} params{seq}, pbs {profile.profile_batch_size}"
-        rows.append((name, text + tail))
+        rows.append((name, text + tail(name)))
         if name in _TF1_MODELS:
-            rows.append((_canonical(name, "tf1"), _TF1_MODELS[name][1] + tail))
+            variant = _canonical(name, "tf1")
+            rows.append((variant, _TF1_MODELS[name][1] + tail(variant)))
     return rows
