@@ -95,10 +95,10 @@ _CELL_COSTS = (
 _P40_SPEED = (
     "AmoebaNet-D (18, 256) on P40 in fp32 too fast: every experiment's absolute throughput is predicted "
     "20-57% high (n2m1 +30.1%); the ratios between them are within 10% but n4m4. The same direction as "
-    "DAPPLE's measured AmoebaNet-D on V100 at batch 8 (TensorFlow: zoo-v100-amoebanet18-b8, 0.52 of "
-    "the file, the deeper cells the furthest off; zoo-v100-amoebanet6-b8, 0.74, the backward 0.67) "
+    "DAPPLE's measured AmoebaNet-D on V100 at batch 8 (TensorFlow: zoo-v100-amoebanet18-b8, 0.54 of "
+    "the file, the deeper cells the furthest off; zoo-v100-amoebanet6-b8, 0.76, the backward 0.70) "
     "and n4m4's cell balance: the zoo makes the cells after the reductions too cheap. DeepBench's "
-    "V100 rules for cuDNN's fp32 convolutions (no split-K forward, filter gradients image by image; "
+    "V100 rules for cuDNN's fp32 convolutions (no split-K, filter gradients image by image; "
     "zoo/roofline.py) are not applied on Pascal: DeepBench's P100 sheet does not support them. "
     "cuDNN's 128-pixel fp32 convolution tiles "
     "(compute.CONV_TILES_FP32) do not bind at 36-196 images (+29.3% before). Not traced: cuDNN's "

@@ -80,13 +80,13 @@ _AMOEBANET_STRUCTURE = (
     "pools, Add, ConcatV2 and its Slice gradients, Pad/StridedSlice of the factorized reductions, "
     "AddN where a tensor feeds several ops); drop path is off (amoeba-dapple.py: "
     "drop_connect_keep_prob defaults to 1.0) and the auxiliary head (~0.1% of the FLOP) is left "
-    "out. cuDNN's fp32 convolutions on Volta follow DeepBench's V100 kernel times (forward without "
-    "split-K, filter gradients image by image: roofline.py)"
+    "out. cuDNN's fp32 convolutions on Volta follow DeepBench's V100 kernel times (forward and data "
+    "gradient without split-K, filter gradients image by image: roofline.py)"
 )
 
 _AMOEBANET_V100 = (
-    "AmoebaNet-D (18, 512) on V100 in fp32 at batch 8: the zoo gives 373 ms per iteration (132 fwd + "
-    "240 bwd) against the file's 718 (208 + 510): 0.52, the forward 0.64, the backward 0.47. "
+    "AmoebaNet-D (18, 512) on V100 in fp32 at batch 8: the zoo gives 385 ms per iteration (132 fwd + "
+    "252 bwd) against the file's 718 (208 + 510): 0.54, the forward 0.64, the backward 0.49. "
     + _AMOEBANET_STRUCTURE + ". The same authors' 6-cell files (zoo-v100-amoebanet6-b8) time the "
     "identical layers 1.2-2.4x faster than this file (cell_0 5.66 + 13.55 ms against 7.78 + 19.01, "
     "the first cell of the third group 7.06 + 18.40 against 9.95 + 29.02, final_layer 0.43 + 0.60 "
@@ -100,26 +100,12 @@ _AMOEBANET_V100 = (
     "ms. No kernel reads weights at that rate (~30-40 GB/s); not traced (candidates outside the "
     "kernels: variables read from another device, memory pressure of the 18-cell run). Ruled out: "
     "separable convolutions (the genotype has none), NHWC transposes (Grappler's layout optimizer "
-    "runs NCHW), drop path (off), split-K in cuDNN's forward convolutions and filter gradients over "
-    "few pixels (both now modelled from DeepBench). The batch-1 comparison this record replaces "
+    "runs NCHW), drop path (off), split-K in cuDNN's convolutions and filter gradients over few "
+    "pixels (both now modelled from DeepBench). The batch-1 comparison this record replaces "
     "(zoo-v100-amoebanet36-b1 against the derived amoeba-36-pbs-1.txt) hid the gap: at batch 1 the "
     "zoo's kernels sit at the 10 us dispatch floor, which the file (batch-8 times divided by 8) never had"
 )
 
-_AMOEBANET6_V100 = (
-    "AmoebaNet-D (6, 512) on V100 in fp32 at batch 8: the zoo gives 156 ms per iteration (54.4 fwd + "
-    "101.9 bwd) against the file's 212 (60 + 152): the forward 0.91, the backward 0.67; the file's "
-    "backward is 2.53x its forward, the zoo's 1.87x. " + _AMOEBANET_STRUCTURE + ". Per layer the "
-    "reduction cells agree (0.95 and 0.98 of the file) and the normal and stem cells fall short in "
-    "the backward only (e.g. cell_5 6.49 + 12.10 ms against 7.71 + 21.85; cell_stem_1 2.28 + 4.89 "
-    "against 3.30 + 8.65): the normal cells' 1x7/7x1 convolutions and stride-1 pools at full "
-    "resolution are what the reduction cells have less of, and DeepBench has no 1x7 shapes and "
-    "TensorFlow's MaxPoolGrad/AvgPoolGrad kernels are not traced. Not fitted: no per-kernel times "
-    "of this model exist (the -complicated file splits out only three of the cells' outer 1x1 "
-    "convolutions with their batch norms, which the zoo gives within 27%: cell_3/1x1 1.54 + 2.75 ms "
-    "against 1.21 + 2.88, cell_3/prev_1x1 1.16 + 1.99 against 0.94 + 2.13, reduction_cell_1/1x1 "
-    "2.64 + 5.35 against 2.72 + 5.68)"
-)
 
 
 def _gnmt_as_measured() -> float:
@@ -256,8 +242,16 @@ def _profile_records() -> list[Record]:
             tolerance=_TOLERANCE,
             note="zoo AmoebaNet-D (L=6, F=512) as DAPPLE's TensorFlow code builds it, at batch 8, fp32: "
             "two normal cells per group, the cells' activation and convolution weight sizes as in the "
-            "file (the Input node's 0.61 ms of data loading left out)",
-            known_miss=_AMOEBANET6_V100,
+            "file (the Input node's 0.61 ms of data loading left out). The zoo gives 161 ms per "
+            "iteration (54.4 fwd + 106.6 bwd) against 212 (60 + 152): the forward 0.91, the backward "
+            "0.70 (the file's backward 2.53x its forward, the zoo's 1.96x); the reduction cells agree "
+            "(0.97, 1.01 of the file), the normal and stem cells' backward falls short (cell_5 6.49 + "
+            "13.13 ms against 7.71 + 21.85): 1x7/7x1 convolutions (no DeepBench shape) and stride-1 "
+            "pool gradients at full resolution are what they have more of. The -complicated file's "
+            "three split-out 1x1 convolutions with batch norms come within 27% (cell_3/1x1 1.54 + "
+            "2.75 ms against 1.21 + 2.88, prev_1x1 1.16 + 1.99 against 0.94 + 2.13, "
+            "reduction_cell_1/1x1 2.64 + 5.46 against 2.72 + 5.68). With the PyTorch port's network "
+            "(4-5x the stem cells' weights) the zoo came 14% higher",
         ),
         Record(
             name="zoo-v100-gnmt16-b64",

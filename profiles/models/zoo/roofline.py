@@ -28,12 +28,14 @@ published per-kernel times of Baidu's DeepBench on a V100 with cuDNN 7.6.2
 (github.com/baidu-research/DeepBench, ``results/train/DeepBench_NV_V100.xlsx``, sheet "Results
 FP32", section "Convolution": forward, data-gradient and filter-gradient times per shape):
 
-* the forward implicit-GEMM kernels have no split-K (their names in profiler traces carry none,
-  ``volta_scudnn_128x64_relu_interior_nn_v1``, whereas the data gradient's do,
-  ``..._stridedB_splitK_...``): a 7 x 7 map of few images fills few tiles and stays there. On
-  DeepBench's 30 1x1 convolutions with outputs up to 14 x 14 the forward's rms log error goes
-  from 0.26 to 0.18 (C = 2048, K = 512, 8 images of 7 x 7: 0.165 ms measured, 0.101 with split-K,
-  0.165 without); over all 94 forward rows it stays 0.34;
+* the forward and data-gradient implicit-GEMM kernels have no split-K (the forward kernels'
+  names in profiler traces carry none, ``volta_scudnn_128x64_relu_interior_nn_v1``): a 7 x 7 map
+  of few images fills few tiles and stays there. On DeepBench's 30 1x1 convolutions with outputs
+  up to 14 x 14 the forward's rms log error goes from 0.26 to 0.18 (C = 2048, K = 512, 8 images of
+  7 x 7: 0.165 ms measured, 0.101 with split-K, 0.165 without; all 94 forward rows: 0.34 either
+  way); on the 27 stride-1 1x1 data gradients from 0.27 to 0.21 (the 16 on maps up to 14 x 14:
+  0.29 to 0.19), on the 18 strided ones from 0.68 to 0.54, on the other 10 implicit-GEMM ones it
+  stays 0.51;
 * the filter gradient reduces over the images' pixels image by image: in NCHW each image's
   ``P x Q`` pixels of a channel are one contiguous run, and the kernel's k-loop restarts (its
   prologue, :data:`~pipesim.profiles.costmodels.compute.K_OVERHEAD` steps) at every image, so a
@@ -125,7 +127,8 @@ class Roofline:
     @property
     def cudnn_fp32(self) -> bool:
         """Whether convolutions run cuDNN's fp32 NCHW kernels on Volta's CUDA cores, with the
-        rules measured there (module doc: no split-K forward, filter gradients image by image)."""
+        rules measured there (module doc: no split-K in the forward and the data gradient, filter
+        gradients image by image)."""
         return self.model.precision == "float32" and self.model.architecture == "volta"
 
     @property
@@ -253,12 +256,12 @@ class LayerCost:
 
         Forward and data gradient tile the output pixels with :attr:`Roofline.conv_tiles`;
         the filter gradient, a GEMM reducing over the pixels, with the GEMM tiles. With cuDNN's
-        fp32 kernels (:attr:`Roofline.cudnn_fp32`) the forward has no split-K and the filter
-        gradient's reduction restarts at every image (module doc)."""
+        fp32 kernels (:attr:`Roofline.cudnn_fp32`) the forward and the data gradient have no
+        split-K and the filter gradient's reduction restarts at every image (module doc)."""
         d = self.rl.elem_bytes
         model = self.rl.model
         fp32 = self.rl.cudnn_fp32
-        split = 1 if fp32 and direction == "fwd" and not wgrad else MAX_SPLIT_K
+        split = 1 if fp32 and not wgrad else MAX_SPLIT_K
         if wgrad:  # the filter gradient reduces over the batch and the output pixels
             shape = GemmShape(m=cin * kh * kw, n=cout, k=batch * hout * wout)
             tile_set = TILES
