@@ -246,6 +246,8 @@ class ComputeModel:
         memory_bytes_per_s: achievable memory bandwidth, bytes/s.
         kernel_overhead_s: GPU-side gap per kernel, seconds.
         op_dispatch_s: host dispatch time per framework operator, seconds.
+        architecture: the device's GPU generation (``"volta"``), ``None`` for a custom device;
+            for kernel-library rules measured on one generation.
     """
 
     device: str
@@ -257,6 +259,7 @@ class ComputeModel:
     memory_bytes_per_s: float
     kernel_overhead_s: float = KERNEL_OVERHEAD_S
     op_dispatch_s: float = OP_DISPATCH_S
+    architecture: str | None = None
 
     def op_time_s(self, kernel_s: float) -> float:
         """Time of a framework operator whose kernel takes ``kernel_s`` on the GPU (launch gap
@@ -268,21 +271,24 @@ class ComputeModel:
         check_nonneg("bytes_moved", bytes_moved)
         return bytes_moved / self.memory_bytes_per_s + self.kernel_overhead_s
 
-    def gemm_compute_s(self, shape: GemmShape, *, tiles: tuple[tuple[int, int], ...] = TILES) -> float:
+    def gemm_compute_s(self, shape: GemmShape, *, tiles: tuple[tuple[int, int], ...] = TILES,
+                       max_split_k: int = MAX_SPLIT_K) -> float:
         """Arithmetic time of ``shape`` with tile and wave quantisation, no launch cost, seconds.
 
         ``tiles`` are the output tiles the library may pick from (default :data:`TILES`, cuBLAS's;
         :data:`CONV_TILES_FP32` for cuDNN's fp32 convolutions), largest first: the largest
-        runs at the large-GEMM efficiency, the others at their reuse relative to it."""
+        runs at the large-GEMM efficiency, the others at their reuse relative to it.
+        ``max_split_k`` caps the split-K slices (1: a kernel family without split-K)."""
         return _gemm_compute_s(self.peak_flop_per_s * self.efficiency, self.sm_count,
-                               shape.m, shape.n, shape.k, shape.count, tiles)
+                               shape.m, shape.n, shape.k, shape.count, tiles, max_split_k)
 
     def gemm_time_s(self, shape: GemmShape, bytes_moved: float = 0.0, *, speedup: float = 1.0,
-                    tiles: tuple[tuple[int, int], ...] = TILES) -> float:
+                    tiles: tuple[tuple[int, int], ...] = TILES, max_split_k: int = MAX_SPLIT_K) -> float:
         """Time of the GEMM kernel ``shape``: ``max(arithmetic / speedup, bytes / bandwidth)`` plus
         the launch cost, seconds. ``speedup`` divides the arithmetic (e.g. fewer multiplications
-        of a fast convolution algorithm); ``tiles`` as for :meth:`gemm_compute_s`."""
-        compute = self.gemm_compute_s(shape, tiles=tiles) / speedup
+        of a fast convolution algorithm); ``tiles`` and ``max_split_k`` as for
+        :meth:`gemm_compute_s`."""
+        compute = self.gemm_compute_s(shape, tiles=tiles, max_split_k=max_split_k) / speedup
         return max(compute, bytes_moved / self.memory_bytes_per_s) + self.kernel_overhead_s
 
     def concurrent_time_s(self, chains_s: Sequence[float], *, flop: float, memory_bytes: float) -> float:
@@ -326,7 +332,7 @@ def _tile_rate(tm: int, tn: int, largest: tuple[int, int]) -> float:
 
 @lru_cache(maxsize=65536)
 def _gemm_compute_s(rate: float, sm_count: int | None, m: int, n: int, k: int, count: int,
-                    tile_set: tuple[tuple[int, int], ...] = TILES) -> float:
+                    tile_set: tuple[tuple[int, int], ...] = TILES, max_split_k: int = MAX_SPLIT_K) -> float:
     if sm_count is None:
         return 2.0 * m * n * k * count / (rate * k / (k + K_OVERHEAD))
     per_sm = rate / sm_count
@@ -334,7 +340,7 @@ def _gemm_compute_s(rate: float, sm_count: int | None, m: int, n: int, k: int, c
     for tm, tn in tile_set:
         tiles = math.ceil(m / tm) * math.ceil(n / tn) * count
         tile_rate = per_sm * _tile_rate(tm, tn, tile_set[0])
-        for split in range(1, MAX_SPLIT_K + 1):
+        for split in range(1, max_split_k + 1):
             if split > 1 and k / split < MIN_SPLIT_K:
                 break  # never split k into slivers
             ks = math.ceil(k / split)
@@ -366,4 +372,5 @@ def compute_model(device: DeviceSpec, precision: str) -> ComputeModel:
         efficiency=gemm_efficiency(device, precision),
         sm_count=device.sm_count,
         memory_bytes_per_s=device.achievable_memory_bandwidth_bytes_per_s,
+        architecture=device.architecture,
     )

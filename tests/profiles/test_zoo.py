@@ -21,6 +21,7 @@ from pipesim.profiles.models.profile import ModelProfile
 from pipesim.profiles.models.zoo import GptSpec, parse_gpt_spec, zoo_descriptions, zoo_model, zoo_names
 from pipesim.profiles.models.zoo import _build as zoo_cache
 from pipesim.profiles.models.zoo.roofline import WINOGRAD_FUSED_SPEEDUP, LayerCost, Roofline, roofline_for
+from pipesim.profiles.models.zoo.transformers import bert48, xlnet36
 
 FIXED_MODELS = ("amoebanet36", "bert48", "gnmt16", "resnet50", "vgg19", "xlnet36")
 
@@ -84,7 +85,12 @@ def test_bad_batch(batch: object) -> None:
 
 def test_descriptions_one_line_each() -> None:
     rows = zoo_descriptions()
-    assert [name for name, _ in rows] == list(zoo_names())
+    names = [name for name, _ in rows]
+    assert [name for name in names if ":" not in name] == list(zoo_names())
+    # each TensorFlow 1.x form right after its model, and each row loads
+    assert names[names.index("bert48") + 1] == "bert48:framework=tf1"
+    assert names[names.index("xlnet36") + 1] == "xlnet36:framework=tf1"
+    assert all(zoo_model(name).name in (name, GptSpec().text()) for name in names)
     text = dict(rows)
     assert text["bert48"].endswith("638.5M params, seq 384, pbs 6")
     assert text["vgg19"].endswith("143.7M params, pbs 32")
@@ -240,11 +246,11 @@ def test_fp32_convolutions_tile_pixels_with_cudnn_tiles_and_filter_gradients_wit
     lc = LayerCost("c", rl)
     lc.conv(1, 512, 512, 1, 1, 7, 7, 7, 7)  # a batch-1 1x1 convolution on a 7 x 7 map
     moved = 4 * (512 * 49 * 2 + 512 * 512)
-    fwd = model.gemm_time_s(GemmShape(m=49, n=512, k=512), moved, tiles=CONV_TILES_FP32)
+    fwd = model.gemm_time_s(GemmShape(m=49, n=512, k=512), moved, tiles=CONV_TILES_FP32, max_split_k=1)
     assert lc.fwd.time_s == pytest.approx(model.op_time_s(fwd))
     assert fwd > model.gemm_time_s(GemmShape(m=49, n=512, k=512), moved)
     wgrad = model.gemm_time_s(GemmShape(m=512, n=512, k=49), moved)
-    dgrad = model.gemm_time_s(GemmShape(m=49, n=512, k=512), moved, tiles=CONV_TILES_FP32)
+    dgrad = model.gemm_time_s(GemmShape(m=49, n=512, k=512), moved, tiles=CONV_TILES_FP32, max_split_k=1)
     assert lc.bwd.time_s == pytest.approx(model.op_time_s(dgrad) + model.op_time_s(wgrad))
     # tensor-core precisions keep the GEMM tiles
     half = roofline_for("float16")
@@ -252,6 +258,59 @@ def test_fp32_convolutions_tile_pixels_with_cudnn_tiles_and_filter_gradients_wit
     h.conv(1, 512, 512, 1, 1, 7, 7, 7, 7)
     expected = half.model.gemm_time_s(GemmShape(m=49, n=512, k=512), moved / 2)
     assert h.fwd.time_s == pytest.approx(half.model.op_time_s(expected))
+
+
+def test_cudnn_fp32_volta_forward_and_data_gradient_have_no_split_k() -> None:
+    # DeepBench V100 (cuDNN 7.6.2): C=2048 -> K=512, 1x1, 8 images of 7 x 7: 0.165 ms forward
+    rl = roofline_for("float32")
+    model = rl.model
+    shape = GemmShape(m=8 * 49, n=512, k=2048)
+    moved = 4 * (8 * 49 * (2048 + 512) + 2048 * 512)
+    lc = LayerCost("c", rl)
+    lc.conv(8, 2048, 512, 1, 1, 7, 7, 7, 7)
+    no_split = model.gemm_time_s(shape, moved, tiles=CONV_TILES_FP32, max_split_k=1)
+    assert lc.fwd.time_s == pytest.approx(model.op_time_s(no_split))
+    assert no_split > 1.5 * model.gemm_time_s(shape, moved, tiles=CONV_TILES_FP32)  # split-K would help
+    assert no_split == pytest.approx(0.165e-3, rel=0.05)
+    # nor does the data gradient (DeepBench: 7 x 7, 512 -> 2048, 8 images: 0.226 ms)
+    dgrad = model.gemm_time_s(GemmShape(m=8 * 49, n=2048, k=512), moved, tiles=CONV_TILES_FP32, max_split_k=1)
+    wgrad = lc.bwd.wgrad_time_s
+    assert lc.bwd.time_s - wgrad == pytest.approx(model.op_time_s(dgrad))
+    # other generations and tensor-core precisions keep the GEMM rules
+    for device, dtype in (("P40", "float32"), ("A100-80GB", "float32"), ("V100-SXM2-16GB", "float16")):
+        other = roofline_for(dtype, device)
+        oc = LayerCost("o", other)
+        oc.conv(8, 2048, 512, 1, 1, 7, 7, 7, 7)
+        d = other.elem_bytes
+        free = other.model.gemm_time_s(shape, moved / 4 * d, tiles=other.conv_tiles)
+        assert oc.fwd.time_s == pytest.approx(other.model.op_time_s(free)), device
+
+
+@pytest.mark.parametrize("batch", [1, 2, 8])
+def test_cudnn_fp32_volta_filter_gradient_restarts_per_image(batch: int) -> None:
+    rl = roofline_for("float32")
+    model = rl.model
+    lc = LayerCost("c", rl)
+    lc.conv(batch, 2048, 512, 1, 1, 7, 7, 7, 7)
+    moved = 4 * (batch * 49 * (2048 + 512) + 2048 * 512)
+    timed = GemmShape(m=2048, n=512, k=batch * (49 + int(K_OVERHEAD)) - int(K_OVERHEAD))
+    assert lc.bwd.wgrad_time_s == pytest.approx(model.op_time_s(model.gemm_time_s(timed, moved)))
+    assert lc.bwd.flop == pytest.approx(2 * 2 * batch * 49 * 2048 * 512)  # FLOP stay the GEMMs' own
+    # on Pascal the filter gradient is one GEMM over all the pixels
+    pascal = roofline_for("float32", "P40")
+    pc = LayerCost("p", pascal)
+    pc.conv(batch, 2048, 512, 1, 1, 7, 7, 7, 7)
+    plain = pascal.model.gemm_time_s(GemmShape(m=2048, n=512, k=batch * 49), moved)
+    assert pc.bwd.wgrad_time_s == pytest.approx(pascal.model.op_time_s(plain))
+
+
+def test_gemm_max_split_k() -> None:
+    model = roofline_for("float32").model
+    shape = GemmShape(m=392, n=512, k=2048)  # 16 tiles of 128 x 128 on 80 SMs
+    assert model.gemm_compute_s(shape, max_split_k=1) > model.gemm_compute_s(shape)
+    assert model.gemm_compute_s(shape, max_split_k=8) == model.gemm_compute_s(shape)
+    big = GemmShape(m=8192, n=8192, k=1024)  # full waves: split-K never pays
+    assert model.gemm_compute_s(big, max_split_k=1) == model.gemm_compute_s(big)
 
 
 def test_vgg_conv_layer_flop_by_hand() -> None:
@@ -523,3 +582,48 @@ def test_block_gemm_shapes_are_the_kernels_of_a_block() -> None:
     gemm_flop = sum(s.flop for s in shapes)
     assert gemm_flop <= (layer.fwd_flop or 0) < 1.02 * gemm_flop  # the rest is element-wise work
     assert len(block_gemm_shapes(batch=2, seq=128, hidden=1024, heads=16, flash=True)) == 6
+
+
+# ------------------------------------------------------------------------------------------------
+# The framework option (bert48:framework=tf1)
+
+
+@pytest.mark.parametrize("name", ["bert48", "xlnet36"])
+def test_framework_tf1_is_the_op_by_op_costing(name: str) -> None:
+    builder = {"bert48": bert48, "xlnet36": xlnet36}[name]
+    tf1 = zoo_model(f"{name}:framework=tf1", batch_size=2)
+    direct = builder(roofline_for("float32"), 2, tf1=True)
+    assert tf1.name == f"{name}:framework=tf1"
+    assert "TensorFlow 1.x" in tf1.description
+    assert [layer.fwd_time_s for layer in tf1.layers] == [layer.fwd_time_s for layer in direct.layers]
+    assert [layer.bwd_time_s for layer in tf1.layers] == [layer.bwd_time_s for layer in direct.layers]
+    fused = zoo_model(name, batch_size=2)
+    assert tf1.parameter_count == fused.parameter_count
+    assert tf1.layers[1].fwd_time_s > fused.layers[1].fwd_time_s  # unfused kernels cost more
+    # the batch points are costed op by op too
+    assert tf1.batch_points
+    assert tf1.batch_points[0].fwd_time_s != fused.batch_points[0].fwd_time_s
+
+
+def test_framework_spelling_and_default() -> None:
+    assert zoo_model(" BERT48 : Framework = TF1 ") == zoo_model("bert48:framework=tf1")
+    assert zoo_model("bert48:framework=pytorch") == zoo_model("bert48")
+    assert zoo_model("bert48:framework=pytorch").name == "bert48"
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("bert48:framework=tf2", r"bert48\.framework='tf2': must be pytorch .* or tf1 "),
+        ("xlnet36:framework=", r"xlnet36\.framework='': must be pytorch"),
+        ("bert48:kernels=tf1", r"bert48\.kernels='tf1': unknown key; valid keys: framework"),
+        ("bert48:tf1", r"bert48='tf1': each item must be key=value \(e\.g\. framework=tf1\)"),
+        ("bert48:", r"bert48='': each item must be key=value"),
+        ("bert48:framework=tf1,framework=tf1", r"bert48\.framework='tf1': given twice"),
+        ("vgg19:framework=tf1", r"vgg19 takes no parameters \(only gpt, amoebanet36, bert48, xlnet36 do\)"),
+        ("gpt:framework=tf1", r"gpt\.framework='tf1': unknown key"),
+    ],
+)
+def test_framework_bad_values(spec: str, message: str) -> None:
+    with pytest.raises(InputError, match=message):
+        zoo_model(spec)

@@ -196,10 +196,10 @@ def amoebanet_d(rl: Roofline, batch: int, *, normal_cells: int, filters: int, na
         plan += [(f"normal{group}_{i}", False) for i in range(per_group)]
         if group < 3:
             plan.append((f"reduce{group}", True))
-    for name, reduction in plan:
+    for cell_name, reduction in plan:
         if reduction:
             c *= 2
-        layer, out_c, out_h = _cell(rl, name, batch, c_pp=c_pp, h_pp=h_pp, c_prev=c_prev, h_prev=h_prev,
+        layer, out_c, out_h = _cell(rl, cell_name, batch, c_pp=c_pp, h_pp=h_pp, c_prev=c_prev, h_prev=h_prev,
                                     c=c, reduction=reduction, reduction_prev=reduction_prev)
         layers.append(layer)
         c_pp, h_pp, c_prev, h_prev = c_prev, h_prev, out_c, out_h

@@ -22,6 +22,33 @@ in fp32 on CUDA cores also fused Winograd F(2x2, 3x3) (2.25x
 fewer multiplications, Lavin & Gray, "Fast Algorithms for Convolutional Neural Networks", CVPR
 2016) and non-fused Winograd F(4x4, 3x3) (4x fewer multiplications, same paper) whose input and
 output transforms are separate memory-bound kernels moving the 36 transformed tiles.
+
+Two rules of cuDNN's fp32 kernels (NCHW, CUDA cores) beside the tiles, both checked against the
+published per-kernel times of Baidu's DeepBench on a V100 with cuDNN 7.6.2
+(github.com/baidu-research/DeepBench, ``results/train/DeepBench_NV_V100.xlsx``, sheet "Results
+FP32", section "Convolution": forward, data-gradient and filter-gradient times per shape):
+
+* the forward and data-gradient implicit-GEMM kernels have no split-K (the forward kernels'
+  names in profiler traces carry none, ``volta_scudnn_128x64_relu_interior_nn_v1``): a 7 x 7 map
+  of few images fills few tiles and stays there. On DeepBench's 30 1x1 convolutions with outputs
+  up to 14 x 14 the forward's rms log error goes from 0.26 to 0.18 (C = 2048, K = 512, 8 images of
+  7 x 7: 0.165 ms measured, 0.101 with split-K, 0.165 without; all 94 forward rows: 0.34 either
+  way); on the 27 stride-1 1x1 data gradients from 0.27 to 0.21 (the 16 on maps up to 14 x 14:
+  0.29 to 0.19), on the 18 strided ones from 0.68 to 0.54, on the other 10 implicit-GEMM ones it
+  stays 0.51;
+* the filter gradient reduces over the images' pixels image by image: in NCHW each image's
+  ``P x Q`` pixels of a channel are one contiguous run, and the kernel's k-loop restarts (its
+  prologue, :data:`~pipesim.profiles.costmodels.compute.K_OVERHEAD` steps) at every image, so a
+  7 x 7 map (49 pixels) pays the prologue once per 49 steps instead of once per slice. On
+  DeepBench's 32 implicit-GEMM filter gradients with outputs up to 14 x 14 the zoo went from 0.74
+  of the measured time (geometric mean; rms log error 0.42) to 0.95 (0.27); over all 55
+  implicit-GEMM ones (C >= 16) the rms log error went from 0.52 to 0.47.
+
+Both apply to fp32 on Volta only, where they were measured. Tensor-core (fp16, bf16, tf32)
+convolutions keep the GEMM rules (their kernels run NHWC, whose pixels are contiguous across
+images; DeepBench's figures above are fp32); on Pascal DeepBench's P100 sheet (cuDNN 6.0.21,
+``DeepBench_NV_P100.xlsx``) does not support the image-by-image filter gradient (the zoo's
+filter gradients there are already 1.2x slow on average, 1.35x with the rule).
 """
 
 from __future__ import annotations
@@ -29,7 +56,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from pipesim.profiles.costmodels.compute import CONV_TILES_FP32, TILES, ComputeModel, GemmShape, compute_model
+from pipesim.profiles.costmodels.compute import (
+    CONV_TILES_FP32,
+    K_OVERHEAD,
+    MAX_SPLIT_K,
+    TILES,
+    ComputeModel,
+    GemmShape,
+    compute_model,
+)
 from pipesim.profiles.hardware.catalog import get_device
 from pipesim.profiles.models.profile import DTYPE_BYTES, Layer
 from pipesim.profiles.models.zoo.tf1_ops import OpSequence
@@ -88,6 +123,13 @@ class Roofline:
     def winograd(self) -> bool:
         """Whether 3x3 convolutions may use Winograd (fp32 on CUDA cores only)."""
         return self.model.precision == "float32"
+
+    @property
+    def cudnn_fp32(self) -> bool:
+        """Whether convolutions run cuDNN's fp32 NCHW kernels on Volta's CUDA cores, with the
+        rules measured there (module doc: no split-K in the forward and the data gradient, filter
+        gradients image by image)."""
+        return self.model.precision == "float32" and self.model.architecture == "volta"
 
     @property
     def conv_tiles(self) -> tuple[tuple[int, int], ...]:
@@ -213,19 +255,28 @@ class LayerCost:
         of implicit GEMM, fused Winograd F(2x2,3x3) and non-fused Winograd F(4x4,3x3).
 
         Forward and data gradient tile the output pixels with :attr:`Roofline.conv_tiles`;
-        the filter gradient, a GEMM reducing over the pixels, with the GEMM tiles."""
+        the filter gradient, a GEMM reducing over the pixels, with the GEMM tiles. With cuDNN's
+        fp32 kernels (:attr:`Roofline.cudnn_fp32`) the forward and the data gradient have no
+        split-K and the filter gradient's reduction restarts at every image (module doc)."""
         d = self.rl.elem_bytes
         model = self.rl.model
+        fp32 = self.rl.cudnn_fp32
+        split = 1 if fp32 and not wgrad else MAX_SPLIT_K
         if wgrad:  # the filter gradient reduces over the batch and the output pixels
             shape = GemmShape(m=cin * kh * kw, n=cout, k=batch * hout * wout)
             tile_set = TILES
+            # image by image: one k-loop prologue per image's pixels (the shape's own adds one)
+            restarts = int(K_OVERHEAD) * (batch - 1) if fp32 else 0
+            timed = GemmShape(m=shape.m, n=shape.n, k=shape.k + restarts)
         else:
             shape = GemmShape(m=batch * hout * wout, n=cout, k=cin * kh * kw)
             tile_set = self.rl.conv_tiles
+            timed = shape
         moved = d * (in_elems + cout * cin * kh * kw + out_elems)
-        best = model.gemm_time_s(shape, moved, tiles=tile_set)
+        best = model.gemm_time_s(timed, moved, tiles=tile_set, max_split_k=split)
         if winograd:
-            best = min(best, model.gemm_time_s(shape, moved, speedup=WINOGRAD_FUSED_SPEEDUP, tiles=tile_set))
+            best = min(best, model.gemm_time_s(shape, moved, speedup=WINOGRAD_FUSED_SPEEDUP, tiles=tile_set,
+                                               max_split_k=split))
             tiles = batch * math.ceil(hout / _WINOGRAD_TILE) * math.ceil(wout / _WINOGRAD_TILE)
             alpha2 = (_WINOGRAD_TILE + 2) ** 2  # 36 transformed points per tile
             tin, tout = alpha2 * tiles * cin, alpha2 * tiles * cout
