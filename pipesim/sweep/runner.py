@@ -277,9 +277,16 @@ def _load_inputs(
     return models, clusters
 
 
-def _tasks(config: SweepConfig, done: set[str]) -> tuple[list[SweepTask], int]:
-    """The tasks for the points not yet done, and how many points were skipped."""
-    models, clusters = _load_inputs(config)
+def _tasks(
+    config: SweepConfig,
+    done: set[str],
+    inputs: tuple[dict[str, ModelProfile | str], dict[tuple[str, Overrides], Cluster]],
+) -> tuple[list[SweepTask], int]:
+    """The tasks for the points not yet done, and how many points were skipped.
+
+    ``inputs`` is :func:`_load_inputs`' result: the models and clusters the points name.
+    """
+    models, clusters = inputs
     groups: dict[tuple[Any, ...], list[tuple[SweepPoint, str]]] = {}
     skipped = 0
     for point in config.points():
@@ -418,8 +425,11 @@ def run_sweep(
     """
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
         raise invalid("workers", workers, "must be an integer >= 1")
+    # The inputs load before the results file opens: a model or cluster that cannot be loaded
+    # leaves ``out`` as it was (no header-only file, no truncated results on --overwrite).
+    inputs = _load_inputs(config)
     with ResultsWriter(out, resume=resume, overwrite=overwrite) as writer:
-        tasks, skipped = _tasks(config, writer.done_keys)
+        tasks, skipped = _tasks(config, writer.done_keys, inputs)
         total = sum(len(t.points) for t in tasks)
         log.info("sweep %s: %d points, %d already done, %d tasks", out, total + skipped, skipped, len(tasks))
         if dask_scheduler is not None:

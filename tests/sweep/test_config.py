@@ -152,7 +152,12 @@ def test_inputs_that_cannot_load_fail_before_anything_runs(
     out = tmp_path / "out.csv"
     with pytest.raises(FormatError, match=match):
         run_sweep(config, out, workers=1)
-    assert out.read_text().count("\n") == 1  # the header only
+    assert not out.exists()  # no header-only file left behind
+    kept = tmp_path / "kept.csv"
+    kept.write_text("earlier results\n")
+    with pytest.raises(FormatError, match=match):
+        run_sweep(config, kept, workers=1, overwrite=True)
+    assert kept.read_text() == "earlier results\n"  # --overwrite does not truncate before the inputs load
 
 
 def test_relative_model_files_resolve_against_the_config(tmp_path: Path) -> None:

@@ -21,7 +21,7 @@ from pipesim.profiles.inputs import resolve_inputs
 from pipesim.simulator import SimOptions
 from pipesim.sweep import COLUMNS, PARAMETER_COLUMNS, parse_sweep_config, point_key, read_results, run_sweep
 from pipesim.sweep.config import PLAN_OPTIONS, SIM_OPTIONS, SweepPoint, option_value
-from pipesim.sweep.runner import _tasks
+from pipesim.sweep.runner import _load_inputs, _tasks
 
 MODEL = "gpt:layers=4,hidden=256,heads=4,seq=128,vocab=1000"
 CLUSTER = "dgx-a100-x2"
@@ -120,7 +120,7 @@ def test_keys_are_unchanged_at_the_defaults_and_differ_off_them() -> None:
 def test_one_task_per_plan_the_simulator_options_share_it() -> None:
     config = parse_sweep_config(_config(allreduce=["ring", "auto"], p2p_channels=[1, 2, 4],
                                         allreduce_overlap=["after_backward", "end"]))
-    tasks, skipped = _tasks(config, set())
+    tasks, skipped = _tasks(config, set(), _load_inputs(config))
     assert skipped == 0
     assert sorted(len(t.points) for t in tasks) == [6, 6]  # one per allreduce, 3 x 2 options each
     assert {t.points[0].allreduce for t in tasks} == {"ring", "auto"}
