@@ -10,7 +10,9 @@ the distributed optimizer) start when the rank's own TP collectives are over; th
 blocks of *other* ranks that are still in their backward, and two ranks' straddling rings can
 meet on one NIC (servers with one NIC): :func:`ring_sharers` finds both, :func:`concurrent_delay_s`
 and :func:`shared_op_s` charge them. Pipeline sends are a small share of a ring's bytes
-(``act / (t c)`` against ``4 (t - 1) / t`` activations per layer) and are not charged.
+(``act / (t c)`` against ``4 (t - 1) / t`` activations per layer): their delay to a TP block is
+not charged, but the replicas' sends, issued together, share the links they cross
+(:func:`send_terms`, the estimate's pipeline hop).
 
 The model is the fluid one of two elastic flows that start together on one link: each gets half
 the link while both run, so the shorter one, of ``a`` and ``b`` seconds alone, is slowed by
@@ -22,7 +24,7 @@ next unit's gather and the previous unit's reduce-scatter. Both sides are charge
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 from pipesim.profiles.costmodels.tensor_parallel import TpStageTimes
@@ -34,6 +36,7 @@ __all__ = [
     "dp_left_s",
     "last_backward_delay_s",
     "ring_sharers",
+    "send_terms",
     "shared_op_s",
     "shares_ring_link",
     "zero_transfers",
@@ -217,3 +220,26 @@ def last_backward_delay_s(
     b_op = times.bwd_tp_s + times.bwd_comm_s + replay_s
     start = b_op - times.bwd_split_comm_s
     return shared_op_s(start, times.bwd_split_comm_s, wire_s, transfers) - (start + times.bwd_split_comm_s)
+
+
+def send_terms(
+    pairs: Sequence[tuple[int, int]], route: Callable[[int, int], tuple[int, ...]],
+    bandwidth: Callable[[int], float], latency: Callable[[int, int], float],
+) -> tuple[tuple[float, float], ...]:
+    """The pipeline sends of a rank's replicas, issued together (the replicas run in lock step),
+    as ``(latency s, seconds per byte)`` per distinct pair: ``pairs`` the ``(src, dst)`` devices,
+    ``route(src, dst)`` link indices, ``bandwidth(link)`` bytes/s, ``latency(src, dst)`` the
+    route's seconds. A link that ``k`` of the sends cross gives each ``1/k`` of its bandwidth
+    (the max-min share of equal flows, as the simulator's network gives them), so replicas
+    whose sends leave one NIC (servers with fewer NICs than GPUs) each take ``k`` times as
+    long; the time of ``n`` bytes is ``max(latency + n x per_byte)``."""
+    routes = [route(a, b) for a, b in pairs]
+    load: dict[int, int] = {}
+    for links in routes:
+        for link in set(links):
+            load[link] = load.get(link, 0) + 1
+    out: set[tuple[float, float]] = set()
+    for (a, b), links in zip(pairs, routes, strict=True):
+        if links:
+            out.add((latency(a, b), max(load[link] / bandwidth(link) for link in links)))
+    return tuple(sorted(out))

@@ -10,10 +10,11 @@ collectives and ring exchange; in the backward the replayed forward of recomputa
     T = (m + (p - 1) / v) (t_f + t_b) + 2 (p v - 1) t_hop + t_dp + t_opt
 
 with ``t_f``, ``t_b`` the slowest rank's, ``t_hop`` one activation transfer between ranks (each
-TP and CP rank sends ``1/(t c)`` of it), ``t_dp`` the first rank's gradient collective over its
-``d c`` data- and context-parallel ranks (exposed: it finishes last in 1F1B) and ``t_opt`` its
-optimizer step after it (:func:`~pipesim.profiles.costmodels.optimizer.stage_optimizer_step_s`; 0
-with ``optimizer_step=False``). With ZeRO the collectives are charged per unit as the
+TP and CP rank sends ``1/(t c)`` of it; every replica at once), ``t_dp`` the first rank's
+gradient collective over its ``d c`` data- and context-parallel ranks (exposed: it finishes
+last in 1F1B) and ``t_opt`` its optimizer step after it
+(:func:`~pipesim.profiles.costmodels.optimizer.stage_optimizer_step_s`; 0 with
+``optimizer_step=False``). With ZeRO the collectives are charged per unit as the
 simulator's lowering emits them (docs/parallelism.md): ZeRO-1 and the distributed optimizer a
 reduce-scatter and an all-gather as ``t_dp``; ZeRO-2 the last backward's reduce-scatter tail and
 the all-gather; ZeRO-3's gathers inside ``t_f`` and ``t_b``
@@ -37,13 +38,15 @@ another pipeline rank's TP ring crosses that link (two straddling ranks on a ser
 the rings share it in the steady state: each of the ``m - 1`` steady cycles pays
 :func:`~pipesim.planner.nic_sharing.concurrent_delay_s` of the other ranks' blocks; where a later
 rank's gradient collective after its backward crosses it, rank 0's last backward shares the link
-with what is left of it (within 5% of the simulation, 25-32% low before). Pipeline sends are
-not charged: one flow per replica pair, ``act / (t c)`` bytes, they delay a block they meet by at
-most their own time (about 1% of a cycle on those plans, whose estimate is already 0.4-4.6%
-above the simulation). Exact where nothing shares the ring's links
-(``tests/tp/test_cross_server_estimate.py``). :func:`estimate_3d` takes the groups,
-rank 0's data-parallel group and the pipeline hop's devices from the plan's placement
-(:class:`Placed3d`); the planner's search, which places automatically, from that placement.
+with what is left of it (within 5% of the simulation, 25-32% low before). The pipeline hop
+``t_hop`` is the slowest of every replica's send, issued together, sharing the links they cross
+(:func:`~pipesim.planner.nic_sharing.send_terms`: replicas whose sends leave one NIC);
+a send's delay to a TP block it meets is not charged (at most its own time: about 1% of a
+cycle on those plans, whose estimate is already 0.4-4.6% above the simulation). Exact where
+nothing shares the ring's links (``tests/tp/test_cross_server_estimate.py``).
+:func:`estimate_3d` takes the groups, rank 0's data-parallel group and the pipeline hop's
+devices from the plan's placement (:class:`Placed3d`); the planner's search, which places
+automatically, from that placement.
 
 **CP rings as placed.** A rank's ring exchange is timed on the slowest hop of its replicas'
 context-parallel rings as the plan places them (:meth:`~pipesim.plan.Plan.cp_groups`,
@@ -66,6 +69,7 @@ from pipesim.planner.nic_sharing import (
     concurrent_delay_s,
     last_backward_delay_s,
     ring_sharers,
+    send_terms,
     shares_ring_link,
 )
 from pipesim.planner.zero_ops import ZeroOp, zero_unit_ops
@@ -136,7 +140,8 @@ class Placed3d(NamedTuple):
     (:func:`~pipesim.planner.nic_sharing.shares_ring_link`; ``None``: automatic placement's,
     :meth:`ThreeDCosts.auto_shared`), ``sharers`` the other ranks' TP and gradient rings on
     those links (:func:`~pipesim.planner.nic_sharing.ring_sharers`; ``None``: automatic
-    placement's, :meth:`ThreeDCosts.auto_sharers`)."""
+    placement's, :meth:`ThreeDCosts.auto_sharers`), ``sends`` every replica's pipeline hop
+    between ranks 0 and 1 (their first devices; none given: ``hop`` alone)."""
 
     rings: tuple[int, ...]
     dp_group: tuple[int, ...]
@@ -144,6 +149,7 @@ class Placed3d(NamedTuple):
     cp_hops: tuple[int, ...]
     shared: tuple[bool, ...] | None = None
     sharers: RingSharers | None = None
+    sends: tuple[tuple[int, int], ...] = ()
 
 
 def is_3d(plan: Plan) -> bool:
@@ -190,6 +196,7 @@ class ThreeDCosts:
         self._auto_hops: dict[tuple[int, int, int, int], int] = {}
         self._auto_shared: dict[tuple[int, int, int, int], bool] = {}
         self._auto_sharers: dict[tuple[int, int, int, int], RingSharers | None] = {}
+        self._sends: dict[tuple[tuple[int, int], ...], tuple[tuple[float, float], ...]] = {}
         self._ring_bw: list[float] = []  # per ring index, its bottleneck hop's bandwidth, bytes/s
         self._wires: dict[tuple[tuple[int, ...], int, int, bool, int, int, str], float] = {}
         self._recs: dict[tuple[int, Recompute], list[float]] = {}
@@ -309,6 +316,15 @@ class ThreeDCosts:
             groups = [tuple(range(lead, lead + t)) for lead in leads]
             dp_ring = [lead + k * t for lead in leads for k in range(c)]
             found = self._auto_shared[key] = t > 1 and shares_ring_link(self.cluster, groups, dp_ring)
+        return found
+
+    def send_terms(self, pairs: tuple[tuple[int, int], ...]) -> tuple[tuple[float, float], ...]:
+        """:func:`~pipesim.planner.nic_sharing.send_terms` of the replicas' pipeline sends
+        ``pairs`` on the cluster's routes (cached)."""
+        found = self._sends.get(pairs)
+        if found is None:
+            cl = self.cluster
+            found = self._sends[pairs] = send_terms(pairs, cl.route, self._bw.__getitem__, cl.route_latency_s)
         return found
 
     def auto_sharers(self, t: int, c: int, d: int, p: int) -> RingSharers | None:
@@ -492,6 +508,7 @@ def estimate_3d(
                     for cp in cp_groups),
         dp_group=tuple(x for ring in cp_groups[0] for x in ring),
         hop=(cp_groups[0][0][0], cp_groups[min(1, p - 1)][0][0]),
+        sends=tuple((a[0], b[0]) for a, b in zip(cp_groups[0], cp_groups[min(1, p - 1)], strict=True)),
         cp_hops=tuple(model.cp_hop(cp) for cp in cp_groups),  # per rank, its replicas' CP rings
         shared=tuple(t > 1 and shares_ring_link(cluster, groups, [x for ring in cp for x in ring])
                      for groups, cp in zip(plan.tp_groups(cluster.num_devices), cp_groups, strict=True)),
@@ -536,7 +553,8 @@ def estimate_config(
         placed = Placed3d(rings=tuple(model.auto_ring(t, c, d, r) for r in range(p)),
                           dp_group=tuple(k * t for k in range(d * c)), hop=(0, d * t * c),
                           cp_hops=tuple(model.auto_cp_hop(t, c, d, r) for r in range(p)),
-                          sharers=model.auto_sharers(t, c, d, p))
+                          sharers=model.auto_sharers(t, c, d, p),
+                          sends=tuple((k * t * c, (d + k) * t * c) for k in range(d)) if p > 1 else ())
     rings, cp_hops, sharers = placed.rings, placed.cp_hops, placed.sharers
     if sharers is not None and not any(sharers.tp) and not any(sharers.dp):
         sharers = None
@@ -600,9 +618,9 @@ def estimate_config(
     hop = 0.0
     if p > 1:
         act = mbs * model.shape.seq * model.shape.hidden * model.elem / (t * c)
-        src, dst = placed.hop  # rank 0's and rank 1's first devices
-        bw = cluster.route_bandwidth_bytes_per_s(src, dst)
-        hop = cluster.route_latency_s(src, dst) + (act / bw if bw < math.inf else 0.0)
+        # every replica's send from rank 0 to rank 1, sharing the links they cross
+        terms = model.send_terms(placed.sends or (placed.hop,))
+        hop = max((lat + act * per_byte for lat, per_byte in terms), default=0.0)
     dp = 0.0
     if dp_curves is not None:  # rank 0's data-parallel collectives after its last backward
         curves = dp_curves
