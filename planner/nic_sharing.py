@@ -7,16 +7,16 @@ ZeRO's per-unit collectives: ZeRO-3's parameter gathers and gradient reduce-scat
 every forward and backward, ZeRO-2's reduce-scatters during the last backward
 (``simulator/zero_lowering.py``). Gradient collectives after the backward (no sharding, ZeRO-1,
 the distributed optimizer) start when the rank's own TP collectives are over; they meet the TP
-blocks of *other* ranks that are still in their backward, and two ranks' straddling rings can
-meet on one NIC (servers with one NIC): :func:`ring_sharers` finds both, :func:`concurrent_delay_s`
-and :func:`shared_op_s` charge them. Pipeline sends are a small share of a ring's bytes
-(``act / (t c)`` against ``4 (t - 1) / t`` activations per layer): their delay to a TP block is
-not charged, but the replicas' sends, issued together, share the links they cross
-(:func:`send_terms`, the estimate's pipeline hop).
+blocks of *other* ranks that are still in their backward, and two ranks' (or two replicas')
+straddling rings can meet on one NIC (servers with one NIC): :func:`ring_sharers` finds them,
+:func:`concurrent_delay_s` and :func:`shared_op_s` charge them. Pipeline sends are a small share
+of a ring's bytes (``act / (t c)`` against ``4 (t - 1) / t`` activations per layer): their delay
+to a TP block is not charged, but the replicas' sends, issued together, share the links they
+cross (:func:`send_terms`, the estimate's pipeline hop).
 
 The model is the fluid one of two elastic flows that start together on one link: each gets half
 the link while both run, so the shorter one, of ``a`` and ``b`` seconds alone, is slowed by
-``min(a, b)`` (:func:`shared_s`), and so is the longer (the link carries ``a + b`` either way).
+``min(a, b)`` (:func:`shared_op_s`), and so is the longer (the link carries ``a + b`` either way).
 A unit's exposed TP collectives (``a``) share the link with the DP collectives in flight during
 that unit (``b``): in the forward the next unit's gather (prefetch depth 1), in the backward the
 next unit's gather and the previous unit's reduce-scatter. Both sides are charged the overlap.
@@ -143,10 +143,14 @@ class RingSharers(NamedTuple):
             direction), those ranks (sorted; one tuple per distinct set).
         dp: per rank, the other ranks whose gradient-collective ring crosses one of the rank's
             bottleneck links.
+        own: per rank, the most of its own replicas' TP rings that cross one of those links
+            (1: each ring has its bottleneck to itself; the replicas run in lock step, so ``k``
+            rings on one link each move at ``1/k`` of it).
     """
 
     tp: tuple[tuple[tuple[int, ...], ...], ...]
     dp: tuple[tuple[int, ...], ...]
+    own: tuple[int, ...] = ()
 
 
 def _bottleneck_links(cluster: Cluster, group: Sequence[int]) -> set[int]:
@@ -180,23 +184,25 @@ def ring_sharers(
     max-min fairly (``simulator/tp_collectives.py``): a ring whose bottleneck link another
     rank's ring crosses runs at its share while both run.
     """
-    crossing: dict[int, set[int]] = {}  # link -> ranks whose TP rings cross it
+    crossing: dict[int, dict[int, int]] = {}  # link -> rank -> how many of its TP rings cross it
     for r, groups in enumerate(tp_groups):
         for group in groups:
-            for a, b in _ring_hops(group):
-                for link in cluster.route(a, b):
-                    crossing.setdefault(link, set()).add(r)
+            for link in {link for a, b in _ring_hops(group) for link in cluster.route(a, b)}:
+                counts = crossing.setdefault(link, {})
+                counts[r] = counts.get(r, 0) + 1
     dp_links = [{link for a, b in _ring_hops(ring) for link in cluster.route(a, b)} for ring in dp_rings]
     tp_out: list[tuple[tuple[int, ...], ...]] = []
     dp_out: list[tuple[int, ...]] = []
+    own_out: list[int] = []
     for r, groups in enumerate(tp_groups):
         links: set[int] = set()
         for group in groups:
             links |= _bottleneck_links(cluster, group)
-        sets = {tuple(sorted(crossing.get(link, set()) - {r})) for link in links}
+        sets = {tuple(sorted(set(crossing.get(link, {})) - {r})) for link in links}
         tp_out.append(tuple(sorted(x for x in sets if x)))
         dp_out.append(tuple(q for q, held in enumerate(dp_links) if q != r and not links.isdisjoint(held)))
-    return RingSharers(tp=tuple(tp_out), dp=tuple(dp_out))
+        own_out.append(max((crossing.get(link, {}).get(r, 1) for link in links), default=1))
+    return RingSharers(tp=tuple(tp_out), dp=tuple(dp_out), own=tuple(own_out))
 
 
 def concurrent_delay_s(wire_s: float, others_s: Sequence[Sequence[float]]) -> float:

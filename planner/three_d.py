@@ -38,7 +38,9 @@ another pipeline rank's TP ring crosses that link (two straddling ranks on a ser
 the rings share it in the steady state: each of the ``m - 1`` steady cycles pays
 :func:`~pipesim.planner.nic_sharing.concurrent_delay_s` of the other ranks' blocks; where a later
 rank's gradient collective after its backward crosses it, rank 0's last backward shares the link
-with what is left of it (within 5% of the simulation, 25-32% low before). The pipeline hop
+with what is left of it (within 5% of the simulation, 25-32% low before); where ``k`` of the
+rank's own replicas' rings cross it, they move in lock step at ``1/k`` of it each (within 1%,
+36% low before). The pipeline hop
 ``t_hop`` is the slowest of every replica's send, issued together, sharing the links they cross
 (:func:`~pipesim.planner.nic_sharing.send_terms`: replicas whose sends leave one NIC);
 a send's delay to a TP block it meets is not charged (at most its own time: about 1% of a
@@ -197,6 +199,8 @@ class ThreeDCosts:
         self._auto_shared: dict[tuple[int, int, int, int], bool] = {}
         self._auto_sharers: dict[tuple[int, int, int, int], RingSharers | None] = {}
         self._sends: dict[tuple[tuple[int, int], ...], tuple[tuple[float, float], ...]] = {}
+        self._auto_sends: dict[tuple[int, int, int], tuple[tuple[float, float], ...]] = {}
+        self._straddles: dict[int, float] = {}
         self._ring_bw: list[float] = []  # per ring index, its bottleneck hop's bandwidth, bytes/s
         self._wires: dict[tuple[tuple[int, ...], int, int, bool, int, int, str], float] = {}
         self._recs: dict[tuple[int, Recompute], list[float]] = {}
@@ -327,6 +331,27 @@ class ThreeDCosts:
             found = self._sends[pairs] = send_terms(pairs, cl.route, self._bw.__getitem__, cl.route_latency_s)
         return found
 
+    def _first_straddle(self, t: int) -> float:
+        """The first device of the first run of ``t`` consecutive devices from 0 (groups of ``t``
+        as automatic placement cuts them) that spans two servers; ``inf`` if none does."""
+        found = self._straddles.get(t)
+        if found is None:
+            cl = self.cluster
+            found = next((float(lead) for lead in range(0, cl.num_devices - t + 1, t)
+                          if cl.server_of(lead) != cl.server_of(lead + t - 1)), math.inf)
+            self._straddles[t] = found
+        return found
+
+    def auto_send_terms(self, t: int, c: int, d: int) -> tuple[tuple[float, float], ...]:
+        """:meth:`send_terms` of the replicas' sends from rank 0 to rank 1 under automatic
+        placement (replica ``k`` from device ``k t c``, rank 1 from ``d t c`` on)."""
+        key = (t, c, d)
+        found = self._auto_sends.get(key)
+        if found is None:
+            found = self._auto_sends[key] = self.send_terms(
+                tuple((k * t * c, (d + k) * t * c) for k in range(d)))
+        return found
+
     def auto_sharers(self, t: int, c: int, d: int, p: int) -> RingSharers | None:
         """:func:`~pipesim.planner.nic_sharing.ring_sharers` of the ``p`` ranks under automatic
         placement (as :meth:`auto_shared`); ``None`` where no TP group leaves its server (then
@@ -337,8 +362,7 @@ class ThreeDCosts:
             cl = self.cluster
             found = None
             size = d * t * c
-            if t > 1 and any(cl.server_of(lead) != cl.server_of(lead + t - 1)
-                             for lead in range(0, p * size, t)):
+            if t > 1 and self._first_straddle(t) < p * size:
                 leads = [range(r * size, (r + 1) * size, t * c) for r in range(p)]
                 found = ring_sharers(cl, [[tuple(range(x, x + t)) for x in ls] for ls in leads],
                                      [[x + k * t for x in ls for k in range(c)] for ls in leads])
@@ -553,10 +577,12 @@ def estimate_config(
         placed = Placed3d(rings=tuple(model.auto_ring(t, c, d, r) for r in range(p)),
                           dp_group=tuple(k * t for k in range(d * c)), hop=(0, d * t * c),
                           cp_hops=tuple(model.auto_cp_hop(t, c, d, r) for r in range(p)),
-                          sharers=model.auto_sharers(t, c, d, p),
-                          sends=tuple((k * t * c, (d + k) * t * c) for k in range(d)) if p > 1 else ())
+                          sharers=model.auto_sharers(t, c, d, p))
+        terms = model.auto_send_terms(t, c, d) if p > 1 else ()
+    else:
+        terms = model.send_terms(placed.sends or (placed.hop,)) if p > 1 else ()
     rings, cp_hops, sharers = placed.rings, placed.cp_hops, placed.sharers
-    if sharers is not None and not any(sharers.tp) and not any(sharers.dp):
+    if sharers is not None and not (any(sharers.tp) or any(sharers.dp) or max(sharers.own, default=1) > 1):
         sharers = None
     full = rc is Recompute.FULL
 
@@ -598,6 +624,10 @@ def estimate_config(
                 held = max(held, ops.held_bytes)
                 if k == 0:
                     head, tail = first_extra, last_tail
+            if sharers is not None and sharers.own[r] > 1:  # its replicas' rings, in lock step
+                own_f, own_b = wires(r, k // p)
+                f_op += (sharers.own[r] - 1) * own_f
+                b_op += (sharers.own[r] - 1) * own_b
             if sharers is not None and sharers.tp[r]:  # other ranks' TP blocks on its bottleneck
                 own_f, own_b = wires(r, k // p)
                 others = [[wires(q, k // p) for q in ranks] for ranks in sharers.tp[r]]
@@ -619,7 +649,6 @@ def estimate_config(
     if p > 1:
         act = mbs * model.shape.seq * model.shape.hidden * model.elem / (t * c)
         # every replica's send from rank 0 to rank 1, sharing the links they cross
-        terms = model.send_terms(placed.sends or (placed.hop,))
         hop = max((lat + act * per_byte for lat, per_byte in terms), default=0.0)
     dp = 0.0
     if dp_curves is not None:  # rank 0's data-parallel collectives after its last backward
