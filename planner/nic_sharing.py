@@ -6,13 +6,17 @@ flows that run *while* the ring's collectives run, on a ring whose bottleneck li
 ZeRO's per-unit collectives: ZeRO-3's parameter gathers and gradient reduce-scatters during
 every forward and backward, ZeRO-2's reduce-scatters during the last backward
 (``simulator/zero_lowering.py``). Gradient collectives after the backward (no sharding, ZeRO-1,
-the distributed optimizer) start when the rank's TP collectives are over, and pipeline sends are
-a small share of a ring's bytes (``act / (t c)`` against ``4 (t - 1) / t`` activations per layer):
-neither is charged here.
+the distributed optimizer) start when the rank's own TP collectives are over; they meet the TP
+blocks of *other* ranks that are still in their backward, and two ranks' (or two replicas')
+straddling rings can meet on one NIC (servers with one NIC): :func:`ring_sharers` finds them,
+:func:`concurrent_delay_s` and :func:`shared_op_s` charge them. Pipeline sends are a small share
+of a ring's bytes (``act / (t c)`` against ``4 (t - 1) / t`` activations per layer): their delay
+to a TP block is not charged, but the replicas' sends, issued together, share the links they
+cross (:func:`send_terms`, the estimate's pipeline hop).
 
 The model is the fluid one of two elastic flows that start together on one link: each gets half
 the link while both run, so the shorter one, of ``a`` and ``b`` seconds alone, is slowed by
-``min(a, b)`` (:func:`shared_s`), and so is the longer (the link carries ``a + b`` either way).
+``min(a, b)`` (:func:`shared_op_s`), and so is the longer (the link carries ``a + b`` either way).
 A unit's exposed TP collectives (``a``) share the link with the DP collectives in flight during
 that unit (``b``): in the forward the next unit's gather (prefetch depth 1), in the backward the
 next unit's gather and the previous unit's reduce-scatter. Both sides are charged the overlap.
@@ -20,11 +24,23 @@ next unit's gather and the previous unit's reduce-scatter. Both sides are charge
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
+from pipesim.profiles.costmodels.tensor_parallel import TpStageTimes
 from pipesim.profiles.hardware.cluster import Cluster
 
-__all__ = ["dp_left_s", "shared_op_s", "shares_ring_link", "zero_transfers"]
+__all__ = [
+    "RingSharers",
+    "concurrent_delay_s",
+    "dp_left_s",
+    "last_backward_delay_s",
+    "ring_sharers",
+    "send_terms",
+    "shared_op_s",
+    "shares_ring_link",
+    "zero_transfers",
+]
 
 
 def shared_op_s(
@@ -112,3 +128,124 @@ def shares_ring_link(cluster: Cluster, tp_groups: Sequence[Sequence[int]], dp_ri
             if bw == slowest and dp_links.intersection(cluster.route(a, b)):
                 return True
     return False
+
+
+# ------------------------------------------------------------------------------------------------
+# Other ranks' traffic on a rank's TP ring: their TP rings and their gradient collectives
+
+
+class RingSharers(NamedTuple):
+    """Who else crosses the bottleneck links of each pipeline rank's TP rings
+    (:func:`ring_sharers`).
+
+    Attributes:
+        tp: per rank, per bottleneck link that another rank's TP ring crosses (in the same
+            direction), those ranks (sorted; one tuple per distinct set).
+        dp: per rank, the other ranks whose gradient-collective ring crosses one of the rank's
+            bottleneck links.
+        own: per rank, the most of its own replicas' TP rings that cross one of those links
+            (1: each ring has its bottleneck to itself; the replicas run in lock step, so ``k``
+            rings on one link each move at ``1/k`` of it).
+    """
+
+    tp: tuple[tuple[tuple[int, ...], ...], ...]
+    dp: tuple[tuple[int, ...], ...]
+    own: tuple[int, ...] = ()
+
+
+def _bottleneck_links(cluster: Cluster, group: Sequence[int]) -> set[int]:
+    """The links that limit ``group``'s ring: on each of its slowest hops, the route's links of
+    the hop's bandwidth."""
+    hops = _ring_hops(group)
+    if not hops:
+        return set()
+    bandwidth = [cluster.route_bandwidth_bytes_per_s(a, b) for a, b in hops]
+    slowest = min(bandwidth)
+    out: set[int] = set()
+    for (a, b), bw in zip(hops, bandwidth, strict=True):
+        if bw == slowest:
+            out.update(i for i in cluster.route(a, b) if cluster.links[i].bandwidth_bytes_per_s <= slowest)
+    return out
+
+
+def ring_sharers(
+    cluster: Cluster, tp_groups: Sequence[Sequence[Sequence[int]]], dp_rings: Sequence[Sequence[int]]
+) -> RingSharers:
+    """Per pipeline rank, the other ranks whose TP rings and gradient-collective rings cross the
+    links that limit the rank's TP rings (:class:`RingSharers`).
+
+    Args:
+        tp_groups: per rank, per replica, its TP group in ring order
+            (:meth:`~pipesim.plan.Plan.tp_groups`, the rings the simulator's lowering runs).
+        dp_rings: per rank, its data-parallel group in ring order (every replica's CP ranks'
+            first devices, :meth:`~pipesim.plan.Plan.cp_groups`).
+
+    The simulator runs each TP ring as one flow over its hops' links and shares every link
+    max-min fairly (``simulator/tp_collectives.py``): a ring whose bottleneck link another
+    rank's ring crosses runs at its share while both run.
+    """
+    crossing: dict[int, dict[int, int]] = {}  # link -> rank -> how many of its TP rings cross it
+    for r, groups in enumerate(tp_groups):
+        for group in groups:
+            for link in {link for a, b in _ring_hops(group) for link in cluster.route(a, b)}:
+                counts = crossing.setdefault(link, {})
+                counts[r] = counts.get(r, 0) + 1
+    dp_links = [{link for a, b in _ring_hops(ring) for link in cluster.route(a, b)} for ring in dp_rings]
+    tp_out: list[tuple[tuple[int, ...], ...]] = []
+    dp_out: list[tuple[int, ...]] = []
+    own_out: list[int] = []
+    for r, groups in enumerate(tp_groups):
+        links: set[int] = set()
+        for group in groups:
+            links |= _bottleneck_links(cluster, group)
+        sets = {tuple(sorted(set(crossing.get(link, {})) - {r})) for link in links}
+        tp_out.append(tuple(sorted(x for x in sets if x)))
+        dp_out.append(tuple(q for q, held in enumerate(dp_links) if q != r and not links.isdisjoint(held)))
+        own_out.append(max((crossing.get(link, {}).get(r, 1) for link in links), default=1))
+    return RingSharers(tp=tuple(tp_out), dp=tuple(dp_out), own=tuple(own_out))
+
+
+def concurrent_delay_s(wire_s: float, others_s: Sequence[Sequence[float]]) -> float:
+    """How much a TP block whose bytes hold its bottleneck link ``wire_s`` seconds alone is
+    delayed by other rings' blocks that run at the same time: per shared link the other rings'
+    seconds on it (``others_s``, one list per link), each getting an equal share while both run
+    (module docstring's fluid model), so the block waits ``min(wire_s, sum)`` more on the worst
+    link, seconds."""
+    wire = max(0.0, wire_s)
+    return max((min(wire, sum(x)) for x in others_s), default=0.0)
+
+
+def last_backward_delay_s(
+    times: TpStageTimes, replay_s: float, wire_s: float, transfers: Sequence[tuple[float, float]]
+) -> float:
+    """How much a rank's last backward (its chunk's TP x CP ``times``, ``replay_s`` of replayed
+    forward, ``wire_s`` seconds of TP bytes on the ring's bottleneck) is delayed by other ranks'
+    gradient collectives on that link, seconds: ``transfers`` as ``(issue s relative to the
+    backward's start, seconds alone)``; its TP block shares the link with what is left of them
+    when its bytes start (:func:`shared_op_s`)."""
+    b_op = times.bwd_tp_s + times.bwd_comm_s + replay_s
+    start = b_op - times.bwd_split_comm_s
+    return shared_op_s(start, times.bwd_split_comm_s, wire_s, transfers) - (start + times.bwd_split_comm_s)
+
+
+def send_terms(
+    pairs: Sequence[tuple[int, int]], route: Callable[[int, int], tuple[int, ...]],
+    bandwidth: Callable[[int], float], latency: Callable[[int, int], float],
+) -> tuple[tuple[float, float], ...]:
+    """The pipeline sends of a rank's replicas, issued together (the replicas run in lock step),
+    as ``(latency s, seconds per byte)`` per distinct pair: ``pairs`` the ``(src, dst)`` devices,
+    ``route(src, dst)`` link indices, ``bandwidth(link)`` bytes/s, ``latency(src, dst)`` the
+    route's seconds. A link that ``k`` of the sends cross gives each ``1/k`` of its bandwidth
+    (the max-min share of equal flows, as the simulator's network gives them), so replicas
+    whose sends leave one NIC (servers with fewer NICs than GPUs) each take ``k`` times as
+    long; the time of ``n`` bytes is ``max(latency + n x per_byte)``."""
+    routes = [route(a, b) for a, b in pairs]
+    load: dict[int, int] = {}
+    for links in routes:
+        for link in set(links):
+            load[link] = load.get(link, 0) + 1
+    out: set[tuple[float, float]] = set()
+    for (a, b), links in zip(pairs, routes, strict=True):
+        if links:
+            out.add((latency(a, b), max(load[link] / bandwidth(link) for link in links)))
+    return tuple(sorted(out))

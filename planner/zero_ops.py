@@ -32,7 +32,7 @@ __all__ = ["UnitCosts", "ZeroOp", "ZeroOps", "zero_unit_ops"]
 
 
 class UnitCosts(Protocol):
-    """What :func:`zero_unit_ops` reads of :class:`~pipesim.planner.three_d.ThreeDCosts`."""
+    """What :func:`zero_unit_ops` reads of :class:`~pipesim.planner.three_d_costs.ThreeDCosts`."""
 
     elem: int
 
@@ -53,7 +53,7 @@ class ZeroOp:
         first, last: the chunk's layers.
         mbs: samples per micro-batch and replica.
         t, sp, c: tensor-parallel degree, sequence parallelism, context-parallel degree.
-        ring: the rank's TP ring (:meth:`~pipesim.planner.three_d.ThreeDCosts.ring`).
+        ring: the rank's TP ring (:meth:`~pipesim.planner.three_d_costs.ThreeDCosts.ring`).
         times: the chunk's TP x CP times, seconds.
         replay: the forward replayed in its backward, seconds.
         sharding: ``zero2`` or ``zero3``.

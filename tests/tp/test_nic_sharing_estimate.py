@@ -17,8 +17,16 @@ import pytest
 
 import pipesim.planner.three_d as three_d
 from pipesim.plan import Plan, StagePlan
-from pipesim.planner.megatron import estimate_3d
-from pipesim.planner.nic_sharing import dp_left_s, shared_op_s, shares_ring_link, zero_transfers
+from pipesim.planner.megatron import MegatronPins, estimate_3d, megatron_plans
+from pipesim.planner.nic_sharing import (
+    RingSharers,
+    concurrent_delay_s,
+    dp_left_s,
+    ring_sharers,
+    shared_op_s,
+    shares_ring_link,
+    zero_transfers,
+)
 from pipesim.profiles.hardware.cluster import Cluster
 from pipesim.profiles.inputs import resolve_inputs
 from pipesim.profiles.models.profile import ModelProfile
@@ -114,3 +122,165 @@ def test_straddling_zero3_was_low_and_is_now_close(monkeypatch: pytest.MonkeyPat
     alone = estimate_3d(plan, profile, cluster, optimizer_step=False).iteration_time_s
     assert alone / sim < 0.97
     assert est > alone
+
+
+# ------------------------------------------------------------------------------------------------
+# Other ranks' traffic: TP rings of two pipeline ranks on one NIC, later ranks' gradient collectives
+
+RANKS_TOLERANCE = 0.05
+"""Estimate vs simulation where two pipeline ranks' straddling TP rings meet on a server's one
+NIC (dapple-2x8-v100, pcie-4x4-v100-10gbe): +0.4% to +4.6% on these plans (the fluid account
+charges every one of the m - 1 steady cycles; the simulation's first and last are partly alone);
+they were 25% to 32% low with each ring seen alone."""
+
+
+def _ranks_plan(t: int, leads: list[int], layers: list[tuple[int, int]], m: int, d: int = 1,
+                step: int = 16, **kw: object) -> Plan:
+    stages = tuple(_stage(a, b, tensor_parallel=t, replicas=d, devices=tuple(x + k * step for k in range(d)),
+                          **kw) for x, (a, b) in zip(leads, layers, strict=True))
+    return Plan(stages=stages, global_batch_size=2 * d * m, num_microbatches=m, schedule="1f1b")
+
+
+TWO = [(0, 2), (3, 5)]
+THREE = [(0, 1), (2, 3), (4, 5)]
+RANK_CASES = [
+    # TP 4 at 6-9 and 14-17 on servers of one 25GbE NIC: hops 9 -> 6 and 15 -> 16 both leave server 1
+    pytest.param("dapple-2x8-v100", 4, _ranks_plan(4, [6, 14], TWO, 4), id="tp4-p2-m4"),
+    pytest.param("dapple-2x8-v100", 4, _ranks_plan(4, [6, 14], TWO, 8), id="tp4-p2-m8"),
+    pytest.param("dapple-2x8-v100", 4, _ranks_plan(4, [6, 14, 22], THREE, 8), id="tp4-p3-m8"),
+    pytest.param("dapple-2x8-v100", 4, _ranks_plan(4, [6, 14], TWO, 4, sequence_parallel=True),
+                 id="tp4-p2-sp"),
+    # two replicas: rank 1's all-reduce (14 <-> 30) crosses server 1's NIC during rank 0's last backward
+    pytest.param("dapple-2x8-v100", 5, _ranks_plan(4, [6, 14], TWO, 4, d=2), id="tp4-p2-d2"),
+    pytest.param("dapple-2x8-v100", 5, _ranks_plan(4, [6, 14], TWO, 4, d=2, sharding="distributed"),
+                 id="tp4-p2-d2-distributed"),
+    # TP 2 across servers of 4 V100 on PCIe and one 10GbE NIC
+    pytest.param("pcie-4x4-v100-10gbe", 4, _ranks_plan(2, [3, 7], TWO, 4), id="pcie-tp2-p2"),
+]
+
+
+@pytest.mark.parametrize(("cluster_name", "servers", "plan"), RANK_CASES)
+def test_other_ranks_rings_on_a_tp_nic_within_tolerance(
+    cluster_name: str, servers: int, plan: Plan, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    profile, cluster = resolve_inputs(GPT, cluster_name, dtype="fp16", overrides={"servers": servers})
+    options = SimOptions(optimizer_step=False, record_trace=False)
+    sim = simulate(plan, profile, cluster, options).iteration_time_s
+    est = estimate_3d(plan, profile, cluster, optimizer_step=False).iteration_time_s
+    assert est / sim == pytest.approx(1.0, abs=RANKS_TOLERANCE)
+    monkeypatch.setattr(three_d, "ring_sharers", lambda *args: None)  # every ring seen alone
+    alone = estimate_3d(plan, profile, cluster, optimizer_step=False).iteration_time_s
+    assert alone / sim < 0.9
+
+
+def test_ring_sharers_on_servers_of_one_nic() -> None:
+    _, cluster = resolve_inputs(GPT, "dapple-2x8-v100", dtype="fp16", overrides={"servers": 5})
+    # ranks at 6-9 and 14-17: each ring's NIC hops leave server 1 (9 -> 6 and 15 -> 16) and
+    # enter it (7 -> 8 and 17 -> 14); their gradient rings 6 <-> 22 and 14 <-> 30
+    got = ring_sharers(cluster, [[(6, 7, 8, 9), (22, 23, 24, 25)], [(14, 15, 16, 17), (30, 31, 32, 33)]],
+                       [(6, 22), (14, 30)])
+    assert got == RingSharers(tp=(((1,),), ((0,),)), dp=((1,), (0,)), own=(1, 1))
+    # rings inside their servers (0-3, 8-11): NVLink bottlenecks that nothing else crosses
+    inside = ring_sharers(cluster, [[(0, 1, 2, 3)], [(8, 9, 10, 11)]], [(0,), (8,)])
+    assert inside == RingSharers(tp=((), ()), dp=((), ()), own=(1, 1))
+    # one rank's two replicas at 6-9 and 14-17: both rings leave server 1 by its one NIC
+    assert ring_sharers(cluster, [[(6, 7, 8, 9), (14, 15, 16, 17)]], [(6, 14)]).own == (2,)
+    # the fluid share: the block waits the others' seconds on its worst link, at most its own
+    assert concurrent_delay_s(2.0, [[0.5, 0.75], [1.0]]) == 1.25
+    assert concurrent_delay_s(1.0, [[3.0]]) == 1.0
+    assert concurrent_delay_s(1.0, []) == 0.0
+
+
+def test_later_ranks_gradients_delay_rank_0s_last_backward(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The gradient collective of rank 1 runs while rank 0's last backward runs its TP block on
+    the same NIC: the estimate charges what is left of it (3.1 ms here), and so comes within
+    0.1 ms of the simulation's difference between one and two replicas."""
+    profile, cluster = resolve_inputs(GPT, "dapple-2x8-v100", dtype="fp16", overrides={"servers": 5})
+    one, two = _ranks_plan(4, [6, 14], TWO, 4), _ranks_plan(4, [6, 14], TWO, 4, d=2)
+    options = SimOptions(optimizer_step=False, record_trace=False)
+    sim_gap = simulate(two, profile, cluster, options).iteration_time_s - simulate(
+        one, profile, cluster, options).iteration_time_s
+    est_gap = (estimate_3d(two, profile, cluster, optimizer_step=False).iteration_time_s
+               - estimate_3d(one, profile, cluster, optimizer_step=False).iteration_time_s)
+    assert est_gap == pytest.approx(sim_gap, abs=2e-4)
+    real = three_d.ring_sharers
+    monkeypatch.setattr(three_d, "ring_sharers", lambda *a: real(*a)._replace(dp=((), ())))
+    without = estimate_3d(two, profile, cluster, optimizer_step=False).iteration_time_s
+    assert estimate_3d(two, profile, cluster, optimizer_step=False).iteration_time_s == without
+    monkeypatch.undo()
+    assert estimate_3d(two, profile, cluster, optimizer_step=False).iteration_time_s - without > 2e-3
+
+
+def test_replicas_pipeline_sends_share_a_servers_one_nic() -> None:
+    """Two replicas' ranks at 0 and 4 send to 8 and 12 at once: on servers of one NIC both sends
+    cross server 0's NIC out and server 1's NIC in, each at half its bandwidth."""
+    profile, cluster = resolve_inputs(GPT, "dapple-2x8-v100", dtype="fp16", overrides={"servers": 2})
+    costs = three_d.ThreeDCosts(profile, cluster, three_d.Recompute.NONE)
+    nic = cluster.route_bandwidth_bytes_per_s(0, 8)
+    both = costs.send_terms(((0, 8), (4, 12)))  # GPU 4 reaches the NIC through the host bridge
+    assert both == ((cluster.route_latency_s(0, 8), pytest.approx(2 / nic)),
+                    (cluster.route_latency_s(4, 12), pytest.approx(2 / nic)))
+    assert costs.send_terms(((0, 8),)) == ((cluster.route_latency_s(0, 8), pytest.approx(1 / nic)),)
+    # inside a server the replicas' sends take their own NVLink routes
+    ((_, inside),) = costs.send_terms(((0, 2), (4, 6)))
+    assert inside == pytest.approx(1 / cluster.route_bandwidth_bytes_per_s(0, 2))
+
+
+SIX = {"servers": 4, "gpus_per_server": 6, "intra": "nvswitch", "intra_link": "NVLink2"}
+
+
+@pytest.mark.parametrize(("schedule", "m"), [("1f1b", 4), ("1f1b", 8), ("interleaved", 8)])
+def test_three_replicas_on_servers_of_six_gpus_and_one_nic_within_tolerance(schedule: str, m: int) -> None:
+    """TP 4 x 3 replicas per rank on servers of 6 GPUs and one 25GbE NIC: the group at 4-7
+    straddles servers 0 and 1, and the three replicas' pipeline sends (0, 4 and 8 to 12, 16 and
+    20) share the NICs: +2.2%, +3.2% and -4.3% (interleaved, whose closed form charges the
+    forward and backward of every chunk at the slowest rank's pace)."""
+    profile, cluster = resolve_inputs(GPT, "dapple-2x8-v100", dtype="fp16", overrides=SIX)
+    cuts = [(0, 1), (2, 2), (3, 3), (4, 5)] if schedule == "interleaved" else [(0, 2), (3, 5)]
+    leads = [(0, 4, 8), (12, 16, 20)] * (len(cuts) // 2)
+    plan = Plan(stages=tuple(_stage(a, b, tensor_parallel=4, replicas=3, devices=x)
+                             for (a, b), x in zip(cuts, leads, strict=True)),
+                global_batch_size=6 * m, num_microbatches=m, schedule=schedule, chunks=len(cuts) // 2)
+    options = SimOptions(optimizer_step=False, record_trace=False)
+    sim = simulate(plan, profile, cluster, options).iteration_time_s
+    est = estimate_3d(plan, profile, cluster, optimizer_step=False).iteration_time_s
+    assert est / sim == pytest.approx(1.0, abs=RANKS_TOLERANCE)
+
+
+def test_the_planners_automatic_placement_charges_what_estimate_3d_charges() -> None:
+    """The Megatron planner costs automatic placement without building plans
+    (``ThreeDCosts.auto_sharers``, ``auto_send_terms``); on servers of 6 GPUs and one NIC its TP-4
+    groups straddle servers and share NICs, and every plan's estimate is ``estimate_3d`` of it."""
+    profile, cluster = resolve_inputs(GPT, "dapple-2x8-v100", dtype="fp16", overrides=SIX)
+    plans = megatron_plans(profile, cluster, 48, memory_limit_bytes=cluster.device.memory_bytes, top=8,
+                           pins=MegatronPins(tensor_parallel=4, context_parallel=1))
+    assert any(p.num_ranks > 1 for p in plans)
+    costs = three_d.ThreeDCosts(profile, cluster, three_d.Recompute.NONE)
+    assert costs.auto_sharers(4, 1, 3, 2) is not None  # the group at 4-7 straddles
+    for plan in plans:
+        assert plan.estimate is not None
+        again = estimate_3d(plan, profile, cluster)
+        assert again.iteration_time_s == pytest.approx(plan.estimate.iteration_time_s, rel=1e-12)
+
+
+FIVE = {"servers": 4, "gpus_per_server": 5, "intra": "nvswitch", "intra_link": "NVLink2"}
+
+
+@pytest.mark.parametrize("m", [1, 2])
+@pytest.mark.parametrize("sharding", ["none", "distributed"])
+def test_one_ranks_replicas_rings_on_one_nic_within_tolerance(
+    m: int, sharding: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """TP 4 x 5 replicas on servers of 5 GPUs and one NIC: the groups at 4-7, 8-11 and 12-15
+    straddle, two rings leave (and enter) servers 1 and 2 by one NIC, in lock step, each at half
+    of it: +0.1% to +0.3% (36% low with each ring seen alone)."""
+    gpt5 = "gpt:layers=5,hidden=1024,heads=16,seq=1024,vocab=50257"
+    profile, cluster = resolve_inputs(gpt5, "dapple-2x8-v100", dtype="fp16", overrides=FIVE)
+    plan = Plan(stages=(_stage(0, 6, tensor_parallel=4, replicas=5, sharding=sharding),),
+                global_batch_size=10, num_microbatches=m, schedule="1f1b")
+    options = SimOptions(optimizer_step=False, record_trace=False)
+    sim = simulate(plan, profile, cluster, options).iteration_time_s
+    est = estimate_3d(plan, profile, cluster, optimizer_step=False).iteration_time_s
+    assert est / sim == pytest.approx(1.0, abs=0.01)
+    monkeypatch.setattr(three_d, "ring_sharers", lambda *args: None)
+    assert estimate_3d(plan, profile, cluster, optimizer_step=False).iteration_time_s / sim < 0.7

@@ -1,0 +1,359 @@
+"""The per-layer costs the 3D estimate (:mod:`pipesim.planner.three_d`) and the Megatron planner
+(:mod:`pipesim.planner.megatron`) read, cached per profile and cluster: :class:`ThreeDCosts`.
+
+TP x CP stage times and replays on a rank's TP ring (the slowest of its groups, on the
+cluster's routes), CP ring hops, activations, ZeRO units and parameters; under automatic
+placement the rings, hops, shared links (:mod:`pipesim.planner.nic_sharing`) and pipeline sends
+of each ``(t, c, d)``. Layer ranges whose layers are alike share entries (:meth:`ThreeDCosts.sig`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import replace
+
+from pipesim.errors import invalid
+from pipesim.planner.nic_sharing import RingSharers, ring_sharers, send_terms, shares_ring_link
+from pipesim.profiles.costmodels.collective import AllReduceAlgorithm, AllReduceCurves, allreduce_curves
+from pipesim.profiles.costmodels.context_parallel import (
+    RingHop,
+    cp_activation_split,
+    cp_stage_activation_bytes,
+    ring_hop,
+    stage_cp_times,
+)
+from pipesim.profiles.costmodels.memory import Recompute, layer_recompute_times_s
+from pipesim.profiles.costmodels.sharding import zero_units
+from pipesim.profiles.costmodels.tensor_parallel import (
+    TpCollective,
+    TpStageTimes,
+    collective_time_s,
+    stage_collectives,
+    tp_compute_model,
+    tp_parameter_bytes,
+    tp_replay_s,
+)
+from pipesim.profiles.costmodels.zero3_runtime import UnitCalls, unit_calls
+from pipesim.profiles.hardware.cluster import Cluster
+from pipesim.profiles.models.profile import DTYPE_BYTES, ModelProfile
+from pipesim.profiles.models.shape import LayerKind
+
+__all__ = ["ThreeDCosts"]
+
+
+class ThreeDCosts:
+    """Cached per-layer TP times and memory of one profile on one cluster (the 3D estimate's and
+    the Megatron planner's).
+
+    Raises:
+        InputError: the profile is not a transformer whose every layer has a shape and whose
+            blocks are contiguous.
+    """
+
+    def __init__(self, profile: ModelProfile, cluster: Cluster, recompute: Recompute) -> None:
+        self.profile, self.cluster = profile, cluster
+        kinds = [None if layer.shape is None else layer.shape.kind for layer in profile.layers]
+        blocks = [i for i, k in enumerate(kinds) if k is LayerKind.BLOCK]
+        if not blocks or any(k is None for k in kinds) or blocks != list(range(blocks[0], blocks[-1] + 1)):
+            raise invalid(
+                "planner",
+                "megatron",
+                f"needs a transformer whose every layer has a shape and whose blocks are contiguous; "
+                f"{profile.name!r} is not one (see docs/parallelism.md)",
+            )
+        self.first_block, self.last_block = blocks[0], blocks[-1]
+        shape = profile.layers[blocks[0]].shape
+        assert shape is not None
+        self.shape = shape
+        self.elem = DTYPE_BYTES[profile.dtype]
+        self._bw = cluster.links.bandwidths_bytes_per_s()
+        self._lat = cluster.links.latencies_s()
+        self.compute = tp_compute_model(profile, cluster.device)
+        self._curves: dict[tuple[int, ...], AllReduceCurves] = {}
+        self._times: dict[tuple[tuple[int, ...], int, int, bool, bool, int, int, int], TpStageTimes] = {}
+        self._acts: dict[tuple[tuple[int, ...], int, int, bool, Recompute], tuple[float, float]] = {}
+        self._params: dict[tuple[tuple[int, ...], int], float] = {}
+        self._hops: list[RingHop] = []  # distinct CP ring hops, by hop index
+        self._hop_index: dict[RingHop, int] = {}
+        self._hop_of: dict[tuple[tuple[int, ...], ...], int] = {}
+        self._auto_hops: dict[tuple[int, int, int, int], int] = {}
+        self._auto_shared: dict[tuple[int, int, int, int], bool] = {}
+        self._auto_sharers: dict[tuple[int, int, int, int], RingSharers | None] = {}
+        self._sends: dict[tuple[tuple[int, int], ...], tuple[tuple[float, float], ...]] = {}
+        self._auto_sends: dict[tuple[int, int, int], tuple[tuple[float, float], ...]] = {}
+        self._straddles: dict[int, float] = {}
+        self._ring_bw: list[float] = []  # per ring index, its bottleneck hop's bandwidth, bytes/s
+        self._wires: dict[tuple[tuple[int, ...], int, int, bool, int, int, str], float] = {}
+        self._recs: dict[tuple[int, Recompute], list[float]] = {}
+        self._classes = _layer_classes(profile)
+        self._sigs: dict[tuple[int, int], tuple[int, ...]] = {}
+        self._replays: dict[tuple[tuple[int, ...], int, int, bool, Recompute, bool, int, int, int],
+                            float] = {}
+        self.recompute = recompute
+        self._rings: list[AllReduceCurves] = []  # distinct TP ring curves, by ring index
+        self._ring_index: dict[AllReduceCurves, int] = {}
+        self._ring_of: dict[tuple[tuple[int, ...], ...], int] = {}
+        self._auto_rings: dict[tuple[int, int, int, int], int] = {}
+
+    def sig(self, first: int, last: int) -> tuple[int, ...]:
+        """A key equal for two layer ranges whose costs are equal: the classes of their layers
+        (:func:`_layer_classes`) and of the layer before (whose output is the stage's input);
+        the range itself for graph profiles."""
+        found = self._sigs.get((first, last))
+        if found is None:
+            classes = self._classes
+            if classes is None:
+                found = (first, last)
+            else:
+                found = (classes[first - 1] if first else -1, *classes[first : last + 1])
+            self._sigs[(first, last)] = found
+        return found
+
+    @property
+    def num_blocks(self) -> int:
+        return self.last_block - self.first_block + 1
+
+    def curves(self, members: tuple[int, ...], *, servers: bool = False) -> AllReduceCurves:
+        found = self._curves.get(members)
+        if found is None:
+            c = self.cluster
+            found = self._curves[members] = allreduce_curves(
+                members, c.route, self._bw.__getitem__, self._lat.__getitem__,
+                server_of=c.server_of if servers else None,
+            )
+        return found
+
+    def ring(self, groups: Sequence[tuple[int, ...]]) -> int:
+        """The TP ring a rank's collectives are timed on: the index of the ring curves of the
+        slowest of ``groups`` (the rank's TP groups, each in ring order), compared by
+        :func:`~pipesim.profiles.costmodels.tensor_parallel.collective_time_s` of one sample's
+        block all-reduce (``s h`` activations). Groups with equal curves share an index, and
+        so their stage times."""
+        key = tuple(groups)
+        found = self._ring_of.get(key)
+        if found is None:
+            probe = TpCollective("F", "all-reduce", float(self.shape.seq * self.shape.hidden * self.elem))
+            candidates = {self.curves(g): g for g in dict.fromkeys(key)}
+            slowest = max(candidates, key=lambda c: collective_time_s(c, probe))
+            found = self._ring_index.setdefault(slowest, len(self._rings))
+            if found == len(self._rings):
+                self._rings.append(slowest)
+                group = candidates[slowest]
+                n = len(group)
+                hops = [(group[k], group[(k + 1) % n]) for k in range(n)] if n > 1 else []
+                self._ring_bw.append(min((self.cluster.route_bandwidth_bytes_per_s(a, b) for a, b in hops),
+                                         default=math.inf))
+            self._ring_of[key] = found
+        return found
+
+    def auto_ring(self, t: int, c: int, d: int, rank: int) -> int:
+        """:meth:`ring` of rank ``rank``'s TP groups under automatic placement: ``d c`` groups of
+        ``t`` consecutive devices from ``rank d t c`` on."""
+        key = (t, c, d, rank)
+        found = self._auto_rings.get(key)
+        if found is None:
+            start = rank * d * t * c
+            groups = ((start,),) if t == 1 else tuple(
+                tuple(range(s, s + t)) for s in range(start, start + d * t * c, t))
+            found = self._auto_rings[key] = self.ring(groups)
+        return found
+
+    def cp_hop(self, rings: Sequence[tuple[int, ...]]) -> int:
+        """The CP ring hop a rank's ring exchange is timed on: the index of the slowest hop
+        (:func:`~pipesim.profiles.costmodels.context_parallel.ring_hop` on the cluster's routes)
+        of ``rings`` (the rank's replicas' CP rings, as :meth:`~pipesim.plan.Plan.cp_groups`
+        gives them and the simulator's lowering times them), compared at one sample's keys and
+        values of a block (``2 s h`` elements). A ring that spans servers pays its NIC hop."""
+        key = tuple(rings)
+        found = self._hop_of.get(key)
+        if found is None:
+            cl = self.cluster
+            probe = 2.0 * self.shape.seq * self.shape.hidden * self.elem
+            hops = [ring_hop(r, cl.route_latency_s, cl.route_bandwidth_bytes_per_s)
+                    for r in dict.fromkeys(key)]
+            slowest = max(hops, key=lambda h: h.time_s(probe))
+            found = self._hop_index.setdefault(slowest, len(self._hops))
+            if found == len(self._hops):
+                self._hops.append(slowest)
+            self._hop_of[key] = found
+        return found
+
+    def auto_cp_hop(self, t: int, c: int, d: int, rank: int) -> int:
+        """:meth:`cp_hop` of rank ``rank``'s CP rings under automatic placement: per replica
+        ``lead, lead + t, .., lead + (c - 1) t`` with ``lead`` from ``rank d t c`` on, ``t c`` apart."""
+        key = (t, c, d, rank)
+        found = self._auto_hops.get(key)
+        if found is None:
+            start = rank * d * t * c
+            leads = range(start, start + d * t * c, t * c)
+            rings = tuple(tuple(lead + k * t for k in range(c)) for lead in leads)
+            found = self._auto_hops[key] = self.cp_hop(rings)
+        return found
+
+    def auto_shared(self, t: int, c: int, d: int, rank: int) -> bool:
+        """:func:`~pipesim.planner.nic_sharing.shares_ring_link` of rank ``rank``'s replicas'
+        TP groups and data-parallel ring under automatic placement (as :meth:`auto_cp_hop`)."""
+        key = (t, c, d, rank)
+        found = self._auto_shared.get(key)
+        if found is None:
+            start = rank * d * t * c
+            leads = range(start, start + d * t * c, t * c)
+            groups = [tuple(range(lead, lead + t)) for lead in leads]
+            dp_ring = [lead + k * t for lead in leads for k in range(c)]
+            found = self._auto_shared[key] = t > 1 and shares_ring_link(self.cluster, groups, dp_ring)
+        return found
+
+    def send_terms(self, pairs: tuple[tuple[int, int], ...]) -> tuple[tuple[float, float], ...]:
+        """:func:`~pipesim.planner.nic_sharing.send_terms` of the replicas' pipeline sends
+        ``pairs`` on the cluster's routes (cached)."""
+        found = self._sends.get(pairs)
+        if found is None:
+            cl = self.cluster
+            found = self._sends[pairs] = send_terms(pairs, cl.route, self._bw.__getitem__, cl.route_latency_s)
+        return found
+
+    def _first_straddle(self, t: int) -> float:
+        """The first device of the first run of ``t`` consecutive devices from 0 (groups of ``t``
+        as automatic placement cuts them) that spans two servers; ``inf`` if none does."""
+        found = self._straddles.get(t)
+        if found is None:
+            cl = self.cluster
+            found = next((float(lead) for lead in range(0, cl.num_devices - t + 1, t)
+                          if cl.server_of(lead) != cl.server_of(lead + t - 1)), math.inf)
+            self._straddles[t] = found
+        return found
+
+    def auto_send_terms(self, t: int, c: int, d: int) -> tuple[tuple[float, float], ...]:
+        """:meth:`send_terms` of the replicas' sends from rank 0 to rank 1 under automatic
+        placement (replica ``k`` from device ``k t c``, rank 1 from ``d t c`` on)."""
+        key = (t, c, d)
+        found = self._auto_sends.get(key)
+        if found is None:
+            found = self._auto_sends[key] = self.send_terms(
+                tuple((k * t * c, (d + k) * t * c) for k in range(d)))
+        return found
+
+    def auto_sharers(self, t: int, c: int, d: int, p: int) -> RingSharers | None:
+        """:func:`~pipesim.planner.nic_sharing.ring_sharers` of the ``p`` ranks under automatic
+        placement (as :meth:`auto_shared`); ``None`` where no TP group leaves its server (then
+        no two ranks' rings meet on a link: each GPU has its own links into its server's
+        NVLink/NVSwitch and NICs)."""
+        key = (t, c, d, p)
+        if key not in self._auto_sharers:
+            cl = self.cluster
+            found = None
+            size = d * t * c
+            if t > 1 and self._first_straddle(t) < p * size:
+                leads = [range(r * size, (r + 1) * size, t * c) for r in range(p)]
+                found = ring_sharers(cl, [[tuple(range(x, x + t)) for x in ls] for ls in leads],
+                                     [[x + k * t for x in ls for k in range(c)] for ls in leads])
+            self._auto_sharers[key] = found
+        return self._auto_sharers[key]
+
+    def wire_s(
+        self, first: int, last: int, mbs: int, t: int, sp: bool, c: int, ring: int, phase: str
+    ) -> float:
+        """Seconds the TP collectives of phase ``phase`` (``F``, ``B``) of layers ``first..last``
+        for ``mbs`` samples hold ring ``ring``'s bottleneck link: their hop bytes,
+        ``(t - 1) / t`` of each call's wire bytes (2 units per all-reduce, 1 per half, its NCCL
+        protocol's wire factor), at the link's bandwidth (the rest of the op's block is the
+        calls' latencies, during which the link is free: ``simulator/tp_collectives.py``)."""
+        key = (self.sig(first, last), mbs, t, sp, c, ring, phase)
+        found = self._wires.get(key)
+        if found is None:
+            curves, bandwidth = self._rings[ring], self._ring_bw[ring]
+            layers = self.profile.layers[first : last + 1]
+            calls = stage_collectives(layers, t, sp, mbs / c, self.profile.dtype)
+            weighted = sum((2 if x.kind == "all-reduce" else 1) * x.nbytes
+                           * curves.protocol_for(x.nbytes, AllReduceAlgorithm.RING).wire_factor
+                           for x in calls if x.phase == phase)
+            found = self._wires[key] = (t - 1) / t * weighted / bandwidth if bandwidth < math.inf else 0.0
+        return found
+
+    def times(
+        self, first: int, last: int, mbs: int, t: int, sp: bool, overlap: bool, c: int, ring: int,
+        cp_hop: int,
+    ) -> TpStageTimes:
+        """Layers ``first..last``'s times for ``mbs`` samples under TP x CP, the TP collectives on
+        ring ``ring`` (:meth:`ring`), the ring exchange on hop ``cp_hop`` (:meth:`cp_hop`),
+        seconds (``stage_cp_times``)."""
+        key = (self.sig(first, last), mbs, t, sp, overlap, c, ring, cp_hop)
+        found = self._times.get(key)
+        if found is None:
+            curves = self._rings[ring]
+            found = self._times[key] = stage_cp_times(self.profile, first, last, mbs, t, c, sp, curves,
+                                                     self._hops[cp_hop], self.compute, overlap)
+        return found
+
+    def replay(
+        self, first: int, last: int, mbs: int, t: int, sp: bool, rc: Recompute, overlap: bool, c: int,
+        ring: int, cp_hop: int,
+    ) -> float:
+        """The forward replayed before a chunk's backward under TP x CP, seconds (``tp_replay_s``)."""
+        if rc is Recompute.NONE:
+            return 0.0
+        key = (self.sig(first, last), mbs, t, sp, rc, overlap, c, ring, cp_hop)
+        found = self._replays.get(key)
+        if found is None:
+            rec = self._recs.get((mbs, rc))
+            if rec is None:
+                rec = self._recs[(mbs, rc)] = layer_recompute_times_s(self.profile, mbs, rc)
+            times = self.times(first, last, mbs, t, sp, overlap, c, ring, cp_hop)
+            ratio = times.fwd_tp_s / times.fwd_s if times.fwd_s > 0 else 1.0
+            found = self._replays[key] = tp_replay_s(rc, sum(rec[first : last + 1]), ratio, times.fwd_comm_s,
+                                                     t * c)
+        return found
+
+    def activations(
+        self, first: int, last: int, mbs: int, t: int, sp: bool, rc: Recompute, c: int = 1
+    ) -> tuple[float, float]:
+        key = (self.sig(first, last), mbs, t, sp, rc)
+        found = self._acts.get(key)  # without CP (cp_stage_activation_bytes), split below
+        if found is None:
+            found = self._acts[key] = cp_stage_activation_bytes(self.profile, first, last, mbs, rc, t, sp, 1)
+        return cp_activation_split(*found, c)
+
+    def zero_units(
+        self, first: int, last: int, t: int
+    ) -> tuple[list[float], list[float], list[float], list[UnitCalls]]:
+        """ZeRO's units of layers ``first..last`` (:func:`~pipesim.profiles.costmodels.sharding.zero_units`,
+        as the simulator groups them): parameter bytes per device, forward and backward time shares,
+        ZeRO-3's runtime calls (:func:`~pipesim.profiles.costmodels.zero3_runtime.unit_calls`)."""
+        layers = self.profile.layers[first : last + 1]
+        sizes = [tp_parameter_bytes(layer, t, self.elem) for layer in layers]
+        groups = zero_units(sizes)
+        fwd = [sum(layers[i].fwd_time_s for i in g) for g in groups]
+        bwd = [sum(layers[i].bwd_time_s for i in g) for g in groups]
+        return (
+            [float(sum(sizes[i] for i in g)) for g in groups],
+            [x / sum(fwd) if sum(fwd) > 0 else 1.0 / len(fwd) for x in fwd],
+            [x / sum(bwd) if sum(bwd) > 0 else 1.0 / len(bwd) for x in bwd],
+            [unit_calls([layers[i] for i in g], self.elem, t) for g in groups],
+        )
+
+    def params(self, first: int, last: int, t: int) -> float:
+        key = (self.sig(first, last), t)
+        found = self._params.get(key)
+        if found is None:
+            layers = self.profile.layers[first : last + 1]
+            found = self._params[key] = sum(tp_parameter_bytes(layer, t, self.elem) for layer in layers)
+        return found
+
+
+def _layer_classes(profile: ModelProfile) -> list[int] | None:
+    """Per layer, the index of the first layer equal to it but for its name, batch points
+    included (the zoo's blocks are all alike), or ``None`` for a graph profile (whose cuts
+    depend on more than the layer before)."""
+    if profile.edges is not None:
+        return None
+    seen: dict[object, int] = {}
+    out = []
+    for i, layer in enumerate(profile.layers):
+        points = tuple(
+            (bp.batch_size, bp.fwd_time_s[i], bp.bwd_time_s[i], bp.activation_bytes[i],
+             None if bp.saved_activation_bytes is None else bp.saved_activation_bytes[i])
+            for bp in profile.batch_points
+        )
+        out.append(seen.setdefault((replace(layer, name="layer"), points), i))
+    return out
