@@ -5,7 +5,6 @@ from __future__ import annotations
 import itertools
 import json
 import pickle
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -235,16 +234,12 @@ def test_pcie_cluster_rejects_nvlink() -> None:
         dataclasses.replace(group, intra_link=get_link("NVLink2"))
 
 
-def test_large_cluster_builds_fast() -> None:
-    start = time.perf_counter()
+def test_large_cluster_builds_and_routes() -> None:
+    # build and route speed: benchmarks/bench_cluster.py
     cluster = with_overrides(get_cluster("dapple-2x8-v100"), {"servers": 128})
-    built = time.perf_counter() - start
     assert cluster.num_devices == 1024
-    assert built < 0.5
-    start = time.perf_counter()
     total = sum(len(cluster.route(src, dst)) for src in range(0, 1024, 3) for dst in range(0, 1024, 5))
     assert total > 0
-    assert time.perf_counter() - start < 2.0
     assert len(cluster.route(0, 1023)) == len(cluster.route(1023, 0))
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import time
 
 import pytest
 from hypothesis import given, settings
@@ -534,12 +533,10 @@ def test_deterministic_rebuild() -> None:
 @pytest.mark.parametrize(
     "spec", [*FIXED_MODELS, "gpt", "gpt:layers=64,hidden=4096,heads=32,seq=2048,vocab=50257"]
 )
-def test_build_is_fast(spec: str) -> None:
+def test_builds_from_scratch(spec: str) -> None:
+    # build time: benchmarks/bench_zoo.py
     zoo_cache.cache_clear()
-    roofline_for("float32")  # warm the catalog import
-    start = time.perf_counter()
-    zoo_model(spec)
-    assert time.perf_counter() - start < 0.5  # a smoke bound: a model and its batch points
+    assert zoo_model(spec).num_layers > 0
 
 
 def test_flash_attention_keeps_no_score_matrix_and_runs_faster() -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from fractions import Fraction
 
 import pytest
@@ -297,10 +296,8 @@ def test_timeline_is_frozen() -> None:
         t.makespan = 3  # type: ignore[misc]
 
 
-def test_speed_16_ranks_1024_microbatches() -> None:
+def test_16_ranks_1024_microbatches() -> None:
+    # its speed is benchmarks/bench_simulator.py case (c)'s business, not a unit test's
     schedule = make_schedule("1f1b", num_ranks=16, num_microbatches=1024)
-    begin = time.perf_counter()
     t = evaluate(schedule, fwd_time_s=1.0, bwd_time_s=2.0, check=False)
-    elapsed = time.perf_counter() - begin
     assert t.makespan == pytest.approx((1024 + 15) * 3.0)
-    assert elapsed < 0.25  # about 0.015 s on one core; loose for slow CI machines

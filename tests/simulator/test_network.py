@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 import random
-import time
 from collections.abc import Generator, Sequence
 from typing import Any
 
@@ -340,16 +339,14 @@ def test_deterministic() -> None:
     assert len(records[0]) == len(jobs)
 
 
-def test_stress_5000_flows_over_1000_links_is_fast() -> None:
-    # arrivals within 30 ms: about 900 flows move bytes at once at the peak
+def test_stress_5000_flows_over_1000_links() -> None:
+    # arrivals within 30 ms: about 900 flows move bytes at once at the peak (speed:
+    # benchmarks/bench_network.py's dense random scenario)
     caps, lats, jobs = random_jobs(0, 5000, 1000, 0.03)
-    t0 = time.perf_counter()
     done, net = run_jobs(caps, lats, jobs)
-    wall = time.perf_counter() - t0
     assert len(done) == 5000
     assert net.stats.flows == 5000
     assert net.stats.peak_active_flows > 500
-    assert wall < 10.0, wall  # about 0.6 s on a 2-core machine
 
 
 @pytest.mark.slow
