@@ -22,8 +22,9 @@ backward's exposed parts as ``t_dp``; with ``Plan.zero3_runtime = deepspeed-2021
 runtime's issue time, re-gathers and on-demand gathers
 (:mod:`~pipesim.profiles.costmodels.zero3_runtime`). Memory per rank: TP-sharded weights, gradients
 and optimizer state (:func:`~pipesim.profiles.costmodels.sharding.sharded_memory_multiplier`) plus
-the in-flight micro-batches' stashes (:func:`~pipesim.profiles.costmodels.memory.in_flight_microbatches`) and
-the backward's working set.
+the activations at the rank's peak, as the simulator allocates them
+(:func:`~pipesim.planner.memory_estimate.activation_peak_bytes`: stashes, what pending ``W`` passes read,
+the backward's working set).
 
 **TP groups across servers.** A rank's TP collectives are timed on the ring of the slowest of its
 TP groups (:meth:`ThreeDCosts.ring`): each group's ring all-reduce curves on the cluster's routes
@@ -55,6 +56,7 @@ from typing import NamedTuple
 
 from pipesim.errors import invalid
 from pipesim.plan import Estimate, Plan
+from pipesim.planner.memory_estimate import activation_peak_bytes
 from pipesim.planner.nic_sharing import shares_ring_link
 from pipesim.planner.zero_ops import ZeroOp, zero_unit_ops
 from pipesim.profiles.costmodels.collective import AllReduceAlgorithm, AllReduceCurves, allreduce_curves
@@ -62,13 +64,13 @@ from pipesim.profiles.costmodels.context_parallel import (
     RingHop,
     check_context_parallel,
     cp_activation_split,
-    cp_stage_activation_bytes,
+    cp_stage_activations,
     ring_hop,
     stage_cp_times,
 )
 from pipesim.profiles.costmodels.memory import (
     Recompute,
-    in_flight_microbatches,
+    StageActivations,
     layer_recompute_times_s,
 )
 from pipesim.profiles.costmodels.optimizer import stage_optimizer_step_s
@@ -98,6 +100,8 @@ from pipesim.profiles.costmodels.zero3_runtime import (
 from pipesim.profiles.hardware.cluster import Cluster
 from pipesim.profiles.models.profile import DTYPE_BYTES, ModelProfile
 from pipesim.profiles.models.shape import LayerKind
+from pipesim.schedules.placement import stage_ranks
+from pipesim.schedules.registry import placement_of
 
 __all__ = [
     "THREE_D_SCHEDULES",
@@ -167,7 +171,7 @@ class ThreeDCosts:
         self.compute = tp_compute_model(profile, cluster.device)
         self._curves: dict[tuple[int, ...], AllReduceCurves] = {}
         self._times: dict[tuple[tuple[int, ...], int, int, bool, bool, int, int, int], TpStageTimes] = {}
-        self._acts: dict[tuple[tuple[int, ...], int, int, bool, Recompute], tuple[float, float]] = {}
+        self._acts: dict[tuple[tuple[int, ...], int, int, bool, Recompute], StageActivations] = {}
         self._params: dict[tuple[tuple[int, ...], int], float] = {}
         self._hops: list[RingHop] = []  # distinct CP ring hops, by hop index
         self._hop_index: dict[RingHop, int] = {}
@@ -351,12 +355,12 @@ class ThreeDCosts:
 
     def activations(
         self, first: int, last: int, mbs: int, t: int, sp: bool, rc: Recompute, c: int = 1
-    ) -> tuple[float, float]:
+    ) -> StageActivations:
         key = (self.sig(first, last), mbs, t, sp, rc)
-        found = self._acts.get(key)  # without CP (cp_stage_activation_bytes), split below
+        found = self._acts.get(key)  # without CP (cp_stage_activations), split below
         if found is None:
-            found = self._acts[key] = cp_stage_activation_bytes(self.profile, first, last, mbs, rc, t, sp, 1)
-        return cp_activation_split(*found, c)
+            found = self._acts[key] = cp_stage_activations(self.profile, first, last, mbs, rc, t, sp, 1)
+        return cp_activation_split(found, c)
 
     def zero_units(
         self, first: int, last: int, t: int
@@ -512,11 +516,13 @@ def estimate_config(
     tf = tb = 0.0
     peaks: list[float] = []
     head = tail = 0.0  # ZeRO: the first forward's unhidden gathers, the last backward's reduce tail
+    where = stage_ranks(placement_of(schedule) or "looped", p * v, p)  # the schedule's placement
     for r in range(p):
         fr = br = 0.0
         static = 0.0
-        stash = work = held = 0.0
-        for k in range(r, p * v, p):
+        held = 0.0
+        acts: list[StageActivations] = []
+        for k in (k for k in range(p * v) if where[k] == r):
             first, last = chunks[k]
             times = model.times(first, last, mbs, t, sp, overlap, c, rings[r], cp_hops[r])
             f_op = times.fwd_tp_s + times.fwd_comm_s
@@ -534,10 +540,8 @@ def estimate_config(
             fr += f_op
             br += b_op
             static += model.params(first, last, t) * multiplier
-            s_bytes, w_bytes = model.activations(first, last, mbs, t, sp, rc, c)
-            stash, work = max(stash, s_bytes), max(work, w_bytes)
-        in_flight = in_flight_microbatches(schedule, r, p, m, chunks=v)
-        peak = static + in_flight * stash + work + held
+            acts.append(model.activations(first, last, mbs, t, sp, rc, c))
+        peak = static + activation_peak_bytes(schedule, r, p, m, acts, chunks=v) + held
         if peak > limit:
             return None
         peaks.append(peak)
