@@ -32,9 +32,10 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
+from pipesim.errors import invalid
 from pipesim.plan import Plan
 from pipesim.planner.cost_tables import largest_microbatch
-from pipesim.planner.iteration_time import rank_of
+from pipesim.planner.iteration_time import CLOSED_FORM_SCHEDULES, rank_of
 from pipesim.planner.schedule_time import EXACT_MICROBATCHES_PER_RANK, schedule_order
 from pipesim.profiles.costmodels.memory import (
     StageActivations,
@@ -45,7 +46,7 @@ from pipesim.profiles.costmodels.memory import (
 )
 from pipesim.profiles.hardware.cluster import Cluster
 from pipesim.schedules.action import Op
-from pipesim.schedules.registry import schedule_info
+from pipesim.schedules.registry import make_schedule, schedule_info
 
 __all__ = ["MemoryCosts", "activation_peak_bytes", "device_peak_bytes"]
 
@@ -117,12 +118,16 @@ def activation_peak_bytes(
     the schedule's (``warmup``, ``memory_limit``, ZB-auto's costs).
 
     Raises:
-        InputError: an unknown schedule, options or a count its generator refuses, or a rank
-            outside ``0..p-1``.
+        InputError: an unknown schedule, options or a count its generator refuses, a rank
+            outside ``0..p-1``, or ``acts`` not one per stage of the rank.
     """
     opts = dict(options or {})
     p, m = num_ranks, num_microbatches
+    if not 0 <= rank < p:
+        raise invalid("rank", rank, f"must be in 0..{p - 1}")
     if chunks == 1 and schedule in _CLOSED_FORMS:
+        if len(acts) != 1:
+            raise invalid("acts", len(acts), f"{schedule} runs one stage per rank: one StageActivations")
         (a,) = acts
         warmup = opts.get("warmup", "default")
         k = in_flight_microbatches(schedule, rank, p, m, warmup=warmup)
@@ -135,7 +140,11 @@ def activation_peak_bytes(
                 stash += held_until_w_fewest(schedule, rank, p, m) * delta
         return stash + a.work_bytes
     key = tuple(sorted((k, tuple(x) if isinstance(x, list) else x) for k, x in opts.items()))
-    terms = _walked_terms(schedule, p, _walked_microbatches(schedule, p, m, chunks), chunks, key)[rank]
+    walked = _walked_microbatches(schedule, p, m, chunks)
+    stages, terms = _walked_terms(schedule, p, walked, chunks, key)[rank]
+    if len(acts) != stages:
+        rule = f"rank {rank} of {schedule} runs {stages} stages: one StageActivations each"
+        raise invalid("acts", len(acts), rule)
     values = [a.stash_bytes for a in acts] + [a.held_bytes for a in acts] + [a.work_bytes for a in acts]
     return max((sum(c * values[i] for i, c in term) for term in terms), default=0.0)
 
@@ -157,10 +166,15 @@ def _walked_microbatches(schedule: str, p: int, m: int, chunks: int) -> int:
 @functools.lru_cache(maxsize=1024)
 def _walked_terms(
     schedule: str, p: int, m: int, chunks: int, options: tuple[tuple[str, Any], ...]
-) -> tuple[tuple[_Term, ...], ...]:
-    """Per rank, the count vectors of its order's walk that no other vector dominates (the only
-    candidates for the peak whatever the bytes, all of them being ``>= 0``)."""
-    order = schedule_order(schedule, p, m, chunks, options)
+) -> tuple[tuple[int, tuple[_Term, ...]], ...]:
+    """Per rank, its number of stages and the count vectors of its order's walk that no other
+    vector dominates (the only candidates for the peak whatever the bytes, all ``>= 0``)."""
+    if schedule in CLOSED_FORM_SCHEDULES:  # no time estimate evaluates it: not kept
+        free = schedule_info(schedule).chunks == "free"
+        order = make_schedule(schedule, num_ranks=p, num_microbatches=m, chunks=chunks if free else None,
+                              **dict(options))
+    else:  # the order the time estimate evaluates, from its cache
+        order = schedule_order(schedule, p, m, chunks, options)
     out = []
     for actions in order.ranks:
         stages = sorted({a.stage for a in actions if a.op in (Op.F, Op.FB)})
@@ -182,7 +196,7 @@ def _walked_terms(
                     held[c] += 1
             elif op is Op.W:
                 held[local[action.stage]] -= 1
-        out.append(tuple(_sparse(x, v) for x in _undominated(seen)))
+        out.append((v, tuple(_sparse(x, v) for x in _undominated(seen))))
     return tuple(out)
 
 
