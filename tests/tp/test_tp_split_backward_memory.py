@@ -100,3 +100,11 @@ def test_wgrad_shards_from_megatrons_linear_layers(t: int) -> None:
     if t == 1:  # one device: the stage model without TP
         ours = tp_stage_activations(profile, 1, 3, b, "full", 1, False)
         assert ours == stage_activations(profile, 1, 3, b, "full")
+
+
+def test_both_executors_tally_a_tp_split_backward_alike() -> None:
+    profile = _gpt(4)
+    plan = _plan(profile, 2, 4, "zbv", 2, True, "full")
+    engine = simulate(plan, profile, CLUSTER, FREE, executor="simpy")
+    fast = simulate(plan, profile, CLUSTER, FREE, executor="fast")
+    assert [d.peak_memory_bytes for d in fast.devices] == [d.peak_memory_bytes for d in engine.devices]
