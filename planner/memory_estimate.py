@@ -29,8 +29,12 @@ from __future__ import annotations
 
 import functools
 import math
+import operator
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
 
 from pipesim.errors import invalid
 from pipesim.plan import Plan
@@ -55,9 +59,6 @@ _CLOSED_FORMS: frozenset[str] = frozenset(
 )
 """One-chunk schedules whose peak the in-flight counts give exactly (not walked)."""
 
-_Term = tuple[tuple[int, int], ...]
-"""A count vector of a walk, sparse: ``(index, count)`` pairs over the rank's ``3 v`` values
-(its chunks' stash bytes, then their held bytes, then their working sets)."""
 
 
 class MemoryCosts(Protocol):
@@ -141,12 +142,14 @@ def activation_peak_bytes(
         return stash + a.work_bytes
     key = tuple(sorted((k, tuple(x) if isinstance(x, list) else x) for k, x in opts.items()))
     walked = _walked_microbatches(schedule, p, m, chunks)
-    stages, terms = _walked_terms(schedule, p, walked, chunks, key)[rank]
+    stages, rows = _walked_terms(schedule, p, walked, chunks, key)[rank]
     if len(acts) != stages:
         rule = f"rank {rank} of {schedule} runs {stages} stages: one StageActivations each"
         raise invalid("acts", len(acts), rule)
-    values = [a.stash_bytes for a in acts] + [a.held_bytes for a in acts] + [a.work_bytes for a in acts]
-    return max((sum(c * values[i] for i, c in term) for term in terms), default=0.0)
+    values = np.array(
+        [a.stash_bytes for a in acts] + [a.held_bytes for a in acts] + [a.work_bytes for a in acts]
+    )
+    return float((rows @ values).max()) if len(rows) else 0.0
 
 
 def _walked_microbatches(schedule: str, p: int, m: int, chunks: int) -> int:
@@ -166,9 +169,11 @@ def _walked_microbatches(schedule: str, p: int, m: int, chunks: int) -> int:
 @functools.lru_cache(maxsize=1024)
 def _walked_terms(
     schedule: str, p: int, m: int, chunks: int, options: tuple[tuple[str, Any], ...]
-) -> tuple[tuple[int, tuple[_Term, ...]], ...]:
-    """Per rank, its number of stages and the count vectors of its order's walk that no other
-    vector dominates (the only candidates for the peak whatever the bytes, all ``>= 0``)."""
+) -> tuple[tuple[int, npt.NDArray[np.float64]], ...]:
+    """Per rank, its number of stages ``v`` and the count vectors of its order's walk that no
+    other vector dominates (the only candidates for the peak whatever the bytes, all ``>= 0``),
+    as the rows of a matrix over the rank's ``3 v`` values: its chunks' stash bytes, then their
+    held bytes, then their working sets (a row has at most one working set)."""
     if schedule in CLOSED_FORM_SCHEDULES:  # no time estimate evaluates it: not kept
         free = schedule_info(schedule).chunks == "free"
         order = make_schedule(schedule, num_ranks=p, num_microbatches=m, chunks=chunks if free else None,
@@ -176,18 +181,22 @@ def _walked_terms(
     else:  # the order the time estimate evaluates, from its cache
         order = schedule_order(schedule, p, m, chunks, options)
     out = []
-    for actions in order.ranks:
+    for rank_actions in order.ranks:
+        actions = [a for a in rank_actions if a.op in (Op.F, Op.FB, Op.B, Op.I, Op.W)]
         stages = sorted({a.stage for a in actions if a.op in (Op.F, Op.FB)})
         local = {s: i for i, s in enumerate(stages)}
         v = len(stages)
         stash, held = [0] * v, [0] * v
         seen: set[tuple[tuple[int, ...], tuple[int, ...], int]] = set()
-        for action in actions:
+        for n, action in enumerate(actions):
             op = action.op
             if op is Op.F or op is Op.FB:
                 c = local[action.stage]
                 stash[c] += 1
-                seen.add((tuple(stash), tuple(held), -1))
+                # a candidate only where memory falls next: another F holds more, and a B or an
+                # I holds the same and its working set
+                if n + 1 == len(actions) or actions[n + 1].op is Op.W:
+                    seen.add((tuple(stash), tuple(held), -1))
             elif op is Op.B or op is Op.I:
                 c = local[action.stage]
                 seen.add((tuple(stash), tuple(held), c))
@@ -196,7 +205,14 @@ def _walked_terms(
                     held[c] += 1
             elif op is Op.W:
                 held[local[action.stage]] -= 1
-        out.append((v, tuple(_sparse(x, v) for x in _undominated(seen))))
+        kept = _undominated(seen)
+        rows = np.zeros((len(kept), 3 * v))
+        for row, (st, hd, work) in zip(rows, kept, strict=True):
+            row[: 2 * v] = st + hd
+            if work >= 0:
+                row[2 * v + work] = 1.0
+        rows.flags.writeable = False  # cached: shared by every call
+        out.append((v, rows))
     return tuple(out)
 
 
@@ -207,20 +223,13 @@ def _undominated(
     same working set or this one none), in a fixed order."""
     ordered = sorted(seen, key=lambda x: (-sum(x[0]) - sum(x[1]) - (x[2] >= 0), x))
     kept: list[tuple[tuple[int, ...], tuple[int, ...], int]] = []
+    counts: list[tuple[tuple[int, ...], int]] = []  # the kept ones' stash and held counts, work
     for x in ordered:
-        if not any(
-            (x[2] == -1 or x[2] == y[2])
-            and all(a <= b for a, b in zip(x[0], y[0], strict=True))
-            and all(a <= b for a, b in zip(x[1], y[1], strict=True))
-            for y in kept
-        ):
+        mine = x[0] + x[1]
+        covered = any(
+            (x[2] < 0 or x[2] == work) and all(map(operator.le, mine, theirs)) for theirs, work in counts
+        )
+        if not covered:
             kept.append(x)
+            counts.append((mine, x[2]))
     return kept
-
-
-def _sparse(x: tuple[tuple[int, ...], tuple[int, ...], int], v: int) -> _Term:
-    stash, held, work = x
-    pairs = [(i, c) for i, c in enumerate(stash) if c] + [(v + i, c) for i, c in enumerate(held) if c]
-    if work >= 0:
-        pairs.append((2 * v + work, 1))
-    return tuple(pairs)

@@ -65,9 +65,9 @@ def test_walked_estimate_is_the_simulated_peak(schedule: str, mode: str, p: int,
     )
 
 
-def _terms(schedule: str, p: int, m: int) -> tuple[object, ...]:
+def _terms(schedule: str, p: int, m: int) -> list[tuple[int, list[list[float]]]]:
     chunks = 1 if schedule == "zb-auto" else 2
-    return memory_estimate._walked_terms(schedule, p, m, chunks, ())
+    return [(v, rows.tolist()) for v, rows in memory_estimate._walked_terms(schedule, p, m, chunks, ())]
 
 
 @pytest.mark.parametrize("schedule", ["zbv", "v-half", "dualpipev", "interleaved-zb", "chimera"])
