@@ -23,9 +23,9 @@ number of micro-batches. The simulator owns execution; this is a formula.
   overlaps the rest of the drain (DAPPLE); the all-reduces that cross one
   NIC link add up there (:func:`pipesim.planner.latency.nic_sharing_end_s`).
 * **Memory** per device (:mod:`pipesim.planner.memory_estimate`): ``static + stash of the
-  in-flight micro-batches + work`` with the one memory model (:mod:`pipesim.profiles.costmodels.memory`, whose
-  :func:`~pipesim.profiles.costmodels.memory.in_flight_microbatches` gives the in-flight
-  counts per schedule).
+  in-flight micro-batches + work`` with the one memory model (:mod:`pipesim.profiles.costmodels.memory`:
+  :func:`~pipesim.profiles.costmodels.memory.in_flight_microbatches` for one stage per rank, every
+  other order walked as the simulator allocates; equal to the simulated peak).
 * **Optimizer step** (unless ``optimizer_step=False``): each device updates its stage's
   parameters after the stage's all-reduce (:mod:`pipesim.profiles.costmodels.optimizer`, the
   cost the simulator's lowering uses): a tail after each stage's all-reduce, on the device, not

@@ -50,6 +50,7 @@ __all__ = [
     "EXACT_MICROBATCHES_PER_RANK",
     "OrderTime",
     "order_time_s",
+    "schedule_order",
     "valid_microbatches",
 ]
 
@@ -214,3 +215,16 @@ def order_time_s(
         rank_end_s=tuple(b + steps * (b - a) for a, b in zip(t1.rank_end_s, t2.rank_end_s, strict=True)),
         stage_end_s=tuple(b + steps * (b - a) for a, b in zip(t1.stage_end_s, t2.stage_end_s, strict=True)),
     )
+
+
+def schedule_order(
+    schedule: str, num_ranks: int, num_microbatches: int, chunks: int, options: tuple[tuple[str, Any], ...]
+) -> Schedule:
+    """The order of ``schedule`` for ``m`` micro-batches on ``p`` ranks with ``chunks`` stages per
+    rank and the schedule's ``options`` (sorted ``(name, value)`` pairs), as :func:`order_time_s`
+    evaluates it (one cache for both: the memory estimate walks the same orders).
+
+    Raises:
+        InputError: what the schedule's generator refuses.
+    """
+    return _order(schedule, num_ranks, num_microbatches, chunks, options)

@@ -23,8 +23,9 @@ backward's exposed parts as ``t_dp``; with ``Plan.zero3_runtime = deepspeed-2021
 runtime's issue time, re-gathers and on-demand gathers
 (:mod:`~pipesim.profiles.costmodels.zero3_runtime`). Memory per rank: TP-sharded weights, gradients
 and optimizer state (:func:`~pipesim.profiles.costmodels.sharding.sharded_memory_multiplier`) plus
-the in-flight micro-batches' stashes (:func:`~pipesim.profiles.costmodels.memory.in_flight_microbatches`) and
-the backward's working set.
+the activations at the rank's peak, as the simulator allocates them
+(:func:`~pipesim.planner.memory_estimate.activation_peak_bytes`: stashes, what pending ``W`` passes read,
+the backward's working set).
 
 **TP groups across servers.** A rank's TP collectives are timed on the ring of the slowest of its
 TP groups (:meth:`ThreeDCosts.ring`): each group's ring all-reduce curves on the cluster's routes
@@ -64,6 +65,7 @@ from typing import NamedTuple
 
 from pipesim.errors import invalid
 from pipesim.plan import Estimate, Plan
+from pipesim.planner.memory_estimate import activation_peak_bytes
 from pipesim.planner.nic_sharing import (
     RingSharers,
     concurrent_delay_s,
@@ -74,7 +76,7 @@ from pipesim.planner.nic_sharing import (
 from pipesim.planner.three_d_costs import ThreeDCosts
 from pipesim.planner.zero_ops import ZeroOp, zero_unit_ops
 from pipesim.profiles.costmodels.context_parallel import check_context_parallel
-from pipesim.profiles.costmodels.memory import Recompute, in_flight_microbatches
+from pipesim.profiles.costmodels.memory import Recompute, StageActivations
 from pipesim.profiles.costmodels.optimizer import stage_optimizer_step_s
 from pipesim.profiles.costmodels.sharding import (
     GradCollective,
@@ -87,6 +89,8 @@ from pipesim.profiles.costmodels.sharding import (
 from pipesim.profiles.costmodels.zero3_runtime import Zero3Runtime
 from pipesim.profiles.hardware.cluster import Cluster
 from pipesim.profiles.models.profile import ModelProfile
+from pipesim.schedules.placement import stage_ranks
+from pipesim.schedules.registry import placement_of
 
 __all__ = [
     "THREE_D_SCHEDULES",
@@ -262,11 +266,13 @@ def estimate_config(
     peaks: list[float] = []
     head = tail = 0.0  # ZeRO: the first forward's unhidden gathers, the last backward's reduce tail
     shared_cycle = 0.0  # the slowest rank's op pair with other ranks' TP blocks on its links
+    where = stage_ranks(placement_of(schedule) or "looped", p * v, p)  # the schedule's placement
     for r in range(p):
         fr = br = slow = 0.0
         static = 0.0
-        stash = work = held = 0.0
-        for k in range(r, p * v, p):
+        held = 0.0
+        acts: list[StageActivations] = []
+        for k in (k for k in range(p * v) if where[k] == r):
             first, last = chunks[k]
             times = model.times(first, last, mbs, t, sp, overlap, c, rings[r], cp_hops[r])
             f_op = times.fwd_tp_s + times.fwd_comm_s
@@ -294,10 +300,8 @@ def estimate_config(
             fr += f_op
             br += b_op
             static += model.params(first, last, t) * multiplier
-            s_bytes, w_bytes = model.activations(first, last, mbs, t, sp, rc, c)
-            stash, work = max(stash, s_bytes), max(work, w_bytes)
-        in_flight = in_flight_microbatches(schedule, r, p, m, chunks=v)
-        peak = static + in_flight * stash + work + held
+            acts.append(model.activations(first, last, mbs, t, sp, rc, c))
+        peak = static + activation_peak_bytes(schedule, r, p, m, acts, chunks=v) + held
         if peak > limit:
             return None
         peaks.append(peak)

@@ -19,11 +19,11 @@ from pipesim.profiles.costmodels.collective import AllReduceAlgorithm, AllReduce
 from pipesim.profiles.costmodels.context_parallel import (
     RingHop,
     cp_activation_split,
-    cp_stage_activation_bytes,
+    cp_stage_activations,
     ring_hop,
     stage_cp_times,
 )
-from pipesim.profiles.costmodels.memory import Recompute, layer_recompute_times_s
+from pipesim.profiles.costmodels.memory import Recompute, StageActivations, layer_recompute_times_s
 from pipesim.profiles.costmodels.sharding import zero_units
 from pipesim.profiles.costmodels.tensor_parallel import (
     TpCollective,
@@ -72,7 +72,7 @@ class ThreeDCosts:
         self.compute = tp_compute_model(profile, cluster.device)
         self._curves: dict[tuple[int, ...], AllReduceCurves] = {}
         self._times: dict[tuple[tuple[int, ...], int, int, bool, bool, int, int, int], TpStageTimes] = {}
-        self._acts: dict[tuple[tuple[int, ...], int, int, bool, Recompute], tuple[float, float]] = {}
+        self._acts: dict[tuple[tuple[int, ...], int, int, bool, Recompute], StageActivations] = {}
         self._params: dict[tuple[tuple[int, ...], int], float] = {}
         self._hops: list[RingHop] = []  # distinct CP ring hops, by hop index
         self._hop_index: dict[RingHop, int] = {}
@@ -307,12 +307,12 @@ class ThreeDCosts:
 
     def activations(
         self, first: int, last: int, mbs: int, t: int, sp: bool, rc: Recompute, c: int = 1
-    ) -> tuple[float, float]:
+    ) -> StageActivations:
         key = (self.sig(first, last), mbs, t, sp, rc)
-        found = self._acts.get(key)  # without CP (cp_stage_activation_bytes), split below
+        found = self._acts.get(key)  # without CP (cp_stage_activations), split below
         if found is None:
-            found = self._acts[key] = cp_stage_activation_bytes(self.profile, first, last, mbs, rc, t, sp, 1)
-        return cp_activation_split(*found, c)
+            found = self._acts[key] = cp_stage_activations(self.profile, first, last, mbs, rc, t, sp, 1)
+        return cp_activation_split(found, c)
 
     def zero_units(
         self, first: int, last: int, t: int

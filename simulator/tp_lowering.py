@@ -26,7 +26,9 @@ memory). For every compute instruction of a TP stage this pass gives
   exposes them whole. Alone on the group's links (a group inside one NVSwitch server) the op
   ends exactly when the folded model of :func:`~pipesim.profiles.costmodels.tensor_parallel.stage_tp_times`
   says (``compute + exposed``), which the planner uses;
-  the activation stash and working set per device (:func:`tp_stage_activation_bytes`).
+  the activation stash, working set and what a split backward's ``W`` reads per device
+  (:func:`~pipesim.profiles.costmodels.context_parallel.cp_stage_activations`: ``I`` releases
+  the rest, as on one device).
 
 Pipeline transfers: each TP rank sends its ``1/t`` share to its peer in the next stage (the
 scatter-gather of Megatron-LM, or the sequence shard under SP); the ``t`` transfers run on
@@ -60,7 +62,7 @@ from pipesim.profiles.costmodels.context_parallel import (
     FREE_HOP,
     RingHop,
     check_context_parallel,
-    cp_stage_activation_bytes,
+    cp_stage_activations,
     kv_chunk_bytes,
     ring_hop,
     stage_cp_times,
@@ -120,6 +122,7 @@ class TpLowering:
         self._curves: dict[tuple[int, ...], AllReduceCurves] = {}
         self._cache: dict[tuple[int, int, int], TpStageCost] = {}
         self._split: dict[tuple[int, int, int], float] = {}
+        self._held: dict[tuple[int, int, int], float] = {}  # what W reads, from I's end (held_bytes)
         self._ops: dict[tuple[int, int, int], _OpComm] = {}
         self._rings: dict[tuple[int, ...], TpRing] = {}  # group + (-1: several rings, -2: one)
         self._comms: dict[tuple[str, int, int, int], TpComm | None] = {}
@@ -181,14 +184,16 @@ class TpLowering:
         overlap, c = spec.tp_comm_overlap, spec.context_parallel
         hop = self.cp_ring(stage, replica)
         times = stage_cp_times(self.profile, first, last, samples, t, c, sp, curves, hop, compute, overlap)
-        stash, work = cp_stage_activation_bytes(
+        acts = cp_stage_activations(
             self.profile, spec.first_layer, spec.last_layer, samples, self.plan.recompute, t, sp, c
         )
+        stash, work = acts.stash_bytes, acts.work_bytes
         ratio_f = times.fwd_tp_s / times.fwd_s if times.fwd_s > 0 else 1.0
         ratio_b = times.bwd_tp_s / times.bwd_s if times.bwd_s > 0 else 1.0
         found = (ratio_f, ratio_b, times.fwd_comm_s, times.bwd_comm_s, stash, work)
         self._cache[key] = found
         self._split[key] = times.bwd_split_comm_s
+        self._held[key] = acts.held_bytes
         return found
 
     def exposed_comm_s(self, op: str, stage: int, samples: int, replica: int) -> float:
@@ -360,10 +365,11 @@ class TpLowering:
             return ("F", fwd, (stash,), (), self.tp_comm("F", s, samples, replica))
         if op is Op.B:
             return ("B", replay + bwd, (work,), (work, stash), self.tp_comm("B", s, samples, replica))
-        if op is Op.I:
+        held = self._held[(s, samples, replica)]
+        if op is Op.I:  # I releases all but what W reads, as on one device (StageActivations.held_bytes)
             comm = self.tp_comm("I", s, samples, replica)
-            return ("I", replay + bwd * (1.0 - wf), (work,), (work,), comm)
-        return ("W", bwd * wf, (), (stash,), None)
+            return ("I", replay + bwd * (1.0 - wf), (work,), (work + stash - held,), comm)
+        return ("W", bwd * wf, (), (held,), None)
 
     def static_memory(self, devices_of: Mapping[int, tuple[int, ...]]) -> dict[int, float]:
         """Static memory per device under TP and sharding, bytes, for stages whose stream devices

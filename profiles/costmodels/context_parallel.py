@@ -55,7 +55,7 @@ from typing import NamedTuple
 from pipesim.errors import invalid
 from pipesim.profiles.costmodels.collective import AllReduceCurves
 from pipesim.profiles.costmodels.compute import ComputeModel
-from pipesim.profiles.costmodels.memory import Recompute
+from pipesim.profiles.costmodels.memory import Recompute, StageActivations
 from pipesim.profiles.costmodels.tensor_parallel import (
     TpStageTimes,
     _block_model_times_s,
@@ -63,7 +63,7 @@ from pipesim.profiles.costmodels.tensor_parallel import (
     layer_shape,
     stage_tp_times,
     tp_exposed_comm_s,
-    tp_stage_activation_bytes,
+    tp_stage_activations,
     tp_time_factors,
 )
 from pipesim.profiles.models.profile import DTYPE_BYTES, Layer, ModelProfile
@@ -77,6 +77,7 @@ __all__ = [
     "check_context_parallel",
     "cp_activation_split",
     "cp_stage_activation_bytes",
+    "cp_stage_activations",
     "kv_chunk_bytes",
     "ring_exposed_s",
     "ring_hop",
@@ -286,6 +287,30 @@ def stage_cp_times(
     )
 
 
+def cp_stage_activations(
+    profile: ModelProfile,
+    first_layer: int,
+    last_layer: int,
+    samples: float,
+    recompute: Recompute | bool,
+    t: int,
+    sequence_parallel: bool,
+    c: int,
+) -> StageActivations:
+    """Activation memory of one rank of ``t``-way TP and ``c``-way CP for one micro-batch share,
+    bytes: :func:`~pipesim.profiles.costmodels.tensor_parallel.tp_stage_activations` over ``c``
+    (every activation is per token; a chunk's scores are ``(s / c) x s``: Korthikanti et al.'s
+    ``s b h (34 + 5 a s / h)`` per block becomes ``(s / c) b h (34 + 5 a s / h)``; what ``W``
+    reads, the GEMMs' inputs and output gradients, is per token too). The ring's receive buffers
+    (a few K/V chunks) are not counted.
+
+    Raises:
+        InputError: as ``tp_stage_activations``.
+    """
+    acts = tp_stage_activations(profile, first_layer, last_layer, samples, recompute, t, sequence_parallel)
+    return cp_activation_split(acts, c)
+
+
 def cp_stage_activation_bytes(
     profile: ModelProfile,
     first_layer: int,
@@ -296,23 +321,19 @@ def cp_stage_activation_bytes(
     sequence_parallel: bool,
     c: int,
 ) -> tuple[float, float]:
-    """``(stash, work)`` of one rank of ``t``-way TP and ``c``-way CP for one micro-batch share,
-    bytes: :func:`~pipesim.profiles.costmodels.tensor_parallel.tp_stage_activation_bytes` over
-    ``c`` (every activation is per token; a chunk's scores are ``(s / c) x s``: Korthikanti
-    et al.'s ``s b h (34 + 5 a s / h)`` per block becomes ``(s / c) b h (34 + 5 a s / h)``).
-    The ring's receive buffers (a few K/V chunks) are not counted.
+    """``(stash, work)`` of :func:`cp_stage_activations`, bytes.
 
     Raises:
-        InputError: as ``tp_stage_activation_bytes``.
+        InputError: as ``tp_stage_activations``.
     """
-    stash, work = tp_stage_activation_bytes(profile, first_layer, last_layer, samples, recompute, t,
-                                            sequence_parallel)
-    return cp_activation_split(stash, work, c)
+    acts = cp_stage_activations(profile, first_layer, last_layer, samples, recompute, t, sequence_parallel, c)
+    return acts.stash_bytes, acts.work_bytes
 
 
-def cp_activation_split(stash_bytes: float, work_bytes: float, c: int) -> tuple[float, float]:
-    """``(stash, work)`` bytes of one CP rank from those of its TP rank without CP
-    (:func:`cp_stage_activation_bytes`): both over ``c``; unchanged for ``c = 1``."""
+def cp_activation_split(acts: StageActivations, c: int) -> StageActivations:
+    """One CP rank's activations from those of its TP rank without CP
+    (:func:`cp_stage_activations`): every figure over ``c``; unchanged for ``c = 1``."""
     if c == 1:
-        return stash_bytes, work_bytes
-    return stash_bytes / c, work_bytes / c
+        return acts
+    return StageActivations(stash_bytes=acts.stash_bytes / c, work_bytes=acts.work_bytes / c,
+                            held_bytes=acts.held_bytes / c)

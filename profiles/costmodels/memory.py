@@ -36,11 +36,13 @@ the stage's received input. Recomputation (:class:`Recompute`) trades that memor
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
+from fractions import Fraction
 
-from pipesim.errors import check_count, invalid, parse_name
+from pipesim.errors import check_count, check_fraction, invalid, parse_name
 from pipesim.profiles.costmodels.grad_dtype import grad_bytes_factor
 from pipesim.profiles.models.profile import DTYPE_BYTES, ModelProfile
 from pipesim.profiles.models.shape import LayerKind, LayerShape
@@ -260,23 +262,40 @@ def layer_transient_bytes(
     ]
 
 
-def wgrad_kept_bytes(profile: ModelProfile, index: int, samples: float, pool: float) -> float:
+def wgrad_kept_bytes(
+    profile: ModelProfile,
+    index: int,
+    samples: float,
+    pool: float,
+    *,
+    t: int = 1,
+    sequence_parallel: bool = False,
+) -> float:
     """What layer ``index`` keeps for its weight-gradient pass (``W``) once a split backward's
-    input-gradient pass (``I``) has ended, for ``samples`` samples, bytes; ``pool`` is what the
-    layer holds for its backward (its kept or, with ``full`` recomputation, re-materialised
-    saved bytes).
+    input-gradient pass (``I``) has ended, for ``samples`` samples on one device of a ``t``-way
+    tensor-parallel group, bytes; ``pool`` is what the layer holds there for its backward (its
+    kept or, with ``full`` recomputation, re-materialised saved bytes).
 
-    Zero-bubble Megatron-LM hands each linear layer's input and output gradient to its
+    Zero-bubble Megatron-LM hands each linear layer's saved input and output gradient to its
     ``WeightGradStore`` in ``I`` and computes the weight gradient from them in ``W``
-    (``megatron/core/tensor_parallel/layers.py`` and ``megatron/core/weight_grad_store.py`` at
-    tag zero-bubble-v0.1.0 of sail-sg/zero-bubble-pipeline-parallelism); everything else the
-    layer saved is released when ``I`` ends. A shaped block: the weight GEMMs' inputs (fused
-    QKV, output projection, both MLP GEMMs: ``t (3 h + ffn)`` elements) and output gradients
-    (``t (5 h + ffn)``), ``32 s b h`` bytes in fp16 for ``ffn = 4 h`` (Qi et al., ICLR 2024,
-    Table 1); a shaped LM head: the logits GEMM's input and the logits' gradient
-    (``t (h + V)``); a shaped embedding: nothing (a lookup, no GEMM). A layer without shapes
-    keeps its whole ``pool`` (nothing is known of its kernels). The inputs are part of ``pool``
-    (at most ``pool``); the output gradients are new.
+    (``megatron/core/tensor_parallel/layers.py``,
+    ``LinearWithGradAccumulationAndAsyncCommunication.backward``, and
+    ``megatron/core/weight_grad_store.py`` at tag zero-bubble-v0.1.0 of
+    sail-sg/zero-bubble-pipeline-parallelism); everything else the layer saved is released when
+    ``I`` ends. A shaped block (``T`` tokens): the weight GEMMs' inputs (fused QKV, output
+    projection, both MLP GEMMs) and output gradients, ``T (3 h + ffn)`` and ``T (5 h + ffn)``
+    elements at ``t = 1``, ``32 s b h`` bytes in fp16 for ``ffn = 4 h`` (Qi et al., ICLR 2024,
+    Table 1). Under TP a rank stores its shards: the column-parallel GEMMs' (QKV, first MLP)
+    output gradients and the row-parallel GEMMs' (projection, second MLP) inputs are split,
+    ``T (3 h + ffn) / t`` and ``T (h + ffn) / t``; the column-parallel inputs and the
+    row-parallel output gradients (``T h`` each, four tensors) are whole on every rank, or
+    their sequence shard (``/ t``) with sequence parallelism, the store keeping the sharded
+    input and the row-parallel layer's sharded gradient and gathering them in ``W``. With
+    sequence parallelism the whole is thus ``1 / t`` of the ``t = 1`` figure. A shaped LM head
+    (vocabulary-parallel): the logits GEMM's input (``T h``, its sequence shard with SP) and the
+    logits' gradient shard (``T V / t``); a shaped embedding: nothing (a lookup, no GEMM). A layer
+    without shapes keeps its whole ``pool`` (nothing is known of its kernels). The inputs are
+    part of ``pool`` (at most ``pool``); the output gradients are new.
 
     Raises:
         InputError: ``samples`` is not > 0.
@@ -286,11 +305,14 @@ def wgrad_kept_bytes(profile: ModelProfile, index: int, samples: float, pool: fl
         return pool
     if shape.kind is LayerKind.EMBEDDING:
         return 0.0
-    t, d = _tokens_and_elem(profile, samples, shape)
+    tokens, d = _tokens_and_elem(profile, samples, shape)
     h, ffn = shape.hidden, shape.ffn
+    whole = h / t if sequence_parallel else h  # a tensor every TP rank holds, per token
     if shape.kind is LayerKind.HEAD:
-        return min(d * t * h, pool) + d * t * shape.vocab
-    return min(d * t * (3 * h + ffn), pool) + d * t * (5 * h + ffn)
+        return min(d * tokens * whole, pool) + d * tokens * shape.vocab / t
+    inputs = 2 * whole + (h + ffn) / t
+    grads = 2 * whole + (3 * h + ffn) / t
+    return min(d * tokens * inputs, pool) + d * tokens * grads
 
 
 def layer_recompute_times_s(
@@ -445,6 +467,7 @@ def in_flight_microbatches(
     chunks: int = 1,
     warmup: str | Sequence[int] = "default",
     memory_limit: int | None = None,
+    wgrad_memory_fraction: float = 1.0,
 ) -> int:
     """Forwards whose activations rank ``rank`` (0-based, of ``p``) holds at its peak.
 
@@ -472,11 +495,17 @@ def in_flight_microbatches(
       between ``D/2 + 1`` and ``D`` micro-batches; ``m`` a multiple of ``p``);
     * ``v-half`` / ``v-min`` (two chunks): at most ``min(2 L, 2 m)`` with ``L = (p + 2) // 2`` /
       ``(p + 4) // 3`` micro-batches (Qi et al., NeurIPS 2024); the busiest rank reaches it;
-    * ``zb-auto``: ``min(memory_limit, m)`` (default limit ``p``);
+    * ``zb-auto``: ``min(memory_limit, m)`` (default limit ``p``); with
+      ``wgrad_memory_fraction = h < 1`` (what a micro-batch still holds from ``I`` to ``W``, in
+      the scheduler's units) at most ``min(floor(memory_limit / h), m)``: the scheduler keeps
+      ``stashed + h pending`` within the limit, so up to ``1 / h`` times as many forwards are
+      held in part; how many its greedy order reaches on each rank depends on the order (the
+      planner walks it: :mod:`pipesim.planner.memory_estimate`), this is the bound;
     * ``pipedream-async`` / ``pipedream-2bw``: as ``1f1b``.
 
     Raises:
-        InputError: an unknown schedule, a bad warm-up, or ``rank`` outside ``0..p-1``.
+        InputError: an unknown schedule, a bad warm-up, ``rank`` outside ``0..p-1`` or a
+            ``wgrad_memory_fraction`` outside (0, 1].
     """
     p, m, v, i = num_ranks, num_microbatches, chunks, rank
     if not 0 <= i < p:
@@ -501,10 +530,12 @@ def in_flight_microbatches(
         return min((v - 1) * group + p, v * m)
     if schedule == "zb-h2":
         return min(2 * p - 1, m)
-    return _in_flight_more(schedule, i, p, m, v, memory_limit)
+    return _in_flight_more(schedule, i, p, m, v, memory_limit, wgrad_memory_fraction)
 
 
-def _in_flight_more(schedule: str, i: int, p: int, m: int, v: int, memory_limit: int | None) -> int:
+def _in_flight_more(
+    schedule: str, i: int, p: int, m: int, v: int, memory_limit: int | None, wgrad_memory_fraction: float
+) -> int:
     """:func:`in_flight_microbatches` for the schedules past :data:`IN_FLIGHT_SCHEDULES`."""
     if schedule == "looped-bfs":
         return v * m
@@ -522,8 +553,10 @@ def _in_flight_more(schedule: str, i: int, p: int, m: int, v: int, memory_limit:
     if schedule in ("v-half", "v-min"):
         limit = (p + 2) // 2 if schedule == "v-half" else (p + 4) // 3
         return min(2 * limit, 2 * m)
-    if schedule == "zb-auto":
-        return min(p if memory_limit is None else memory_limit, m)
+    if schedule == "zb-auto":  # the scheduler's units: F adds 1, I frees 1 - h, W the rest h
+        # exact, as the scheduler counts
+        kept = Fraction(check_fraction("wgrad_memory_fraction", wgrad_memory_fraction))
+        return min(math.floor((p if memory_limit is None else memory_limit) / kept), m)
     if schedule in ("pipedream-async", "pipedream-2bw"):
         return min(p - i, m)
     known = ", ".join(IN_FLIGHT_SCHEDULES_ALL)

@@ -44,9 +44,11 @@ from pipesim.profiles.costmodels.collective import AllReduceCurves
 from pipesim.profiles.costmodels.compute import ComputeModel, GemmShape, compute_model
 from pipesim.profiles.costmodels.memory import (
     Recompute,
+    StageActivations,
     check_recompute,
     layer_kept_bytes,
     layer_transient_bytes,
+    wgrad_kept_bytes,
 )
 from pipesim.profiles.costmodels.tp_comm import (
     CE_BYTES_PER_TOKEN,
@@ -86,6 +88,7 @@ __all__ = [
     "tp_parameter_bytes",
     "tp_replay_s",
     "tp_stage_activation_bytes",
+    "tp_stage_activations",
     "tp_time_factors",
     "wgrad_hidden_comm_s",
 ]
@@ -305,7 +308,7 @@ def tp_activation_factor(
     return 1.0
 
 
-def tp_stage_activation_bytes(
+def tp_stage_activations(
     profile: ModelProfile,
     first_layer: int,
     last_layer: int,
@@ -313,16 +316,18 @@ def tp_stage_activation_bytes(
     recompute: Recompute | bool,
     t: int,
     sequence_parallel: bool,
-) -> tuple[float, float]:
-    """``(stash, work)`` of one device of a ``t``-way TP group of a stage for one micro-batch
+) -> StageActivations:
+    """Activation memory of one device of a ``t``-way TP group of a stage for one micro-batch
     share, bytes: :func:`~pipesim.profiles.costmodels.memory.stage_activations` (the one
     device's model of each recompute mode) with each layer's kept bytes scaled by
     :func:`tp_activation_factor` (``selective``: Korthikanti et al.'s selective rows, so the
     attention core's ``5 a s / h`` is dropped and the rest divided as their Table 2 says), the
     received input divided by ``t`` with sequence parallelism, the largest layer working set
     (with ``selective`` its re-materialised attention core, split by heads) divided by ``t``,
-    and with ``full`` the stage's re-materialised saved bytes scaled as without recomputation.
-    Equal to ``stage_activations`` for ``t = 1``.
+    and with ``full`` the stage's re-materialised saved bytes scaled as without recomputation;
+    what a split backward's ``W`` holds is each layer's TP shard of it
+    (:func:`~pipesim.profiles.costmodels.memory.wgrad_kept_bytes` with ``t`` and sequence
+    parallelism). Equal to ``stage_activations`` for ``t = 1``.
 
     Raises:
         InputError: ``samples`` is not > 0, an unknown recompute mode, or ``selective`` for a
@@ -343,12 +348,37 @@ def tp_stage_activation_bytes(
         shape = profile.layers[i].shape
         return 1.0 if shape is None else tp_activation_factor(shape, t, sequence_parallel, selective=sel)
 
-    held = 0.0
+    remat = 0.0
+    pool = {i: kept[i] * factor(i, selective) for i in layers}
+    stash = inputs + sum(pool[i] for i in layers)
     if mode is Recompute.FULL:
         saved = profile.stashed_bytes(samples)
-        held = sum(saved[i] * factor(i, False) for i in layers)
-    stash = inputs + sum(kept[i] * factor(i, selective) for i in layers)
-    return stash, held + max(transient[i] for i in layers) / t
+        pool = {i: saved[i] * factor(i, False) for i in layers}
+        remat = sum(pool[i] for i in layers)
+    work = remat + max(transient[i] for i in layers) / t
+    sp = sequence_parallel
+    held = sum(wgrad_kept_bytes(profile, i, samples, pool[i], t=t, sequence_parallel=sp) for i in layers)
+    if profile.layers[first_layer].shape is None:
+        held += inputs  # an unshaped first layer's weight gradient may read the received input
+    return StageActivations(stash_bytes=stash, work_bytes=work, held_bytes=min(held, stash + work))
+
+
+def tp_stage_activation_bytes(
+    profile: ModelProfile,
+    first_layer: int,
+    last_layer: int,
+    samples: float,
+    recompute: Recompute | bool,
+    t: int,
+    sequence_parallel: bool,
+) -> tuple[float, float]:
+    """``(stash, work)`` of :func:`tp_stage_activations` (bytes), for callers that need no more.
+
+    Raises:
+        InputError: as :func:`tp_stage_activations`.
+    """
+    acts = tp_stage_activations(profile, first_layer, last_layer, samples, recompute, t, sequence_parallel)
+    return acts.stash_bytes, acts.work_bytes
 
 
 def tp_replay_s(recompute: Recompute, replay_s: float, fwd_ratio: float, fwd_comm_s: float, t: int) -> float:
