@@ -165,6 +165,7 @@ def network_curves(
             network.latency_s,
             server_of=server_of,
             overhead_s=network.overhead_s,
+            link_class=network.link_class if network.has_link_classes else None,
         )
     return found
 
@@ -189,4 +190,3 @@ def call_protocol(
     if network.free_links or len(order) <= 1:
         return IDEAL
     return network_curves(network, order, route, server_of).protocol_for(nbytes, algorithm)
-

@@ -35,6 +35,7 @@ from collections.abc import Callable, Sequence
 import simpy
 
 from pipesim.errors import check_nonneg, check_positive, invalid
+from pipesim.profiles.costmodels.nccl_protocol import LinkClass
 from pipesim.simulator.flow_sharing import FlowSharing
 from pipesim.simulator.link_records import LinkInterval, LinkStretches, NetworkStats, TransferRecord
 from pipesim.simulator.maxmin import Flow
@@ -71,6 +72,11 @@ class Network(FlowSharing):
             record: for callers that keep hundreds of thousands of them, such as the engine's
             trace). At most one of ``on_link_interval``, ``on_link_stretch`` and
             ``link_stretches``.
+        link_classes: NCCL's class of each link (NVLink, PCIe, network), for collectives: with
+            them a collective's step pays NCCL's hand-off for its class and only its network
+            links' latency (:mod:`pipesim.profiles.costmodels.nccl_protocol`); without them
+            (default) its routes' latency and the protocol's NVLink figure. Point-to-point
+            transfers are not affected.
 
     Raises:
         InputError: a bandwidth, latency or the overhead breaks its rule, the lengths differ, or
@@ -91,6 +97,7 @@ class Network(FlowSharing):
         on_link_interval: Callable[[LinkInterval], None] | None = None,
         on_link_stretch: Callable[[int, float, float, float], None] | None = None,
         link_stretches: LinkStretches | None = None,
+        link_classes: Sequence[LinkClass] | None = None,
     ) -> None:
         cap = [
             check_positive(f"bandwidth_bytes_per_s[{i}]", v, allow_inf=True)
@@ -138,6 +145,16 @@ class Network(FlowSharing):
                 stretch(*rec)
 
             on_link = emit_stretch
+        self._classes: tuple[LinkClass, ...] | None = None
+        if link_classes is not None:
+            self._classes = tuple(LinkClass(c) for c in link_classes)
+            if len(self._classes) != n_links:
+                raise invalid(
+                    "link_classes",
+                    f"<{len(self._classes)} values>",
+                    f"must give one class per link ({n_links})",
+                )
+        self._wire_latency: dict[tuple[int, ...], float] = {}
         super().__init__(env, cap, on_transfer=on_transfer, on_link=on_link)
         # route -> (latency incl. overhead, links that constrain the rate: finite, deduplicated)
         self._routes: dict[tuple[int, ...], tuple[float, tuple[int, ...]]] = {}
@@ -176,6 +193,32 @@ class Network(FlowSharing):
     def latency_s(self, link: int) -> float:
         """Latency of link ``link``, seconds (0 under ``free_links``)."""
         return 0.0 if self._free else self._lat[link]
+
+    @property
+    def has_link_classes(self) -> bool:
+        """Whether the network knows NCCL's class of each link (``link_classes``)."""
+        return self._classes is not None
+
+    def link_class(self, link: int) -> LinkClass:
+        """NCCL's class of link ``link`` (NVLink where the network was given no classes)."""
+        return LinkClass.NVLINK if self._classes is None else self._classes[link]
+
+    def collective_latency_s(self, route: tuple[int, ...]) -> float:
+        """Latency a collective's chunk over ``route`` pays besides its step's hand-off, seconds:
+        with link classes, its network links' latency only (NCCL's hand-off covers the rest,
+        overhead included); without them, :meth:`route_latency_s`.
+
+        Raises:
+            InputError: a link index is out of range.
+        """
+        if self._classes is None or not route or self._free:
+            return self.route_latency_s(route)
+        found = self._wire_latency.get(route)
+        if found is None:
+            self._route_info(route)  # checks the indices
+            classes, lat = self._classes, self._lat
+            found = self._wire_latency[route] = sum(lat[x] for x in route if classes[x] is LinkClass.NET)
+        return found
 
     def link_name(self, link: int) -> str:
         """Display name of link ``link``."""
