@@ -47,9 +47,12 @@ evaluation at many sizes.
 **NCCL's protocols.** The lines above are the wire. A call adds its NCCL protocol's launch, a
 hand-off per step and sends the protocol's wire bytes (LL: 2 per byte), the protocol of least
 time chosen per size as NCCL's tuner does (:mod:`pipesim.profiles.costmodels.nccl_protocol`;
-:meth:`AllReduceCurves.timed_call`): LL for small, latency-bound messages, Simple for large
-ones, so the bus bandwidth keeps rising over tens of MiB as measured. Routes that are all ideal
-(zero latency, no overhead) pay nothing extra.
+:meth:`AllReduceCurves.timed_call`): LL for small, latency-bound messages, LL128 for medium ones
+over NVLink, Simple for large ones, so the bus bandwidth keeps rising over tens of MiB as
+measured. Given the links' classes (``link_class``), a step's hand-off is NCCL's figure for its
+class and the lines carry only the network links' latency; without them a step pays its routes'
+latency in the lines plus the NVLink figure (and no LL128). Routes that are all ideal (zero
+latency, no overhead) pay nothing extra.
 
 ``auto`` takes the fastest of the algorithms that apply (ties go to ring, then hierarchical):
 hierarchical with even servers, tree with members on two servers or more (NCCL's trees span
@@ -65,7 +68,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 
 from pipesim.errors import check_nonneg, invalid, parse_name
@@ -216,6 +219,10 @@ class AllReduceCurves:
     hierarchical_inter_steps: int = 0
     classes: tuple[LinkClass, LinkClass, LinkClass, LinkClass] | None = None
     protocols: tuple[Protocol, ...] = PROTOCOLS
+    _fixed: dict[AllReduceAlgorithm, tuple[tuple[Protocol, float], ...]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+    """Per algorithm, each protocol and its :meth:`fixed_s` (filled when first asked)."""
 
     def handoff_s(self, protocol: Protocol, algorithm: AllReduceAlgorithm, *, inter: bool = False) -> float:
         """Seconds of one step's hand-off with ``protocol`` in ``algorithm`` (``ring``,
@@ -255,8 +262,10 @@ class AllReduceCurves:
             return IDEAL, wire
         slope = -1.0  # a lower bound on (wire(f x) - wire(x)) / ((f - 1) x), found when needed
         best, best_s = IDEAL, math.inf
-        for protocol in self.protocols:  # best_protocol inline (the planner's DP calls this a lot)
-            fixed = self.fixed_s(protocol, algo)
+        fixed_costs = self._fixed.get(algo)
+        if fixed_costs is None:
+            fixed_costs = self._fixed[algo] = tuple((p, self.fixed_s(p, algo)) for p in self.protocols)
+        for protocol, fixed in fixed_costs:  # best_protocol inline (the planner's DP calls this a lot)
             extra = protocol.wire_factor - 1.0
             if extra > 0:
                 # wire is convex (a max of lines; the tree's stream too): wire(f x) >= wire(x) +
@@ -492,12 +501,14 @@ def allreduce_time_s(
     server_of: Callable[[int], int] | None = None,
     algorithm: str | AllReduceAlgorithm = AllReduceAlgorithm.AUTO,
     overhead_s: float = 0.0,
+    link_class: Callable[[int], LinkClass] | None = None,
 ) -> float:
     """Estimated all-reduce time of ``nbytes`` per member among ``members``, seconds.
 
     ``algorithm``: ``auto`` (the fastest that applies, see the module docstring), ``ring``,
     ``hierarchical`` (uneven servers: the ring ordered by server), ``tree`` or ``nvls`` (where
-    it does not apply: the ring). One member costs 0.
+    it does not apply: the ring). ``link_class``: as in :func:`allreduce_curves`. One member
+    costs 0.
 
     Raises:
         InputError: unknown algorithm (:class:`~pipesim.errors.UnknownNameError`), bad members,
@@ -507,5 +518,7 @@ def allreduce_time_s(
     check_nonneg("nbytes", nbytes)
     if algorithm is AllReduceAlgorithm.HIERARCHICAL and server_of is None:
         raise invalid("server_of", None, "is required for the hierarchical all-reduce")
-    curves = allreduce_curves(members, route, bandwidth, latency, server_of=server_of, overhead_s=overhead_s)
+    curves = allreduce_curves(
+        members, route, bandwidth, latency, server_of=server_of, overhead_s=overhead_s, link_class=link_class
+    )
     return curves.time_s(nbytes, algorithm)

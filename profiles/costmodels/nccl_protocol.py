@@ -59,11 +59,13 @@ collective runs as :data:`IDEAL` (no launch, no hand-off, one wire byte per byte
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
 
 from pipesim.errors import check_nonneg, check_positive, invalid
+from pipesim.profiles.hardware.fabric import LinkTable
 from pipesim.profiles.hardware.topology import Link, LinkKind
 
 __all__ = [
@@ -99,8 +101,10 @@ _KIND_CLASS = {
 }
 
 
-def link_classes(links: Iterable[Link]) -> list[LinkClass]:
+def link_classes(links: Iterable[Link] | LinkTable) -> list[LinkClass]:
     """NCCL's class of each of a cluster's links, in index order (NVLink, PCIe, network)."""
+    if isinstance(links, LinkTable):
+        return [_KIND_CLASS[kind] for kind in links.kinds()]
     return [_KIND_CLASS[link.kind] for link in links]
 
 
@@ -234,25 +238,39 @@ def protocols_for(classes: Sequence[LinkClass]) -> tuple[Protocol, ...]:
 
 
 def call_time_s(
-    protocol: Protocol, steps: int, wire_s: Callable[[float], float], nbytes: float, *, tree: bool = False
+    protocol: Protocol,
+    steps: int,
+    wire_s: Callable[[float], float],
+    nbytes: float,
+    *,
+    tree: bool = False,
+    link_class: LinkClass | None = None,
 ) -> float:
-    """Seconds of one call of ``nbytes`` with ``protocol``: its launch, ``steps`` hand-offs and
+    """Seconds of one call of ``nbytes`` with ``protocol``: its launch, ``steps`` hand-offs (NCCL's
+    figure for ``link_class``; without one, the NVLink figure added to the wire's latencies) and
     ``wire_s(wire_factor * nbytes)`` (the algorithm's time on the routes, seconds)."""
-    fixed = protocol.launch_s(tree=tree) + steps * protocol.step_s(tree=tree)
-    return fixed + wire_s(protocol.wire_factor * nbytes)
+    step = protocol.step_s(tree=tree) if link_class is None else protocol.handoff_s(link_class, tree=tree)
+    return protocol.launch_s(tree=tree) + steps * step + wire_s(protocol.wire_factor * nbytes)
 
 
 def best_protocol(
-    steps: int, wire_s: Callable[[float], float], nbytes: float, *, timed: bool, tree: bool = False
+    steps: int,
+    wire_s: Callable[[float], float],
+    nbytes: float,
+    *,
+    timed: bool,
+    tree: bool = False,
+    link_class: LinkClass | None = None,
 ) -> tuple[Protocol, float]:
     """The protocol of least :func:`call_time_s` for ``nbytes`` (ties to Simple) and its time,
-    seconds, as NCCL's tuner chooses; :data:`IDEAL` and the bare wire time where not ``timed``
-    (every route of the collective ideal)."""
+    seconds, as NCCL's tuner chooses (with ``link_class``, among :func:`protocols_for` it);
+    :data:`IDEAL` and the bare wire time where not ``timed`` (every route of the collective ideal)."""
     if not timed:
         return IDEAL, wire_s(nbytes)
-    best, best_s = PROTOCOLS[0], call_time_s(PROTOCOLS[0], steps, wire_s, nbytes, tree=tree)
-    for protocol in PROTOCOLS[1:]:
-        t = call_time_s(protocol, steps, wire_s, nbytes, tree=tree)
+    protocols = PROTOCOLS if link_class is None else protocols_for([link_class])
+    best, best_s = IDEAL, math.inf
+    for protocol in protocols:
+        t = call_time_s(protocol, steps, wire_s, nbytes, tree=tree, link_class=link_class)
         if t < best_s:
             best, best_s = protocol, t
     return best, best_s

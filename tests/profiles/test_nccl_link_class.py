@@ -25,6 +25,7 @@ from pipesim.profiles.costmodels.nccl_protocol import (
 )
 from pipesim.profiles.hardware.cluster import get_cluster
 from pipesim.profiles.hardware.topology import LinkKind
+from pipesim.simulator.collective_costs import ring_allreduce_time_s
 from pipesim.simulator.collectives import allreduce
 from pipesim.simulator.network import Network
 
@@ -198,3 +199,19 @@ def test_network_link_classes_are_checked() -> None:
     plain = Network(env, [1.0], [1e-6])
     assert not plain.has_link_classes
     assert plain.collective_latency_s((0,)) == pytest.approx(1e-6)
+
+
+def test_closed_form_ring_with_a_link_class() -> None:
+    bw, lat = 300e9, 2e-6
+    inside = ring_allreduce_time_s(8, 8, bw, lat, link_class=LinkClass.NVLINK)
+    assert inside == pytest.approx(6.6 * US + 14 * 0.6 * US + 2 * 14 / 8 * 8 / bw, rel=1e-12)
+    # across a network the hop's latency adds to NCCL's NET hand-off
+    across = ring_allreduce_time_s(2, 8, bw, lat, link_class=LinkClass.NET)
+    assert across == pytest.approx(6.6 * US + 2 * (2.7 * US + lat) + 2 * 2 / 2 * 8 / bw, rel=1e-12)
+    # LL128 runs where it is fastest, on NVLink only
+    mid = ring_allreduce_time_s(8, 4 * MIB, 240e9, lat, link_class=LinkClass.NVLINK)
+    assert mid == pytest.approx(14.0 * US + 14 * 1.9 * US + 14 / 8 * 4 * MIB / 0.92 / 240e9, rel=1e-12)
+    pci = ring_allreduce_time_s(8, 4 * MIB, 240e9, lat, link_class=LinkClass.PCI)
+    assert pci < ring_allreduce_time_s(8, 4 * MIB, 240e9, lat)  # no 2 us per step on top
+    # ideal links (no latency): the bare wire, no protocol
+    assert ring_allreduce_time_s(8, 8, bw, 0.0, link_class=LinkClass.NVLINK) == pytest.approx(14 / 8 * 8 / bw)
