@@ -109,7 +109,7 @@ def _h100_small_record(nbytes: int, label: str, published: float, note: str) -> 
     return Record(
         name=f"nccl-h100-8gpu-allreduce-{label}-latency",
         source=f"{_DGXC}, {nbytes}-byte row: out-of-place time {published:g} us",
-        quantity=f"all-reduce time of {label.upper()} per rank, 8 x H100 on NVSwitch (us)",
+        quantity=f"all-reduce time of {nbytes} bytes per rank, 8 x H100 on NVSwitch (us)",
         kind="absolute",
         published=published,
         predict=lambda: _time_us("dgx-h100-x4", 8, nbytes),
