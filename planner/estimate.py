@@ -71,6 +71,7 @@ from pipesim.profiles.costmodels.memory import (
     stage_activations,
     static_memory_multiplier,
 )
+from pipesim.profiles.costmodels.nccl_protocol import link_classes
 from pipesim.profiles.costmodels.optimizer import optimizer_bytes_per_parameter, stage_optimizer_step_s
 from pipesim.profiles.hardware.cluster import Cluster
 from pipesim.profiles.models.profile import DTYPE_BYTES, ModelProfile
@@ -146,6 +147,7 @@ class CostModel:
         self._shares: dict[float, ShareTable] = {}
         self._bw = [link.bandwidth_bytes_per_s for link in cluster.links]
         self._lat = [link.latency_s for link in cluster.links]
+        self._cls = link_classes(cluster.links)
         self._least_latency_s = LeastLatency(cluster)
         # per route: (latency, slowest bandwidth, its finite-bandwidth links once each)
         self._route_facts: dict[tuple[int, ...], tuple[float, float, tuple[int, ...]]] = {}
@@ -230,7 +232,12 @@ class CostModel:
         if found is None:
             cluster = self.cluster
             found = allreduce_curves(
-                devs, cluster.route, self._bw.__getitem__, self._lat.__getitem__, server_of=cluster.server_of
+                devs,
+                cluster.route,
+                self._bw.__getitem__,
+                self._lat.__getitem__,
+                server_of=cluster.server_of,
+                link_class=self._cls.__getitem__,
             )
             self._ar_cache[key] = found
         if len(self._ar_by_devices) < _DEVICE_CACHE_LIMIT:

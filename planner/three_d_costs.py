@@ -24,6 +24,7 @@ from pipesim.profiles.costmodels.context_parallel import (
     stage_cp_times,
 )
 from pipesim.profiles.costmodels.memory import Recompute, StageActivations, layer_recompute_times_s
+from pipesim.profiles.costmodels.nccl_protocol import link_classes
 from pipesim.profiles.costmodels.sharding import zero_units
 from pipesim.profiles.costmodels.tensor_parallel import (
     TpCollective,
@@ -69,6 +70,7 @@ class ThreeDCosts:
         self.elem = DTYPE_BYTES[profile.dtype]
         self._bw = cluster.links.bandwidths_bytes_per_s()
         self._lat = cluster.links.latencies_s()
+        self._cls = link_classes(cluster.links)
         self.compute = tp_compute_model(profile, cluster.device)
         self._curves: dict[tuple[int, ...], AllReduceCurves] = {}
         self._times: dict[tuple[tuple[int, ...], int, int, bool, bool, int, int, int], TpStageTimes] = {}
@@ -121,6 +123,7 @@ class ThreeDCosts:
             found = self._curves[members] = allreduce_curves(
                 members, c.route, self._bw.__getitem__, self._lat.__getitem__,
                 server_of=c.server_of if servers else None,
+                link_class=self._cls.__getitem__ if servers else None,
             )
         return found
 

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 from pipesim.errors import check_count, check_nonneg, check_positive
 from pipesim.profiles.costmodels.collective import AllReduceAlgorithm, AllReduceCurves, allreduce_curves
-from pipesim.profiles.costmodels.nccl_protocol import IDEAL, Protocol, best_protocol
+from pipesim.profiles.costmodels.nccl_protocol import IDEAL, LinkClass, Protocol, best_protocol
 from pipesim.simulator.collective_steps import Route, ServerOf, check_allreduce, check_members
 from pipesim.simulator.network import Network
 
@@ -31,7 +31,14 @@ __all__ = [
 ]
 
 
-def ring_allreduce_time_s(n: int, nbytes: float, bandwidth_bytes_per_s: float, latency_s: float) -> float:
+def ring_allreduce_time_s(
+    n: int,
+    nbytes: float,
+    bandwidth_bytes_per_s: float,
+    latency_s: float,
+    *,
+    link_class: LinkClass | None = None,
+) -> float:
     """Ring all-reduce time on n members over equal, uncontended links, seconds.
 
     On ideal links (``latency_s`` 0) ``2 (n - 1) / n * nbytes / bandwidth_bytes_per_s``
@@ -39,7 +46,10 @@ def ring_allreduce_time_s(n: int, nbytes: float, bandwidth_bytes_per_s: float, l
     JPDC 2009: the ring's 2(n - 1) steps of S/n bytes); otherwise, with the NCCL protocol of
     least time (:mod:`pipesim.profiles.costmodels.nccl_protocol`: launch ``L``, hand-off ``h``
     per step, ``f`` wire bytes per byte),
-    ``L + 2 (n - 1) (latency_s + h) + f * 2 (n - 1) / n * nbytes / bandwidth_bytes_per_s``.
+    ``L + 2 (n - 1) (a + h) + f * 2 (n - 1) / n * nbytes / bandwidth_bytes_per_s``, where without
+    ``link_class`` ``a`` is ``latency_s`` and ``h`` the NVLink hand-off, and with it ``h`` is
+    NCCL's hand-off for the class and ``a`` is ``latency_s`` on a network (``NET``: pass the
+    route's network links' latency) and 0 inside a server (the hop's latency is inside ``h``).
     0 for n <= 1.
 
     Raises:
@@ -52,10 +62,12 @@ def ring_allreduce_time_s(n: int, nbytes: float, bandwidth_bytes_per_s: float, l
     if n <= 1:
         return 0.0
 
-    def wire_s(x: float) -> float:
-        return 2 * (n - 1) * (latency_s + x / n / bandwidth_bytes_per_s)
+    hop_s = latency_s if link_class in (None, LinkClass.NET) else 0.0
 
-    return best_protocol(2 * (n - 1), wire_s, nbytes, timed=latency_s > 0)[1]
+    def wire_s(x: float) -> float:
+        return 2 * (n - 1) * (hop_s + x / n / bandwidth_bytes_per_s)
+
+    return best_protocol(2 * (n - 1), wire_s, nbytes, timed=latency_s > 0, link_class=link_class)[1]
 
 
 def hierarchical_allreduce_time_s(
@@ -165,6 +177,7 @@ def network_curves(
             network.latency_s,
             server_of=server_of,
             overhead_s=network.overhead_s,
+            link_class=network.link_class if network.has_link_classes else None,
         )
     return found
 
@@ -189,4 +202,3 @@ def call_protocol(
     if network.free_links or len(order) <= 1:
         return IDEAL
     return network_curves(network, order, route, server_of).protocol_for(nbytes, algorithm)
-

@@ -22,6 +22,7 @@ import simpy
 
 from pipesim.errors import check_nonneg, invalid
 from pipesim.profiles.costmodels.collective import AllReduceAlgorithm
+from pipesim.profiles.costmodels.nccl_protocol import LinkClass, Protocol, route_class
 from pipesim.profiles.costmodels.ring_topology import ring_set
 from pipesim.simulator.network import Network
 
@@ -38,6 +39,7 @@ __all__ = [
     "ring_routes",
     "ring_steps",
     "server_steps",
+    "step_handoff_s",
 ]
 
 Route = Callable[[int, int], tuple[int, ...]]
@@ -124,6 +126,18 @@ def launched(env: simpy.Environment, launch_s: float, body: Process) -> Process:
     yield from body
 
 
+def step_handoff_s(
+    network: Network, protocol: Protocol, routes: Sequence[tuple[int, ...]], *, tree: bool = False
+) -> float:
+    """Seconds of the hand-off before each step over ``routes`` with ``protocol``: NCCL's figure
+    for the routes' slowest link class where the network knows its links' classes, else the
+    protocol's NVLink figure (added to the routes' latencies)."""
+    if not network.has_link_classes:
+        return protocol.step_s(tree=tree)
+    cls = max((route_class(r, network.link_class) for r in routes), default=LinkClass.NVLINK)
+    return protocol.handoff_s(cls, tree=tree)
+
+
 def ring_steps(
     env: simpy.Environment,
     network: Network,
@@ -132,18 +146,37 @@ def ring_steps(
     steps: int,
     tag: object,
     step_s: float = 0.0,
+    *,
+    classed: bool = False,
 ) -> Process:
     """``steps`` ring steps on each ring of routes, each after a hand-off of ``step_s``
-    seconds; each ring waits only for its own chunks."""
+    seconds; each ring waits only for its own chunks. ``classed``: every chunk pays
+    :meth:`~pipesim.simulator.network.Network.collective_latency_s` (its network links' latency
+    where the network knows link classes) instead of its route's latency."""
     if len(rings) == 1:
         routes = rings[0]
+        transfer = network.transfer
+        latencies = [network.collective_latency_s(r) for r in routes] if classed else None
         for _ in range(steps):
             if step_s > 0:
                 yield env.timeout(step_s)
-            yield all_of(env, [network.transfer(r, chunk, tag=tag) for r in routes])
+            if latencies is None:
+                yield all_of(env, [transfer(r, chunk, tag=tag) for r in routes])
+            else:
+                yield all_of(
+                    env,
+                    [
+                        transfer(r, chunk, tag=tag, latency_s=a)
+                        for r, a in zip(routes, latencies, strict=True)
+                    ],
+                )
     elif rings:
         yield all_of(
-            env, [env.process(ring_steps(env, network, [r], chunk, steps, tag, step_s)) for r in rings]
+            env,
+            [
+                env.process(ring_steps(env, network, [r], chunk, steps, tag, step_s, classed=classed))
+                for r in rings
+            ],
         )
 
 
@@ -154,9 +187,14 @@ def server_steps(
     steps: int,
     tag: object,
     step_s: float = 0.0,
+    *,
+    classed: bool = False,
 ) -> Process:
     """``steps`` ring steps in every server at once, each server on its own rings and chunk."""
-    bodies = [ring_steps(env, network, rings, chunk, steps, tag, step_s) for rings, chunk in servers]
+    bodies = [
+        ring_steps(env, network, rings, chunk, steps, tag, step_s, classed=classed)
+        for rings, chunk in servers
+    ]
     if len(bodies) == 1:
         yield from bodies[0]
     elif bodies:
@@ -182,4 +220,3 @@ def all_of(env: simpy.Environment, events: list[Any]) -> Any:
         else:
             ev.callbacks.append(count)
     return done
-

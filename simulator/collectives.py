@@ -78,6 +78,7 @@ from pipesim.simulator.collective_steps import (
     ring_routes,
     ring_steps,
     server_steps,
+    step_handoff_s,
 )
 from pipesim.simulator.network import Network
 
@@ -129,7 +130,8 @@ def ring_allreduce(
         protocol = call_protocol(network, order, route, None, nbytes, AllReduceAlgorithm.RING)
     routes = ring_routes(network, order, route)
     chunk = protocol.wire_factor * nbytes / n / len(routes)
-    body = ring_steps(env, network, routes, chunk, 2 * (n - 1), tag, protocol.ring_step_s)
+    step_s = step_handoff_s(network, protocol, [r for ring in routes for r in ring])
+    body = ring_steps(env, network, routes, chunk, 2 * (n - 1), tag, step_s, classed=True)
     return launched(env, protocol.ring_launch_s, body)
 
 
@@ -172,7 +174,9 @@ def hierarchical_allreduce(
         return ring_allreduce(env, network, flat, nbytes, route, tag=tag, protocol=protocol)
     wire = protocol.wire_factor * nbytes
     intra, inter, k, g = hierarchy(network, groups, wire, route)
-    body = _hierarchical_body(env, network, intra, inter, wire, k, g, tag, protocol.ring_step_s)
+    intra_s = step_handoff_s(network, protocol, [r for rings, _ in intra for ring in rings for r in ring])
+    inter_s = step_handoff_s(network, protocol, [r for ring in inter for r in ring])
+    body = _hierarchical_body(env, network, intra, inter, wire, k, g, tag, intra_s, inter_s)
     return launched(env, protocol.ring_launch_s, body)
 
 
@@ -211,7 +215,8 @@ def tree_allreduce(
     up = [route(c, p) for c, p in shape.up]
     down = [route(p, c) for c, p in shape.up]
     wire = protocol.wire_factor * nbytes
-    body = _tree_body(env, network, up, down, shape.depth, wire, tag, protocol.tree_step_s)
+    step_s = step_handoff_s(network, protocol, up + down, tree=True)
+    body = _tree_body(env, network, up, down, shape.depth, wire, tag, step_s)
     return launched(env, protocol.tree_launch_s, body)
 
 
@@ -305,14 +310,15 @@ def _hierarchical_body(
     k: int,
     g: int,
     tag: object,
-    step_s: float = 0.0,
+    intra_s: float = 0.0,
+    inter_s: float = 0.0,
 ) -> Process:
     if g > 1:
-        yield from server_steps(env, network, intra, g - 1, tag, step_s)  # reduce-scatter
+        yield from server_steps(env, network, intra, g - 1, tag, intra_s, classed=True)  # reduce-scatter
     if k > 1:
-        yield from ring_steps(env, network, inter, nbytes / g / k, 2 * (k - 1), tag, step_s)
+        yield from ring_steps(env, network, inter, nbytes / g / k, 2 * (k - 1), tag, inter_s, classed=True)
     if g > 1:
-        yield from server_steps(env, network, intra, g - 1, tag, step_s)  # all-gather
+        yield from server_steps(env, network, intra, g - 1, tag, intra_s, classed=True)  # all-gather
 
 
 def _tree_body(
@@ -330,16 +336,21 @@ def _tree_body(
     half = nbytes / 2
     chunk = min(float(TREE_CHUNK_BYTES), half)
     for routes in (up, down):  # reduce towards the roots, then broadcast back
+        latencies = [network.collective_latency_s(r) for r in routes]
         for step in range(depth):  # the pipeline fills, one chunk per edge and step; then the rest
             if step_s > 0:
                 yield env.timeout(step_s)
             size = chunk if step < depth - 1 else half
-            yield all_of(env, [network.transfer(r, size, tag=tag) for r in routes])
+            yield all_of(
+                env,
+                [
+                    network.transfer(r, size, tag=tag, latency_s=a)
+                    for r, a in zip(routes, latencies, strict=True)
+                ],
+            )
 
 
 def _nvls_body(
     env: simpy.Environment, network: Network, routes: list[tuple[int, ...]], size: float, tag: object
 ) -> Process:
     yield all_of(env, [network.transfer(r, size, tag=tag) for r in routes])
-
-

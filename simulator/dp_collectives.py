@@ -26,6 +26,7 @@ from dataclasses import dataclass, replace
 from pipesim.plan import Plan
 from pipesim.profiles.costmodels.collective import AllReduceAlgorithm, AllReduceCurves, allreduce_curves
 from pipesim.profiles.costmodels.grad_dtype import grad_bytes_factor
+from pipesim.profiles.costmodels.nccl_protocol import link_classes
 from pipesim.profiles.costmodels.sharding import CollectiveKind, GradCollective, Sharding, half_algorithm
 from pipesim.profiles.hardware.cluster import Cluster
 from pipesim.profiles.models.profile import ModelProfile
@@ -234,6 +235,7 @@ class _HalfAlgorithms:
         self._free = free_links
         self._bw = cluster.links.bandwidths_bytes_per_s()
         self._lat = cluster.links.latencies_s()
+        self._cls = link_classes(cluster.links)
         self._curves: dict[tuple[int, ...], AllReduceCurves] = {}
 
     def __call__(self, members: tuple[int, ...], nbytes: float, algorithm: str) -> str:
@@ -245,7 +247,8 @@ class _HalfAlgorithms:
         if curves is None:
             c = self._cluster
             curves = self._curves[members] = allreduce_curves(
-                members, c.route, self._bw.__getitem__, self._lat.__getitem__, server_of=c.server_of
+                members, c.route, self._bw.__getitem__, self._lat.__getitem__, server_of=c.server_of,
+                link_class=self._cls.__getitem__,
             )
         return half_algorithm(curves, nbytes, algo).value
 

@@ -20,6 +20,7 @@ import simpy
 
 from pipesim.errors import invalid
 from pipesim.plan import Plan
+from pipesim.profiles.costmodels.nccl_protocol import link_classes
 from pipesim.profiles.hardware.cluster import Cluster
 from pipesim.profiles.models.profile import ModelProfile
 from pipesim.schedules import Schedule
@@ -76,6 +77,7 @@ class _Engine:
             free_links=options.free_links,
             contention=options.contention,
             link_stretches=self.link_stretches,
+            link_classes=link_classes(cluster.links),
         )
         self.arrivals: dict[tuple[str, int, int, int], _Arrival] = {}
         # p2p streams (src device, dst device) with a transfer on the wire -> sends queued behind

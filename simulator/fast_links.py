@@ -8,6 +8,7 @@ import math
 
 import simpy
 
+from pipesim.profiles.costmodels.nccl_protocol import link_classes
 from pipesim.profiles.hardware.cluster import Cluster
 from pipesim.simulator.network import Network
 from pipesim.simulator.scatter_gather import collective
@@ -69,6 +70,7 @@ class Transfers:
             [link.latency_s for link in links],
             free_links=self.free,
             contention=False,
+            link_classes=link_classes(links),
         )
 
     def time_s(self, route: tuple[int, ...], nbytes: float) -> float:

@@ -44,6 +44,7 @@ from pipesim.simulator.collective_steps import (
     ring_routes,
     ring_steps,
     server_steps,
+    step_handoff_s,
 )
 from pipesim.simulator.collectives import allreduce
 from pipesim.simulator.network import Network
@@ -178,16 +179,20 @@ def _half(
     # the all-reduce's protocol on the same algorithm: half its launch, its hand-off per step
     protocol = call_protocol(network, order, route, server_of, nbytes, algo)
     wire = protocol.wire_factor * nbytes
-    launch, step_s = protocol.ring_launch_s / 2, protocol.ring_step_s
+    launch = protocol.ring_launch_s / 2
     if algo is AllReduceAlgorithm.HIERARCHICAL and server_of is not None:
         groups = group_by_server(order, server_of)
         if is_even(groups):
             intra, inter, k, g = hierarchy(network, groups, wire, route)
-            body = _half_body(env, network, intra, inter, wire, k, g, tag, step_s, gather=gather)
+            intra_routes = [r for rings, _ in intra for ring in rings for r in ring]
+            intra_s = step_handoff_s(network, protocol, intra_routes)
+            inter_s = step_handoff_s(network, protocol, [r for ring in inter for r in ring])
+            body = _half_body(env, network, intra, inter, wire, k, g, tag, (intra_s, inter_s), gather=gather)
             return launched(env, launch, body)
         order = [m for group in groups for m in group]
     routes = ring_routes(network, order, route)
-    body = ring_steps(env, network, routes, wire / n / len(routes), n - 1, tag, step_s)
+    step_s = step_handoff_s(network, protocol, [r for ring in routes for r in ring])
+    body = ring_steps(env, network, routes, wire / n / len(routes), n - 1, tag, step_s, classed=True)
     return launched(env, launch, body)
 
 
@@ -200,15 +205,15 @@ def _half_body(
     k: int,
     g: int,
     tag: object,
-    step_s: float,
+    step_s: tuple[float, float],
     *,
     gather: bool,
 ) -> Process:
     """The hierarchical reduce-scatter (intra-server, then inter-server) or all-gather (reversed),
-    each step after a hand-off of ``step_s`` seconds."""
+    each step after its hand-off (``step_s``: the intra-server steps', the inter-server steps')."""
     phases = ("inter", "intra") if gather else ("intra", "inter")
     for phase in phases:
         if phase == "intra" and g > 1:
-            yield from server_steps(env, network, intra, g - 1, tag, step_s)
+            yield from server_steps(env, network, intra, g - 1, tag, step_s[0], classed=True)
         elif phase == "inter" and k > 1:
-            yield from ring_steps(env, network, inter, nbytes / g / k, k - 1, tag, step_s)
+            yield from ring_steps(env, network, inter, nbytes / g / k, k - 1, tag, step_s[1], classed=True)

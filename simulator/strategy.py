@@ -24,6 +24,7 @@ import simpy
 
 from pipesim.errors import check_nonneg, invalid
 from pipesim.profiles.costmodels.collective import AllReduceAlgorithm
+from pipesim.profiles.costmodels.nccl_protocol import link_classes
 from pipesim.profiles.hardware.cluster import Cluster
 from pipesim.simulator.collectives import allreduce
 from pipesim.simulator.network import Network
@@ -166,6 +167,7 @@ def simulate_strategy(
         env,
         [link.bandwidth_bytes_per_s for link in cluster.links],
         [link.latency_s for link in cluster.links],
+        link_classes=link_classes(cluster.links),
     )
     timings: list[StepTiming] = []
 

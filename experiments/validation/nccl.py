@@ -22,9 +22,15 @@ numbering, measured up to 128 MiB in a 2019 blog post. The two set NVLink2's ach
 (0.9, ``links.toml``); NVLink3/4 keep 0.8, which the A100 and H100 records hold.
 
 The 2019 run is held along its curve, not at one point: 8 bytes (latency-bound, NCCL's LL
-protocol), 4, 16, 32, 64 and 128 MiB (bandwidth still rising, Simple). Below the asymptote the
-time is NCCL's per-call launch and per-step hand-off (NCCL's tuning table, modelled in
-:mod:`pipesim.profiles.costmodels.nccl_protocol`) added to the ring's route latencies and bytes.
+protocol), 4, 16, 32, 64 and 128 MiB (bandwidth still rising, Simple). It was measured with an
+NCCL before 2.5 (the post is from 2019-09; 2.5.6, 2019-11, is the first release with the tuner's
+per-link-class latencies and LL128), so it is computed without link classes
+(``nccl_tuner=False``): per call NCCL's launch, per step the route latencies plus the NVLink
+hand-off. Every other record runs with the cluster's link classes, as the simulator does
+(:mod:`pipesim.profiles.costmodels.nccl_protocol`: a step inside a server costs NCCL's own
+hand-off for its link class, LL128 where the routes are NVLink), and small messages are held on
+a DGX H100: 8 bytes in 13.7 us and 1 MiB in 27.4 us, measured with one process per GPU
+(NVIDIA/dgxc-benchmarking, ``nccl/README.md``).
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from __future__ import annotations
 import simpy
 
 from experiments.validation.record import Record
+from pipesim.profiles.costmodels.nccl_protocol import link_classes
 from pipesim.profiles.hardware.cluster import Cluster, get_cluster
 from pipesim.simulator.collectives import allreduce
 from pipesim.simulator.network import Network
@@ -39,12 +46,23 @@ from pipesim.simulator.network import Network
 __all__ = ["allreduce_busbw_gb_per_s", "allreduce_time_s", "records"]
 
 
-def allreduce_time_s(cluster: Cluster, members: int, nbytes: float, algorithm: str = "auto") -> float:
+def allreduce_time_s(
+    cluster: Cluster, members: int, nbytes: float, algorithm: str = "auto", *, nccl_tuner: bool = True
+) -> float:
     """Seconds the simulator's all-reduce of ``nbytes`` per rank among devices ``0 .. members - 1``
-    of ``cluster`` takes, alone on its links."""
+    of ``cluster`` takes, alone on its links.
+
+    ``nccl_tuner``: NCCL 2.5 or later (the network knows its links' classes: NCCL's hand-off per
+    link class, LL128); false for an older NCCL (route latencies plus the NVLink hand-off).
+    """
     env = simpy.Environment()
     links = cluster.links
-    network = Network(env, [link.bandwidth_bytes_per_s for link in links], [link.latency_s for link in links])
+    network = Network(
+        env,
+        [link.bandwidth_bytes_per_s for link in links],
+        [link.latency_s for link in links],
+        link_classes=link_classes(links) if nccl_tuner else None,
+    )
     body = allreduce(
         env,
         network,
@@ -59,19 +77,50 @@ def allreduce_time_s(cluster: Cluster, members: int, nbytes: float, algorithm: s
     return float(env.now)
 
 
-def allreduce_busbw_gb_per_s(cluster: Cluster, members: int, nbytes: float, algorithm: str = "auto") -> float:
+def allreduce_busbw_gb_per_s(
+    cluster: Cluster, members: int, nbytes: float, algorithm: str = "auto", *, nccl_tuner: bool = True
+) -> float:
     """nccl-tests bus bandwidth, GB/s (1e9 bytes/s), of an all-reduce of ``nbytes`` per rank among
-    devices ``0 .. members - 1`` of ``cluster``, simulated alone on its links."""
-    algbw = nbytes / allreduce_time_s(cluster, members, nbytes, algorithm)
+    devices ``0 .. members - 1`` of ``cluster``, simulated alone on its links (``nccl_tuner``: as
+    in :func:`allreduce_time_s`)."""
+    algbw = nbytes / allreduce_time_s(cluster, members, nbytes, algorithm, nccl_tuner=nccl_tuner)
     return algbw * 2 * (members - 1) / members / 1e9
 
 
-def _busbw(preset: str, members: int, nbytes: float, algorithm: str = "auto") -> float:
-    return allreduce_busbw_gb_per_s(get_cluster(preset), members, nbytes, algorithm)
+def _busbw(
+    preset: str, members: int, nbytes: float, algorithm: str = "auto", *, nccl_tuner: bool = True
+) -> float:
+    return allreduce_busbw_gb_per_s(get_cluster(preset), members, nbytes, algorithm, nccl_tuner=nccl_tuner)
 
 
-def _time_us(preset: str, members: int, nbytes: float) -> float:
-    return allreduce_time_s(get_cluster(preset), members, nbytes) * 1e6
+def _time_us(preset: str, members: int, nbytes: float, *, nccl_tuner: bool = True) -> float:
+    return allreduce_time_s(get_cluster(preset), members, nbytes, nccl_tuner=nccl_tuner) * 1e6
+
+
+_DGXC = (
+    "NVIDIA/dgxc-benchmarking (github.com/NVIDIA/dgxc-benchmarking), nccl/README.md (commit 46e4201), "
+    "'View sample output (AllReduce excerpt)': all_reduce_perf -b 8 -e 16G on 8 x NVIDIA H100 80GB "
+    "HBM3 of one server (one process per GPU)"
+)
+
+
+def _h100_small_record(nbytes: int, label: str, published: float, note: str) -> Record:
+    """A row of NVIDIA's DGX H100 all_reduce_perf sample output: the time of a small all-reduce."""
+    return Record(
+        name=f"nccl-h100-8gpu-allreduce-{label}-latency",
+        source=f"{_DGXC}, {nbytes}-byte row: out-of-place time {published:g} us",
+        quantity=f"all-reduce time of {nbytes} bytes per rank, 8 x H100 on NVSwitch (us)",
+        kind="absolute",
+        published=published,
+        predict=lambda: _time_us("dgx-h100-x4", 8, nbytes),
+        tolerance=0.15,
+        note=(
+            "devices 0-7 of dgx-h100-x4, with link classes: NCCL's ring LL, launch 6.6 us and 14 "
+            "steps of NCCL's NVLink hand-off (0.6 us, the route's own latency inside it); "
+            + note
+            + "; held to 15%, the tolerance of the latency-dominated records"
+        ),
+    )
 
 
 def _cubemesh_record(mib: int, published: float, row: str, why: str) -> Record:
@@ -87,12 +136,13 @@ def _cubemesh_record(mib: int, published: float, row: str, why: str) -> Record:
         quantity=f"all-reduce bus bandwidth, 8 x V100 hybrid cube-mesh, {mib} MiB per rank (GB/s)",
         kind="absolute",
         published=published,
-        predict=lambda: _busbw("dgx1-v100", 8, mib * (1 << 20)),
+        predict=lambda: _busbw("dgx1-v100", 8, mib * (1 << 20), nccl_tuner=False),
         tolerance=0.10,
         note=(
             "devices 0-7 of dgx1-v100, as the 128 MiB record; the curve below the bandwidth "
             "asymptote: NCCL's per-call launch and per-step hand-off (Simple protocol, "
-            "profiles/costmodels/nccl_protocol.py)" + (f"; {why}" if why else "")
+            "profiles/costmodels/nccl_protocol.py), NCCL before 2.5 (no link classes, no LL128)"
+            + (f"; {why}" if why else "")
         ),
     )
 
@@ -172,7 +222,7 @@ def records() -> list[Record]:
             quantity="all-reduce bus bandwidth, 8 x V100 hybrid cube-mesh, 128 MiB per rank (GB/s)",
             kind="absolute",
             published=129.14,
-            predict=lambda: _busbw("dgx1-v100", 8, 128 * (1 << 20)),
+            predict=lambda: _busbw("dgx1-v100", 8, 128 * (1 << 20), nccl_tuner=False),
             tolerance=0.10,
             note=(
                 "devices 0-7 of dgx1-v100: the post's topology is the DGX-1 mesh with the second "
@@ -195,15 +245,31 @@ def records() -> list[Record]:
             quantity="all-reduce time of 8 bytes per rank, 8 x V100 hybrid cube-mesh (us)",
             kind="absolute",
             published=48.46,
-            predict=lambda: _time_us("dgx1-v100", 8, 8),
+            predict=lambda: _time_us("dgx1-v100", 8, 8, nccl_tuner=False),
             tolerance=0.15,
             note=(
-                "devices 0-7 of dgx1-v100: pipesim runs NCCL's LL protocol here (launch 6.6 us, 14 "
-                "ring steps of 2 us route latency and 0.6 us hand-off: 43 us). nccl-tests with -g 8 "
-                "drives all 8 GPUs from one thread, whose serial kernel launches add to the "
-                "measured time (not modelled); held to 15%, the tolerance of the latency-dominated "
-                "timing records of slow_network.py"
+                "devices 0-7 of dgx1-v100, NCCL before 2.5 (no link classes): pipesim runs LL here "
+                "(launch 6.6 us, 14 ring steps of 2 us route latency and 0.6 us hand-off: 43 us). "
+                "nccl-tests with -g 8 drives all 8 GPUs from one thread, whose serial kernel launches "
+                "add to the measured time (not modelled; NCCL 2.5's own estimate for this call is "
+                "15 us, as the DGX H100 record measures with one process per GPU); held to 15%, the "
+                "tolerance of the latency-dominated timing records of slow_network.py"
             ),
+        ),
+        _h100_small_record(
+            8,
+            "8b",
+            13.67,
+            "NCCL's tuner estimate is 15.0 us (was 43 us with the route latency added per step)",
+        ),
+        _h100_small_record(
+            1 << 20,
+            "1m",
+            27.37,
+            "the 1 MiB row: LL's doubled wire bytes at the ring's NVLink rate add 10 us. Between these "
+            "two rows (1 KiB to 256 KiB) pipesim is 11-20% short: the measured time grows from "
+            "13.7 to 20.4 us where pipesim's LL wire adds 2.5 us (NCCL caps LL's bandwidth, "
+            "``llMaxBws``, not modelled)",
         ),
         Record(
             name="nccl-a100-8gpu-allreduce-busbw",

@@ -47,9 +47,12 @@ evaluation at many sizes.
 **NCCL's protocols.** The lines above are the wire. A call adds its NCCL protocol's launch, a
 hand-off per step and sends the protocol's wire bytes (LL: 2 per byte), the protocol of least
 time chosen per size as NCCL's tuner does (:mod:`pipesim.profiles.costmodels.nccl_protocol`;
-:meth:`AllReduceCurves.timed_call`): LL for small, latency-bound messages, Simple for large
-ones, so the bus bandwidth keeps rising over tens of MiB as measured. Routes that are all ideal
-(zero latency, no overhead) pay nothing extra.
+:meth:`AllReduceCurves.timed_call`): LL for small, latency-bound messages, LL128 for medium ones
+over NVLink, Simple for large ones, so the bus bandwidth keeps rising over tens of MiB as
+measured. Given the links' classes (``link_class``), a step's hand-off is NCCL's figure for its
+class and the lines carry only the network links' latency; without them a step pays its routes'
+latency in the lines plus the NVLink figure (and no LL128). Routes that are all ideal (zero
+latency, no overhead) pay nothing extra.
 
 ``auto`` takes the fastest of the algorithms that apply (ties go to ring, then hierarchical):
 hierarchical with even servers, tree with members on two servers or more (NCCL's trees span
@@ -65,7 +68,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 
 from pipesim.errors import check_nonneg, invalid, parse_name
@@ -78,7 +81,15 @@ from pipesim.profiles.costmodels.lines import (
     scale_lines,
     step_lines,
 )
-from pipesim.profiles.costmodels.nccl_protocol import IDEAL, NVLS_PROTOCOL, PROTOCOLS, Protocol
+from pipesim.profiles.costmodels.nccl_protocol import (
+    IDEAL,
+    NVLS_PROTOCOL,
+    PROTOCOLS,
+    LinkClass,
+    Protocol,
+    protocols_for,
+    route_class,
+)
 from pipesim.profiles.costmodels.ring_topology import (
     LinkValue,
     RouteFn,
@@ -185,6 +196,15 @@ class AllReduceCurves:
             ring's for uneven servers).
         timed: whether NCCL's protocol costs apply: some route among the members has a latency
             or a per-transfer overhead (all-ideal routes: the bare wire, as the closed forms).
+        hierarchical_inter_steps: of ``hierarchical_steps``, those on the inter-server rings
+            (``2 (k - 1)``; 0 for the server-ordered ring).
+        classes: the :class:`~pipesim.profiles.costmodels.nccl_protocol.LinkClass` of the ring's,
+            the hierarchical form's intra- and inter-server and the tree's steps (a step's class:
+            its slowest route's), where the curves were given link classes: a step's hand-off is
+            then NCCL's figure for its class and the lines carry only the network links'
+            latencies (:mod:`pipesim.profiles.costmodels.nccl_protocol`); ``None``: every step
+            pays its routes' latency in the lines plus the protocol's NVLink figure.
+        protocols: the protocols a call chooses from (LL128 only with link classes).
     """
 
     ring: Lines
@@ -196,6 +216,41 @@ class AllReduceCurves:
     ring_steps: int = 0
     hierarchical_steps: int = 0
     timed: bool = False
+    hierarchical_inter_steps: int = 0
+    classes: tuple[LinkClass, LinkClass, LinkClass, LinkClass] | None = None
+    protocols: tuple[Protocol, ...] = PROTOCOLS
+    _fixed: dict[AllReduceAlgorithm, tuple[tuple[Protocol, float], ...]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+    """Per algorithm, each protocol and its :meth:`fixed_s` (filled when first asked)."""
+
+    def handoff_s(self, protocol: Protocol, algorithm: AllReduceAlgorithm, *, inter: bool = False) -> float:
+        """Seconds of one step's hand-off with ``protocol`` in ``algorithm`` (``ring``,
+        ``hierarchical``: its intra-server steps, or with ``inter`` its inter-server ones;
+        ``tree``): NCCL's figure for the step's link class, or without classes the NVLink
+        figure added to the routes' latencies."""
+        tree = algorithm is AllReduceAlgorithm.TREE
+        if self.classes is None:
+            return protocol.step_s(tree=tree)
+        if tree:
+            return protocol.handoff_s(self.classes[3], tree=True)
+        if algorithm is AllReduceAlgorithm.HIERARCHICAL:
+            return protocol.handoff_s(self.classes[2 if inter else 1])
+        return protocol.handoff_s(self.classes[0])
+
+    def fixed_s(self, protocol: Protocol, algorithm: AllReduceAlgorithm) -> float:
+        """Seconds of one call of ``algorithm`` with ``protocol`` besides its wire: the launch
+        and every step's hand-off (an algorithm that applies; not ``auto`` or ``nvls``)."""
+        if algorithm is AllReduceAlgorithm.TREE and self.tree is not None:
+            return protocol.tree_launch_s + 2 * self.tree.depth * self.handoff_s(protocol, algorithm)
+        if algorithm is AllReduceAlgorithm.HIERARCHICAL and self.hierarchical is not None:
+            inter = self.hierarchical_inter_steps
+            return (
+                protocol.ring_launch_s
+                + (self.hierarchical_steps - inter) * self.handoff_s(protocol, algorithm)
+                + inter * self.handoff_s(protocol, algorithm, inter=True)
+            )
+        return protocol.ring_launch_s + self.ring_steps * self.handoff_s(protocol, AllReduceAlgorithm.RING)
 
     def _call(self, nbytes: float, algo: AllReduceAlgorithm) -> tuple[Protocol, float]:
         """``(protocol, seconds)`` of one call of an algorithm that applies (not ``auto``)."""
@@ -205,15 +260,12 @@ class AllReduceCurves:
         wire = self._wire_s(algo, nbytes)
         if not self.timed:
             return IDEAL, wire
-        depth = self.tree.depth if algo is AllReduceAlgorithm.TREE and self.tree is not None else -1
-        steps = self.hierarchical_steps if algo is AllReduceAlgorithm.HIERARCHICAL else self.ring_steps
         slope = -1.0  # a lower bound on (wire(f x) - wire(x)) / ((f - 1) x), found when needed
         best, best_s = IDEAL, math.inf
-        for protocol in PROTOCOLS:  # best_protocol inline (the planner's DP calls this a lot)
-            if depth >= 0:
-                fixed = protocol.tree_launch_s + 2 * depth * protocol.tree_step_s
-            else:
-                fixed = protocol.ring_launch_s + steps * protocol.ring_step_s
+        fixed_costs = self._fixed.get(algo)
+        if fixed_costs is None:
+            fixed_costs = self._fixed[algo] = tuple((p, self.fixed_s(p, algo)) for p in self.protocols)
+        for protocol, fixed in fixed_costs:  # best_protocol inline (the planner's DP calls this a lot)
             extra = protocol.wire_factor - 1.0
             if extra > 0:
                 # wire is convex (a max of lines; the tree's stream too): wire(f x) >= wire(x) +
@@ -317,6 +369,7 @@ def allreduce_curves(
     *,
     server_of: Callable[[int], int] | None = None,
     overhead_s: float = 0.0,
+    link_class: Callable[[int], LinkClass] | None = None,
 ) -> AllReduceCurves:
     """Ring, hierarchical, tree and NVLS all-reduce time curves among ``members`` (module docstring).
 
@@ -326,7 +379,12 @@ def allreduce_curves(
         bandwidth: ``bandwidth(link)`` bytes/s.
         latency: ``latency(link)`` seconds.
         server_of: ``server_of(device)``; without it there is no hierarchical form.
-        overhead_s: fixed time per chunk transfer, seconds.
+        overhead_s: fixed time per chunk transfer, seconds (not charged with ``link_class``:
+            NCCL's hand-off is the whole cost of a step).
+        link_class: ``link_class(link)``, NCCL's class of each link: with it a step's hand-off
+            is NCCL's figure for its class, only network links add their latency, and LL128
+            is offered (:mod:`pipesim.profiles.costmodels.nccl_protocol`); without it every
+            step pays its routes' latency and the protocol's NVLink figure.
 
     Raises:
         InputError: no members or duplicates.
@@ -337,78 +395,95 @@ def allreduce_curves(
     n = len(order)
     if n == 1:
         return AllReduceCurves(ring=(), hierarchical=None, even=True)
+    wire_latency = latency if link_class is None else _network_latency(latency, link_class)
+    wire_overhead = overhead_s if link_class is None else 0.0
+    used: list[tuple[int, ...]] = []  # every route a step crosses (for timed and classes)
 
-    def ring_of(seq: Sequence[int]) -> Lines:
+    def ring_of(seq: Sequence[int]) -> tuple[Lines, list[tuple[int, ...]]]:
         rings = ring_set(seq, route, bandwidth)
-        steps = step_lines(
-            [route(r[i], r[(i + 1) % n]) for r in rings for i in range(n)],
-            1.0 / (n * len(rings)),
-            bandwidth,
-            latency,
-            overhead_s=overhead_s,
-        )
-        return scale_lines(steps, 2.0 * (n - 1))
+        routes = [route(r[i], r[(i + 1) % n]) for r in rings for i in range(n)]
+        used.extend(routes)
+        steps = step_lines(routes, 1.0 / (n * len(rings)), bandwidth, wire_latency, overhead_s=wire_overhead)
+        return scale_lines(steps, 2.0 * (n - 1)), routes
 
-    ring = ring_of(order)
-    tree = tree_cost(double_binary_tree(order, server_of), route, bandwidth, latency, overhead_s=overhead_s)
+    def class_of(routes: Sequence[tuple[int, ...]]) -> LinkClass:
+        if link_class is None:
+            return LinkClass.NVLINK
+        return max((route_class(r, link_class) for r in routes), default=LinkClass.NVLINK)
+
+    ring, ring_routes = ring_of(order)
+    shape = double_binary_tree(order, server_of)
+    tree = tree_cost(shape, route, bandwidth, wire_latency, overhead_s=wire_overhead)
+    tree_routes = [route(c, p) for c, p in shape.up] + [route(p, c) for c, p in shape.up]
+    used.extend(tree_routes)
     ports = nvls_ports(order, route, server_of)
     nvls = _nvls_lines(ports, bandwidth, latency, overhead_s) if ports is not None else None
-    timed = _timed(ring, tree.up, tree.down, nvls or ())
     ring_steps = 2 * (n - 1)
-    if server_of is None:
-        return AllReduceCurves(
-            ring=ring, hierarchical=None, even=True, tree=tree, nvls=nvls, ring_steps=ring_steps, timed=timed
-        )
-    groups = group_by_server(order, server_of)
-    even = len({len(x) for x in groups}) == 1
-    spans = len(groups) > 1
-    if len(groups) == 1 or (even and len(groups[0]) == 1):
-        return AllReduceCurves(
-            ring=ring, hierarchical=None, even=even, tree=tree, tree_in_auto=spans, nvls=nvls,
-            ring_steps=ring_steps, timed=timed,
-        )
-    if not even:
-        flat = ring_of([m for x in groups for m in x])
-        return AllReduceCurves(
-            ring=ring,
-            hierarchical=flat,
-            even=False,
-            tree=tree,
-            tree_in_auto=True,
-            ring_steps=ring_steps,
-            hierarchical_steps=ring_steps,
-            timed=timed or _timed(flat),
-        )
-    k, g = len(groups), len(groups[0])
-    intra_steps: list[tuple[float, float]] = []
-    for x in groups:  # each server on its own rings (several over a DGX-1's NVLinks)
-        rings = ring_set(x, route, bandwidth)
-        intra_steps += step_lines(
-            [route(r[i], r[(i + 1) % g]) for r in rings for i in range(g)],
-            1.0 / (g * len(rings)),
-            bandwidth,
-            latency,
-            overhead_s=overhead_s,
-        )
-    intra = prune_lines(intra_steps)
-    inter = step_lines(
-        [route(groups[s][j], groups[(s + 1) % k][j]) for j in range(g) for s in range(k)],
-        1.0 / (g * k),
-        bandwidth,
-        latency,
-        overhead_s=overhead_s,
-    )
-    hier = add_lines(scale_lines(intra, 2.0 * (g - 1)), scale_lines(inter, 2.0 * (k - 1)))
+    ring_class, tree_class = class_of(ring_routes), class_of(tree_routes)
+    intra_class = inter_class = ring_class
+    hier: Lines | None = None
+    even = True
+    tree_in_auto = False
+    hier_steps = inter_steps = 0
+    if server_of is not None:
+        groups = group_by_server(order, server_of)
+        even = len({len(x) for x in groups}) == 1
+        tree_in_auto = len(groups) > 1
+        if len(groups) == 1 or (even and len(groups[0]) == 1):
+            pass
+        elif not even:
+            hier, flat_routes = ring_of([m for x in groups for m in x])
+            intra_class = inter_class = class_of(flat_routes)
+            hier_steps = ring_steps
+        else:
+            k, g = len(groups), len(groups[0])
+            intra_steps: list[tuple[float, float]] = []
+            intra_routes: list[tuple[int, ...]] = []
+            for x in groups:  # each server on its own rings (several over a DGX-1's NVLinks)
+                rings = ring_set(x, route, bandwidth)
+                routes = [route(r[i], r[(i + 1) % g]) for r in rings for i in range(g)]
+                intra_routes += routes
+                intra_steps += step_lines(
+                    routes, 1.0 / (g * len(rings)), bandwidth, wire_latency, overhead_s=wire_overhead
+                )
+            intra = prune_lines(intra_steps)
+            inter_routes = [route(groups[s][j], groups[(s + 1) % k][j]) for j in range(g) for s in range(k)]
+            inter = step_lines(inter_routes, 1.0 / (g * k), bandwidth, wire_latency, overhead_s=wire_overhead)
+            used.extend(intra_routes + inter_routes)
+            hier = add_lines(scale_lines(intra, 2.0 * (g - 1)), scale_lines(inter, 2.0 * (k - 1)))
+            intra_class, inter_class = class_of(intra_routes), class_of(inter_routes)
+            hier_steps, inter_steps = 2 * (g - 1) + 2 * (k - 1), 2 * (k - 1)
+    timed = (overhead_s > 0 and any(used)) or any(latency(link) > 0 for r in used for link in r)
+    if nvls is not None:
+        timed = timed or _timed(nvls)
+    classes = None
+    protocols: tuple[Protocol, ...] = PROTOCOLS
+    if link_class is not None:
+        classes = (ring_class, intra_class, inter_class, tree_class)
+        protocols = protocols_for([route_class(r, link_class) for r in used])
     return AllReduceCurves(
         ring=ring,
         hierarchical=hier,
-        even=True,
+        even=even,
         tree=tree,
-        tree_in_auto=True,
+        tree_in_auto=tree_in_auto,
+        nvls=nvls if hier is None else None,
         ring_steps=ring_steps,
-        hierarchical_steps=2 * (g - 1) + 2 * (k - 1),
-        timed=timed or _timed(intra, inter),
+        hierarchical_steps=hier_steps,
+        timed=timed,
+        hierarchical_inter_steps=inter_steps,
+        classes=classes,
+        protocols=protocols,
     )
+
+
+def _network_latency(latency: LinkValue, link_class: Callable[[int], LinkClass]) -> LinkValue:
+    """``latency`` on network links, 0 on the others (their latency is inside NCCL's hand-off)."""
+
+    def wire(link: int) -> float:
+        return latency(link) if link_class(link) is LinkClass.NET else 0.0
+
+    return wire
 
 
 def _timed(*line_sets: Lines) -> bool:
@@ -426,12 +501,14 @@ def allreduce_time_s(
     server_of: Callable[[int], int] | None = None,
     algorithm: str | AllReduceAlgorithm = AllReduceAlgorithm.AUTO,
     overhead_s: float = 0.0,
+    link_class: Callable[[int], LinkClass] | None = None,
 ) -> float:
     """Estimated all-reduce time of ``nbytes`` per member among ``members``, seconds.
 
     ``algorithm``: ``auto`` (the fastest that applies, see the module docstring), ``ring``,
     ``hierarchical`` (uneven servers: the ring ordered by server), ``tree`` or ``nvls`` (where
-    it does not apply: the ring). One member costs 0.
+    it does not apply: the ring). ``link_class``: as in :func:`allreduce_curves`. One member
+    costs 0.
 
     Raises:
         InputError: unknown algorithm (:class:`~pipesim.errors.UnknownNameError`), bad members,
@@ -441,5 +518,7 @@ def allreduce_time_s(
     check_nonneg("nbytes", nbytes)
     if algorithm is AllReduceAlgorithm.HIERARCHICAL and server_of is None:
         raise invalid("server_of", None, "is required for the hierarchical all-reduce")
-    curves = allreduce_curves(members, route, bandwidth, latency, server_of=server_of, overhead_s=overhead_s)
+    curves = allreduce_curves(
+        members, route, bandwidth, latency, server_of=server_of, overhead_s=overhead_s, link_class=link_class
+    )
     return curves.time_s(nbytes, algorithm)

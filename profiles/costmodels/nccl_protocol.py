@@ -16,30 +16,41 @@ protocol) the protocol's hand-off between neighbours at each of the algorithm's 
 (``2 (n - 1)`` for a ring all-reduce), and the bandwidth is the links' with a per-protocol
 factor (LL ring: ``busBw * .5``).
 
-pipesim keeps the wire in the route model (each step's chunks pay their route's latency and
-cross its links at the achievable bandwidth, :mod:`pipesim.profiles.costmodels.collective`) and
-adds, per call, the protocol's launch, per step its hand-off (:attr:`Protocol.ring_step_s`), and
-sends ``wire_factor`` bytes per payload byte. The constants are NCCL's NVLink figures, used on
-every route (the cost model's callables do not tell link classes apart; across a network the
-route's own latency carries most of a step's cost): ring LL 6.6 us per call and 0.6 us per
-step, Simple 8.4 us and 3.4 us; tree LL 6.8 and 0.6, Simple 8.4 and 4.0; NVLS 25 us per call
-(``hwLatencies`` NVLink NVLS Simple, NCCL's whole NVLS latency inside a server).
+pipesim keeps the wire in the route model (each step's chunks cross their routes' links at the
+achievable bandwidth, :mod:`pipesim.profiles.costmodels.collective`) and adds, per call, the
+protocol's launch, per step its hand-off, and sends ``wire_factor`` bytes per payload byte.
 
-**Not modelled (yet): LL128 and per-link-class hand-offs.** NCCL's table (same file and commit)
-also has LL128: 128-byte lines with an 8-byte flag, ``baseLatencies`` 14.0 us (ring and tree),
-``hwLatencies`` NVLink ring 1.9 us and tree 1.25 us per step (PCI 2.5 / 1.9, NET 4.0 / 8.5), and
-a ring bandwidth of ``busBw * 0.92`` (the comment gives 120/128) capped at 20 GB/s per channel
-on Volta and Ampere, 36.7 on Hopper (``perChMaxRingLL128Bws``); tree ``busBw * 7/9`` inside one
-node. NCCL enables it by default only where the graph's intra-node paths are NVLink
-(``typeIntra <= PATH_NVB``), the NIC path is at most PXB (PXN on Hopper and later), compute
-capability >= 7.0 and equal on all ranks (the ``protoEnable`` pass of ``ncclTopoTuneModel``).
-The per-step ``hwLatencies`` also differ by link class: LL ring 0.6 (NVLink), 1.0 (PCI), 2.7 us
-(NET); Simple ring 3.4, 5.7, 14.0 us. Both need the class of each route's links (NVLink, PCIe,
-network: ``LinkKind`` on the cluster's links), which the cost model's callables and the
-simulator's :class:`~pipesim.simulator.network.Network` do not carry; and the 2019 DGX-1 curve
-held in ``experiments/validation/nccl.py`` was measured before LL128 existed (NCCL 2.5.6,
-2019-11-19, is the first release with ``src/graph/tuning.cc`` and LL128), so a model of recent
-NCCL needs a record of a recent curve beside it (docs/communication.md, "Limit").
+**Hand-offs by link class.** NCCL's per-step figure depends on the class of the links a step
+crosses (``hwLatencies[NVLINK | PCI | NET]``; :class:`LinkClass`, a route's class being its
+slowest kind of link: :func:`route_class`): ring LL 0.6, 1.0, 2.7 us; LL128 1.9, 2.5, 4.0 us;
+Simple 3.4, 5.7, 14.0 us; tree LL 0.6, 1.0, 5.0; LL128 1.25, 1.9, 8.5; Simple 4.0, 4.0, 14.0 us
+(:attr:`Protocol.ring_handoff_s`, :attr:`Protocol.tree_handoff_s`). Where a collective's cost
+is given its links' classes (``link_class`` of
+:func:`~pipesim.profiles.costmodels.collective.allreduce_curves`, the simulator's
+:class:`~pipesim.simulator.network.Network` built with ``link_classes``) that figure is the
+whole hand-off of a step inside a server: the NVLink and PCIe links' own latencies (the catalog's
+~2 us, a ``cudaMemcpy``-level point-to-point figure) are not added to it, and no per-transfer
+overhead is; a step that crosses the network adds its network links' latency (the wire and its
+switches: 1.5 us per InfiniBand switch, 25 us over TCP, milliseconds over a WAN) to NCCL's NET
+figure. So an 8-byte all-reduce on 8 NVLink GPUs costs NCCL's own estimate, ``6.6 + 14 x 0.6 =
+15.0`` us (ring LL), as measured on a DGX H100 (13.7 us, ``experiments/validation/nccl.py``).
+Without classes (the default of the cost callables) every step pays its route's latency plus
+the protocol's NVLink figure (:attr:`Protocol.ring_step_s`), as before.
+
+**LL128** (NCCL >= 2.5): 128-byte lines with one 8-byte flag, ``baseLatencies`` 14.0 us (ring and
+tree), ring bandwidth ``busBw * 0.92`` (the comment gives 120/128: :attr:`LL128` sends
+``1 / 0.92`` wire bytes per byte). NCCL enables it by default only where the graph's intra-node
+paths are NVLink (``typeIntra <= PATH_NVB``), the NIC path is at most PXB (PXN on Hopper and
+later), compute capability >= 7.0 and equal on all ranks (the ``protoEnable`` pass of
+``ncclTopoTuneModel``). pipesim offers it only with link classes, and only where no route of the
+collective is PCIe-class (:func:`protocols_for`); not modelled: the per-channel cap of its
+ring bandwidth (20 GB/s per channel on Volta and Ampere, 36.7 on Hopper:
+``perChMaxRingLL128Bws``; pipesim has no channel count), the tree's own factors (``7/9`` inside a
+node, ``120/128`` across: the ring's is used), the NIC's PCIe path (taken as PXB, as in DGX
+servers) and the GPU generation (every device taken as Volta or later). The 2019 DGX-1 curve
+held in ``experiments/validation/nccl.py`` was measured with NCCL before 2.5 (2.5.6, 2019-11-19,
+is the first release with ``src/graph/tuning.cc`` and LL128): it is computed without link
+classes (``nccl_tuner=False`` there).
 
 **Ideal links.** Where every route of a collective has zero latency (and no per-transfer
 overhead) nothing is charged: such links are ideal, as in the closed-form tests, and the
@@ -48,21 +59,59 @@ collective runs as :data:`IDEAL` (no launch, no hand-off, one wire byte per byte
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+import math
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from enum import IntEnum
 
-from pipesim.errors import check_nonneg, check_positive
+from pipesim.errors import check_nonneg, check_positive, invalid
+from pipesim.profiles.hardware.fabric import LinkTable
+from pipesim.profiles.hardware.topology import Link, LinkKind
 
 __all__ = [
     "IDEAL",
     "LL",
+    "LL128",
     "NVLS_PROTOCOL",
     "PROTOCOLS",
     "SIMPLE",
+    "LinkClass",
     "Protocol",
     "best_protocol",
     "call_time_s",
+    "link_classes",
+    "protocols_for",
+    "route_class",
 ]
+
+
+class LinkClass(IntEnum):
+    """NCCL's classes of hardware for its per-step latencies (``NCCL_HW_NVLINK``, ``_PCI``, ``_NET``),
+    ordered from fastest to slowest hand-off."""
+
+    NVLINK = 0
+    PCI = 1
+    NET = 2
+
+
+_KIND_CLASS = {
+    LinkKind.NVLINK: LinkClass.NVLINK,
+    LinkKind.PCIE: LinkClass.PCI,
+    LinkKind.NETWORK: LinkClass.NET,
+}
+
+
+def link_classes(links: Iterable[Link] | LinkTable) -> list[LinkClass]:
+    """NCCL's class of each of a cluster's links, in index order (NVLink, PCIe, network)."""
+    if isinstance(links, LinkTable):
+        return [_KIND_CLASS[kind] for kind in links.kinds()]
+    return [_KIND_CLASS[link.kind] for link in links]
+
+
+def route_class(route: Sequence[int], link_class: Callable[[int], LinkClass]) -> LinkClass:
+    """The class of a route: its slowest link's (NET if it crosses the network, else PCI if it
+    crosses PCIe, else NVLINK); NVLINK for an empty route."""
+    return max((link_class(link) for link in route), default=LinkClass.NVLINK)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -77,6 +126,9 @@ class Protocol:
         tree_step_s: per step of a tree, seconds.
         wire_factor: bytes on the wire per payload byte (LL: 2, half of each 8-byte store is
             its flag).
+        ring_handoff_s: per step of a ring by :class:`LinkClass` (NVLink, PCI, NET), seconds:
+            the whole hand-off where link classes are known; default 0 each.
+        tree_handoff_s: the same for a tree step.
     """
 
     name: str
@@ -85,19 +137,32 @@ class Protocol:
     ring_step_s: float
     tree_step_s: float
     wire_factor: float
+    ring_handoff_s: tuple[float, float, float] = field(default=(0.0, 0.0, 0.0))
+    tree_handoff_s: tuple[float, float, float] = field(default=(0.0, 0.0, 0.0))
 
     def __post_init__(self) -> None:
-        for field in ("ring_launch_s", "tree_launch_s", "ring_step_s", "tree_step_s"):
-            check_nonneg(field, getattr(self, field))
+        for name in ("ring_launch_s", "tree_launch_s", "ring_step_s", "tree_step_s"):
+            check_nonneg(name, getattr(self, name))
         check_positive("wire_factor", self.wire_factor)
+        for name in ("ring_handoff_s", "tree_handoff_s"):
+            values = getattr(self, name)
+            if len(values) != len(LinkClass):
+                raise invalid(name, values, "must give one figure per link class (NVLink, PCI, NET)")
+            for i, v in enumerate(values):
+                check_nonneg(f"{name}[{i}]", v)
 
     def launch_s(self, *, tree: bool = False) -> float:
         """Seconds per call (the tree's or the ring's)."""
         return self.tree_launch_s if tree else self.ring_launch_s
 
     def step_s(self, *, tree: bool = False) -> float:
-        """Seconds per step (the tree's or the ring's)."""
+        """Seconds per step (the tree's or the ring's) added to the route's latency, where link
+        classes are not known (the NVLink figure)."""
         return self.tree_step_s if tree else self.ring_step_s
+
+    def handoff_s(self, link_class: LinkClass, *, tree: bool = False) -> float:
+        """Seconds of a step's whole hand-off over links of ``link_class`` (the tree's or the ring's)."""
+        return (self.tree_handoff_s if tree else self.ring_handoff_s)[link_class]
 
 
 _US = 1e-6
@@ -109,9 +174,26 @@ LL = Protocol(
     ring_step_s=0.6 * _US,
     tree_step_s=0.6 * _US,
     wire_factor=2.0,
+    ring_handoff_s=(0.6 * _US, 1.0 * _US, 2.7 * _US),
+    tree_handoff_s=(0.6 * _US, 1.0 * _US, 5.0 * _US),
 )
-"""NCCL's LL: ``baseLatencies`` ring 6.6 us, tree 6.8 us; ``hwLatencies`` NVLink 0.6 us per
-step (ring and tree); half of the wire carries flags (NCCL's ring model: ``busBw * .5``)."""
+"""NCCL's LL: ``baseLatencies`` ring 6.6 us, tree 6.8 us; ``hwLatencies`` per step NVLink 0.6 us
+(ring and tree), PCI 1.0, NET 2.7 (ring) and 5.0 us (tree); half of the wire carries flags (NCCL's
+ring model: ``busBw * .5``)."""
+
+LL128 = Protocol(
+    name="LL128",
+    ring_launch_s=14.0 * _US,
+    tree_launch_s=14.0 * _US,
+    ring_step_s=1.9 * _US,
+    tree_step_s=1.25 * _US,
+    wire_factor=1.0 / 0.92,
+    ring_handoff_s=(1.9 * _US, 2.5 * _US, 4.0 * _US),
+    tree_handoff_s=(1.25 * _US, 1.9 * _US, 8.5 * _US),
+)
+"""NCCL's LL128: ``baseLatencies`` 14.0 us (ring and tree); ``hwLatencies`` per step NVLink 1.9 us
+(ring), 1.25 (tree), PCI 2.5 / 1.9, NET 4.0 / 8.5; ``busBw * 0.92`` (offered only with link
+classes, :func:`protocols_for`)."""
 
 SIMPLE = Protocol(
     name="Simple",
@@ -120,9 +202,11 @@ SIMPLE = Protocol(
     ring_step_s=3.4 * _US,
     tree_step_s=4.0 * _US,
     wire_factor=1.0,
+    ring_handoff_s=(3.4 * _US, 5.7 * _US, 14.0 * _US),
+    tree_handoff_s=(4.0 * _US, 4.0 * _US, 14.0 * _US),
 )
-"""NCCL's Simple: ``baseLatencies`` 8.4 us (ring and tree); ``hwLatencies`` NVLink ring 3.4 us,
-tree 4.0 us per step; the link's whole bandwidth."""
+"""NCCL's Simple: ``baseLatencies`` 8.4 us (ring and tree); ``hwLatencies`` per step NVLink ring
+3.4 us, tree 4.0; PCI 5.7 / 4.0; NET 14.0 / 14.0; the link's whole bandwidth."""
 
 NVLS_PROTOCOL = Protocol(
     name="NVLS",
@@ -141,29 +225,52 @@ IDEAL = Protocol(
 """No cost besides the wire: collectives over ideal (zero-latency) routes."""
 
 PROTOCOLS = (SIMPLE, LL)
-"""The protocols a collective chooses from, in tie-breaking order (Simple first)."""
+"""The protocols a collective chooses from without link classes, in tie-breaking order (Simple first)."""
+
+
+def protocols_for(classes: Sequence[LinkClass]) -> tuple[Protocol, ...]:
+    """The protocols a collective whose routes are of ``classes`` chooses from where link classes
+    are known, in tie-breaking order: Simple, LL and, where no route is PCIe-class (NCCL enables
+    LL128 only over NVLink inside a server, module docstring), LL128."""
+    if LinkClass.PCI in classes:
+        return PROTOCOLS
+    return (SIMPLE, LL, LL128)
 
 
 def call_time_s(
-    protocol: Protocol, steps: int, wire_s: Callable[[float], float], nbytes: float, *, tree: bool = False
+    protocol: Protocol,
+    steps: int,
+    wire_s: Callable[[float], float],
+    nbytes: float,
+    *,
+    tree: bool = False,
+    link_class: LinkClass | None = None,
 ) -> float:
-    """Seconds of one call of ``nbytes`` with ``protocol``: its launch, ``steps`` hand-offs and
+    """Seconds of one call of ``nbytes`` with ``protocol``: its launch, ``steps`` hand-offs (NCCL's
+    figure for ``link_class``; without one, the NVLink figure added to the wire's latencies) and
     ``wire_s(wire_factor * nbytes)`` (the algorithm's time on the routes, seconds)."""
-    fixed = protocol.launch_s(tree=tree) + steps * protocol.step_s(tree=tree)
-    return fixed + wire_s(protocol.wire_factor * nbytes)
+    step = protocol.step_s(tree=tree) if link_class is None else protocol.handoff_s(link_class, tree=tree)
+    return protocol.launch_s(tree=tree) + steps * step + wire_s(protocol.wire_factor * nbytes)
 
 
 def best_protocol(
-    steps: int, wire_s: Callable[[float], float], nbytes: float, *, timed: bool, tree: bool = False
+    steps: int,
+    wire_s: Callable[[float], float],
+    nbytes: float,
+    *,
+    timed: bool,
+    tree: bool = False,
+    link_class: LinkClass | None = None,
 ) -> tuple[Protocol, float]:
     """The protocol of least :func:`call_time_s` for ``nbytes`` (ties to Simple) and its time,
-    seconds, as NCCL's tuner chooses; :data:`IDEAL` and the bare wire time where not ``timed``
-    (every route of the collective ideal)."""
+    seconds, as NCCL's tuner chooses (with ``link_class``, among :func:`protocols_for` it);
+    :data:`IDEAL` and the bare wire time where not ``timed`` (every route of the collective ideal)."""
     if not timed:
         return IDEAL, wire_s(nbytes)
-    best, best_s = PROTOCOLS[0], call_time_s(PROTOCOLS[0], steps, wire_s, nbytes, tree=tree)
-    for protocol in PROTOCOLS[1:]:
-        t = call_time_s(protocol, steps, wire_s, nbytes, tree=tree)
+    protocols = PROTOCOLS if link_class is None else protocols_for([link_class])
+    best, best_s = IDEAL, math.inf
+    for protocol in protocols:
+        t = call_time_s(protocol, steps, wire_s, nbytes, tree=tree, link_class=link_class)
         if t < best_s:
             best, best_s = protocol, t
     return best, best_s

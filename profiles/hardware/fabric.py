@@ -353,6 +353,15 @@ class LinkTable(Sequence[Link]):
             out.extend(self._network.link(i).latency_s for i in range(self._network.num_links))
         return out
 
+    def kinds(self) -> list[LinkKind]:
+        """Every link's kind, in index order, without making the links."""
+        out: list[LinkKind] = []
+        for block in self._blocks:
+            out.extend([lk.kind for lk in block.template.links] * block.servers)
+        if self._network is not None:
+            out.extend([LinkKind.NETWORK] * self._network.num_links)
+        return out
+
     def _link(self, i: int) -> Link:
         net = self._network
         if net is not None and i >= net.base:

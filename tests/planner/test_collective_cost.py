@@ -15,7 +15,7 @@ from pipesim.planner.estimate import CostModel
 from pipesim.profiles import get_cluster, with_overrides, zoo_model
 from pipesim.profiles.costmodels.collective import allreduce_curves, allreduce_time_s
 from pipesim.profiles.costmodels.lines import eval_lines, prune_lines
-from pipesim.profiles.costmodels.nccl_protocol import SIMPLE
+from pipesim.profiles.costmodels.nccl_protocol import SIMPLE, link_classes
 from pipesim.simulator.collective_costs import estimate_allreduce_time_s
 from pipesim.simulator.network import Network
 
@@ -96,6 +96,7 @@ def test_planner_uses_it() -> None:
     cluster = get_cluster("dapple-2x8-v100")
     model = CostModel(zoo_model("gnmt16"), cluster)
     links = cluster.links
+    classes = link_classes(links)
     for devices in [(0, 1, 2, 3), (0, 8), (0, 8, 1, 9), tuple(range(16)), (3, 11, 4, 12)]:
         direct = allreduce_time_s(
             devices,
@@ -104,6 +105,7 @@ def test_planner_uses_it() -> None:
             lambda i: links[i].bandwidth_bytes_per_s,
             lambda i: links[i].latency_s,
             server_of=cluster.server_of,
+            link_class=classes.__getitem__,  # the planner's curves know the links' NCCL classes
         )
         assert model.allreduce_s(devices, 5e8) == pytest.approx(direct, rel=1e-12)
     # renumbering servers gives the same cost (the planner caches by that key)

@@ -305,7 +305,7 @@ def test_local_refill_matches_whole_component_refill(monkeypatch: pytest.MonkeyP
     ]
     local, net = run_jobs(caps, lats, jobs)
     assert net.stats.region_growths > 0  # the local path had to grow its region
-    monkeypatch.setattr("pipesim.simulator.network._MAX_LOCAL_ROUNDS", 1)
+    monkeypatch.setattr("pipesim.simulator.flow_sharing._MAX_LOCAL_ROUNDS", 1)
     whole, net = run_jobs(caps, lats, jobs)
     assert net.stats.component_refills > 0
     for i, t in local.items():
