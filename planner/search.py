@@ -19,7 +19,7 @@ from pipesim.planner.estimate import CostModel
 from pipesim.planner.megatron import MEGATRON_SHORTLIST, MegatronPins, estimate_3d, is_3d, megatron_plans
 from pipesim.planner.pipedream import pipedream_plans
 from pipesim.planner.placement import Placement, parse_placement
-from pipesim.planner.schedule_plans import schedule_plans
+from pipesim.planner.schedule_plans import schedule_plans, weighed_plans
 from pipesim.profiles.costmodels.sharding import GradCollective, parse_grad_reduce_dtype
 from pipesim.profiles.costmodels.zero3_runtime import Zero3Runtime
 from pipesim.profiles.hardware.cluster import Cluster
@@ -357,7 +357,7 @@ def plan(
     plans = _PLANNERS[planner](cost, global_batch_size, limit, keep, policies, microbatch_counts, full)
     if planner == "dapple":
         plans = _per_schedule(cost, plans, global_batch_size, limit, schedule, chunks, microbatch_counts,
-                              schedule_options)
+                              schedule_options, keep)
     if (grad_reduce_dtype is not None or collective is not GradCollective.REDUCE_SCATTER
             or runtime is not Zero3Runtime.FSDP):
         plans = [replace(p, grad_reduce_dtype=grad_reduce_dtype, zero1_grad_collective=collective,
@@ -400,8 +400,12 @@ def _per_schedule(
     chunks: int | None,
     microbatch_counts: Sequence[int] | None,
     options: Mapping[str, Any] | None = None,
+    keep: int | None = None,
 ) -> list[Plan]:
     """The DAPPLE proposals re-planned for ``schedule``, or for every planned schedule, ranked.
+
+    ``keep``: the shortlist's length; without a schedule, plans slower than the ``keep``-th
+    distinct one may be left out (:func:`~pipesim.planner.schedule_plans.weighed_plans`).
 
     Raises:
         Infeasible: no plan of the schedule fits in memory.
@@ -411,9 +415,9 @@ def _per_schedule(
         if chunks is not None:
             raise invalid("chunks", chunks, "needs a schedule (--schedule)")
         found = list(shapes)
-        for name in PLANNED_SCHEDULES[1:]:
-            more = schedule_plans(cost, shapes, name, limit, counts="all", allowed=microbatch_counts,
-                                  options=options)
+        # the plans at least as fast as the shortlist's last are exact (weighed_plans)
+        for more in weighed_plans(cost, shapes, PLANNED_SCHEDULES[1:], limit, counts="all",
+                                  allowed=microbatch_counts, options=options, keep=keep):
             found += _dapple_named(more)
         found.sort(key=lambda p: (p.estimate.iteration_time_s if p.estimate else math.inf))
         return found
