@@ -60,7 +60,7 @@ def test_floor_never_exceeds_the_estimate(model: str, slow: bool, gbs: int, ever
     cost = CostModel(profile, cluster)
     shapes = _shapes(model, cluster, gbs)
     checked = 0
-    for name in PLANNED_SCHEDULES[1:]:
+    for name in (*PLANNED_SCHEDULES[1:], "1f1b", "pipedream-async", "pipedream-2bw"):
         v = default_chunks(name)
         overlaps = (0.0, 0.6, 1.0) if options_for(name, {"fb_overlap": 1}) else (0.0,)
         for base in shapes[::every]:
