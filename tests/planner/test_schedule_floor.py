@@ -75,8 +75,11 @@ def test_floor_never_exceeds_the_estimate(model: str, slow: bool, gbs: int, ever
                         cost, base, name, chunks=v, num_microbatches=m, options=options
                     )
                     floor = iteration_floor_s(cost, variant)
+                    dual = placement_of(name) == "dual"
+                    coarse = schedule_plans_module._coarse_floor_s(cost, base, m, dual, overlap)
                     estimate = cost.estimate(variant).iteration_time_s
                     assert floor <= estimate * (1 + 1e-12), (name, m, overlap, floor, estimate)
+                    assert coarse <= estimate * (1 + 1e-12), (name, m, overlap, coarse, estimate)
                     checked += 1
     assert checked > 50
 
