@@ -111,17 +111,20 @@ def _uniform_bounds(
             continue
         bounds = even_split(block_times, stages)
         spans = [(positions[bounds[k]], positions[bounds[k + 1]], r) for k in range(stages)]
-        if _memory_floor(model, b, spans) > memory_limit_bytes:
-            continue
-        shapes.append((_pipeline_floor(model, b, m, spans), r, stages, bounds))
+        shapes.append((_pipeline_floor(model, b, m, spans), r, stages, bounds, spans))
     shapes.sort(key=lambda shape: shape[0])  # stable: ties keep the order of `r`, largest first
     estimated: dict[tuple[object, ...], tuple[float, float]] = {}  # (r, devices) -> time, peak bytes
+    fits: dict[int, bool] = {}  # per shape (its r), whether its memory floor is within the limit
     out = {}
     for policy in policies:
         best = safe = math.inf
-        for floor, r, stages, bounds in shapes:
+        for floor, r, stages, bounds, spans in shapes:
             if floor >= safe:
                 break
+            if r not in fits:  # asked only of the shapes a policy reaches
+                fits[r] = _memory_floor(model, b, spans) <= memory_limit_bytes
+            if not fits[r]:
+                continue
             devs = _placed(
                 num_dev, placement_grid(cluster), device_order(cluster, policy), policy, [r] * stages
             )

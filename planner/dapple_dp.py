@@ -178,10 +178,16 @@ def _shifted(
     """``(W, Z, k, entry)`` of each suffix with the transfer pseudo-stage (``t_f`` forward, ``t_b``
     backward, seconds) put in front; it does not depend on the new stage's first layer."""
     head_t = t_f + (m - 1) * (t_f + t_b) + t_b
-    return [
-        (max(head_t, t_f + t_b + e.w), max(head_t, t_f + max(e.z, t_b + e.w)), min(e.k + 1, m), e)
-        for e in entries
-    ]
+    t_fb = t_f + t_b
+    out = []
+    for e in entries:
+        ew, ez, ek = e[0], e[1], e[2]
+        w = t_fb + ew
+        bw = t_b + ew
+        z = t_f + (ez if ez >= bw else bw)
+        k = ek + 1
+        out.append((w if w >= head_t else head_t, z if z >= head_t else head_t, k if k <= m else m, e))
+    return out
 
 
 _RowT = tuple[
@@ -501,7 +507,7 @@ def search_pair(
                             bucket = bucket_of.setdefault(bucket_key, [])
                         dominates = False
                         for d in bucket:
-                            dw, dz, dk = d.w, d.z, d.k
+                            dw, dz, dk = d[0], d[1], d[2]  # w, z, k (indexing: the hottest loop)
                             if dw <= w2 and dz <= z2 and dk <= k2:
                                 break  # an entry no worse in all three is kept already
                             if w2 <= dw and z2 <= dz and k2 <= dk:

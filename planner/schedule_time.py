@@ -49,6 +49,7 @@ from pipesim.schedules.timing import Time
 __all__ = [
     "EXACT_MICROBATCHES_PER_RANK",
     "OrderTime",
+    "evaluated_as_is",
     "order_time_s",
     "schedule_order",
     "valid_microbatches",
@@ -127,6 +128,20 @@ def _evaluate(
     return OrderTime(makespan_s=timeline.makespan, rank_end_s=ends, stage_end_s=tuple(stage_end))
 
 
+def _window(schedule: str, p: int, chunks: int) -> tuple[bool, int, int]:
+    """``(looped rounds, period d, largest count evaluated as is)`` of :func:`order_time_s`."""
+    looped_rounds = schedule_info(schedule).chunks == "free" and chunks > 1
+    period = p if looped_rounds else math.lcm(p, 4)
+    return looped_rounds, period, max(EXACT_MICROBATCHES_PER_RANK * p, 3 * period)
+
+
+def evaluated_as_is(schedule: str, num_ranks: int, num_microbatches: int, chunks: int) -> bool:
+    """Whether :func:`order_time_s` evaluates ``m`` micro-batches' order as is (its times,
+    each rank's last action included, are the order's own), not extrapolated from shorter ones."""
+    looped_rounds, _, bound = _window(schedule, num_ranks, chunks)
+    return num_microbatches <= bound or (looped_rounds and num_microbatches % num_ranks != 0)
+
+
 def _same_growth(t0: OrderTime, t1: OrderTime, t2: OrderTime) -> bool:
     """Whether every time grew as much from ``t1`` to ``t2`` as from ``t0`` to ``t1`` (to 1e-9)."""
 
@@ -176,9 +191,7 @@ def order_time_s(
     opts = tuple(sorted((options or {}).items()))
     lat: tuple[Time, ...] = tuple(send_latency_s) if send_latency_s is not None else (0,) * len(send_fwd_s)
     costs = (tuple(fwd_s), tuple(bwd_s), tuple(wgrad_s), tuple(send_fwd_s), tuple(send_bwd_s), lat, lat)
-    looped_rounds = schedule_info(schedule).chunks == "free" and chunks > 1
-    period = p if looped_rounds else math.lcm(p, 4)
-    bound = max(EXACT_MICROBATCHES_PER_RANK * p, 3 * period)
+    looped_rounds, period, bound = _window(schedule, p, chunks)
     while True:
         if m <= bound or (looped_rounds and m % p):
             # a looped order whose m is no multiple of p has m < p^2 (its rounds divide m): direct

@@ -7,19 +7,19 @@ import logging
 import math
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import replace
-from typing import Any
+from dataclasses import fields, replace
+from typing import Any, cast
 
 from pipesim.errors import Infeasible, UnknownNameError, check_count, invalid
 from pipesim.limits import MAX_GLOBAL_BATCH
 from pipesim.plan import Estimate, Plan, Recompute
-from pipesim.planner.baselines import dp_plans, gpipe_plans, single_plan
+from pipesim.planner.baselines import dp_plans, gpipe_plans
 from pipesim.planner.dapple import dapple_search, to_plan
 from pipesim.planner.estimate import CostModel
 from pipesim.planner.megatron import MEGATRON_SHORTLIST, MegatronPins, estimate_3d, is_3d, megatron_plans
 from pipesim.planner.pipedream import pipedream_plans
 from pipesim.planner.placement import Placement, parse_placement
-from pipesim.planner.schedule_plans import schedule_plans
+from pipesim.planner.schedule_plans import schedule_plans, weighed_plans
 from pipesim.profiles.costmodels.sharding import GradCollective, parse_grad_reduce_dtype
 from pipesim.profiles.costmodels.zero3_runtime import Zero3Runtime
 from pipesim.profiles.hardware.cluster import Cluster
@@ -108,9 +108,23 @@ def _dapple(
         plans.append(replace(best_dp, planner="dapple", estimate=None))
     except Infeasible:
         pass
-    keyed = [(model.estimate(p).iteration_time_s, i, p) for i, p in enumerate(plans)]
+    estimates: dict[tuple[str, ...], Estimate] = {}
+    keyed = []
+    for i, p in enumerate(plans):
+        est = estimates[_estimate_key(p)] = model.estimate(p)
+        keyed.append((est.iteration_time_s, i, p))
+    model.memo[_ESTIMATED] = estimates  # plan()'s _finish estimates these plans again: reused
     keyed.sort(key=lambda t: (t[0], t[1]))
     return [p for _, _, p in keyed]
+
+
+_ESTIMATED = ("dapple-proposals-estimated",)
+"""``CostModel.memo`` key of the last DAPPLE proposals' estimates, by :func:`_estimate_key`."""
+
+
+def _estimate_key(plan: Plan) -> tuple[str, ...]:
+    """Every field of ``plan`` but its estimate and planner name (what its estimate reads)."""
+    return tuple(repr(getattr(plan, f.name)) for f in fields(plan) if f.name not in ("estimate", "planner"))
 
 
 _PLANNERS: dict[str, _Planner] = {
@@ -133,7 +147,10 @@ def _finish(plan: Plan, model: CostModel, single_s: float | None, dp_s: float | 
     placement = plan.placement(model.cluster.num_devices)
     where = stage_ranks(placement_of(plan.schedule) or "looped", plan.num_stages, plan.num_ranks)
     stages = tuple(replace(st, devices=placement[where[i]]) for i, st in enumerate(plan.stages))
-    est = model.estimate(plan)
+    known = cast(dict[tuple[str, ...], Estimate], model.memo.get(_ESTIMATED, {}))
+    est = known.get(_estimate_key(plan))
+    if est is None:
+        est = model.estimate(plan)
     t = est.iteration_time_s
     estimate = replace(
         est,
@@ -357,18 +374,21 @@ def plan(
     plans = _PLANNERS[planner](cost, global_batch_size, limit, keep, policies, microbatch_counts, full)
     if planner == "dapple":
         plans = _per_schedule(cost, plans, global_batch_size, limit, schedule, chunks, microbatch_counts,
-                              schedule_options)
+                              schedule_options, keep)
     if (grad_reduce_dtype is not None or collective is not GradCollective.REDUCE_SCATTER
             or runtime is not Zero3Runtime.FSDP):
         plans = [replace(p, grad_reduce_dtype=grad_reduce_dtype, zero1_grad_collective=collective,
                          zero3_runtime=runtime) for p in plans]
-    single = single_plan(cost, global_batch_size, limit)
-    single_s = single.estimate.iteration_time_s if single is not None and single.estimate else None
     try:
-        dp_best = dp_plans(cost, global_batch_size, limit)[0] if planner != "dp" else plans[0]
-        dp_s = dp_best.estimate.iteration_time_s if dp_best.estimate else None
+        every_dp = dp_plans(cost, global_batch_size, limit)
     except Infeasible:
-        dp_s = None
+        every_dp = []
+    # the one-replica data-parallel plan is single_plan's (the same plan under another planner
+    # name, the same estimate): no second search over its micro-batch counts
+    single = next((p for p in every_dp if p.num_devices == 1), None)
+    single_s = single.estimate.iteration_time_s if single is not None and single.estimate else None
+    dp_best = (every_dp[0] if every_dp else None) if planner != "dp" else plans[0]
+    dp_s = dp_best.estimate.iteration_time_s if dp_best is not None and dp_best.estimate else None
     shortlist: list[Plan] = []
     seen: set[tuple[object, ...]] = set()
     for p in plans:  # two proposals may be one plan (e.g. a one-stage DAPPLE plan and the best dp plan)
@@ -400,8 +420,12 @@ def _per_schedule(
     chunks: int | None,
     microbatch_counts: Sequence[int] | None,
     options: Mapping[str, Any] | None = None,
+    keep: int | None = None,
 ) -> list[Plan]:
     """The DAPPLE proposals re-planned for ``schedule``, or for every planned schedule, ranked.
+
+    ``keep``: the shortlist's length; without a schedule, plans slower than the ``keep``-th
+    distinct one may be left out (:func:`~pipesim.planner.schedule_plans.weighed_plans`).
 
     Raises:
         Infeasible: no plan of the schedule fits in memory.
@@ -411,9 +435,9 @@ def _per_schedule(
         if chunks is not None:
             raise invalid("chunks", chunks, "needs a schedule (--schedule)")
         found = list(shapes)
-        for name in PLANNED_SCHEDULES[1:]:
-            more = schedule_plans(cost, shapes, name, limit, counts="all", allowed=microbatch_counts,
-                                  options=options)
+        # the plans at least as fast as the shortlist's last are exact (weighed_plans)
+        for more in weighed_plans(cost, shapes, PLANNED_SCHEDULES[1:], limit, counts="all",
+                                  allowed=microbatch_counts, options=options, keep=keep):
             found += _dapple_named(more)
         found.sort(key=lambda p: (p.estimate.iteration_time_s if p.estimate else math.inf))
         return found

@@ -88,19 +88,23 @@ class _Builder:
     def __init__(
         self, p: int, m: int, f: Cost, i: Cost, w: Cost, comm: Cost, limit: int, kept: Fraction
     ) -> None:
-        self.p, self.m, self.comm, self.limit = p, m, comm, limit
-        self.change = {Op.F: Fraction(1), Op.I: kept - 1, Op.W: -kept}  # memory, in micro-batches
+        # memory in units of 1 / q micro-batch, q the denominator of ``kept`` (exact integers:
+        # the same comparisons as with fractions of a micro-batch, at integer speed)
+        n, q = kept.numerator, kept.denominator
+        self.p, self.m, self.comm, self.limit = p, m, comm, limit * q
+        self.one = q  # a micro-batch
+        self.change = {Op.F: q, Op.I: n - q, Op.W: -n}
         self.cost = {Op.F: f, Op.I: i, Op.W: w}
         self.done = {op: [0] * p for op in (Op.F, Op.I, Op.W)}
         self.ends: dict[tuple[Op, int, int], Cost] = {}
         self.free: list[Cost] = [0] * p
-        self.held = [Fraction(0)] * p
+        self.held = [0] * p
         self.idle: list[Cost] = [0] * p  # waits after the stage's first F
         self.rows: list[list[tuple[Op, int, int]]] = [[] for _ in range(p)]
 
     def put(self, s: int, op: Op) -> None:
         k = self.done[op][s]
-        if op is Op.F and self.held[s] + 1 > self.limit:
+        if op is Op.F and self.held[s] + self.one > self.limit:
             raise AssertionError("forward over the memory limit")  # pragma: no cover
         start = self.free[s]
         if op is Op.F and s > 0:
@@ -122,7 +126,7 @@ class _Builder:
         return max(self.idle) - self.idle[s]
 
     def make_room(self, s: int) -> None:
-        while self.held[s] + 1 > self.limit:
+        while self.held[s] + self.one > self.limit:
             if not self.w_left(s):
                 raise _NoFit
             self.put(s, Op.W)
@@ -144,10 +148,10 @@ class _Builder:
         i_end = self.ends[(Op.F, p - 1, 0)] + self.cost[Op.I]  # the next stage's first I end
         for s in range(p - 2, -1, -1):
             held, t = self.held[s], self.free[s]
-            while self.done[Op.F][s] + extra[s] < m and held + 1 <= self.limit:
+            while self.done[Op.F][s] + extra[s] < m and held + self.one <= self.limit:
                 if (t + f > i_end + comm) if bubble_before_first_b else (t >= i_end + comm):
                     break
-                held, t, extra[s] = held + 1, t + f, extra[s] + 1
+                held, t, extra[s] = held + self.one, t + f, extra[s] + 1
             i_end = max(t, i_end + comm) + self.cost[Op.I]
         for s in range(1, p):
             while extra[s] > 0 and extra[s] >= extra[s - 1] and self.done[Op.F][s] + extra[s] < m:
@@ -169,7 +173,7 @@ class _Builder:
                 next_pair = self.free[s + 1] + self.cost[Op.F] + self.cost[Op.I] + comm
                 if self.free[s] >= next_pair:
                     continue
-                freeing, after = 0, self.held[s] + 1  # the W's this F needs first
+                freeing, after = 0, self.held[s] + self.one  # the W's this F needs first
                 while after > self.limit and self.done[Op.W][s] + freeing < self.done[Op.I][s]:
                     freeing, after = freeing + 1, after + self.change[Op.W]
                 if self.free[s] + self.cost[Op.F] + freeing * self.cost[Op.W] <= next_pair:

@@ -56,6 +56,10 @@ class _Arrival:
         self.produced_s = 0.0
 
 
+_Then = Callable[[object], None]
+"""What runs once a transfer arrived: called with the flow's event, or nothing, and ignores it."""
+
+
 class _Engine:
     """Executes one lowered :class:`~pipesim.simulator.program.Program` on a SimPy clock."""
 
@@ -87,7 +91,7 @@ class _Engine:
         self.rendezvous = options.rendezvous
         self.eager = float(options.eager_bytes)
         self.posted: set[tuple[str, int, int, int]] = set()  # receives reached by their device
-        self.post_waiters: dict[tuple[str, int, int, int], list[Callable[[], None]]] = {}
+        self.post_waiters: dict[tuple[str, int, int, int], list[_Then]] = {}
         self.ready = [0] * len(program.collectives)
         self.done = [self.env.event() for _ in program.collectives]
         self.drained = self.env.event()
@@ -150,10 +154,10 @@ class _Engine:
             self._flows(ins.route, ins.nbytes, wait, delivered)
             return
 
-        def send_rest() -> None:
+        def send_rest(_: object = None) -> None:
             self._flows(ins.route, rest, 0.0, delivered)
 
-        def eager_arrived() -> None:
+        def eager_arrived(_: object = None) -> None:
             if key in self.posted:
                 send_rest()
             else:
@@ -161,19 +165,19 @@ class _Engine:
 
         self._flows(ins.route, self.eager, wait, eager_arrived)
 
-    def _flows(self, route: tuple[int, ...], nbytes: float, wait: float, then: Callable[[], None]) -> None:
+    def _flows(self, route: tuple[int, ...], nbytes: float, wait: float, then: _Then) -> None:
         """Send ``nbytes`` as ``p2p_channels`` equal flows after ``wait`` seconds of latency;
-        call ``then`` once all arrived."""
+        call ``then`` once all arrived (with the last flow's event, which it ignores)."""
         n = self.channels
         if n == 1:
-            self.network.transfer(route, nbytes, latency_s=wait).callbacks.append(lambda _: then())
+            self.network.transfer(route, nbytes, latency_s=wait).callbacks.append(then)
             return
         left = [n]
 
         def one_arrived(_: simpy.Event) -> None:
             left[0] -= 1
             if not left[0]:
-                then()
+                then(None)
 
         for _ in range(n):
             self.network.transfer(route, nbytes / n, latency_s=wait).callbacks.append(one_arrived)
@@ -183,10 +187,10 @@ class _Engine:
         if key not in self.posted:
             self.posted.add(key)
             for send_rest in self.post_waiters.pop(key, ()):
-                send_rest()
+                send_rest(None)
 
-    def _on_delivery(self, target: _Arrival, ins: Send, device: int, start: float) -> Callable[[], None]:
-        def callback() -> None:
+    def _on_delivery(self, target: _Arrival, ins: Send, device: int, start: float) -> _Then:
+        def callback(_: object = None) -> None:
             key = ins.key
             self.tally.send(
                 device, key[0], ins.stage, key[2], ins.nbytes, ins.dst_device, start, self.env.now
@@ -213,15 +217,18 @@ class _Engine:
         # the blocks of the device's stream (:meth:`Program.blocks`): its receives, its computes
         # (an overlapped pair's two run as one unit once both inputs are in), its sends and a post,
         # in this order, exactly as the flattened stream lists them
+        rendezvous = self.rendezvous
+        send = self._send
         for recvs, computes, sends, post in self.program.blocks(rank, replica):
             if recvs:
-                if self.rendezvous:  # a unit posts all its receives at once (batch_isend_irecv)
+                if rendezvous:  # a unit posts all its receives at once (batch_isend_irecv)
                     for recv in recvs:
                         self._post(recv.key)
                 for recv in recvs:
-                    target = arrivals.get(recv.key)
+                    key = recv.key
+                    target = arrivals.get(key)
                     if target is None:
-                        target = arrivals[recv.key] = _Arrival()
+                        target = arrivals[key] = _Arrival()
                     if target.arrived < recv.pieces:
                         free_at = env.now
                         target.expected = recv.pieces
@@ -230,8 +237,9 @@ class _Engine:
                         yield target.event
                         # Time the data spent on the wire after it was produced (or after we were free).
                         wait_comm += max(0.0, env.now - max(free_at, target.produced_s))
-                    del arrivals[recv.key]
-                    self.posted.discard(recv.key)
+                    del arrivals[key]
+                    if rendezvous:  # only a rendezvous run posts receives
+                        self.posted.discard(key)
             for ins in computes:
                 start = env.now
                 duration = ins.duration_s
@@ -247,8 +255,8 @@ class _Engine:
                         yield env.timeout(duration)
                 busy += duration
                 tally.compute(device, ins, start, env.now, compute_end)
-            for send in sends:
-                self._send(send, device)
+            for out in sends:
+                send(out, device)
             if post is not None:
                 self._ready(post.collective)
         self.finished.add(index)

@@ -117,17 +117,25 @@ def balanced_split(stage_times_s: Sequence[float], num_stages: int) -> list[int]
     for t in stage_times_s:
         prefix.append(prefix[-1] + t)
     inf = float("inf")
+    # with no negative time the first stage's time grows with j: once it reaches the best found,
+    # no later j can improve it (the same result, without the rest of the loop)
+    growing = all(t >= 0 for t in stage_times_s)
     # best[k][i]: smallest max-stage time covering layers i..n-1 with k stages
     best = [[inf] * (n + 1) for _ in range(num_stages + 1)]
     choice = [[0] * (n + 1) for _ in range(num_stages + 1)]
     best[0][n] = 0.0
     for k in range(1, num_stages + 1):
+        rest, row, picks = best[k - 1], best[k], choice[k]
         for i in range(n - k, -1, -1):
+            start = prefix[i]
             for j in range(i + 1, n - k + 2):
-                value = max(prefix[j] - prefix[i], best[k - 1][j])
-                if value < best[k][i]:
-                    best[k][i] = value
-                    choice[k][i] = j
+                first = prefix[j] - start
+                if growing and first >= row[i]:
+                    break
+                value = first if first > rest[j] else rest[j]
+                if value < row[i]:
+                    row[i] = value
+                    picks[i] = j
     sizes = []
     i = 0
     for k in range(num_stages, 0, -1):
