@@ -59,6 +59,19 @@ def test_readme_shows_two_setup_commands_and_ci_runs_the_test_one() -> None:
     assert extracted == test_command.group(0)
 
 
+def test_the_test_extra_installs_what_the_ci_pytest_line_needs() -> None:
+    # `-n` / `--dist` are pytest-xdist's options: without it in the `test` extra CI's fresh
+    # environment would stop at "unrecognized arguments"
+    readme = (ROOT / "README.md").read_text()
+    marker = readme.index("<!-- test-command -->")
+    command = re.search(r"^python3 -m venv .*$", readme[marker:], flags=re.MULTILINE)
+    assert command is not None
+    pytest_args = command.group(0).rsplit("&& pytest", 1)[1].split()
+    extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["test"]
+    if any(arg == "-n" or arg.startswith("--dist") for arg in pytest_args):
+        assert any(re.match(r"pytest-xdist\b", requirement) for requirement in extra), extra
+
+
 # ------------------------------------------------------------------------------------------------
 # Package data: the hardware catalog and the cluster presets are TOML files inside the package.
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from pathlib import Path
 
@@ -267,6 +268,10 @@ def test_catalog_data_errors_name_the_file(monkeypatch: pytest.MonkeyPatch) -> N
     from pipesim.profiles.hardware import catalog
 
     real = catalog.data_text
+    # a private cache for this test: clearing the real one would leave every cluster built before
+    # with links that are no longer the catalog's (``cluster.nic is get_link(...)`` would fail)
+    fresh = functools.cache(catalog._catalog.__wrapped__)
+    monkeypatch.setattr(catalog, "_catalog", fresh)
     bad = {
         "links.toml": real("data", "links.toml").replace("latency_us = 25", "latency_us = -25", 1),
         "devices.toml": real("data", "devices.toml").replace("memory_gib = 16", "memory_gb1 = 16", 1),
@@ -275,9 +280,9 @@ def test_catalog_data_errors_name_the_file(monkeypatch: pytest.MonkeyPatch) -> N
         monkeypatch.setattr(
             catalog, "data_text", lambda *parts, t=text, f=file: t if parts[-1] == f else real(*parts)
         )
-        catalog._catalog.cache_clear()
+        fresh.cache_clear()
         with pytest.raises(FormatError, match=rf"data/{file}: .*(latency_us=-25|unknown key 'memory_gb1')"):
             catalog.get_device("v100")
     monkeypatch.setattr(catalog, "data_text", real)
-    catalog._catalog.cache_clear()
+    fresh.cache_clear()
     assert catalog.get_device("v100").name == "V100-SXM2-16GB"

@@ -137,7 +137,15 @@ VALUES = (Fraction(1), Fraction(3, 2), Fraction(2), Fraction(3), Fraction(1, 2))
 OVERLAPS = (Fraction(0), Fraction(1, 3), Fraction(1))
 
 
-@pytest.mark.parametrize(("p", "m"), [(2, 4), (4, 8), (4, 10), (6, 12), (8, 16), (8, 18), (10, 20)])
+def _slow(*values: int) -> object:
+    """A parameter set of the exhaustive sweeps run under ``pytest -m slow`` (larger pipelines of a
+    closed form whose smaller cases stay in the default run)."""
+    return pytest.param(*values, marks=pytest.mark.slow)
+
+
+@pytest.mark.parametrize(
+    ("p", "m"), [(2, 4), (4, 8), (4, 10), (6, 12), _slow(8, 16), _slow(8, 18), _slow(10, 20)]
+)
 def test_deepseeks_bubble_with_unequal_forward_input_and_weight_gradient(p: int, m: int) -> None:
     """W <= I <= F: the busiest rank idles (p/2 - 1)(F&B + F - 2W), DeepSeek's (p/2 - 1)(F&B + B - 3W)
     (DeepSeek-V3 report, Table 2) when F = I, for every overlap F&B in [max(F, B), F + B]; with
@@ -158,7 +166,7 @@ def test_deepseeks_bubble_with_unequal_forward_input_and_weight_gradient(p: int,
                 assert t.makespan == m * (f + i + w) + k * (fb + f - 2 * w)
 
 
-@pytest.mark.parametrize(("p", "m"), [(4, 8), (4, 12), (6, 12), (8, 16), (8, 26), (10, 20)])
+@pytest.mark.parametrize(("p", "m"), [(4, 8), (4, 12), (6, 12), _slow(8, 16), _slow(8, 26), _slow(10, 20)])
 def test_idle_when_the_input_gradient_outlasts_the_forward(p: int, m: int) -> None:
     """I > F (W <= I): the busiest rank idles max(k(F&B + F - 2W), k(F&B + I - 2W) - F),
     k = p/2 - 1, any m >= 2p: past p = 4 each extra rank pair adds F&B + I - 2W, not DeepSeek's
@@ -173,21 +181,21 @@ def test_idle_when_the_input_gradient_outlasts_the_forward(p: int, m: int) -> No
             assert max(t.idle) == _idle(k, f, i, w, overlap), (f, i, w, overlap)
 
 
-def test_dualpipev_closed_form_with_unequal_costs() -> None:
+@pytest.mark.parametrize("p", [1, 2, 3, _slow(4), _slow(5)])
+def test_dualpipev_closed_form_with_unequal_costs(p: int) -> None:
     """DualPipeV, the folded order dualpipe unfolds: the busiest rank idles the same with
     k = p - 1 for W <= I and any m >= 2p (dualpipe's with p / 2 ranks)."""
     for f, i, w in itertools.product(VALUES, repeat=3):
         if not w <= i:
             continue
-        for p in range(1, 6):
-            for m in (2 * p, 2 * p + 1, 3 * p + 2):
-                for overlap in (Fraction(0), Fraction(1, 2)):
-                    t = evaluate(dualpipev(num_ranks=p, num_microbatches=m, fb_overlap=overlap), fwd_time_s=f,
-                                 bwd_time_s=i + w, wgrad_time_s=w)
-                    assert max(t.idle) == _idle(p - 1, f, i, w, overlap), (f, i, w, p, m, overlap)
-                    if not overlap:
-                        assert t.idle == (max(t.idle),) * p
-                        assert t.makespan == 2 * m * (f + i + w) + max(t.idle)
+        for m in (2 * p, 2 * p + 1, 3 * p + 2):
+            for overlap in (Fraction(0), Fraction(1, 2)):
+                t = evaluate(dualpipev(num_ranks=p, num_microbatches=m, fb_overlap=overlap), fwd_time_s=f,
+                             bwd_time_s=i + w, wgrad_time_s=w)
+                assert max(t.idle) == _idle(p - 1, f, i, w, overlap), (f, i, w, p, m, overlap)
+                if not overlap:
+                    assert t.idle == (max(t.idle),) * p
+                    assert t.makespan == 2 * m * (f + i + w) + max(t.idle)
 
 
 def _pair_model_idle(

@@ -137,13 +137,16 @@ def pipeline_result(
     events.sort(key=lambda e: (e.start_s, e.resource))
     memory: dict[int, MemoryCurve] = {}
     metrics = []
+    busy_s: dict[str, float] = {}  # compute time per device row, summed in one pass over the events
+    for e in events:
+        busy_s[e.resource] = busy_s.get(e.resource, 0.0) + e.duration_s
     for s in range(p):
         times, values = [0.0], [static_bytes]
         for t, d in sorted(deltas[s], key=lambda td: (td[0], td[1])):
             times.append(t)
             values.append(values[-1] + d)
         memory[s] = MemoryCurve(tuple(times), tuple(values))
-        busy = sum(e.duration_s for e in events if e.resource == f"gpu{s}")
+        busy = busy_s.get(f"gpu{s}", 0.0)
         metrics.append(
             DeviceMetrics(
                 device=s,
