@@ -112,7 +112,8 @@ def _dapple(
     keyed = []
     for i, p in enumerate(plans):
         est = estimates[_estimate_key(p)] = model.estimate(p)
-        keyed.append((est.iteration_time_s, i, p))
+        # the proposal carries its estimate: ranked among the other schedules' plans by it
+        keyed.append((est.iteration_time_s, i, replace(p, estimate=est)))
     model.memo[_ESTIMATED] = estimates  # plan()'s _finish estimates these plans again: reused
     keyed.sort(key=lambda t: (t[0], t[1]))
     return [p for _, _, p in keyed]
