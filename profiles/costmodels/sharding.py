@@ -382,15 +382,17 @@ def _advance(streams: tuple[_Stream, _Stream], now: float, until: _Stream, count
 
 def _shared_backward_s(
     compute_s: Sequence[float], gather_s: Sequence[float], scatter_s: Sequence[float], depth: int,
-    lead_s: float, on_demand_s: Sequence[float],
-) -> tuple[float, float]:
+    lead_s: float, on_demand_s: Sequence[float], next_s: Sequence[float] = (),
+) -> tuple[float, float, float]:
     """A ZeRO-3 backward of units in run order, seconds, and how long its reduce-scatters outlast
     it, seconds, as the simulator runs them: unit ``j`` computes once its gather (issued as unit
     ``j - depth`` starts, the first ``depth`` ``lead_s`` before the op) and its on-demand part
     (issued as it is reached, after the gather on the same stream) have ended; its reduce-scatter
     is issued as it ends, on a second stream; the two streams share the links half and half while
     both carry a transfer (the max-min share of two flows on one bottleneck), each alone at full
-    speed."""
+    speed. ``next_s`` (one figure or none): the next op's first gather, issued ``depth`` units
+    before the op's end on the gather stream; its end relative to the op's end is returned
+    third (``-inf`` without it)."""
     k = check_count("depth", depth)
     gathers, scatters = _Stream(), _Stream()
     streams = (gathers, scatters)
@@ -409,10 +411,17 @@ def _shared_backward_s(
         if j + k < len(compute_s):
             own.append(len(gathers.items))
             gathers.items.append([start, gather_s[j + k]])
+        if next_s and j + k == len(compute_s):  # the next op's first gather, depth units ahead
+            own.append(len(gathers.items))
+            gathers.items.append([start, next_s[0]])
         end = start + compute
         scatters.items.append([end, scatter_s[j]])
     now = _advance(streams, now, scatters, len(scatters.items))
-    return end, max(0.0, scatters.ends[-1] - end) if scatters.ends else 0.0
+    tail = max(0.0, scatters.ends[-1] - end) if scatters.ends else 0.0
+    if not next_s:
+        return end, tail, -math.inf
+    now = _advance(streams, now, gathers, own[-1] + 1)
+    return end, tail, gathers.ends[own[-1]] - end
 
 
 def zero3_op_times_s(
@@ -449,10 +458,15 @@ def zero3_op_times_s(
     Raises:
         InputError: ``depth < 1``.
     """
-    fwd = gated_time_s(fwd_units_s, gather_s, depth, bwd_units_s[0], fwd_on_demand_s)
-    first = gated_time_s(fwd_units_s, gather_s, depth, 0.0, fwd_on_demand_s) - fwd
     back = list(reversed(bwd_units_s))
     again = list(reversed(gather_s if bwd_gather_s is None else bwd_gather_s))
     od = [0.0] * len(back) if bwd_on_demand_s is None else list(reversed(bwd_on_demand_s))
-    bwd, tail = _shared_backward_s(back, again, list(reversed(scatter_s)), depth, fwd_units_s[-1], od)
+    scatters = list(reversed(scatter_s))
+    # the steady backward, its reduce-scatters sharing the links with the next forward's first
+    # gather (issued as the backward's last unit starts), which ends ``ready`` after the backward
+    bwd, _, ready = _shared_backward_s(back, again, scatters, depth, fwd_units_s[-1], od, gather_s[:1])
+    _, tail, _ = _shared_backward_s(back, again, scatters, depth, fwd_units_s[-1], od)  # the last
+    lead = gather_s[0] - ready if depth == 1 else bwd_units_s[0]
+    fwd = gated_time_s(fwd_units_s, gather_s, depth, lead, fwd_on_demand_s)
+    first = gated_time_s(fwd_units_s, gather_s, depth, 0.0, fwd_on_demand_s) - fwd
     return fwd, bwd, first, tail

@@ -28,11 +28,15 @@ TOLERANCE = 0.03
 
 
 def test_gather_and_reduce_scatter_streams_share_the_links() -> None:
-    # units of no compute, gathers and reduce-scatters of 1 s alone: unit 1's gather (issued as
-    # unit 0 starts, at 1 s) and unit 0's reduce-scatter run together at half speed until 3 s;
-    # unit 1's reduce-scatter is the 1 s tail. The link carries 4 s of bytes, none of it twice.
+    # units of no compute, gathers and reduce-scatters of 1 s alone. Backward (units 1, 0):
+    # unit 0's gather (issued as unit 1 starts, at 0, after unit 1's own, prefetched during the
+    # forward, at -1 .. 0... here lead 0: 0 .. 1) and unit 1's reduce-scatter run together at
+    # half speed until 3 s; the next forward's first gather (issued as unit 0 starts, at 3 s) and
+    # unit 0's reduce-scatter until 5 s: the forward waits 2 s for it, then 1 s for its second.
+    # A cycle moves 6 s of bytes in 6 s; the first forward, with no reduce-scatter beside its
+    # gather, takes 1 s less; the last backward's reduce-scatter alone is its 1 s tail.
     fwd, bwd, first, tail = zero3_op_times_s([0.0, 0.0], [0.0, 0.0], [1.0, 1.0], [1.0, 1.0])
-    assert (fwd, bwd, first, tail) == (2.0, 3.0, 0.0, 1.0)
+    assert (fwd, bwd, first, tail) == (3.0, 3.0, -1.0, 1.0)
     # a compute-bound backward hides every transfer but the first gather and the last scatter
     fwd, bwd, first, tail = zero3_op_times_s([2.0, 2.0], [4.0, 4.0], [0.5, 0.5], [0.5, 0.5])
     assert (fwd, bwd, first, tail) == (4.0, 8.0, 0.5, 0.5)
