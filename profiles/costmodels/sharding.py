@@ -442,7 +442,9 @@ def zero3_op_times_s(
     backward the gathers and the reduce-scatters run on two streams as the simulator runs them
     (:func:`_shared_backward_s`): a unit's gather meets the reduce-scatters issued before it
     ends (the previous unit's) and the two share the links half and half while both run; the
-    reduce-scatters left when the backward's compute ends are its tail. (It charged each unit
+    reduce-scatters left when the backward's compute ends are its tail; in the steady state they
+    share the links with the next forward's first gather, issued as the backward's last unit
+    starts, which sets the forward's lead. (It charged each unit
     ``gather + its own scatter`` and every scatter again in a tail taken against the bare
     compute: 1.26-1.32x the simulation where the gathers outlast the compute,
     ``tests/tp/test_zero3_wide_estimate.py``.) ``bwd_gather_s`` gives the backward's gathers where they differ
@@ -452,7 +454,9 @@ def zero3_op_times_s(
 
     Returns:
         ``(forward s, backward s, the first op's extra s, the last backward's reduce tail s)``:
-        the iteration's first forward cannot prefetch (its extra is what the steady state hid);
+        the iteration's first forward cannot prefetch (its extra is what the steady state hid,
+        less what the steady forward's first gather lost to the backward's reduce-scatters: it
+        can be negative);
         the last backward's reduce-scatters outlast it by the tail.
 
     Raises:
