@@ -392,7 +392,8 @@ def _shared_backward_s(
     both carry a transfer (the max-min share of two flows on one bottleneck), each alone at full
     speed. ``next_s`` (one figure or none): the next op's first gather, issued ``depth`` units
     before the op's end on the gather stream; its end relative to the op's end is returned
-    third (``-inf`` without it)."""
+    third (``-inf`` without it); with ``depth`` 1 the tail is the one without it (the last
+    backward's), else with it."""
     k = check_count("depth", depth)
     gathers, scatters = _Stream(), _Stream()
     streams = (gathers, scatters)
@@ -416,8 +417,18 @@ def _shared_backward_s(
             gathers.items.append([start, next_s[0]])
         end = start + compute
         scatters.items.append([end, scatter_s[j]])
+    if next_s and k == 1:  # the tail without the next gather (the last backward's), from here
+        alone = _Stream()
+        alone.items, alone.head, alone.ends = [list(x) for x in gathers.items[:-1]], gathers.head, []
+        rest = _Stream()
+        rest.items, rest.head = [list(x) for x in scatters.items], scatters.head
+        rest.ends = list(scatters.ends)
+        _advance((alone, rest), now, rest, len(rest.items))
+        last = rest.ends[-1]
     now = _advance(streams, now, scatters, len(scatters.items))
-    tail = max(0.0, scatters.ends[-1] - end) if scatters.ends else 0.0
+    if not (next_s and k == 1):
+        last = scatters.ends[-1] if scatters.ends else end
+    tail = max(0.0, last - end)
     if not next_s:
         return end, tail, -math.inf
     now = _advance(streams, now, gathers, own[-1] + 1)
@@ -468,8 +479,9 @@ def zero3_op_times_s(
     scatters = list(reversed(scatter_s))
     # the steady backward, its reduce-scatters sharing the links with the next forward's first
     # gather (issued as the backward's last unit starts), which ends ``ready`` after the backward
-    bwd, _, ready = _shared_backward_s(back, again, scatters, depth, fwd_units_s[-1], od, gather_s[:1])
-    _, tail, _ = _shared_backward_s(back, again, scatters, depth, fwd_units_s[-1], od)  # the last
+    bwd, tail, ready = _shared_backward_s(back, again, scatters, depth, fwd_units_s[-1], od, gather_s[:1])
+    if depth != 1:  # the last backward's tail, without the next gather
+        _, tail, _ = _shared_backward_s(back, again, scatters, depth, fwd_units_s[-1], od)
     lead = gather_s[0] - ready if depth == 1 else bwd_units_s[0]
     fwd = gated_time_s(fwd_units_s, gather_s, depth, lead, fwd_on_demand_s)
     first = gated_time_s(fwd_units_s, gather_s, depth, 0.0, fwd_on_demand_s) - fwd
