@@ -122,8 +122,7 @@ class ThreeDCosts:
             c = self.cluster
             found = self._curves[members] = allreduce_curves(
                 members, c.route, self._bw.__getitem__, self._lat.__getitem__,
-                server_of=c.server_of if servers else None,
-                link_class=self._cls.__getitem__ if servers else None,
+                server_of=c.server_of if servers else None, link_class=self._cls.__getitem__,
             )
         return found
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from pipesim.planner.nic_sharing import shared_op_s, zero_transfers
+from pipesim.planner.nic_sharing import dp_left_s, shared_op_s, zero_transfers
 from pipesim.profiles.costmodels.collective import AllReduceCurves
 from pipesim.profiles.costmodels.sharding import Sharding, half_time_s, reduce_tail_s, zero3_op_times_s
 from pipesim.profiles.costmodels.tensor_parallel import TpStageTimes
@@ -90,7 +90,10 @@ class ZeroOp:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ZeroOps:
     """A chunk's steady-state forward and backward, seconds, the first forward's extra and the
-    last backward's reduce tail, seconds, and the bytes its gathered units and gradients hold."""
+    last backward's reduce tail, seconds (what the last backward and its reduce-scatters take
+    beyond the steady backward: below 0 where a TP block that shares its link was delayed in the
+    steady state by the next forward's first gather, which the last backward does not meet),
+    and the bytes its gathered units and gradients hold."""
 
     fwd_s: float
     bwd_s: float
@@ -149,11 +152,23 @@ def zero_unit_ops(model: UnitCosts, op: ZeroOp, dp_curves: AllReduceCurves) -> Z
             fwd_on_demand_s=[x[1] for x in times_s], bwd_on_demand_s=[x[3] for x in times_s],
         )
         if op.shared:  # the TP ring's bottleneck link carries the forward's prefetches; the
-            # backward's gathers, reduce-scatters and the next forward's first gather (nic_sharing)
-            fwd_dp = zero_transfers([fwd_start * x for x in fshare], fwd_gathers, None, False)
-            f_op = max(f_op, shared_op_s(fwd_start, times.fwd_comm_s, wire("F"), fwd_dp))
-            bwd_dp = zero_transfers(bwd_compute, bwd_gathers, scatters, True, fwd_gathers[0])
-            b_op = max(b_op, shared_op_s(bwd_start, times.bwd_split_comm_s, wire("B"), bwd_dp))
+            # backward's gathers, reduce-scatters and the next forward's first gather (nic_sharing).
+            # The TP block ends the op on the gated timeline (after the runtime's issue time and
+            # the gathers' stalls, which the compute stream spends before it), so its delay adds
+            # to the op; the DP transfers are issued along the units as the stream runs them.
+            fwd_stream = [*fwd_units[:-1], fwd_units[-1] - times.fwd_comm_s]
+            fwd_dp = zero_transfers(fwd_stream, fwd_gathers, None, False)
+            f_op += _block_delay_s(f_op - times.fwd_comm_s, times.fwd_comm_s, wire("F"), fwd_dp)
+            bwd_stream = [bwd_units[0] - times.bwd_comm_s, *bwd_units[1:]]
+            bwd_dp = zero_transfers(bwd_stream, bwd_gathers, scatters, True, fwd_gathers[0])
+            split, w_b = times.bwd_split_comm_s, min(max(0.0, wire("B")), times.bwd_split_comm_s)
+            delay = _block_delay_s(b_op - split, split, w_b, bwd_dp)
+            # the last backward has no next forward's gather, and its block and the reduce-scatters
+            # left when the block's bytes start share the link: all ends when the longer of what
+            # is left and the reduce tail has (less the steady backward's delay, charged already)
+            left = dp_left_s(zero_transfers(bwd_stream, bwd_gathers, scatters, True), b_op - w_b)
+            last_tail = max(left, last_tail) - delay  # below 0 where the steady delay was longer
+            b_op += delay
         # 1 + depth gathered units and one unit's gradients (zero_lowering.held_bytes)
         held = (min(len(sizes), 2) + op.grad) * max(sizes)
     else:
@@ -164,3 +179,10 @@ def zero_unit_ops(model: UnitCosts, op: ZeroOp, dp_curves: AllReduceCurves) -> Z
             b_op = max(b_op, shared_op_s(bwd_start, times.bwd_split_comm_s, wire("B"), bwd_dp))
         held = max(sizes) * op.grad
     return ZeroOps(fwd_s=f_op, bwd_s=b_op, first_extra_s=first_extra, last_tail_s=last_tail, held_bytes=held)
+
+
+def _block_delay_s(start_s: float, tp_s: float, wire_s: float, transfers: list[tuple[float, float]]) -> float:
+    """How much the DP ``transfers`` still in flight delay an op's TP block of ``tp_s`` seconds
+    alone (``wire_s`` of them its bytes) launched ``start_s`` into the op, seconds
+    (:func:`~pipesim.planner.nic_sharing.shared_op_s`)."""
+    return shared_op_s(start_s, tp_s, wire_s, transfers) - (start_s + tp_s)

@@ -193,7 +193,7 @@ class Program:
                 marks = self._after_replay(marks, s, mb, replica)
             waits = _NO_MARKS
             if zero is not None and zero.per_unit(s):
-                fwd, bwd, _, _, rec, _ = self._costs.of(s, mb, replica)
+                fwd, bwd, rec = self._zero_times(s, mb, replica)
                 marks, waits = zero.events(name, s, mb, fwd, bwd, rec, self.stages[s].wgrad_fraction)
             compute = new(Compute, (name, s, mb, duration, alloc, free, marks, compute_step, waits, tp_comm))
             out = no_sends
@@ -251,13 +251,22 @@ class Program:
             pieces = sum(1 for _, k, _ in self._pieces(src, s, mb) if k == replica)
         name, duration, alloc, free, tp_comm = self._compute_parts(op, s, mb, replica)
         if self.zero is not None and self.zero.per_unit(s):  # ZeRO-3's runtime issuing its calls
-            fwd, bwd, _, _, rec, _ = self._costs.of(s, mb, replica)
+            fwd, bwd, rec = self._zero_times(s, mb, replica)
             duration += self.zero.issue_s(name, s, fwd, bwd, rec, self.stages[s].wgrad_fraction)
         held = self.zero.held_bytes(name, s) if self.zero is not None else 0.0
         if held:  # ZeRO's gathered units and unreduced gradients, while the op runs
             alloc, free = (*alloc, held), (*free, held)
         parts = tuple(self._send_parts(send_op, s, mb, replica)) if send_op is not None else ()
         return (kind, pieces, name, duration, alloc, free, parts, tp_comm)
+
+    def _zero_times(self, s: int, mb: int, replica: int) -> tuple[float, float, float]:
+        """Stage ``s``'s forward, backward and replay of ``mb`` as its compute runs them (under TP:
+        :meth:`~pipesim.simulator.tp_lowering.TpLowering.compute_times`), seconds, for ZeRO's units."""
+        fwd, bwd, _, _, rec, _ = self._costs.of(s, mb, replica)
+        tp = self.tp
+        if tp is not None and tp.is_tp(s):
+            return tp.compute_times(s, self._part(s, mb, replica), replica, fwd, bwd, rec)
+        return fwd, bwd, rec
 
     def _compute_parts(
         self, op: Op, s: int, mb: int, replica: int

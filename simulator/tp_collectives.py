@@ -66,7 +66,7 @@ from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 from pipesim.profiles.costmodels.collective import AllReduceAlgorithm, AllReduceCurves
-from pipesim.profiles.costmodels.nccl_protocol import IDEAL
+from pipesim.profiles.costmodels.nccl_protocol import IDEAL, LinkClass
 from pipesim.profiles.costmodels.ring_topology import ring_set
 from pipesim.profiles.costmodels.tensor_parallel import TpCollective
 from pipesim.simulator.network import Network
@@ -87,8 +87,9 @@ __all__ = [
 class TpRing(NamedTuple):
     """A TP group's ring(s) as flows: ``flows`` the routes (link indices, the union of the
     hops of one link-disjoint hop set), ``shares`` each flow's share of a hop's bytes (``1 / R``
-    on ``R`` rings), ``hop_latency_s`` the slowest hop's route latency, seconds, and ``members``
-    the group's size ``n``."""
+    on ``R`` rings), ``hop_latency_s`` the slowest hop's route latency, seconds (where the ring
+    was built with link classes, its network links' latency only: NCCL's per-step hand-off
+    covers the rest, :func:`collectives_part`), and ``members`` the group's size ``n``."""
 
     flows: tuple[tuple[int, ...], ...]
     shares: tuple[float, ...]
@@ -128,6 +129,7 @@ def tp_ring(
     latency: Callable[[int], float],
     *,
     several: bool = True,
+    link_class: Callable[[int], LinkClass] | None = None,
 ) -> TpRing:
     """The flows of ``group``'s ring(s) (``group`` in ring order, two devices or more).
 
@@ -139,6 +141,10 @@ def tp_ring(
         several: run a direct-link mesh's several rings
             (:func:`~pipesim.profiles.costmodels.ring_topology.ring_set`, as NCCL's collectives
             do); ``False``: the one ring in the given order (the context-parallel ring exchange).
+        link_class: ``link_class(link)``, NCCL's class of each link: only network links' latency
+            counts in ``hop_latency_s`` (the collectives' hand-off by class is the rest, as in
+            :func:`~pipesim.profiles.costmodels.collective.allreduce_curves` with ``link_class``);
+            without it every link's (the ring exchange's point-to-point sends).
     """
     n = len(group)
     rings = ring_set(group, route, bandwidth) if several else (tuple(group),)
@@ -149,7 +155,8 @@ def tp_ring(
         hop_sets: list[tuple[set[int], list[int]]] = []  # (links held, route) per flow
         for i in range(n):
             hop = route(ring[i], ring[(i + 1) % n])
-            slowest = max(slowest, sum(latency(link) for link in hop))
+            slowest = max(slowest, sum(latency(link) for link in hop
+                                       if link_class is None or link_class(link) is LinkClass.NET))
             for held, links in hop_sets:
                 if held.isdisjoint(hop):
                     held.update(hop)
@@ -184,6 +191,9 @@ def collectives_part(
     (:meth:`~pipesim.profiles.costmodels.collective.AllReduceCurves.protocol_for`; none given:
     ideal): its launch (half of it for a reduce-scatter or all-gather, as the planner's half of
     an all-reduce) and its hand-off per step join the waited latency, its wire factor the bytes.
+    The hand-off is the curves' (:meth:`~pipesim.profiles.costmodels.collective.AllReduceCurves.handoff_s`):
+    with link classes NCCL's figure for the ring's class, added to ``ring``'s network latency
+    (build both with the same classes), else the NVLink figure added to its route latency.
     """
     if not collectives or ring.members < 2:
         return None
@@ -192,8 +202,12 @@ def collectives_part(
     weighted = 0.0
     for c in collectives:
         units = 2 if c.kind == "all-reduce" else 1
-        protocol = curves.protocol_for(c.nbytes, AllReduceAlgorithm.RING) if curves is not None else IDEAL
-        step_s = ring.hop_latency_s + protocol.ring_step_s
+        if curves is None:
+            protocol, handoff = IDEAL, 0.0
+        else:
+            protocol = curves.protocol_for(c.nbytes, AllReduceAlgorithm.RING)
+            handoff = curves.handoff_s(protocol, AllReduceAlgorithm.RING)
+        step_s = ring.hop_latency_s + handoff
         latency += units * (protocol.ring_launch_s / 2 + (n - 1) * step_s)
         weighted += units * protocol.wire_factor * c.nbytes
     hop_bytes = (n - 1) / n * weighted

@@ -68,6 +68,7 @@ from pipesim.profiles.costmodels.context_parallel import (
     stage_cp_times,
 )
 from pipesim.profiles.costmodels.memory import Recompute
+from pipesim.profiles.costmodels.nccl_protocol import link_classes
 from pipesim.profiles.costmodels.sharding import sharded_memory_multiplier
 from pipesim.profiles.costmodels.tensor_parallel import (
     TpCollective,
@@ -119,6 +120,7 @@ class TpLowering:
         self._free = free_links
         self._bw = cluster.links.bandwidths_bytes_per_s()
         self._lat = cluster.links.latencies_s()
+        self._cls = link_classes(cluster.links)  # NCCL's hand-off per link class (the TP collectives)
         self._curves: dict[tuple[int, ...], AllReduceCurves] = {}
         self._cache: dict[tuple[int, int, int], TpStageCost] = {}
         self._split: dict[tuple[int, int, int], float] = {}
@@ -148,12 +150,13 @@ class TpLowering:
         return tuple(lead + k * t for lead in leads for k in range(c))
 
     def curves(self, group: tuple[int, ...]) -> AllReduceCurves:
-        """Ring all-reduce time curves among ``group`` on the cluster's routes."""
+        """Ring all-reduce time curves among ``group`` on the cluster's routes, with NCCL's
+        hand-off per link class (:mod:`~pipesim.profiles.costmodels.nccl_protocol`)."""
         found = self._curves.get(group)
         if found is None:
             route = (lambda a, b: ()) if self._free else self.cluster.route
             found = self._curves[group] = allreduce_curves(
-                group, route, self._bw.__getitem__, self._lat.__getitem__
+                group, route, self._bw.__getitem__, self._lat.__getitem__, link_class=self._cls.__getitem__
             )
         return found
 
@@ -309,12 +312,15 @@ class TpLowering:
         return found
 
     def _ring(self, group: tuple[int, ...], several: bool) -> TpRing:
-        """The flows of ``group``'s ring(s) (:func:`~pipesim.simulator.tp_collectives.tp_ring`)."""
+        """The flows of ``group``'s ring(s) (:func:`~pipesim.simulator.tp_collectives.tp_ring`): the
+        TP collectives' (``several``) with link classes, as their curves (:meth:`curves`), the CP
+        ring exchange's point-to-point sends with every link's latency."""
         key = (*group, -1 if several else -2)
         found = self._rings.get(key)
         if found is None:
             found = self._rings[key] = tp_ring(group, self.cluster.route, self._bw.__getitem__,
-                                               self._lat.__getitem__, several=several)
+                                               self._lat.__getitem__, several=several,
+                                               link_class=self._cls.__getitem__ if several else None)
         return found
 
     def _cp_part(
@@ -347,6 +353,17 @@ class TpLowering:
         if steps == 0:
             return None
         return ring_part(self._ring(devices, False), steps, hop_bytes), whole, hop_bytes
+
+    def compute_times(
+        self, s: int, samples: int, replica: int, fwd: float, bwd: float, rec: float
+    ) -> tuple[float, float, float]:
+        """The forward, backward and replayed forward of ``replica``'s share of ``samples``
+        samples on TP or CP stage ``s`` whose costs without TP are ``fwd``, ``bwd``, ``rec``
+        seconds: their compute under TP, seconds (as :meth:`compute_parts` runs them; what
+        ZeRO-3's runtime issues and exposes per unit is costed on them, as the 3D estimate does)."""
+        ratio_f, ratio_b, _, _, _, _ = self.cost(s, samples, replica)
+        replay = tp_replay_s(self.recompute, rec, ratio_f, 0.0, self.plan.stages[s].replica_width)
+        return fwd * ratio_f, bwd * ratio_b, replay
 
     def compute_parts(
         self, op: Op, s: int, samples: int, replica: int, fwd: float, bwd: float, wf: float, rec: float = 0.0

@@ -54,6 +54,7 @@ partitions are all-gathered (``update_lp_params``).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from enum import Enum
 
@@ -298,6 +299,17 @@ def gated_time_s(
     Raises:
         InputError: ``depth < 1``.
     """
+    return _gated_starts(compute_s, comm_s, depth, lead_s, on_demand_s)[-1]
+
+
+def _gated_starts(
+    compute_s: Sequence[float],
+    comm_s: Sequence[float],
+    depth: int,
+    lead_s: float,
+    on_demand_s: Sequence[float] | None = None,
+) -> list[float]:
+    """:func:`gated_time_s`'s unit starts, seconds into the op, then its end."""
     k = check_count("depth", depth)
     starts: list[float] = []
     t = 0.0
@@ -310,7 +322,7 @@ def gated_time_s(
         start = max(t, comm_end)
         starts.append(start)
         t = start + compute
-    return t
+    return [*starts, t]
 
 
 def reduce_tail_s(backward_units_s: Sequence[float], scatter_s: Sequence[float]) -> float:
@@ -323,6 +335,104 @@ def reduce_tail_s(backward_units_s: Sequence[float], scatter_s: Sequence[float])
         t += compute
         reduce_end = max(reduce_end, t) + scatter
     return max(0.0, reduce_end - t)
+
+
+class _Stream:
+    """One collective stream of :func:`_shared_backward_s`: its transfers ``[issue s, seconds
+    left alone]`` in issue order, the index of the first unfinished, and each one's end."""
+
+    __slots__ = ("ends", "head", "items")
+
+    def __init__(self) -> None:
+        self.items: list[list[float]] = []
+        self.head = 0
+        self.ends: list[float] = []
+
+    def active(self, now: float) -> bool:
+        return self.head < len(self.items) and self.items[self.head][0] <= now
+
+    def next_issue(self) -> float:
+        return self.items[self.head][0] if self.head < len(self.items) else math.inf
+
+
+def _advance(streams: tuple[_Stream, _Stream], now: float, until: _Stream, count: int) -> float:
+    """Run the two streams from ``now`` until ``until`` has ended ``count`` transfers, sharing the
+    links half and half while both carry one (each alone at full speed); returns the time
+    reached, seconds."""
+    while len(until.ends) < count:
+        on = [x for x in streams if x.active(now)]
+        if not on:
+            now = min(x.next_issue() for x in streams)
+            if math.isinf(now):
+                raise AssertionError("waiting on a transfer never issued")
+            continue
+        rate = 1.0 / len(on)
+        step = min(x.items[x.head][1] / rate for x in on)
+        waiting = [x.next_issue() for x in streams if x not in on]
+        step = min([step, *(w - now for w in waiting)])
+        for x in on:
+            x.items[x.head][1] -= step * rate
+        now += step
+        for x in on:
+            if x.items[x.head][1] <= 1e-15:
+                x.ends.append(now)
+                x.head += 1
+    return now
+
+
+def _shared_backward_s(
+    compute_s: Sequence[float], gather_s: Sequence[float], scatter_s: Sequence[float], depth: int,
+    lead_s: float, on_demand_s: Sequence[float], next_s: Sequence[float] = (),
+) -> tuple[float, float, float]:
+    """A ZeRO-3 backward of units in run order, seconds, and how long its reduce-scatters outlast
+    it, seconds, as the simulator runs them: unit ``j`` computes once its gather (issued as unit
+    ``j - depth`` starts, the first ``depth`` ``lead_s`` before the op) and its on-demand part
+    (issued as it is reached, after the gather on the same stream) have ended; its reduce-scatter
+    is issued as it ends, on a second stream; the two streams share the links half and half while
+    both carry a transfer (the max-min share of two flows on one bottleneck), each alone at full
+    speed. ``next_s`` (one figure or none): the next op's first gather, issued ``depth`` units
+    before the op's end on the gather stream; its end relative to the op's end is returned
+    third (``-inf`` without it); with ``depth`` 1 the tail is the one without it (the last
+    backward's), else with it."""
+    k = check_count("depth", depth)
+    gathers, scatters = _Stream(), _Stream()
+    streams = (gathers, scatters)
+    for j in range(min(k, len(compute_s))):
+        gathers.items.append([-lead_s, gather_s[j]])
+    own = list(range(len(gathers.items)))  # per unit, its gather's place on the gather stream
+    now = -lead_s
+    end = 0.0
+    for j, compute in enumerate(compute_s):
+        need = own[j] + 1
+        if on_demand_s[j] > 0:  # issued as the unit is reached, after what the stream holds
+            gathers.items.append([end, on_demand_s[j]])
+            need = len(gathers.items)
+        now = _advance(streams, now, gathers, need)
+        start = max(end, gathers.ends[need - 1])
+        if j + k < len(compute_s):
+            own.append(len(gathers.items))
+            gathers.items.append([start, gather_s[j + k]])
+        if next_s and j + k == len(compute_s):  # the next op's first gather, depth units ahead
+            own.append(len(gathers.items))
+            gathers.items.append([start, next_s[0]])
+        end = start + compute
+        scatters.items.append([end, scatter_s[j]])
+    if next_s and k == 1:  # the tail without the next gather (the last backward's), from here
+        alone = _Stream()
+        alone.items, alone.head, alone.ends = [list(x) for x in gathers.items[:-1]], gathers.head, []
+        rest = _Stream()
+        rest.items, rest.head = [list(x) for x in scatters.items], scatters.head
+        rest.ends = list(scatters.ends)
+        _advance((alone, rest), now, rest, len(rest.items))
+        last = rest.ends[-1]
+    now = _advance(streams, now, scatters, len(scatters.items))
+    if not (next_s and k == 1):
+        last = scatters.ends[-1] if scatters.ends else end
+    tail = max(0.0, last - end)
+    if not next_s:
+        return end, tail, -math.inf
+    now = _advance(streams, now, gathers, own[-1] + 1)
+    return end, tail, gathers.ends[own[-1]] - end
 
 
 def zero3_op_times_s(
@@ -340,26 +450,39 @@ def zero3_op_times_s(
 
     In the steady state the op's first gathers are issued during the op before (in 1F1B a
     forward follows a backward, whose last unit is unit 0, and the other way round). In the
-    backward a unit's gather shares the links with the previous unit's reduce-scatter, so it is
-    charged ``gather + scatter``. ``bwd_gather_s`` gives the backward's gathers where they differ
+    backward the gathers and the reduce-scatters run on two streams as the simulator runs them
+    (:func:`_shared_backward_s`): a unit's gather meets the reduce-scatters issued before it
+    ends (the previous unit's) and the two share the links half and half while both run; the
+    reduce-scatters left when the backward's compute ends are its tail; in the steady state they
+    share the links with the next forward's first gather, issued as the backward's last unit
+    starts, which sets the forward's lead. (It charged each unit
+    ``gather + its own scatter`` and every scatter again in a tail taken against the bare
+    compute: 1.26-1.32x the simulation where the gathers outlast the compute,
+    ``tests/tp/test_zero3_wide_estimate.py``.) ``bwd_gather_s`` gives the backward's gathers where they differ
     from the forward's (DeepSpeed's re-gathers after a replay,
     :class:`~pipesim.profiles.costmodels.zero3_runtime.UnitCalls`); default ``gather_s``. The
     ``*_on_demand_s`` parts are gathered when their unit is reached (:func:`gated_time_s`).
 
     Returns:
         ``(forward s, backward s, the first op's extra s, the last backward's reduce tail s)``:
-        the iteration's first forward cannot prefetch (its extra is what the steady state hid);
-        the last backward's reduce-scatters outlast it by the tail (:func:`reduce_tail_s`).
+        the iteration's first forward cannot prefetch (its extra is what the steady state hid,
+        less what the steady forward's first gather lost to the backward's reduce-scatters: it
+        can be negative);
+        the last backward's reduce-scatters outlast it by the tail.
 
     Raises:
         InputError: ``depth < 1``.
     """
-    fwd = gated_time_s(fwd_units_s, gather_s, depth, bwd_units_s[0], fwd_on_demand_s)
-    first = gated_time_s(fwd_units_s, gather_s, depth, 0.0, fwd_on_demand_s) - fwd
     back = list(reversed(bwd_units_s))
-    again = gather_s if bwd_gather_s is None else bwd_gather_s
-    comm = [g + r for g, r in zip(reversed(again), reversed(scatter_s), strict=True)]
-    od = None if bwd_on_demand_s is None else list(reversed(bwd_on_demand_s))
-    bwd = gated_time_s(back, comm, depth, fwd_units_s[-1], od)
-    tail = reduce_tail_s(back, list(reversed(scatter_s)))
+    again = list(reversed(gather_s if bwd_gather_s is None else bwd_gather_s))
+    od = [0.0] * len(back) if bwd_on_demand_s is None else list(reversed(bwd_on_demand_s))
+    scatters = list(reversed(scatter_s))
+    # the steady backward, its reduce-scatters sharing the links with the next forward's first
+    # gather (issued as the backward's last unit starts), which ends ``ready`` after the backward
+    bwd, tail, ready = _shared_backward_s(back, again, scatters, depth, fwd_units_s[-1], od, gather_s[:1])
+    if depth != 1:  # the last backward's tail, without the next gather
+        _, tail, _ = _shared_backward_s(back, again, scatters, depth, fwd_units_s[-1], od)
+    lead = gather_s[0] - ready if depth == 1 else bwd_units_s[0]
+    fwd = gated_time_s(fwd_units_s, gather_s, depth, lead, fwd_on_demand_s)
+    first = gated_time_s(fwd_units_s, gather_s, depth, 0.0, fwd_on_demand_s) - fwd
     return fwd, bwd, first, tail

@@ -18,6 +18,7 @@ from pipesim.planner.megatron import MegatronPins, estimate_3d, megatron_plans
 from pipesim.planner.three_d import ThreeDCosts
 from pipesim.profiles.costmodels.collective import allreduce_curves
 from pipesim.profiles.costmodels.memory import Recompute
+from pipesim.profiles.costmodels.nccl_protocol import link_classes
 from pipesim.profiles.costmodels.tensor_parallel import TpCollective, collective_time_s
 from pipesim.profiles.hardware.cluster import Cluster
 from pipesim.profiles.inputs import resolve_inputs
@@ -81,9 +82,11 @@ def test_the_straddling_group_is_costed_on_its_nic_hops() -> None:
     costs = ThreeDCosts(profile, cluster, Recompute.NONE)
     probe = TpCollective("F", "all-reduce", 2.0**20)
     bw, lat = cluster.links.bandwidths_bytes_per_s(), cluster.links.latencies_s()
+    classes = link_classes(cluster.links)
     for group in ((4, 5, 6, 7), (6, 7, 8, 9)):
         ring = costs.ring([group])
-        alone = allreduce_curves(group, cluster.route, bw.__getitem__, lat.__getitem__)
+        alone = allreduce_curves(group, cluster.route, bw.__getitem__, lat.__getitem__,
+                                 link_class=classes.__getitem__)  # NCCL's hand-off per link class
         assert collective_time_s(costs._rings[ring], probe) == collective_time_s(alone, probe)
     # a rank's ring is its slowest group's: one straddling replica slows the rank
     assert costs.ring([(4, 5, 6, 7), (6, 7, 8, 9)]) == costs.ring([(6, 7, 8, 9)])

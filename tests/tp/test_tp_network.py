@@ -13,6 +13,7 @@ import pytest
 
 from pipesim.plan import Plan, StagePlan
 from pipesim.profiles.costmodels.collective import allreduce_curves
+from pipesim.profiles.costmodels.nccl_protocol import link_classes
 from pipesim.profiles.costmodels.tensor_parallel import TpCollective, collective_time_s
 from pipesim.profiles.inputs import resolve_inputs
 from pipesim.simulator import SimOptions, simulate
@@ -83,7 +84,10 @@ def test_one_flow_per_op_carries_the_summed_bytes_and_latencies() -> None:
     assert part.latency_s == pytest.approx((2 + 1 + 1) * (len(group) - 1) * ring.hop_latency_s, rel=1e-12)
     program = lower(_plan(FOLDED["runs"][0]["case"]), profile, cluster, SimOptions())
     assert program.tp is not None
-    curves = program.tp.curves(group)
+    curves = program.tp.curves(group)  # with NCCL's link classes: the ring's too
+    classes = link_classes(cluster.links)
+    ring = tp_ring(group, cluster.route, bw.__getitem__, lat.__getitem__, link_class=classes.__getitem__)
+    assert ring.hop_latency_s == 0.0  # inside a server NCCL's NVLink hand-off is the whole step
     part = collectives_part(ring, colls, curves)  # each call with its NCCL protocol (by size)
     assert part is not None
     expected = sum(collective_time_s(curves, c) for c in colls)
