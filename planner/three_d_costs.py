@@ -72,7 +72,7 @@ class ThreeDCosts:
         self._lat = cluster.links.latencies_s()
         self._cls = link_classes(cluster.links)
         self.compute = tp_compute_model(profile, cluster.device)
-        self._curves: dict[tuple[int, ...], AllReduceCurves] = {}
+        self._curves: dict[tuple[tuple[int, ...], bool], AllReduceCurves] = {}  # by members, servers
         self._times: dict[tuple[tuple[int, ...], int, int, bool, bool, int, int, int], TpStageTimes] = {}
         self._acts: dict[tuple[tuple[int, ...], int, int, bool, Recompute], StageActivations] = {}
         self._params: dict[tuple[tuple[int, ...], int], float] = {}
@@ -117,10 +117,15 @@ class ThreeDCosts:
         return self.last_block - self.first_block + 1
 
     def curves(self, members: tuple[int, ...], *, servers: bool = False) -> AllReduceCurves:
-        found = self._curves.get(members)
+        """The all-reduce curves of group ``members`` (in ring order) on the cluster's routes, with
+        NCCL's link classes; ``servers``: hierarchical over the servers (data-parallel groups),
+        else one flat ring (TP groups). Cached per (members, servers): a TP and a data-parallel
+        group of the same devices get their own curves."""
+        key = (members, servers)
+        found = self._curves.get(key)
         if found is None:
             c = self.cluster
-            found = self._curves[members] = allreduce_curves(
+            found = self._curves[key] = allreduce_curves(
                 members, c.route, self._bw.__getitem__, self._lat.__getitem__,
                 server_of=c.server_of if servers else None, link_class=self._cls.__getitem__,
             )
