@@ -359,6 +359,11 @@ def estimate_config(
         held_of[r] = max(held_of[r], ops.held_bytes)
         if k == 0:
             head, tail = ops.first_extra_s, ops.last_tail_s
+    if units and dp_curves is not None:  # every backward reduce-scatters its gradients on one stream
+        for r in range(p):
+            scatter = sum(half_time_s(dp_curves, model.params(*chunks[k], t) * g, allreduce)
+                          for k in range(p * v) if where[k] == r)
+            br_of[r] = max(br_of[r], scatter)
     for r in range(p):
         peaks[r] += held_of[r]
         if peaks[r] > limit:
