@@ -13,11 +13,22 @@ exhaustively and ranks by an analytic estimate (:mod:`pipesim.planner.three_d`):
 * ``p``: pipeline ranks dividing the number of blocks, ``d = N / (t c p)`` data-parallel
   replicas (every device used);
 * the micro-batch size ``b`` per replica (``m = B / (d b)`` micro-batches), ``v`` model chunks
-  per rank (``1f1b`` for ``v = 1``, ``interleaved`` otherwise, with ``m`` a multiple of ``p``);
+  per rank and the schedule (:func:`searched_schedules`): ``1f1b``, ``zb-h1``, ``zb-h2`` for
+  ``v = 1``, ``interleaved`` (``m`` a multiple of ``p``) and ``zbv`` for ``v = 2``,
+  ``interleaved`` beyond; the zero-bubble ones timed by their order over the chunks' per-op
+  times (:func:`~pipesim.planner.three_d.estimate_config`) and evaluated only when their lower
+  bound (the busiest rank's compute) can still make the shortlist;
 * recomputation ``none``, ``full`` or ``selective`` (when the blocks have an attention core to
   drop: not with flash attention); sequence parallelism with TP or not, and with it the TP
-  communication overlap (``tp_comm_overlap``) or not; sharding ``none`` or the distributed
-  optimizer (any sharding when pinned).
+  communication overlap (``tp_comm_overlap``) or not; sharding ``none``, the distributed
+  optimizer, ZeRO-1, ZeRO-2 or ZeRO-3 (:data:`SEARCHED_SHARDINGS`; with more than one data- or
+  context-parallel rank; ZeRO-2/3 with the 1F1B family). Configurations that differ only in
+  sharding and are no faster and no smaller than a kept one are dropped (with equal traffic a
+  sharding level only saves memory; ZeRO-2 and 3 move their collectives into the backward and
+  forward, which the estimate may find faster or slower than ZeRO-1's: it is evaluated, not
+  assumed).
+
+Pins (:class:`MegatronPins`) restrict each dimension to the value given.
 
 Stages are uniform: the blocks are cut into ``p v`` equal chunks; the embedding goes with the
 first chunk and the head with the last (as in Megatron-LM), placed automatically. Plans must fit
@@ -26,13 +37,17 @@ the device memory (the estimate's peak per rank).
 
 from __future__ import annotations
 
+import heapq
 import logging
+import math
 from dataclasses import dataclass, replace
 
 from pipesim.errors import Infeasible, invalid
 from pipesim.plan import Estimate, Plan, StagePlan
+from pipesim.planner.schedule_time import valid_microbatches
 from pipesim.planner.three_d import (
     THREE_D_SCHEDULES,
+    ZERO_BUBBLE_3D,
     ThreeDCosts,
     chunk_ranges,
     estimate_3d,
@@ -44,6 +59,8 @@ from pipesim.profiles.costmodels.sharding import GradCollective, Sharding
 from pipesim.profiles.costmodels.zero3_runtime import Zero3Runtime
 from pipesim.profiles.hardware.cluster import Cluster
 from pipesim.profiles.models.profile import ModelProfile
+from pipesim.schedules.placement import stage_ranks
+from pipesim.schedules.registry import placement_of
 
 __all__ = [
     "MAX_CHUNKS",
@@ -68,8 +85,33 @@ other planners' 8: its estimate is the simulated time for single-rank plans and 
 of it with pipelines (GPT-3 175B on 1024 A100), and one simulation of a 1024-GPU interleaved plan
 costs seconds (``benchmarks/bench_tp.py``)."""
 
-_Config = tuple[int, int, int, int, int, bool, Recompute, int, bool, Sharding]
-"""``(t, p, d, m, v, sequence parallel, recompute, c, tp_comm_overlap, sharding)``."""
+_Config = tuple[int, int, int, int, int, bool, Recompute, int, bool, str, Sharding]
+"""``(t, p, d, m, v, sequence parallel, recompute, c, tp_comm_overlap, schedule, sharding)``."""
+
+SEARCHED_SHARDINGS: tuple[Sharding, ...] = (
+    Sharding.NONE, Sharding.DISTRIBUTED, Sharding.ZERO1, Sharding.ZERO2, Sharding.ZERO3,
+)
+"""Shardings the search tries (with more than one data- or context-parallel rank: with one, every
+sharding is no sharding, or more memory for the distributed optimizer's main copy)."""
+
+
+def searched_schedules(p: int, v: int) -> tuple[str, ...]:
+    """Schedules the search tries for ``p`` ranks of ``v`` chunks: ``1f1b``, ``zb-h1`` and
+    ``zb-h2`` for one chunk, ``interleaved`` and ``zbv`` for two (the V shape takes exactly two),
+    ``interleaved`` for more; no zero-bubble schedule without a pipeline (``p = 1``: nothing to
+    fill). ZeRO-2/3 are planned with the 1F1B family only
+    (:func:`~pipesim.planner.three_d.estimate_config`)."""
+    if v == 1:
+        return ("1f1b", "zb-h1", "zb-h2") if p > 1 else ("1f1b",)
+    return ("interleaved", "zbv") if v == 2 else ("interleaved",)
+
+
+def _chunks_taken(schedule: str, v: int) -> bool:
+    """Whether ``schedule`` runs ``v`` chunks per rank (interleaved: more than one; zbv: two;
+    the others: one)."""
+    if schedule == "interleaved":
+        return v > 1
+    return v == (2 if schedule == "zbv" else 1)
 
 MAX_CONTEXT_PARALLEL = 16
 """Largest context-parallel degree searched (a power of two dividing the sequence length)."""
@@ -84,11 +126,15 @@ class MegatronPins:
             sequence parallelism and sharding (:class:`~pipesim.plan.StagePlan`).
         tp_comm_overlap: the TP communication overlap (``StagePlan.tp_comm_overlap``); pinned
             on, only plans with sequence parallelism (which it needs) are searched.
+        schedule: the pipeline schedule, one of :data:`THREE_D_SCHEDULES` (``gpipe`` and
+            ``dapple`` plan as ``1f1b``'s time with their own memory; a zero-bubble schedule
+            with sharding ``none``, ``zero1`` or ``distributed``).
 
     Raises:
         InputError: ``tensor_parallel`` or ``context_parallel < 1``; sequence parallelism pinned
             on without TP > 1; the TP overlap pinned on with sequence parallelism pinned off or
-            TP pinned to 1; a pin that is not a boolean where one is needed.
+            TP pinned to 1; a pin that is not a boolean where one is needed; a schedule the 3D
+            estimate does not model, or a zero-bubble one with ZeRO-2/3 pinned.
         UnknownNameError: an unknown sharding.
     """
 
@@ -97,6 +143,7 @@ class MegatronPins:
     sharding: Sharding | str | None = None
     context_parallel: int | None = None
     tp_comm_overlap: bool | None = None
+    schedule: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("tensor_parallel", "context_parallel"):
@@ -114,6 +161,14 @@ class MegatronPins:
             raise invalid("tp_comm_overlap", True, rule)
         if self.sharding is not None:
             object.__setattr__(self, "sharding", Sharding.parse(self.sharding))
+        if self.schedule is not None:
+            name = getattr(self.schedule, "value", self.schedule)
+            if name not in THREE_D_SCHEDULES:
+                raise invalid("schedule", name, "the megatron planner plans " + ", ".join(THREE_D_SCHEDULES))
+            object.__setattr__(self, "schedule", name)
+            if name in ZERO_BUBBLE_3D and self.sharding in (Sharding.ZERO2, Sharding.ZERO3):
+                rule = f"the megatron planner plans {name} with sharding none, zero1 or distributed"
+                raise invalid("sharding", Sharding.parse(self.sharding).value, rule)
 
 
 
@@ -171,13 +226,17 @@ def megatron_plans(
     rcs = [check_recompute(profile, recompute)] if recompute is not None else [Recompute.NONE, Recompute.FULL]
     if recompute is None and any(layer.attention_core_saved_bytes for layer in profile.layers):
         rcs.append(Recompute.SELECTIVE)  # blocks with an attention core to drop (not flash attention)
-    shardings = [Sharding.NONE, Sharding.DISTRIBUTED]
+    shardings = list(SEARCHED_SHARDINGS)
     if pins.sharding is not None:
         shardings = [Sharding.parse(pins.sharding)]
     cs = [c for c in (1, 2, 4, 8, 16) if c <= MAX_CONTEXT_PARALLEL and shape.seq % c == 0]
     cs = _candidates(cs, pins.context_parallel)
-    found: list[tuple[float, float, int, _Config, Estimate]] = []
-    tried = 0
+    # The distributed optimizer moves ZeRO-1's bytes and holds more (fp32 main gradients) that its
+    # update also reads (optimizer.update_bytes_per_parameter): with ZeRO-1's reduce-scatter it is
+    # never faster nor smaller by the estimate, and the dominance below would drop it.
+    if pins.sharding is None and not zero1_all_reduce:
+        shardings.remove(Sharding.DISTRIBUTED)
+    configs: list[tuple[int, int, int, int, int, int, int, bool, bool, Recompute, str, Sharding]] = []
     for t, c in ((t, c) for t in ts for c in cs):
         if n_dev % (t * c) or shape.heads % t:
             continue
@@ -194,22 +253,45 @@ def megatron_plans(
                     continue
                 m = global_batch_size // (d * mbs)
                 for v in range(1, MAX_CHUNKS + 1):
-                    if blocks % (p * v) or (v > 1 and (p == 1 or m % p)):
+                    if blocks % (p * v) or (v > 1 and p == 1):
                         continue
-                    for sp, ov in ((s, o) for s in sps for o in (overlaps if s else (False,))):
-                        for rc in rcs:
-                            for sh in shardings:
-                                tried += 1
-                                est = estimate_config(
-                                    shape_model, cluster, optimizer, allreduce, global_batch_size,
-                                    chunk_ranges(shape_model, p, v), t, p, d, mbs, m, v, sp, rc, sh,
-                                    memory_limit_bytes, overlap=ov, c=c, grad=grad_reduce_dtype,
-                                    zero1_all_reduce=zero1_all_reduce, zero3_runtime=runtime)
-                                if est is None:
-                                    continue
-                                config = (t, p, d, m, v, sp, rc, c, ov, sh)
-                                key = (est.iteration_time_s, est.peak_memory_bytes, len(found))
-                                found.append((*key, config, est))
+                    names = searched_schedules(p, v) if pins.schedule is None else (pins.schedule,)
+                    scheds = [x for x in names if _chunks_taken(x, v) and _microbatches_taken(x, p, m, v)]
+                    for sp, ov, rc, sched, sh in (
+                        (s, o, r, x, h) for s in sps for o in (overlaps if s else (False,)) for r in rcs
+                        for x in scheds for h in shardings
+                    ):
+                        if sh is not Sharding.NONE and d * c == 1 and pins.sharding is None:
+                            continue  # one data-parallel rank: nothing to shard
+                        if sched in ZERO_BUBBLE_3D and sh in (Sharding.ZERO2, Sharding.ZERO3) and d * c > 1:
+                            continue  # ZeRO-2/3 with the 1F1B family only (estimate_config)
+                        configs.append((t, c, p, d, mbs, m, v, sp, ov, rc, sched, sh))
+    # The cheap configurations first (the closed form without per-unit collectives), then the
+    # zero-bubble orders and ZeRO-2/3, each evaluated only when its lower bound beats the
+    # ``top * len(shardings)``-th best time found so far (the plans returned are among that
+    # many: the sharding dominance below drops at most ``len(shardings) - 1`` of a kept plan's
+    # group) (estimate_config's ``bound_s``).
+    configs.sort(key=lambda x: x[10] in ZERO_BUBBLE_3D or x[11] in (Sharding.ZERO2, Sharding.ZERO3))
+    found: list[tuple[float, float, int, _Config, Estimate]] = []
+    keep = top * len(shardings)
+    best: list[float] = []  # the ``keep`` best times so far, as a max-heap (negated)
+    for t, c, p, d, mbs, m, v, sp, ov, rc, sched, sh in configs:
+        bound = -best[0] if len(best) == keep else math.inf
+        est = estimate_config(
+            shape_model, cluster, optimizer, allreduce, global_batch_size,
+            chunk_ranges(shape_model, p, v), t, p, d, mbs, m, v, sp, rc, sh,
+            memory_limit_bytes, schedule=sched, overlap=ov, c=c, grad=grad_reduce_dtype,
+            zero1_all_reduce=zero1_all_reduce, zero3_runtime=runtime, bound_s=bound)
+        if est is None:
+            continue
+        config = (t, p, d, m, v, sp, rc, c, ov, sched, sh)
+        key = (est.iteration_time_s, est.peak_memory_bytes, len(found))
+        found.append((*key, config, est))
+        if len(best) < keep:
+            heapq.heappush(best, -est.iteration_time_s)
+        elif est.iteration_time_s < -best[0]:
+            heapq.heapreplace(best, -est.iteration_time_s)
+    tried = len(configs)
     log.info("megatron: %d configurations, %d fit", tried, len(found))
     if not found:
         raise Infeasible(
@@ -235,9 +317,18 @@ def megatron_plans(
 
 
 
+def _microbatches_taken(schedule: str, p: int, m: int, v: int) -> bool:
+    """Whether ``schedule`` takes ``m`` micro-batches on ``p`` ranks of ``v`` chunks (interleaved:
+    ``m`` a multiple of ``p``, as Megatron-LM; the others: their generator's rule,
+    :func:`~pipesim.planner.schedule_time.valid_microbatches`)."""
+    if schedule == "interleaved":
+        return m % p == 0
+    return valid_microbatches(schedule, p, m, v)
+
+
 def _plan(
     model: ThreeDCosts, gbs: int, t: int, p: int, d: int, m: int, v: int, sp: bool, rc: Recompute, c: int,
-    ov: bool, sh: Sharding, optimizer: str, allreduce: str, est: Estimate,
+    ov: bool, schedule: str, sh: Sharding, optimizer: str, allreduce: str, est: Estimate,
 ) -> Plan:
     stages = tuple(
         StagePlan(first_layer=first, last_layer=last, replicas=d, tensor_parallel=t, sequence_parallel=sp,
@@ -248,7 +339,7 @@ def _plan(
         stages=stages,
         global_batch_size=gbs,
         num_microbatches=m,
-        schedule="1f1b" if v == 1 else "interleaved",
+        schedule=schedule,
         chunks=v,
         optimizer=optimizer,
         recompute=rc,
@@ -257,9 +348,10 @@ def _plan(
         planner="megatron",
     )
     placement = plan.placement(model.cluster.num_devices)
+    where = stage_ranks(placement_of(schedule) or "looped", p * v, p)  # zbv: the V shape
     placed = tuple(
         StagePlan(first_layer=s.first_layer, last_layer=s.last_layer, replicas=d, tensor_parallel=t,
-                  sequence_parallel=sp, sharding=sh, devices=placement[i % p], context_parallel=c,
+                  sequence_parallel=sp, sharding=sh, devices=placement[where[i]], context_parallel=c,
                   tp_comm_overlap=ov)
         for i, s in enumerate(stages)
     )

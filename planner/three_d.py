@@ -61,6 +61,8 @@ one-rank plans).
 from __future__ import annotations
 
 import math
+import weakref
+from dataclasses import replace
 from typing import NamedTuple
 
 from pipesim.errors import invalid
@@ -73,8 +75,10 @@ from pipesim.planner.nic_sharing import (
     ring_sharers,
     shares_ring_link,
 )
+from pipesim.planner.schedule_time import order_time_s
 from pipesim.planner.three_d_costs import ThreeDCosts
-from pipesim.planner.zero_ops import ZeroOp, zero_unit_ops
+from pipesim.planner.zero_ops import ZeroOp, ZeroOps, zero_unit_ops
+from pipesim.profiles.costmodels.collective import AllReduceCurves
 from pipesim.profiles.costmodels.context_parallel import check_context_parallel
 from pipesim.profiles.costmodels.memory import Recompute, StageActivations
 from pipesim.profiles.costmodels.optimizer import stage_optimizer_step_s
@@ -94,6 +98,7 @@ from pipesim.schedules.registry import placement_of
 
 __all__ = [
     "THREE_D_SCHEDULES",
+    "ZERO_BUBBLE_3D",
     "Placed3d",
     "ThreeDCosts",
     "chunk_ranges",
@@ -102,9 +107,14 @@ __all__ = [
     "is_3d",
 ]
 
-THREE_D_SCHEDULES: tuple[str, ...] = ("gpipe", "dapple", "1f1b", "interleaved")
+ZERO_BUBBLE_3D: tuple[str, ...] = ("zb-h1", "zb-h2", "zbv")
+"""Split-backward schedules :func:`estimate_3d` times by evaluating their order over the chunks'
+per-op times (:func:`~pipesim.planner.schedule_time.order_time_s`; module docstring)."""
+
+THREE_D_SCHEDULES: tuple[str, ...] = ("gpipe", "dapple", "1f1b", "interleaved", *ZERO_BUBBLE_3D)
 """Schedules :func:`estimate_3d` models (GPipe, DAPPLE and 1F1B share the time
-``(m + p - 1)(t_f + t_b)`` of equal stages; their memory differs by the in-flight count)."""
+``(m + p - 1)(t_f + t_b)`` of equal stages; their memory differs by the in-flight count; the
+zero-bubble ones by their order, :data:`ZERO_BUBBLE_3D`)."""
 
 
 class Placed3d(NamedTuple):
@@ -175,6 +185,10 @@ def estimate_3d(
         rule = f"the 3D estimate models {names} with equal micro-batches"
         raise invalid("plan.schedule", plan.schedule.value, rule)
     t, d, sp, sh = form
+    if plan.schedule.value in ZERO_BUBBLE_3D and sh in (Sharding.ZERO2, Sharding.ZERO3) and d * (
+            first.context_parallel) > 1:
+        rule = "the 3D estimate times zero-bubble schedules with sharding none, zero1 or distributed"
+        raise invalid("stages[0].sharding", sh.value, rule)
     c = first.context_parallel
     check_context_parallel(profile, 0, profile.num_layers - 1, c, "stages[0].context_parallel")
     m, v, p = plan.num_microbatches, plan.chunks, plan.num_ranks
@@ -215,7 +229,7 @@ def estimate_config(
     rc: Recompute, sh: Sharding, limit: float,
     schedule: str | None = None, overlap: bool = False, c: int = 1, optimizer_step: bool = True,
     grad: str | None = None, zero1_all_reduce: bool = False, placed: Placed3d | None = None,
-    zero3_runtime: Zero3Runtime = Zero3Runtime.FSDP,
+    zero3_runtime: Zero3Runtime = Zero3Runtime.FSDP, bound_s: float = math.inf,
 ) -> Estimate | None:
     """The estimate (module docstring) of one configuration: ``chunks`` the ``p v`` chunks' layer
     ranges (rank ``k mod p`` runs chunk ``k``), ``t``, ``p``, ``d``, ``c`` the degrees, ``mbs``
@@ -224,10 +238,21 @@ def estimate_config(
     sit (:class:`Placed3d`; default: automatic placement, :meth:`ThreeDCosts.auto_ring`);
     ``zero3_runtime`` how ZeRO-3's gathers are issued
     (:class:`~pipesim.profiles.costmodels.zero3_runtime.Zero3Runtime`).
-    ``None`` when a rank's peak memory exceeds ``limit`` bytes."""
+    ``None`` when a rank's peak memory exceeds ``limit`` bytes, or when a lower bound of the
+    time already exceeds ``bound_s`` seconds (the search's threshold) before its costly part:
+    a zero-bubble schedule's (:data:`ZERO_BUBBLE_3D`; the busiest rank's compute, ``m`` times
+    its forwards and backwards) before its order is evaluated, ZeRO-2/3's (the closed form
+    without their per-unit collectives, which only delay the ops) before those are costed. A
+    zero-bubble schedule takes sharding ``none``,
+    ``zero1`` or ``distributed`` (ZeRO-2/3's per-unit collectives are timed for a whole backward
+    ``B``, not a split one)."""
     schedule = schedule or ("1f1b" if v == 1 else "interleaved")
     if schedule == "dapple":
         schedule = "1f1b"  # the same in-flight count (DAPPLE's K_i = min(p - i, m))
+    split = schedule in ZERO_BUBBLE_3D
+    if split and d * c > 1 and sh in (Sharding.ZERO2, Sharding.ZERO3):
+        rule = "the 3D estimate times zero-bubble schedules with sharding none, zero1 or distributed"
+        raise invalid("sharding", sh.value, rule)
     multiplier = sharded_memory_multiplier(model.profile.dtype, optimizer, sh, d * c, grad)
     g = grad_bytes_factor(model.profile.dtype, grad)  # gradient bytes per parameter byte
     per_unit = d * c > 1 and sh in (Sharding.ZERO2, Sharding.ZERO3)
@@ -262,16 +287,26 @@ def estimate_config(
     dp_servers = 1  # the servers the DP group spans: DeepSpeed's (2021) per-call ring latency
     if per_unit and sh is Sharding.ZERO3 and zero3_runtime is Zero3Runtime.DEEPSPEED_2021:
         dp_servers = len({cluster.server_of(x) for x in placed.dp_group})
-    tf = tb = 0.0
     peaks: list[float] = []
     head = tail = 0.0  # ZeRO: the first forward's unhidden gathers, the last backward's reduce tail
-    shared_cycle = 0.0  # the slowest rank's op pair with other ranks' TP blocks on its links
     where = stage_ranks(placement_of(schedule) or "looped", p * v, p)  # the schedule's placement
-    for r in range(p):
-        fr = br = slow = 0.0
+    # per stage its F, its I (or B) and its W as the lowering times them (tp_lowering.compute_parts)
+    f_stage, i_stage, w_stage = [0.0] * (p * v), [0.0] * (p * v), [0.0] * (p * v)
+    # per rank its forwards, backwards and delay by other ranks' TP blocks on its links, seconds
+    fr_of, br_of, slow_of, held_of = [0.0] * p, [0.0] * p, [0.0] * p, [0.0] * p
+    units: list[tuple[int, int, ZeroOp, float, float]] = []  # ZeRO-2/3's, costed once the bounds pass
+    for r in range(p):  # memory first: most configurations of a large model do not fit
         static = 0.0
-        held = 0.0
         acts: list[StageActivations] = []
+        for k in (k for k in range(p * v) if where[k] == r):
+            first, last = chunks[k]
+            static += model.params(first, last, t) * multiplier
+            acts.append(model.activations(first, last, mbs, t, sp, rc, c))
+        peak = static + activation_peak_bytes(schedule, r, p, m, acts, chunks=v)
+        if peak > limit:  # (ZeRO-2/3's held bytes come on top, below)
+            return None
+        peaks.append(peak)
+    for r in range(p):
         for k in (k for k in range(p * v) if where[k] == r):
             first, last = chunks[k]
             times = model.times(first, last, mbs, t, sp, overlap, c, rings[r], cp_hops[r])
@@ -283,11 +318,7 @@ def estimate_config(
                               replay=replay, sharding=sh, runtime=zero3_runtime, full=rc is Recompute.FULL,
                               replicas=d * c, grad=g, allreduce=allreduce, shared=shared(r),
                               servers=dp_servers)
-                ops = zero_unit_ops(model, unit, dp_curves)
-                f_op, b_op, first_extra, last_tail = ops.fwd_s, ops.bwd_s, ops.first_extra_s, ops.last_tail_s
-                held = max(held, ops.held_bytes)
-                if k == 0:
-                    head, tail = first_extra, last_tail
+                units.append((r, k, unit, f_op, b_op))
             if sharers is not None and sharers.own[r] > 1:  # its replicas' rings, in lock step
                 own_f, own_b = wires(r, k // p)
                 f_op += (sharers.own[r] - 1) * own_f
@@ -295,38 +326,69 @@ def estimate_config(
             if sharers is not None and sharers.tp[r]:  # other ranks' TP blocks on its bottleneck
                 own_f, own_b = wires(r, k // p)
                 others = [[wires(q, k // p) for q in ranks] for ranks in sharers.tp[r]]
-                slow += concurrent_delay_s(own_f, [[w[0] for w in ws] for ws in others])
-                slow += concurrent_delay_s(own_b, [[w[1] for w in ws] for ws in others])
-            fr += f_op
-            br += b_op
-            static += model.params(first, last, t) * multiplier
-            acts.append(model.activations(first, last, mbs, t, sp, rc, c))
-        peak = static + activation_peak_bytes(schedule, r, p, m, acts, chunks=v) + held
-        if peak > limit:
-            return None
-        peaks.append(peak)
-        tf, tb = max(tf, fr), max(tb, br)
-        shared_cycle = max(shared_cycle, fr + br + slow)
-    hop = 0.0
+                slow_of[r] += concurrent_delay_s(own_f, [[w[0] for w in ws] for ws in others])
+                slow_of[r] += concurrent_delay_s(own_b, [[w[1] for w in ws] for ws in others])
+            if split:  # I exposes its TP collectives whole; W is the weight-gradient compute
+                w_op = times.bwd_tp_s * _wgrad_fraction(model.profile, first, last)
+                f_stage[k], w_stage[k] = f_op, w_op
+                i_stage[k] = b_op - times.bwd_comm_s + times.bwd_split_comm_s - w_op
+                b_op = i_stage[k] + w_op
+            fr_of[r] += f_op
+            br_of[r] += b_op
+    hop = hop_latency = 0.0
     if p > 1:
         act = mbs * model.shape.seq * model.shape.hidden * model.elem / (t * c)
         # every replica's send from rank 0 to rank 1, sharing the links they cross
-        hop = max((lat + act * per_byte for lat, per_byte in terms), default=0.0)
+        hop, hop_latency = max(((lat + act * per_byte, lat) for lat, per_byte in terms), default=(0.0, 0.0))
+    # Lower bounds before the costly parts (the search's threshold ``bound_s``): any order keeps
+    # its busiest rank busy m times its forwards and backwards; ZeRO-2/3's per-unit collectives
+    # only delay the ops (their gathers and reduce-scatters add exposure, never remove compute)
+    if split and m * max(f + b for f, b in zip(fr_of, br_of, strict=True)) > bound_s:
+        return None
+    if units and (m + (p - 1) / v) * (max(fr_of) + max(br_of)) + 2 * (p * v - 1) * hop > bound_s:
+        return None
+    memo = _ZERO_OPS.setdefault(model, {})
+    for r, k, unit, f_plain, b_plain in units:
+        # chunks of the same layers cost the same (zero_unit_ops reads them by their signature)
+        memo_key = (model.sig(unit.first, unit.last), replace(unit, first=0, last=0), placed.dp_group)
+        ops = memo.get(memo_key)
+        if ops is None:
+            ops = memo[memo_key] = zero_unit_ops(model, unit, dp_curves)  # type: ignore[arg-type]
+        fr_of[r] += ops.fwd_s - f_plain
+        br_of[r] += ops.bwd_s - b_plain
+        held_of[r] = max(held_of[r], ops.held_bytes)
+        if k == 0:
+            head, tail = ops.first_extra_s, ops.last_tail_s
+    if units and dp_curves is not None:  # every backward reduce-scatters its gradients on one stream
+        for r in range(p):
+            scatter = sum(half_time_s(dp_curves, model.params(*chunks[k], t) * g, allreduce)
+                          for k in range(p * v) if where[k] == r)
+            br_of[r] = max(br_of[r], scatter)
+    for r in range(p):
+        peaks[r] += held_of[r]
+        if peaks[r] > limit:
+            return None
+    tf, tb = max(fr_of), max(br_of)
+    # the slowest rank's op pair with other ranks' TP blocks on its links
+    shared_cycle = max(f + b + x for f, b, x in zip(fr_of, br_of, slow_of, strict=True))
+    stages_of = [[k for k in range(p * v) if where[k] == r] for r in range(p)]
+
+    def after_backward_s(rank: int) -> float:
+        """Rank ``rank``'s gradient collectives after its last backward (not ZeRO-2/3), s."""
+        nbytes = sum(model.params(*chunks[k], t) for k in stages_of[rank])
+        return _after_backward_s(dp_curves, sh, nbytes, g, allreduce, zero1_all_reduce)
+
+    def step_s(rank: int) -> float:
+        """Rank ``rank``'s optimizer step, s (0 with ``optimizer_step=False``)."""
+        if not optimizer_step:
+            return 0.0
+        return sum(stage_optimizer_step_s(
+            model.params(*chunks[k], t), cluster.device_spec(0), optimizer, model.profile.dtype, sh,
+            d * c, grad_reduce_dtype(model.profile.dtype, grad)) for k in stages_of[rank])
+
     dp = 0.0
     if dp_curves is not None:  # rank 0's data-parallel collectives after its last backward
-        curves = dp_curves
-
-        def after_backward_s(rank: int) -> float:
-            """Rank ``rank``'s gradient collectives after its last backward (not ZeRO-2/3), s."""
-            nbytes = sum(model.params(*chunks[k], t) for k in range(rank, p * v, p))
-            if sh is Sharding.NONE:
-                return curves.time_s(nbytes * g, allreduce)
-            if sh is Sharding.ZERO1 and zero1_all_reduce:  # DeepSpeed's BF16_Optimizer: all-reduce
-                return curves.time_s(nbytes * g, allreduce) + half_time_s(curves, nbytes, allreduce)
-            # ZeRO-1, distributed optimizer: reduce-scatter, optimizer step, all-gather
-            return half_time_s(curves, nbytes * g, allreduce) + half_time_s(curves, nbytes, allreduce)
-
-        nbytes = sum(model.params(*chunks[k], t) for k in range(0, p * v, p))
+        nbytes = sum(model.params(*chunks[k], t) for k in stages_of[0])
         if sh is Sharding.ZERO3:  # the first gathers and the last reduce-scatters
             dp = head + tail
         elif sh is Sharding.ZERO2:  # the last reduce-scatters, the gather after the optimizer step
@@ -339,14 +401,19 @@ def estimate_config(
                 replay = model.replay(first, last, mbs, t, sp, rc, overlap, c, rings[0], cp_hops[0])
                 later = [(-(q * hop + (q - 1) * tb), after_backward_s(q)) for q in sharers.dp[0]]
                 dp += last_backward_delay_s(times, replay, wires(0, 0)[1], later)
-    opt = 0.0
-    if optimizer_step:  # rank 0's update, after its gradient collective (it finishes last)
-        for k in range(0, p * v, p):
-            opt += stage_optimizer_step_s(
-                model.params(*chunks[k], t), cluster.device_spec(0), optimizer, model.profile.dtype, sh,
-                d * c, grad_reduce_dtype(model.profile.dtype, grad),
-            )
-    time_s = (m + (p - 1) / v) * (tf + tb) + 2 * (p * v - 1) * hop + dp + opt
+    opt = step_s(0)  # rank 0's update, after its gradient collective (it finishes last in 1F1B)
+    if not split:
+        time_s = (m + (p - 1) / v) * (tf + tb) + 2 * (p * v - 1) * hop + dp + opt
+    else:  # the order's makespan; each rank's collectives and update after its last action
+        ends = order_time_s(
+            schedule, num_ranks=p, num_microbatches=m, chunks=v, fwd_s=f_stage,
+            bwd_s=[i + w for i, w in zip(i_stage, w_stage, strict=True)], wgrad_s=w_stage,
+            send_fwd_s=[hop] * (p * v - 1), send_bwd_s=[hop] * (p * v - 1),
+            send_latency_s=[hop_latency] * (p * v - 1),
+        ).rank_end_s
+        time_s = float(ends[0]) + dp + opt  # rank 0's, with what later ranks' collectives delay
+        for r in range(1, p):
+            time_s = max(time_s, float(ends[r]) + after_backward_s(r) + step_s(r))
     if shared_cycle > tf + tb:  # other ranks' TP blocks beside a rank's in the m - 1 steady cycles
         time_s += (m - 1) * (shared_cycle - tf - tb)
     return Estimate(
@@ -356,4 +423,35 @@ def estimate_config(
     )
 
 
+_ZERO_OPS: weakref.WeakKeyDictionary[ThreeDCosts, dict[tuple[object, ...], ZeroOps]] = (
+    weakref.WeakKeyDictionary()
+)
+"""Per cost model, ZeRO-2/3's chunk ops by the chunk's layer signature and the rest of its
+:class:`~pipesim.planner.zero_ops.ZeroOp` (the search costs the same chunk in many
+configurations)."""
 
+
+def _wgrad_fraction(profile: ModelProfile, first: int, last: int) -> float:
+    """The weight-gradient share of layers ``first..last``'s backward, as the simulator's
+    lowering splits a backward into ``I`` and ``W`` (its ``StageFacts.wgrad_fraction``)."""
+    layers = profile.layers[first : last + 1]
+    total = sum(layer.bwd_time_s for layer in layers)
+    if total <= 0:
+        return 0.5 if any(layer.parameter_bytes for layer in layers) else 0.0
+    return sum(layer.bwd_time_s * layer.weight_grad_fraction for layer in layers) / total
+
+
+def _after_backward_s(
+    curves: AllReduceCurves | None, sh: Sharding, nbytes: float, g: float, allreduce: str,
+    zero1_all_reduce: bool,
+) -> float:
+    """A rank's gradient collectives after its last backward over ``nbytes`` parameter bytes
+    (sharding ``none``, ``zero1`` or ``distributed``), seconds; 0 without data parallelism."""
+    if curves is None:
+        return 0.0
+    if sh is Sharding.NONE:
+        return curves.time_s(nbytes * g, allreduce)
+    if sh is Sharding.ZERO1 and zero1_all_reduce:  # DeepSpeed's BF16_Optimizer: all-reduce
+        return curves.time_s(nbytes * g, allreduce) + half_time_s(curves, nbytes, allreduce)
+    # ZeRO-1, distributed optimizer: reduce-scatter, optimizer step, all-gather
+    return half_time_s(curves, nbytes * g, allreduce) + half_time_s(curves, nbytes, allreduce)

@@ -310,10 +310,13 @@ def test_megatron_planner_without_cp_and_sp_ranks_as_main() -> None:
     costs, under which TP 2 with selective recompute left the top 6 for TP 1 with 2 micro-batches;
     the backward working set and fp32 loss logits of branch h-zbmem: peak memory only; NCCL's
     per-link-class hand-offs of branch h-net: the data-parallel collectives' times, same ranking; and of
-    branch h-tpnet: the TP collectives' times, same ranking)."""
+    branch h-tpnet: the TP collectives' times, same ranking). The search's sharding and schedule are
+    pinned to what main's chose (distributed, 1F1B): the search since branch h-mgsearch also tries
+    ZeRO-1/2/3 and zero-bubble schedules."""
     profile, cluster = resolve_inputs("gpt:layers=8,hidden=1024,heads=16,seq=1024,vocab=32000", CLUSTER)
     plans = megatron_plans(profile, cluster, 32, memory_limit_bytes=80 * 2**30, top=6,
-                           pins=MegatronPins(sequence_parallel=False, context_parallel=1))
+                           pins=MegatronPins(sequence_parallel=False, context_parallel=1,
+                                             sharding="distributed", schedule="1f1b"))
     got = []
     for p in plans:
         s = p.stages[0]

@@ -34,7 +34,10 @@ def test_plans_use_every_device_and_fit_memory() -> None:
         peak = max(d.peak_memory_bytes for d in result.devices)
         assert peak == pytest.approx(p.estimate.peak_memory_bytes, rel=0.02)
         if p.num_ranks == 1:  # no pipeline: the estimate is the simulated time
-            assert result.iteration_time_s == pytest.approx(p.estimate.iteration_time_s, rel=1e-9)
+            # (ZeRO-2/3's per-unit collectives within 3%: tests/tp/test_zero_estimate.py)
+            per_unit = p.stages[0].sharding.value in ("zero2", "zero3")
+            rel = 0.03 if per_unit else 1e-9
+            assert result.iteration_time_s == pytest.approx(p.estimate.iteration_time_s, rel=rel)
 
 
 def test_pins_are_kept() -> None:
@@ -47,7 +50,9 @@ def test_pins_are_kept() -> None:
 
 def test_memory_pressure_makes_pipelines() -> None:
     big = "gpt:layers=16,hidden=4096,heads=32,seq=2048,vocab=32000"
-    plans = plan(big, CLUSTER, 32, planner="megatron", top=1, memory_limit_bytes=24 * 2**30)
+    # with ZeRO-3 it fits without model parallelism: the distributed optimizer pinned
+    pins = MegatronPins(sharding="distributed")
+    plans = plan(big, CLUSTER, 32, planner="megatron", top=1, memory_limit_bytes=24 * 2**30, pins=pins)
     best = plans[0]
     assert best.stages[0].tensor_parallel * best.num_ranks > 1
     assert best.estimate is not None
