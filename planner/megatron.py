@@ -22,7 +22,9 @@ exhaustively and ranks by an analytic estimate (:mod:`pipesim.planner.three_d`):
   drop: not with flash attention); sequence parallelism with TP or not, and with it the TP
   communication overlap (``tp_comm_overlap``) or not; sharding ``none``, the distributed
   optimizer, ZeRO-1, ZeRO-2 or ZeRO-3 (:data:`SEARCHED_SHARDINGS`; with more than one data- or
-  context-parallel rank; ZeRO-2/3 with the 1F1B family). Configurations that differ only in
+  context-parallel rank; ZeRO-2/3 with the 1F1B family, and unpinned only when no plan fits
+  without them: :data:`MEMORY_SHARDINGS`, whose shortlists cost tens of seconds to rerank by
+  simulation at 1024 GPUs). Configurations that differ only in
   sharding and are no faster and no smaller than a kept one are dropped (with equal traffic a
   sharding level only saves memory; ZeRO-2 and 3 move their collectives into the backward and
   forward, which the estimate may find faster or slower than ZeRO-1's: it is evaluated, not
@@ -93,6 +95,9 @@ SEARCHED_SHARDINGS: tuple[Sharding, ...] = (
 )
 """Shardings the search tries (with more than one data- or context-parallel rank: with one, every
 sharding is no sharding, or more memory for the distributed optimizer's main copy)."""
+
+MEMORY_SHARDINGS: frozenset[Sharding] = frozenset({Sharding.ZERO2, Sharding.ZERO3})
+"""Shardings an unpinned search tries only when no plan fits without them."""
 
 
 def searched_schedules(p: int, v: int) -> tuple[str, ...]:
@@ -236,6 +241,67 @@ def megatron_plans(
     # never faster nor smaller by the estimate, and the dominance below would drop it.
     if pins.sharding is None and not zero1_all_reduce:
         shardings.remove(Sharding.DISTRIBUTED)
+    # Unpinned, ZeRO-2/3 are searched only when no plan fits without them (MEMORY_SHARDINGS):
+    # their per-unit collectives make a plan's simulation, and so the rerank of a shortlist of
+    # them, tens of seconds at 1024 GPUs (benchmarks/README.md); pin them (--zero 2/3) to weigh them.
+    phases = [shardings]
+    if pins.sharding is None:
+        phases = [[h for h in shardings if h not in MEMORY_SHARDINGS],
+                  [h for h in shardings if h in MEMORY_SHARDINGS]]
+    for shardings in phases:
+        found, tried = _search(
+            profile, cluster, global_batch_size, shape_model, shardings, ts, cs, rcs, pins, blocks, n_dev,
+            top=top, optimizer=optimizer, allreduce=allreduce, memory_limit_bytes=memory_limit_bytes,
+            grad=grad_reduce_dtype, zero1_all_reduce=zero1_all_reduce, runtime=runtime)
+        if found:
+            break
+    if not found:
+        raise Infeasible(
+            f"megatron: none of {tried} (t, c, p, d, micro-batch, chunks) configurations of {profile.name} "
+            f"fits {memory_limit_bytes / 2**30:.3g} GiB per device on {n_dev} devices"
+        )
+    # Among configurations that differ only in sharding, drop those no faster and no smaller than
+    # a kept one (sharding with the same traffic costs no time here but saves memory).
+    found.sort(key=lambda x: (x[0], x[1], x[2]))
+    kept: dict[tuple[object, ...], list[tuple[float, float]]] = {}
+    plans: list[Plan] = []
+    for time_s, peak, _, config, est in found:
+        group = kept.setdefault(config[:-1], [])
+        if any(k_time <= time_s and k_peak <= peak for k_time, k_peak in group):
+            continue
+        group.append((time_s, peak))
+        found_plan = _plan(shape_model, global_batch_size, *config, optimizer, allreduce, est)
+        plans.append(replace(found_plan, grad_reduce_dtype=grad_reduce_dtype,
+                             zero1_grad_collective=zero1, zero3_runtime=runtime))
+        if len(plans) == top:
+            break
+    return plans
+
+
+def _search(
+    profile: ModelProfile,
+    cluster: Cluster,
+    global_batch_size: int,
+    shape_model: ThreeDCosts,
+    shardings: list[Sharding],
+    ts: list[int],
+    cs: list[int],
+    rcs: list[Recompute],
+    pins: MegatronPins,
+    blocks: int,
+    n_dev: int,
+    *,
+    top: int,
+    optimizer: str,
+    allreduce: str,
+    memory_limit_bytes: float,
+    grad: str | None,
+    zero1_all_reduce: bool,
+    runtime: Zero3Runtime,
+) -> tuple[list[tuple[float, float, int, _Config, Estimate]], int]:
+    """The configurations of :func:`megatron_plans`' space with sharding in ``shardings`` that
+    fit, as ``(time, peak, index, config, estimate)``, and how many were tried."""
+    shape = shape_model.shape
     configs: list[tuple[int, int, int, int, int, int, int, bool, bool, Recompute, str, Sharding]] = []
     for t, c in ((t, c) for t in ts for c in cs):
         if n_dev % (t * c) or shape.heads % t:
@@ -280,7 +346,7 @@ def megatron_plans(
         est = estimate_config(
             shape_model, cluster, optimizer, allreduce, global_batch_size,
             chunk_ranges(shape_model, p, v), t, p, d, mbs, m, v, sp, rc, sh,
-            memory_limit_bytes, schedule=sched, overlap=ov, c=c, grad=grad_reduce_dtype,
+            memory_limit_bytes, schedule=sched, overlap=ov, c=c, grad=grad,
             zero1_all_reduce=zero1_all_reduce, zero3_runtime=runtime, bound_s=bound)
         if est is None:
             continue
@@ -292,28 +358,9 @@ def megatron_plans(
         elif est.iteration_time_s < -best[0]:
             heapq.heapreplace(best, -est.iteration_time_s)
     tried = len(configs)
-    log.info("megatron: %d configurations, %d fit", tried, len(found))
-    if not found:
-        raise Infeasible(
-            f"megatron: none of {tried} (t, c, p, d, micro-batch, chunks) configurations of {profile.name} "
-            f"fits {memory_limit_bytes / 2**30:.3g} GiB per device on {n_dev} devices"
-        )
-    # Among configurations that differ only in sharding, drop those no faster and no smaller than
-    # a kept one (sharding with the same traffic costs no time here but saves memory).
-    found.sort(key=lambda x: (x[0], x[1], x[2]))
-    kept: dict[tuple[object, ...], list[tuple[float, float]]] = {}
-    plans: list[Plan] = []
-    for time_s, peak, _, config, est in found:
-        group = kept.setdefault(config[:-1], [])
-        if any(k_time <= time_s and k_peak <= peak for k_time, k_peak in group):
-            continue
-        group.append((time_s, peak))
-        found_plan = _plan(shape_model, global_batch_size, *config, optimizer, allreduce, est)
-        plans.append(replace(found_plan, grad_reduce_dtype=grad_reduce_dtype,
-                             zero1_grad_collective=zero1, zero3_runtime=runtime))
-        if len(plans) == top:
-            break
-    return plans
+    log.info("megatron: %d configurations with %s, %d fit", tried,
+             "/".join(h.value for h in shardings), len(found))
+    return found, tried
 
 
 

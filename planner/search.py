@@ -359,6 +359,16 @@ def plan(
     keep = max(top, SHORTLIST)
     if planner == "megatron":
         keep = max(top, MEGATRON_SHORTLIST)
+        if chunks is not None:
+            raise invalid("chunks", chunks, "is searched by the megatron planner, not pinned")
+        if schedule_options:
+            rule = "are not planned by the megatron planner"
+            raise invalid("schedule_options", dict(schedule_options), rule)
+        if schedule is not None:  # the schedule pin (MegatronPins.schedule checks the name)
+            pins = pins or MegatronPins()
+            if pins.schedule is not None and pins.schedule != schedule:
+                raise invalid("schedule", schedule, f"differs from the pinned schedule {pins.schedule!r}")
+            pins = replace(pins, schedule=schedule)
         pinned_rc = None if Recompute.parse(recompute) is Recompute.NONE else recompute
         proposed = megatron_plans(
             profile, machine, global_batch_size, memory_limit_bytes=limit, top=keep, optimizer=optimizer,
