@@ -31,7 +31,7 @@ Per block and micro-batch share of ``b`` samples, on one CP rank (``s`` tokens p
   last step (exposed).
 * **TP collectives** carry ``s / c`` tokens (:func:`stage_cp_times`).
 * **memory**: every activation is per token, and the scores of a chunk are ``(s / c) x s``:
-  a rank keeps ``1 / c`` of the activations of its TP rank (:func:`cp_stage_activation_bytes`).
+  a rank keeps ``1 / c`` of the activations of its TP rank (:func:`cp_stage_activations`).
   Weights are not split by CP; sharded optimizer state is split over ``d c`` ranks.
 
 The planner folds the exposed exchange into the op's time, timed on the slowest hop of the
@@ -76,7 +76,6 @@ __all__ = [
     "block_cp_time_factors",
     "check_context_parallel",
     "cp_activation_split",
-    "cp_stage_activation_bytes",
     "cp_stage_activations",
     "kv_chunk_bytes",
     "ring_exposed_s",
@@ -309,25 +308,6 @@ def cp_stage_activations(
     """
     acts = tp_stage_activations(profile, first_layer, last_layer, samples, recompute, t, sequence_parallel)
     return cp_activation_split(acts, c)
-
-
-def cp_stage_activation_bytes(
-    profile: ModelProfile,
-    first_layer: int,
-    last_layer: int,
-    samples: float,
-    recompute: Recompute | bool,
-    t: int,
-    sequence_parallel: bool,
-    c: int,
-) -> tuple[float, float]:
-    """``(stash, work)`` of :func:`cp_stage_activations`, bytes.
-
-    Raises:
-        InputError: as ``tp_stage_activations``.
-    """
-    acts = cp_stage_activations(profile, first_layer, last_layer, samples, recompute, t, sequence_parallel, c)
-    return acts.stash_bytes, acts.work_bytes
 
 
 def cp_activation_split(acts: StageActivations, c: int) -> StageActivations:

@@ -87,7 +87,6 @@ __all__ = [
     "tp_exposed_comm_s",
     "tp_parameter_bytes",
     "tp_replay_s",
-    "tp_stage_activation_bytes",
     "tp_stage_activations",
     "tp_time_factors",
     "wgrad_hidden_comm_s",
@@ -361,24 +360,6 @@ def tp_stage_activations(
     if profile.layers[first_layer].shape is None:
         held += inputs  # an unshaped first layer's weight gradient may read the received input
     return StageActivations(stash_bytes=stash, work_bytes=work, held_bytes=min(held, stash + work))
-
-
-def tp_stage_activation_bytes(
-    profile: ModelProfile,
-    first_layer: int,
-    last_layer: int,
-    samples: float,
-    recompute: Recompute | bool,
-    t: int,
-    sequence_parallel: bool,
-) -> tuple[float, float]:
-    """``(stash, work)`` of :func:`tp_stage_activations` (bytes), for callers that need no more.
-
-    Raises:
-        InputError: as :func:`tp_stage_activations`.
-    """
-    acts = tp_stage_activations(profile, first_layer, last_layer, samples, recompute, t, sequence_parallel)
-    return acts.stash_bytes, acts.work_bytes
 
 
 def tp_replay_s(recompute: Recompute, replay_s: float, fwd_ratio: float, fwd_comm_s: float, t: int) -> float:

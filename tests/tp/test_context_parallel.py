@@ -20,7 +20,7 @@ from pipesim.profiles.costmodels.context_parallel import (
     RingHop,
     attention_flop_share,
     block_cp_time_factors,
-    cp_stage_activation_bytes,
+    cp_stage_activations,
     kv_chunk_bytes,
     ring_exposed_s,
     stage_cp_times,
@@ -28,7 +28,7 @@ from pipesim.profiles.costmodels.context_parallel import (
 from pipesim.profiles.costmodels.tensor_parallel import (
     stage_tp_times,
     tp_compute_model,
-    tp_stage_activation_bytes,
+    tp_stage_activations,
 )
 from pipesim.profiles.inputs import resolve_inputs
 from pipesim.profiles.models.profile import DTYPE_BYTES
@@ -110,8 +110,8 @@ def test_c1_reproduces_the_tp_pass(t: int, sp: bool, sharding: str, schedule: st
         assert stage_cp_times(profile, first, last, 2, t, 1, sp, curves, FREE_HOP, model) == stage_tp_times(
             profile, first, last, 2, t, sp, curves, model)
         for rc in ("none", "full", "selective"):
-            cp = cp_stage_activation_bytes(profile, first, last, 2, rc, t, sp, 1)
-            assert cp == tp_stage_activation_bytes(profile, first, last, 2, rc, t, sp)
+            cp = cp_stage_activations(profile, first, last, 2, rc, t, sp, 1)
+            assert cp == tp_stage_activations(profile, first, last, 2, rc, t, sp)
 
 
 def test_c2_halves_compute_by_time_division() -> None:
@@ -191,14 +191,15 @@ def test_memory_at_c2_is_korthikanti_over_c() -> None:
     profile, _ = resolve_inputs(GPT, CLUSTER)
     s, b, h, a = 2048, 2, 1024, 16
     block = 34 * s * b * h + 5 * a * s * s * b
-    stash1, _ = tp_stage_activation_bytes(profile, 1, 2, b, "none", 1, False)
-    stash2, work2 = cp_stage_activation_bytes(profile, 1, 2, b, "none", 1, False, 2)
+    stash1 = tp_stage_activations(profile, 1, 2, b, "none", 1, False).stash_bytes
+    acts2 = cp_stage_activations(profile, 1, 2, b, "none", 1, False, 2)
+    stash2, work2 = acts2.stash_bytes, acts2.work_bytes
     inputs = stash1 - 2 * block
     assert stash2 == pytest.approx((inputs + 2 * block) / 2, rel=1e-12)
     # with TP 4 and SP: Korthikanti's (34 + 5 a s / h) s b h / t, over c
-    stash_tp, _ = cp_stage_activation_bytes(profile, 1, 2, b, "none", 4, True, 2)
+    stash_tp = cp_stage_activations(profile, 1, 2, b, "none", 4, True, 2).stash_bytes
     assert stash_tp == pytest.approx((inputs / 4 + 2 * block / 4) / 2, rel=1e-12)
-    _, work1 = tp_stage_activation_bytes(profile, 1, 2, b, "none", 1, False)
+    work1 = tp_stage_activations(profile, 1, 2, b, "none", 1, False).work_bytes
     assert work2 == work1 / 2
 
 

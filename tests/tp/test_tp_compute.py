@@ -19,7 +19,7 @@ from pipesim.profiles.costmodels.tensor_parallel import (
     stage_tp_times,
     tp_compute_model,
     tp_exposed_comm_s,
-    tp_stage_activation_bytes,
+    tp_stage_activations,
     tp_time_factors,
 )
 from pipesim.profiles.hardware.catalog import get_device
@@ -169,8 +169,9 @@ def _fp16_gpt() -> ModelProfile:
 def test_tp_memory_at_t1_is_the_one_device_model(recompute: str) -> None:
     profile = _fp16_gpt()
     for first, last in ((0, 2), (3, 5), (1, 1)):
-        assert tp_stage_activation_bytes(profile, first, last, 2, recompute, 1, False) == \
-            stage_activation_bytes(profile, first, last, 2, recompute)
+        acts = tp_stage_activations(profile, first, last, 2, recompute, 1, False)
+        one_device = stage_activation_bytes(profile, first, last, 2, recompute)
+        assert (acts.stash_bytes, acts.work_bytes) == one_device
 
 
 @pytest.mark.parametrize(("t", "sp", "units"), [(8, False, 10 + 24 / 8), (8, True, 34 / 8), (2, True, 17.0)])
@@ -182,9 +183,9 @@ def test_selective_recomputation_under_tp_is_korthikantis_row(t: int, sp: bool, 
     assert block.shape is not None
     sbh = 2 * block.shape.seq * block.shape.hidden
     inputs = profile.cuts()[0].crossing_bytes / profile.profile_batch_size * 2  # the stage's input
-    one = tp_stage_activation_bytes(profile, 1, 1, 2, "selective", 1, False)[0]
+    one = tp_stage_activations(profile, 1, 1, 2, "selective", 1, False).stash_bytes
     assert one - inputs == pytest.approx(34 * sbh, rel=1e-9)
-    stash, _ = tp_stage_activation_bytes(profile, 1, 1, 2, "selective", t, sp)
+    stash = tp_stage_activations(profile, 1, 1, 2, "selective", t, sp).stash_bytes
     assert stash - inputs / (t if sp else 1) == pytest.approx(units * sbh, rel=1e-9)
     assert DTYPE_BYTES[profile.dtype] == 2
 
