@@ -211,9 +211,15 @@ def amoebanet_d(rl: Roofline, batch: int, *, normal_cells: int, filters: int, na
     head.eltwise(batch * NUM_CLASSES, fwd_passes=3, bwd_passes=2, flop_per_element=5)  # loss
     head.save(batch * NUM_CLASSES)
     layers.append(head.build(output_elements=batch * NUM_CLASSES))
+    return cell_network_profile(name, layers, rl, batch,
+                                f"AmoebaNet-D (L={normal_cells}, F={filters}), ImageNet 224x224")
+
+
+def cell_network_profile(name: str, layers: list[Layer], rl: Roofline, batch: int, what: str) -> ModelProfile:
+    """The profile of a cell network's ``layers`` (stem, cells, head) at ``batch`` samples: cell
+    ``i`` reads cells ``i - 1`` and ``i - 2`` (the first reduction cell reads the stem twice), the
+    head only the last cell; ``what`` opens the description."""
     n = len(layers)
-    # Cell i reads cells i-1 and i-2; the first reduction cell reads the stem twice; the head
-    # reads only the last cell.
     edges = {(i - 1, i) for i in range(1, n)} | {(i - 2, i) for i in range(2, n - 1)}
     return ModelProfile(
         name=name,
@@ -222,8 +228,5 @@ def amoebanet_d(rl: Roofline, batch: int, *, normal_cells: int, filters: int, na
         reference_device=rl.device,
         dtype=rl.dtype,
         edges=tuple(sorted(edges)),
-        description=(
-            f"AmoebaNet-D (L={normal_cells}, F={filters}), ImageNet 224x224, "
-            f"analytic kernel model on {rl.device} in {rl.precision}"
-        ),
+        description=f"{what}, analytic kernel model on {rl.device} in {rl.precision}",
     )

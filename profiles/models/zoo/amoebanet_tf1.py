@@ -42,6 +42,7 @@ from pipesim.profiles.models.zoo.amoebanet import (
     _NORMAL_OPS,
     _REDUCTION_CONCAT,
     _REDUCTION_OPS,
+    cell_network_profile,
 )
 from pipesim.profiles.models.zoo.roofline import LayerCost, Roofline
 from pipesim.profiles.models.zoo.tf1_ops import ADD
@@ -299,17 +300,8 @@ def amoebanet_d_tf1(rl: Roofline, batch: int, *, normal_cells: int, filters: int
     head.eltwise(batch * TF_NUM_CLASSES, fwd_passes=3, bwd_passes=2, flop_per_element=5)  # loss
     head.save(batch * TF_NUM_CLASSES)
     layers.append(head.build(output_elements=batch * TF_NUM_CLASSES))
-    n = len(layers)
-    edges = {(i - 1, i) for i in range(1, n)} | {(i - 2, i) for i in range(2, n - 1)}
-    return ModelProfile(
-        name=name,
-        layers=tuple(layers),
-        profile_batch_size=batch,
-        reference_device=rl.device,
-        dtype=rl.dtype,
-        edges=tuple(sorted(edges)),
-        description=(
-            f"AmoebaNet-D (L={normal_cells}, F={filters}) as the TensorFlow 1.x reference builds it, "
-            f"ImageNet 224x224, analytic kernel model on {rl.device} in {rl.precision}"
-        ),
+    return cell_network_profile(
+        name, layers, rl, batch,
+        f"AmoebaNet-D (L={normal_cells}, F={filters}) as the TensorFlow 1.x reference builds it, "
+        "ImageNet 224x224",
     )
