@@ -20,7 +20,6 @@ import simpy
 
 from pipesim.errors import invalid
 from pipesim.plan import Plan
-from pipesim.profiles.costmodels.nccl_protocol import link_classes
 from pipesim.profiles.hardware.cluster import Cluster
 from pipesim.profiles.models.profile import ModelProfile
 from pipesim.schedules import Schedule
@@ -73,15 +72,13 @@ class _Engine:
         # the link table's columns (no Link object per link: 148k links at 16,384 GPUs); the
         # names, made once, serve the network's trace and the result
         self.link_names = tuple(link.name for link in cluster.links)
-        self.network = Network(
+        self.network = Network.over_links(
             self.env,
-            cluster.links.bandwidths_bytes_per_s(),
-            cluster.links.latencies_s(),
+            cluster.links,
             link_names=self.link_names,
             free_links=options.free_links,
             contention=options.contention,
             link_stretches=self.link_stretches,
-            link_classes=link_classes(cluster.links),
         )
         self.arrivals: dict[tuple[str, int, int, int], _Arrival] = {}
         # p2p streams (src device, dst device) with a transfer on the wire -> sends queued behind

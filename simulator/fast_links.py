@@ -8,7 +8,6 @@ import math
 
 import simpy
 
-from pipesim.profiles.costmodels.nccl_protocol import link_classes
 from pipesim.profiles.hardware.cluster import Cluster
 from pipesim.simulator.network import Network
 from pipesim.simulator.scatter_gather import collective
@@ -63,15 +62,7 @@ class Transfers:
         self._collectives: dict[tuple[str, tuple[int, ...], float, str], float] = {}
 
     def _network(self, env: simpy.Environment) -> Network:
-        links = self.cluster.links
-        return Network(
-            env,
-            [link.bandwidth_bytes_per_s for link in links],
-            [link.latency_s for link in links],
-            free_links=self.free,
-            contention=False,
-            link_classes=link_classes(links),
-        )
+        return Network.over_links(env, self.cluster.links, free_links=self.free, contention=False)
 
     def time_s(self, route: tuple[int, ...], nbytes: float) -> float:
         """Seconds a transfer of ``nbytes`` over ``route`` takes (as ``Network.transfer`` does)."""

@@ -31,11 +31,13 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import simpy
 
 from pipesim.errors import check_nonneg, check_positive, invalid
-from pipesim.profiles.costmodels.nccl_protocol import LinkClass
+from pipesim.profiles.costmodels.nccl_protocol import LinkClass, link_classes
+from pipesim.profiles.hardware.fabric import LinkTable
 from pipesim.simulator.flow_sharing import FlowSharing
 from pipesim.simulator.link_records import LinkInterval, LinkStretches, NetworkStats, TransferRecord
 from pipesim.simulator.maxmin import Flow
@@ -158,6 +160,25 @@ class Network(FlowSharing):
         super().__init__(env, cap, on_transfer=on_transfer, on_link=on_link)
         # route -> (latency incl. overhead, links that constrain the rate: finite, deduplicated)
         self._routes: dict[tuple[int, ...], tuple[float, tuple[int, ...]]] = {}
+
+    @classmethod
+    def over_links(
+        cls, env: simpy.Environment, links: LinkTable, *, nccl_tuner: bool = True, **options: Any
+    ) -> Network:
+        """The network of a cluster's ``links``: their bandwidths and latencies, and (``nccl_tuner``,
+        NCCL 2.5 or later) their NCCL link classes, so collectives charge NCCL's hand-off per link
+        class as the planner's curves do; ``options`` are :class:`Network`'s keyword arguments.
+
+        Raises:
+            InputError: as :class:`Network`.
+        """
+        return cls(
+            env,
+            links.bandwidths_bytes_per_s(),
+            links.latencies_s(),
+            link_classes=link_classes(links) if nccl_tuner else None,
+            **options,
+        )
 
     # ------------------------------------------------------------------ queries
     @property

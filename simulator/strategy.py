@@ -24,7 +24,6 @@ import simpy
 
 from pipesim.errors import check_nonneg, invalid
 from pipesim.profiles.costmodels.collective import AllReduceAlgorithm
-from pipesim.profiles.costmodels.nccl_protocol import link_classes
 from pipesim.profiles.hardware.cluster import Cluster
 from pipesim.simulator.collectives import allreduce
 from pipesim.simulator.network import Network
@@ -163,12 +162,7 @@ def simulate_strategy(
                 f"{step.name}.device", bad[0], f"must be a device id in 0..{n_dev - 1} of {cluster.name}"
             )
     env = simpy.Environment()
-    network = Network(
-        env,
-        [link.bandwidth_bytes_per_s for link in cluster.links],
-        [link.latency_s for link in cluster.links],
-        link_classes=link_classes(cluster.links),
-    )
+    network = Network.over_links(env, cluster.links)
     timings: list[StepTiming] = []
 
     def run() -> Any:

@@ -38,7 +38,6 @@ from __future__ import annotations
 import simpy
 
 from experiments.validation.record import Record
-from pipesim.profiles.costmodels.nccl_protocol import link_classes
 from pipesim.profiles.hardware.cluster import Cluster, get_cluster
 from pipesim.simulator.collectives import allreduce
 from pipesim.simulator.network import Network
@@ -56,13 +55,7 @@ def allreduce_time_s(
     link class, LL128); false for an older NCCL (route latencies plus the NVLink hand-off).
     """
     env = simpy.Environment()
-    links = cluster.links
-    network = Network(
-        env,
-        [link.bandwidth_bytes_per_s for link in links],
-        [link.latency_s for link in links],
-        link_classes=link_classes(links) if nccl_tuner else None,
-    )
+    network = Network.over_links(env, cluster.links, nccl_tuner=nccl_tuner)
     body = allreduce(
         env,
         network,

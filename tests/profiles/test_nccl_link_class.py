@@ -54,13 +54,7 @@ def _simulate(
 ) -> float:
     cluster = get_cluster(preset)
     env = simpy.Environment()
-    links = cluster.links
-    net = Network(
-        env,
-        [lk.bandwidth_bytes_per_s for lk in links],
-        [lk.latency_s for lk in links],
-        link_classes=link_classes(links) if classes else None,
-    )
+    net = Network.over_links(env, cluster.links, nccl_tuner=classes)
     env.process(
         allreduce(env, net, members, nbytes, cluster.route, server_of=cluster.server_of, algorithm=algorithm)
     )

@@ -8,7 +8,6 @@ import pytest
 
 from pipesim.errors import InputError
 from pipesim.plan import Plan, StagePlan
-from pipesim.profiles.costmodels.nccl_protocol import link_classes
 from pipesim.profiles.costmodels.sharding import gated_time_s, zero_units
 from pipesim.profiles.hardware.cluster import get_cluster
 from pipesim.profiles.models.profile import ModelProfile
@@ -121,8 +120,7 @@ def _alone(kind: str, members: tuple[int, ...], nbytes: float) -> float:
     from pipesim.simulator.scatter_gather import collective
 
     env = simpy.Environment()
-    net = Network(env, CLUSTER.links.bandwidths_bytes_per_s(), CLUSTER.links.latencies_s(), contention=False,
-                  link_classes=link_classes(CLUSTER.links))
+    net = Network.over_links(env, CLUSTER.links, contention=False)
     env.process(collective(env, net, kind, list(members), nbytes, CLUSTER.route, server_of=CLUSTER.server_of,
                            algorithm="ring"))
     env.run()
