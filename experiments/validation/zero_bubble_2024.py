@@ -61,8 +61,8 @@ from pipesim.profiles.inputs import resolve_inputs
 from pipesim.simulator.trace import SimulationResult
 
 __all__ = [
-    "MODELS", "interleaved_split", "megatron_chunk_layers", "records", "samples_per_gpu_per_s", "simulated",
-    "wgrad_memory_fraction",
+    "MODELS", "interleaved_split", "megatron_chunk_layers", "middle_stage_pass_times_s", "records",
+    "samples_per_gpu_per_s", "simulated", "wgrad_memory_fraction",
 ]
 
 _SOURCE = 'Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024 (arXiv:2401.10241), Table 4'
@@ -180,6 +180,32 @@ def wgrad_memory_fraction(model: str) -> float:
 
 
 @cache
+def middle_stage_pass_times_s(
+    model: str, micro_batch: int | None = None
+) -> tuple[float, float, float, float]:
+    """pipesim's ``(T_F, T_B, T_W, T_comm)`` of a middle stage of a Table 3 model, seconds, as the
+    paper profiles them (its Table 6) and feeds them to its scheduler: the forward, the input
+    gradient and the weight gradient of the stage's ``(layers + 2) / p`` blocks at Table 3's
+    micro-batch size (or ``micro_batch`` samples), and one fp16 activation over the first hop.
+
+    Raises:
+        KeyError: an unknown model.
+    """
+    layers, heads, hidden, p, mbs = MODELS[model]
+    mbs = mbs if micro_batch is None else micro_batch
+    spec = f"gpt:layers={layers},hidden={hidden},heads={heads},seq=1024"
+    servers = {"servers": max(1, p // 8)}
+    profile, cluster = resolve_inputs(spec, "dgx-a100-x2", overrides=servers, dtype="fp16")
+    inner = (layers + 2) // p
+    middle = range(inner, 2 * inner)
+    fwd, bwd = profile.fwd_times_s(mbs), profile.bwd_times_s(mbs)
+    t_w = sum(bwd[i] * profile.layers[i].weight_grad_fraction for i in middle)
+    act_bytes = mbs * 1024 * hidden * 2
+    t_comm = cluster.route_latency_s(0, 1) + act_bytes / cluster.route_bandwidth_bytes_per_s(0, 1)
+    return sum(fwd[i] for i in middle), sum(bwd[i] for i in middle) - t_w, t_w, t_comm
+
+
+@cache
 def simulated(
     model: str, microbatches: int, schedule: str, micro_batch: int | None = None
 ) -> SimulationResult:
@@ -206,15 +232,12 @@ def simulated(
     split = [inner] * p
     # The paper profiles T_F, T_B, T_W and T_comm and feeds them to its scheduler: so does this,
     # from a middle stage's layers at the micro-batch size and one activation over the first hop.
-    middle = range(inner, 2 * inner)
-    fwd, bwd = profile.fwd_times_s(mbs), profile.bwd_times_s(mbs)
-    t_w = sum(bwd[i] * profile.layers[i].weight_grad_fraction for i in middle)
-    act_bytes = mbs * 1024 * hidden * 2
+    t_f, t_b, t_w, t_comm = middle_stage_pass_times_s(model, micro_batch)
     costs = {
-        "fwd_time_s": sum(fwd[i] for i in middle),
-        "bwd_time_s": sum(bwd[i] for i in middle),  # zb-auto takes the full backward T_B + T_W
+        "fwd_time_s": t_f,
+        "bwd_time_s": t_b + t_w,  # zb-auto takes the full backward T_B + T_W
         "wgrad_time_s": t_w,
-        "comm_time_s": cluster.route_latency_s(0, 1) + act_bytes / cluster.route_bandwidth_bytes_per_s(0, 1),
+        "comm_time_s": t_comm,
     }
     share = wgrad_memory_fraction(model)  # what the authors' scheduler counts as held until W
     name, options = {
