@@ -35,6 +35,20 @@ stage, whose order is Megatron's (``(v - 1) p + 2 (p - 1 - r)`` warm-up forwards
 ``forward_backward_pipelining_with_interleaving`` in ``megatron/core/pipeline_parallel/
 schedules.py``; every ``m`` here is a multiple of ``p``, as that function requires).
 
+Vocabulary (found, not applied): Table 3's parameter counts bound it. With Megatron-LM's 12h^2 +
+13h per block, tied input/output embeddings, a final layer norm and the script's
+``--max-position-embeddings 2048``, the four rounded counts (1.5, 6.2, 14.6, 28.3 B) hold only for
+24,465 to 32,440 tokens (the 6.2B and 14.6B rows bound it); 50,257 (padded to 50,304 by
+``--make-vocab-size-divisible-by 128``) gives 6.26, 14.74 and 28.41 B. 32,000, the usual
+SentencePiece vocabulary that the script's ``GPTSentencePieceTokenizer`` loads, fits all four. With
+it the 1.5B last stage (two blocks and the head: the head's GEMM is V / 12h = 1.82 blocks' worth
+at 50,257, 1.16 at 32,000) stops being the slowest, and the 1.5B throughputs move from -9.3..+1.5%
+to +3.4..+15.7% (the larger models' by at most 0.8 points): the 1.5B rows then show the same excess
+as the others (the next paragraph; bubble_rates' Table 6 records). It is not applied because a
+lighter head alone puts five held 1.5B rows (ZB-1p at m = 24 and 32, 1F1B-I at all three) out of
+tolerance: their passing rests on the heavy head offsetting the per-pass gap below, and the two
+belong together.
+
 Known gap (14.6B): the paper's 1F1B-I runs 17% slower than the paper's own bubble calculation
 (Table 5's 1F1B-I cost from Table 6's profiled times) at every ``m`` (48, 64, 128), where its
 1F1B runs 8.4% slower than its calculation; pipesim executes the interleaved order as that

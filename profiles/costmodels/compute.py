@@ -180,7 +180,19 @@ GEMM_EFFICIENCY: dict[tuple[str, str], float] = {
     ("cdna3", "bfloat16"): 0.5,
     ("cdna3", "float8"): 0.5,
 }
-"""Share of the dense peak reached by large full-wave GEMMs, per (architecture, precision)."""
+"""Share of the dense peak reached by large full-wave GEMMs, per (architecture, precision).
+
+These shares sit below the kernels' own rates: they absorb per-pass costs the model does not have
+yet. PyTorch matmuls of 8192^3 (github.com/mli/transformers-benchmarks, README at 3370b2b, 'MatMul
+FP32 / FP16') run at 230 TFLOP/s fp16 and 116 'FP32' (TF32: above the 19.5 fp32 peak) on an A100
+80GB, 95 fp16 and 14 fp32 on a V100 16GB, where this model gives 217, 93, 61 and 12.3; the
+zero-bubble paper's weight-gradient passes (Qi et al. 2024, Table 6, records zb-2024-t6-*-w-pass),
+which run only GEMMs, imply 239-253 TFLOP/s on A100 fp16 against the model's 204-213. Raising the
+A100 fp16/bf16 share to the benchmark's (0.742) alone takes Korthikanti et al. 2022's 1T iterations
+from +11.3/+8.4% to +5.6/+2.7% (its 22B present-method row from -7.2% to -10.5%), the zero-bubble
+14.6B throughputs from +7% to +12% (1F1B-I +22%), Megatron-LM 2021's 76B row to +10.9% and BLOOM's
+batch-2048 row to -13%: those runs pay a per-pass cost (about 1 ms per pass in the zero-bubble runs:
+their Table 4 against the paper's own calculation from Table 6) that must be modelled with it."""
 
 
 def gemm_efficiency(device: DeviceSpec, precision: str) -> float:
