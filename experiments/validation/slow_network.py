@@ -13,6 +13,13 @@ Environments" (Yuan et al., NeurIPS 2022), repository github.com/DS3Lab/Decentra
   p3.2xlarge, 4 layers each, batch 64 in micro-batches of 1 (6 MB activation in fp32): the GPipe
   "TC run" tables in fp32 and fp16 and the 1F1B table (fp32, micro-batch 1 column; four rows).
 
+Two slopes of the same XL fp16 pipeline, from ``results/gpt3_xl_fp16.md``'s "Result of 2022/04/23"
+(default network, fp32 master weights offloaded to the host, which touches only the once-per-
+iteration update): the time one more block per stage adds at batch 64 ("Scale with number of
+layers": 3, 4, 5 layers per node) and the time one more micro-batch adds at 3 blocks per stage
+("Check the largest batch size": batch 32 and 96). They separate the blocks' compute from what a
+micro-batch costs besides it (the fp16 rows' named gap).
+
 Each table has five network settings (the 1F1B one the first four) made with ``tc netem`` on
 every instance's NIC: "default (about 0.1ms; up to 10Gbps)", "delay 1ms bandwidth 5Gbps", "delay
 5ms bandwidth 2Gbps", "delay 10ms bandwidth 1Gbps", "delay 50ms bandwidth 1Gbps" (the rate and
@@ -37,7 +44,7 @@ are not records yet.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache, partial
 
 from experiments.validation.record import Record
@@ -45,7 +52,9 @@ from pipesim.api import simulate
 from pipesim.plan import Plan, Recompute, StagePlan
 from pipesim.profiles.inputs import resolve_inputs
 
-__all__ = ["TABLES", "Table", "pipeline_iteration_time_s", "records"]
+__all__ = [
+    "TABLES", "Table", "pipeline_iteration_time_s", "records", "table_iteration_time_s", "xl_fp16_slope_s",
+]
 
 _REPO = "DS3Lab/Decentralized_FM_alpha (github.com/DS3Lab/Decentralized_FM_alpha)"
 _TOL = 0.15  # the issue's target for iteration times over shaped networks
@@ -120,28 +129,30 @@ TABLES = (
 AWS p3.2xlarge instances, batch 64 (96 for XL fp16) in micro-batches of 1."""
 
 _COMPUTE_GAP = (
-    "V100 fp16 compute of DT-FM's runs, not traced to anything pipesim models. The default-network "
-    "fp16 runs are compute-bound (GPT-3 XL: 8.14 s over 96 + 7 GPipe slots = 79 ms per 3-block slot "
-    "with checkpointing, ~37 TFLOP/s counting the recompute; Small: 34 ms per 4-block slot) where "
-    "pipesim gives 62 and 24 ms; the fp32 runs of the same blocks are within 7.3% (fp16 over fp32 "
-    "3.8x and 2.6x measured, 4.5x and 3.6x modelled). DT-FM's code of April 2022 "
-    "(modules/gpt_modules.py of 2022-03-16, pipeline_parallel/dist_gpipe_pipeline_async.py, "
-    "optimizer/optimizer.py) rules out the software candidates: fp16 is model.half() (no casts); "
-    "the fp32 master copy, loss-scale check and SGD run once per iteration (~150M parameters per "
-    "stage: milliseconds); no host sync per micro-batch (CUDA events between the compute and the "
-    "cupy NCCL streams, one barrier between the forward and backward phases, where GPipe's last "
-    "stage turns anyway); its block has no dropout, a ReLU, a separate scale division and an "
-    "unfused softmax: 4 forward and 5 backward passes over the b x heads x s x s scores against "
-    "pipesim's 4.5 and 5.5 (softmax and dropout), and its bias adds and head split/merge copies "
-    "over b x s x h add under 1 ms of the ~5.5 ms missing per XL block. Nor are pipesim's GEMMs "
-    "fast: PyTorch fp16 GEMMs on a V100 reach 95 TFLOP/s (fp32 14; github.com/mli/"
-    "transformers-benchmarks, README 'Micro-Benchmarking Summary') where the tile model gives 61 "
-    "(12.3) at 8192^3 and 54-60 for the XL block's GEMMs; lowering GEMM_EFFICIENCY for Volta fp16 "
-    "(0.5 to 0.4) would fit XL but leave Small at -20% and take zoo-resnet50-v100-amp from -13% to "
-    "-23%. DT-FM's p3.2xlarge V100s reached less than published single-V100 rates in fp16 (clocks, "
-    "resident NCCL kernels or its PyTorch build: its logs do not say). At 5 Gb/s the sends still "
-    "hide behind that compute in pipesim, so the offset stays (at 2 Gb/s and 5 ms, and with 50 ms "
-    "on the 3-stage Small run, part of it)"
+    "a cost per micro-batch that DT-FM's fp16 runs pay and pipesim does not; not their blocks' "
+    "V100 fp16 compute. The 2022/04/23 runs of the same XL pipeline (results/gpt3_xl_fp16.md) give "
+    "both slopes: one more block per stage adds 1.445 s at batch 64 where pipesim adds 1.469 "
+    "(dtfm-gpt3xl-fp16-per-block-slope holds at +1.6%), one more micro-batch adds 75.5 ms at 3 "
+    "blocks per stage where pipesim adds 62.2: about 13 ms per micro-batch that does not grow "
+    "with the blocks. Per pipeline slot the default-network runs exceed pipesim by 15.8 ms (XL "
+    "fp16), 14.8 (XL fp32, held at -7.3%), 10.0 (Small fp16) and 2.2 (Small fp32), not in "
+    "proportion to one activation's transfer (6.9, 13.7, 2.6, 5.2 ms at the 9.76 Gb/s of "
+    "results/network_benchmarks.md). Ruled out: NCCL running one communicator's operations in "
+    "issue order whatever their streams (NVIDIA/nccl src/enqueue.cc, ncclBarrierEnqueue at "
+    "v2.11.4-1 and v2.12.12-1: a launch on a new stream waits for the previous launch's "
+    "doneEvent), with DT-FM's sends and receives on one cupy NcclCommunicator "
+    "(comm/comm_utils.py, comm/nccl_backend.py at 8f88607): a middle stage's receive of the next "
+    "micro-batch would wait for its send of the last, two transfers per micro-batch and phase "
+    "(+27.6 ms per XL fp16 micro-batch, and the held fp32 Small rows to +21%). Ruled out before: "
+    "fp16 is model.half() (no casts); the fp32 master copy, loss-scale check and SGD run once per "
+    "iteration; no host sync per micro-batch (CUDA events between the compute and the cupy NCCL "
+    "streams, one barrier between the forward and backward phases); the block "
+    "(modules/gpt_modules.py of 2022-03-15) has no dropout, a ReLU, a separate scale division and "
+    "an unfused softmax, within 1 ms of pipesim's passes per XL block. Lowering the Volta fp16 "
+    "GEMM efficiency would break the per-block slope (and PyTorch's fp16 GEMMs on a V100 reach 95 "
+    "TFLOP/s, mli/transformers-benchmarks' README, above the tile model's 61). At 5 Gb/s the sends "
+    "still hide behind the compute in pipesim, so the offset stays (at 2 Gb/s and 5 ms, and with "
+    "50 ms on the 3-stage Small run, part of it)"
 )
 _PER_MESSAGE_GAP = (
     "DT-FM's 2022-02-14 fp32 GPT-3 XL run paid the one-way delay once per message: from 10 to 50 ms "
@@ -175,7 +186,18 @@ def pipeline_iteration_time_s(key: str, delay_ms: float, rate_gbit_per_s: float)
         KeyError: no table has that key.
         InputError: a rate or delay pipesim refuses (not finite, not positive).
     """
-    table = {t.key: t for t in TABLES}[key]
+    return table_iteration_time_s({t.key: t for t in TABLES}[key], delay_ms, rate_gbit_per_s)
+
+
+@cache
+def table_iteration_time_s(table: Table, delay_ms: float, rate_gbit_per_s: float) -> float:
+    """pipesim's iteration time (s) of the pipeline ``table`` describes (any :class:`Table`, e.g. a
+    logged one with other ``layers`` or ``batch``), as :func:`pipeline_iteration_time_s`.
+
+    Raises:
+        InputError: a rate or delay pipesim refuses, or ``layers`` not a multiple of ``stages``
+            that leaves every stage a block.
+    """
     overrides = {
         "servers": table.stages,
         "gpus_per_server": 1,
@@ -203,6 +225,65 @@ def pipeline_iteration_time_s(key: str, delay_ms: float, rate_gbit_per_s: float)
     return simulate(plan, profile, cluster).iteration_time_s
 
 
+# results/gpt3_xl_fp16.md, "Result of 2022/04/23" (default network, 8 p3.2xlarge, fp32 master
+# weights offloaded to the host): iteration seconds by batch at 3 blocks per stage, and by blocks
+# per stage at batch 64.
+_XL_FP16_BY_BATCH = {32: 3.51, 64: 5.97, 96: 8.34, 108: 9.30}
+_XL_FP16_BY_BLOCKS = {3: 5.97, 4: 7.30, 5: 8.86}
+
+
+def xl_fp16_slope_s(what: str) -> float:
+    """pipesim's slope of the GPT-3 XL fp16 GPipe iteration on the default network, seconds:
+    ``"block"``, the time one more block per stage adds at batch 64 (``(T(5) - T(3)) / 2``);
+    ``"microbatch"``, the time one more micro-batch adds at 3 blocks per stage
+    (``(T(96) - T(32)) / 64``).
+
+    Raises:
+        ValueError: ``what`` is neither.
+    """
+    table = {t.key: t for t in TABLES}["gpt3xl-fp16-gpipe"]
+    if what == "block":
+        five = table_iteration_time_s(replace(table, layers=5 * table.stages, batch=64), 0.1, 10.0)
+        three = table_iteration_time_s(replace(table, batch=64), 0.1, 10.0)
+        return (five - three) / 2
+    if what == "microbatch":
+        big = table_iteration_time_s(replace(table, batch=96), 0.1, 10.0)
+        small = table_iteration_time_s(replace(table, batch=32), 0.1, 10.0)
+        return (big - small) / 64
+    raise ValueError(f"unknown slope {what!r}: 'block' or 'microbatch'")
+
+
+def _slope_records() -> list[Record]:
+    where = f"{_REPO}, results/gpt3_xl_fp16.md, 'Result of 2022/04/23', default network row"
+    by_blocks = (_XL_FP16_BY_BLOCKS[5] - _XL_FP16_BY_BLOCKS[3]) / 2
+    by_batch = (_XL_FP16_BY_BATCH[96] - _XL_FP16_BY_BATCH[32]) / 64
+    return [
+        Record(
+            name="dtfm-gpt3xl-fp16-per-block-slope",
+            source=f"{where}, 'Scale with number of layers' (batch 64): 3, 4, 5 layers "
+            f"{_XL_FP16_BY_BLOCKS[3]}, {_XL_FP16_BY_BLOCKS[4]}, {_XL_FP16_BY_BLOCKS[5]} s; (T(5) - T(3)) / 2",
+            quantity="seconds one more block per stage adds to the fp16 GPipe iteration (batch 64)",
+            kind="absolute",
+            published=by_blocks,
+            predict=partial(xl_fp16_slope_s, "block"),
+            tolerance=_TOL,
+            note="8 x V100 stages, micro-batches of 1, recompute full; the blocks' V100 fp16 compute",
+        ),
+        Record(
+            name="dtfm-gpt3xl-fp16-per-microbatch-slope",
+            source=f"{where}, 'Check the largest batch size' (3 layers per node): batch 32 "
+            f"{_XL_FP16_BY_BATCH[32]} s, 96 {_XL_FP16_BY_BATCH[96]} s; (T(96) - T(32)) / 64",
+            quantity="seconds one more micro-batch adds to the fp16 GPipe iteration (3 blocks per stage)",
+            kind="absolute",
+            published=by_batch,
+            predict=partial(xl_fp16_slope_s, "microbatch"),
+            tolerance=_TOL,
+            note="8 x V100 stages, micro-batches of 1, recompute full",
+            known_miss=_COMPUTE_GAP,
+        ),
+    ]
+
+
 def records() -> list[Record]:
     """Every row of every logged table (:data:`TABLES`)."""
     out = []
@@ -225,4 +306,4 @@ def records() -> list[Record]:
                     known_miss=_GAPS.get((table.key, delay_ms), ""),
                 )
             )
-    return out
+    return out + _slope_records()
