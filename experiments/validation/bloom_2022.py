@@ -128,7 +128,7 @@ _FIXED_COST = (
     "a fixed per-iteration cost pipesim does not reproduce: 6.0 s at batch 16 (15.23 s against 9.23) "
     "and 5.9 s at batch 192 (20.1 s from 73 TFLOP/s against 14.3). Modelled from DeepSpeed's code "
     "(module docstring): the bf16 all-reduce of the fp32 gradient buffer and the bf16 all-gather "
-    "after the flush (0.91 s exposed), the per-micro-batch fp32 accumulation (44 ms per stage and "
+    "after the flush (0.91 s exposed), the per-micro-batch fp32 accumulation (41-44 ms per stage and "
     "micro-batch), Adam on each rank's partition (0.01 s). Traced, not modelled: (1) pipesim runs a "
     "stage's data-parallel collectives among its TP-rank-0 devices only, so the other three TP ranks'"
     " rings, which share each server's 4 NICs with them, are missing: halving the NICs' rate to stand"
