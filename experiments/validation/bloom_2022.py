@@ -62,9 +62,9 @@ from pipesim.profiles.costmodels.compute import compute_model
 from pipesim.profiles.costmodels.deepspeed_bf16 import with_hp_grad_accumulation
 from pipesim.profiles.costmodels.sharding import Sharding
 from pipesim.profiles.inputs import resolve_inputs
-from pipesim.simulator import SimOptions
+from pipesim.simulator import SimOptions, SimulationResult
 
-__all__ = ["iteration_time_s", "records"]
+__all__ = ["iteration_time_s", "records", "simulate_bloom"]
 
 _SOURCE = (
     "BigScience BLOOM-176B training README, github.com/bigscience-workshop/bigscience, "
@@ -79,10 +79,9 @@ _BLOCKS = (5, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 5)
 """Transformer blocks per pipeline stage (the embedding with the first, the output with the last)."""
 
 
-@cache
-def iteration_time_s(global_batch: int, microbatch: int) -> float:
-    """pipesim's iteration time, seconds, of BLOOM-176B's 3D configuration at ``global_batch``
-    samples in micro-batches of ``microbatch`` (simulated).
+def simulate_bloom(global_batch: int, microbatch: int) -> SimulationResult:
+    """pipesim's simulation of BLOOM-176B's 3D configuration at ``global_batch`` samples in
+    micro-batches of ``microbatch`` (module docstring).
 
     Raises:
         InputError: a batch that the 8 replicas and the micro-batch size do not divide.
@@ -111,7 +110,17 @@ def iteration_time_s(global_batch: int, microbatch: int) -> float:
         zero1_grad_collective="all-reduce",
     )
     after_flush = SimOptions(allreduce_overlap=AllReduceOverlap.END)  # DeepSpeed's ReduceGrads
-    return simulate(plan, profile, cluster, options=after_flush).iteration_time_s
+    return simulate(plan, profile, cluster, options=after_flush)
+
+
+@cache
+def iteration_time_s(global_batch: int, microbatch: int) -> float:
+    """pipesim's iteration time, seconds, of :func:`simulate_bloom`.
+
+    Raises:
+        InputError: a batch that the 8 replicas and the micro-batch size do not divide.
+    """
+    return simulate_bloom(global_batch, microbatch).iteration_time_s
 
 
 def _model_flop(global_batch: int) -> float:
