@@ -24,17 +24,30 @@ layer-norm: a few element-wise passes); stage 0 the embedding and blocks 1-5, st
 blocks each, stage 11 blocks 66-70 and the output layer (the zoo's head: the 250,880-way
 projection and loss); ``tensor_parallel = 4``, 8 replicas with ``sharding = zero1``, ``1f1b``
 (DeepSpeed's pipeline engine runs one forward, one backward in the steady state),
-``recompute = full``. The gradient reduction is DeepSpeed's BF16_Optimizer with ZeRO stage 1
-(``Plan.zero1_grad_collective = all-reduce``, ``Plan.grad_reduce_dtype = float32``): DeepSpeed's
-``runtime/engine.py`` ``allreduce_gradients`` all-reduces the optimizer's flat fp32 gradients
-(``runtime/bf16_optimizer.py`` ``get_grads_for_reduction``, ``buffered_allreduce_fallback``), each
-rank steps its fp32 partition and the bf16 partitions are all-gathered (``update_lp_params``); the
-pipeline engine's ``TrainSchedule`` issues ``ReduceGrads`` after the last backward of the flush, not
-overlapped with the backward (``SimOptions.allreduce_overlap = end``: after the pipeline drained).
-The cluster is ``dgx-a100-x2`` (8 x A100 80 GB on NVSwitch per server) with ``servers = 48`` and
-the network as the README gives it: 4 NICs of 100 Gb/s per server (Omni-Path as the preset's
-InfiniBand figures: latency and achievable fraction). Jean Zay's node topology
-beyond "NVLink" is not stated; NVSwitch is assumed (HGX A100 baseboard).
+``recompute = full``. The cluster is ``dgx-a100-x2`` (8 x A100 80 GB on NVSwitch per server) with
+``servers = 48`` and the network as the README gives it: 4 NICs of 100 Gb/s per server
+(Omni-Path as the preset's InfiniBand figures: latency and achievable fraction). Jean Zay's node
+topology beyond "NVLink" is not stated; NVSwitch is assumed (HGX A100 baseboard).
+
+DeepSpeed's BF16_Optimizer, as the run used it (the README's "Software": github.com/microsoft/DeepSpeed
+branch ``olruwase/elastic-ckpt-refresh``, read at its last commit e4a5a4648 of 2022-07-20; the
+bf16 pipeline code is that of PR #1801, merged as 56c522386; ``ZERO_STAGE=0`` because
+"BF16_Optimizer implements its own ZeRO Stage 1"):
+
+* after every micro-batch's backward, ``update_hp_grads`` adds the bf16 gradients into an
+  unsharded fp32 buffer (``runtime/pipe/engine.py`` ``_exec_backward_pass``): an 18-byte-per-
+  parameter memory pass on every stage, modelled by
+  :func:`~pipesim.profiles.costmodels.deepspeed_bf16.with_hp_grad_accumulation` (the last stage
+  holds the tied output embedding's copy, ``TiedLayerSpec``, and accumulates it too);
+* the pipeline engine's ``ReduceGrads`` (after the last backward of the flush, not overlapped:
+  ``SimOptions.allreduce_overlap = end``) all-reduces that fp32 buffer
+  (``_bf16_reduce_grads`` -> ``buffered_allreduce_fallback``), but ``allreduce_bucket`` casts it
+  to the engine's ``communication_data_type`` first, which without a config entry (the run's
+  ds_config has none) is bf16 for bf16 training (``runtime/engine.py``
+  ``communication_data_type`` from 2021-11-26, commit d14baad94, until 2023-03-30, commit
+  261d63708 "Make fp32 default communication data type"): ``Plan.grad_reduce_dtype = bfloat16``
+  with ``Plan.zero1_grad_collective = all-reduce``; each rank then steps its fp32 partition and
+  the bf16 partitions are all-gathered (``all_gather_dp_groups``).
 """
 
 from __future__ import annotations
@@ -45,32 +58,37 @@ from experiments.validation.record import Record
 from pipesim.api import simulate
 from pipesim.plan import Plan, Recompute, StagePlan
 from pipesim.profiles.costmodels.collective import AllReduceOverlap
+from pipesim.profiles.costmodels.compute import compute_model
+from pipesim.profiles.costmodels.deepspeed_bf16 import with_hp_grad_accumulation
 from pipesim.profiles.costmodels.sharding import Sharding
 from pipesim.profiles.inputs import resolve_inputs
-from pipesim.simulator import SimOptions
+from pipesim.simulator import SimOptions, SimulationResult
 
-__all__ = ["iteration_time_s", "records"]
+__all__ = ["iteration_time_s", "records", "simulate_bloom"]
 
 _SOURCE = (
     "BigScience BLOOM-176B training README, github.com/bigscience-workshop/bigscience, "
     "train/tr11-176B-ml/README.md (commit 00327f8c)"
 )
 _SPEC = "gpt:layers=70,hidden=14336,heads=112,seq=2048,vocab=250880"
+_TIED = {"head": 250880 * 14336}
+"""The last stage's copy of the word embeddings (DeepSpeed's tied output layer), parameters."""
 _CLUSTER = {"servers": 48, "nics_per_server": 4, "nic_bandwidth_gbit_per_s": 100}
 _TP, _PP, _DP = 4, 12, 8
 _BLOCKS = (5, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 5)
 """Transformer blocks per pipeline stage (the embedding with the first, the output with the last)."""
 
 
-@cache
-def iteration_time_s(global_batch: int, microbatch: int) -> float:
-    """pipesim's iteration time, seconds, of BLOOM-176B's 3D configuration at ``global_batch``
-    samples in micro-batches of ``microbatch`` (simulated).
+def simulate_bloom(global_batch: int, microbatch: int) -> SimulationResult:
+    """pipesim's simulation of BLOOM-176B's 3D configuration at ``global_batch`` samples in
+    micro-batches of ``microbatch`` (module docstring).
 
     Raises:
         InputError: a batch that the 8 replicas and the micro-batch size do not divide.
     """
     profile, cluster = resolve_inputs(_SPEC, "dgx-a100-x2", overrides=_CLUSTER, dtype="bf16")
+    bf16 = compute_model(cluster.device_spec(0), "bfloat16")
+    profile = with_hp_grad_accumulation(profile, bf16, tied_copies=_TIED)  # BF16_Optimizer's fp32 grads
     ranges = []
     first = 0
     for k, blocks in enumerate(_BLOCKS):
@@ -88,11 +106,21 @@ def iteration_time_s(global_batch: int, microbatch: int) -> float:
         num_microbatches=global_batch // (_DP * microbatch),
         schedule="1f1b",
         recompute=Recompute.FULL,
-        grad_reduce_dtype="float32",
+        grad_reduce_dtype="bfloat16",  # DeepSpeed's communication_data_type (module docstring)
         zero1_grad_collective="all-reduce",
     )
     after_flush = SimOptions(allreduce_overlap=AllReduceOverlap.END)  # DeepSpeed's ReduceGrads
-    return simulate(plan, profile, cluster, options=after_flush).iteration_time_s
+    return simulate(plan, profile, cluster, options=after_flush)
+
+
+@cache
+def iteration_time_s(global_batch: int, microbatch: int) -> float:
+    """pipesim's iteration time, seconds, of :func:`simulate_bloom`.
+
+    Raises:
+        InputError: a batch that the 8 replicas and the micro-batch size do not divide.
+    """
+    return simulate_bloom(global_batch, microbatch).iteration_time_s
 
 
 def _model_flop(global_batch: int) -> float:
@@ -106,14 +134,28 @@ def _tflops_per_gpu(global_batch: int, microbatch: int) -> float:
 
 
 _FIXED_COST = (
-    "a fixed per-iteration cost pipesim does not reproduce: the three log points fit "
-    "T = F + (m + 11) x slot with slot 0.70 s at micro-batch 2 (pipesim 0.68 s, one slot being what a "
-    "micro-batch adds) and F = 6.8 s; pipesim exposes 1.5 s after the flush: DeepSpeed's BF16_Optimizer "
-    "with ZeRO-1 as modelled here (the all-reduce of 14.7 GB of fp32 gradients per GPU and the all-gather "
-    "of 7.3 GB of bf16 weights, hierarchical over 4 x 100 Gb/s per server, at the NICs' rate; 0.6 s "
-    "with a bf16 reduce-scatter) and 0.01 s of Adam. Candidates, not traced: the optimizer's unsharded "
-    "fp32 buffers (gradient norm, clipping, copies between the bf16 and fp32 flat buffers); NCCL over "
-    "Omni-Path below the InfiniBand figures. At batch 2048 (F is 7% of the iteration) the record holds"
+    "a fixed per-iteration cost pipesim does not reproduce: 6.0 s at batch 16 (15.23 s against 9.23) "
+    "and 5.9 s at batch 192 (20.1 s from 73 TFLOP/s against 14.3). Modelled from DeepSpeed's code "
+    "(module docstring): the bf16 all-reduce of the fp32 gradient buffer and the bf16 all-gather "
+    "after the flush (0.91 s exposed), the per-micro-batch fp32 accumulation (41-44 ms per stage and "
+    "micro-batch), Adam on each rank's partition (0.01 s). Traced, not modelled: (1) pipesim runs a "
+    "stage's data-parallel collectives among its TP-rank-0 devices only, so the other three TP ranks'"
+    " rings, which share each server's 4 NICs with them, are missing: halving the NICs' rate to stand"
+    " for that sharing adds 0.91 s; (2) the pipeline engine's ReduceTiedGrads all-reduces the tied "
+    "embedding's fp32 gradient (_hp_grad, 3.6 GB per GPU) between the first and last stage before "
+    "ReduceGrads, ~0.7 s at the NICs' rate; (3) BF16_Optimizer.step's passes over the unsharded fp32 "
+    "buffer (gradient norm with one .item() per tensor, clipping, the casts around the all-reduce, "
+    "zeroing: ~40 bytes per parameter, ~0.1 s). With them ~10.9 s, still 4.3 s short. BigScience's "
+    "own scaling test points at the data-parallel exchange: train/tr11-176B-ml/chronicles-prequel.md "
+    "(commit 59a90ee), 'Best TFLOPs', 200B model (TP 8, PP 10, MBS 1, GBS 2048): one replica on 80 "
+    "GPUs 853.81 s (bf16) / 844.81 s (fp16), two on 160 GPUs 434.14 / 430.21 s, 5.4 / 6.0 s more than"
+    " the single replica's time per pipeline slot x (1024 + 9) slots. Each node's data-parallel "
+    "traffic there (every GPU all-reduces its 2-byte gradients with its one peer and gathers half its"
+    " parameters: ~60 GB per node) so ran at 10-11 GB/s, about one of the four 100 Gb/s links, where "
+    "pipesim's figures give 41 GB/s (4 x 100 Gb/s at 0.82); at that rate BLOOM's 78 GB per node of "
+    "bf16 data-parallel traffic takes ~7 s, the size of the gap. Not modelled: the rate NCCL reached "
+    "over Jean Zay's Omni-Path (its transport, how many links it used) is not stated in the run's "
+    "files. At batch 2048 the record holds"
 )
 
 
@@ -145,9 +187,9 @@ def records() -> list[Record]:
             published=15.23,
             predict=lambda: iteration_time_s(16, 2),
             tolerance=0.10,
-            note="one micro-batch of 2 per replica through 12 stages: forward, backward with recompute, "
-                 "the fp32 gradient all-reduce and bf16 parameter all-gather after the flush and the "
-                 "Adam step",
+            note="one micro-batch of 2 per replica through 12 stages: forward, backward with recompute "
+                 "and the fp32 gradient accumulation, the bf16 gradient all-reduce and parameter "
+                 "all-gather after the flush and the Adam step",
             known_miss=_FIXED_COST,
         ),
         Record(
