@@ -50,8 +50,10 @@ time chosen per size as NCCL's tuner does (:mod:`pipesim.profiles.costmodels.ncc
 :meth:`AllReduceCurves.timed_call`): LL for small, latency-bound messages, LL128 for medium ones
 over NVLink, Simple for large ones, so the bus bandwidth keeps rising over tens of MiB as
 measured. Given the links' classes (``link_class``), a step's hand-off is NCCL's figure for its
-class and the lines carry only the network links' latency; without them a step pays its routes'
-latency in the lines plus the NVLink figure (and no LL128). Routes that are all ideal (zero
+class and the lines carry only the network links' latency, NVLS's 25 us is its whole latency,
+and NCCL's tuner factors apply (LL's ``llMaxBws`` cap by the members' GPU generation and node
+count, the tree's own protocol factors, LL128 only on GPUs that enable it); without them a step
+pays its routes' latency in the lines plus the NVLink figure (and no LL128). Routes that are all ideal (zero
 latency, no overhead) pay nothing extra.
 
 ``auto`` takes the fastest of the algorithms that apply (ties go to ring, then hierarchical):

@@ -41,13 +41,20 @@ the protocol's NVLink figure (:attr:`Protocol.ring_step_s`), as before.
 tree), ring bandwidth ``busBw * 0.92`` (the comment gives 120/128: :attr:`LL128` sends
 ``1 / 0.92`` wire bytes per byte). NCCL enables it by default only where the graph's intra-node
 paths are NVLink (``typeIntra <= PATH_NVB``), the NIC path is at most PXB (PXN on Hopper and
-later), compute capability >= 7.0 and equal on all ranks (the ``protoEnable`` pass of
-``ncclTopoTuneModel``). pipesim offers it only with link classes, and only where no route of the
-collective is PCIe-class (:func:`protocols_for`); not modelled: the per-channel cap of its
-ring bandwidth (20 GB/s per channel on Volta and Ampere, 36.7 on Hopper:
-``perChMaxRingLL128Bws``; pipesim has no channel count), the tree's own factors (``7/9`` inside a
-node, ``120/128`` across: the ring's is used), the NIC's PCIe path (taken as PXB, as in DGX
-servers) and the GPU generation (every device taken as Volta or later). The 2019 DGX-1 curve
+later), compute capability >= 7.0 and equal on all ranks unless all are >= 9.0 (the
+``protoEnable`` pass of ``ncclTopoTuneModel``). pipesim offers it only with link classes, only
+where no route of the collective is PCIe-class and the GPUs qualify (:func:`protocols_for`,
+:class:`NcclGpus`, the generations of the catalog's devices: :data:`COMPUTE_CAPABILITY`); not
+modelled: the per-channel cap of its bandwidth (20 GB/s per channel on Volta and Ampere, 36.7 on
+Hopper: ``perChMaxRingLL128Bws``; pipesim has no channel count, NCCL's topology search gives it)
+and the NIC's PCIe path (taken as PXB, as in DGX servers).
+
+**The tuner's bandwidth factors** (with link classes). LL's bus bandwidth is capped at
+``llMaxBws`` (:func:`ll_max_bus_bytes_per_s`: by GPU generation inside a node, by node count
+across), the ring's ``min(llMaxBw, busBw * .5)``, the tree's ``min(llMaxBw, busBw * .92 / 3.8)``;
+a tree all-reduce runs at ``busBw * .92`` (LL128 further ``7/9`` inside a node, ``120/128``
+across). :func:`tuned` turns them into wire bytes per payload byte for one algorithm
+(``Protocol.wire_factor`` of a copy), which every executor sends. The 2019 DGX-1 curve
 held in ``experiments/validation/nccl.py`` was measured with NCCL before 2.5 (2.5.6, 2019-11-19,
 is the first release with ``src/graph/tuning.cc`` and LL128): it is computed without link
 classes (``nccl_tuner=False`` there).
