@@ -212,8 +212,7 @@ class AllReduceCurves:
             pays its routes' latency in the lines plus the protocol's NVLink figure.
         protocols: the protocols a call chooses from (LL128 only with link classes, and only
             where NCCL enables it for the members' GPUs).
-        nodes: the servers the members span, as NCCL counts its nodes (without ``server_of``:
-            1, or every member its own where a route crosses the network).
+        nodes: the servers the members span, as NCCL counts its nodes (:func:`allreduce_curves`).
         ll_cap: NCCL's cap on LL's bus bandwidth for these GPUs and nodes, bytes/s
             (:func:`~pipesim.profiles.costmodels.nccl_protocol.ll_max_bus_bytes_per_s`; ``inf``:
             none), applied with link classes.
@@ -423,7 +422,10 @@ def allreduce_curves(
             enabled or not, LL's cap inside a server), used with ``link_class``. By default those
             of the members' devices where ``route`` is a
             :class:`~pipesim.profiles.hardware.cluster_type.Cluster`'s (every caller's), else
-            unknown (:class:`~pipesim.profiles.costmodels.nccl_protocol.NcclGpus`).
+            unknown (:class:`~pipesim.profiles.costmodels.nccl_protocol.NcclGpus`). NCCL's node
+            count (LL's cap across nodes, the tree's LL128 factor) is the servers the members
+            span: by ``server_of``, else by that cluster's, else each member its own where a route
+            crosses the network.
 
     Raises:
         InputError: no members or duplicates.
@@ -501,12 +503,15 @@ def allreduce_curves(
     ll_cap = math.inf
     if link_class is not None:
         classes = (ring_class, intra_class, inter_class, tree_class)
+        owner = getattr(route, "__self__", None)
+        cluster = owner if isinstance(owner, Cluster) else None
         if gpus is None:
-            gpus = _gpus_of(order, route)
+            gpus = NcclGpus.of(cluster.device_spec(m).architecture for m in order) if cluster else NcclGpus()
         route_classes = [route_class(r, link_class) for r in used]
         protocols = protocols_for(route_classes, gpus)
-        if server_of is not None:
-            nodes = len({server_of(m) for m in order})
+        node_of = server_of if server_of is not None else cluster.server_of if cluster else None
+        if node_of is not None:
+            nodes = len({node_of(m) for m in order})
         elif LinkClass.NET in route_classes:
             nodes = n
         ll_cap = ll_max_bus_bytes_per_s(gpus, nodes)
@@ -527,14 +532,6 @@ def allreduce_curves(
         ll_cap=ll_cap,
     )
 
-
-def _gpus_of(members: Sequence[int], route: RouteFn) -> NcclGpus:
-    """The members' compute capabilities where ``route`` is a cluster's (its devices' catalog
-    generations), else unknown."""
-    owner = getattr(route, "__self__", None)
-    if not isinstance(owner, Cluster):
-        return NcclGpus()
-    return NcclGpus.of(owner.device_spec(m).architecture for m in members)
 
 
 def _network_latency(latency: LinkValue, link_class: Callable[[int], LinkClass]) -> LinkValue:
