@@ -7,6 +7,7 @@ exactly; without link classes (NCCL before 2.5) nothing of this applies."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import pytest
 import simpy
@@ -178,3 +179,35 @@ def test_nvls_latency_is_nccls_25us_alone_with_link_classes() -> None:
     assert _simulate(cluster, members, 8, "nvls", classes=False) == pytest.approx(
         legacy.time_s(8, "nvls"), rel=1e-12
     )
+
+
+def test_gpus_come_from_the_routes_cluster_or_are_given() -> None:
+    cluster = get_cluster("dgx-h100-x4")
+    members = list(range(8))
+    links = cluster.links
+    bw = [lk.bandwidth_bytes_per_s for lk in links]
+    lat = [lk.latency_s for lk in links]
+    kinds = link_classes(links)
+
+    def curves(route: Callable[[int, int], tuple[int, ...]], gpus: NcclGpus | None = None) -> AllReduceCurves:
+        return allreduce_curves(
+            members, route, bw.__getitem__, lat.__getitem__, link_class=kinds.__getitem__, gpus=gpus
+        )
+
+    assert curves(cluster.route).ll_cap == 141.0 * GB  # the route's cluster: H100s on one server
+    assert LL128 in curves(cluster.route).protocols
+    # given explicitly: they win over the cluster's devices
+    pascal = curves(cluster.route, gpus=NcclGpus.of(["pascal"] * 8))
+    assert LL128 not in pascal.protocols
+    assert pascal.ll_cap == 39.0 * GB
+    # a route that is not a cluster's: generation unknown (no cap inside a node, LL128 offered)
+    plain = curves(lambda a, b: cluster.route(a, b))
+    assert plain.ll_cap == math.inf
+    assert LL128 in plain.protocols
+    assert plain.protocol_for(MIB, "ring") is LL
+    # the node count without server_of: the route's cluster's servers
+    two = allreduce_curves(
+        list(range(16)), cluster.route, bw.__getitem__, lat.__getitem__, link_class=kinds.__getitem__
+    )
+    assert two.nodes == 2
+    assert two.ll_cap == 39.0 * GB
