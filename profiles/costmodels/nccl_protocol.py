@@ -47,7 +47,8 @@ where no route of the collective is PCIe-class and the GPUs qualify (:func:`prot
 :class:`NcclGpus`, the generations of the catalog's devices: :data:`COMPUTE_CAPABILITY`); not
 modelled: the per-channel cap of its bandwidth (20 GB/s per channel on Volta and Ampere, 36.7 on
 Hopper: ``perChMaxRingLL128Bws``; pipesim has no channel count, NCCL's topology search gives it)
-and the NIC's PCIe path (taken as PXB, as in DGX servers).
+and the NIC's PCIe path (PXB at worst: every layout here puts each NIC under a PCIe switch
+with GPUs, where NCCL's ring enters and leaves the server).
 
 **The tuner's bandwidth factors** (with link classes). LL's bus bandwidth is capped at
 ``llMaxBws`` (:func:`ll_max_bus_bytes_per_s`: by GPU generation inside a node, by node count
