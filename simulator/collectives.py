@@ -353,4 +353,8 @@ def _tree_body(
 def _nvls_body(
     env: simpy.Environment, network: Network, routes: list[tuple[int, ...]], size: float, tag: object
 ) -> Process:
-    yield all_of(env, [network.transfer(r, size, tag=tag) for r in routes])
+    # NCCL's NVLS latency (the protocol's launch) is the call's whole latency where the network
+    # knows its links' classes: each port then pays only its network links' (none), not its own
+    yield all_of(
+        env, [network.transfer(r, size, tag=tag, latency_s=network.collective_latency_s(r)) for r in routes]
+    )

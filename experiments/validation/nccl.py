@@ -28,8 +28,9 @@ per-link-class latencies and LL128), so it is computed without link classes
 (``nccl_tuner=False``): per call NCCL's launch, per step the route latencies plus the NVLink
 hand-off. Every other record runs with the cluster's link classes, as the simulator does
 (:mod:`pipesim.profiles.costmodels.nccl_protocol`: a step inside a server costs NCCL's own
-hand-off for its link class, LL128 where the routes are NVLink), and small messages are held on
-a DGX H100: 8 bytes in 13.7 us and 1 MiB in 27.4 us, measured with one process per GPU
+hand-off for its link class, LL128 where the routes are NVLink and the GPUs Volta or later, LL's
+bus bandwidth capped at NCCL's ``llMaxBws``), and small messages are held on a DGX H100: 8 bytes
+in 13.7 us, 4, 64 and 256 KiB, and 1 MiB in 27.4 us, measured with one process per GPU
 (NVIDIA/dgxc-benchmarking, ``nccl/README.md``).
 """
 
@@ -97,11 +98,20 @@ _DGXC = (
 )
 
 
-def _h100_small_record(nbytes: int, label: str, published: float, note: str) -> Record:
+def _h100_small_record(
+    nbytes: int,
+    label: str,
+    published: float,
+    note: str,
+    *,
+    column: str = "out-of-place",
+    known_miss: str = "",
+) -> Record:
     """A row of NVIDIA's DGX H100 all_reduce_perf sample output: the time of a small all-reduce."""
     return Record(
         name=f"nccl-h100-8gpu-allreduce-{label}-latency",
-        source=f"{_DGXC}, {nbytes}-byte row: out-of-place time {published:g} us",
+        source=f"{_DGXC}, {nbytes}-byte row: {column} time {published:g} us",
+        known_miss=known_miss,
         quantity=f"all-reduce time of {nbytes} bytes per rank, 8 x H100 on NVSwitch (us)",
         kind="absolute",
         published=published,
@@ -109,7 +119,8 @@ def _h100_small_record(nbytes: int, label: str, published: float, note: str) -> 
         tolerance=0.15,
         note=(
             "devices 0-7 of dgx-h100-x4, with link classes: NCCL's ring LL, launch 6.6 us and 14 "
-            "steps of NCCL's NVLink hand-off (0.6 us, the route's own latency inside it); "
+            "steps of NCCL's NVLink hand-off (0.6 us, the route's own latency inside it), its bus "
+            "bandwidth capped at Hopper's llMaxBws, 141 GB/s (NVIDIA/nccl src/graph/tuning.cc at 5067397); "
             + note
             + "; held to 15%, the tolerance of the latency-dominated records"
         ),
@@ -259,10 +270,35 @@ def records() -> list[Record]:
             1 << 20,
             "1m",
             27.37,
-            "the 1 MiB row: LL's doubled wire bytes at the ring's NVLink rate add 10 us. Between these "
-            "two rows (1 KiB to 256 KiB) pipesim is 11-20% short: the measured time grows from "
-            "13.7 to 20.4 us where pipesim's LL wire adds 2.5 us (NCCL caps LL's bandwidth, "
-            "``llMaxBws``, not modelled)",
+            "the 1 MiB row: 2 x 7/8 MiB of bus bytes at LL's 141 GB/s cap add 13 us (LL's doubled "
+            "wire at the ring's NVLink rate, 180 GB/s, added 10: -7.9% before the cap)",
+        ),
+        # rows chosen by one rule on the published table (4, 64 and 256 KiB: the powers of 4 in
+        # the range where NCCL runs ring LL on this server; 1 MiB and up the default is NVLS or
+        # LL128), not on pipesim's figures
+        _h100_small_record(
+            4096,
+            "4k",
+            16.46,
+            "the in-place column: the out-of-place 4 KiB time, 23.59 us, is one slow row against its "
+            "neighbours' 17.14 (2 KiB) and 17.40 us (8 KiB), and its own in-place run",
+            column="in-place",
+        ),
+        _h100_small_record(
+            1 << 16,
+            "64k",
+            19.54,
+            "its bus bytes at LL's 141 GB/s cap take 0.8 us (0.6 before the cap)",
+            known_miss=(
+                "NCCL runs a call this small on few channels (src/enqueue.cc at 5067397: ring LL drops "
+                "channels until each of up to 512 threads carries NCCL_LL_THREAD_THRESHOLD x nRanks = "
+                "64 bytes: 2 channels at 64 KiB), each at LL's per-channel rate; pipesim has no "
+                "channel count, its LL call runs at the whole ring's rate: 15.8 us against 19.5 "
+                "measured (the measured time grows 5.9 us from 8 B to 64 KiB)"
+            ),
+        ),
+        _h100_small_record(
+            1 << 18, "256k", 20.43, "its bus bytes at LL's 141 GB/s cap take 3.3 us (2.5 before the cap)"
         ),
         Record(
             name="nccl-a100-8gpu-allreduce-busbw",

@@ -50,8 +50,10 @@ time chosen per size as NCCL's tuner does (:mod:`pipesim.profiles.costmodels.ncc
 :meth:`AllReduceCurves.timed_call`): LL for small, latency-bound messages, LL128 for medium ones
 over NVLink, Simple for large ones, so the bus bandwidth keeps rising over tens of MiB as
 measured. Given the links' classes (``link_class``), a step's hand-off is NCCL's figure for its
-class and the lines carry only the network links' latency; without them a step pays its routes'
-latency in the lines plus the NVLink figure (and no LL128). Routes that are all ideal (zero
+class and the lines carry only the network links' latency, NVLS's 25 us is its whole latency,
+and NCCL's tuner factors apply (LL's ``llMaxBws`` cap by the members' GPU generation and node
+count, the tree's own protocol factors, LL128 only on GPUs that enable it); without them a step
+pays its routes' latency in the lines plus the NVLink figure (and no LL128). Routes that are all ideal (zero
 latency, no overhead) pay nothing extra.
 
 ``auto`` takes the fastest of the algorithms that apply (ties go to ring, then hierarchical):
@@ -86,9 +88,12 @@ from pipesim.profiles.costmodels.nccl_protocol import (
     NVLS_PROTOCOL,
     PROTOCOLS,
     LinkClass,
+    NcclGpus,
     Protocol,
+    ll_max_bus_bytes_per_s,
     protocols_for,
     route_class,
+    tuned,
 )
 from pipesim.profiles.costmodels.ring_topology import (
     LinkValue,
@@ -97,6 +102,7 @@ from pipesim.profiles.costmodels.ring_topology import (
     nvls_ports,
     ring_set,
 )
+from pipesim.profiles.hardware.cluster_type import Cluster
 
 __all__ = [
     "NVLS_FRACTION",
@@ -204,7 +210,12 @@ class AllReduceCurves:
             then NCCL's figure for its class and the lines carry only the network links'
             latencies (:mod:`pipesim.profiles.costmodels.nccl_protocol`); ``None``: every step
             pays its routes' latency in the lines plus the protocol's NVLink figure.
-        protocols: the protocols a call chooses from (LL128 only with link classes).
+        protocols: the protocols a call chooses from (LL128 only with link classes, and only
+            where NCCL enables it for the members' GPUs).
+        nodes: the servers the members span, as NCCL counts its nodes (:func:`allreduce_curves`).
+        ll_cap: NCCL's cap on LL's bus bandwidth for these GPUs and nodes, bytes/s
+            (:func:`~pipesim.profiles.costmodels.nccl_protocol.ll_max_bus_bytes_per_s`; ``inf``:
+            none), applied with link classes.
     """
 
     ring: Lines
@@ -219,6 +230,8 @@ class AllReduceCurves:
     hierarchical_inter_steps: int = 0
     classes: tuple[LinkClass, LinkClass, LinkClass, LinkClass] | None = None
     protocols: tuple[Protocol, ...] = PROTOCOLS
+    nodes: int = 1
+    ll_cap: float = math.inf
     _fixed: dict[AllReduceAlgorithm, tuple[tuple[Protocol, float], ...]] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
@@ -264,7 +277,7 @@ class AllReduceCurves:
         best, best_s = IDEAL, math.inf
         fixed_costs = self._fixed.get(algo)
         if fixed_costs is None:
-            fixed_costs = self._fixed[algo] = tuple((p, self.fixed_s(p, algo)) for p in self.protocols)
+            fixed_costs = self._fixed[algo] = tuple((p, self.fixed_s(p, algo)) for p in self._tuned(algo))
         for protocol, fixed in fixed_costs:  # best_protocol inline (the planner's DP calls this a lot)
             extra = protocol.wire_factor - 1.0
             if extra > 0:
@@ -280,6 +293,25 @@ class AllReduceCurves:
             if t < best_s:
                 best, best_s = protocol, t
         return best, best_s
+
+    def _tuned(self, algo: AllReduceAlgorithm) -> tuple[Protocol, ...]:
+        """The protocols of an algorithm that applies, each with the wire bytes NCCL's tuner gives
+        it there where link classes are known (the tree's own factors, LL's cap:
+        :func:`~pipesim.profiles.costmodels.nccl_protocol.tuned`); as they are without classes."""
+        if self.classes is None:
+            return self.protocols
+        tree = algo is AllReduceAlgorithm.TREE and self.tree is not None
+        slope = self._least_slope(algo)
+        if tree:
+            bus = 2.0  # NCCL: a tree's algorithm bandwidth is half its bus bandwidth
+        else:
+            n = self.ring_steps // 2 + 1
+            bus = 2.0 * (n - 1) / n  # a ring's bus bytes per payload byte
+        rate = bus / slope if slope > 0 else math.inf
+        return tuple(
+            tuned(p, tree=tree, one_node=self.nodes == 1, bus_rate=rate, ll_cap=self.ll_cap)
+            for p in self.protocols
+        )
 
     def _least_slope(self, algo: AllReduceAlgorithm) -> float:
         """Seconds per byte ``L`` with ``wire(f x) - wire(x) >= L (f - 1) x`` for ``x >= 0``,
@@ -370,6 +402,7 @@ def allreduce_curves(
     server_of: Callable[[int], int] | None = None,
     overhead_s: float = 0.0,
     link_class: Callable[[int], LinkClass] | None = None,
+    gpus: NcclGpus | None = None,
 ) -> AllReduceCurves:
     """Ring, hierarchical, tree and NVLS all-reduce time curves among ``members`` (module docstring).
 
@@ -385,6 +418,14 @@ def allreduce_curves(
             is NCCL's figure for its class, only network links add their latency, and LL128
             is offered (:mod:`pipesim.profiles.costmodels.nccl_protocol`); without it every
             step pays its routes' latency and the protocol's NVLink figure.
+        gpus: the members' compute capabilities, for NCCL's generation-dependent figures (LL128
+            enabled or not, LL's cap inside a server), used with ``link_class``. By default those
+            of the members' devices where ``route`` is a
+            :class:`~pipesim.profiles.hardware.cluster_type.Cluster`'s (every caller's), else
+            unknown (:class:`~pipesim.profiles.costmodels.nccl_protocol.NcclGpus`). NCCL's node
+            count (LL's cap across nodes, the tree's LL128 factor) is the servers the members
+            span: by ``server_of``, else by that cluster's, else each member its own where a route
+            crosses the network.
 
     Raises:
         InputError: no members or duplicates.
@@ -417,7 +458,7 @@ def allreduce_curves(
     tree_routes = [route(c, p) for c, p in shape.up] + [route(p, c) for c, p in shape.up]
     used.extend(tree_routes)
     ports = nvls_ports(order, route, server_of)
-    nvls = _nvls_lines(ports, bandwidth, latency, overhead_s) if ports is not None else None
+    nvls = _nvls_lines(ports, bandwidth, wire_latency, wire_overhead) if ports is not None else None
     ring_steps = 2 * (n - 1)
     ring_class, tree_class = class_of(ring_routes), class_of(tree_routes)
     intra_class = inter_class = ring_class
@@ -454,13 +495,26 @@ def allreduce_curves(
             intra_class, inter_class = class_of(intra_routes), class_of(inter_routes)
             hier_steps, inter_steps = 2 * (g - 1) + 2 * (k - 1), 2 * (k - 1)
     timed = (overhead_s > 0 and any(used)) or any(latency(link) > 0 for r in used for link in r)
-    if nvls is not None:
-        timed = timed or _timed(nvls)
+    if ports is not None:
+        timed = timed or (overhead_s > 0) or any(latency(p) > 0 for pair in ports for p in pair)
     classes = None
     protocols: tuple[Protocol, ...] = PROTOCOLS
+    nodes = 1
+    ll_cap = math.inf
     if link_class is not None:
         classes = (ring_class, intra_class, inter_class, tree_class)
-        protocols = protocols_for([route_class(r, link_class) for r in used])
+        owner = getattr(route, "__self__", None)
+        cluster = owner if isinstance(owner, Cluster) else None
+        if gpus is None:
+            gpus = NcclGpus.of(cluster.device_spec(m).architecture for m in order) if cluster else NcclGpus()
+        route_classes = [route_class(r, link_class) for r in used]
+        protocols = protocols_for(route_classes, gpus)
+        node_of = server_of if server_of is not None else cluster.server_of if cluster else None
+        if node_of is not None:
+            nodes = len({node_of(m) for m in order})
+        elif LinkClass.NET in route_classes:
+            nodes = n
+        ll_cap = ll_max_bus_bytes_per_s(gpus, nodes)
     return AllReduceCurves(
         ring=ring,
         hierarchical=hier,
@@ -474,7 +528,10 @@ def allreduce_curves(
         hierarchical_inter_steps=inter_steps,
         classes=classes,
         protocols=protocols,
+        nodes=nodes,
+        ll_cap=ll_cap,
     )
+
 
 
 def _network_latency(latency: LinkValue, link_class: Callable[[int], LinkClass]) -> LinkValue:
@@ -484,11 +541,6 @@ def _network_latency(latency: LinkValue, link_class: Callable[[int], LinkClass])
         return latency(link) if link_class(link) is LinkClass.NET else 0.0
 
     return wire
-
-
-def _timed(*line_sets: Lines) -> bool:
-    """Whether some step among ``line_sets`` pays a latency (a route with latency or overhead)."""
-    return any(a > 0 for lines in line_sets for a, _ in lines)
 
 
 def allreduce_time_s(

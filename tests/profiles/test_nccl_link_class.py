@@ -109,7 +109,7 @@ def test_small_allreduce_is_nccls_own_estimate_on_nvlink() -> None:
     members = list(range(8))
     for preset in ("dgx-h100-x4", "dgx-a100-x2", "dgx1-v100"):
         curves = _curves(preset, members)
-        assert curves.protocol_for(8) is LL
+        assert curves.protocol_for(8).name == "LL"  # with LL's cap (llMaxBws): a copy, more wire bytes
         assert curves.time_s(8) == pytest.approx(want, abs=1e-9)  # + 16 wire bytes
         assert _simulate(preset, members, 8) == pytest.approx(curves.time_s(8), rel=1e-12)
     assert want == pytest.approx(15.0 * US)
@@ -159,8 +159,10 @@ def test_hierarchical_steps_pay_their_own_class_and_the_network_latency() -> Non
     assert eval_lines(curves.hierarchical, 0) == pytest.approx(
         2 * net_latency, rel=1e-12
     )  # the NIC hops only
+    ll = curves.protocol_for(8, h)
+    assert ll.name == "LL"
     assert curves.time_s(8, h) == pytest.approx(
-        LL.ring_launch_s + 14 * 0.6 * US + 2 * 2.7 * US + eval_lines(curves.hierarchical, 16),
+        LL.ring_launch_s + 14 * 0.6 * US + 2 * 2.7 * US + eval_lines(curves.hierarchical, 8 * ll.wire_factor),
         rel=1e-12,
     )
     for nbytes in (8, 4 * MIB, 256 * MIB):
@@ -174,7 +176,7 @@ def test_ll128_wins_medium_messages_on_nvlink() -> None:
     # between LL's halved wire and Simple's slow hand-off, as NCCL's tuner picks on A100
     curves = _curves("dgx-a100-x2", list(range(8)))
     assert curves.protocol_for(4 * MIB, "ring") is LL128
-    assert curves.protocol_for(8, "ring") is LL
+    assert curves.protocol_for(8, "ring").name == "LL"
     assert curves.protocol_for(1 << 30, "ring") is SIMPLE
     want = LL128.ring_launch_s + 14 * 1.9 * US + eval_lines(curves.ring, 4 * MIB / 0.92)
     assert curves.time_s(4 * MIB, "ring") == pytest.approx(want, rel=1e-12)

@@ -56,10 +56,11 @@ def test_replayed_backward_regathers_released_tensors(wire_bytes: list[float]) -
         simulate(plan, profile, cluster, SimOptions(optimizer_step=False), executor="simpy")
         wire[runtime] = sum(wire_bytes)
     # the re-gathered tensors are large (Simple protocol: their bytes once), so the difference is exact;
-    # LL's flag bytes (nccl_protocol: 2 wire bytes per data byte) on the few small units' calls add < 1e-5
+    # LL's flag bytes (nccl_protocol: 2 wire bytes per data byte; up to 2.7 on A100, where NCCL's llMaxBws
+    # caps LL) on the few small units' calls add < 2e-5
     assert wire["deepspeed-2021"] - wire["fsdp"] == pytest.approx((n - 1) * 2 * (8 * h * h * 2))
     assert wire["fsdp"] >= 3 * (n - 1) * params
-    assert wire["fsdp"] == pytest.approx(3 * (n - 1) * params, rel=1e-5)
+    assert wire["fsdp"] == pytest.approx(3 * (n - 1) * params, rel=2e-5)
     assert unit_calls([profile.layers[1]], 2).regather_elements == 8 * h * h
 
 
@@ -131,9 +132,10 @@ def test_on_demand_gathers_follow_the_estimate_and_move_the_same_bytes(
     options = SimOptions(optimizer_step=False, record_trace=False)
     sim = simulate(plan, profile, cluster, options, executor="simpy").iteration_time_s
     again = 2 * (8 * h * h * 2) if recompute == "full" else 0.0
-    # LL's flag bytes (nccl_protocol: 2 wire bytes per data byte) on the few small units' calls add < 1e-5
+    # LL's flag bytes (nccl_protocol: 2 wire bytes per data byte; up to 2.7 on A100, where NCCL's llMaxBws
+    # caps LL) on the few small units' calls add < 2e-5
     assert sum(wire_bytes) >= 3 * (n - 1) * params + (n - 1) * again
-    assert sum(wire_bytes) == pytest.approx(3 * (n - 1) * params + (n - 1) * again, rel=1e-5)
+    assert sum(wire_bytes) == pytest.approx(3 * (n - 1) * params + (n - 1) * again, rel=2e-5)
     est = estimate_3d(plan, profile, cluster, optimizer_step=False).iteration_time_s
     assert est == pytest.approx(sim, rel=0.03)
     flat = estimate_3d(replace(plan, zero3_runtime=Zero3Runtime.FSDP), profile, cluster, optimizer_step=False)

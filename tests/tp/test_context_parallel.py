@@ -65,17 +65,20 @@ def _free_curves(n: int) -> AllReduceCurves:
 # regenerated for the backward working set and the fp32 loss logits (branch h-zbmem): before
 # 3943071744.0, 3953453963.8762894, 944695296.0, 2244710400.0, 3854901248.0 bytes
 # regenerated for NCCL's per-link-class hand-offs: the data-parallel collectives' (branch h-net), then the
-# TP collectives' (branch h-tpnet; before 0.1567486490565566, 0.08389810881653145, 0.14645474234365966 s)
+# TP collectives' (branch h-tpnet; before 0.1567486490565566, 0.08389810881653145, 0.14645474234365966 s);
+# regenerated for NCCL's tuner figures (branch h-nccl: LL's llMaxBws cap, the tree's own factors): the TP
+# ranks' small LL collectives, before 0.15661664905655664, 0.08335810881653144, 0.1462827423436597 s
+# and the zero3 run's all-reduce sum 0.020632283733333093 s (up to 1.5e-05 relative)
 MAIN_RESULTS = {
     (1, False, "none", "1f1b"): (0.2996969227170713, 4479942656.0, 0.002952841600000089),
-    (2, False, "none", "gpipe"): (0.15661664905655664, 4221889419.8762894, 0.0015324170666665693),
-    (4, True, "zero1", "1f1b"): (0.08335810881653144, 1078913024.0, 0.0008243285333333072),
+    (2, False, "none", "gpipe"): (0.1566169507687573, 4221889419.8762894, 0.0015324170666665693),
+    (4, True, "zero1", "1f1b"): (0.08335856138483247, 1078913024.0, 0.0008243285333333072),
     # TP collectives as transfers: here the pipeline's sends share the NVSwitch ports with them
     # (4 of device 0's 16 slowed), 0.1457800905632445 when folded; then the parameter all-gathers
     # after the optimizer step (reduce-scatter, step, all-gather): both chunks' all-gathers start
     # after the device's one step and share the links (0.14583251936324446, 0.0015931221333333467)
-    (2, True, "distributed", "interleaved"): (0.1462827423436597, 2513145856.0, 0.002074801066666576),
-    (1, False, "zero3", "zb-h1"): (0.2742263197399059, 4278403072.0, 0.020632283733333093),
+    (2, True, "distributed", "interleaved"): (0.1462830440558604, 2513145856.0, 0.002074801066666576),
+    (1, False, "zero3", "zb-h1"): (0.2742263197399059, 4278403072.0, 0.02063258544553376),
 }
 
 
@@ -311,9 +314,10 @@ def test_megatron_planner_without_cp_and_sp_ranks_as_main() -> None:
     costs, under which TP 2 with selective recompute left the top 6 for TP 1 with 2 micro-batches;
     the backward working set and fp32 loss logits of branch h-zbmem: peak memory only; NCCL's
     per-link-class hand-offs of branch h-net: the data-parallel collectives' times, same ranking; and of
-    branch h-tpnet: the TP collectives' times, same ranking). The search's sharding and schedule are
-    pinned to what main's chose (distributed, 1F1B): the search since branch h-mgsearch also tries
-    ZeRO-1/2/3 and zero-bubble schedules."""
+    branch h-tpnet: the TP collectives' times, same ranking; and NCCL's tuner figures of branch h-nccl,
+    LL's llMaxBws cap: the TP ranks' small collectives, +2.8e-06 at most, same ranking). The search's
+    sharding and schedule are pinned to what main's chose (distributed, 1F1B): the search since
+    branch h-mgsearch also tries ZeRO-1/2/3 and zero-bubble schedules."""
     profile, cluster = resolve_inputs("gpt:layers=8,hidden=1024,heads=16,seq=1024,vocab=32000", CLUSTER)
     plans = megatron_plans(profile, cluster, 32, memory_limit_bytes=80 * 2**30, top=6,
                            pins=MegatronPins(sequence_parallel=False, context_parallel=1,
@@ -327,9 +331,9 @@ def test_megatron_planner_without_cp_and_sp_ranks_as_main() -> None:
                     p.estimate.peak_memory_bytes))
     assert got == [
         ((1, 1, 16, 1, 1, "none", "distributed"), 0.15987564357405623, 5225059328.0),
-        ((2, 1, 8, 1, 1, "none", "distributed"), 0.16086530335163707, 5019583002.947369),
-        ((4, 1, 4, 1, 1, "none", "distributed"), 0.16516054539632188, 5409562192.842105),
-        ((2, 1, 8, 2, 1, "none", "distributed"), 0.16811898415041476, 2815089933.4736843),
+        ((2, 1, 8, 1, 1, "none", "distributed"), 0.1608654542077374, 5019583002.947369),
+        ((4, 1, 4, 1, 1, "none", "distributed"), 0.1651609979646229, 5409562192.842105),
+        ((2, 1, 8, 2, 1, "none", "distributed"), 0.1681191350065151, 2815089933.4736843),
         ((1, 1, 16, 1, 1, "selective", "distributed"), 0.16922991891240688, 3111130112.0),
         ((1, 1, 16, 2, 1, "none", "distributed"), 0.1696647123253128, 3184530432.0),
     ]
