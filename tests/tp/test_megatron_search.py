@@ -88,8 +88,9 @@ def test_pins_restrict_schedule_and_sharding() -> None:
 def test_the_thresholds_prune_nothing_that_would_be_returned(
     tp: int | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The lower bounds (zero-bubble orders, ZeRO-2/3's per-unit collectives) against the
-    shortlist's threshold: the same plans as evaluating every configuration in full."""
+    """The search's best-first stop at the lower bounds (before the schedules' orders and
+    ZeRO-2/3's per-unit collectives are evaluated): the same plans as evaluating every
+    configuration in full, and every lower bound at most its estimate."""
     profile, cluster = resolve_inputs(DEEP, CLUSTER, dtype="fp16")
 
     def plans() -> list[tuple[object, ...]]:
@@ -98,10 +99,22 @@ def test_the_thresholds_prune_nothing_that_would_be_returned(
         return [(p.stages, p.schedule, p.chunks, p.recompute, p.estimate) for p in found]
 
     pruned = plans()
-    full = megatron.estimate_config
-    monkeypatch.setattr(megatron, "estimate_config",
-                        lambda *a, **kw: full(*a, **{**kw, "bound_s": float("inf")}))
+    bounds: list[tuple[float, float]] = []
+    prepare = megatron.prepare_config
+
+    def checked(*a: object, **kw: object) -> object:
+        ready = prepare(*a, **kw)  # type: ignore[arg-type]
+        if ready is not None:
+            est = ready.finish()
+            if est is not None:
+                bounds.append((ready.lower_bound_s, est.iteration_time_s))
+        return ready
+
+    monkeypatch.setattr(megatron, "PRUNE", False)
+    monkeypatch.setattr(megatron, "prepare_config", checked)
     assert plans() == pruned
+    assert len(bounds) > 100
+    assert all(lower <= time_s * (1 + 1e-12) for lower, time_s in bounds)
 
 
 def test_zero1_dominates_the_distributed_optimizer_in_the_estimate() -> None:
