@@ -23,7 +23,8 @@ exhaustively and ranks by an analytic estimate (:mod:`pipesim.planner.three_d`):
   drop: not with flash attention); sequence parallelism with TP or not, and with it the TP
   communication overlap (``tp_comm_overlap``) or not; sharding ``none``, the distributed
   optimizer, ZeRO-1, ZeRO-2 or ZeRO-3 (:data:`SEARCHED_SHARDINGS`; with more than one data- or
-  context-parallel rank; ZeRO-2/3 with the 1F1B family, and unpinned only when no plan fits
+  context-parallel rank; ZeRO-3 with a zero-bubble order under the ``fsdp`` runtime only;
+  ZeRO-2/3 unpinned only when no plan fits
   without them: :data:`MEMORY_SHARDINGS`, whose shortlists cost tens of seconds to rerank by
   simulation at 1024 GPUs). Configurations that differ only in
   sharding and are no faster and no smaller than a kept one are dropped (with equal traffic a
@@ -105,7 +106,7 @@ def searched_schedules(p: int, v: int) -> tuple[str, ...]:
     """Schedules the search tries for ``p`` ranks of ``v`` chunks: ``1f1b``, ``zb-h1`` and
     ``zb-h2`` for one chunk, ``interleaved`` and ``zbv`` for two (the V shape takes exactly two),
     ``interleaved`` for more; no zero-bubble schedule without a pipeline (``p = 1``: nothing to
-    fill). ZeRO-2/3 are planned with the 1F1B family only
+    fill). ZeRO-3 takes the zero-bubble ones under the ``fsdp`` runtime only
     (:func:`~pipesim.planner.three_d.prepare_config`)."""
     if v == 1:
         return ("1f1b", "zb-h1", "zb-h2") if p > 1 else ("1f1b",)
@@ -136,15 +137,14 @@ class MegatronPins:
             sequence parallelism and sharding (:class:`~pipesim.plan.StagePlan`).
         tp_comm_overlap: the TP communication overlap (``StagePlan.tp_comm_overlap``); pinned
             on, only plans with sequence parallelism (which it needs) are searched.
-        schedule: the pipeline schedule, one of :data:`THREE_D_SCHEDULES` (``gpipe`` and
-            ``dapple`` plan as ``1f1b``'s time with their own memory; a zero-bubble schedule
-            with sharding ``none``, ``zero1`` or ``distributed``).
+        schedule: the pipeline schedule, one of :data:`THREE_D_SCHEDULES` (``dapple`` plans
+            as ``1f1b``).
 
     Raises:
         InputError: ``tensor_parallel`` or ``context_parallel < 1``; sequence parallelism pinned
             on without TP > 1; the TP overlap pinned on with sequence parallelism pinned off or
             TP pinned to 1; a pin that is not a boolean where one is needed; a schedule the 3D
-            estimate does not model, or a zero-bubble one with ZeRO-2/3 pinned.
+            estimate does not model.
         UnknownNameError: an unknown sharding.
     """
 
@@ -176,9 +176,6 @@ class MegatronPins:
             if name not in THREE_D_SCHEDULES:
                 raise invalid("schedule", name, "the megatron planner plans " + ", ".join(THREE_D_SCHEDULES))
             object.__setattr__(self, "schedule", name)
-            if name in ZERO_BUBBLE_3D and self.sharding in (Sharding.ZERO2, Sharding.ZERO3):
-                rule = f"the megatron planner plans {name} with sharding none, zero1 or distributed"
-                raise invalid("sharding", Sharding.parse(self.sharding).value, rule)
 
 
 
@@ -220,13 +217,18 @@ def megatron_plans(
             charges.
 
     Raises:
-        InputError: the profile is not a shaped transformer, or a bad pin.
+        InputError: the profile is not a shaped transformer, a bad pin, or a zero-bubble schedule
+            and ZeRO-3 pinned with a ``zero3_runtime`` other than ``fsdp``.
         Infeasible: no plan fits (the message says why).
     """
     pins = pins or MegatronPins()
     zero1 = GradCollective.parse(zero1_grad_collective)
     zero1_all_reduce = zero1 is GradCollective.ALL_REDUCE
     runtime = Zero3Runtime.parse(zero3_runtime)
+    if (pins.schedule in ZERO_BUBBLE_3D and pins.sharding is Sharding.ZERO3
+            and runtime is not Zero3Runtime.FSDP):
+        rule = f"the megatron planner plans {pins.schedule} with ZeRO-3 under the fsdp runtime"
+        raise invalid("zero3_runtime", runtime.value, rule)
     n_dev, g = cluster.num_devices, cluster.gpus_per_server
     shape_model = ThreeDCosts(profile, cluster, Recompute.NONE)
     shape = shape_model.shape
@@ -334,8 +336,9 @@ def _search(
                     ):
                         if sh is not Sharding.NONE and d * c == 1 and pins.sharding is None:
                             continue  # one data-parallel rank: nothing to shard
-                        if sched in ZERO_BUBBLE_3D and sh in (Sharding.ZERO2, Sharding.ZERO3) and d * c > 1:
-                            continue  # ZeRO-2/3 with the 1F1B family only (prepare_config)
+                        if (sched in ZERO_BUBBLE_3D and sh is Sharding.ZERO3 and d * c > 1
+                                and runtime is not Zero3Runtime.FSDP):
+                            continue  # ZeRO-3 split for zero-bubble orders under fsdp only (prepare_config)
                         configs.append((t, c, p, d, mbs, m, v, sp, ov, rc, sched, sh))
     # Best first: every configuration's memory, per-op times and lower bound (prepare_config),
     # then the costly part (the schedule's order, ZeRO-2/3's per-unit collectives) in order of

@@ -85,7 +85,7 @@ from pipesim.planner.nic_sharing import (
 )
 from pipesim.planner.schedule_time import order_time_s
 from pipesim.planner.three_d_costs import ThreeDCosts
-from pipesim.planner.zero_ops import ZeroOp, ZeroOps, zero_unit_ops
+from pipesim.planner.zero_ops import ZeroOp, ZeroOps, zero_split_ops, zero_unit_ops
 from pipesim.profiles.costmodels.collective import AllReduceCurves
 from pipesim.profiles.costmodels.context_parallel import check_context_parallel
 from pipesim.profiles.costmodels.memory import Recompute, StageActivations
@@ -196,10 +196,6 @@ def estimate_3d(
         rule = f"the 3D estimate models {names} with equal micro-batches"
         raise invalid("plan.schedule", plan.schedule.value, rule)
     t, d, sp, sh = form
-    if plan.schedule.value in ZERO_BUBBLE_3D and sh in (Sharding.ZERO2, Sharding.ZERO3) and d * (
-            first.context_parallel) > 1:
-        rule = "the 3D estimate times zero-bubble schedules with sharding none, zero1 or distributed"
-        raise invalid("stages[0].sharding", sh.value, rule)
     c = first.context_parallel
     check_context_parallel(profile, 0, profile.num_layers - 1, c, "stages[0].context_parallel")
     m, v, p = plan.num_microbatches, plan.chunks, plan.num_ranks
@@ -298,15 +294,16 @@ def prepare_config(
     ``B``, not a split one).
 
     Raises:
-        InputError: a zero-bubble schedule with ZeRO-2/3 over more than one data-parallel rank.
+        InputError: a zero-bubble schedule with ZeRO-3 over more than one data-parallel rank
+            and a ``zero3_runtime`` other than ``fsdp``.
     """
     schedule = schedule or ("1f1b" if v == 1 else "interleaved")
     if schedule == "dapple":
         schedule = "1f1b"  # the same order (DAPPLE's K_i = min(p - i, m))
     split = schedule in ZERO_BUBBLE_3D
-    if split and d * c > 1 and sh in (Sharding.ZERO2, Sharding.ZERO3):
-        rule = "the 3D estimate times zero-bubble schedules with sharding none, zero1 or distributed"
-        raise invalid("sharding", sh.value, rule)
+    if split and d * c > 1 and sh is Sharding.ZERO3 and zero3_runtime is not Zero3Runtime.FSDP:
+        rule = "the 3D estimate times zero-bubble schedules with ZeRO-3 under the fsdp runtime"
+        raise invalid("zero3_runtime", zero3_runtime.value, rule)
     multiplier = sharded_memory_multiplier(model.profile.dtype, optimizer, sh, d * c, grad)
     g = grad_bytes_factor(model.profile.dtype, grad)  # gradient bytes per parameter byte
     per_unit = d * c > 1 and sh in (Sharding.ZERO2, Sharding.ZERO3)
@@ -361,7 +358,7 @@ def prepare_config(
     f_stage, i_stage, w_stage = [0.0] * (p * v), [0.0] * (p * v), [0.0] * (p * v)
     # per rank the delay by other ranks' TP blocks on its links per micro-batch, seconds
     slow_of = [0.0] * p
-    units: list[tuple[int, int, ZeroOp, float, float]] = []  # ZeRO-2/3's, costed in finish
+    units: list[tuple[int, int, ZeroOp, float, float, float]] = []  # ZeRO-2/3's, costed in finish
     for r in range(p):
         for k in stages_of[r]:
             first, last = chunks[k]
@@ -369,25 +366,25 @@ def prepare_config(
             f_op = times.fwd_tp_s + times.fwd_comm_s
             replay = model.replay(first, last, mbs, t, sp, rc, overlap, c, rings[r], cp_hops[r])
             b_op = times.bwd_tp_s + times.bwd_comm_s + replay
+            if split:  # I exposes its TP collectives whole; W is the weight-gradient compute
+                w_stage[k] = times.bwd_tp_s * _wgrad_fraction(model.profile, first, last)
+                b_op += times.bwd_split_comm_s - times.bwd_comm_s - w_stage[k]  # the I
             if per_unit and dp_curves is not None:  # ZeRO-2/3: per-unit collectives (zero_lowering)
                 unit = ZeroOp(first=first, last=last, mbs=mbs, t=t, sp=sp, c=c, ring=rings[r], times=times,
                               replay=replay, sharding=sh, runtime=zero3_runtime, full=rc is Recompute.FULL,
                               replicas=d * c, grad=g, allreduce=allreduce, shared=shared(r),
                               servers=dp_servers)
-                units.append((r, k, unit, f_op, b_op))
+                units.append((r, k, unit, f_op, b_op, w_stage[k]))
             if sharers is not None and sharers.own[r] > 1:  # its replicas' rings, in lock step
                 own_f, own_b = wires(r, k // p)
                 f_op += (sharers.own[r] - 1) * own_f
-                b_op += (sharers.own[r] - 1) * own_b
+                b_op += (sharers.own[r] - 1) * own_b  # (the I's, split)
             if sharers is not None and sharers.tp[r]:  # other ranks' TP blocks on its bottleneck
                 own_f, own_b = wires(r, k // p)
                 others = [[wires(q, k // p) for q in ranks] for ranks in sharers.tp[r]]
                 slow_of[r] += concurrent_delay_s(own_f, [[w[0] for w in ws] for ws in others])
                 slow_of[r] += concurrent_delay_s(own_b, [[w[1] for w in ws] for ws in others])
             f_stage[k], i_stage[k] = f_op, b_op
-            if split:  # I exposes its TP collectives whole; W is the weight-gradient compute
-                w_stage[k] = times.bwd_tp_s * _wgrad_fraction(model.profile, first, last)
-                i_stage[k] = b_op - times.bwd_comm_s + times.bwd_split_comm_s - w_stage[k]
     hop = hop_latency = 0.0
     if p > 1:
         act = mbs * model.shape.seq * model.shape.hidden * model.elem / (t * c)
@@ -445,15 +442,18 @@ def prepare_config(
         lower = max(lower, m * busy_s(f_stage, bwd_plain, 0) + after0) + shared_extra_s(f_stage, bwd_plain)
 
     def finish() -> Estimate | None:
-        fwd, inp, held = list(f_stage), list(i_stage), [0.0] * p
+        fwd, inp, wgrad, held = list(f_stage), list(i_stage), list(w_stage), [0.0] * p
         head = 0.0  # ZeRO-3: the first forward's unhidden gathers
         tails = [0.0] * p  # ZeRO-2/3: each rank's last backward's reduce tail
         memo = _ZERO_OPS.setdefault(model, {})
-        for r, k, unit, f_plain, b_plain in units:
+        for r, k, unit, f_plain, b_plain, w_plain in units:
             # chunks of the same layers cost the same (zero_unit_ops reads them by their signature)
-            memo_key = (model.sig(unit.first, unit.last), replace(unit, first=0, last=0), placed.dp_group)
+            memo_key = (model.sig(unit.first, unit.last), replace(unit, first=0, last=0), placed.dp_group,
+                        split)
             ops = memo.get(memo_key)
-            if ops is None:
+            if ops is None and split:  # F, I (bwd_s) and W's reduce-scatters
+                ops = memo[memo_key] = zero_split_ops(model, unit, dp_curves, w_plain)  # type: ignore[arg-type]
+            elif ops is None:
                 ops = memo[memo_key] = zero_unit_ops(model, unit, dp_curves)  # type: ignore[arg-type]
             fwd[k] += ops.fwd_s - f_plain
             inp[k] += ops.bwd_s - b_plain
@@ -466,13 +466,14 @@ def prepare_config(
             for r in range(p):
                 scatter = sum(half_time_s(dp_curves, model.params(*chunks[k], t) * g, allreduce)
                               for k in stages_of[r])
-                busy = sum(inp[k] for k in stages_of[r])
+                busy = sum(inp[k] + wgrad[k] for k in stages_of[r])
                 if scatter > busy:  # the stream paces the backwards: each stretched alike
                     for k in stages_of[r]:
                         inp[k] *= scatter / busy
+                        wgrad[k] *= scatter / busy
         if any(pk + h > limit for pk, h in zip(peaks, held, strict=True)):
             return None
-        bwd = [i + w for i, w in zip(inp, w_stage, strict=True)]
+        bwd = [i + w for i, w in zip(inp, wgrad, strict=True)]
         tf = max(sum(fwd[k] for k in ks) for ks in stages_of)
         tb = max(sum(bwd[k] for k in ks) for ks in stages_of)
 
@@ -490,7 +491,7 @@ def prepare_config(
             time_s = (m + (p - 1) / v) * (tf + tb) + after0
         else:  # the order's makespan; each rank's collectives and update after its last action
             ends = order_time_s(
-                schedule, num_ranks=p, num_microbatches=m, chunks=v, fwd_s=fwd, bwd_s=bwd, wgrad_s=w_stage,
+                schedule, num_ranks=p, num_microbatches=m, chunks=v, fwd_s=fwd, bwd_s=bwd, wgrad_s=wgrad,
                 send_fwd_s=[hop] * (p * v - 1), send_bwd_s=[hop] * (p * v - 1),
                 send_latency_s=[hop_latency] * (p * v - 1),
             ).rank_end_s
