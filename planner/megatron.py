@@ -14,8 +14,8 @@ exhaustively and ranks by an analytic estimate (:mod:`pipesim.planner.three_d`):
   replicas (every device used);
 * the micro-batch size ``b`` per replica (``m = B / (d b)`` micro-batches), ``v`` model chunks
   per rank and the schedule (:func:`searched_schedules`): ``1f1b``, ``zb-h1``, ``zb-h2`` for
-  ``v = 1``, ``interleaved`` (``m`` a multiple of ``p``) and ``zbv`` for ``v = 2``,
-  ``interleaved`` beyond; each timed by its order over the chunks' per-op times
+  ``v = 1``, ``interleaved`` (``m`` a multiple of ``p``) and ``interleaved-zb`` for ``v > 1``,
+  the V shapes ``zbv`` and ``v-half`` for ``v = 2``; each timed by its order over the chunks' per-op times
   (:func:`~pipesim.planner.three_d.prepare_config`), best first: every configuration's memory,
   per-op times and lower bound (micro-batch 0's way to a rank and back and ``m`` times its
   ops) first, then the orders in the order of that bound, until it cannot make the shortlist;
@@ -104,21 +104,25 @@ MEMORY_SHARDINGS: frozenset[Sharding] = frozenset({Sharding.ZERO2, Sharding.ZERO
 
 def searched_schedules(p: int, v: int) -> tuple[str, ...]:
     """Schedules the search tries for ``p`` ranks of ``v`` chunks: ``1f1b``, ``zb-h1`` and
-    ``zb-h2`` for one chunk, ``interleaved`` and ``zbv`` for two (the V shape takes exactly two),
-    ``interleaved`` for more; no zero-bubble schedule without a pipeline (``p = 1``: nothing to
-    fill). ZeRO-3 takes the zero-bubble ones under the ``fsdp`` runtime only
-    (:func:`~pipesim.planner.three_d.prepare_config`)."""
+    ``zb-h2`` for one chunk, ``interleaved`` and ``interleaved-zb`` for more, and for two also
+    the V shapes ``zbv`` and ``v-half`` (which take exactly two); no zero-bubble schedule
+    without a pipeline (``p = 1``: nothing to fill, and no chunks). V-Min and DualPipeV are not
+    searched: the 3D estimate does not follow their simulation closely enough
+    (docs/parallelism.md, "The Megatron planner"). ZeRO-3 takes the zero-bubble ones under the
+    ``fsdp`` runtime only (:func:`~pipesim.planner.three_d.prepare_config`)."""
     if v == 1:
         return ("1f1b", "zb-h1", "zb-h2") if p > 1 else ("1f1b",)
-    return ("interleaved", "zbv") if v == 2 else ("interleaved",)
+    if v == 2:
+        return ("interleaved", "interleaved-zb", "zbv", "v-half")
+    return ("interleaved", "interleaved-zb")
 
 
 def _chunks_taken(schedule: str, v: int) -> bool:
-    """Whether ``schedule`` runs ``v`` chunks per rank (interleaved: more than one; zbv: two;
-    the others: one)."""
-    if schedule == "interleaved":
+    """Whether ``schedule`` runs ``v`` chunks per rank (the looped ``interleaved`` and
+    ``interleaved-zb``: more than one; the V shapes ``zbv`` and ``v-half``: two; the others: one)."""
+    if schedule in ("interleaved", "interleaved-zb"):
         return v > 1
-    return v == (2 if schedule == "zbv" else 1)
+    return v == (2 if schedule in ("zbv", "v-half") else 1)
 
 PRUNE = True
 """Whether the search stops at the lower bounds (tests turn it off to check that it prunes

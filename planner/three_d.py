@@ -71,7 +71,7 @@ import math
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from pipesim.errors import invalid
 from pipesim.plan import Estimate, Plan
@@ -88,7 +88,7 @@ from pipesim.planner.three_d_costs import ThreeDCosts
 from pipesim.planner.zero_ops import ZeroOp, ZeroOps, zero_split_ops, zero_unit_ops
 from pipesim.profiles.costmodels.collective import AllReduceCurves
 from pipesim.profiles.costmodels.context_parallel import check_context_parallel
-from pipesim.profiles.costmodels.memory import Recompute, StageActivations
+from pipesim.profiles.costmodels.memory import Recompute
 from pipesim.profiles.costmodels.optimizer import stage_optimizer_step_s
 from pipesim.profiles.costmodels.sharding import (
     GradCollective,
@@ -98,6 +98,7 @@ from pipesim.profiles.costmodels.sharding import (
     half_time_s,
     sharded_memory_multiplier,
 )
+from pipesim.profiles.costmodels.tensor_parallel import TpStageTimes
 from pipesim.profiles.costmodels.zero3_runtime import Zero3Runtime
 from pipesim.profiles.hardware.cluster import Cluster
 from pipesim.profiles.models.profile import ModelProfile
@@ -117,10 +118,12 @@ __all__ = [
     "prepare_config",
 ]
 
-ZERO_BUBBLE_3D: tuple[str, ...] = ("zb-h1", "zb-h2", "zbv")
+ZERO_BUBBLE_3D: tuple[str, ...] = ("zb-h1", "zb-h2", "zbv", "v-half", "interleaved-zb")
 """Split-backward schedules :func:`estimate_3d` times by evaluating their order over the chunks'
 per-op ``F``, ``I`` and ``W`` times (:func:`~pipesim.planner.schedule_time.order_time_s`; module
-docstring)."""
+docstring), within 2% of the simulation (``tests/tp/test_megatron_search.py``). Not V-Min
+(-2.6% to -4.3%) nor DualPipeV (+1.1% to +5.2%, and its ZeRO-3 peak memory below the
+simulated one): docs/parallelism.md, "The Megatron planner"."""
 
 THREE_D_SCHEDULES: tuple[str, ...] = ("gpipe", "dapple", "1f1b", "interleaved", *ZERO_BUBBLE_3D)
 """Schedules :func:`estimate_3d` models, each timed by its order (module docstring; DAPPLE's is
@@ -307,6 +310,7 @@ def prepare_config(
     multiplier = sharded_memory_multiplier(model.profile.dtype, optimizer, sh, d * c, grad)
     g = grad_bytes_factor(model.profile.dtype, grad)  # gradient bytes per parameter byte
     per_unit = d * c > 1 and sh in (Sharding.ZERO2, Sharding.ZERO3)
+    auto = placed is None
     if placed is None:  # automatic placement: rank r from device r d t c on, TP ranks fastest
         placed = Placed3d(rings=tuple(model.auto_ring(t, c, d, r) for r in range(p)),
                           dp_group=tuple(k * t for k in range(d * c)), hop=(0, d * t * c),
@@ -318,18 +322,29 @@ def prepare_config(
     stages_of: list[list[int]] = [[] for _ in range(p)]  # per rank its stages, in the schedule's placement
     for k, r in enumerate(stage_ranks(placement_of(schedule) or "looped", p * v, p)):
         stages_of[r].append(k)
+    memo = _MEMO.setdefault(model, {})  # what configurations differing in sharding or overlap share
+    chunks_key = tuple(chunks)
+    rank_params = memo.get(("params", chunks_key, p, v, schedule, t))
+    if rank_params is None:  # per rank its parameter bytes
+        rank_params = memo[("params", chunks_key, p, v, schedule, t)] = [
+            sum(model.params(*chunks[k], t) for k in ks) for ks in stages_of]
+    act_key = ("acts", chunks_key, p, v, schedule, m, mbs, t, sp, rc, c)
+    act_peaks = memo.get(act_key)
+    computed: list[float] = []
     peaks: list[float] = []
     for r in range(p):  # memory first: most configurations of a large model do not fit
-        static = 0.0
-        acts: list[StageActivations] = []
-        for k in stages_of[r]:
-            first, last = chunks[k]
-            static += model.params(first, last, t) * multiplier
-            acts.append(model.activations(first, last, mbs, t, sp, rc, c))
-        peak = static + activation_peak_bytes(schedule, r, p, m, acts, chunks=v)
+        if act_peaks is not None:
+            act = act_peaks[r]
+        else:
+            acts = [model.activations(*chunks[k], mbs, t, sp, rc, c) for k in stages_of[r]]
+            act = activation_peak_bytes(schedule, r, p, m, acts, chunks=v)
+            computed.append(act)
+        peak = rank_params[r] * multiplier + act
         if peak > limit:  # (ZeRO-2/3's held bytes come on top, in finish)
             return None
         peaks.append(peak)
+    if act_peaks is None:  # every rank's computed
+        memo[act_key] = computed
     rings, cp_hops, sharers = placed.rings, placed.cp_hops, placed.sharers
     if sharers is not None and not (any(sharers.tp) or any(sharers.dp) or max(sharers.own, default=1) > 1):
         sharers = None
@@ -354,37 +369,32 @@ def prepare_config(
     if per_unit and sh is Sharding.ZERO3 and zero3_runtime is Zero3Runtime.DEEPSPEED_2021:
         dp_servers = len({cluster.server_of(x) for x in placed.dp_group})
     # per stage its F, its I (the whole B outside zero-bubble schedules) and its W as the
-    # lowering times them (tp_lowering.compute_parts)
-    f_stage, i_stage, w_stage = [0.0] * (p * v), [0.0] * (p * v), [0.0] * (p * v)
-    # per rank the delay by other ranks' TP blocks on its links per micro-batch, seconds
-    slow_of = [0.0] * p
+    # lowering times them (tp_lowering.compute_parts); per rank the delay by other ranks' TP
+    # blocks on its links per micro-batch, seconds; per stage its TP x CP times and replay
+    times_key = ("times", chunks_key, p, v, schedule, mbs, t, sp, overlap, rc, c, d)
+    found = memo.get(times_key) if auto else None
+    if found is None:
+        found = _stage_times(model, chunks, stages_of, mbs, t, sp, overlap, rc, c, rings, cp_hops, split,
+                             sharers, wires)
+        if auto:
+            memo[times_key] = found
+    f_stage, i_stage, w_stage = list(found[0]), list(found[1]), list(found[2])
+    slow_of: tuple[float, ...] = found[3]
     units: list[tuple[int, int, ZeroOp, float, float, float]] = []  # ZeRO-2/3's, costed in finish
-    for r in range(p):
-        for k in stages_of[r]:
-            first, last = chunks[k]
-            times = model.times(first, last, mbs, t, sp, overlap, c, rings[r], cp_hops[r])
-            f_op = times.fwd_tp_s + times.fwd_comm_s
-            replay = model.replay(first, last, mbs, t, sp, rc, overlap, c, rings[r], cp_hops[r])
-            b_op = times.bwd_tp_s + times.bwd_comm_s + replay
-            if split:  # I exposes its TP collectives whole; W is the weight-gradient compute
-                w_stage[k] = times.bwd_tp_s * _wgrad_fraction(model.profile, first, last)
-                b_op += times.bwd_split_comm_s - times.bwd_comm_s - w_stage[k]  # the I
-            if per_unit and dp_curves is not None:  # ZeRO-2/3: per-unit collectives (zero_lowering)
+    if per_unit and dp_curves is not None:  # ZeRO-2/3: per-unit collectives (zero_lowering)
+        for r in range(p):
+            for k in stages_of[r]:
+                first, last = chunks[k]
+                times, replay = found[4][k], found[5][k]
+                f_op = times.fwd_tp_s + times.fwd_comm_s
+                b_op = times.bwd_tp_s + times.bwd_comm_s + replay
+                if split:  # the I
+                    b_op += times.bwd_split_comm_s - times.bwd_comm_s - w_stage[k]
                 unit = ZeroOp(first=first, last=last, mbs=mbs, t=t, sp=sp, c=c, ring=rings[r], times=times,
                               replay=replay, sharding=sh, runtime=zero3_runtime, full=rc is Recompute.FULL,
                               replicas=d * c, grad=g, allreduce=allreduce, shared=shared(r),
                               servers=dp_servers)
                 units.append((r, k, unit, f_op, b_op, w_stage[k]))
-            if sharers is not None and sharers.own[r] > 1:  # its replicas' rings, in lock step
-                own_f, own_b = wires(r, k // p)
-                f_op += (sharers.own[r] - 1) * own_f
-                b_op += (sharers.own[r] - 1) * own_b  # (the I's, split)
-            if sharers is not None and sharers.tp[r]:  # other ranks' TP blocks on its bottleneck
-                own_f, own_b = wires(r, k // p)
-                others = [[wires(q, k // p) for q in ranks] for ranks in sharers.tp[r]]
-                slow_of[r] += concurrent_delay_s(own_f, [[w[0] for w in ws] for ws in others])
-                slow_of[r] += concurrent_delay_s(own_b, [[w[1] for w in ws] for ws in others])
-            f_stage[k], i_stage[k] = f_op, b_op
     hop = hop_latency = 0.0
     if p > 1:
         act = mbs * model.shape.seq * model.shape.hidden * model.elem / (t * c)
@@ -393,19 +403,28 @@ def prepare_config(
 
     def after_backward_s(rank: int) -> float:
         """Rank ``rank``'s gradient collectives after its last backward (not ZeRO-2/3), s."""
-        nbytes = sum(model.params(*chunks[k], t) for k in stages_of[rank])
-        return _after_backward_s(dp_curves, sh, nbytes, g, allreduce, zero1_all_reduce)
+        key = ("after", placed.dp_group, sh, rank_params[rank], g, allreduce, zero1_all_reduce)
+        found = memo.get(key)
+        if found is None:
+            found = memo[key] = _after_backward_s(dp_curves, sh, rank_params[rank], g, allreduce,
+                                                  zero1_all_reduce)
+        return float(found)
 
     def step_s(rank: int) -> float:
         """Rank ``rank``'s optimizer step, s (0 with ``optimizer_step=False``)."""
         if not optimizer_step:
             return 0.0
-        return sum(stage_optimizer_step_s(
-            model.params(*chunks[k], t), cluster.device_spec(0), optimizer, model.profile.dtype, sh,
-            d * c, grad_reduce_dtype(model.profile.dtype, grad)) for k in stages_of[rank])
+        key = ("step", tuple(chunks[k] for k in stages_of[rank]), t, optimizer, sh, d * c, grad)
+        found = memo.get(key)
+        if found is None:
+            found = memo[key] = sum(stage_optimizer_step_s(
+                model.params(*chunks[k], t), cluster.device_spec(0), optimizer, model.profile.dtype, sh,
+                d * c, grad_reduce_dtype(model.profile.dtype, grad)) for k in stages_of[rank])
+        return float(found)
 
-    def busy_s(fwd: list[float], bwd: list[float], rank: int) -> float:
-        return sum(fwd[k] + bwd[k] for k in stages_of[rank])
+    def per_rank(times: list[float]) -> list[float]:
+        """Per rank the sum of its stages' ``times``."""
+        return [sum(times[k] for k in ks) for ks in stages_of] if v > 1 else times
 
     def rank0_after_s(tb: float, dp_extra: float) -> float:
         """Rank 0's data-parallel collectives after its last backward and its update, s
@@ -422,24 +441,25 @@ def prepare_config(
         return dp + step_s(0)
 
     def shared_extra_s(fwd: list[float], bwd: list[float]) -> float:
-        """Other ranks' TP blocks beside a rank's in the ``m - 1`` steady cycles, s."""
-        tf = max(sum(fwd[k] for k in ks) for ks in stages_of)
-        tb = max(sum(bwd[k] for k in ks) for ks in stages_of)
-        cycle = max(busy_s(fwd, bwd, r) + slow_of[r] for r in range(p))
-        return (m - 1) * max(0.0, cycle - tf - tb)
+        """Other ranks' TP blocks beside a rank's in the ``m - 1`` steady cycles (per rank its
+        forwards ``fwd`` and backwards ``bwd``), s."""
+        if not any(slow_of):
+            return 0.0
+        cycle = max(f + b + x for f, b, x in zip(fwd, bwd, slow_of, strict=True))
+        return (m - 1) * max(0.0, cycle - max(fwd) - max(bwd))
 
     # The lower bound: rank r starts when micro-batch 0 has come through stages 0..r-1 (its
     # first stage is stage r in either placement) and is busy m times its ops; in the 1F1B
     # family its last action is stage r's last backward, whose gradient goes back through them.
-    bwd_plain = [i + w for i, w in zip(i_stage, w_stage, strict=True)]
+    fr_plain = per_rank(f_stage)
+    br_plain = per_rank([i + w for i, w in zip(i_stage, w_stage, strict=True)])
     lower = before = 0.0
     for r in range(p):
-        lower = max(lower, before + m * busy_s(f_stage, bwd_plain, r))
+        lower = max(lower, before + m * (fr_plain[r] + br_plain[r]))
         before += f_stage[r] + hop + (0.0 if split else i_stage[r] + hop)
     if not units:
-        tb_plain = max(sum(bwd_plain[k] for k in ks) for ks in stages_of)
-        after0 = rank0_after_s(tb_plain, 0.0)
-        lower = max(lower, m * busy_s(f_stage, bwd_plain, 0) + after0) + shared_extra_s(f_stage, bwd_plain)
+        after0 = rank0_after_s(max(br_plain), 0.0)
+        lower = max(lower, m * (fr_plain[0] + br_plain[0]) + after0) + shared_extra_s(fr_plain, br_plain)
 
     def finish() -> Estimate | None:
         fwd, inp, wgrad, held = list(f_stage), list(i_stage), list(w_stage), [0.0] * p
@@ -474,8 +494,8 @@ def prepare_config(
         if any(pk + h > limit for pk, h in zip(peaks, held, strict=True)):
             return None
         bwd = [i + w for i, w in zip(inp, wgrad, strict=True)]
-        tf = max(sum(fwd[k] for k in ks) for ks in stages_of)
-        tb = max(sum(bwd[k] for k in ks) for ks in stages_of)
+        fr, br = per_rank(fwd), per_rank(bwd)
+        tf, tb = max(fr), max(br)
 
         def zero_after_s(rank: int) -> float:
             """ZeRO-2/3: what rank ``rank``'s last backward's reduce-scatters take beyond it, and
@@ -499,7 +519,7 @@ def prepare_config(
             for r in range(1, p):
                 later = zero_after_s(r) if units else after_backward_s(r)
                 time_s = max(time_s, float(ends[r]) + later + step_s(r))
-        time_s += shared_extra_s(fwd, bwd)
+        time_s += shared_extra_s(fr, br)
         return Estimate(
             iteration_time_s=time_s,
             throughput_samples_per_s=gbs / time_s,
@@ -512,9 +532,56 @@ def prepare_config(
 _ZERO_OPS: weakref.WeakKeyDictionary[ThreeDCosts, dict[tuple[object, ...], ZeroOps]] = (
     weakref.WeakKeyDictionary()
 )
+_MEMO: weakref.WeakKeyDictionary[ThreeDCosts, dict[tuple[object, ...], Any]] = weakref.WeakKeyDictionary()
+"""Per cost model, what the search's configurations share: per rank its parameter bytes and its
+activations' peak (by chunks, placement and the activations' inputs), its per-stage op times (by
+everything but the sharding), a rank's optimizer step and gradient collective."""
 """Per cost model, ZeRO-2/3's chunk ops by the chunk's layer signature and the rest of its
 :class:`~pipesim.planner.zero_ops.ZeroOp` (the search costs the same chunk in many
 configurations)."""
+
+
+def _stage_times(
+    model: ThreeDCosts, chunks: list[tuple[int, int]], stages_of: list[list[int]], mbs: int, t: int, sp: bool,
+    overlap: bool, rc: Recompute, c: int, rings: tuple[int, ...], cp_hops: tuple[int, ...], split: bool,
+    sharers: RingSharers | None, wires: Callable[[int, int], tuple[float, float]],
+) -> tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...], tuple[float, ...],
+           tuple[TpStageTimes, ...], tuple[float, ...]]:
+    """Per stage its ``F``, its ``I`` (the whole ``B`` unless ``split``) and its ``W``, with the
+    rank's own replicas' TP rings in lock step; per rank the delay by other ranks' TP blocks on
+    its links per micro-batch; per stage its TP x CP times and replayed forward, seconds
+    (:func:`prepare_config`)."""
+    n, p = len(chunks), len(stages_of)
+    f_stage, i_stage, w_stage, slow_of = [0.0] * n, [0.0] * n, [0.0] * n, [0.0] * p
+    all_times: list[TpStageTimes] = []
+    replays = [0.0] * n
+    for r in range(p):
+        for k in stages_of[r]:
+            first, last = chunks[k]
+            times = model.times(first, last, mbs, t, sp, overlap, c, rings[r], cp_hops[r])
+            all_times.append(times)
+            f_op = times.fwd_tp_s + times.fwd_comm_s
+            replay = replays[k] = model.replay(first, last, mbs, t, sp, rc, overlap, c, rings[r], cp_hops[r])
+            b_op = times.bwd_tp_s + times.bwd_comm_s + replay
+            if split:  # I exposes its TP collectives whole; W is the weight-gradient compute
+                w_stage[k] = times.bwd_tp_s * _wgrad_fraction(model.profile, first, last)
+                b_op += times.bwd_split_comm_s - times.bwd_comm_s - w_stage[k]  # the I
+            if sharers is not None and sharers.own[r] > 1:  # its replicas' rings, in lock step
+                own_f, own_b = wires(r, k // p)
+                f_op += (sharers.own[r] - 1) * own_f
+                b_op += (sharers.own[r] - 1) * own_b
+            if sharers is not None and sharers.tp[r]:  # other ranks' TP blocks on its bottleneck
+                own_f, own_b = wires(r, k // p)
+                others = [[wires(q, k // p) for q in ranks] for ranks in sharers.tp[r]]
+                slow_of[r] += concurrent_delay_s(own_f, [[w[0] for w in ws] for ws in others])
+                slow_of[r] += concurrent_delay_s(own_b, [[w[1] for w in ws] for ws in others])
+            f_stage[k], i_stage[k] = f_op, b_op
+    order = [k for ks in stages_of for k in ks]
+    by_stage: list[TpStageTimes | None] = [None] * n
+    for k, x in zip(order, all_times, strict=True):
+        by_stage[k] = x
+    return (tuple(f_stage), tuple(i_stage), tuple(w_stage), tuple(slow_of),
+            tuple(x for x in by_stage if x is not None), tuple(replays))
 
 
 def _wgrad_fraction(profile: ModelProfile, first: int, last: int) -> float:

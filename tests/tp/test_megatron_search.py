@@ -1,5 +1,6 @@
 """The Megatron planner's search over sharding (none, ZeRO-1/2/3; the distributed optimizer when
-pinned) and schedules (1F1B, interleaved, ZB-H1, ZB-H2, ZB-V), and the 3D estimate of the
+pinned) and schedules (1F1B, interleaved, ZB-H1, ZB-H2, ZB-V, V-Half, interleaved zero bubble),
+and the 3D estimate of the
 zero-bubble schedules (with ZeRO-2/3 too), timed by their order over the chunks' per-op times."""
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ ODD = "gpt:layers=15,hidden=2048,heads=16,seq=1024,vocab=32000"  # 15 blocks: no
 SMALL = "gpt:layers=8,hidden=1024,heads=16,seq=1024,vocab=50257"
 WIDE = "gpt:layers=8,hidden=4096,heads=32,seq=1024,vocab=32000"
 ZB_TOLERANCE = 0.02
-"""Estimate vs simulation of the zero-bubble 3D plans below (measured: -1.4% to +0.3%)."""
+"""Estimate vs simulation of the zero-bubble 3D plans below (measured: -1.4% to +0.3%; V-Half
+-1.3% to -0.2%, interleaved zero bubble -0.5% to +0.4%)."""
 
 
 def test_only_zero3_fits_so_the_search_picks_it() -> None:
@@ -156,6 +158,10 @@ def test_zero1_dominates_the_distributed_optimizer_in_the_estimate() -> None:
         ("zb-h1", 4, 1, 4, 1, "distributed", 16),
         ("zbv", 2, 2, 8, 1, "none", 8),
         ("zb-h1", 8, 1, 2, 1, "zero1", 16),
+        ("interleaved-zb", 4, 2, 2, 2, "none", 8),
+        ("interleaved-zb", 2, 4, 2, 4, "zero1", 8),
+        ("v-half", 4, 2, 2, 2, "none", 8),
+        ("v-half", 2, 2, 4, 2, "zero1", 8),
     ],
 )
 def test_zero_bubble_3d_estimate_follows_the_simulation(
@@ -187,6 +193,8 @@ the W passes' reduce-scatters are not shared with the next ops' gathers and TP b
         (SMALL, "zbv", 4, 2, 2, 2, "zero3", "none"),
         (SMALL, "zb-h1", 4, 1, 2, 2, "zero3", "full"),
         (WIDE, "zbv", 2, 2, 2, 4, "zero3", "none"),
+        (SMALL, "v-half", 4, 2, 2, 2, "zero3", "none"),
+        (DEEP, "interleaved-zb", 4, 4, 1, 4, "zero2", "none"),
     ],
 )
 def test_zero_bubble_with_zero2_or_zero3_follows_the_simulation(
