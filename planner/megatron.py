@@ -14,15 +14,17 @@ exhaustively and ranks by an analytic estimate (:mod:`pipesim.planner.three_d`):
   replicas (every device used);
 * the micro-batch size ``b`` per replica (``m = B / (d b)`` micro-batches), ``v`` model chunks
   per rank and the schedule (:func:`searched_schedules`): ``1f1b``, ``zb-h1``, ``zb-h2`` for
-  ``v = 1``, ``interleaved`` (``m`` a multiple of ``p``) and ``zbv`` for ``v = 2``,
-  ``interleaved`` beyond; the zero-bubble ones timed by their order over the chunks' per-op
-  times (:func:`~pipesim.planner.three_d.estimate_config`) and evaluated only when their lower
-  bound (the busiest rank's compute) can still make the shortlist;
+  ``v = 1``, ``interleaved`` (``m`` a multiple of ``p``) and ``interleaved-zb`` for ``v > 1``,
+  the V shapes ``zbv`` and ``v-half`` for ``v = 2``; each timed by its order over the chunks' per-op times
+  (:func:`~pipesim.planner.three_d.prepare_config`), best first: every configuration's memory,
+  per-op times and lower bound (micro-batch 0's way to a rank and back and ``m`` times its
+  ops) first, then the orders in the order of that bound, until it cannot make the shortlist;
 * recomputation ``none``, ``full`` or ``selective`` (when the blocks have an attention core to
   drop: not with flash attention); sequence parallelism with TP or not, and with it the TP
   communication overlap (``tp_comm_overlap``) or not; sharding ``none``, the distributed
   optimizer, ZeRO-1, ZeRO-2 or ZeRO-3 (:data:`SEARCHED_SHARDINGS`; with more than one data- or
-  context-parallel rank; ZeRO-2/3 with the 1F1B family, and unpinned only when no plan fits
+  context-parallel rank; ZeRO-3 with a zero-bubble order under the ``fsdp`` runtime only;
+  ZeRO-2/3 unpinned only when no plan fits
   without them: :data:`MEMORY_SHARDINGS`, whose shortlists cost tens of seconds to rerank by
   simulation at 1024 GPUs). Configurations that differ only in
   sharding and are no faster and no smaller than a kept one are dropped (with equal traffic a
@@ -41,7 +43,6 @@ from __future__ import annotations
 
 import heapq
 import logging
-import math
 from dataclasses import dataclass, replace
 
 from pipesim.errors import Infeasible, invalid
@@ -50,11 +51,12 @@ from pipesim.planner.schedule_time import valid_microbatches
 from pipesim.planner.three_d import (
     THREE_D_SCHEDULES,
     ZERO_BUBBLE_3D,
+    PreparedConfig,
     ThreeDCosts,
     chunk_ranges,
     estimate_3d,
-    estimate_config,
     is_3d,
+    prepare_config,
 )
 from pipesim.profiles.costmodels.memory import Recompute, check_recompute
 from pipesim.profiles.costmodels.sharding import GradCollective, Sharding
@@ -102,21 +104,29 @@ MEMORY_SHARDINGS: frozenset[Sharding] = frozenset({Sharding.ZERO2, Sharding.ZERO
 
 def searched_schedules(p: int, v: int) -> tuple[str, ...]:
     """Schedules the search tries for ``p`` ranks of ``v`` chunks: ``1f1b``, ``zb-h1`` and
-    ``zb-h2`` for one chunk, ``interleaved`` and ``zbv`` for two (the V shape takes exactly two),
-    ``interleaved`` for more; no zero-bubble schedule without a pipeline (``p = 1``: nothing to
-    fill). ZeRO-2/3 are planned with the 1F1B family only
-    (:func:`~pipesim.planner.three_d.estimate_config`)."""
+    ``zb-h2`` for one chunk, ``interleaved`` and ``interleaved-zb`` for more, and for two also
+    the V shapes ``zbv`` and ``v-half`` (which take exactly two); no zero-bubble schedule
+    without a pipeline (``p = 1``: nothing to fill, and no chunks). V-Min and DualPipeV are not
+    searched: the 3D estimate does not follow their simulation closely enough
+    (docs/parallelism.md, "The Megatron planner"). ZeRO-3 takes the zero-bubble ones under the
+    ``fsdp`` runtime only (:func:`~pipesim.planner.three_d.prepare_config`)."""
     if v == 1:
         return ("1f1b", "zb-h1", "zb-h2") if p > 1 else ("1f1b",)
-    return ("interleaved", "zbv") if v == 2 else ("interleaved",)
+    if v == 2:
+        return ("interleaved", "interleaved-zb", "zbv", "v-half")
+    return ("interleaved", "interleaved-zb")
 
 
 def _chunks_taken(schedule: str, v: int) -> bool:
-    """Whether ``schedule`` runs ``v`` chunks per rank (interleaved: more than one; zbv: two;
-    the others: one)."""
-    if schedule == "interleaved":
+    """Whether ``schedule`` runs ``v`` chunks per rank (the looped ``interleaved`` and
+    ``interleaved-zb``: more than one; the V shapes ``zbv`` and ``v-half``: two; the others: one)."""
+    if schedule in ("interleaved", "interleaved-zb"):
         return v > 1
-    return v == (2 if schedule == "zbv" else 1)
+    return v == (2 if schedule in ("zbv", "v-half") else 1)
+
+PRUNE = True
+"""Whether the search stops at the lower bounds (tests turn it off to check that it prunes
+nothing that would be returned)."""
 
 MAX_CONTEXT_PARALLEL = 16
 """Largest context-parallel degree searched (a power of two dividing the sequence length)."""
@@ -131,15 +141,14 @@ class MegatronPins:
             sequence parallelism and sharding (:class:`~pipesim.plan.StagePlan`).
         tp_comm_overlap: the TP communication overlap (``StagePlan.tp_comm_overlap``); pinned
             on, only plans with sequence parallelism (which it needs) are searched.
-        schedule: the pipeline schedule, one of :data:`THREE_D_SCHEDULES` (``gpipe`` and
-            ``dapple`` plan as ``1f1b``'s time with their own memory; a zero-bubble schedule
-            with sharding ``none``, ``zero1`` or ``distributed``).
+        schedule: the pipeline schedule, one of :data:`THREE_D_SCHEDULES` (``dapple`` plans
+            as ``1f1b``).
 
     Raises:
         InputError: ``tensor_parallel`` or ``context_parallel < 1``; sequence parallelism pinned
             on without TP > 1; the TP overlap pinned on with sequence parallelism pinned off or
             TP pinned to 1; a pin that is not a boolean where one is needed; a schedule the 3D
-            estimate does not model, or a zero-bubble one with ZeRO-2/3 pinned.
+            estimate does not model.
         UnknownNameError: an unknown sharding.
     """
 
@@ -171,9 +180,6 @@ class MegatronPins:
             if name not in THREE_D_SCHEDULES:
                 raise invalid("schedule", name, "the megatron planner plans " + ", ".join(THREE_D_SCHEDULES))
             object.__setattr__(self, "schedule", name)
-            if name in ZERO_BUBBLE_3D and self.sharding in (Sharding.ZERO2, Sharding.ZERO3):
-                rule = f"the megatron planner plans {name} with sharding none, zero1 or distributed"
-                raise invalid("sharding", Sharding.parse(self.sharding).value, rule)
 
 
 
@@ -215,13 +221,18 @@ def megatron_plans(
             charges.
 
     Raises:
-        InputError: the profile is not a shaped transformer, or a bad pin.
+        InputError: the profile is not a shaped transformer, a bad pin, or a zero-bubble schedule
+            and ZeRO-3 pinned with a ``zero3_runtime`` other than ``fsdp``.
         Infeasible: no plan fits (the message says why).
     """
     pins = pins or MegatronPins()
     zero1 = GradCollective.parse(zero1_grad_collective)
     zero1_all_reduce = zero1 is GradCollective.ALL_REDUCE
     runtime = Zero3Runtime.parse(zero3_runtime)
+    if (pins.schedule in ZERO_BUBBLE_3D and pins.sharding is Sharding.ZERO3
+            and runtime is not Zero3Runtime.FSDP):
+        rule = f"the megatron planner plans {pins.schedule} with ZeRO-3 under the fsdp runtime"
+        raise invalid("zero3_runtime", runtime.value, rule)
     n_dev, g = cluster.num_devices, cluster.gpus_per_server
     shape_model = ThreeDCosts(profile, cluster, Recompute.NONE)
     shape = shape_model.shape
@@ -329,37 +340,49 @@ def _search(
                     ):
                         if sh is not Sharding.NONE and d * c == 1 and pins.sharding is None:
                             continue  # one data-parallel rank: nothing to shard
-                        if sched in ZERO_BUBBLE_3D and sh in (Sharding.ZERO2, Sharding.ZERO3) and d * c > 1:
-                            continue  # ZeRO-2/3 with the 1F1B family only (estimate_config)
+                        if (sched in ZERO_BUBBLE_3D and sh is Sharding.ZERO3 and d * c > 1
+                                and runtime is not Zero3Runtime.FSDP):
+                            continue  # ZeRO-3 split for zero-bubble orders under fsdp only (prepare_config)
                         configs.append((t, c, p, d, mbs, m, v, sp, ov, rc, sched, sh))
-    # The cheap configurations first (the closed form without per-unit collectives), then the
-    # zero-bubble orders and ZeRO-2/3, each evaluated only when its lower bound beats the
-    # ``top * len(shardings)``-th best time found so far (the plans returned are among that
-    # many: the sharding dominance below drops at most ``len(shardings) - 1`` of a kept plan's
-    # group) (estimate_config's ``bound_s``).
-    configs.sort(key=lambda x: x[10] in ZERO_BUBBLE_3D or x[11] in (Sharding.ZERO2, Sharding.ZERO3))
-    found: list[tuple[float, float, int, _Config, Estimate]] = []
-    keep = top * len(shardings)
-    best: list[float] = []  # the ``keep`` best times so far, as a max-heap (negated)
-    for t, c, p, d, mbs, m, v, sp, ov, rc, sched, sh in configs:
-        bound = -best[0] if len(best) == keep else math.inf
-        est = estimate_config(
+    # Best first: every configuration's memory, per-op times and lower bound (prepare_config),
+    # then the costly part (the schedule's order, ZeRO-2/3's per-unit collectives) in order of
+    # the lower bound, until it exceeds the ``top * len(shardings)``-th best time found (the plans
+    # returned are among that many: the sharding dominance below drops at most
+    # ``len(shardings) - 1`` of a kept plan's group). Ties keep the enumeration's order.
+    def prepare(index: int) -> PreparedConfig | None:
+        t, c, p, d, mbs, m, v, sp, ov, rc, sched, sh = configs[index]
+        return prepare_config(
             shape_model, cluster, optimizer, allreduce, global_batch_size,
             chunk_ranges(shape_model, p, v), t, p, d, mbs, m, v, sp, rc, sh,
             memory_limit_bytes, schedule=sched, overlap=ov, c=c, grad=grad,
-            zero1_all_reduce=zero1_all_reduce, zero3_runtime=runtime, bound_s=bound)
+            zero1_all_reduce=zero1_all_reduce, zero3_runtime=runtime)
+
+    prepared: list[tuple[float, int]] = []  # (lower bound, index) of those whose memory fits
+    for index in range(len(configs)):
+        ready = prepare(index)
+        if ready is not None:
+            prepared.append((ready.lower_bound_s if PRUNE else 0.0, index))
+    prepared.sort()
+    found: list[tuple[float, float, int, _Config, Estimate]] = []
+    keep = top * len(shardings)
+    best: list[float] = []  # the ``keep`` best times so far, as a max-heap (negated)
+    for bound, index in prepared:
+        if len(best) == keep and bound > -best[0]:
+            break  # no configuration left can make the shortlist
+        ready = prepare(index)  # again: cheaper than holding every configuration's state
+        est = ready.finish() if ready is not None else None
         if est is None:
             continue
+        t, c, p, d, mbs, m, v, sp, ov, rc, sched, sh = configs[index]
         config = (t, p, d, m, v, sp, rc, c, ov, sched, sh)
-        key = (est.iteration_time_s, est.peak_memory_bytes, len(found))
-        found.append((*key, config, est))
+        found.append((est.iteration_time_s, est.peak_memory_bytes, index, config, est))
         if len(best) < keep:
             heapq.heappush(best, -est.iteration_time_s)
         elif est.iteration_time_s < -best[0]:
             heapq.heapreplace(best, -est.iteration_time_s)
     tried = len(configs)
-    log.info("megatron: %d configurations with %s, %d fit", tried,
-             "/".join(h.value for h in shardings), len(found))
+    log.info("megatron: %d configurations with %s, %d fit, %d evaluated in full", tried,
+             "/".join(h.value for h in shardings), len(prepared), len(found))
     return found, tried
 
 

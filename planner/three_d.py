@@ -2,22 +2,29 @@
 data-parallel plan of a shaped transformer (:func:`estimate_3d`), which the Megatron planner
 (:mod:`pipesim.planner.megatron`) ranks its search by.
 
-A rank's per-micro-batch forward and backward times (the sum over its ``v`` chunks of
+Each stage's per-micro-batch forward and backward times (the chunk's
 :func:`~pipesim.profiles.costmodels.context_parallel.stage_cp_times`, compute plus exposed TP
 collectives and ring exchange; in the backward the replayed forward of recomputation,
-:func:`~pipesim.profiles.costmodels.tensor_parallel.tp_replay_s`) give the estimate
+:func:`~pipesim.profiles.costmodels.tensor_parallel.tp_replay_s`; for the zero-bubble schedules
+the backward split into ``I`` and ``W``) are timed through the schedule's own order
+(:func:`~pipesim.planner.schedule_time.order_time_s`, with ``t_hop`` per transfer between
+ranks: one activation, each TP and CP rank sending ``1/(t c)`` of it, every replica at once);
+the estimate is the latest of every rank's last action plus what follows it,
 
-    T = (m + (p - 1) / v) (t_f + t_b) + 2 (p v - 1) t_hop + t_dp + t_opt
+    T = max_r (end_r + t_dp(r) + t_opt(r))
 
-with ``t_f``, ``t_b`` the slowest rank's, ``t_hop`` one activation transfer between ranks (each
-TP and CP rank sends ``1/(t c)`` of it; every replica at once), ``t_dp`` the first rank's
-gradient collective over its ``d c`` data- and context-parallel ranks (exposed: it finishes
-last in 1F1B) and ``t_opt`` its optimizer step after it
+with ``t_dp(r)`` rank ``r``'s gradient collective over its ``d c`` data- and context-parallel
+ranks (the first rank's, and what later ranks' collectives on its links delay it) and
+``t_opt(r)`` its optimizer step after it
 (:func:`~pipesim.profiles.costmodels.optimizer.stage_optimizer_step_s`; 0 with
-``optimizer_step=False``). With ZeRO the collectives are charged per unit as the
-simulator's lowering emits them (docs/parallelism.md): ZeRO-1 and the distributed optimizer a
-reduce-scatter and an all-gather as ``t_dp``; ZeRO-2 the last backward's reduce-scatter tail and
-the all-gather; ZeRO-3's gathers inside ``t_f`` and ``t_b``
+``optimizer_step=False``). The first and last chunks carry the embedding and the head, so the
+stages are unequal: the order, not the closed form of the slowest rank, times them (as the
+simulator runs them; ``tests/tp/test_megatron_search_orders.py``). With one rank, or equal
+stages on free links, the closed form ``(m + (p - 1) / v) (t_f + t_b) + t_dp + t_opt`` (exact
+there) is used. With ZeRO the collectives are charged per unit as the simulator's lowering
+emits them (docs/parallelism.md): ZeRO-1 and the distributed optimizer a reduce-scatter and an
+all-gather as ``t_dp``; ZeRO-2 the last backward's reduce-scatter tail and
+the all-gather; ZeRO-3's gathers inside the stages' forwards and backwards
 (:func:`~pipesim.profiles.costmodels.sharding.zero3_op_times_s`), its first forward's and last
 backward's exposed parts as ``t_dp``; with ``Plan.zero3_runtime = deepspeed-2021`` also the
 runtime's issue time, re-gathers and on-demand gathers
@@ -62,8 +69,9 @@ from __future__ import annotations
 
 import math
 import weakref
-from dataclasses import replace
-from typing import NamedTuple
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any, NamedTuple
 
 from pipesim.errors import invalid
 from pipesim.plan import Estimate, Plan
@@ -77,10 +85,10 @@ from pipesim.planner.nic_sharing import (
 )
 from pipesim.planner.schedule_time import order_time_s
 from pipesim.planner.three_d_costs import ThreeDCosts
-from pipesim.planner.zero_ops import ZeroOp, ZeroOps, zero_unit_ops
+from pipesim.planner.zero_ops import ZeroOp, ZeroOps, zero_split_ops, zero_unit_ops
 from pipesim.profiles.costmodels.collective import AllReduceCurves
 from pipesim.profiles.costmodels.context_parallel import check_context_parallel
-from pipesim.profiles.costmodels.memory import Recompute, StageActivations
+from pipesim.profiles.costmodels.memory import Recompute
 from pipesim.profiles.costmodels.optimizer import stage_optimizer_step_s
 from pipesim.profiles.costmodels.sharding import (
     GradCollective,
@@ -90,6 +98,7 @@ from pipesim.profiles.costmodels.sharding import (
     half_time_s,
     sharded_memory_multiplier,
 )
+from pipesim.profiles.costmodels.tensor_parallel import TpStageTimes
 from pipesim.profiles.costmodels.zero3_runtime import Zero3Runtime
 from pipesim.profiles.hardware.cluster import Cluster
 from pipesim.profiles.models.profile import ModelProfile
@@ -100,21 +109,26 @@ __all__ = [
     "THREE_D_SCHEDULES",
     "ZERO_BUBBLE_3D",
     "Placed3d",
+    "PreparedConfig",
     "ThreeDCosts",
     "chunk_ranges",
     "estimate_3d",
     "estimate_config",
     "is_3d",
+    "prepare_config",
 ]
 
-ZERO_BUBBLE_3D: tuple[str, ...] = ("zb-h1", "zb-h2", "zbv")
+ZERO_BUBBLE_3D: tuple[str, ...] = ("zb-h1", "zb-h2", "zbv", "v-half", "interleaved-zb")
 """Split-backward schedules :func:`estimate_3d` times by evaluating their order over the chunks'
-per-op times (:func:`~pipesim.planner.schedule_time.order_time_s`; module docstring)."""
+per-op ``F``, ``I`` and ``W`` times (:func:`~pipesim.planner.schedule_time.order_time_s`; module
+docstring), within 2% of the simulation (``tests/tp/test_megatron_search.py``). Not V-Min
+(-2.6% to -4.3%) nor DualPipeV (+1.1% to +5.2%, and its ZeRO-3 peak memory below the
+simulated one): docs/parallelism.md, "The Megatron planner"."""
 
 THREE_D_SCHEDULES: tuple[str, ...] = ("gpipe", "dapple", "1f1b", "interleaved", *ZERO_BUBBLE_3D)
-"""Schedules :func:`estimate_3d` models (GPipe, DAPPLE and 1F1B share the time
-``(m + p - 1)(t_f + t_b)`` of equal stages; their memory differs by the in-flight count; the
-zero-bubble ones by their order, :data:`ZERO_BUBBLE_3D`)."""
+"""Schedules :func:`estimate_3d` models, each timed by its order (module docstring; DAPPLE's is
+1F1B's): GPipe, DAPPLE and 1F1B share the time ``(m + p - 1)(t_f + t_b)`` of equal stages on
+free links, and their memory differs by the in-flight count."""
 
 
 class Placed3d(NamedTuple):
@@ -166,7 +180,7 @@ def estimate_3d(
 ) -> Estimate:
     """The estimate (module docstring) of a plan with one tensor- and context-parallel degree,
     replica count, sequence parallelism, TP overlap and sharding on every stage, equal
-    micro-batches and a ``1f1b`` or ``interleaved`` schedule (any layer split);
+    micro-batches and a schedule of :data:`THREE_D_SCHEDULES` (any layer split);
     ``optimizer_step=False`` leaves out the optimizer step (as
     :class:`~pipesim.simulator.SimOptions` ``optimizer_step=False`` does).
 
@@ -185,10 +199,6 @@ def estimate_3d(
         rule = f"the 3D estimate models {names} with equal micro-batches"
         raise invalid("plan.schedule", plan.schedule.value, rule)
     t, d, sp, sh = form
-    if plan.schedule.value in ZERO_BUBBLE_3D and sh in (Sharding.ZERO2, Sharding.ZERO3) and d * (
-            first.context_parallel) > 1:
-        rule = "the 3D estimate times zero-bubble schedules with sharding none, zero1 or distributed"
-        raise invalid("stages[0].sharding", sh.value, rule)
     c = first.context_parallel
     check_context_parallel(profile, 0, profile.num_layers - 1, c, "stages[0].context_parallel")
     m, v, p = plan.num_microbatches, plan.chunks, plan.num_ranks
@@ -231,31 +241,76 @@ def estimate_config(
     grad: str | None = None, zero1_all_reduce: bool = False, placed: Placed3d | None = None,
     zero3_runtime: Zero3Runtime = Zero3Runtime.FSDP, bound_s: float = math.inf,
 ) -> Estimate | None:
-    """The estimate (module docstring) of one configuration: ``chunks`` the ``p v`` chunks' layer
-    ranges (rank ``k mod p`` runs chunk ``k``), ``t``, ``p``, ``d``, ``c`` the degrees, ``mbs``
-    samples per micro-batch and replica, ``m`` micro-batches, ``v`` chunks per rank, ``sp``,
-    ``rc``, ``sh`` sequence parallelism, recomputation and sharding; ``placed`` where the ranks
-    sit (:class:`Placed3d`; default: automatic placement, :meth:`ThreeDCosts.auto_ring`);
+    """The estimate (module docstring) of one configuration (:func:`prepare_config`'s arguments):
+    ``None`` when a rank's peak memory exceeds ``limit`` bytes, or when the configuration's lower
+    bound (:attr:`PreparedConfig.lower_bound_s`) exceeds ``bound_s`` seconds (a search's
+    threshold), before the costly part is evaluated.
+
+    Raises:
+        InputError: as :func:`prepare_config`.
+    """
+    prepared = prepare_config(
+        model, cluster, optimizer, allreduce, gbs, chunks, t, p, d, mbs, m, v, sp, rc, sh, limit,
+        schedule=schedule, overlap=overlap, c=c, optimizer_step=optimizer_step, grad=grad,
+        zero1_all_reduce=zero1_all_reduce, placed=placed, zero3_runtime=zero3_runtime)
+    if prepared is None or prepared.lower_bound_s > bound_s:
+        return None
+    return prepared.finish()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PreparedConfig:
+    """A configuration whose memory fits, before its costly part (:func:`prepare_config`).
+
+    Attributes:
+        lower_bound_s: at most the iteration time ``finish`` returns, seconds: the largest over
+            the ranks of the time micro-batch 0 takes to reach the rank (and, in the 1F1B
+            family, to come back from it) plus ``m`` times its forwards and backwards (rank 0's
+            with its gradient collectives and update after it), ZeRO-2/3's per-unit
+            collectives left out (they only delay the ops).
+        finish: the estimate (``None`` when ZeRO-2/3's held bytes break the memory limit);
+            evaluates the schedule's order, ZeRO-2/3's per-unit collectives.
+    """
+
+    lower_bound_s: float
+    finish: Callable[[], Estimate | None]
+
+
+def prepare_config(
+    model: ThreeDCosts, cluster: Cluster, optimizer: str, allreduce: str, gbs: int,
+    chunks: list[tuple[int, int]], t: int, p: int, d: int, mbs: int, m: int, v: int, sp: bool,
+    rc: Recompute, sh: Sharding, limit: float,
+    schedule: str | None = None, overlap: bool = False, c: int = 1, optimizer_step: bool = True,
+    grad: str | None = None, zero1_all_reduce: bool = False, placed: Placed3d | None = None,
+    zero3_runtime: Zero3Runtime = Zero3Runtime.FSDP,
+) -> PreparedConfig | None:
+    """One configuration's memory, per-op times and lower bound (:class:`PreparedConfig`):
+    ``chunks`` the ``p v`` chunks' layer ranges (stage ``k`` on the schedule's rank for it:
+    ``k mod p`` looped, the V shape for ``zbv``), ``t``, ``p``, ``d``, ``c`` the degrees,
+    ``mbs`` samples per micro-batch and replica, ``m`` micro-batches, ``v`` chunks per rank,
+    ``sp``, ``rc``, ``sh`` sequence parallelism, recomputation and sharding; ``placed`` where the
+    ranks sit (:class:`Placed3d`; default: automatic placement, :meth:`ThreeDCosts.auto_ring`);
     ``zero3_runtime`` how ZeRO-3's gathers are issued
-    (:class:`~pipesim.profiles.costmodels.zero3_runtime.Zero3Runtime`).
-    ``None`` when a rank's peak memory exceeds ``limit`` bytes, or when a lower bound of the
-    time already exceeds ``bound_s`` seconds (the search's threshold) before its costly part:
-    a zero-bubble schedule's (:data:`ZERO_BUBBLE_3D`; the busiest rank's compute, ``m`` times
-    its forwards and backwards) before its order is evaluated, ZeRO-2/3's (the closed form
-    without their per-unit collectives, which only delay the ops) before those are costed. A
-    zero-bubble schedule takes sharding ``none``,
+    (:class:`~pipesim.profiles.costmodels.zero3_runtime.Zero3Runtime`). ``None`` when a rank's
+    peak memory exceeds ``limit`` bytes. A zero-bubble schedule takes sharding ``none``,
     ``zero1`` or ``distributed`` (ZeRO-2/3's per-unit collectives are timed for a whole backward
-    ``B``, not a split one)."""
+    ``B``, not a split one).
+
+    Raises:
+        InputError: a zero-bubble schedule with ZeRO-3 over more than one data-parallel rank
+            and a ``zero3_runtime`` other than ``fsdp``.
+    """
     schedule = schedule or ("1f1b" if v == 1 else "interleaved")
     if schedule == "dapple":
-        schedule = "1f1b"  # the same in-flight count (DAPPLE's K_i = min(p - i, m))
+        schedule = "1f1b"  # the same order (DAPPLE's K_i = min(p - i, m))
     split = schedule in ZERO_BUBBLE_3D
-    if split and d * c > 1 and sh in (Sharding.ZERO2, Sharding.ZERO3):
-        rule = "the 3D estimate times zero-bubble schedules with sharding none, zero1 or distributed"
-        raise invalid("sharding", sh.value, rule)
+    if split and d * c > 1 and sh is Sharding.ZERO3 and zero3_runtime is not Zero3Runtime.FSDP:
+        rule = "the 3D estimate times zero-bubble schedules with ZeRO-3 under the fsdp runtime"
+        raise invalid("zero3_runtime", zero3_runtime.value, rule)
     multiplier = sharded_memory_multiplier(model.profile.dtype, optimizer, sh, d * c, grad)
     g = grad_bytes_factor(model.profile.dtype, grad)  # gradient bytes per parameter byte
     per_unit = d * c > 1 and sh in (Sharding.ZERO2, Sharding.ZERO3)
+    auto = placed is None
     if placed is None:  # automatic placement: rank r from device r d t c on, TP ranks fastest
         placed = Placed3d(rings=tuple(model.auto_ring(t, c, d, r) for r in range(p)),
                           dp_group=tuple(k * t for k in range(d * c)), hop=(0, d * t * c),
@@ -264,6 +319,32 @@ def estimate_config(
         terms = model.auto_send_terms(t, c, d) if p > 1 else ()
     else:
         terms = model.send_terms(placed.sends or (placed.hop,)) if p > 1 else ()
+    stages_of: list[list[int]] = [[] for _ in range(p)]  # per rank its stages, in the schedule's placement
+    for k, r in enumerate(stage_ranks(placement_of(schedule) or "looped", p * v, p)):
+        stages_of[r].append(k)
+    memo = _MEMO.setdefault(model, {})  # what configurations differing in sharding or overlap share
+    chunks_key = tuple(chunks)
+    rank_params = memo.get(("params", chunks_key, p, v, schedule, t))
+    if rank_params is None:  # per rank its parameter bytes
+        rank_params = memo[("params", chunks_key, p, v, schedule, t)] = [
+            sum(model.params(*chunks[k], t) for k in ks) for ks in stages_of]
+    act_key = ("acts", chunks_key, p, v, schedule, m, mbs, t, sp, rc, c)
+    act_peaks = memo.get(act_key)
+    computed: list[float] = []
+    peaks: list[float] = []
+    for r in range(p):  # memory first: most configurations of a large model do not fit
+        if act_peaks is not None:
+            act = act_peaks[r]
+        else:
+            acts = [model.activations(*chunks[k], mbs, t, sp, rc, c) for k in stages_of[r]]
+            act = activation_peak_bytes(schedule, r, p, m, acts, chunks=v)
+            computed.append(act)
+        peak = rank_params[r] * multiplier + act
+        if peak > limit:  # (ZeRO-2/3's held bytes come on top, in finish)
+            return None
+        peaks.append(peak)
+    if act_peaks is None:  # every rank's computed
+        memo[act_key] = computed
     rings, cp_hops, sharers = placed.rings, placed.cp_hops, placed.sharers
     if sharers is not None and not (any(sharers.tp) or any(sharers.dp) or max(sharers.own, default=1) > 1):
         sharers = None
@@ -287,38 +368,204 @@ def estimate_config(
     dp_servers = 1  # the servers the DP group spans: DeepSpeed's (2021) per-call ring latency
     if per_unit and sh is Sharding.ZERO3 and zero3_runtime is Zero3Runtime.DEEPSPEED_2021:
         dp_servers = len({cluster.server_of(x) for x in placed.dp_group})
-    peaks: list[float] = []
-    head = tail = 0.0  # ZeRO: the first forward's unhidden gathers, the last backward's reduce tail
-    where = stage_ranks(placement_of(schedule) or "looped", p * v, p)  # the schedule's placement
-    # per stage its F, its I (or B) and its W as the lowering times them (tp_lowering.compute_parts)
-    f_stage, i_stage, w_stage = [0.0] * (p * v), [0.0] * (p * v), [0.0] * (p * v)
-    # per rank its forwards, backwards and delay by other ranks' TP blocks on its links, seconds
-    fr_of, br_of, slow_of, held_of = [0.0] * p, [0.0] * p, [0.0] * p, [0.0] * p
-    units: list[tuple[int, int, ZeroOp, float, float]] = []  # ZeRO-2/3's, costed once the bounds pass
-    for r in range(p):  # memory first: most configurations of a large model do not fit
-        static = 0.0
-        acts: list[StageActivations] = []
-        for k in (k for k in range(p * v) if where[k] == r):
-            first, last = chunks[k]
-            static += model.params(first, last, t) * multiplier
-            acts.append(model.activations(first, last, mbs, t, sp, rc, c))
-        peak = static + activation_peak_bytes(schedule, r, p, m, acts, chunks=v)
-        if peak > limit:  # (ZeRO-2/3's held bytes come on top, below)
-            return None
-        peaks.append(peak)
-    for r in range(p):
-        for k in (k for k in range(p * v) if where[k] == r):
-            first, last = chunks[k]
-            times = model.times(first, last, mbs, t, sp, overlap, c, rings[r], cp_hops[r])
-            f_op = times.fwd_tp_s + times.fwd_comm_s
-            replay = model.replay(first, last, mbs, t, sp, rc, overlap, c, rings[r], cp_hops[r])
-            b_op = times.bwd_tp_s + times.bwd_comm_s + replay
-            if per_unit and dp_curves is not None:  # ZeRO-2/3: per-unit collectives (zero_lowering)
+    # per stage its F, its I (the whole B outside zero-bubble schedules) and its W as the
+    # lowering times them (tp_lowering.compute_parts); per rank the delay by other ranks' TP
+    # blocks on its links per micro-batch, seconds; per stage its TP x CP times and replay
+    times_key = ("times", chunks_key, p, v, schedule, mbs, t, sp, overlap, rc, c, d)
+    found = memo.get(times_key) if auto else None
+    if found is None:
+        found = _stage_times(model, chunks, stages_of, mbs, t, sp, overlap, rc, c, rings, cp_hops, split,
+                             sharers, wires)
+        if auto:
+            memo[times_key] = found
+    f_stage, i_stage, w_stage = list(found[0]), list(found[1]), list(found[2])
+    slow_of: tuple[float, ...] = found[3]
+    units: list[tuple[int, int, ZeroOp, float, float, float]] = []  # ZeRO-2/3's, costed in finish
+    if per_unit and dp_curves is not None:  # ZeRO-2/3: per-unit collectives (zero_lowering)
+        for r in range(p):
+            for k in stages_of[r]:
+                first, last = chunks[k]
+                times, replay = found[4][k], found[5][k]
+                f_op = times.fwd_tp_s + times.fwd_comm_s
+                b_op = times.bwd_tp_s + times.bwd_comm_s + replay
+                if split:  # the I
+                    b_op += times.bwd_split_comm_s - times.bwd_comm_s - w_stage[k]
                 unit = ZeroOp(first=first, last=last, mbs=mbs, t=t, sp=sp, c=c, ring=rings[r], times=times,
                               replay=replay, sharding=sh, runtime=zero3_runtime, full=rc is Recompute.FULL,
                               replicas=d * c, grad=g, allreduce=allreduce, shared=shared(r),
                               servers=dp_servers)
-                units.append((r, k, unit, f_op, b_op))
+                units.append((r, k, unit, f_op, b_op, w_stage[k]))
+    hop = hop_latency = 0.0
+    if p > 1:
+        act = mbs * model.shape.seq * model.shape.hidden * model.elem / (t * c)
+        # every replica's send from rank 0 to rank 1, sharing the links they cross
+        hop, hop_latency = max(((lat + act * per_byte, lat) for lat, per_byte in terms), default=(0.0, 0.0))
+
+    def after_backward_s(rank: int) -> float:
+        """Rank ``rank``'s gradient collectives after its last backward (not ZeRO-2/3), s."""
+        key = ("after", placed.dp_group, sh, rank_params[rank], g, allreduce, zero1_all_reduce)
+        found = memo.get(key)
+        if found is None:
+            found = memo[key] = _after_backward_s(dp_curves, sh, rank_params[rank], g, allreduce,
+                                                  zero1_all_reduce)
+        return float(found)
+
+    def step_s(rank: int) -> float:
+        """Rank ``rank``'s optimizer step, s (0 with ``optimizer_step=False``)."""
+        if not optimizer_step:
+            return 0.0
+        key = ("step", tuple(chunks[k] for k in stages_of[rank]), t, optimizer, sh, d * c, grad)
+        found = memo.get(key)
+        if found is None:
+            found = memo[key] = sum(stage_optimizer_step_s(
+                model.params(*chunks[k], t), cluster.device_spec(0), optimizer, model.profile.dtype, sh,
+                d * c, grad_reduce_dtype(model.profile.dtype, grad)) for k in stages_of[rank])
+        return float(found)
+
+    def per_rank(times: list[float]) -> list[float]:
+        """Per rank the sum of its stages' ``times``."""
+        return [sum(times[k] for k in ks) for ks in stages_of] if v > 1 else times
+
+    def rank0_after_s(tb: float, dp_extra: float) -> float:
+        """Rank 0's data-parallel collectives after its last backward and its update, s
+        (``dp_extra``: ZeRO-2/3's, from their per-unit ops)."""
+        if dp_curves is None or per_unit:
+            return dp_extra + step_s(0)
+        dp = after_backward_s(0)
+        if sharers is not None and sharers.dp[0]:  # later ranks' collectives on rank 0's TP ring
+            first, last = chunks[0]
+            times = model.times(first, last, mbs, t, sp, overlap, c, rings[0], cp_hops[0])
+            replay = model.replay(first, last, mbs, t, sp, rc, overlap, c, rings[0], cp_hops[0])
+            later = [(-(q * hop + (q - 1) * tb), after_backward_s(q)) for q in sharers.dp[0]]
+            dp += last_backward_delay_s(times, replay, wires(0, 0)[1], later)
+        return dp + step_s(0)
+
+    def shared_extra_s(fwd: list[float], bwd: list[float]) -> float:
+        """Other ranks' TP blocks beside a rank's in the ``m - 1`` steady cycles (per rank its
+        forwards ``fwd`` and backwards ``bwd``), s."""
+        if not any(slow_of):
+            return 0.0
+        cycle = max(f + b + x for f, b, x in zip(fwd, bwd, slow_of, strict=True))
+        return (m - 1) * max(0.0, cycle - max(fwd) - max(bwd))
+
+    # The lower bound: rank r starts when micro-batch 0 has come through stages 0..r-1 (its
+    # first stage is stage r in either placement) and is busy m times its ops; in the 1F1B
+    # family its last action is stage r's last backward, whose gradient goes back through them.
+    fr_plain = per_rank(f_stage)
+    br_plain = per_rank([i + w for i, w in zip(i_stage, w_stage, strict=True)])
+    lower = before = 0.0
+    for r in range(p):
+        lower = max(lower, before + m * (fr_plain[r] + br_plain[r]))
+        before += f_stage[r] + hop + (0.0 if split else i_stage[r] + hop)
+    if not units:
+        after0 = rank0_after_s(max(br_plain), 0.0)
+        lower = max(lower, m * (fr_plain[0] + br_plain[0]) + after0) + shared_extra_s(fr_plain, br_plain)
+
+    def finish() -> Estimate | None:
+        fwd, inp, wgrad, held = list(f_stage), list(i_stage), list(w_stage), [0.0] * p
+        head = 0.0  # ZeRO-3: the first forward's unhidden gathers
+        tails = [0.0] * p  # ZeRO-2/3: each rank's last backward's reduce tail
+        memo = _ZERO_OPS.setdefault(model, {})
+        for r, k, unit, f_plain, b_plain, w_plain in units:
+            # chunks of the same layers cost the same (zero_unit_ops reads them by their signature)
+            memo_key = (model.sig(unit.first, unit.last), replace(unit, first=0, last=0), placed.dp_group,
+                        split)
+            ops = memo.get(memo_key)
+            if ops is None and split:  # F, I (bwd_s) and W's reduce-scatters
+                ops = memo[memo_key] = zero_split_ops(model, unit, dp_curves, w_plain)  # type: ignore[arg-type]
+            elif ops is None:
+                ops = memo[memo_key] = zero_unit_ops(model, unit, dp_curves)  # type: ignore[arg-type]
+            fwd[k] += ops.fwd_s - f_plain
+            inp[k] += ops.bwd_s - b_plain
+            held[r] = max(held[r], ops.held_bytes)
+            if k == r:  # the rank's first stage: its last backward
+                tails[r] = ops.last_tail_s
+            if k == 0:
+                head = ops.first_extra_s
+        if units and dp_curves is not None:  # every backward reduce-scatters its gradients on one stream
+            for r in range(p):
+                scatter = sum(half_time_s(dp_curves, model.params(*chunks[k], t) * g, allreduce)
+                              for k in stages_of[r])
+                busy = sum(inp[k] + wgrad[k] for k in stages_of[r])
+                if scatter > busy:  # the stream paces the backwards: each stretched alike
+                    for k in stages_of[r]:
+                        inp[k] *= scatter / busy
+                        wgrad[k] *= scatter / busy
+        if any(pk + h > limit for pk, h in zip(peaks, held, strict=True)):
+            return None
+        bwd = [i + w for i, w in zip(inp, wgrad, strict=True)]
+        fr, br = per_rank(fwd), per_rank(bwd)
+        tf, tb = max(fr), max(br)
+
+        def zero_after_s(rank: int) -> float:
+            """ZeRO-2/3: what rank ``rank``'s last backward's reduce-scatters take beyond it, and
+            ZeRO-2's gather after the update (ZeRO-3's first gathers delay every rank), s."""
+            if sh is Sharding.ZERO3:
+                return head + tails[rank]
+            nbytes = sum(model.params(*chunks[k], t) for k in stages_of[rank])
+            return tails[rank] + half_time_s(dp_curves, nbytes, allreduce)  # type: ignore[arg-type]
+
+        after0 = rank0_after_s(tb, zero_after_s(0) if units else 0.0)
+        equal = len(set(fwd)) == 1 and len(set(bwd)) == 1 and not split
+        if p == 1 or (equal and hop == 0.0):  # the closed form, exact here
+            time_s = (m + (p - 1) / v) * (tf + tb) + after0
+        else:  # the order's makespan; each rank's collectives and update after its last action
+            ends = order_time_s(
+                schedule, num_ranks=p, num_microbatches=m, chunks=v, fwd_s=fwd, bwd_s=bwd, wgrad_s=wgrad,
+                send_fwd_s=[hop] * (p * v - 1), send_bwd_s=[hop] * (p * v - 1),
+                send_latency_s=[hop_latency] * (p * v - 1),
+            ).rank_end_s
+            time_s = float(ends[0]) + after0  # rank 0's, with what later ranks' collectives delay
+            for r in range(1, p):
+                later = zero_after_s(r) if units else after_backward_s(r)
+                time_s = max(time_s, float(ends[r]) + later + step_s(r))
+        time_s += shared_extra_s(fr, br)
+        return Estimate(
+            iteration_time_s=time_s,
+            throughput_samples_per_s=gbs / time_s,
+            peak_memory_bytes=max(pk + h for pk, h in zip(peaks, held, strict=True)),
+        )
+
+    return PreparedConfig(lower_bound_s=lower, finish=finish)
+
+
+_ZERO_OPS: weakref.WeakKeyDictionary[ThreeDCosts, dict[tuple[object, ...], ZeroOps]] = (
+    weakref.WeakKeyDictionary()
+)
+_MEMO: weakref.WeakKeyDictionary[ThreeDCosts, dict[tuple[object, ...], Any]] = weakref.WeakKeyDictionary()
+"""Per cost model, what the search's configurations share: per rank its parameter bytes and its
+activations' peak (by chunks, placement and the activations' inputs), its per-stage op times (by
+everything but the sharding), a rank's optimizer step and gradient collective."""
+"""Per cost model, ZeRO-2/3's chunk ops by the chunk's layer signature and the rest of its
+:class:`~pipesim.planner.zero_ops.ZeroOp` (the search costs the same chunk in many
+configurations)."""
+
+
+def _stage_times(
+    model: ThreeDCosts, chunks: list[tuple[int, int]], stages_of: list[list[int]], mbs: int, t: int, sp: bool,
+    overlap: bool, rc: Recompute, c: int, rings: tuple[int, ...], cp_hops: tuple[int, ...], split: bool,
+    sharers: RingSharers | None, wires: Callable[[int, int], tuple[float, float]],
+) -> tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...], tuple[float, ...],
+           tuple[TpStageTimes, ...], tuple[float, ...]]:
+    """Per stage its ``F``, its ``I`` (the whole ``B`` unless ``split``) and its ``W``, with the
+    rank's own replicas' TP rings in lock step; per rank the delay by other ranks' TP blocks on
+    its links per micro-batch; per stage its TP x CP times and replayed forward, seconds
+    (:func:`prepare_config`)."""
+    n, p = len(chunks), len(stages_of)
+    f_stage, i_stage, w_stage, slow_of = [0.0] * n, [0.0] * n, [0.0] * n, [0.0] * p
+    all_times: list[TpStageTimes] = []
+    replays = [0.0] * n
+    for r in range(p):
+        for k in stages_of[r]:
+            first, last = chunks[k]
+            times = model.times(first, last, mbs, t, sp, overlap, c, rings[r], cp_hops[r])
+            all_times.append(times)
+            f_op = times.fwd_tp_s + times.fwd_comm_s
+            replay = replays[k] = model.replay(first, last, mbs, t, sp, rc, overlap, c, rings[r], cp_hops[r])
+            b_op = times.bwd_tp_s + times.bwd_comm_s + replay
+            if split:  # I exposes its TP collectives whole; W is the weight-gradient compute
+                w_stage[k] = times.bwd_tp_s * _wgrad_fraction(model.profile, first, last)
+                b_op += times.bwd_split_comm_s - times.bwd_comm_s - w_stage[k]  # the I
             if sharers is not None and sharers.own[r] > 1:  # its replicas' rings, in lock step
                 own_f, own_b = wires(r, k // p)
                 f_op += (sharers.own[r] - 1) * own_f
@@ -328,107 +575,13 @@ def estimate_config(
                 others = [[wires(q, k // p) for q in ranks] for ranks in sharers.tp[r]]
                 slow_of[r] += concurrent_delay_s(own_f, [[w[0] for w in ws] for ws in others])
                 slow_of[r] += concurrent_delay_s(own_b, [[w[1] for w in ws] for ws in others])
-            if split:  # I exposes its TP collectives whole; W is the weight-gradient compute
-                w_op = times.bwd_tp_s * _wgrad_fraction(model.profile, first, last)
-                f_stage[k], w_stage[k] = f_op, w_op
-                i_stage[k] = b_op - times.bwd_comm_s + times.bwd_split_comm_s - w_op
-                b_op = i_stage[k] + w_op
-            fr_of[r] += f_op
-            br_of[r] += b_op
-    hop = hop_latency = 0.0
-    if p > 1:
-        act = mbs * model.shape.seq * model.shape.hidden * model.elem / (t * c)
-        # every replica's send from rank 0 to rank 1, sharing the links they cross
-        hop, hop_latency = max(((lat + act * per_byte, lat) for lat, per_byte in terms), default=(0.0, 0.0))
-    # Lower bounds before the costly parts (the search's threshold ``bound_s``): any order keeps
-    # its busiest rank busy m times its forwards and backwards; ZeRO-2/3's per-unit collectives
-    # only delay the ops (their gathers and reduce-scatters add exposure, never remove compute)
-    if split and m * max(f + b for f, b in zip(fr_of, br_of, strict=True)) > bound_s:
-        return None
-    if units and (m + (p - 1) / v) * (max(fr_of) + max(br_of)) + 2 * (p * v - 1) * hop > bound_s:
-        return None
-    memo = _ZERO_OPS.setdefault(model, {})
-    for r, k, unit, f_plain, b_plain in units:
-        # chunks of the same layers cost the same (zero_unit_ops reads them by their signature)
-        memo_key = (model.sig(unit.first, unit.last), replace(unit, first=0, last=0), placed.dp_group)
-        ops = memo.get(memo_key)
-        if ops is None:
-            ops = memo[memo_key] = zero_unit_ops(model, unit, dp_curves)  # type: ignore[arg-type]
-        fr_of[r] += ops.fwd_s - f_plain
-        br_of[r] += ops.bwd_s - b_plain
-        held_of[r] = max(held_of[r], ops.held_bytes)
-        if k == 0:
-            head, tail = ops.first_extra_s, ops.last_tail_s
-    if units and dp_curves is not None:  # every backward reduce-scatters its gradients on one stream
-        for r in range(p):
-            scatter = sum(half_time_s(dp_curves, model.params(*chunks[k], t) * g, allreduce)
-                          for k in range(p * v) if where[k] == r)
-            br_of[r] = max(br_of[r], scatter)
-    for r in range(p):
-        peaks[r] += held_of[r]
-        if peaks[r] > limit:
-            return None
-    tf, tb = max(fr_of), max(br_of)
-    # the slowest rank's op pair with other ranks' TP blocks on its links
-    shared_cycle = max(f + b + x for f, b, x in zip(fr_of, br_of, slow_of, strict=True))
-    stages_of = [[k for k in range(p * v) if where[k] == r] for r in range(p)]
-
-    def after_backward_s(rank: int) -> float:
-        """Rank ``rank``'s gradient collectives after its last backward (not ZeRO-2/3), s."""
-        nbytes = sum(model.params(*chunks[k], t) for k in stages_of[rank])
-        return _after_backward_s(dp_curves, sh, nbytes, g, allreduce, zero1_all_reduce)
-
-    def step_s(rank: int) -> float:
-        """Rank ``rank``'s optimizer step, s (0 with ``optimizer_step=False``)."""
-        if not optimizer_step:
-            return 0.0
-        return sum(stage_optimizer_step_s(
-            model.params(*chunks[k], t), cluster.device_spec(0), optimizer, model.profile.dtype, sh,
-            d * c, grad_reduce_dtype(model.profile.dtype, grad)) for k in stages_of[rank])
-
-    dp = 0.0
-    if dp_curves is not None:  # rank 0's data-parallel collectives after its last backward
-        nbytes = sum(model.params(*chunks[k], t) for k in stages_of[0])
-        if sh is Sharding.ZERO3:  # the first gathers and the last reduce-scatters
-            dp = head + tail
-        elif sh is Sharding.ZERO2:  # the last reduce-scatters, the gather after the optimizer step
-            dp = tail + half_time_s(dp_curves, nbytes, allreduce)
-        else:
-            dp = after_backward_s(0)
-            if sharers is not None and sharers.dp[0]:  # later ranks' collectives on rank 0's TP ring
-                first, last = chunks[0]
-                times = model.times(first, last, mbs, t, sp, overlap, c, rings[0], cp_hops[0])
-                replay = model.replay(first, last, mbs, t, sp, rc, overlap, c, rings[0], cp_hops[0])
-                later = [(-(q * hop + (q - 1) * tb), after_backward_s(q)) for q in sharers.dp[0]]
-                dp += last_backward_delay_s(times, replay, wires(0, 0)[1], later)
-    opt = step_s(0)  # rank 0's update, after its gradient collective (it finishes last in 1F1B)
-    if not split:
-        time_s = (m + (p - 1) / v) * (tf + tb) + 2 * (p * v - 1) * hop + dp + opt
-    else:  # the order's makespan; each rank's collectives and update after its last action
-        ends = order_time_s(
-            schedule, num_ranks=p, num_microbatches=m, chunks=v, fwd_s=f_stage,
-            bwd_s=[i + w for i, w in zip(i_stage, w_stage, strict=True)], wgrad_s=w_stage,
-            send_fwd_s=[hop] * (p * v - 1), send_bwd_s=[hop] * (p * v - 1),
-            send_latency_s=[hop_latency] * (p * v - 1),
-        ).rank_end_s
-        time_s = float(ends[0]) + dp + opt  # rank 0's, with what later ranks' collectives delay
-        for r in range(1, p):
-            time_s = max(time_s, float(ends[r]) + after_backward_s(r) + step_s(r))
-    if shared_cycle > tf + tb:  # other ranks' TP blocks beside a rank's in the m - 1 steady cycles
-        time_s += (m - 1) * (shared_cycle - tf - tb)
-    return Estimate(
-        iteration_time_s=time_s,
-        throughput_samples_per_s=gbs / time_s,
-        peak_memory_bytes=max(peaks),
-    )
-
-
-_ZERO_OPS: weakref.WeakKeyDictionary[ThreeDCosts, dict[tuple[object, ...], ZeroOps]] = (
-    weakref.WeakKeyDictionary()
-)
-"""Per cost model, ZeRO-2/3's chunk ops by the chunk's layer signature and the rest of its
-:class:`~pipesim.planner.zero_ops.ZeroOp` (the search costs the same chunk in many
-configurations)."""
+            f_stage[k], i_stage[k] = f_op, b_op
+    order = [k for ks in stages_of for k in ks]
+    by_stage: list[TpStageTimes | None] = [None] * n
+    for k, x in zip(order, all_times, strict=True):
+        by_stage[k] = x
+    return (tuple(f_stage), tuple(i_stage), tuple(w_stage), tuple(slow_of),
+            tuple(x for x in by_stage if x is not None), tuple(replays))
 
 
 def _wgrad_fraction(profile: ModelProfile, first: int, last: int) -> float:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from pipesim.errors import invalid
 from pipesim.planner.nic_sharing import dp_left_s, shared_op_s, zero_transfers
 from pipesim.profiles.costmodels.collective import AllReduceCurves
 from pipesim.profiles.costmodels.sharding import Sharding, half_time_s, reduce_tail_s, zero3_op_times_s
@@ -28,7 +29,7 @@ from pipesim.profiles.costmodels.zero3_runtime import (
     unit_issue_s,
 )
 
-__all__ = ["UnitCosts", "ZeroOp", "ZeroOps", "zero_unit_ops"]
+__all__ = ["UnitCosts", "ZeroOp", "ZeroOps", "zero_split_ops", "zero_unit_ops"]
 
 
 class UnitCosts(Protocol):
@@ -179,6 +180,46 @@ def zero_unit_ops(model: UnitCosts, op: ZeroOp, dp_curves: AllReduceCurves) -> Z
             b_op = max(b_op, shared_op_s(bwd_start, times.bwd_split_comm_s, wire("B"), bwd_dp))
         held = max(sizes) * op.grad
     return ZeroOps(fwd_s=f_op, bwd_s=b_op, first_extra_s=first_extra, last_tail_s=last_tail, held_bytes=held)
+
+
+def zero_split_ops(model: UnitCosts, op: ZeroOp, dp_curves: AllReduceCurves, wgrad_s: float) -> ZeroOps:
+    """The chunk's ops under a zero-bubble order (the backward split into ``I`` and ``W``) with
+    ZeRO's per-unit collectives on ``dp_curves``, as the simulator's lowering issues them: ZeRO-3
+    gathers each unit before its forward and before its ``I`` (gated as in
+    :func:`zero_unit_ops`, prefetched one unit ahead), and every unit's gradients are
+    reduce-scattered once its ``W`` (``wgrad_s`` seconds for the chunk, split over the units by
+    their backward times) has produced them. ``bwd_s`` is the ``I`` (its TP block exposed
+    whole); ``W`` keeps its compute, and its reduce-scatters outlast the last one by
+    ``last_tail_s``. ZeRO-3 with the ``fsdp`` runtime only (``deepspeed-2021``'s per-tensor
+    calls and on-demand gathers are not split here). The TP ring's link is not shared with the
+    DP collectives here (``op.shared``: not modelled with a split backward).
+
+    Raises:
+        InputError: ZeRO-3 with another runtime than ``fsdp``.
+    """
+    times, replay, allreduce = op.times, op.replay, op.allreduce
+    if op.sharding is Sharding.ZERO3 and op.runtime is not Zero3Runtime.FSDP:
+        raise invalid("zero3_runtime", op.runtime.value,
+                      "the 3D estimate splits ZeRO-3's backward for zero-bubble schedules with fsdp only")
+    f_op = times.fwd_tp_s + times.fwd_comm_s
+    i_op = times.bwd_tp_s - wgrad_s + times.bwd_split_comm_s + replay
+    sizes, fshare, bshare, _ = model.zero_units(op.first, op.last, op.t)
+    scatters = [half_time_s(dp_curves, x * op.grad, allreduce) for x in sizes]
+    wgrad_units = [wgrad_s * b for b in bshare]
+    last_tail = reduce_tail_s(wgrad_units[::-1], scatters[::-1])  # W runs the units in reverse
+    if op.sharding is not Sharding.ZERO3:
+        return ZeroOps(fwd_s=f_op, bwd_s=i_op, first_extra_s=0.0, last_tail_s=last_tail,
+                       held_bytes=max(sizes) * op.grad)
+    fwd_units = [(f_op - times.fwd_comm_s) * x for x in fshare]
+    fwd_units[-1] += times.fwd_comm_s
+    split = times.bwd_split_comm_s
+    inp_units = [replay * f + (i_op - replay - split) * b for f, b in zip(fshare, bshare, strict=True)]
+    inp_units[0] += split  # the I's TP block, in its last unit (unit 0)
+    gathers = [half_time_s(dp_curves, x, allreduce) for x in sizes]
+    fwd, inp, first_extra, _ = zero3_op_times_s(fwd_units, inp_units, gathers, [0.0] * len(sizes))
+    # 1 + depth gathered units in F and I; one unit's gradients in W (zero_lowering.held_bytes)
+    held = max(min(len(sizes), 2), op.grad) * max(sizes)
+    return ZeroOps(fwd_s=fwd, bwd_s=inp, first_extra_s=first_extra, last_tail_s=last_tail, held_bytes=held)
 
 
 def _block_delay_s(start_s: float, tp_s: float, wire_s: float, transfers: list[tuple[float, float]]) -> float:

