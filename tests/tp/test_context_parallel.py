@@ -65,10 +65,14 @@ def _free_curves(n: int) -> AllReduceCurves:
 # regenerated for the backward working set and the fp32 loss logits (branch h-zbmem): before
 # 3943071744.0, 3953453963.8762894, 944695296.0, 2244710400.0, 3854901248.0 bytes
 # regenerated for NCCL's per-link-class hand-offs: the data-parallel collectives' (branch h-net), then the
-# TP collectives' (branch h-tpnet; before 0.1567486490565566, 0.08389810881653145, 0.14645474234365966 s)
+# TP collectives' (branch h-tpnet; before 0.1567486490565566, 0.08389810881653145, 0.14645474234365966 s);
+# the first two when a ring collective's steps became one lock-step flow (branch h-z3fast,
+# simulator/collective_steps.ring_flow; equal alone): stage 1's all-reduce starts with its last
+# gradient send on the same NVSwitch port, which now has it during the ring's fixed parts (before:
+# 0.2996969227170713 s, 0.002952841600000089 s; 0.15661664905655664 s, 0.0015324170666665693 s)
 MAIN_RESULTS = {
-    (1, False, "none", "1f1b"): (0.2996969227170713, 4479942656.0, 0.002952841600000089),
-    (2, False, "none", "gpipe"): (0.15661664905655664, 4221889419.8762894, 0.0015324170666665693),
+    (1, False, "none", "1f1b"): (0.2996935227170713, 4479942656.0, 0.0029460416000000045),
+    (2, False, "none", "gpipe"): (0.15661324905655666, 4221889419.8762894, 0.0015256170666666513),
     (4, True, "zero1", "1f1b"): (0.08335810881653144, 1078913024.0, 0.0008243285333333072),
     # TP collectives as transfers: here the pipeline's sends share the NVSwitch ports with them
     # (4 of device 0's 16 slowed), 0.1457800905632445 when folded; then the parameter all-gathers
