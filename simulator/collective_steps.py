@@ -16,8 +16,9 @@ Every function takes plain callables for routing, so nothing here depends on the
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Callable, Generator, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import simpy
 
@@ -37,6 +38,7 @@ __all__ = [
     "hierarchy",
     "is_even",
     "launched",
+    "memoized",
     "ring_flow",
     "ring_routes",
     "ring_steps",
@@ -51,6 +53,27 @@ ServerOf = Callable[[int], int]
 """``server_of(device)``: the server (node) a device sits in."""
 Process = Generator[simpy.Event, Any, None]
 """A SimPy process body: run it with ``env.process(...)`` or ``yield from`` it."""
+
+
+_T = TypeVar("_T")
+
+_MEMO: weakref.WeakKeyDictionary[Network, dict[object, Any]] = weakref.WeakKeyDictionary()
+"""Collective set-ups per live network (a network's links never change)."""
+
+
+def memoized(network: Network, key: object, make: Callable[[], _T]) -> _T:
+    """``make()``, made once per live ``network`` and ``key``: the set-up of a collective (its
+    algorithm, protocol, rings and their lock-step flows), which ZeRO's per-unit gathers and
+    reduce-scatters repeat call after call with the same members and bytes. ``key`` must name
+    everything ``make`` reads besides the network."""
+    memo = _MEMO.get(network)
+    if memo is None:
+        memo = _MEMO[network] = {}
+    try:
+        return memo[key]  # type: ignore[no-any-return]
+    except KeyError:
+        found = memo[key] = make()
+        return found
 
 
 def check_members(members: Sequence[int]) -> list[int]:
@@ -164,21 +187,47 @@ def ring_steps(
     every hop's chunk, ending with the last to arrive); see :func:`ring_flow` for where it
     differs under sharing. A ring two of whose hops cross one link (with ``contention``) runs its
     steps one by one (:func:`stepwise_ring_steps`)."""
-    flows = [ring_flow(network, routes, chunk, classed=classed) for routes in rings]
-    if any(f is None for f in flows):
+    flows = _lockstep(network, [(routes, chunk) for routes in rings], classed)
+    if flows is None:
         yield from stepwise_ring_steps(env, network, rings, chunk, steps, tag, step_s, classed=classed)
         return
-    if steps <= 0 or not rings:
+    yield from _lockstep_body(env, network, flows, steps, tag, step_s)
+
+
+def _lockstep(
+    network: Network, rings: list[tuple[list[tuple[int, ...]], float]], classed: bool
+) -> list[tuple[list[tuple[int, ...]], float, float]] | None:
+    """``(routes, chunk, fixed part s)`` of each ``(routes, chunk)`` ring as a lock-step flow
+    (:func:`ring_flow`, memoized per network), or ``None`` if one of them cannot be."""
+    out = []
+    for routes, chunk in rings:
+        fixed = memoized(network, ("ring_flow", tuple(routes), chunk, classed),
+                         lambda routes=routes, chunk=chunk: ring_flow(  # type: ignore[misc]
+                             network, routes, chunk, classed=classed))
+        if fixed is None:
+            return None
+        out.append((routes, chunk, fixed))
+    return out
+
+
+def _lockstep_body(
+    env: simpy.Environment,
+    network: Network,
+    flows: list[tuple[list[tuple[int, ...]], float, float]],
+    steps: int,
+    tag: object,
+    step_s: float,
+) -> Process:
+    """``steps`` steps of each ring of ``flows`` as one lock-step flow each, all started
+    together after the steps' hand-offs; ends when the last one has."""
+    if steps <= 0 or not flows:
         return
     if step_s > 0:
         yield env.timeout(steps * step_s)
     transfer = network.lockstep_transfer
     yield all_of(
         env,
-        [
-            transfer(routes, steps * chunk, tag=tag, latency_s=steps * fixed)
-            for routes, fixed in zip(rings, (f for f in flows if f is not None), strict=True)
-        ],
+        [transfer(routes, steps * chunk, tag=tag, latency_s=steps * fixed) for routes, chunk, fixed in flows],
     )
 
 
@@ -283,7 +332,12 @@ def server_steps(
     *,
     classed: bool = False,
 ) -> Process:
-    """``steps`` ring steps in every server at once, each server on its own rings and chunk."""
+    """``steps`` ring steps in every server at once, each server on its own rings and chunk
+    (every ring a lock-step flow, as in :func:`ring_steps`)."""
+    flows = _lockstep(network, [(routes, chunk) for rings, chunk in servers for routes in rings], classed)
+    if flows is not None:
+        yield from _lockstep_body(env, network, flows, steps, tag, step_s)
+        return
     bodies = [
         ring_steps(env, network, rings, chunk, steps, tag, step_s, classed=classed)
         for rings, chunk in servers
