@@ -3,8 +3,9 @@
 They are the all-reduce's two halves on the same rings (nccl-tests ``doc/PERFORMANCE.md``, commit
 a0b82b2260cf: an all-gather's or reduce-scatter's bus bandwidth is ``algbw x (n - 1)/n``, an
 all-reduce's ``algbw x 2 (n - 1)/n``, ``S`` the whole array), made of
-:meth:`~pipesim.simulator.network.Network.transfer` calls as in
-:mod:`pipesim.simulator.collectives`:
+flows as in :mod:`pipesim.simulator.collectives` (each ring's steps one lock-step flow,
+:func:`~pipesim.simulator.collective_steps.ring_flow`; its set-up memoized per network and call
+shape, :func:`~pipesim.simulator.collective_steps.memoized`):
 
 * **ring**: ``n - 1`` steps of ``S / n`` bytes (several rings over a direct-link mesh, each
   carrying its share);
