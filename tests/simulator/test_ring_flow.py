@@ -201,3 +201,26 @@ def test_collectives_on_a_cluster_equal_their_steps(
 
     monkeypatch.setattr(steps_module, "ring_flow", lambda *args, **kwargs: None)
     assert one == pytest.approx(timed(), rel=1e-12)
+
+
+@pytest.mark.parametrize("allreduce", ["ring", "hierarchical"])
+def test_an_all_reduce_alone_after_the_drain_is_the_same_with_link_sharing_on(
+    allreduce: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With max-min sharing on, a stage's all-reduce after the drain (nothing else on the links)
+    ends exactly as its steps one by one do."""
+    import pipesim.simulator.collective_steps as steps_module
+
+    cluster = get_cluster("dapple-2x8-v100")
+    profile = equal_profile(8)
+    stage = StagePlan(first_layer=0, last_layer=7, replicas=16)  # both servers: rings on NVLink, NICs
+    plan = Plan(stages=(stage,), global_batch_size=32, num_microbatches=2, schedule="1f1b",
+                allreduce=allreduce)
+    options = SimOptions(allreduce_overlap="end")
+    flows = simulate(plan, profile, cluster, options, executor="simpy")
+    monkeypatch.setattr(steps_module, "ring_flow", lambda *args, **kwargs: None)
+    steps = simulate(plan, profile, cluster, options, executor="simpy")
+    assert flows.iteration_time_s == pytest.approx(steps.iteration_time_s, rel=1e-12)
+    assert [d.allreduce_time_s for d in flows.devices] == pytest.approx(
+        [d.allreduce_time_s for d in steps.devices], rel=1e-9)
+    assert max(d.allreduce_time_s for d in flows.devices) > 0
