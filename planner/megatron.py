@@ -23,11 +23,8 @@ exhaustively and ranks by an analytic estimate (:mod:`pipesim.planner.three_d`):
   drop: not with flash attention); sequence parallelism with TP or not, and with it the TP
   communication overlap (``tp_comm_overlap``) or not; sharding ``none``, the distributed
   optimizer, ZeRO-1, ZeRO-2 or ZeRO-3 (:data:`SEARCHED_SHARDINGS`; with more than one data- or
-  context-parallel rank; ZeRO-3 with a zero-bubble order under the ``fsdp`` runtime only;
-  ZeRO-2/3 unpinned only when no plan fits
-  without them: :data:`MEMORY_SHARDINGS`, whose shortlists cost tens of seconds to rerank by
-  simulation at 1024 GPUs). Configurations that differ only in
-  sharding and are no faster and no smaller than a kept one are dropped (with equal traffic a
+  context-parallel rank; ZeRO-3 with a zero-bubble order under the ``fsdp`` runtime only).
+  Configurations that differ only in sharding and are no faster and no smaller than a kept one are dropped (with equal traffic a
   sharding level only saves memory; ZeRO-2 and 3 move their collectives into the backward and
   forward, which the estimate may find faster or slower than ZeRO-1's: it is evaluated, not
   assumed).
@@ -97,10 +94,6 @@ SEARCHED_SHARDINGS: tuple[Sharding, ...] = (
 )
 """Shardings the search tries (with more than one data- or context-parallel rank: with one, every
 sharding is no sharding, or more memory for the distributed optimizer's main copy)."""
-
-MEMORY_SHARDINGS: frozenset[Sharding] = frozenset({Sharding.ZERO2, Sharding.ZERO3})
-"""Shardings an unpinned search tries only when no plan fits without them."""
-
 
 def searched_schedules(p: int, v: int) -> tuple[str, ...]:
     """Schedules the search tries for ``p`` ranks of ``v`` chunks: ``1f1b``, ``zb-h1`` and
@@ -252,20 +245,10 @@ def megatron_plans(
     # never faster nor smaller by the estimate, and the dominance below would drop it.
     if pins.sharding is None and not zero1_all_reduce:
         shardings.remove(Sharding.DISTRIBUTED)
-    # Unpinned, ZeRO-2/3 are searched only when no plan fits without them (MEMORY_SHARDINGS):
-    # their per-unit collectives make a plan's simulation, and so the rerank of a shortlist of
-    # them, tens of seconds at 1024 GPUs (benchmarks/README.md); pin them (--zero 2/3) to weigh them.
-    phases = [shardings]
-    if pins.sharding is None:
-        phases = [[h for h in shardings if h not in MEMORY_SHARDINGS],
-                  [h for h in shardings if h in MEMORY_SHARDINGS]]
-    for shardings in phases:
-        found, tried = _search(
-            profile, cluster, global_batch_size, shape_model, shardings, ts, cs, rcs, pins, blocks, n_dev,
-            top=top, optimizer=optimizer, allreduce=allreduce, memory_limit_bytes=memory_limit_bytes,
-            grad=grad_reduce_dtype, zero1_all_reduce=zero1_all_reduce, runtime=runtime)
-        if found:
-            break
+    found, tried = _search(
+        profile, cluster, global_batch_size, shape_model, shardings, ts, cs, rcs, pins, blocks, n_dev,
+        top=top, optimizer=optimizer, allreduce=allreduce, memory_limit_bytes=memory_limit_bytes,
+        grad=grad_reduce_dtype, zero1_all_reduce=zero1_all_reduce, runtime=runtime)
     if not found:
         raise Infeasible(
             f"megatron: none of {tried} (t, c, p, d, micro-batch, chunks) configurations of {profile.name} "

@@ -15,8 +15,10 @@ Every function takes plain callables for routing, so nothing here depends on the
 
 from __future__ import annotations
 
+import math
+import weakref
 from collections.abc import Callable, Generator, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import simpy
 
@@ -36,10 +38,13 @@ __all__ = [
     "hierarchy",
     "is_even",
     "launched",
+    "memoized",
+    "ring_flow",
     "ring_routes",
     "ring_steps",
     "server_steps",
     "step_handoff_s",
+    "stepwise_ring_steps",
 ]
 
 Route = Callable[[int, int], tuple[int, ...]]
@@ -48,6 +53,27 @@ ServerOf = Callable[[int], int]
 """``server_of(device)``: the server (node) a device sits in."""
 Process = Generator[simpy.Event, Any, None]
 """A SimPy process body: run it with ``env.process(...)`` or ``yield from`` it."""
+
+
+_T = TypeVar("_T")
+
+_MEMO: weakref.WeakKeyDictionary[Network, dict[object, Any]] = weakref.WeakKeyDictionary()
+"""Collective set-ups per live network (a network's links never change)."""
+
+
+def memoized(network: Network, key: object, make: Callable[[], _T]) -> _T:
+    """``make()``, made once per live ``network`` and ``key``: the set-up of a collective (its
+    algorithm, protocol, rings and their lock-step flows), which ZeRO's per-unit gathers and
+    reduce-scatters repeat call after call with the same members and bytes. ``key`` must name
+    everything ``make`` reads besides the network."""
+    memo = _MEMO.get(network)
+    if memo is None:
+        memo = _MEMO[network] = {}
+    try:
+        return memo[key]  # type: ignore[no-any-return]
+    except KeyError:
+        found = memo[key] = make()
+        return found
 
 
 def check_members(members: Sequence[int]) -> list[int]:
@@ -152,7 +178,121 @@ def ring_steps(
     """``steps`` ring steps on each ring of routes, each after a hand-off of ``step_s``
     seconds; each ring waits only for its own chunks. ``classed``: every chunk pays
     :meth:`~pipesim.simulator.network.Network.collective_latency_s` (its network links' latency
-    where the network knows link classes) instead of its route's latency."""
+    where the network knows link classes) instead of its route's latency.
+
+    Each ring's steps run as **one flow** (:func:`ring_flow`): after ``steps`` times the hand-off
+    and the step's fixed part, ``steps * chunk`` bytes flow over the union of the ring's hops,
+    every hop at the ring's pace (its slowest hop's max-min rate). When nothing else shares the
+    ring's links this takes exactly as long as the steps one by one (each step: hand-off, then
+    every hop's chunk, ending with the last to arrive); see :func:`ring_flow` for where it
+    differs under sharing. A ring two of whose hops cross one link (with ``contention``) runs its
+    steps one by one (:func:`stepwise_ring_steps`)."""
+    flows = _lockstep(network, [(routes, chunk) for routes in rings], classed)
+    if flows is None:
+        yield from stepwise_ring_steps(env, network, rings, chunk, steps, tag, step_s, classed=classed)
+        return
+    yield from _lockstep_body(env, network, flows, steps, tag, step_s)
+
+
+def _lockstep(
+    network: Network, rings: list[tuple[list[tuple[int, ...]], float]], classed: bool
+) -> list[tuple[list[tuple[int, ...]], float, float]] | None:
+    """``(routes, chunk, fixed part s)`` of each ``(routes, chunk)`` ring as a lock-step flow
+    (:func:`ring_flow`, memoized per network), or ``None`` if one of them cannot be."""
+    out = []
+    for routes, chunk in rings:
+        fixed = memoized(network, ("ring_flow", tuple(routes), chunk, classed),
+                         lambda routes=routes, chunk=chunk: ring_flow(  # type: ignore[misc]
+                             network, routes, chunk, classed=classed))
+        if fixed is None:
+            return None
+        out.append((routes, chunk, fixed))
+    return out
+
+
+def _lockstep_body(
+    env: simpy.Environment,
+    network: Network,
+    flows: list[tuple[list[tuple[int, ...]], float, float]],
+    steps: int,
+    tag: object,
+    step_s: float,
+) -> Process:
+    """``steps`` steps of each ring of ``flows`` as one lock-step flow each, all started
+    together after the steps' hand-offs; ends when the last one has."""
+    if steps <= 0 or not flows:
+        return
+    if step_s > 0:
+        yield env.timeout(steps * step_s)
+    transfer = network.lockstep_transfer
+    yield all_of(
+        env,
+        [transfer(routes, steps * chunk, tag=tag, latency_s=steps * fixed) for routes, chunk, fixed in flows],
+    )
+
+
+def ring_flow(
+    network: Network, routes: list[tuple[int, ...]], chunk: float, *, classed: bool = False
+) -> float | None:
+    """A ring's steps as one flow (:meth:`~pipesim.simulator.network.Network.lockstep_transfer`
+    over its hops' ``routes``): the fixed part of a step, seconds; ``None`` where two of its hops
+    cross one link and the network shares links (the steps then run one by one).
+
+    The flow is on every link of the ring and its rate is the ring's pace: the max-min share of
+    its most loaded hop (NCCL's ring moves in lock step, each step ending with its last chunk).
+    A step alone takes ``max_h(a_h + chunk / B_h)`` (hop
+    ``h``: latency ``a_h`` as the steps pay it, bandwidth ``B_h`` of its slowest link); the fixed
+    part is that minus ``chunk / min_h B_h``, the bytes' time at the slowest hop's bandwidth, so a
+    ring alone on its links takes exactly as long as its steps (``latency_s = steps * fixed``,
+    bytes ``steps * chunk``).
+
+    Under sharing it differs from the steps one by one in two ways: the fixed parts are paid
+    together before the bytes (the steps interleave them, leaving the links idle meanwhile), and
+    every hop moves at the ring's pace throughout, so another flow on a hop that is not the
+    slowest gets that hop's spare bandwidth for the whole collective rather than all of it between
+    the hop's chunks. Total bytes per link, and the ring's time when one hop is the bottleneck
+    throughout, are the same.
+
+    Raises:
+        InputError: a link index is out of range.
+    """
+    if not routes:
+        return 0.0
+    latency = network.collective_latency_s if classed else network.route_latency_s
+    if network.contention and not network.free_links:
+        seen: set[int] = set()
+        count = 0
+        for r in routes:
+            links = network.route_links(r)
+            seen.update(links)
+            count += len(links)
+        if len(seen) != count:
+            return None
+    alone = 0.0  # a step alone: its slowest hop's latency plus chunk
+    pace = math.inf
+    for r in routes:
+        bandwidth = network.route_bandwidth_bytes_per_s(r)
+        pace = min(pace, bandwidth)
+        hop = latency(r) + (chunk / bandwidth if chunk > 0 and math.isfinite(bandwidth) else 0.0)
+        alone = max(alone, hop)
+    moving = chunk / pace if chunk > 0 and math.isfinite(pace) else 0.0
+    return max(0.0, alone - moving)
+
+
+def stepwise_ring_steps(
+    env: simpy.Environment,
+    network: Network,
+    rings: list[list[tuple[int, ...]]],
+    chunk: float,
+    steps: int,
+    tag: object,
+    step_s: float = 0.0,
+    *,
+    classed: bool = False,
+) -> Process:
+    """:func:`ring_steps` one step at a time: in each step, after the hand-off, every hop's
+    chunk is a transfer of its own, and the step ends when the last one arrived (the reference
+    :func:`ring_flow` equals when nothing else shares the ring's links)."""
     if len(rings) == 1:
         routes = rings[0]
         transfer = network.transfer
@@ -174,7 +314,9 @@ def ring_steps(
         yield all_of(
             env,
             [
-                env.process(ring_steps(env, network, [r], chunk, steps, tag, step_s, classed=classed))
+                env.process(
+                    stepwise_ring_steps(env, network, [r], chunk, steps, tag, step_s, classed=classed)
+                )
                 for r in rings
             ],
         )
@@ -190,7 +332,12 @@ def server_steps(
     *,
     classed: bool = False,
 ) -> Process:
-    """``steps`` ring steps in every server at once, each server on its own rings and chunk."""
+    """``steps`` ring steps in every server at once, each server on its own rings and chunk
+    (every ring a lock-step flow, as in :func:`ring_steps`)."""
+    flows = _lockstep(network, [(routes, chunk) for rings, chunk in servers for routes in rings], classed)
+    if flows is not None:
+        yield from _lockstep_body(env, network, flows, steps, tag, step_s)
+        return
     bodies = [
         ring_steps(env, network, rings, chunk, steps, tag, step_s, classed=classed)
         for rings, chunk in servers

@@ -1,7 +1,10 @@
 """Collectives: gradient all-reduce among a stage's replicas, built from real network transfers.
 
-Three algorithms, all made of :meth:`Network.transfer` calls over the routes the caller gives, so
-link sharing (with each other and with any other traffic) shows up by itself:
+Three algorithms, all made of flows over the routes the caller gives, so link sharing (with each
+other and with any other traffic) shows up by itself. The steps are described one by one below;
+each ring's steps run as one lock-step flow over all its hops
+(:func:`~pipesim.simulator.collective_steps.ring_flow`), which takes exactly as long as the steps
+alone and differs under sharing only as that function says:
 
 * **ring** over n members (in the given order): 2(n - 1) steps; in each step every member sends a
   chunk of S/n bytes to the next member, and the step ends when all n chunks have arrived

@@ -267,6 +267,15 @@ class Network(FlowSharing):
         links = self._route_info(route)[1]
         return min((self._cap[link] for link in links), default=math.inf)
 
+    def route_links(self, route: tuple[int, ...]) -> tuple[int, ...]:
+        """The links of ``route`` whose bandwidth a flow over it shares: those of finite
+        bandwidth, each once, in route order.
+
+        Raises:
+            InputError: a link index is out of range.
+        """
+        return self._route_info(route)[1] if route else ()
+
     # ------------------------------------------------------------------ transfers
     def transfer(
         self, route: tuple[int, ...], nbytes: float, *, tag: object = None, latency_s: float | None = None
@@ -291,10 +300,38 @@ class Network(FlowSharing):
         Raises:
             InputError: ``nbytes`` is negative or not finite, or a link index is out of range.
         """
-        if not (isinstance(nbytes, (int, float)) and nbytes >= 0 and math.isfinite(nbytes)):
-            raise invalid("nbytes", nbytes, "must be a finite number >= 0")
         if type(route) is not tuple:
             route = tuple(route)
+        return self._transfer(route, nbytes, tag, latency_s)
+
+    def lockstep_transfer(
+        self, routes: Sequence[tuple[int, ...]], nbytes: float, *, tag: object = None, latency_s: float = 0.0
+    ) -> simpy.Event:
+        """Start sending ``nbytes`` over each of ``routes`` now, in lock step: one flow on the
+        links of all of them (each link once) whose rate, the same on every route, is its
+        max-min share (the share of its most loaded route), as a ring collective's hops move
+        (:func:`~pipesim.simulator.collective_steps.ring_flow`). Alone on links that no two of
+        the routes share, it ends when a transfer over its slowest route would.
+
+        Args:
+            routes: the routes, each a tuple of link indices.
+            nbytes: bytes sent over each route, finite and >= 0.
+            tag: as in :meth:`transfer`.
+            latency_s: seconds before the bytes flow.
+
+        Returns:
+            A SimPy event that succeeds when the last byte has arrived on every route.
+
+        Raises:
+            InputError: ``nbytes`` is negative or not finite, or a link index is out of range.
+        """
+        return self._transfer(tuple(link for r in routes for link in r), nbytes, tag, latency_s)
+
+    def _transfer(
+        self, route: tuple[int, ...], nbytes: float, tag: object, latency_s: float | None
+    ) -> simpy.Event:
+        if not (isinstance(nbytes, (int, float)) and nbytes >= 0 and math.isfinite(nbytes)):
+            raise invalid("nbytes", nbytes, "must be a finite number >= 0")
         env = self._env
         tid = self._next_id
         self._next_id = tid + 1

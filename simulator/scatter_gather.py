@@ -3,8 +3,9 @@
 They are the all-reduce's two halves on the same rings (nccl-tests ``doc/PERFORMANCE.md``, commit
 a0b82b2260cf: an all-gather's or reduce-scatter's bus bandwidth is ``algbw x (n - 1)/n``, an
 all-reduce's ``algbw x 2 (n - 1)/n``, ``S`` the whole array), made of
-:meth:`~pipesim.simulator.network.Network.transfer` calls as in
-:mod:`pipesim.simulator.collectives`:
+flows as in :mod:`pipesim.simulator.collectives` (each ring's steps one lock-step flow,
+:func:`~pipesim.simulator.collective_steps.ring_flow`; its set-up memoized per network and call
+shape, :func:`~pipesim.simulator.collective_steps.memoized`):
 
 * **ring**: ``n - 1`` steps of ``S / n`` bytes (several rings over a direct-link mesh, each
   carrying its share);
@@ -41,6 +42,7 @@ from pipesim.simulator.collective_steps import (
     hierarchy,
     is_even,
     launched,
+    memoized,
     ring_routes,
     ring_steps,
     server_steps,
@@ -172,10 +174,44 @@ def _half(
     check_nonneg("nbytes", nbytes)
     if algo is AllReduceAlgorithm.HIERARCHICAL and server_of is None:
         raise invalid("server_of", None, "is required for the hierarchical all-reduce")
-    n = len(order)
-    if n <= 1:
+    if len(order) <= 1:
         return ring_steps(env, network, [[]], 0.0, 0, tag)
-    algo = choose_half_algorithm(network, order, nbytes, route, server_of=server_of, algorithm=algo)
+    launch, hier, ring = memoized(
+        network,
+        ("half", tuple(order), nbytes, algo, route, server_of),
+        lambda: _half_setup(network, order, nbytes, route, server_of, algo),
+    )
+    if hier is not None:
+        intra, inter, wire, k, g, step_s = hier
+        body = _half_body(env, network, intra, inter, wire, k, g, tag, step_s, gather=gather)
+        return launched(env, launch, body)
+    assert ring is not None
+    routes, chunk, ring_s = ring
+    return launched(env, launch, ring_steps(env, network, routes, chunk, len(order) - 1, tag, ring_s,
+                                            classed=True))
+
+
+_Hierarchical = tuple[Intra, list[list[tuple[int, ...]]], float, int, int, tuple[float, float]]
+"""The hierarchical form's ``(intra-server rings, inter-server rings, wire bytes, k, g, (intra,
+inter) hand-off s)``."""
+_Ring = tuple[list[list[tuple[int, ...]]], float, float]
+"""The ring form's ``(rings' hop routes, chunk bytes, hand-off s)``."""
+
+
+def _half_setup(
+    network: Network,
+    order: list[int],
+    nbytes: float,
+    route: Route,
+    server_of: ServerOf | None,
+    algorithm: AllReduceAlgorithm,
+) -> tuple[float, _Hierarchical | None, _Ring | None]:
+    """A reduce-scatter's or all-gather's ``(launch s, hierarchical form or None, ring form or
+    None)`` among ``order`` (two members or more): the algorithm, the all-reduce's protocol on it
+    (half its launch, its hand-off per step) and the rings (made once per network and call shape:
+    :func:`~pipesim.simulator.collective_steps.memoized`)."""
+    n = len(order)
+    algo = choose_half_algorithm(network, order, nbytes, route, server_of=server_of, algorithm=algorithm)
     # the all-reduce's protocol on the same algorithm: half its launch, its hand-off per step
     protocol = call_protocol(network, order, route, server_of, nbytes, algo)
     wire = protocol.wire_factor * nbytes
@@ -187,13 +223,11 @@ def _half(
             intra_routes = [r for rings, _ in intra for ring in rings for r in ring]
             intra_s = step_handoff_s(network, protocol, intra_routes)
             inter_s = step_handoff_s(network, protocol, [r for ring in inter for r in ring])
-            body = _half_body(env, network, intra, inter, wire, k, g, tag, (intra_s, inter_s), gather=gather)
-            return launched(env, launch, body)
+            return launch, (intra, inter, wire, k, g, (intra_s, inter_s)), None
         order = [m for group in groups for m in group]
     routes = ring_routes(network, order, route)
     step_s = step_handoff_s(network, protocol, [r for ring in routes for r in ring])
-    body = ring_steps(env, network, routes, wire / n / len(routes), n - 1, tag, step_s, classed=True)
-    return launched(env, launch, body)
+    return launch, None, (routes, wire / n / len(routes), step_s)
 
 
 def _half_body(

@@ -121,11 +121,14 @@ class TpLowering:
         self._bw = cluster.links.bandwidths_bytes_per_s()
         self._lat = cluster.links.latencies_s()
         self._cls = link_classes(cluster.links)  # NCCL's hand-off per link class (the TP collectives)
-        self._curves: dict[tuple[int, ...], AllReduceCurves] = {}
-        self._cache: dict[tuple[int, int, int], TpStageCost] = {}
-        self._split: dict[tuple[int, int, int], float] = {}
-        self._held: dict[tuple[int, int, int], float] = {}  # what W reads, from I's end (held_bytes)
-        self._ops: dict[tuple[int, int, int], _OpComm] = {}
+        self._curves: dict[object, AllReduceCurves] = {}  # per group's layout (_group_layout)
+        # per (stage, samples, replica's layout: _layout); replicas laid out alike share them
+        self._cache: dict[tuple[int, int, object], TpStageCost] = {}
+        self._split: dict[tuple[int, int, object], float] = {}
+        self._held: dict[tuple[int, int, object], float] = {}  # what W reads, from I's end (held_bytes)
+        self._ops: dict[tuple[int, int, object], _OpComm] = {}
+        self._layouts: dict[tuple[int, int], object] = {}
+        self._group_layouts: dict[tuple[int, ...], object] = {}
         self._rings: dict[tuple[int, ...], TpRing] = {}  # group + (-1: several rings, -2: one)
         self._comms: dict[tuple[str, int, int, int], TpComm | None] = {}
 
@@ -151,12 +154,45 @@ class TpLowering:
 
     def curves(self, group: tuple[int, ...]) -> AllReduceCurves:
         """Ring all-reduce time curves among ``group`` on the cluster's routes, with NCCL's
-        hand-off per link class (:mod:`~pipesim.profiles.costmodels.nccl_protocol`)."""
-        found = self._curves.get(group)
+        hand-off per link class (:mod:`~pipesim.profiles.costmodels.nccl_protocol`); made once
+        per group layout (:meth:`_group_layout`: groups laid out alike have the same curves)."""
+        layout = self._group_layout(group)
+        found = self._curves.get(layout)
         if found is None:
             route = (lambda a, b: ()) if self._free else self.cluster.route
-            found = self._curves[group] = allreduce_curves(
+            found = self._curves[layout] = allreduce_curves(
                 group, route, self._bw.__getitem__, self._lat.__getitem__, link_class=self._cls.__getitem__
+            )
+        return found
+
+    def _group_layout(self, group: tuple[int, ...]) -> object:
+        """What the costs of ``group`` read of the cluster: the routes between every ordered pair
+        of its members (by position), their links renumbered in the links' order, and each
+        link's bandwidth, latency and NCCL class. Groups of equal layouts (every TP group of a
+        cluster of identical servers) cost the same: the curves and TP costs see only these."""
+        found = self._group_layouts.get(group)
+        if found is None:
+            route = self.cluster.route
+            pairs = [route(a, b) for a in group for b in group if a != b]
+            links = sorted({link for r in pairs for link in r})
+            rank = {link: k for k, link in enumerate(links)}
+            found = self._group_layouts[group] = (
+                len(group),
+                tuple(tuple(rank[link] for link in r) for r in pairs),
+                tuple((self._bw[link], self._lat[link], self._cls[link]) for link in links),
+            )
+        return found
+
+    def _layout(self, stage: int, replica: int) -> object:
+        """What ``replica``'s TP costs on ``stage`` read besides the stage: its TP group's layout
+        (:meth:`_group_layout`), its device model and its CP ring's slowest hop. Replicas of one
+        layout share one costing (at 1024 GPUs, hundreds of replicas share one)."""
+        key = (stage, replica)
+        found = self._layouts.get(key)
+        if found is None:
+            group = self.groups[stage % self.plan.num_ranks][replica]
+            found = self._layouts[key] = (
+                self._group_layout(group), self.cluster.device_spec(group[0]), self.cp_ring(stage, replica)
             )
         return found
 
@@ -174,7 +210,7 @@ class TpLowering:
 
     def cost(self, stage: int, samples: int, replica: int) -> TpStageCost:
         """:data:`TpStageCost` of ``replica``'s share of ``samples`` samples on TP ``stage``."""
-        key = (stage, samples, replica)
+        key = (stage, samples, self._layout(stage, replica))
         found = self._cache.get(key)
         if found is not None:
             return found
@@ -206,7 +242,7 @@ class TpLowering:
         _, _, comm_f, comm_b, _, _ = self.cost(stage, samples, replica)
         if op == "F":
             return comm_f
-        return comm_b if op == "B" else self._split[(stage, samples, replica)]
+        return comm_b if op == "B" else self._split[(stage, samples, self._layout(stage, replica))]
 
     def send_divisor(self, src: int, dst: int) -> int:
         """How many ways a transfer between stages ``src`` and ``dst`` is split over TP (and CP)
@@ -241,7 +277,7 @@ class TpLowering:
 
     def _op_comms(self, stage: int, samples: int, replica: int) -> _OpComm:
         """:class:`_OpComm` of ``replica``'s share of ``samples`` samples on TP ``stage``."""
-        key = (stage, samples, replica)
+        key = (stage, samples, self._layout(stage, replica))
         found = self._ops.get(key)
         if found is not None:
             return found
@@ -382,7 +418,7 @@ class TpLowering:
             return ("F", fwd, (stash,), (), self.tp_comm("F", s, samples, replica))
         if op is Op.B:
             return ("B", replay + bwd, (work,), (work, stash), self.tp_comm("B", s, samples, replica))
-        held = self._held[(s, samples, replica)]
+        held = self._held[(s, samples, self._layout(s, replica))]
         if op is Op.I:  # I releases all but what W reads, as on one device (StageActivations.held_bytes)
             comm = self.tp_comm("I", s, samples, replica)
             return ("I", replay + bwd * (1.0 - wf), (work,), (work + stash - held,), comm)

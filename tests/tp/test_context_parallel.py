@@ -68,10 +68,14 @@ def _free_curves(n: int) -> AllReduceCurves:
 # TP collectives' (branch h-tpnet; before 0.1567486490565566, 0.08389810881653145, 0.14645474234365966 s);
 # regenerated for NCCL's tuner figures (branch h-nccl: LL's llMaxBws cap, the tree's own factors): the TP
 # ranks' small LL collectives, before 0.15661664905655664, 0.08335810881653144, 0.1462827423436597 s
-# and the zero3 run's all-reduce sum 0.020632283733333093 s (up to 1.5e-05 relative)
+# and the zero3 run's all-reduce sum 0.020632283733333093 s (up to 1.5e-05 relative);
+# the first two when a ring collective's steps became one lock-step flow (branch h-z3fast,
+# simulator/collective_steps.ring_flow; equal alone): stage 1's all-reduce starts with its last
+# gradient send on the same NVSwitch port, which now has it during the ring's fixed parts (before:
+# 0.2996969227170713 s, 0.002952841600000089 s; 0.1566169507687573 s, 0.0015324170666665693 s)
 MAIN_RESULTS = {
-    (1, False, "none", "1f1b"): (0.2996969227170713, 4479942656.0, 0.002952841600000089),
-    (2, False, "none", "gpipe"): (0.1566169507687573, 4221889419.8762894, 0.0015324170666665693),
+    (1, False, "none", "1f1b"): (0.2996935227170713, 4479942656.0, 0.0029460416000000045),
+    (2, False, "none", "gpipe"): (0.15661355076875733, 4221889419.8762894, 0.0015256170666666513),
     (4, True, "zero1", "1f1b"): (0.08335856138483247, 1078913024.0, 0.0008243285333333072),
     # TP collectives as transfers: here the pipeline's sends share the NVSwitch ports with them
     # (4 of device 0's 16 slowed), 0.1457800905632445 when folded; then the parameter all-gathers

@@ -231,18 +231,27 @@ def test_zero_bubble_with_zero3_under_deepspeed_is_refused_by_name() -> None:
     assert estimate_3d(with_fsdp, profile, cluster).iteration_time_s > 0
 
 
-def test_unpinned_zero2_and_zero3_only_when_nothing_else_fits() -> None:
-    """Unpinned, ZeRO-2/3 are weighed only when no plan fits without them (their shortlists cost
-    tens of seconds to rerank by simulation at 1024 GPUs): at 80 GiB the 15 blocks fit with ZeRO-1
-    or none, and no plan is ZeRO-2/3 though ZeRO-2 pinned fits too."""
+def test_unpinned_search_weighs_every_sharding() -> None:
+    """Unpinned, ZeRO-2/3 are weighed with the other shardings, not only when nothing fits without
+    them (their plans now simulate in about a second at 1024 GPUs: benchmarks/README.md): the
+    unpinned best is the best of the searches pinned to each sharding; at 80 GiB the 15 blocks fit
+    with none and ZeRO-1 too, and ZeRO-3's per-unit reduce-scatters, hidden behind the backward,
+    make it the fastest by the estimate."""
     profile, cluster = resolve_inputs(ODD, CLUSTER, dtype="fp16")
     fixed = {"tensor_parallel": 1, "context_parallel": 1}
     limit = 80 * 2**30
-    assert megatron_plans(profile, cluster, 32, memory_limit_bytes=limit, top=1,
-                          pins=MegatronPins(sharding="zero2", **fixed))  # type: ignore[arg-type]
+    best = {}
+    for sharding in ("none", "zero1", "zero2", "zero3"):
+        found = megatron_plans(profile, cluster, 32, memory_limit_bytes=limit, top=1,
+                               pins=MegatronPins(sharding=sharding, **fixed))  # type: ignore[arg-type]
+        assert found[0].estimate is not None
+        best[sharding] = found[0].estimate.iteration_time_s
     plans = megatron_plans(profile, cluster, 32, memory_limit_bytes=limit, top=6,
                            pins=MegatronPins(**fixed))  # type: ignore[arg-type]
-    assert {s.sharding.value for p in plans for s in p.stages} <= {"none", "zero1"}
+    assert plans[0].estimate is not None
+    assert plans[0].estimate.iteration_time_s == pytest.approx(min(best.values()), rel=1e-12)
+    assert min(best, key=best.__getitem__) in ("zero2", "zero3")
+    assert plans[0].stages[0].sharding.value in ("zero2", "zero3")
 
 
 def test_plan_passes_its_schedule_to_the_megatron_search() -> None:
