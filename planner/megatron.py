@@ -24,10 +24,10 @@ exhaustively and ranks by an analytic estimate (:mod:`pipesim.planner.three_d`):
   communication overlap (``tp_comm_overlap``) or not; sharding ``none``, the distributed
   optimizer, ZeRO-1, ZeRO-2 or ZeRO-3 (:data:`SEARCHED_SHARDINGS`; with more than one data- or
   context-parallel rank; ZeRO-3 with a zero-bubble order under the ``fsdp`` runtime only).
-  Configurations that differ only in sharding and are no faster and no smaller than a kept one are dropped (with equal traffic a
-  sharding level only saves memory; ZeRO-2 and 3 move their collectives into the backward and
-  forward, which the estimate may find faster or slower than ZeRO-1's: it is evaluated, not
-  assumed).
+  Configurations that differ only in sharding and are no faster and no smaller than a kept one
+  are dropped (with equal traffic a sharding level only saves memory; ZeRO-2 and 3 move their
+  collectives into the backward and forward, which the estimate may find faster or slower than
+  ZeRO-1's: it is evaluated, not assumed).
 
 Pins (:class:`MegatronPins`) restrict each dimension to the value given.
 
