@@ -56,6 +56,7 @@ from pipesim.planner.iteration_time import (
     rank_of,
 )
 from pipesim.planner.latency import NEG_INF, pipeline_time_s, prepend
+from pipesim.planner.link_walk import shared_walk_time_s
 from pipesim.planner.memory_estimate import device_peak_bytes
 from pipesim.planner.route_latency import LeastLatency
 from pipesim.profiles.costmodels.collective import AllReduceCurves, allreduce_curves
@@ -563,6 +564,10 @@ class CostModel:
         self._check_schedule(plan)
         costs = self.stage_costs(plan)
         time_s = iteration_time_s(self, plan, costs, decomposable=decomposable)
+        if not decomposable:
+            walked = shared_walk_time_s(self, plan, costs)
+            if walked is not None:  # transfers meet on a link: the walk, floored by the link bound
+                time_s = max(walked, self.link_bound_s(plan, costs))
         device_peak = device_peak_bytes(self, plan)
         return Estimate(
             iteration_time_s=time_s,
