@@ -563,11 +563,11 @@ class CostModel:
         """
         self._check_schedule(plan)
         costs = self.stage_costs(plan)
-        time_s = iteration_time_s(self, plan, costs, decomposable=decomposable)
-        if not decomposable:
-            walked = shared_walk_time_s(self, plan, costs)
-            if walked is not None:  # transfers meet on a link: the walk, floored by the link bound
-                time_s = max(walked, self.link_bound_s(plan, costs))
+        walked = None if decomposable else shared_walk_time_s(self, plan, costs)
+        if walked is not None:  # transfers meet on a link or replicas run apart: the walk
+            time_s = max(walked, self.link_bound_s(plan, costs))
+        else:
+            time_s = iteration_time_s(self, plan, costs, decomposable=decomposable)
         device_peak = device_peak_bytes(self, plan)
         return Estimate(
             iteration_time_s=time_s,

@@ -1,33 +1,39 @@
-"""A plan's order walked with its point-to-point pieces queued on the links they share.
+"""A plan's order walked per replica, its transfers and gradient all-reduces sharing the links they cross.
 
 The estimate's closed forms (:mod:`pipesim.planner.latency`) and the order evaluation
-(:mod:`pipesim.planner.schedule_time`) time every transfer alone; the link bound
+(:mod:`pipesim.planner.schedule_time`) time every transfer alone and every stage's replicas in
+lock step at the largest share; the link bound
 (:meth:`~pipesim.planner.estimate.CostModel.link_bound_s`) only sums a link's bytes over the
-iteration. Neither sees what slows a pipeline whose transfers of *different* stage boundaries,
-in *both* directions, meet on one link (a server's NIC or PCIe uplink on a 10 GbE cluster):
-each transfer waits for the bytes queued ahead of it, and the rank that needs it waits with
-it, round after round of the 1F1B loop. :func:`shared_walk_time_s` times that with one
-discrete-event walk of the plan's own order (the generator's, as the simulator runs it):
+iteration. None of them sees what slows a pipeline whose transfers of *different* stage
+boundaries, in *both* directions, and its gradient all-reduces meet on one link (a server's NIC
+or PCIe uplink on a 10 GbE cluster): each transfer runs at its share of the link while the
+others run, and the rank that needs it waits with it, round after round of the 1F1B loop.
+:func:`shared_walk_time_s` times that with one discrete-event walk of the plan's own order (the
+generator's, as the simulator runs it):
 
-* **Compute**: each pipeline rank (its replicas in lock step, each timed at the largest share,
-  as the rest of the estimate) runs its actions in order (``F``, ``B``, or ``I`` then ``W``),
-  each when its rank is free and its input has arrived.
-* **Transfers**: one :func:`~pipesim.plan.resplit` of the micro-batch per stage boundary, its
-  pieces issued when the producing action ends. A piece goes on its device pair's stream after
-  the stream's previous piece (FIFO, one stream per ordered device pair, as the simulator's
-  point-to-point streams; route latency pipelined as in :func:`pipesim.schedules.evaluate`) and
-  on every finite link of its route after the bytes queued there before it (each link a
-  work-conserving FIFO server: the link carries what max-min sharing would, in issue order);
-  it arrives when its last link has carried it. A transfer arrives with its last piece.
-* **Gradient all-reduces**: each replicated stage's starts when its last action ends and shares
-  its NIC links with the pieces still crossing them and the other stages' all-reduces
-  (:func:`~pipesim.planner.latency.nic_sharing_end_s`, the closed form the rest of the
-  estimate uses), then the optimizer step.
+* **Compute**: every replica of a stage runs the stage's row of the order (``F``, ``B``, or
+  ``I`` then ``W``), each action when the replica is free and its inputs have arrived, at its own
+  share of the micro-batch (:func:`~pipesim.plan.split_samples`: uneven replica sets run apart,
+  the smaller shares ahead, as in the simulator).
+* **Transfers**: one :func:`~pipesim.plan.resplit` of the micro-batch per stage boundary; each
+  piece leaves when its source replica's action ends and is one flow from its device to its
+  peer's. A device pair's pieces go one after another in issue order (one FIFO stream per
+  ordered pair, as the simulator's point-to-point streams), the route latency pipelined (as in
+  :func:`pipesim.schedules.evaluate`). A replica's action waits for all its pieces.
+* **Link sharing**: the fluid model of :mod:`pipesim.planner.nic_sharing` for any number of
+  flows: the flows crossing a link share it equally while they run (each flow at the smallest
+  share along its route), as the simulator's max-min sharing gives equal flows
+  (``simulator/network.py``), short of redistributing a share a flow cannot use.
+* **Gradient all-reduces**: a replicated stage's starts when its last replica's last action
+  ends, as one more flow over the NIC links it crosses
+  (:meth:`~pipesim.planner.estimate.CostModel.allreduce_network_links`) that takes its
+  estimated time alone and shares those links with the transfers still in flight and the other
+  stages' all-reduces; then the optimizer step.
 
-With every stream on links of its own (no sharing) the walk is the order evaluation the
-estimate already takes, so :func:`shared_walk_time_s` answers ``None`` there and keeps the
-closed forms exact. The cost is ``O(m x stages x pieces x route links)`` (``m`` micro-batches):
-a few ms for the plans of ``experiments/planner_speedup.py``.
+With every stream on links of its own (no sharing), equal shares and no all-reduce on a
+transfer's link, the walk is the order evaluation the estimate already takes, so
+:func:`shared_walk_time_s` answers ``None`` there and keeps the closed forms exact. The cost is
+``O(actions x replicas + flow events x flows in flight)``, independent of anything but the plan.
 """
 
 from __future__ import annotations
@@ -35,173 +41,313 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from pipesim.plan import Plan, resplit, split_samples
-from pipesim.planner.cost_tables import StageCosts, largest_microbatch
+from pipesim.planner.cost_tables import ShareTable, StageCosts, largest_microbatch
 from pipesim.planner.iteration_time import CostModelLike, rank_of
-from pipesim.planner.latency import nic_sharing_end_s
 from pipesim.planner.schedule_time import schedule_order
 from pipesim.schedules.action import Op
-from pipesim.schedules.placement import chain_bounds
 
-__all__ = ["WALKED_SCHEDULES", "shared_walk_time_s"]
+__all__ = ["WALKED_SCHEDULES", "WalkModel", "shared_walk_time_s"]
 
 WALKED_SCHEDULES: tuple[str, ...] = ("dapple", "1f1b", "zb-h1", "zb-h2", "zb-auto")
 """Schedules whose orders the walk runs (one stage per rank, one unit per action)."""
 
-Piece = tuple[int, int, float, float, tuple[tuple[int, float], ...]]
-"""``(src device, dst device, bytes, route latency s, ((link, seconds per byte), ...))``."""
+_F, _B, _I, _W = 0, 1, 2, 3
+_OPS = {Op.F: _F, Op.B: _B, Op.I: _I, Op.W: _W}
 
 
-def _pieces(
-    model: CostModelLike, src: Sequence[int], dst: Sequence[int], samples: int, nbytes: float
-) -> list[Piece]:
-    """A transfer's :func:`~pipesim.plan.resplit` pieces with their routes' finite links."""
-    cluster = model.cluster
-    out: list[Piece] = []
-    for i, k, n in resplit(split_samples(samples, len(src)), split_samples(samples, len(dst))):
-        a, z = src[i], dst[k]
-        if a == z:
-            continue
+class WalkModel(CostModelLike, Protocol):
+    """What the walk asks of :class:`~pipesim.planner.estimate.CostModel` beyond
+    :class:`~pipesim.planner.iteration_time.CostModelLike`."""
+
+    memo: dict[tuple[object, ...], object]
+
+    def share_table(self, samples: float) -> ShareTable:
+        """Prefix sums of per-layer costs at ``samples`` per replica."""
+        ...
+
+
+Route = tuple[float, tuple[tuple[int, float], ...]]
+"""A device pair's route: ``(latency s, ((link, seconds per byte), ...))`` over its finite links."""
+
+
+def _route(model: WalkModel, a: int, z: int) -> Route:
+    key = ("link-walk-route", a, z)
+    found = model.memo.get(key)
+    if found is None:
+        cluster = model.cluster
         route = cluster.route(a, z)
-        latency = sum(cluster.links[link].latency_s for link in route)
-        per_byte = tuple(
-            (link, 1.0 / cluster.links[link].bandwidth_bytes_per_s)
-            for link in dict.fromkeys(route)
-            if cluster.links[link].bandwidth_bytes_per_s < math.inf
+        found = model.memo[key] = (
+            sum(cluster.links[link].latency_s for link in route),
+            tuple(
+                (link, 1.0 / cluster.links[link].bandwidth_bytes_per_s)
+                for link in dict.fromkeys(route)
+                if cluster.links[link].bandwidth_bytes_per_s < math.inf
+            ),
         )
-        out.append((a, z, n / samples * nbytes, latency, per_byte))
-    return out
+    return found  # type: ignore[return-value]
 
 
-def shared_walk_time_s(model: CostModelLike, plan: Plan, costs: Sequence[StageCosts]) -> float | None:
-    """The iteration time of ``plan`` walked with its transfers queued on shared links, seconds
-    (see the module docstring); ``None`` when the walk does not apply: a schedule outside
-    :data:`WALKED_SCHEDULES`, or no finite link that two streams, or a stream and a gradient
-    all-reduce, cross (then every transfer runs alone and the closed forms hold)."""
+def shared_walk_time_s(model: WalkModel, plan: Plan, costs: Sequence[StageCosts]) -> float | None:
+    """The iteration time of ``plan`` walked per replica with its transfers and all-reduces
+    sharing links, seconds (see the module docstring); ``None`` when the walk does not apply:
+    a schedule outside :data:`WALKED_SCHEDULES` or with chunks, or a plan where no finite link
+    carries two streams, or a stream and a gradient all-reduce, and every stage's replicas hold
+    equal shares (then the closed forms hold)."""
     if plan.schedule not in WALKED_SCHEDULES or plan.chunks != 1:
         return None
     p, m, num = plan.num_ranks, plan.num_microbatches, plan.num_stages
     placement = plan.placement(model.cluster.num_devices)
     where = rank_of(plan)
     samples = largest_microbatch(plan)
-    heads, tails = chain_bounds("looped", num)
-    fwd_pieces: list[list[Piece]] = [[] for _ in range(num)]  # boundary s -> s + 1
-    bwd_pieces: list[list[Piece]] = [[] for _ in range(num)]  # boundary s + 1 -> s
+    # units: one per (stage, replica)
+    first_unit: list[int] = []
+    unit_stage: list[int] = []
+    unit_device: list[int] = []
+    unit_share: list[int] = []
+    for s in range(num):
+        first_unit.append(len(unit_stage))
+        devices = placement[where[s]]
+        for j, (lo, hi) in enumerate(split_samples(samples, len(devices))):
+            unit_stage.append(s)
+            unit_device.append(devices[j])
+            unit_share.append(hi - lo)
+    first_unit.append(len(unit_stage))
+    units = len(unit_stage)
+    # pieces per boundary: (src unit, dst unit, bytes); out_f[u]: u's activation pieces, out_b[u]
+    # its gradient pieces; need_f[u] / need_b[u]: how many pieces u waits for per micro-batch
+    out_f: list[list[tuple[int, float, Route | None]]] = [[] for _ in range(units)]
+    out_b: list[list[tuple[int, float, Route | None]]] = [[] for _ in range(units)]
+    need_f = [0] * units
+    need_b = [0] * units
     crossing: dict[int, set[tuple[int, int]]] = {}
     for b in range(num - 1):
         if where[b] == where[b + 1]:
             continue
         src, dst = placement[where[b]], placement[where[b + 1]]
         nbytes = samples * model.cut_bytes_per_sample[plan.stages[b].last_layer]
-        fwd_pieces[b] = _pieces(model, src, dst, samples, nbytes)
-        bwd_pieces[b] = _pieces(model, dst, src, samples, nbytes)
-        for a, z, _, _, links in fwd_pieces[b] + bwd_pieces[b]:
-            for link, _ in links:
-                crossing.setdefault(link, set()).add((a, z))
+        for i, k, n in resplit(split_samples(samples, len(src)), split_samples(samples, len(dst))):
+            ua, uz = first_unit[b] + i, first_unit[b + 1] + k
+            a, z = src[i], dst[k]
+            piece = n / samples * nbytes
+            there = _route(model, a, z) if a != z else None
+            back = _route(model, z, a) if a != z else None
+            out_f[ua].append((uz, piece, there))
+            out_b[uz].append((ua, piece, back))
+            need_f[uz] += 1
+            need_b[ua] += 1
+            for pair, route in (((a, z), there), ((z, a), back)):
+                for link, _ in route[1] if route else ():
+                    crossing.setdefault(link, set()).add(pair)
     nic = [
         model.allreduce_network_links(placement[where[s]]) if plan.stages[s].replicas > 1 else frozenset()
         for s in range(num)
     ]
     reduced: set[int] = set().union(*nic)
-    if not any(len(streams) > 1 or link in reduced for link, streams in crossing.items()):
+    uneven = any(len(set(unit_share[first_unit[s] : first_unit[s + 1]])) > 1 for s in range(num))
+    if not uneven and not any(len(pairs) > 1 or link in reduced for link, pairs in crossing.items()):
         return None
+    # compute times per unit: the stage's costs at the largest share, the table at a smaller one
+    f_time, b_time, w_time = [0.0] * units, [0.0] * units, [0.0] * units
+    largest = [-(-samples // plan.stages[s].replicas) for s in range(num)]
+    for u in range(units):
+        s = unit_stage[u]
+        c = costs[s]
+        if unit_share[u] == largest[s]:
+            f_time[u], b_time[u], w_time[u] = c.fwd_s, c.bwd_s, min(c.wgrad_s, c.bwd_s)
+        else:
+            table = model.share_table(unit_share[u])
+            lo, hi = plan.stages[s].first_layer, plan.stages[s].last_layer + 1
+            f_time[u] = table.fwd[hi] - table.fwd[lo]
+            b_time[u] = table.bwd[hi] - table.bwd[lo]
+            w_time[u] = min(table.wgrad[hi] - table.wgrad[lo], b_time[u])
     options: dict[str, Any] = {
         k: tuple(v) if isinstance(v, list) else v for k, v in dict(plan.schedule_options).items()
     }
     order = schedule_order(plan.schedule, p, m, plan.chunks, tuple(sorted(options.items())))
-    rows = order.ranks
-    if any(a.op is Op.FB for row in rows for a in row):
-        return None
-    f_time = [c.fwd_s for c in costs]
-    b_time = [c.bwd_s for c in costs]
-    w_time = [min(c.wgrad_s, c.bwd_s) for c in costs]
-    f_end: list[list[float | None]] = [[None] * m for _ in range(num)]
-    g_end: list[list[float | None]] = [[None] * m for _ in range(num)]
-    arr_f: list[list[float | None]] = [[None] * m for _ in range(num)]  # input activation at stage s
-    arr_b: list[list[float | None]] = [[None] * m for _ in range(num)]  # output gradient at stage s
-    stage_end = [0.0] * num
-    free = [0.0] * p
-    pointer = [0] * p
-    link_free: dict[int, float] = {}
-    stream_free: dict[tuple[int, int], float] = {}
-    link_jobs: list[tuple[float, float, frozenset[int]]] = []  # pieces on all-reduce links
-    events: list[tuple[float, int, int, int, int]] = []  # (time, seq, direction, boundary, mb)
+    rows: list[list[tuple[int, int]]] = []
+    for row in order.ranks:
+        ops = []
+        for action in row:
+            if action.op not in _OPS or action.microbatch is None:
+                return None
+            ops.append((_OPS[action.op], action.microbatch))
+        rows.append(ops)
+    heads = [s == 0 for s in range(num)]
+    tails = [s == num - 1 for s in range(num)]
+    f_end: list[list[float]] = [[-1.0] * m for _ in range(units)]
+    g_end: list[list[float]] = [[-1.0] * m for _ in range(units)]
+    arr_f: list[list[float]] = [[-1.0] * m for _ in range(units)]  # all input pieces arrived
+    arr_b: list[list[float]] = [[-1.0] * m for _ in range(units)]  # all gradient pieces arrived
+    left_f = [[need_f[u]] * m for u in range(units)]
+    left_b = [[need_b[u]] * m for u in range(units)]
+    latest_f = [[0.0] * m for _ in range(units)]
+    latest_b = [[0.0] * m for _ in range(units)]
+    unit_end = [0.0] * units
+    free = [0.0] * units
+    pointer = [0] * units
+    issues: list[tuple[float, int, int, int, int]] = []  # (time, seq, unit, direction, mb)
+    delayed: list[tuple[float, int, list[Any]]] = []  # flows waiting out their latency or start
+    pending = [first_unit[s + 1] - first_unit[s] for s in range(num)]  # replicas still running
     seq = 0
 
-    def send(t: float, pieces: list[Piece]) -> float:
-        arrival = t
-        for a, z, nbytes, latency, links in pieces:
-            base = max(t + latency, stream_free.get((a, z), 0.0))
-            end = base
-            for link, per_byte in links:
-                busy = nbytes * per_byte
-                fin = max(base, link_free.get(link, 0.0)) + busy
-                link_free[link] = fin
-                if fin > end:
-                    end = fin
-                if link in reduced:
-                    link_jobs.append((fin - busy, busy, frozenset((link,))))
-            stream_free[(a, z)] = end
-            if end > arrival:
-                arrival = end
-        return arrival
-
-    def advance(r: int) -> None:
+    def advance(u: int) -> None:
         nonlocal seq
-        row = rows[r]
-        i, t_free = pointer[r], free[r]
+        s = unit_stage[u]
+        row = rows[where[s]]
+        i, t_free = pointer[u], free[u]
         while i < len(row):
-            action = row[i]
-            op, s, mb = action.op, action.stage, action.microbatch
-            assert mb is not None
-            ready: float | None
-            if op is Op.F:
-                ready = 0.0 if heads[s] else (f_end[s - 1][mb] if where[s - 1] == where[s] else arr_f[s][mb])
-                if ready is None:
-                    break
-                end = max(t_free, ready) + f_time[s]
-                f_end[s][mb] = end
-                if not tails[s] and where[s + 1] != where[s]:
-                    heapq.heappush(events, (end, seq, 0, s, mb))
+            op, mb = row[i]
+            if op == _F:
+                if heads[s]:
+                    ready = 0.0
+                else:
+                    ready = arr_f[u][mb]
+                    if ready < 0:
+                        break
+                end = (ready if ready > t_free else t_free) + f_time[u]
+                f_end[u][mb] = end
+                if not tails[s]:
+                    heapq.heappush(issues, (end, seq, u, 0, mb))
                     seq += 1
-            elif op is Op.W:
-                ready = g_end[s][mb]
-                if ready is None:
+            elif op == _W:
+                ready = g_end[u][mb]
+                if ready < 0:
                     break
-                end = max(t_free, ready) + w_time[s]
+                end = (ready if ready > t_free else t_free) + w_time[u]
             else:  # B or I
-                ready = f_end[s][mb]
-                if ready is None:
+                ready = f_end[u][mb]
+                if ready < 0:
                     break
                 if not tails[s]:
-                    grad = g_end[s + 1][mb] if where[s + 1] == where[s] else arr_b[s][mb]
-                    if grad is None:
+                    grad = arr_b[u][mb]
+                    if grad < 0:
                         break
                     ready = max(ready, grad)
-                end = max(t_free, ready) + (b_time[s] if op is Op.B else b_time[s] - w_time[s])
-                g_end[s][mb] = end
-                if not heads[s] and where[s - 1] != where[s]:
-                    heapq.heappush(events, (end, seq, 1, s - 1, mb))
+                took = b_time[u] if op == _B else b_time[u] - w_time[u]
+                end = (ready if ready > t_free else t_free) + took
+                g_end[u][mb] = end
+                if not heads[s]:
+                    heapq.heappush(issues, (end, seq, u, 1, mb))
                     seq += 1
-            stage_end[s] = max(stage_end[s], end)
             t_free = end
             i += 1
-        pointer[r], free[r] = i, t_free
+        pointer[u], free[u] = i, t_free
+        if i == len(row):
+            unit_end[u] = t_free
+            pending[s] -= 1
+            if pending[s] == 0 and costs[s].allreduce_s > 0:  # the stage's all-reduce, a flow
+                at = max(unit_end[first_unit[s] : first_unit[s + 1]])
+                links = tuple((link, 1.0) for link in nic[s])
+                heapq.heappush(delayed, (at, seq, [costs[s].allreduce_s, links, 1.0, None, (2, s, 0)]))
+                seq += 1
 
-    for r in range(p):
-        advance(r)
-    while events:
-        t, _, direction, b, mb = heapq.heappop(events)
+    # the network: flows [remaining, links ((link, s per unit), ...), cap, stream, target]
+    flows: list[list[Any]] = []
+    count: dict[int, int] = {}
+    busy_streams: set[tuple[int, int]] = set()
+    queued: dict[tuple[int, int], list[tuple[float, list[Any]]]] = {}
+    now = 0.0
+
+    def start(flow: list[Any]) -> None:
+        flows.append(flow)
+        for link, _ in flow[1]:
+            count[link] = count.get(link, 0) + 1
+
+    def arrive(target: tuple[int, int, int]) -> None:
+        direction, u, mb = target
         if direction == 0:
-            arr_f[b + 1][mb] = send(t, fwd_pieces[b])
-            advance(where[b + 1])
-        else:
-            arr_b[b][mb] = send(t, bwd_pieces[b])
-            advance(where[b])
-    if any(pointer[r] < len(rows[r]) for r in range(p)):  # the generator's orders never deadlock
-        return None
-    jobs = [(stage_end[s], costs[s].allreduce_s, nic[s]) for s in range(num)]
-    tails_s = [c.optimizer_s for c in costs] + [0.0] * len(link_jobs)
-    return max(max(free), nic_sharing_end_s(jobs + link_jobs, tails_s))
+            left_f[u][mb] -= 1
+            if now > latest_f[u][mb]:
+                latest_f[u][mb] = now
+            if left_f[u][mb] == 0:
+                arr_f[u][mb] = latest_f[u][mb]
+                advance(u)
+        elif direction == 1:
+            left_b[u][mb] -= 1
+            if now > latest_b[u][mb]:
+                latest_b[u][mb] = now
+            if left_b[u][mb] == 0:
+                arr_b[u][mb] = latest_b[u][mb]
+                advance(u)
+
+    def issue(u: int, direction: int, mb: int) -> None:
+        nonlocal seq
+        for peer, nbytes, route in out_f[u] if direction == 0 else out_b[u]:
+            target = (direction, peer, mb)
+            if route is None:
+                arrive(target)
+                continue
+            stream = (unit_device[u], unit_device[peer])
+            flow = [nbytes, route[1], math.inf, stream, target]
+            if stream in busy_streams:
+                queued.setdefault(stream, []).append((now + route[0], flow))
+            else:
+                busy_streams.add(stream)
+                heapq.heappush(delayed, (now + route[0], seq, flow))
+                seq += 1
+
+    ar_end = [0.0] * num
+    for u in range(units):
+        advance(u)
+    while True:
+        rates = []
+        step = math.inf
+        for flow in flows:
+            rate = flow[2]
+            for link, per in flow[1]:
+                r = 1.0 / (per * count[link])
+                if r < rate:
+                    rate = r
+            rates.append(rate)
+            t = flow[0] / rate if rate < math.inf else 0.0
+            if t < step:
+                step = t
+        nxt = min(issues[0][0] if issues else math.inf, delayed[0][0] if delayed else math.inf)
+        if step == math.inf and nxt == math.inf:
+            break
+        later = now + step
+        if nxt < later:
+            step, later = max(0.0, nxt - now), max(nxt, now)
+        finished = []
+        for flow, rate in zip(flows, rates, strict=True):
+            if rate == math.inf or flow[0] <= rate * step * (1 + 1e-12):
+                finished.append(flow)
+            else:
+                flow[0] -= rate * step
+        now = later
+        if finished:
+            gone = {id(f) for f in finished}
+            flows[:] = [f for f in flows if id(f) not in gone]
+            for flow in finished:
+                for link, _ in flow[1]:
+                    count[link] -= 1
+                stream = flow[3]
+                if stream is not None:
+                    waiting = queued.get(stream)
+                    if waiting:
+                        ready_at, nxt_flow = waiting.pop(0)
+                        heapq.heappush(delayed, (max(ready_at, now), seq, nxt_flow))
+                        seq += 1
+                    else:
+                        busy_streams.discard(stream)
+                if flow[4][0] == 2:
+                    ar_end[flow[4][1]] = now
+                else:
+                    arrive(flow[4])
+        while delayed and delayed[0][0] <= now:
+            start(heapq.heappop(delayed)[2])
+        while issues and issues[0][0] <= now:
+            _, _, u, direction, mb = heapq.heappop(issues)
+            issue(u, direction, mb)
+        while delayed and delayed[0][0] <= now:
+            start(heapq.heappop(delayed)[2])
+    if any(pointer[u] < len(rows[where[unit_stage[u]]]) for u in range(units)):
+        return None  # the generator's orders never deadlock
+    end = max(free)
+    for s in range(num):
+        done = ar_end[s] if costs[s].allreduce_s > 0 else max(unit_end[first_unit[s] : first_unit[s + 1]])
+        end = max(end, done + costs[s].optimizer_s)
+    return end

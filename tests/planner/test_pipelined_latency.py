@@ -148,7 +148,7 @@ def test_equal_stages_estimate_equals_the_simulation(
     # one stage per single-GPU server, 1 MiB activations: the closed form is the contention-free
     # simulation to rounding, for every latency and bandwidth; the estimate is too wherever no
     # two streams share a link (p = 2), and with p > 2 (a server's uplink carries its activations
-    # and its gradients) it walks the two queued on the uplink (planner/link_walk.py): between
+    # and its gradients) it walks the two sharing the uplink (planner/link_walk.py): between
     # the contention-free and the shared simulation
     profile = equal_profile(p, fwd_s=4e-3, bwd_s=8e-3, activation_bytes=1 << 20, parameter_bytes=0)
     overrides = {
@@ -233,7 +233,7 @@ def test_other_schedules_take_the_latency_as_the_simulator(
     free = SimOptions(record_trace=False, optimizer_step=False, contention=False)
     free_s = simulate(plan, profile, cluster, free).iteration_time_s
     assert closed == pytest.approx(free_s, rel=1e-9)
-    # the walk of transfers queued on shared uplinks (zb-h1): between the two simulations
+    # the walk of transfers sharing the uplinks (zb-h1): between the two simulations
     shared_s = simulate(plan, profile, cluster, SimOptions(record_trace=False, optimizer_step=False))
     assert free_s * (1 - 1e-9) <= estimate <= shared_s.iteration_time_s * (1 + 1e-9)
 
