@@ -14,8 +14,14 @@ number of micro-batches. The simulator owns execution; this is a formula.
   micro-batch from the source replicas to the destination replicas
   (:func:`pipesim.plan.resplit`), all pieces at once; the transfer takes the longest of each
   piece alone (route latency plus its bytes at the route's slowest link) and each link's bytes
-  of all pieces crossing it over its bandwidth. Transfers of different stage boundaries are
-  not seen sharing links.
+  of all pieces crossing it over its bandwidth. Transfers of different stage boundaries meet
+  only in the walk below.
+* **Shared links** (the full estimate of dapple, 1f1b, zb-h1, zb-h2 and zb-auto plans): where
+  a finite link carries two point-to-point streams, or a stream and a gradient all-reduce, and
+  is loaded enough to matter, the estimate is a walk of the plan's order per replica (each at
+  its own share) with the flows on each link sharing it
+  (:func:`pipesim.planner.link_walk.shared_walk_time_s`) instead of the closed forms, floored
+  by :meth:`CostModel.link_bound_s`.
 * **All-reduce** of a stage's gradients among its replicas: the route-based estimate of
   :mod:`pipesim.profiles.costmodels.collective` (ring over the replicas in their order, or
   hierarchical for even servers, ``auto`` taking the faster as the simulator does), cached per
@@ -544,8 +550,9 @@ class CostModel:
         """The analytic estimate of a plan: iteration time, throughput and peak memory per device.
 
         The closed form of the plan's schedule (:mod:`pipesim.planner.latency`) over its stages'
-        costs (:meth:`stage_costs`). Cost ``O(stages^2)`` at most, independent of the number of
-        micro-batches.
+        costs (:meth:`stage_costs`), or the walk of its order where its flows share a loaded
+        link (see ``decomposable``). Cost ``O(stages^2)`` for the closed forms; the walk's is
+        bounded in the number of micro-batches (:data:`~pipesim.planner.link_walk.DIRECT_MICROBATCHES`).
 
         Args:
             plan: any plan of a schedule in :data:`ESTIMATED_SCHEDULES`.
@@ -554,7 +561,11 @@ class CostModel:
                 by default the estimate also takes the 1F1B paths with pipelined latency
                 (:func:`~pipesim.planner.iteration_time.one_f_one_b_paths_s`),
                 the links that stage boundaries share (:meth:`link_bound_s`) and the
-                all-reduces that share a NIC (:func:`~pipesim.planner.latency.nic_sharing_end_s`).
+                all-reduces that share a NIC (:func:`~pipesim.planner.latency.nic_sharing_end_s`),
+                or, where transfers and all-reduces share a loaded link, the walk of the order
+                with the flows sharing it
+                (:func:`~pipesim.planner.link_walk.shared_walk_time_s`, its cost bounded in the
+                micro-batch count).
 
         Raises:
             InputError: an unknown schedule, chunks on a schedule without them, or a plan that
