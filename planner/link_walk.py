@@ -133,9 +133,18 @@ def _route(model: WalkModel, a: int, z: int) -> Route:
 def shared_walk_time_s(model: WalkModel, plan: Plan, costs: Sequence[StageCosts]) -> float | None:
     """The iteration time of ``plan`` walked per replica with its transfers and all-reduces
     sharing links, seconds (see the module docstring); ``None`` when the walk does not apply:
-    a schedule outside :data:`WALKED_SCHEDULES` or with chunks, or a plan where no finite link
-    carries two streams, or a stream and a gradient all-reduce, and every stage's replicas hold
-    equal shares (then the closed forms hold)."""
+    a schedule outside :data:`WALKED_SCHEDULES` or with chunks, one stage, a stage with more
+    replicas than a micro-batch has samples, no finite link that two streams (or a stream and a
+    gradient all-reduce) cross, or shared links busy less than :data:`LOAD_FRACTION` of the
+    busiest replica's compute per micro-batch (the closed forms answer there).
+
+    ``costs`` are the plan's :meth:`~pipesim.planner.estimate.CostModel.stage_costs` (each
+    stage at its largest share); replicas with a smaller share read ``model.share_table``.
+
+    Raises:
+        InputError: the schedule's generator refuses the plan's micro-batch count or options
+            (as :func:`~pipesim.planner.schedule_time.order_time_s` does).
+    """
     if plan.schedule not in WALKED_SCHEDULES or plan.chunks != 1:
         return None
     p, num = plan.num_ranks, plan.num_stages
@@ -143,6 +152,8 @@ def shared_walk_time_s(model: WalkModel, plan: Plan, costs: Sequence[StageCosts]
     placement = plan.placement(model.cluster.num_devices)
     where = rank_of(plan)
     samples = largest_microbatch(plan)
+    if num < 2 or any(stage.replicas > samples for stage in plan.stages):
+        return None  # no transfer; or replicas without a sample, which the closed forms time
     # units: one per (stage, replica)
     first_unit: list[int] = []
     unit_stage: list[int] = []

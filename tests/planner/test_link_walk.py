@@ -145,3 +145,13 @@ def test_schedules_outside_the_walk_are_left_to_their_forms() -> None:
     walked = link_walk.shared_walk_time_s(cost, plan, cost.stage_costs(plan))
     assert walked is not None
     assert math.isfinite(walked)
+
+
+def test_one_stage_and_sample_starved_replicas_are_left_to_the_closed_forms() -> None:
+    cost, _ = _chain(4, 8)
+    one = layout_plan([(0, 3, (0, 1, 2, 3))], global_batch_size=32, num_microbatches=8, schedule="1f1b")
+    assert link_walk.shared_walk_time_s(cost, one, cost.stage_costs(one)) is None
+    # 2 samples per micro-batch over 3 replicas of stage 0: one replica without a sample
+    starved = layout_plan([(0, 2, (0, 1, 2)), (3, 3, (3,))], global_batch_size=16, num_microbatches=8,
+                          schedule="1f1b")
+    assert link_walk.shared_walk_time_s(cost, starved, []) is None
