@@ -64,6 +64,7 @@ from pipesim.schedules.action import Op
 __all__ = [
     "DIRECT_MICROBATCHES",
     "LOAD_FRACTION",
+    "MAX_WALKED_REPLICAS",
     "PERIODIC_TOLERANCE",
     "WALKED_SCHEDULES",
     "WalkModel",
@@ -84,6 +85,11 @@ PERIODIC_TOLERANCE = 1e-3
 """Three walks a period apart grow alike when their two growths differ by at most this fraction
 of the last: the extrapolation's error is then at most that fraction of the extrapolated part
 (shared links and uneven replicas settle to a steady phase only up to rounding-sized drifts)."""
+
+MAX_WALKED_REPLICAS = 128
+"""Plans with more replicas than this in all (summed over stages) are left to the closed forms:
+the walk runs every replica, and a plan's many replicas of one stage on a large cluster (1024
+GPUs in ``benchmarks/bench_planner.py large``) would take it seconds per estimate."""
 
 LOAD_FRACTION = 0.25
 """The walk runs where a shared link carries, per micro-batch, at least this fraction of the
@@ -134,7 +140,8 @@ def shared_walk_time_s(model: WalkModel, plan: Plan, costs: Sequence[StageCosts]
     """The iteration time of ``plan`` walked per replica with its transfers and all-reduces
     sharing links, seconds (see the module docstring); ``None`` when the walk does not apply:
     a schedule outside :data:`WALKED_SCHEDULES` or with chunks, one stage, a stage with more
-    replicas than a micro-batch has samples, no finite link that two streams (or a stream and a
+    replicas than a micro-batch has samples, more than :data:`MAX_WALKED_REPLICAS` replicas in
+    all, no finite link that two streams (or a stream and a
     gradient all-reduce) cross, or shared links busy less than :data:`LOAD_FRACTION` of the
     busiest replica's compute per micro-batch (the closed forms answer there).
 
@@ -154,6 +161,8 @@ def shared_walk_time_s(model: WalkModel, plan: Plan, costs: Sequence[StageCosts]
     samples = largest_microbatch(plan)
     if num < 2 or any(stage.replicas > samples for stage in plan.stages):
         return None  # no transfer; or replicas without a sample, which the closed forms time
+    if sum(stage.replicas for stage in plan.stages) > MAX_WALKED_REPLICAS:
+        return None  # the walk's cost grows with the replicas: the closed forms
     # units: one per (stage, replica)
     first_unit: list[int] = []
     unit_stage: list[int] = []
