@@ -14,8 +14,14 @@ number of micro-batches. The simulator owns execution; this is a formula.
   micro-batch from the source replicas to the destination replicas
   (:func:`pipesim.plan.resplit`), all pieces at once; the transfer takes the longest of each
   piece alone (route latency plus its bytes at the route's slowest link) and each link's bytes
-  of all pieces crossing it over its bandwidth. Transfers of different stage boundaries are
-  not seen sharing links.
+  of all pieces crossing it over its bandwidth. Transfers of different stage boundaries meet
+  only in the walk below.
+* **Shared links** (the full estimate of dapple, 1f1b, zb-h1, zb-h2 and zb-auto plans): where
+  a finite link carries two point-to-point streams, or a stream and a gradient all-reduce, and
+  is loaded enough to matter, the estimate is a walk of the plan's order per replica (each at
+  its own share) with the flows on each link sharing it
+  (:func:`pipesim.planner.link_walk.shared_walk_time_s`) instead of the closed forms, floored
+  by :meth:`CostModel.link_bound_s`.
 * **All-reduce** of a stage's gradients among its replicas: the route-based estimate of
   :mod:`pipesim.profiles.costmodels.collective` (ring over the replicas in their order, or
   hierarchical for even servers, ``auto`` taking the faster as the simulator does), cached per
@@ -56,6 +62,7 @@ from pipesim.planner.iteration_time import (
     rank_of,
 )
 from pipesim.planner.latency import NEG_INF, pipeline_time_s, prepend
+from pipesim.planner.link_walk import shared_walk_time_s
 from pipesim.planner.memory_estimate import device_peak_bytes
 from pipesim.planner.route_latency import LeastLatency
 from pipesim.profiles.costmodels.collective import AllReduceCurves, allreduce_curves
@@ -543,8 +550,9 @@ class CostModel:
         """The analytic estimate of a plan: iteration time, throughput and peak memory per device.
 
         The closed form of the plan's schedule (:mod:`pipesim.planner.latency`) over its stages'
-        costs (:meth:`stage_costs`). Cost ``O(stages^2)`` at most, independent of the number of
-        micro-batches.
+        costs (:meth:`stage_costs`), or the walk of its order where its flows share a loaded
+        link (see ``decomposable``). Cost ``O(stages^2)`` for the closed forms; the walk's is
+        bounded in the number of micro-batches (:data:`~pipesim.planner.link_walk.DIRECT_MICROBATCHES`).
 
         Args:
             plan: any plan of a schedule in :data:`ESTIMATED_SCHEDULES`.
@@ -553,7 +561,11 @@ class CostModel:
                 by default the estimate also takes the 1F1B paths with pipelined latency
                 (:func:`~pipesim.planner.iteration_time.one_f_one_b_paths_s`),
                 the links that stage boundaries share (:meth:`link_bound_s`) and the
-                all-reduces that share a NIC (:func:`~pipesim.planner.latency.nic_sharing_end_s`).
+                all-reduces that share a NIC (:func:`~pipesim.planner.latency.nic_sharing_end_s`),
+                or, where transfers and all-reduces share a loaded link, the walk of the order
+                with the flows sharing it
+                (:func:`~pipesim.planner.link_walk.shared_walk_time_s`, its cost bounded in the
+                micro-batch count).
 
         Raises:
             InputError: an unknown schedule, chunks on a schedule without them, or a plan that
@@ -562,7 +574,11 @@ class CostModel:
         """
         self._check_schedule(plan)
         costs = self.stage_costs(plan)
-        time_s = iteration_time_s(self, plan, costs, decomposable=decomposable)
+        walked = None if decomposable else shared_walk_time_s(self, plan, costs)
+        if walked is not None:  # transfers meet on a link or replicas run apart: the walk
+            time_s = max(walked, self.link_bound_s(plan, costs))
+        else:
+            time_s = iteration_time_s(self, plan, costs, decomposable=decomposable)
         device_peak = device_peak_bytes(self, plan)
         return Estimate(
             iteration_time_s=time_s,

@@ -17,20 +17,21 @@ OPTIONS = SimOptions(record_trace=False)
 
 
 def test_rerank_fixes_a_wrong_analytic_order() -> None:
-    # gnmt16 at global batch 256 on 4 servers x 4 V100 over 10 Gb/s Ethernet: pipeline sends and
-    # all-reduces share the slow NICs, which the closed forms do not see, so the estimate's best
-    # plan is not the simulation's; the simulated rerank puts the fastest first.
-    profile = zoo_model("gnmt16")
+    # vgg19 at global batch 256 on 4 servers x 4 V100 over 10 Gb/s Ethernet, interleaved 1F1B:
+    # pipeline sends and all-reduces share the slow NICs, which its closed form does not see, so
+    # the estimate's order is not the simulation's; the simulated rerank puts the fastest
+    # first. (Until the estimate walked shared links, planner/link_walk.py, gnmt16's DAPPLE plans
+    # at 256 were this case; the walk orders them as the simulation does. Interleaved orders are
+    # not walked.)
+    profile = zoo_model("vgg19")
     cluster = get_cluster("pcie-4x4-v100-10gbe")
-    plain = plan(profile, cluster, 256, top=SHORTLIST, schedule="dapple")
+    plain = plan(profile, cluster, 256, top=SHORTLIST, schedule="interleaved")
     rerank = simulated_rerank(profile, cluster)
-    reranked = plan(profile, cluster, 256, top=SHORTLIST, rerank=rerank, schedule="dapple")
+    reranked = plan(profile, cluster, 256, top=SHORTLIST, rerank=rerank, schedule="interleaved")
     sims = [simulate(p, profile, cluster, OPTIONS).iteration_time_s for p in plain]
     assert sorted(sims) != sims  # the analytic order is wrong here
     best_sim = simulate(reranked[0], profile, cluster, OPTIONS).iteration_time_s
     assert best_sim == pytest.approx(min(sims), rel=1e-12)
-    # the estimate's first plan is the simulation's best since the 1F1B estimate takes pipelined
-    # latency (planner/latency.py); the rest of its order is still wrong, and reranked
     assert [p.stages for p in reranked] != [p.stages for p in plain]
     assert [rerank(p) for p in reranked] == sorted(rerank(p) for p in reranked)
     assert all(p.estimate is not None for p in reranked)

@@ -62,8 +62,9 @@ def test_plan_table_baselines(planner: str, capsys: pytest.CaptureFixture[str]) 
 
 def test_plan_orders_the_shortlist_by_simulation(capsys: pytest.CaptureFixture[str]) -> None:
     """gnmt16 at batch 128 on 4 x 4 V100 over 10 Gb/s Ethernet (sends and all-reduces share the
-    NICs): the estimate's order differs from the simulation's; the default ``--rerank simulate``
-    lists plans by simulated time, ``none`` by estimate."""
+    NICs): the default ``--rerank simulate`` lists plans by simulated time, ``none`` by estimate.
+    (The estimate's order differed from the simulation's here until the estimate walked the
+    transfers sharing the NICs, planner/link_walk.py; now both put the plans in one order.)"""
     args = ["plan", "--model", "gnmt16", "--cluster", "pcie-4x4-v100-10gbe", "--gbs", "128", "--json"]
     assert main(args) == 0
     ranked = json.loads(capsys.readouterr().out)
@@ -75,11 +76,11 @@ def test_plan_orders_the_shortlist_by_simulation(capsys: pytest.CaptureFixture[s
     ests = [p["estimate"]["iteration_time_s"] for p in analytic]
     assert ests == sorted(ests)
     assert all("simulated_iteration_time_s" not in p for p in analytic)
-    # the rerank changed the order here: simulation and estimate disagree on the best plan
-    def bare(p: dict[str, object]) -> dict[str, object]:
-        return {k: v for k, v in p.items() if k not in ("estimate", "simulated_iteration_time_s")}
+    # the rerank reorders the estimate's shortlist, never changes it
+    def bare(p: dict[str, object]) -> str:
+        return json.dumps({k: v for k, v in p.items() if k not in ("estimate", "simulated_iteration_time_s")})
 
-    assert bare(ranked[0]) != bare(analytic[0])
+    assert sorted(map(bare, ranked)) == sorted(map(bare, analytic))
 
 
 def test_verify_json(capsys: pytest.CaptureFixture[str]) -> None:

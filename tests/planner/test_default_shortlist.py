@@ -9,13 +9,16 @@ from pipesim.planner import plan
 
 
 def test_dapple_proposals_rank_by_their_estimate_among_every_schedule() -> None:
-    # vgg19 at batch 512 on 2 x 8 V100: DAPPLE's best plan is as fast as any other schedule's
-    # (zb-auto's best ties it), and comes first on the tie (the DAPPLE proposals are listed first)
+    # vgg19 at batch 512 on 2 x 8 V100: DAPPLE's best plan (15 | 1 replicas) is in the shortlist
+    # at its own estimate, behind only plans estimated faster (zb-h2 on 13 | 2 | 1: estimated
+    # and simulated 0.2% faster, 0.20884 s against 0.20926 s, once the estimate walks the
+    # transfers that share links, planner/link_walk.py), and first among equal estimates
     alone = plan("vgg19", "dapple-2x8-v100", 512, schedule="dapple", top=1)[0]
     shortlist = plan("vgg19", "dapple-2x8-v100", 512, top=3)
     times = [p.estimate.iteration_time_s for p in shortlist if p.estimate is not None]
     assert len(times) == len(shortlist)
     assert times == sorted(times)
     assert alone.estimate is not None
-    assert shortlist[0].schedule is ScheduleName.DAPPLE
-    assert times[0] == alone.estimate.iteration_time_s
+    first = next(i for i, p in enumerate(shortlist) if p.schedule is ScheduleName.DAPPLE)
+    assert times[first] == alone.estimate.iteration_time_s
+    assert all(t < times[first] for t in times[:first])
