@@ -90,6 +90,12 @@ from pipesim.profiles.costmodels.sharding import (
     half_time_s,
     sharded_memory_multiplier,
 )
+from pipesim.profiles.costmodels.tied_embeddings import (
+    held_copies,
+    pairs_allreduce_s,
+    stage_pairs,
+    tied_grad_bytes,
+)
 from pipesim.profiles.costmodels.zero3_runtime import Zero3Runtime
 from pipesim.profiles.hardware.cluster import Cluster
 from pipesim.profiles.models.profile import ModelProfile
@@ -128,7 +134,9 @@ class Placed3d(NamedTuple):
     :meth:`ThreeDCosts.auto_shared`), ``sharers`` the other ranks' TP and gradient rings on
     those links (:func:`~pipesim.planner.nic_sharing.ring_sharers`; ``None``: automatic
     placement's, :meth:`ThreeDCosts.auto_sharers`), ``sends`` every replica's pipeline hop
-    between ranks 0 and 1 (their first devices; none given: ``hop`` alone)."""
+    between ranks 0 and 1 (their first devices; none given: ``hop`` alone), ``firsts`` per rank
+    its replicas' first devices (the tied matrices' gradient all-reduces,
+    :mod:`pipesim.profiles.costmodels.tied_embeddings`; none given: automatic placement's)."""
 
     rings: tuple[int, ...]
     dp_group: tuple[int, ...]
@@ -137,6 +145,7 @@ class Placed3d(NamedTuple):
     shared: tuple[bool, ...] | None = None
     sharers: RingSharers | None = None
     sends: tuple[tuple[int, int], ...] = ()
+    firsts: tuple[tuple[int, ...], ...] = ()
 
 
 def is_3d(plan: Plan) -> bool:
@@ -205,6 +214,7 @@ def estimate_3d(
         dp_group=tuple(x for ring in cp_groups[0] for x in ring),
         hop=(cp_groups[0][0][0], cp_groups[min(1, p - 1)][0][0]),
         sends=tuple((a[0], b[0]) for a, b in zip(cp_groups[0], cp_groups[min(1, p - 1)], strict=True)),
+        firsts=tuple(tuple(ring[0] for ring in cp) for cp in cp_groups),
         cp_hops=tuple(model.cp_hop(cp) for cp in cp_groups),  # per rank, its replicas' CP rings
         shared=tuple(t > 1 and shares_ring_link(cluster, groups, [x for ring in cp for x in ring])
                      for groups, cp in zip(plan.tp_groups(cluster.num_devices), cp_groups, strict=True)),
@@ -302,6 +312,8 @@ def estimate_config(
             first, last = chunks[k]
             static += model.params(first, last, t) * multiplier
             acts.append(model.activations(first, last, mbs, t, sp, rc, c))
+        ranges = [chunks[k] for k in range(p * v) if where[k] == r]  # tied matrices' copies
+        static += sum(held_copies(model.profile, ranges)) / t * multiplier
         peak = static + activation_peak_bytes(schedule, r, p, m, acts, chunks=v)
         if peak > limit:  # (ZeRO-2/3's held bytes come on top, below)
             return None
@@ -402,8 +414,20 @@ def estimate_config(
                 later = [(-(q * hop + (q - 1) * tb), after_backward_s(q)) for q in sharers.dp[0]]
                 dp += last_backward_delay_s(times, replay, wires(0, 0)[1], later)
     opt = step_s(0)  # rank 0's update, after its gradient collective (it finishes last in 1F1B)
+    tied = 0.0
+    for pair in stage_pairs(model.profile, chunks, where):  # tied matrices: after rank 0's collective
+        firsts = placed.firsts or tuple(tuple((r * d + k) * t * c for k in range(d)) for r in range(p))
+        pairs = tuple(zip(firsts[where[pair.owner]], firsts[where[pair.user]], strict=True))
+        nbytes = tied_grad_bytes(pair.nbytes, t, model.profile.dtype, grad)
+        alone = model.curves(pairs[0]).time_s(nbytes, allreduce)
+        if len(pairs) > 1:  # every replica's pair at once, on the links they share
+            terms = model.send_terms(pairs)
+            ((lat, per_byte),) = model.send_terms(pairs[:1])
+            alone = pairs_allreduce_s(alone, max(a + nbytes * b for a, b in terms), lat + nbytes * per_byte)
+        tied += alone
+        opt = max(opt, step_s(where[pair.user]))  # the user's update waits for it too
     if not split:
-        time_s = (m + (p - 1) / v) * (tf + tb) + 2 * (p * v - 1) * hop + dp + opt
+        time_s = (m + (p - 1) / v) * (tf + tb) + 2 * (p * v - 1) * hop + dp + tied + opt
     else:  # the order's makespan; each rank's collectives and update after its last action
         ends = order_time_s(
             schedule, num_ranks=p, num_microbatches=m, chunks=v, fwd_s=f_stage,
@@ -412,6 +436,8 @@ def estimate_config(
             send_latency_s=[hop_latency] * (p * v - 1),
         ).rank_end_s
         time_s = float(ends[0]) + dp + opt  # rank 0's, with what later ranks' collectives delay
+        if tied:  # the tied pairs' all-reduce: once every rank has drained and rank 0 reduced
+            time_s = max(float(ends[0]) + dp, float(max(ends))) + tied + opt
         for r in range(1, p):
             time_s = max(time_s, float(ends[r]) + after_backward_s(r) + step_s(r))
     if shared_cycle > tf + tb:  # other ranks' TP blocks beside a rank's in the m - 1 steady cycles
