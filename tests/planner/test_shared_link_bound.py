@@ -48,7 +48,7 @@ def busiest_link_s(cost: CostModel, plan: Plan, cluster: Cluster) -> float:
 def one_gbit() -> tuple[ModelProfile, Cluster]:
     """The model without its tied output copy: these tests are about the pipeline's transfers
     (the pair all-reduce at the drain, the same in the estimate and the simulation, would add
-    about 2.4 s to both over 1 Gb/s: tests/simulator/test_tied_grads.py)."""
+    about 2.8 s to both: 262 MB of fp32 gradients at 0.75 of 1 Gb/s; tests/simulator/test_tied_grads.py)."""
     profile, cluster = resolve_inputs(GPT, "pcie-4x4-v100-10gbe", overrides=ONE_GBIT)
     return without_ties(profile), cluster
 
