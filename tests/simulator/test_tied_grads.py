@@ -91,6 +91,12 @@ def test_file_format_keeps_the_tied_fields_and_reads_old_files() -> None:
     old = profile_to_dict(_untied(tied))
     assert "tied_to" not in old["layers"][-1]
     assert profile_from_dict(old) == _untied(tied)
+    data["layers"][-1]["tied_to"] = 5
+    with pytest.raises(InputError, match="must be a string"):
+        profile_from_dict(data)
+    data["layers"][-1]["tied_to"] = "nope"
+    with pytest.raises(InputError, match="must name an earlier layer"):
+        profile_from_dict(data)
 
 
 def test_untied_model_lowers_as_before() -> None:
