@@ -65,6 +65,7 @@ from pipesim.planner.latency import NEG_INF, pipeline_time_s, prepend
 from pipesim.planner.link_walk import shared_walk_time_s
 from pipesim.planner.memory_estimate import device_peak_bytes
 from pipesim.planner.route_latency import LeastLatency
+from pipesim.planner.tied_grads import with_tied_allreduce
 from pipesim.profiles.costmodels.collective import AllReduceCurves, allreduce_curves
 from pipesim.profiles.costmodels.grad_dtype import grad_bytes_factor, grad_reduce_dtype
 from pipesim.profiles.costmodels.lines import Lines, eval_lines, prune_lines
@@ -212,6 +213,11 @@ class CostModel:
     def static_bytes(self, first: int, last: int) -> float:
         """Weights + gradients + optimizer state of layers ``first..last`` on one replica, bytes."""
         return (self._params[last + 1] - self._params[first]) * self._multiplier
+
+    def copy_static_bytes(self, nbytes: float) -> float:
+        """Weights + gradients + optimizer state of a tied matrix's copy of ``nbytes`` parameter
+        bytes on one replica, bytes (:mod:`pipesim.profiles.costmodels.tied_embeddings`)."""
+        return nbytes * self._multiplier
 
     def activations(self, first: int, last: int, samples: float) -> StageActivations:
         """Stash, work and held bytes of a replica for one micro-batch share
@@ -515,7 +521,8 @@ class CostModel:
                     optimizer_s=self.optimizer_step_s(self.parameter_bytes(first, last)),
                 )
             )
-        return out
+        grad_dtype = plan.grad_reduce_dtype or self.grad_reduce_dtype  # tied matrices' all-reduces
+        return with_tied_allreduce(self, plan, out, placement, where, grad_dtype)
 
     def optimizer_step_s(self, parameter_bytes: float) -> float:
         """The optimizer step of a device holding ``parameter_bytes`` of a stage's parameters (it

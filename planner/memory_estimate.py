@@ -48,7 +48,9 @@ from pipesim.profiles.costmodels.memory import (
     in_flight_microbatches,
     weight_versions,
 )
+from pipesim.profiles.costmodels.tied_embeddings import held_copies
 from pipesim.profiles.hardware.cluster import Cluster
+from pipesim.profiles.models.profile import ModelProfile
 from pipesim.schedules.action import Op
 from pipesim.schedules.registry import make_schedule, schedule_info
 
@@ -68,16 +70,23 @@ class MemoryCosts(Protocol):
     @property
     def cluster(self) -> Cluster: ...
 
+    @property
+    def profile(self) -> ModelProfile: ...
+
     def parameter_bytes(self, first: int, last: int) -> float: ...
 
     def static_bytes(self, first: int, last: int) -> float: ...
+
+    def copy_static_bytes(self, nbytes: float) -> float: ...
 
     def activations(self, first: int, last: int, samples: float) -> StageActivations: ...
 
 
 def device_peak_bytes(cost: MemoryCosts, plan: Plan) -> dict[int, float]:
     """Peak bytes per device of ``plan`` under ``cost``'s model: static (with PipeDream's extra
-    weight versions) + the rank's activations at their peak (:func:`activation_peak_bytes`).
+    weight versions and the copies of tied matrices,
+    :func:`~pipesim.profiles.costmodels.tied_embeddings.held_copies`) + the rank's activations
+    at their peak (:func:`activation_peak_bytes`).
 
     Raises:
         InputError: a plan that does not fit the model or cluster.
@@ -93,6 +102,9 @@ def device_peak_bytes(cost: MemoryCosts, plan: Plan) -> dict[int, float]:
         share = -(-samples // stages[0].replicas)
         acts = [cost.activations(st.first_layer, st.last_layer, share) for st in stages]
         static = sum(cost.static_bytes(st.first_layer, st.last_layer) for st in stages)
+        copies = held_copies(cost.profile, [(st.first_layer, st.last_layer) for st in stages])
+        static += sum(cost.copy_static_bytes(c / st.tensor_parallel)
+                      for c, st in zip(copies, stages, strict=True) if c)
         if v == 1:  # PipeDream's weight versions beyond the first (1 for flushed schedules)
             extra = weight_versions(plan.schedule, r, p, m) - 1
             static += extra * cost.parameter_bytes(stages[0].first_layer, stages[0].last_layer)

@@ -99,6 +99,12 @@ from pipesim.profiles.costmodels.sharding import (
     sharded_memory_multiplier,
 )
 from pipesim.profiles.costmodels.tensor_parallel import TpStageTimes
+from pipesim.profiles.costmodels.tied_embeddings import (
+    held_copies,
+    pairs_allreduce_s,
+    stage_pairs,
+    tied_grad_bytes,
+)
 from pipesim.profiles.costmodels.zero3_runtime import Zero3Runtime
 from pipesim.profiles.hardware.cluster import Cluster
 from pipesim.profiles.models.profile import ModelProfile
@@ -142,7 +148,9 @@ class Placed3d(NamedTuple):
     :meth:`ThreeDCosts.auto_shared`), ``sharers`` the other ranks' TP and gradient rings on
     those links (:func:`~pipesim.planner.nic_sharing.ring_sharers`; ``None``: automatic
     placement's, :meth:`ThreeDCosts.auto_sharers`), ``sends`` every replica's pipeline hop
-    between ranks 0 and 1 (their first devices; none given: ``hop`` alone)."""
+    between ranks 0 and 1 (their first devices; none given: ``hop`` alone), ``firsts`` per rank
+    its replicas' first devices (the tied matrices' gradient all-reduces,
+    :mod:`pipesim.profiles.costmodels.tied_embeddings`; none given: automatic placement's)."""
 
     rings: tuple[int, ...]
     dp_group: tuple[int, ...]
@@ -151,6 +159,7 @@ class Placed3d(NamedTuple):
     shared: tuple[bool, ...] | None = None
     sharers: RingSharers | None = None
     sends: tuple[tuple[int, int], ...] = ()
+    firsts: tuple[tuple[int, ...], ...] = ()
 
 
 def is_3d(plan: Plan) -> bool:
@@ -215,6 +224,7 @@ def estimate_3d(
         dp_group=tuple(x for ring in cp_groups[0] for x in ring),
         hop=(cp_groups[0][0][0], cp_groups[min(1, p - 1)][0][0]),
         sends=tuple((a[0], b[0]) for a, b in zip(cp_groups[0], cp_groups[min(1, p - 1)], strict=True)),
+        firsts=tuple(tuple(ring[0] for ring in cp) for cp in cp_groups),
         cp_hops=tuple(model.cp_hop(cp) for cp in cp_groups),  # per rank, its replicas' CP rings
         shared=tuple(t > 1 and shares_ring_link(cluster, groups, [x for ring in cp for x in ring])
                      for groups, cp in zip(plan.tp_groups(cluster.num_devices), cp_groups, strict=True)),
@@ -320,7 +330,8 @@ def prepare_config(
     else:
         terms = model.send_terms(placed.sends or (placed.hop,)) if p > 1 else ()
     stages_of: list[list[int]] = [[] for _ in range(p)]  # per rank its stages, in the schedule's placement
-    for k, r in enumerate(stage_ranks(placement_of(schedule) or "looped", p * v, p)):
+    where = stage_ranks(placement_of(schedule) or "looped", p * v, p)
+    for k, r in enumerate(where):
         stages_of[r].append(k)
     memo = _MEMO.setdefault(model, {})  # what configurations differing in sharding or overlap share
     chunks_key = tuple(chunks)
@@ -328,6 +339,8 @@ def prepare_config(
     if rank_params is None:  # per rank its parameter bytes
         rank_params = memo[("params", chunks_key, p, v, schedule, t)] = [
             sum(model.params(*chunks[k], t) for k in ks) for ks in stages_of]
+    # per rank the bytes of the tied matrices' copies it holds (the head's stage: the embedding's)
+    copies = [sum(held_copies(model.profile, [chunks[k] for k in ks])) / t for ks in stages_of]
     act_key = ("acts", chunks_key, p, v, schedule, m, mbs, t, sp, rc, c)
     act_peaks = memo.get(act_key)
     computed: list[float] = []
@@ -339,7 +352,7 @@ def prepare_config(
             acts = [model.activations(*chunks[k], mbs, t, sp, rc, c) for k in stages_of[r]]
             act = activation_peak_bytes(schedule, r, p, m, acts, chunks=v)
             computed.append(act)
-        peak = rank_params[r] * multiplier + act
+        peak = (rank_params[r] + copies[r]) * multiplier + act
         if peak > limit:  # (ZeRO-2/3's held bytes come on top, in finish)
             return None
         peaks.append(peak)
@@ -426,6 +439,21 @@ def prepare_config(
         """Per rank the sum of its stages' ``times``."""
         return [sum(times[k] for k in ks) for ks in stages_of] if v > 1 else times
 
+    # The tied matrices' gradient all-reduces (profiles/costmodels/tied_embeddings.py): once every
+    # rank has drained and rank 0 has reduced its gradients, before the two ranks' updates
+    tied_s, tied_step = 0.0, 0.0
+    for pair in stage_pairs(model.profile, chunks, where):
+        firsts = placed.firsts or tuple(tuple((r * d + k) * t * c for k in range(d)) for r in range(p))
+        pairs = tuple(zip(firsts[where[pair.owner]], firsts[where[pair.user]], strict=True))
+        nbytes = tied_grad_bytes(pair.nbytes, t, model.profile.dtype, grad)
+        alone = model.curves(pairs[0]).time_s(nbytes, allreduce)
+        if len(pairs) > 1:  # every replica's pair at once, on the links they share
+            together = max(a + nbytes * b for a, b in model.send_terms(pairs))
+            ((lat, per_byte),) = model.send_terms(pairs[:1])
+            alone = pairs_allreduce_s(alone, together, lat + nbytes * per_byte)
+        tied_s += alone
+        tied_step = max(tied_step, step_s(where[pair.user]))  # the user's update waits for it too
+
     def rank0_after_s(tb: float, dp_extra: float) -> float:
         """Rank 0's data-parallel collectives after its last backward and its update, s
         (``dp_extra``: ZeRO-2/3's, from their per-unit ops)."""
@@ -506,9 +534,10 @@ def prepare_config(
             return tails[rank] + half_time_s(dp_curves, nbytes, allreduce)  # type: ignore[arg-type]
 
         after0 = rank0_after_s(tb, zero_after_s(0) if units else 0.0)
+        tied_after = tied_s + max(0.0, tied_step - step_s(0)) if tied_s else 0.0
         equal = len(set(fwd)) == 1 and len(set(bwd)) == 1 and not split
         if p == 1 or (equal and hop == 0.0):  # the closed form, exact here
-            time_s = (m + (p - 1) / v) * (tf + tb) + after0
+            time_s = (m + (p - 1) / v) * (tf + tb) + after0 + tied_after
         else:  # the order's makespan; each rank's collectives and update after its last action
             ends = order_time_s(
                 schedule, num_ranks=p, num_microbatches=m, chunks=v, fwd_s=fwd, bwd_s=bwd, wgrad_s=wgrad,
@@ -516,6 +545,8 @@ def prepare_config(
                 send_latency_s=[hop_latency] * (p * v - 1),
             ).rank_end_s
             time_s = float(ends[0]) + after0  # rank 0's, with what later ranks' collectives delay
+            if tied_s:  # the tied pairs' all-reduce: once every rank has drained and rank 0 reduced
+                time_s = max(time_s - step_s(0), float(max(ends))) + step_s(0) + tied_after
             for r in range(1, p):
                 later = zero_after_s(r) if units else after_backward_s(r)
                 time_s = max(time_s, float(ends[r]) + later + step_s(r))

@@ -29,6 +29,7 @@ from pipesim.simulator.optimizer_steps import optimizer_steps
 from pipesim.simulator.options import SimOptions
 from pipesim.simulator.program import Program
 from pipesim.simulator.stage_costs import CostOptions, StageCosts, StageFacts
+from pipesim.simulator.tied_grads import tied_collectives, tied_copy_static
 from pipesim.simulator.tp_lowering import TpLowering
 
 __all__ = ["lower"]
@@ -147,6 +148,9 @@ def lower(
               for d, layers in device_layers.items()}
     if tp is not None:
         static = tp.static_memory({st.index: st.devices for st in stages})
+    for device, extra in tied_copy_static(plan, profile, stages, tp).items():  # tied matrices' copies
+        static[device] += extra
+    collectives += tied_collectives(plan, profile, stages, len(collectives), collectives)
     for stage in stages:  # the weight versions asynchronous PipeDream / 2BW keep beyond the first
         extra = weight_versions(_name(plan.schedule), stage.index, plan.num_stages, plan.num_microbatches) - 1
         if extra > 0 and plan.chunks == 1:

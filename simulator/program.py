@@ -121,7 +121,7 @@ class Program:
         self._posts.update(  # dualpipe: the reverse copy's devices post to the same all-reduce
             (c.shared_with, c.index)
             for c in collectives
-            if c.shared_with is not None and c.stage in self._posts
+            if c.shared_with is not None and c.posted and c.stage in self._posts
         )
         self._routes: dict[tuple[int, int], tuple[int, ...]] = {}
         self._updates = dict(updates or {})

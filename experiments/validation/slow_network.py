@@ -27,8 +27,10 @@ delay as DT-FM's ``scripts/tc_scripts/both_delay_bandwidth.sh`` sets them: ``net
 R``, one way).
 
 Mapping: the ``gpt:`` zoo model with ``vocab=2``: DT-FM's default task is GLUE QQP sequence
-classification (``--task SeqClassification``, 2 classes: a pooler and a 2-way linear layer), whose
-last layer and embedding lookup the log calls "very light-weighted"; DT-FM's transformer layers
+classification (``--task SeqClassification``, 2 classes: a pooler and a 2-way linear layer of its
+own, not tied to the word embeddings, so ``untie=1``: no tied copy and no pair all-reduce between
+the first and last stage), whose last layer and embedding lookup the log calls "very
+light-weighted"; DT-FM's transformer layers
 checkpoint their attention and MLP (``modules/gpt_modules.py``, ``use_checkpoint=True``), so
 ``recompute = full``. One stage per instance, the embedding with the first and the head with the
 last, schedule ``gpipe`` (``1f1b`` for the 1F1B table). The cluster is one GPU per server on the
@@ -99,7 +101,7 @@ class Table:
     @property
     def model(self) -> str:
         """The ``gpt:`` zoo spec of this table's model."""
-        return f"gpt:layers={self.layers},hidden={self.hidden},heads={self.heads},seq=2048,vocab=2"
+        return f"gpt:layers={self.layers},hidden={self.hidden},heads={self.heads},seq=2048,vocab=2,untie=1"
 
 
 _XL = {"layers": 24, "hidden": 2048, "heads": 16}

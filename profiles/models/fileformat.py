@@ -63,7 +63,7 @@ _TOP_OPTIONAL = (
     "stage_ids",
 )
 _LAYER_REQUIRED = ("name", "fwd_time_s", "bwd_time_s", "activation_bytes", "parameter_bytes")
-_LAYER_OPTIONAL_INT = ("saved_activation_bytes", "attention_core_saved_bytes")
+_LAYER_OPTIONAL_INT = ("saved_activation_bytes", "attention_core_saved_bytes", "tied_parameter_bytes")
 _LAYER_OPTIONAL_FLOAT = (
     "fwd_flop",
     "bwd_flop",
@@ -119,6 +119,8 @@ def profile_to_dict(profile: ModelProfile) -> dict[str, Any]:
                 entry[key] = float(getattr(layer, key))
         if layer.shape is not None:
             entry["shape"] = _shape_dict(layer.shape)
+        if layer.tied_to is not None:
+            entry["tied_to"] = layer.tied_to
         layers.append(entry)
     data["layers"] = layers
     if profile.edges is not None:
@@ -333,7 +335,7 @@ class _Reader:
             raise self.fail(where, str(exc)) from exc
 
     def layer(self, value: Any, where: str) -> Layer:
-        optional = (*_LAYER_OPTIONAL_INT, *_LAYER_OPTIONAL_FLOAT, "shape")
+        optional = (*_LAYER_OPTIONAL_INT, *_LAYER_OPTIONAL_FLOAT, "shape", "tied_to")
         raw = self.table(value, where, _LAYER_REQUIRED, optional)
         name = self.string(raw["name"], f"{where}.name")
         if not name:
@@ -353,6 +355,8 @@ class _Reader:
                 kwargs[key] = self.number(raw[key], f"{where}.{key}")
         if "shape" in raw:
             kwargs["shape"] = self.shape(raw["shape"], f"{where}.shape")
+        if "tied_to" in raw:
+            kwargs["tied_to"] = self.string(raw["tied_to"], f"{where}.tied_to")
         layer: Layer = self.build(where, lambda: Layer(**kwargs))
         return layer
 

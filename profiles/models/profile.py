@@ -47,6 +47,12 @@ class Layer:
             ``selective`` recomputation replays), or ``None``.
         shape: the transformer shape of the layer (:class:`~pipesim.profiles.models.shape.LayerShape`),
             or ``None``; tensor parallelism needs it.
+        tied_to: the name of an earlier layer whose weight matrix this layer uses too (a GPT's
+            output layer tied to the word embeddings), or ``None``; the matrix is counted once,
+            in that layer's ``parameter_bytes``; a pipeline stage that holds this layer but not
+            that one holds a copy (:mod:`pipesim.profiles.costmodels.tied_embeddings`).
+        tied_parameter_bytes: bytes of the shared matrix (in the profile's dtype); given with
+            ``tied_to`` and only then.
 
     Raises:
         InputError: a time, byte count or FLOP count is negative or not finite, the name is
@@ -68,6 +74,8 @@ class Layer:
     attention_core_saved_bytes: int | None = None
     attention_core_fwd_share: float | None = None
     shape: LayerShape | None = None
+    tied_to: str | None = None
+    tied_parameter_bytes: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -100,6 +108,13 @@ class Layer:
                 )
         if self.shape is not None and not isinstance(self.shape, LayerShape):
             raise invalid(f"{self.name}.shape", self.shape, "must be a LayerShape or None")
+        if self.tied_to is not None and (not isinstance(self.tied_to, str) or not self.tied_to):
+            raise invalid(f"{self.name}.tied_to", self.tied_to, "must be a layer name or None")
+        if (self.tied_to is None) != (self.tied_parameter_bytes is None):
+            raise invalid(f"{self.name}.tied_parameter_bytes", self.tied_parameter_bytes,
+                          "must be given with tied_to, and only then")
+        if self.tied_parameter_bytes is not None:
+            check_count(f"{self.name}.tied_parameter_bytes", self.tied_parameter_bytes, minimum=0)
 
     @property
     def stashed_bytes(self) -> int:
@@ -224,11 +239,20 @@ class ModelProfile:
             raise invalid("dtype", self.dtype, f"must be one of {', '.join(DTYPES)}")
         if self.seq_len is not None:
             check_count("seq_len", self.seq_len)
-        seen: set[str] = set()
+        seen: dict[str, int] = {}
         for layer in self.layers:
             if layer.name in seen:
                 raise invalid("layers.name", layer.name, "layer names must be unique")
-            seen.add(layer.name)
+            if layer.tied_to is not None:
+                target = seen.get(layer.tied_to)
+                if target is None:
+                    raise invalid(f"{layer.name}.tied_to", layer.tied_to, "must name an earlier layer")
+                assert layer.tied_parameter_bytes is not None  # Layer checks both or neither
+                if layer.tied_parameter_bytes > self.layers[target].parameter_bytes:
+                    most = self.layers[target].parameter_bytes
+                    rule = f"must be <= {layer.tied_to}'s parameter_bytes ({most})"
+                    raise invalid(f"{layer.name}.tied_parameter_bytes", layer.tied_parameter_bytes, rule)
+            seen[layer.name] = len(seen)
         n = len(self.layers)
         if self.edges is not None:
             for edge in self.edges:

@@ -13,8 +13,12 @@ _H, _V, _SEQ, _TP = 14336, 250880, 2048, 4
 
 def test_gradients_are_reduced_in_bf16_and_the_weights_gathered_in_bf16() -> None:
     result = simulate_bloom(16, 2)
-    stage0 = [e for e in result.events if e.device == 0 and e.kind is EventKind.ALL_REDUCE]
-    assert len(stage0) == 2  # ReduceGrads' all-reduce, then the all-gather of the updated bf16 shards
+    events = [e for e in result.events if e.device == 0 and e.kind is EventKind.ALL_REDUCE]
+    # ReduceGrads' all-reduce, then the tied embeddings' pair all-reduce with the last stage (its
+    # TP shard of the vocabulary x hidden matrix in bf16), then the all-gather of the updated shards
+    assert len(events) == 3
+    assert events[1].nbytes == 2 * _V * _H / _TP
+    stage0 = [events[0], events[2]]
     # stage 0: the embedding (vocabulary and positions) and 5 blocks of 12 h^2 + 13 h, over 4 TP
     # ranks (the few replicated parameters, positions and layer norms, are within the tolerance)
     block = 12 * _H * _H + 13 * _H

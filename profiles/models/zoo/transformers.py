@@ -368,10 +368,13 @@ class GptSpec:
         seq: tokens per sample, >= 1.
         vocab: vocabulary size, >= 1.
         flash: 1 for fused (flash) attention, 0 (default) for the unfused kernels.
+        untie: 1 for an output layer with its own weight matrix (Megatron-LM's
+            ``--untie-embeddings-and-output-weights``), 0 (default, Megatron-LM's and DeepSpeed's
+            default) for one tied to the word embeddings.
 
     Raises:
         InputError: a value is not a positive integer (up to 4096 layers, 2**20 for the other
-            keys), ``hidden`` is not a multiple of ``heads``, or ``flash`` is not 0 or 1.
+            keys), ``hidden`` is not a multiple of ``heads``, or ``flash`` or ``untie`` is not 0 or 1.
     """
 
     layers: int = GPT_DEFAULTS["layers"]
@@ -380,6 +383,7 @@ class GptSpec:
     seq: int = GPT_DEFAULTS["seq"]
     vocab: int = GPT_DEFAULTS["vocab"]
     flash: int = 0
+    untie: int = 0
 
     def __post_init__(self) -> None:
         for key in GPT_DEFAULTS:
@@ -391,12 +395,14 @@ class GptSpec:
             raise invalid("gpt.hidden", self.hidden, f"must be a multiple of heads ({self.heads})")
         if self.flash not in (0, 1) or isinstance(self.flash, bool):
             raise invalid("gpt.flash", self.flash, "must be 0 (unfused attention) or 1 (flash attention)")
+        if self.untie not in (0, 1) or isinstance(self.untie, bool):
+            raise invalid("gpt.untie", self.untie, "must be 0 (output tied to the embeddings) or 1 (untied)")
 
     def text(self) -> str:
         """The canonical spec string, e.g. ``gpt:layers=24,hidden=2048,heads=16,seq=2048,vocab=50257``
-        (``,flash=1`` appended for fused attention)."""
+        (``,flash=1`` appended for fused attention, ``,untie=1`` for an untied output layer)."""
         base = "gpt:" + ",".join(f"{key}={getattr(self, key)}" for key in GPT_DEFAULTS)
-        return base + (",flash=1" if self.flash else "")
+        return base + (",flash=1" if self.flash else "") + (",untie=1" if self.untie else "")
 
 
 def parse_gpt_spec(text: str) -> GptSpec:
@@ -419,8 +425,8 @@ def parse_gpt_spec(text: str) -> GptSpec:
             key = key.strip().lower()
             if not eq or not key:
                 raise invalid("gpt", item.strip(), "each item must be key=value")
-            if key not in GPT_DEFAULTS and key != "flash":
-                rule = f"unknown key; valid keys: {', '.join(GPT_DEFAULTS)}, flash"
+            if key not in GPT_DEFAULTS and key not in ("flash", "untie"):
+                rule = f"unknown key; valid keys: {', '.join(GPT_DEFAULTS)}, flash, untie"
                 raise invalid(f"gpt.{key}", raw.strip(), rule)
             if key in values:
                 raise invalid(f"gpt.{key}", raw.strip(), "given twice")
@@ -438,8 +444,10 @@ def gpt(rl: Roofline, batch: int, spec: GptSpec) -> ModelProfile:
     the canonical spec string (:meth:`GptSpec.text`).
 
     FFN width 4 x hidden; 12 h^2 + 13 h parameters per block; the tied output matrix is counted
-    once, in the embeddings (a pipeline's last stage holds a copy that a memory model may add).
-    Default batch :data:`GPT_BATCH` (1); sequence length from the spec.
+    once, in the embeddings, and the head names it (``Layer.tied_to``: a pipeline stage holding
+    the head but not the embeddings holds a copy, :mod:`pipesim.profiles.costmodels.tied_embeddings`);
+    with ``untie=1`` the head holds its own vocabulary-parallel matrix. Default batch
+    :data:`GPT_BATCH` (1); sequence length from the spec.
     """
     t = batch * spec.seq
     layers: list[Layer] = []
@@ -461,6 +469,13 @@ def gpt(rl: Roofline, batch: int, spec: GptSpec) -> ModelProfile:
     head.layernorm(t * spec.hidden, spec.hidden)
     head.save(t * spec.hidden)
     _lm_head(head, tokens=t, hidden=spec.hidden, vocab=spec.vocab, fp32_loss=True)  # Megatron-LM's loss
+    matrix = spec.vocab * spec.hidden  # the output matrix, vocab x hidden
+    if spec.untie:
+        head.params += matrix
     built = head.build(output_elements=t)
-    layers.append(with_shape(built, head_shape(built, rl, batch=batch, split_params=0, **dims)))
+    if not spec.untie:
+        tied = matrix * layers[0].parameter_bytes // (spec.vocab + spec.seq) // spec.hidden
+        built = dataclasses.replace(built, tied_to=layers[0].name, tied_parameter_bytes=tied)
+    split = matrix if spec.untie else 0
+    layers.append(with_shape(built, head_shape(built, rl, batch=batch, split_params=split, **dims)))
     return _profile(spec.text(), layers, rl, batch, spec.seq, "GPT decoder")
