@@ -377,7 +377,9 @@ def prepare_config(
         return placed.shared[rank]
 
     # every replica's CP ranks (tp-cp order) reduce the gradients together
-    dp_curves = model.curves(placed.dp_group, servers=True) if d * c > 1 else None
+    # each TP rank's group reduces its shard at once: where their rings share links (fewer NICs
+    # than GPUs per server) each gets its share of them (ThreeDCosts.curves ``ranks``)
+    dp_curves = model.curves(placed.dp_group, servers=True, ranks=t) if d * c > 1 else None
     dp_servers = 1  # the servers the DP group spans: DeepSpeed's (2021) per-call ring latency
     if per_unit and sh is Sharding.ZERO3 and zero3_runtime is Zero3Runtime.DEEPSPEED_2021:
         dp_servers = len({cluster.server_of(x) for x in placed.dp_group})
@@ -416,7 +418,7 @@ def prepare_config(
 
     def after_backward_s(rank: int) -> float:
         """Rank ``rank``'s gradient collectives after its last backward (not ZeRO-2/3), s."""
-        key = ("after", placed.dp_group, sh, rank_params[rank], g, allreduce, zero1_all_reduce)
+        key = ("after", placed.dp_group, t, sh, rank_params[rank], g, allreduce, zero1_all_reduce)
         found = memo.get(key)
         if found is None:
             found = memo[key] = _after_backward_s(dp_curves, sh, rank_params[rank], g, allreduce,
@@ -446,11 +448,14 @@ def prepare_config(
         firsts = placed.firsts or tuple(tuple((r * d + k) * t * c for k in range(d)) for r in range(p))
         pairs = tuple(zip(firsts[where[pair.owner]], firsts[where[pair.user]], strict=True))
         nbytes = tied_grad_bytes(pair.nbytes, t, model.profile.dtype, grad)
-        alone = model.curves(pairs[0]).time_s(nbytes, allreduce)
+        alone = model.curves(pairs[0], ranks=t).time_s(nbytes, allreduce)  # with every TP rank's pair
         if len(pairs) > 1:  # every replica's pair at once, on the links they share
-            together = max(a + nbytes * b for a, b in model.send_terms(pairs))
-            ((lat, per_byte),) = model.send_terms(pairs[:1])
-            alone = pairs_allreduce_s(alone, together, lat + nbytes * per_byte)
+            ranked = pairs
+            if model.ranks_share(pairs[0], t):  # and every TP rank's, where they share links
+                ranked = tuple((a + r, b + r) for a, b in pairs for r in range(t))
+            together = max(a + nbytes * b for a, b in model.send_terms(ranked))
+            first_pair = max(a + nbytes * b for a, b in model.send_terms(ranked[: len(ranked) // len(pairs)]))
+            alone = pairs_allreduce_s(alone, together, first_pair)
         tied_s += alone
         tied_step = max(tied_step, step_s(where[pair.user]))  # the user's update waits for it too
 

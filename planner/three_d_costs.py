@@ -10,7 +10,7 @@ of each ``(t, c, d)``. Layer ranges whose layers are alike share entries (:meth:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from pipesim.errors import invalid
@@ -23,6 +23,7 @@ from pipesim.profiles.costmodels.context_parallel import (
     ring_hop,
     stage_cp_times,
 )
+from pipesim.profiles.costmodels.dp_rings import link_loads, rank_groups
 from pipesim.profiles.costmodels.memory import Recompute, StageActivations, layer_recompute_times_s
 from pipesim.profiles.costmodels.nccl_protocol import link_classes
 from pipesim.profiles.costmodels.sharding import zero_units
@@ -72,7 +73,8 @@ class ThreeDCosts:
         self._lat = cluster.links.latencies_s()
         self._cls = link_classes(cluster.links)
         self.compute = tp_compute_model(profile, cluster.device)
-        self._curves: dict[tuple[tuple[int, ...], bool], AllReduceCurves] = {}  # by members, servers
+        # by members, servers, ranks
+        self._curves: dict[tuple[tuple[int, ...], bool, int], AllReduceCurves] = {}
         self._times: dict[tuple[tuple[int, ...], int, int, bool, bool, int, int, int], TpStageTimes] = {}
         self._acts: dict[tuple[tuple[int, ...], int, int, bool, Recompute], StageActivations] = {}
         self._params: dict[tuple[tuple[int, ...], int], float] = {}
@@ -116,20 +118,40 @@ class ThreeDCosts:
     def num_blocks(self) -> int:
         return self.last_block - self.first_block + 1
 
-    def curves(self, members: tuple[int, ...], *, servers: bool = False) -> AllReduceCurves:
+    def curves(self, members: tuple[int, ...], *, servers: bool = False, ranks: int = 1) -> AllReduceCurves:
         """The all-reduce curves of group ``members`` (in ring order) on the cluster's routes, with
         NCCL's link classes; ``servers``: hierarchical over the servers (data-parallel groups),
-        else one flat ring (TP groups). Cached per (members, servers): a TP and a data-parallel
-        group of the same devices get their own curves."""
-        key = (members, servers)
+        else one flat ring (TP groups). ``ranks``: the TP ranks whose groups (``members``
+        shifted by rank, :func:`~pipesim.profiles.costmodels.dp_rings.rank_groups`) run the same
+        collective at once (data-parallel and tied-pair collectives under TP): where their rings
+        share links (:func:`~pipesim.profiles.costmodels.dp_rings.link_loads`: fewer NICs than
+        GPUs per server) each link's bandwidth is divided by the rings on it, each ring's
+        max-min share when all run together, as the simulator runs them; unchanged where every
+        rank's ring has links of its own. Cached per (members, servers, ranks): a TP and a
+        data-parallel group of the same devices get their own curves."""
+        key = (members, servers, ranks)
         found = self._curves.get(key)
         if found is None:
             c = self.cluster
+            bandwidth: Callable[[int], float] = self._bw.__getitem__
+            loads = link_loads(rank_groups(members, ranks), c.route, c.server_of) if ranks > 1 else None
+            if loads is not None:
+                bw = self._bw
+
+                def bandwidth(link: int) -> float:
+                    return bw[link] / loads.get(link, 1)
+
             found = self._curves[key] = allreduce_curves(
-                members, c.route, self._bw.__getitem__, self._lat.__getitem__,
+                members, c.route, bandwidth, self._lat.__getitem__,
                 server_of=c.server_of if servers else None, link_class=self._cls.__getitem__,
             )
         return found
+
+    def ranks_share(self, members: tuple[int, ...], ranks: int) -> bool:
+        """Whether the ``ranks`` TP ranks' groups from ``members`` (:meth:`curves` ``ranks``)
+        have rings on one link."""
+        c = self.cluster
+        return ranks > 1 and link_loads(rank_groups(members, ranks), c.route, c.server_of) is not None
 
     def ring(self, groups: Sequence[tuple[int, ...]]) -> int:
         """The TP ring a rank's collectives are timed on: the index of the ring curves of the

@@ -67,6 +67,16 @@ class Collective:
         after_step: it also waits for every member's optimizer step to end (the all-gather of
             the updated parameter shards after ZeRO-1/2's and the distributed optimizer's step);
             the step does not wait for it.
+        rings: the groups of the stage's other TP ranks (``group or members`` shifted by rank
+            ``1 .. t - 1``), where their rings share links with the first rank's
+            (:meth:`~pipesim.simulator.tp_lowering.TpLowering.dp_rings`: fewer NICs than GPUs
+            per server): each runs the same collective of ``nbytes`` at once, beside the first
+            rank's, as separate collectives (Megatron-LM's data-parallel group per TP rank),
+            and it ends with the last of them. Posted by ``members`` (the TP ranks run in lock
+            step). Not one collective among all of them: that would split the bytes over the
+            TP ranks (the hierarchical form's intra-server phase) instead of every rank
+            reducing its full shard. Empty where each rank's group has links of its own (the
+            first rank's time stands for all).
     """
 
     index: int
@@ -82,6 +92,7 @@ class Collective:
     group: tuple[int, ...] = ()
     shared_with: int | None = None
     after_step: bool = False
+    rings: tuple[tuple[int, ...], ...] = ()
 
 
 Marks = dict[int, tuple[tuple[float, int], ...]]
@@ -216,6 +227,8 @@ def data_parallel_collectives(
                 assert tp is not None
                 _post_step_gather(collectives, stage, tp.parameter_bytes(stage.index), algorithm,
                                   after=zero.last_scatter.get(stage.index), group=groups[stage.index])
+    if tp is not None:  # the other TP ranks' groups where their rings share links (Collective.rings)
+        collectives = _with_rings(collectives, tp)
     if any(c.kind != CollectiveKind.ALL_REDUCE.value for c in collectives):
         resolve = _HalfAlgorithms(cluster, free_links=opts.free_links)
         collectives = [
@@ -277,6 +290,16 @@ def _buckets(profile: ModelProfile, layers: range, bucket_bytes: float) -> list[
 
 def _name(value: object) -> str:
     return str(getattr(value, "value", value))
+
+
+def _with_rings(collectives: list[Collective], tp: TpLowering) -> list[Collective]:
+    """``collectives`` with the other TP ranks' groups (:attr:`Collective.rings`) where those
+    share links with the first rank's."""
+    out = []
+    for c in collectives:
+        rings = tp.dp_rings(c.stage, c.group or c.members)
+        out.append(replace(c, rings=rings) if rings else c)
+    return out
 
 
 def _wider(group: tuple[int, ...], devices: tuple[int, ...]) -> tuple[int, ...]:

@@ -24,6 +24,7 @@ from pipesim.profiles.hardware.cluster import Cluster
 from pipesim.profiles.models.profile import ModelProfile
 from pipesim.schedules import Schedule
 from pipesim.schedules.validate import deadlock_error
+from pipesim.simulator.collective_steps import all_of
 from pipesim.simulator.dp_collectives import Collective
 from pipesim.simulator.fastpath import LinksShared, execute_fast, held_by_rendezvous
 from pipesim.simulator.instructions import Compute, Send
@@ -364,18 +365,24 @@ class _Engine:
                 if stepped is not None and not stepped.processed:
                     yield stepped
         start = self.env.now
-        yield self.env.process(
-            run_collective(
-                self.env,
-                self.network,
-                spec.kind,
-                list(spec.group or spec.members),
-                spec.nbytes,
-                self.cluster.route,
-                server_of=self.cluster.server_of,
-                algorithm=spec.algorithm,
+        # the first TP rank's group, and the other ranks' where their rings share links
+        # (Collective.rings): each its own collective of the full bytes, all at once
+        runs = [
+            self.env.process(
+                run_collective(
+                    self.env,
+                    self.network,
+                    spec.kind,
+                    list(group),
+                    spec.nbytes,
+                    self.cluster.route,
+                    server_of=self.cluster.server_of,
+                    algorithm=spec.algorithm,
+                )
             )
-        )
+            for group in (spec.group or spec.members, *spec.rings)
+        ]
+        yield runs[0] if len(runs) == 1 else all_of(self.env, runs)
         self.tally.collective(spec.members, spec.stage, spec.nbytes, start, self.env.now)
         self.done[spec.index].succeed()
 

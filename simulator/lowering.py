@@ -150,7 +150,7 @@ def lower(
         static = tp.static_memory({st.index: st.devices for st in stages})
     for device, extra in tied_copy_static(plan, profile, stages, tp).items():  # tied matrices' copies
         static[device] += extra
-    collectives += tied_collectives(plan, profile, stages, len(collectives), collectives)
+    collectives += tied_collectives(plan, profile, stages, len(collectives), collectives, tp)
     for stage in stages:  # the weight versions asynchronous PipeDream / 2BW keep beyond the first
         extra = weight_versions(_name(plan.schedule), stage.index, plan.num_stages, plan.num_microbatches) - 1
         if extra > 0 and plan.chunks == 1:

@@ -11,9 +11,11 @@ the copy's static memory and the all-reduce of the two copies' gradients.
   data-parallel gradient collective has ended (Megatron-LM's ``finalize_model_grads`` runs the
   data-parallel reduction, then the embedding group's all-reduce, after the pipeline's last
   backward), and both stages' optimizer steps wait for it (``Collective.shared_with``, the path
-  DualPipe's copies use). With TP, the stream devices (each TP group's first) stand for their
-  group: the ``t`` pairs' all-reduces of ``1/t`` of the matrix each are timed as the first
-  pair's.
+  DualPipe's copies use). With TP, each of the ``t`` TP ranks' pairs all-reduces its ``1/t``
+  of the matrix: the stream devices' pair (each TP group's first) stands for the others where
+  every pair has links of its own, and where the pairs' routes share a link (fewer NICs than
+  GPUs per server) the other ranks' pairs run beside it (``Collective.rings``,
+  :meth:`~pipesim.simulator.tp_lowering.TpLowering.shared_rings`).
 """
 
 from __future__ import annotations
@@ -77,10 +79,12 @@ def tied_collectives(
     stages: Sequence[StageFacts],
     first_index: int,
     before: Sequence[Collective],
+    tp: TpLowering | None = None,
 ) -> list[Collective]:
     """The all-reduces of the tied copies' gradients (module docstring), indexed from
     ``first_index`` on; ``before`` are the program's other collectives (the owner stage's last
-    gradient collective goes first). Empty when the model ties nothing or no device holds a copy.
+    gradient collective goes first); ``tp`` the TP pass (the other TP ranks' pairs where they
+    share links), ``None`` without TP. Empty when the model ties nothing or no device holds a copy.
 
     Raises:
         InputError: a bad ``grad_reduce_dtype``.
@@ -100,8 +104,9 @@ def tied_collectives(
                  and c.kind != CollectiveKind.ALL_GATHER.value),
                 default=None,
             )
-            nbytes = tied_grad_bytes(m.nbytes, plan.stages[user_stage.index].tensor_parallel,
-                                     profile.dtype, plan.grad_reduce_dtype)
+            t = plan.stages[user_stage.index].tensor_parallel
+            nbytes = tied_grad_bytes(m.nbytes, t, profile.dtype, plan.grad_reduce_dtype)
+            same_t = plan.stages[owner_stage.index].tensor_parallel == t
             for a, b in zip(owner_stage.devices, user_stage.devices, strict=False):
                 if a == b or any(m.owner in st.layers for st in held[b]):
                     continue  # the device holds both ends: no copy
@@ -117,6 +122,8 @@ def tied_collectives(
                         after_drain=True,
                         posted=False,
                         shared_with=user_stage.index,
+                        rings=tp.shared_rings([(a + r, b + r) for r in range(t)])
+                        if tp is not None and same_t and t > 1 else (),
                     )
                 )
     return out

@@ -35,9 +35,13 @@ scatter-gather of Megatron-LM, or the sequence shard under SP); the ``t`` transf
 disjoint routes in parallel (one NIC per GPU), so the stream carries one of them, ``1/t`` of the
 bytes (between stages of different degrees, ``1/min``).
 
-The data-parallel collectives run among the groups' first devices (each TP rank's DP group is
-alike and runs on its own rails) over :meth:`TpLowering.parameter_bytes` (the TP shard); ZeRO's
-are lowered by :mod:`pipesim.simulator.zero_lowering`.
+The data-parallel collectives run among the groups' first devices over
+:meth:`TpLowering.parameter_bytes` (the TP shard); ZeRO's are lowered by
+:mod:`pipesim.simulator.zero_lowering`. Every TP rank has a data-parallel group of its own
+(Megatron-LM's), each reducing its full shard: where each rank's group runs on links of its own
+(one NIC per GPU, rails) the first rank's collective stands for all of them; where they share
+links (fewer NICs than GPUs per server) every rank's group runs too, beside the first's and at
+once (:meth:`TpLowering.dp_rings`), so a NIC carries each ring that crosses it.
 
 Context parallelism ``c`` (:mod:`~pipesim.profiles.costmodels.context_parallel`): a replica is
 ``t x c`` devices, ``c`` TP groups that split the sequence; the stream runs on the first TP
@@ -67,6 +71,7 @@ from pipesim.profiles.costmodels.context_parallel import (
     ring_hop,
     stage_cp_times,
 )
+from pipesim.profiles.costmodels.dp_rings import link_loads, rank_groups
 from pipesim.profiles.costmodels.memory import Recompute
 from pipesim.profiles.costmodels.nccl_protocol import link_classes
 from pipesim.profiles.costmodels.sharding import sharded_memory_multiplier
@@ -131,6 +136,7 @@ class TpLowering:
         self._group_layouts: dict[tuple[int, ...], object] = {}
         self._rings: dict[tuple[int, ...], TpRing] = {}  # group + (-1: several rings, -2: one)
         self._comms: dict[tuple[str, int, int, int], TpComm | None] = {}
+        self._dp_rings: dict[tuple[int, tuple[int, ...]], tuple[tuple[int, ...], ...]] = {}
 
     def is_tp(self, stage: int) -> bool:
         """Whether ``stage`` is tensor- or context-parallel (a replica of several devices)."""
@@ -151,6 +157,33 @@ class TpLowering:
         spec = self.plan.stages[stage]
         t, c = spec.tensor_parallel, spec.context_parallel
         return tuple(lead + k * t for lead in leads for k in range(c))
+
+    def dp_rings(self, stage: int, first: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
+        """The data-parallel groups of ``stage``'s TP ranks ``1 .. t - 1`` whose first rank's group
+        is ``first`` (rank ``r``'s: ``first`` shifted by ``r``, Megatron-LM's data-parallel group
+        of that TP rank) where the ``t`` groups' rings share a link (:meth:`shared_rings`);
+        ``()`` where ``t = 1``, links are free or every rank's group has links of its own."""
+        t = self.plan.stages[stage].tensor_parallel
+        if t < 2 or self._free or len(first) < 2:
+            return ()
+        found = self._dp_rings.get((stage, first))
+        if found is None:
+            found = self._dp_rings[(stage, first)] = self.shared_rings(rank_groups(first, t))
+        return found
+
+    def shared_rings(self, groups: list[tuple[int, ...]]) -> tuple[tuple[int, ...], ...]:
+        """``groups[1:]`` where two of ``groups`` (one per TP rank, the first rank's first) have
+        ring steps on one link (:func:`~pipesim.profiles.costmodels.dp_rings.link_loads`:
+        fewer NICs than GPUs per server), else ``()``: where each rank's group has links of its
+        own its collective takes the first rank's time, and the first rank's group stands for
+        all of them; where they share, each runs as a collective of its own beside the first
+        rank's, of the full per-rank bytes
+        (:attr:`~pipesim.simulator.dp_collectives.Collective.rings`)."""
+        if self._free or len(groups) < 2:
+            return ()
+        if link_loads(groups, self.cluster.route, self.cluster.server_of) is None:
+            return ()
+        return tuple(groups[1:])
 
     def curves(self, group: tuple[int, ...]) -> AllReduceCurves:
         """Ring all-reduce time curves among ``group`` on the cluster's routes, with NCCL's

@@ -289,7 +289,9 @@ def test_one_ranks_replicas_rings_on_one_nic_within_tolerance(
 ) -> None:
     """TP 4 x 5 replicas on servers of 5 GPUs and one NIC: the groups at 4-7, 8-11 and 12-15
     straddle, two rings leave (and enter) servers 1 and 2 by one NIC, in lock step, each at half
-    of it: +0.1% to +0.3% (36% low with each ring seen alone)."""
+    of it: +0.1% to +0.3% (20% low with each TP ring seen alone; 36% before every TP rank's
+    data-parallel ring was on the network, simulator/dp_collectives.py ``Collective.rings``, and
+    charged its share of the NIC, ThreeDCosts.curves ``ranks``)."""
     gpt5 = "gpt:layers=5,hidden=1024,heads=16,seq=1024,vocab=50257"
     profile, cluster = resolve_inputs(gpt5, "dapple-2x8-v100", dtype="fp16", overrides=FIVE)
     plan = Plan(stages=(_stage(0, 6, tensor_parallel=4, replicas=5, sharding=sharding),),
@@ -299,4 +301,4 @@ def test_one_ranks_replicas_rings_on_one_nic_within_tolerance(
     est = estimate_3d(plan, profile, cluster, optimizer_step=False).iteration_time_s
     assert est / sim == pytest.approx(1.0, abs=0.01)
     monkeypatch.setattr(three_d, "ring_sharers", lambda *args: None)
-    assert estimate_3d(plan, profile, cluster, optimizer_step=False).iteration_time_s / sim < 0.7
+    assert estimate_3d(plan, profile, cluster, optimizer_step=False).iteration_time_s / sim < 0.85

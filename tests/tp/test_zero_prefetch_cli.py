@@ -39,8 +39,10 @@ def test_bad_prefetch_exits_2_naming_the_option(capsys: pytest.CaptureFixture[st
 
 def test_compare_takes_the_prefetch(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     argv = ["compare", "--model", "bert48", "--cluster", "dapple-2x8-v100", "--schedules", "1f1b",
-            "--gbs", "64", "--zero", "3", "--planner", "megatron", "--rerank", "none",
+            "--gbs", "64", "--zero", "3", "--planner", "megatron", "--rerank", "none", "--tp", "4",
             "--out", str(tmp_path), "--json"]
+    # TP 4 pinned: sharded over replicas (unpinned, one 25GbE NIC per server carrying every TP
+    # rank's data-parallel ring makes the planner pick a pipeline of one replica, nothing to shard)
     assert main(argv) == 0
     one = json.loads(capsys.readouterr().out)[0]
     assert main([*argv, "--zero-prefetch", "3"]) == 0
