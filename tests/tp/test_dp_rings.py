@@ -14,6 +14,7 @@ import simpy
 
 import pipesim.simulator.engine as engine
 from pipesim.plan import Plan, StagePlan
+from pipesim.planner.megatron import estimate_3d
 from pipesim.profiles.costmodels.tied_embeddings import without_ties
 from pipesim.profiles.hardware.cluster import Cluster
 from pipesim.profiles.inputs import resolve_inputs
@@ -89,3 +90,37 @@ def test_ranks_with_nics_of_their_own_stand_for_each_other() -> None:
     profile = without_ties(profile)
     (spec,) = lower(_plan(2, (0, 8)), profile, cluster, SimOptions()).collectives
     assert spec.rings == ()
+
+
+def test_every_tp_ranks_tied_pair_crosses_the_nic() -> None:
+    profile, cluster = resolve_inputs(GPT, "dapple-2x8-v100")  # tied word embeddings (GPT's default)
+    plan = Plan(stages=(StagePlan(first_layer=0, last_layer=2, tensor_parallel=2, devices=(0,)),
+                        StagePlan(first_layer=3, last_layer=5, tensor_parallel=2, devices=(8,))),
+                global_batch_size=8, num_microbatches=4, schedule="1f1b", allreduce="ring")
+    (pair,) = lower(plan, profile, cluster, SimOptions()).collectives
+    assert pair.members == (0, 8)
+    assert pair.shared_with == 1
+    assert pair.rings == ((1, 9),)  # rank 1's pair leaves server 0 by the same NIC
+    both = _alone_s(cluster, pair.kind, [(0, 8), (1, 9)], pair.nbytes)
+    alone = _alone_s(cluster, pair.kind, [(0, 8)], pair.nbytes)
+    assert both - alone == pytest.approx(pair.nbytes / cluster.route_bandwidth_bytes_per_s(0, 8), rel=1e-9)
+
+
+@pytest.mark.parametrize(("t", "sharding", "tied"),
+                         [(2, "none", False), (4, "zero1", False), (2, "none", True)])
+def test_the_3d_estimate_charges_every_ranks_ring(t: int, sharding: str, tied: bool) -> None:
+    """The estimate divides each link's bandwidth by the TP ranks' rings on it
+    (ThreeDCosts.curves ``ranks``) and counts every rank's tied pair: on these one-NIC plans it
+    equals the simulation, which grew by the other ranks' rings."""
+    profile, cluster = resolve_inputs(GPT, "dapple-2x8-v100")
+    if tied:  # one replica, the tied pair between the two servers
+        plan = Plan(stages=(StagePlan(first_layer=0, last_layer=2, tensor_parallel=t, devices=(0,)),
+                            StagePlan(first_layer=3, last_layer=5, tensor_parallel=t, devices=(8,))),
+                    global_batch_size=8, num_microbatches=4, schedule="1f1b", allreduce="ring")
+    else:
+        profile = without_ties(profile)
+        plan = _plan(t, (0, 8), sharding)
+    options = SimOptions(optimizer_step=False)
+    sim = simulate(plan, profile, cluster, options).iteration_time_s
+    est = estimate_3d(plan, profile, cluster, optimizer_step=False).iteration_time_s
+    assert est == pytest.approx(sim, rel=1e-9)
