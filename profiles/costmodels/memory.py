@@ -259,7 +259,12 @@ def layer_transient_bytes(
         InputError: as :func:`layer_kept_bytes`.
     """
     mode = check_recompute(profile, recompute)
-    work = [backward_working_set_bytes(profile, i, samples) for i in range(profile.num_layers)]
+    acts = profile.activation_bytes(samples)  # once: an unshaped layer's working set is its output
+    work = [
+        acts[i] if layer.shape is None or layer.shape.kind is LayerKind.EMBEDDING
+        else backward_working_set_bytes(profile, i, samples)
+        for i, layer in enumerate(profile.layers)
+    ]
     if mode is not Recompute.SELECTIVE:
         return work
     saved = profile.stashed_bytes(samples)
