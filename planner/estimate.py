@@ -177,6 +177,7 @@ class CostModel:
         self._xfer_cache: dict[tuple[tuple[int, ...], ...], Lines] = {}
         self._nic_cache: dict[tuple[int, ...], frozenset[int]] = {}
         self._acts_cache: dict[tuple[int, int, float], StageActivations] = {}
+        self._layer_bytes: dict[float, tuple[list[float], list[float]]] = {}  # kept, transient per share
         self._loads_cache: dict[tuple[tuple[int, ...], tuple[int, ...]], tuple[tuple[int, float], ...]] = {}
         self._network_links = {link.index for link in cluster.links if link.kind.value == "network"}
         self.memo: dict[tuple[object, ...], object] = {}
@@ -225,7 +226,13 @@ class CostModel:
         key = (first, last, samples)
         found = self._acts_cache.get(key)
         if found is None:
-            found = stage_activations(self.profile, first, last, samples, self.recompute)
+            per_layer = self._layer_bytes.get(samples)
+            if per_layer is None:  # once per share: a search asks for many stages at one share
+                p, mode = self.profile, self.recompute
+                per_layer = self._layer_bytes[samples] = (
+                    layer_kept_bytes(p, samples, mode), layer_transient_bytes(p, samples, mode)
+                )
+            found = stage_activations(self.profile, first, last, samples, self.recompute, per_layer=per_layer)
             self._acts_cache[key] = found
         return found
 
