@@ -163,12 +163,21 @@ def _uneven_lines(
         if cluster.servers_interchangeable:
             src, dst = groups  # the renumbered devices cost the same (see CostModel.transfer_lines)
         route = model.cluster.route
-        fwd = resplit(split_samples(samples, len(src)), split_samples(samples, len(dst)))
-        bwd = resplit(split_samples(samples, len(dst)), split_samples(samples, len(src)))
-        found = cache[key] = (
-            model._piece_lines([(route(src[i], dst[k]), float(n)) for i, k, n in fwd if src[i] != dst[k]]),
-            model._piece_lines([(route(dst[i], src[k]), float(n)) for i, k, n in bwd if dst[i] != src[k]]),
-        )
+        # the pieces back are the same overlaps, in the same (sample) order, each the other way
+        pieces = resplit(split_samples(samples, len(src)), split_samples(samples, len(dst)))
+        facts, stride = model._pair_facts, cluster.num_devices  # per device pair, as transfer_lines
+        fwd: list[tuple[tuple[float, float, tuple[int, ...]], float]] = []
+        bwd: list[tuple[tuple[float, float, tuple[int, ...]], float]] = []
+        for i, k, n in pieces:
+            a, z = src[i], dst[k]
+            if a == z:
+                continue
+            for x, y, out in ((a, z, fwd), (z, a, bwd)):
+                fact = facts.get(x * stride + y)
+                if fact is None:
+                    fact = facts[x * stride + y] = model._facts(route(x, y))
+                out.append((fact, float(n)))
+        found = cache[key] = (model._fact_lines(fwd), model._fact_lines(bwd))
     return found
 
 

@@ -177,6 +177,7 @@ class CostModel:
         self._xfer_cache: dict[tuple[tuple[int, ...], ...], Lines] = {}
         self._nic_cache: dict[tuple[int, ...], frozenset[int]] = {}
         self._acts_cache: dict[tuple[int, int, float], StageActivations] = {}
+        self._layer_bytes: dict[float, tuple[list[float], list[float]]] = {}  # kept, transient per share
         self._loads_cache: dict[tuple[tuple[int, ...], tuple[int, ...]], tuple[tuple[int, float], ...]] = {}
         self._network_links = {link.index for link in cluster.links if link.kind.value == "network"}
         self.memo: dict[tuple[object, ...], object] = {}
@@ -225,7 +226,13 @@ class CostModel:
         key = (first, last, samples)
         found = self._acts_cache.get(key)
         if found is None:
-            found = stage_activations(self.profile, first, last, samples, self.recompute)
+            per_layer = self._layer_bytes.get(samples)
+            if per_layer is None:  # once per share: a search asks for many stages at one share
+                p, mode = self.profile, self.recompute
+                per_layer = self._layer_bytes[samples] = (
+                    layer_kept_bytes(p, samples, mode), layer_transient_bytes(p, samples, mode)
+                )
+            found = stage_activations(self.profile, first, last, samples, self.recompute, per_layer=per_layer)
             self._acts_cache[key] = found
         return found
 
@@ -504,17 +511,26 @@ class CostModel:
             if s + 1 < plan.num_stages and where[s + 1] != where[s]:
                 nxt = placement[where[s + 1]]
                 c = self.cut_bytes_per_sample[last]
-                send_f = self.transfer_s(devices, nxt, samples, c)
-                send_b = self.transfer_s(nxt, devices, samples, c)
-                latency = min(send_f, send_b, self._least_latency_s(devices, nxt))
+                key = ("stage-boundary", tuple(devices), tuple(nxt), samples, c)
+                found = self.memo.get(key)
+                if found is None:  # the same boundary in many plans of a search: timed once
+                    send_f = self.transfer_s(devices, nxt, samples, c)
+                    send_b = self.transfer_s(nxt, devices, samples, c)
+                    latency = min(send_f, send_b, self._least_latency_s(devices, nxt))
+                    found = self.memo[key] = (send_f, send_b, latency)
+                send_f, send_b, latency = found  # type: ignore[misc]
+            ar_key = ("stage-allreduce", reducers, first, last, grad, plan.allreduce)
+            allreduce = self.memo.get(ar_key)
+            if allreduce is None:  # a stage's all-reduce recurs in many plans of a search: timed once
+                allreduce = self.memo[ar_key] = self.allreduce_s(
+                    reducers, self.parameter_bytes(first, last) * grad, plan.allreduce
+                )
             out.append(
                 StageCosts(
                     fwd_s=table.fwd[last + 1] - table.fwd[first],
                     bwd_s=table.bwd[last + 1] - table.bwd[first],
                     wgrad_s=table.wgrad[last + 1] - table.wgrad[first],
-                    allreduce_s=self.allreduce_s(
-                        reducers, self.parameter_bytes(first, last) * grad, plan.allreduce
-                    ),
+                    allreduce_s=allreduce,  # type: ignore[arg-type]
                     send_fwd_s=send_f,
                     send_bwd_s=send_b,
                     send_latency_s=latency,

@@ -37,7 +37,9 @@ than :data:`LOAD_FRACTION` of a micro-batch's compute (their sharing cannot move
 much; the walk's cost is spared). One walk costs ``O(actions x replicas + flow events x flows in
 flight)``; past :data:`DIRECT_MICROBATCHES` micro-batches the order is walked at three counts a
 period apart and extrapolated, so the cost stops growing with the micro-batch count once the
-steady phase is reached.
+steady phase is reached. Each walk is kept in the cost model's memo under everything it reads,
+by value (stages' ranks, replicas' devices and compute times, pieces and routes, all-reduces, the
+count walked): plans that walk alike at other global batch sizes share it (a planner's sweep).
 
 Measured against the simulation over the 218 plans of ``experiments/planner_speedup.py``
 (docs/planner.md): the largest ``|error|`` from 29.4% to 3.1%; the docs/communication.md
@@ -249,12 +251,40 @@ def shared_walk_time_s(model: WalkModel, plan: Plan, costs: Sequence[StageCosts]
     if max(load.values(), default=0.0) < LOAD_FRACTION * cycle:
         return None
 
+    options: dict[str, Any] = {
+        k: tuple(v) if isinstance(v, list) else v for k, v in dict(plan.schedule_options).items()
+    }
+    order_options = tuple(sorted(options.items()))
+    # everything a walk reads, by value: plans that walk alike (the same stages, devices, shares and
+    # order at another global batch size) share their walks (same inputs, same result)
+    walk_key = (
+        "link-walk-run",
+        plan.schedule,
+        order_options,
+        p,
+        tuple(where),
+        tuple(first_unit),
+        tuple(unit_device),
+        tuple(f_time),
+        tuple(b_time),
+        tuple(w_time),
+        tuple(tuple(flows_of) for flows_of in out_f),
+        tuple(tuple(flows_of) for flows_of in out_b),
+        tuple((c.allreduce_s, c.optimizer_s) for c in costs),
+        tuple(tuple(sorted(links)) for links in nic),
+    )
+
     def run(m: int) -> float | None:
+        """The walk of the order of ``m`` micro-batches, kept in ``model.memo`` by ``walk_key`` and ``m``."""
+        key = (*walk_key, m)
+        if key in model.memo:
+            return model.memo[key]  # type: ignore[return-value]
+        found = model.memo[key] = walk(m)
+        return found
+
+    def walk(m: int) -> float | None:
         """The walk of the order of ``m`` micro-batches."""
-        options: dict[str, Any] = {
-            k: tuple(v) if isinstance(v, list) else v for k, v in dict(plan.schedule_options).items()
-        }
-        order = schedule_order(plan.schedule, p, m, plan.chunks, tuple(sorted(options.items())))
+        order = schedule_order(plan.schedule, p, m, plan.chunks, order_options)
         rows: list[list[tuple[int, int]]] = []
         for row in order.ranks:
             ops = []
@@ -329,18 +359,18 @@ def shared_walk_time_s(model: WalkModel, plan: Plan, costs: Sequence[StageCosts]
                 if pending[s] == 0 and costs[s].allreduce_s > 0:  # the stage's all-reduce, a flow
                     at = max(unit_end[first_unit[s] : first_unit[s + 1]])
                     links = tuple((link, 1.0) for link in nic[s])
-                    heapq.heappush(delayed, (at, seq, [costs[s].allreduce_s, links, 1.0, None, (2, s, 0)]))
+                    flow = [costs[s].allreduce_s, links, 1.0, None, (2, s, 0), 0.0]
+                    heapq.heappush(delayed, (at, seq, flow))
                     seq += 1
 
         # the network: flows [remaining, shared links ((link, s per unit), ...), rate alone,
-        # stream, target]; a flow on no shared link runs at its rate alone (a timer)
+        # stream, target, rate now]; a flow on no shared link runs at its rate alone (a timer)
         flows: list[list[Any]] = []
         timers: list[tuple[float, int, list[Any]]] = []
         count: dict[int, int] = {}
         busy_streams: set[tuple[int, int]] = set()
         queued: dict[tuple[int, int], list[tuple[float, list[Any]]]] = {}
         now = 0.0
-        rates: list[float] = []
         changed = True
 
         def start(flow: list[Any]) -> None:
@@ -381,7 +411,7 @@ def shared_walk_time_s(model: WalkModel, plan: Plan, costs: Sequence[StageCosts]
                     arrive(target)
                     continue
                 stream = (unit_device[u], unit_device[peer])
-                flow = [nbytes, route[1], route[2], stream, target]
+                flow = [nbytes, route[1], route[2], stream, target, 0.0]
                 if stream in busy_streams:
                     queued.setdefault(stream, []).append((now + route[0], flow))
                 else:
@@ -405,56 +435,61 @@ def shared_walk_time_s(model: WalkModel, plan: Plan, costs: Sequence[StageCosts]
         ar_end = [0.0] * num
         for u in range(units):
             advance(u)
+        inf = math.inf
+        heappop = heapq.heappop
         while True:
-            if changed:
-                rates = []
+            step = inf
+            if flows:  # each flow's rate (flow[5]) changes only when a flow starts or ends
+                if changed:
+                    for flow in flows:
+                        rate = flow[2]
+                        for link, per in flow[1]:
+                            r = 1.0 / (per * count[link])
+                            if r < rate:
+                                rate = r
+                        flow[5] = rate
+                    changed = False
                 for flow in flows:
-                    rate = flow[2]
-                    for link, per in flow[1]:
-                        r = 1.0 / (per * count[link])
-                        if r < rate:
-                            rate = r
-                    rates.append(rate)
-                changed = False
-            step = math.inf
-            for flow, rate in zip(flows, rates, strict=True):
-                t = flow[0] / rate
-                if t < step:
-                    step = t
-            nxt = min(
-                issues[0][0] if issues else math.inf,
-                delayed[0][0] if delayed else math.inf,
-                timers[0][0] if timers else math.inf,
-            )
-            if step == math.inf and nxt == math.inf:
+                    t = flow[0] / flow[5]
+                    if t < step:
+                        step = t
+            nxt = issues[0][0] if issues else inf
+            if delayed and delayed[0][0] < nxt:
+                nxt = delayed[0][0]
+            if timers and timers[0][0] < nxt:
+                nxt = timers[0][0]
+            if step == inf and nxt == inf:
                 break
             later = now + step
             if nxt < later:
                 step, later = max(0.0, nxt - now), max(nxt, now)
-            finished = []
-            for flow, rate in zip(flows, rates, strict=True):
-                if flow[0] <= rate * step * (1 + 1e-12):
-                    finished.append(flow)
-                else:
-                    flow[0] -= rate * step
             now = later
-            if finished:
-                gone = {id(f) for f in finished}
-                flows[:] = [f for f in flows if id(f) not in gone]
-                changed = True
-                for flow in finished:
-                    for link, _ in flow[1]:
-                        count[link] -= 1
-                    finish(flow)
+            if flows:
+                finished: list[list[Any]] = []
+                kept: list[list[Any]] = []
+                for flow in flows:
+                    moved = flow[5] * step
+                    if flow[0] <= moved * (1 + 1e-12):
+                        finished.append(flow)
+                    else:
+                        flow[0] -= moved
+                        kept.append(flow)
+                if finished:
+                    flows[:] = kept
+                    changed = True
+                    for flow in finished:
+                        for link, _ in flow[1]:
+                            count[link] -= 1
+                        finish(flow)
             while timers and timers[0][0] <= now:
-                finish(heapq.heappop(timers)[2])
+                finish(heappop(timers)[2])
             while delayed and delayed[0][0] <= now:
-                start(heapq.heappop(delayed)[2])
+                start(heappop(delayed)[2])
             while issues and issues[0][0] <= now:
-                _, _, u, direction, mb = heapq.heappop(issues)
+                _, _, u, direction, mb = heappop(issues)
                 issue(u, direction, mb)
             while delayed and delayed[0][0] <= now:
-                start(heapq.heappop(delayed)[2])
+                start(heappop(delayed)[2])
         if any(pointer[u] < len(rows[where[unit_stage[u]]]) for u in range(units)):
             return None  # the generator's orders never deadlock
         end = max(free)

@@ -36,7 +36,7 @@ the stage's received input. Recomputation (:class:`Recompute`) trades that memor
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
@@ -259,7 +259,12 @@ def layer_transient_bytes(
         InputError: as :func:`layer_kept_bytes`.
     """
     mode = check_recompute(profile, recompute)
-    work = [backward_working_set_bytes(profile, i, samples) for i in range(profile.num_layers)]
+    acts = profile.activation_bytes(samples)  # once: an unshaped layer's working set is its output
+    work = [
+        acts[i] if layer.shape is None or layer.shape.kind is LayerKind.EMBEDDING
+        else backward_working_set_bytes(profile, i, samples)
+        for i, layer in enumerate(profile.layers)
+    ]
     if mode is not Recompute.SELECTIVE:
         return work
     saved = profile.stashed_bytes(samples)
@@ -372,6 +377,8 @@ def stage_activations(
     last_layer: int,
     samples: float,
     recompute: Recompute | str | bool,
+    *,
+    per_layer: tuple[Sequence[float], Sequence[float]] | None = None,
 ) -> StageActivations:
     """Activation memory of one replica of a stage for one micro-batch share of ``samples``.
 
@@ -381,6 +388,9 @@ def stage_activations(
         last_layer: its last layer (inclusive).
         samples: samples of the replica's share of a micro-batch (> 0).
         recompute: a :class:`Recompute` mode or name (or a boolean, ``True`` for ``full``).
+        per_layer: :func:`layer_kept_bytes` and :func:`layer_transient_bytes` of ``profile`` at
+            ``samples`` and this mode, where the caller keeps them (a cost model asks for many
+            stages at one share); computed here when ``None``.
 
     Raises:
         InputError: ``samples`` is not > 0, an unknown recompute mode, or ``selective`` for a
@@ -391,8 +401,11 @@ def stage_activations(
     inputs = 0.0
     if first_layer > 0:
         inputs = profile.cuts()[first_layer - 1].crossing_bytes / profile.profile_batch_size * samples
-    kept = layer_kept_bytes(profile, samples, mode)
-    transient = layer_transient_bytes(profile, samples, mode)
+    if per_layer is None:
+        kept: Sequence[float] = layer_kept_bytes(profile, samples, mode)
+        transient: Sequence[float] = layer_transient_bytes(profile, samples, mode)
+    else:
+        kept, transient = per_layer
     remat = 0.0
     pool = kept
     if mode is Recompute.FULL:
