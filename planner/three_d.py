@@ -340,7 +340,10 @@ def prepare_config(
         rank_params = memo[("params", chunks_key, p, v, schedule, t)] = [
             sum(model.params(*chunks[k], t) for k in ks) for ks in stages_of]
     # per rank the bytes of the tied matrices' copies it holds (the head's stage: the embedding's)
-    copies = [sum(held_copies(model.profile, [chunks[k] for k in ks])) / t for ks in stages_of]
+    copies = memo.get(("copies", chunks_key, p, v, schedule, t))
+    if copies is None:
+        copies = memo[("copies", chunks_key, p, v, schedule, t)] = [
+            sum(held_copies(model.profile, [chunks[k] for k in ks])) / t for ks in stages_of]
     act_key = ("acts", chunks_key, p, v, schedule, m, mbs, t, sp, rc, c)
     act_peaks = memo.get(act_key)
     computed: list[float] = []
@@ -443,21 +446,28 @@ def prepare_config(
 
     # The tied matrices' gradient all-reduces (profiles/costmodels/tied_embeddings.py): once every
     # rank has drained and rank 0 has reduced its gradients, before the two ranks' updates
-    tied_s, tied_step = 0.0, 0.0
-    for pair in stage_pairs(model.profile, chunks, where):
-        firsts = placed.firsts or tuple(tuple((r * d + k) * t * c for k in range(d)) for r in range(p))
-        pairs = tuple(zip(firsts[where[pair.owner]], firsts[where[pair.user]], strict=True))
-        nbytes = tied_grad_bytes(pair.nbytes, t, model.profile.dtype, grad)
-        alone = model.curves(pairs[0], ranks=t).time_s(nbytes, allreduce)  # with every TP rank's pair
-        if len(pairs) > 1:  # every replica's pair at once, on the links they share
-            ranked = pairs
-            if model.ranks_share(pairs[0], t):  # and every TP rank's, where they share links
-                ranked = tuple((a + r, b + r) for a, b in pairs for r in range(t))
-            together = max(a + nbytes * b for a, b in model.send_terms(ranked))
-            first_pair = max(a + nbytes * b for a, b in model.send_terms(ranked[: len(ranked) // len(pairs)]))
-            alone = pairs_allreduce_s(alone, together, first_pair)
-        tied_s += alone
-        tied_step = max(tied_step, step_s(where[pair.user]))  # the user's update waits for it too
+    tied_key = ("tied", chunks_key, p, v, schedule, t, d, c, grad, allreduce)
+    tied_pairs: list[tuple[int, float]] | None = memo.get(tied_key) if auto else None
+    if tied_pairs is None:  # per tied pair its user's rank and its all-reduce's time, s
+        tied_pairs = []
+        for pair in stage_pairs(model.profile, chunks, where):
+            firsts = placed.firsts or tuple(tuple((r * d + k) * t * c for k in range(d)) for r in range(p))
+            pairs = tuple(zip(firsts[where[pair.owner]], firsts[where[pair.user]], strict=True))
+            nbytes = tied_grad_bytes(pair.nbytes, t, model.profile.dtype, grad)
+            alone = model.curves(pairs[0], ranks=t).time_s(nbytes, allreduce)  # with every TP rank's pair
+            if len(pairs) > 1:  # every replica's pair at once, on the links they share
+                ranked = pairs
+                if model.ranks_share(pairs[0], t):  # and every TP rank's, where they share links
+                    ranked = tuple((a + r, b + r) for a, b in pairs for r in range(t))
+                together = max(a + nbytes * b for a, b in model.send_terms(ranked))
+                one = ranked[: len(ranked) // len(pairs)]  # the first replica's pairs
+                first_pair = max(a + nbytes * b for a, b in model.send_terms(one))
+                alone = pairs_allreduce_s(alone, together, first_pair)
+            tied_pairs.append((where[pair.user], alone))
+        if auto:
+            memo[tied_key] = tied_pairs
+    tied_s = sum(alone for _, alone in tied_pairs)
+    tied_step = max((step_s(user) for user, _ in tied_pairs), default=0.0)  # the user's update waits too
 
     def rank0_after_s(tb: float, dp_extra: float) -> float:
         """Rank 0's data-parallel collectives after its last backward and its update, s

@@ -75,6 +75,7 @@ class ThreeDCosts:
         self.compute = tp_compute_model(profile, cluster.device)
         # by members, servers, ranks
         self._curves: dict[tuple[tuple[int, ...], bool, int], AllReduceCurves] = {}
+        self._ranks_share: dict[tuple[tuple[int, ...], int], bool] = {}
         self._times: dict[tuple[tuple[int, ...], int, int, bool, bool, int, int, int], TpStageTimes] = {}
         self._acts: dict[tuple[tuple[int, ...], int, int, bool, Recompute], StageActivations] = {}
         self._params: dict[tuple[tuple[int, ...], int], float] = {}
@@ -150,8 +151,13 @@ class ThreeDCosts:
     def ranks_share(self, members: tuple[int, ...], ranks: int) -> bool:
         """Whether the ``ranks`` TP ranks' groups from ``members`` (:meth:`curves` ``ranks``)
         have rings on one link."""
-        c = self.cluster
-        return ranks > 1 and link_loads(rank_groups(members, ranks), c.route, c.server_of) is not None
+        key = (members, ranks)
+        found = self._ranks_share.get(key)
+        if found is None:
+            c = self.cluster
+            found = self._ranks_share[key] = (
+                ranks > 1 and link_loads(rank_groups(members, ranks), c.route, c.server_of) is not None)
+        return found
 
     def ring(self, groups: Sequence[tuple[int, ...]]) -> int:
         """The TP ring a rank's collectives are timed on: the index of the ring curves of the
