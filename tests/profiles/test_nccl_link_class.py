@@ -10,7 +10,7 @@ import pytest
 import simpy
 
 from pipesim.errors import InputError
-from pipesim.profiles.costmodels.collective import AllReduceAlgorithm, AllReduceCurves, allreduce_curves
+from pipesim.profiles.costmodels.collective import AllReduceAlgorithm, AllReduceCurves
 from pipesim.profiles.costmodels.lines import eval_lines
 from pipesim.profiles.costmodels.nccl_protocol import (
     LL,
@@ -26,40 +26,21 @@ from pipesim.profiles.costmodels.nccl_protocol import (
 from pipesim.profiles.hardware.cluster import get_cluster
 from pipesim.profiles.hardware.topology import LinkKind
 from pipesim.simulator.collective_costs import ring_allreduce_time_s
-from pipesim.simulator.collectives import allreduce
 from pipesim.simulator.network import Network
+from tests.profiles.nccl_cluster import cluster_curves, simulated_allreduce_s
 
 US = 1e-6
 MIB = 1 << 20
 
 
 def _curves(preset: str, members: list[int], *, classes: bool = True) -> AllReduceCurves:
-    cluster = get_cluster(preset)
-    links = cluster.links
-    bw = [lk.bandwidth_bytes_per_s for lk in links]
-    lat = [lk.latency_s for lk in links]
-    kinds = link_classes(links)
-    return allreduce_curves(
-        members,
-        cluster.route,
-        bw.__getitem__,
-        lat.__getitem__,
-        server_of=cluster.server_of,
-        link_class=kinds.__getitem__ if classes else None,
-    )
+    return cluster_curves(get_cluster(preset), members, classes=classes)
 
 
 def _simulate(
     preset: str, members: list[int], nbytes: float, algorithm: str = "auto", *, classes: bool = True
 ) -> float:
-    cluster = get_cluster(preset)
-    env = simpy.Environment()
-    net = Network.over_links(env, cluster.links, nccl_tuner=classes)
-    env.process(
-        allreduce(env, net, members, nbytes, cluster.route, server_of=cluster.server_of, algorithm=algorithm)
-    )
-    env.run()
-    return float(env.now)
+    return simulated_allreduce_s(get_cluster(preset), members, nbytes, algorithm, classes=classes)
 
 
 def test_handoff_tables_are_nccls() -> None:

@@ -10,7 +10,6 @@ import math
 from collections.abc import Callable
 
 import pytest
-import simpy
 
 from pipesim.errors import InputError
 from pipesim.profiles.costmodels.collective import AllReduceAlgorithm, AllReduceCurves, allreduce_curves
@@ -30,40 +29,15 @@ from pipesim.profiles.costmodels.nccl_protocol import (
 )
 from pipesim.profiles.hardware.cluster import get_cluster
 from pipesim.profiles.hardware.cluster_config import with_overrides
-from pipesim.profiles.hardware.cluster_type import Cluster
-from pipesim.simulator.collectives import allreduce
-from pipesim.simulator.network import Network
+from tests.profiles.nccl_cluster import cluster_curves, simulated_allreduce_s
 
 US = 1e-6
 MIB = 1 << 20
 GB = 1e9
 
 
-def _curves(cluster: Cluster, members: list[int], *, classes: bool = True) -> AllReduceCurves:
-    links = cluster.links
-    bw = [lk.bandwidth_bytes_per_s for lk in links]
-    lat = [lk.latency_s for lk in links]
-    kinds = link_classes(links)
-    return allreduce_curves(
-        members,
-        cluster.route,
-        bw.__getitem__,
-        lat.__getitem__,
-        server_of=cluster.server_of,
-        link_class=kinds.__getitem__ if classes else None,
-    )
-
-
-def _simulate(
-    cluster: Cluster, members: list[int], nbytes: float, algorithm: str, *, classes: bool = True
-) -> float:
-    env = simpy.Environment()
-    net = Network.over_links(env, cluster.links, nccl_tuner=classes)
-    env.process(
-        allreduce(env, net, members, nbytes, cluster.route, server_of=cluster.server_of, algorithm=algorithm)
-    )
-    env.run()
-    return float(env.now)
+_curves = cluster_curves
+_simulate = simulated_allreduce_s
 
 
 def test_ll_cap_per_generation_and_node_count() -> None:
