@@ -51,10 +51,10 @@ _RATIO_TOL = 0.10  # the issue's largest accepted error for ratio metrics
 _SIMULATE_UP_TO_STAGES = 16
 
 _PIPELINE_GAP = (
-    "full recomputation at 1T stays 11% slow (the present method +8%) with the optimizer step and the "
-    "backward TP all-reduces hidden behind the weight-gradient GEMMs modelled: the 64-stage 1F1B's "
-    "step is set by the last stage (2 blocks and the 51,200 x 25,600 LM head, 8% slower than a "
-    "2-block stage in pipesim's kernel model); not traced further"
+    "full recomputation at 1T stays 10% slow (10.4%; the present method +7.6%, held) with the "
+    "optimizer step and the backward TP all-reduces hidden behind the weight-gradient GEMMs "
+    "modelled: the 64-stage 1F1B's step is set by the last stage (2 blocks and the 51,200 x "
+    "25,600 LM head, 8% slower than a 2-block stage in pipesim's kernel model); not traced further"
 )
 
 # Table 3: name -> (heads, hidden, layers, t, p, GPUs, batch, micro-batch, chunks)
