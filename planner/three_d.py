@@ -78,13 +78,13 @@ from pipesim.plan import Estimate, Plan
 from pipesim.planner.memory_estimate import activation_peak_bytes
 from pipesim.planner.nic_sharing import (
     RingSharers,
-    concurrent_delay_s,
     last_backward_delay_s,
     ring_sharers,
     shares_ring_link,
 )
 from pipesim.planner.schedule_time import order_time_s
 from pipesim.planner.three_d_costs import ThreeDCosts
+from pipesim.planner.three_d_times import stage_op_times
 from pipesim.planner.zero_ops import ZeroOp, ZeroOps, zero_split_ops, zero_unit_ops
 from pipesim.profiles.costmodels.collective import AllReduceCurves
 from pipesim.profiles.costmodels.context_parallel import check_context_parallel
@@ -98,7 +98,6 @@ from pipesim.profiles.costmodels.sharding import (
     half_time_s,
     sharded_memory_multiplier,
 )
-from pipesim.profiles.costmodels.tensor_parallel import TpStageTimes
 from pipesim.profiles.costmodels.tied_embeddings import (
     held_copies,
     pairs_allreduce_s,
@@ -392,7 +391,7 @@ def prepare_config(
     times_key = ("times", chunks_key, p, v, schedule, mbs, t, sp, overlap, rc, c, d)
     found = memo.get(times_key) if auto else None
     if found is None:
-        found = _stage_times(model, chunks, stages_of, mbs, t, sp, overlap, rc, c, rings, cp_hops, split,
+        found = stage_op_times(model, chunks, stages_of, mbs, t, sp, overlap, rc, c, rings, cp_hops, split,
                              sharers, wires)
         if auto:
             memo[times_key] = found
@@ -585,59 +584,6 @@ everything but the sharding), a rank's optimizer step and gradient collective.""
 """Per cost model, ZeRO-2/3's chunk ops by the chunk's layer signature and the rest of its
 :class:`~pipesim.planner.zero_ops.ZeroOp` (the search costs the same chunk in many
 configurations)."""
-
-
-def _stage_times(
-    model: ThreeDCosts, chunks: list[tuple[int, int]], stages_of: list[list[int]], mbs: int, t: int, sp: bool,
-    overlap: bool, rc: Recompute, c: int, rings: tuple[int, ...], cp_hops: tuple[int, ...], split: bool,
-    sharers: RingSharers | None, wires: Callable[[int, int], tuple[float, float]],
-) -> tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...], tuple[float, ...],
-           tuple[TpStageTimes, ...], tuple[float, ...]]:
-    """Per stage its ``F``, its ``I`` (the whole ``B`` unless ``split``) and its ``W``, with the
-    rank's own replicas' TP rings in lock step; per rank the delay by other ranks' TP blocks on
-    its links per micro-batch; per stage its TP x CP times and replayed forward, seconds
-    (:func:`prepare_config`)."""
-    n, p = len(chunks), len(stages_of)
-    f_stage, i_stage, w_stage, slow_of = [0.0] * n, [0.0] * n, [0.0] * n, [0.0] * p
-    all_times: list[TpStageTimes] = []
-    replays = [0.0] * n
-    for r in range(p):
-        for k in stages_of[r]:
-            first, last = chunks[k]
-            times = model.times(first, last, mbs, t, sp, overlap, c, rings[r], cp_hops[r])
-            all_times.append(times)
-            f_op = times.fwd_tp_s + times.fwd_comm_s
-            replay = replays[k] = model.replay(first, last, mbs, t, sp, rc, overlap, c, rings[r], cp_hops[r])
-            b_op = times.bwd_tp_s + times.bwd_comm_s + replay
-            if split:  # I exposes its TP collectives whole; W is the weight-gradient compute
-                w_stage[k] = times.bwd_tp_s * _wgrad_fraction(model.profile, first, last)
-                b_op += times.bwd_split_comm_s - times.bwd_comm_s - w_stage[k]  # the I
-            if sharers is not None and sharers.own[r] > 1:  # its replicas' rings, in lock step
-                own_f, own_b = wires(r, k // p)
-                f_op += (sharers.own[r] - 1) * own_f
-                b_op += (sharers.own[r] - 1) * own_b
-            if sharers is not None and sharers.tp[r]:  # other ranks' TP blocks on its bottleneck
-                own_f, own_b = wires(r, k // p)
-                others = [[wires(q, k // p) for q in ranks] for ranks in sharers.tp[r]]
-                slow_of[r] += concurrent_delay_s(own_f, [[w[0] for w in ws] for ws in others])
-                slow_of[r] += concurrent_delay_s(own_b, [[w[1] for w in ws] for ws in others])
-            f_stage[k], i_stage[k] = f_op, b_op
-    order = [k for ks in stages_of for k in ks]
-    by_stage: list[TpStageTimes | None] = [None] * n
-    for k, x in zip(order, all_times, strict=True):
-        by_stage[k] = x
-    return (tuple(f_stage), tuple(i_stage), tuple(w_stage), tuple(slow_of),
-            tuple(x for x in by_stage if x is not None), tuple(replays))
-
-
-def _wgrad_fraction(profile: ModelProfile, first: int, last: int) -> float:
-    """The weight-gradient share of layers ``first..last``'s backward, as the simulator's
-    lowering splits a backward into ``I`` and ``W`` (its ``StageFacts.wgrad_fraction``)."""
-    layers = profile.layers[first : last + 1]
-    total = sum(layer.bwd_time_s for layer in layers)
-    if total <= 0:
-        return 0.5 if any(layer.parameter_bytes for layer in layers) else 0.0
-    return sum(layer.bwd_time_s * layer.weight_grad_fraction for layer in layers) / total
 
 
 def _after_backward_s(
