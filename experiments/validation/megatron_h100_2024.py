@@ -1,0 +1,267 @@
+"""Achieved teraFLOP/s per GPU of GPT models trained with Megatron-Core r0.8.0 on up to 6144 H100s
+(weak scaling, 1.7B to 462B parameters) and the strong scaling of a 177B model, against pipesim's
+prediction of the same configurations.
+
+The records and their mapping were chosen and written down before pipesim's predictions were
+looked at; nothing here is fitted to them.
+
+Source: NVIDIA/Megatron-LM, ``README.md`` at commit f2e5db402c (2024-07-15, "New scaling figures on
+H100 GPUs"), section "Training Speed and Scalability", and the table it shows as an image at that
+commit, ``images/model_table.png`` (the figures ``images/weak_scaling.png`` and
+``images/strong_scaling.png`` plot the same runs, labelled "Megatron-Core r0.8.0"):
+
+* the text: "All models use a vocabulary size of 131,072 and a sequence length of 4096"; DP, TP
+  and PP communication overlapped (``--overlap-grad-reduce --overlap-param-gather``,
+  ``--tp-comm-overlap``, "pipeline-parallel communication (enabled by default)"); throughputs
+  "measured for end-to-end training";
+* the table, per model: attention heads, hidden size, layers, tensor- and pipeline-parallel sizes,
+  data-parallel size (48 throughout), GPUs, batch size, per-GPU teraFLOP/s, MFU, aggregate
+  petaFLOP/s: 1.7B 16/2048/24, t 1, p 1, 48 GPUs, batch 192, 408.8; 7.1B 32/4096/30, 2, 1, 96,
+  192, 465.9; 16B 48/6144/32, 4, 1, 192, 192, 489.1; 32B 56/7168/48, 8, 1, 384, 192, 459.6; 70B
+  64/8192/84, 8, 2, 768, 384, 419.7; 119B 80/10240/92, 8, 4, 1536, 768, 420.5; 177B
+  96/12288/96, 8, 6, 2304, 1152, 432.8; 314B 128/16384/96, 8, 8, 3072, 1536, 474.4; 462B
+  144/18432/112, 8, 16, 6144, 3072, 459.9;
+* the strong scaling text: "the standard GPT-3 model (our version has slightly more than 175
+  billion parameters due to larger vocabulary size) from 96 H100 GPUs to 4608 GPUs, using the
+  same batch size of 1152 sequences throughout ... a reduction in MFU from 47% to 42%".
+
+The per-GPU rate is Megatron-LM's logged throughput, ``num_floating_point_operations`` of
+``megatron/training/training.py`` at the r0.8.0 tag (baf94af3c6), for a GPT with a 4h GeLU MLP
+and as many key/value heads as query heads: ``12 B s l h^2 (6 + s/h + V/(2 l h))`` (no
+recomputation term) over the iteration time and the GPUs; the MFU is that rate over the H100's
+dense bf16 peak (the table's MFU column is the rate over ~989: 408.8 -> 41%, 420.5 -> 43%), so
+the runs are bf16, not FP8. The prediction takes the same count over pipesim's iteration time.
+
+Mapping (assumed where the README is silent; each an explicit choice, not a fit):
+
+* model: the ``gpt:`` zoo model with the row's shape, ``seq = 4096``, ``vocab = 131072`` (a
+  multiple of 128 t: Megatron's padding leaves it), ``untie = 1`` (the parameter counts are those
+  of an untied output layer: 1.7B is 24 x 12 x 2048^2 + 2 x 131072 x 2048 = 1.75B, tied it would
+  be 1.48B; 177B likewise), ``flash = 1`` (r0.8.0's default ``--transformer-impl
+  transformer_engine`` runs fused attention); bf16;
+* plan: TP ``t``, PP ``p``, ``d = 48``, micro-batch 1 (not stated: Megatron's GPT scripts' usual
+  value), ``m = B / 48`` micro-batches, no recomputation (not stated: none is r0.8.0's default),
+  sequence parallelism and ``tp_comm_overlap`` wherever ``t > 1`` (r0.8.0 asserts that
+  ``--tp-comm-overlap`` runs with sequence parallelism), Megatron's distributed optimizer
+  (``sharding = distributed``; ``--overlap-param-gather`` asserts ``--use-distributed-optimizer``);
+* schedule: for ``p > 1`` the interleaved one with one layer per virtual stage (``v = l / p``).
+  r0.8.0's ``arguments.py`` turns ``overlap_p2p_comm`` off with a warning for the non-interleaved
+  schedule, so PP communication "enabled by default" overlapped means the interleaved schedule;
+  r0.8.0 splits the layers evenly over ``p v`` virtual stages, and 119B's 23 and 462B's 7 layers
+  per stage are prime, so only one layer per virtual stage interleaves them all (the same rule is
+  taken for the other rows); the embedding with the first virtual stage, the output layer with the
+  last; ``m`` is a multiple of ``p`` on every row as the schedule requires. For ``p = 1``, ``1f1b``
+  (plain gradient accumulation over ``m`` micro-batches);
+* data-parallel gradients reduce-scattered in fp32 (r0.8.0 accumulates and reduces gradients in
+  fp32 for bf16: ``Plan.grad_reduce_dtype``'s default rule) in buckets of ``max(4e7, 1e6 d)``
+  elements as they are produced (``DistributedDataParallel``'s default bucket size with
+  ``--overlap-grad-reduce``): ``allreduce_overlap = bucketed``, ``bucket_bytes = 4 x that``;
+* cluster: DGX H100 SuperPOD presets (8 x H100 SXM on NVSwitch, one 400 Gb/s NDR NIC per GPU, rail
+  fat-tree): ``dgx-h100-1024`` up to 1024 GPUs, ``dgx-h100-16384`` above, ``servers = n / 8``
+  (the machine NVIDIA ran on is not named);
+* strong scaling: the 177B row's t 8 and p 6 (and its v 16) kept, ``d = n / 48``: 96 GPUs (d 2,
+  576 micro-batches per replica) and 4608 GPUs (d 96, 12); the ratio record is 42% / 47%.
+
+Pipelines of more than 16 virtual stages and the strong-scaling rows are predicted by the
+Megatron planner's 3D estimate (:func:`pipesim.planner.megatron.estimate_3d`, the same per-stage
+TP times as the simulator; it has no DP bucket option: its data-parallel reduction follows the
+estimate's own overlap) to keep the validation fast; the others are simulated. The two differ
+here more than on the A100 records: the 70B row (84 virtual stages) simulated with the bucketed
+reduce-scatters takes 1.976 s (462.5 TFLOP/s, +10.2%) against the estimate's 2.186 s (419.7
+measured, 418.0 estimated, -0.4%), so that row is held by the estimate only (found after the
+records were written; not traced).
+"""
+
+from __future__ import annotations
+
+from functools import cache, partial
+
+from experiments.validation.record import Record
+from pipesim.api import simulate
+from pipesim.plan import Plan, Recompute, StagePlan
+from pipesim.planner.megatron import estimate_3d
+from pipesim.profiles.costmodels.collective import AllReduceOverlap
+from pipesim.profiles.costmodels.sharding import Sharding
+from pipesim.profiles.inputs import resolve_inputs
+from pipesim.simulator import SimOptions
+
+__all__ = ["iteration_time_s", "model_flop", "records", "tflops_per_gpu"]
+
+_SOURCE = (
+    "NVIDIA/Megatron-LM README.md at commit f2e5db402c (2024-07-15), 'Training Speed and Scalability' "
+    "and its table images/model_table.png (Megatron-Core r0.8.0 on H100)"
+)
+_VOCAB, _SEQ, _DP = 131072, 4096, 48
+_H100_BF16_PEAK = 989e12  # FLOP/s, H100 SXM dense bf16 (profiles/hardware/data/devices.toml, H100 datasheet)
+_RATE_TOL = 0.10  # the issue's median target for absolute throughputs (its max is 25%)
+_RATIO_TOL = 0.10  # the issue's largest accepted error for ratio metrics
+_SIMULATE_UP_TO_STAGES = 16
+
+# model_table.png: (label, heads, hidden, layers, t, p, GPUs, batch, per-GPU teraFLOP/s)
+_TABLE = (
+    ("1.7b", 16, 2048, 24, 1, 1, 48, 192, 408.8),
+    ("7.1b", 32, 4096, 30, 2, 1, 96, 192, 465.9),
+    ("16b", 48, 6144, 32, 4, 1, 192, 192, 489.1),
+    ("32b", 56, 7168, 48, 8, 1, 384, 192, 459.6),
+    ("70b", 64, 8192, 84, 8, 2, 768, 384, 419.7),
+    ("119b", 80, 10240, 92, 8, 4, 1536, 768, 420.5),
+    ("177b", 96, 12288, 96, 8, 6, 2304, 1152, 432.8),
+    ("314b", 128, 16384, 96, 8, 8, 3072, 1536, 474.4),
+    ("462b", 144, 18432, 112, 8, 16, 6144, 3072, 459.9),
+)
+_H100_COMPUTE = (
+    "pipesim's H100 bf16 compute is faster than these runs: the GEMM share "
+    "(compute.GEMM_EFFICIENCY[hopper, bfloat16] = 0.7) is the A100's value carried over (its source "
+    "is Narayanan et al. 2021 on A100s), not an H100 measurement. On free links (compute, the "
+    "optimizer step and nothing else) the t = 1, p = 1 rows take 0.340 s (1.7B) and 0.629 s (7.1B) "
+    "per iteration, 544 and 592 TFLOP/s (55% and 60% of the dense peak) against the measured whole "
+    "steps of 0.452 and 0.800 s (41% and 47%); the rows with little data-parallel traffic per "
+    "micro-batch (the interleaved pipelines, 177B on 96 GPUs with 576 micro-batches a replica) come "
+    "out 13-28% fast the same way. Not traced: which of the H100's GEMM rate on these shapes (h "
+    "2048-18432, t up to 8), the fused attention's rate, or per-kernel costs (TE's casts and "
+    "amax-free bf16 paths) the share over-states"
+)
+_PARAM_GATHER = (
+    "the distributed optimizer's data-parallel traffic is charged after the compute: the bf16 "
+    "parameter all-gather runs after the optimizer step (0.184 s exposed on the 32B row) where "
+    "--overlap-param-gather (stated by the README) issues it per bucket ahead of the next "
+    "iteration's forward, and the fp32 gradient reduce-scatter (15.7 GB per GPU over the 48 rails) "
+    "finishes 0.30 s after the last backward. Simulated 1.170 s (compute alone 0.668 s) against the "
+    "measured 0.892 s; without the exposed gather 0.986 s (418 TFLOP/s, -9%). Not modelled: the "
+    "gather overlapped with the next forward (pipesim's iteration ends with it)"
+)
+_MISSES: dict[str, str] = {
+    "1.7b": _H100_COMPUTE,
+    "7.1b": _H100_COMPUTE,
+    "32b": _PARAM_GATHER,
+    "119b": _H100_COMPUTE,
+    "177b": _H100_COMPUTE,
+    "314b": _H100_COMPUTE,
+    "462b": _H100_COMPUTE,
+    "strong-96": _H100_COMPUTE,
+    "strong-ratio": "at 96 GPUs pipesim's compute is 28% fast (see the 96-GPU record) while at 4608 the "
+                    "exposed data-parallel traffic brings it within 7.4%, so the ratio of the two MFUs "
+                    "is 16% low: the same two gaps (the H100 compute rate, the distributed optimizer's "
+                    "overlap) at opposite ends",
+}
+"""Records pipesim misses today, and why (the text each record's ``known_miss`` carries)."""
+
+_STRONG = ((96, 0.47), (4608, 0.42))
+"""The strong-scaling text: (GPUs, MFU) of the 177B model at batch 1152."""
+
+
+def model_flop(hidden: int, layers: int, batch: int) -> float:
+    """Megatron-LM r0.8.0's ``num_floating_point_operations`` for a GPT (4h GeLU MLP, no grouped
+    query attention) at sequence 4096 and vocabulary 131,072: FLOP per iteration."""
+    h, s, v, ll = hidden, _SEQ, _VOCAB, layers
+    return 12 * batch * s * ll * h * h * (6 + s / h + v / (2 * ll * h))
+
+
+def _plan(num_layers: int, layers: int, t: int, p: int, d: int, batch: int) -> Plan:
+    v = layers // p if p > 1 else 1
+    per = layers // (p * v)
+    ranges = []
+    for k in range(p * v):
+        first, last = 1 + k * per, (k + 1) * per
+        ranges.append((0 if k == 0 else first, num_layers - 1 if k == p * v - 1 else last))
+    sp = t > 1
+    return Plan(
+        stages=tuple(
+            StagePlan(first_layer=a, last_layer=b, replicas=d, tensor_parallel=t, sequence_parallel=sp,
+                      tp_comm_overlap=sp, sharding=Sharding.DISTRIBUTED)
+            for a, b in ranges
+        ),
+        global_batch_size=batch,
+        num_microbatches=batch // d,
+        schedule="1f1b" if v == 1 else "interleaved",
+        chunks=v,
+        recompute=Recompute.NONE,
+    )
+
+
+@cache
+def iteration_time_s(heads: int, hidden: int, layers: int, t: int, p: int, gpus: int, batch: int) -> float:
+    """pipesim's iteration time, seconds, of a ``gpt:`` model (module docstring's mapping) under
+    Megatron-Core's (t, p, d = gpus / (t p)) on ``gpus`` H100s, bf16, micro-batch 1.
+
+    Raises:
+        InputError: a configuration pipesim refuses.
+    """
+    spec = f"gpt:layers={layers},hidden={hidden},heads={heads},seq={_SEQ},vocab={_VOCAB},flash=1,untie=1"
+    preset = "dgx-h100-1024" if gpus <= 1024 else "dgx-h100-16384"
+    profile, cluster = resolve_inputs(spec, preset, overrides={"servers": gpus // 8}, dtype="bf16")
+    d = gpus // (t * p)
+    plan = _plan(profile.num_layers, layers, t, p, d, batch)
+    if len(plan.stages) > _SIMULATE_UP_TO_STAGES:
+        return estimate_3d(plan, profile, cluster).iteration_time_s
+    bucket_elements = max(40_000_000, 1_000_000 * d)
+    options = SimOptions(allreduce_overlap=AllReduceOverlap.BUCKETED, bucket_bytes=4 * bucket_elements,
+                         record_trace=False)
+    return simulate(plan, profile, cluster, options=options).iteration_time_s
+
+
+def tflops_per_gpu(heads: int, hidden: int, layers: int, t: int, p: int, gpus: int, batch: int) -> float:
+    """pipesim's achieved teraFLOP/s per GPU: :func:`model_flop` over :func:`iteration_time_s` and
+    the GPUs."""
+    time_s = iteration_time_s(heads, hidden, layers, t, p, gpus, batch)
+    return model_flop(hidden, layers, batch) / time_s / gpus / 1e12
+
+
+def _strong_mfu(gpus: int) -> float:
+    _, heads, hidden, layers, t, p, _, batch, _ = _TABLE[6]
+    return tflops_per_gpu(heads, hidden, layers, t, p, gpus, batch) * 1e12 / _H100_BF16_PEAK
+
+
+def _strong_ratio() -> float:
+    return _strong_mfu(_STRONG[1][0]) / _strong_mfu(_STRONG[0][0])
+
+
+def _weak_record(index: int) -> Record:
+    label, heads, hidden, layers, t, p, gpus, batch, published = _TABLE[index]
+    config = (heads, hidden, layers, t, p, gpus, batch)
+    v = layers // p if p > 1 else 1
+    return Record(
+        name=f"megatron-h100-2024-{label}-{gpus}gpu-tflops",
+        source=f"{_SOURCE}, row {index + 1} ({label.upper()}, t={t}, p={p}, d={_DP}, n={gpus}, B={batch})",
+        quantity="achieved teraFLOP/s per GPU (Megatron-LM r0.8.0's FLOP count / iteration time / GPUs)",
+        kind="absolute",
+        published=published,
+        predict=partial(tflops_per_gpu, *config),
+        tolerance=_RATE_TOL,
+        note=f"gpt:{layers}x{hidden}, {heads} heads, flash, untied, bf16, micro-batch 1, m={batch // _DP}, "
+        + (f"interleaved v={v}" if p > 1 else "1f1b") + ", no recompute, SP + TP overlap where t>1, "
+        "distributed optimizer",
+        known_miss=_MISSES.get(label, ""),
+    )
+
+
+def records() -> list[Record]:
+    """The table's nine weak-scaling rates, the strong-scaling text's two MFUs and their ratio."""
+    strong_source = (f"{_SOURCE}, the strong-scaling text (177B, batch 1152, 96 to 4608 GPUs, "
+                     "'a reduction in MFU from 47% to 42%')")
+    strong_note = "the 177B row's t=8, p=6, v=16 at d = n / 48; MFU over 989 TFLOP/s (dense bf16)"
+    out = [_weak_record(i) for i in range(len(_TABLE))]
+    for gpus, mfu in _STRONG:
+        out.append(Record(
+            name=f"megatron-h100-2024-177b-strong-{gpus}gpu-mfu",
+            source=strong_source,
+            quantity=f"model FLOP utilization on {gpus} H100s (fraction of the dense bf16 peak)",
+            kind="absolute",
+            published=mfu,
+            predict=partial(_strong_mfu, gpus),
+            tolerance=_RATE_TOL,
+            note=strong_note,
+            known_miss=_MISSES.get(f"strong-{gpus}", ""),
+        ))
+    out.append(Record(
+        name="megatron-h100-2024-177b-strong-4608-vs-96",
+        source=strong_source,
+        quantity="MFU on 4608 H100s over MFU on 96 (strong-scaling efficiency)",
+        kind="ratio",
+        published=_STRONG[1][1] / _STRONG[0][1],
+        predict=_strong_ratio,
+        tolerance=_RATIO_TOL,
+        note=strong_note,
+        known_miss=_MISSES["strong-ratio"],
+    ))
+    return out

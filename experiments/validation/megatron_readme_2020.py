@@ -1,0 +1,221 @@
+"""Iteration times of GPT-2 models under Megatron-LM's tensor (intra-layer) model parallelism on one
+DGX-2 (V100) and one DGX A100, and with 128-way data parallelism on 128 DGX A100s, against
+pipesim's simulation of the same configurations.
+
+The records and their mapping were chosen and written down before pipesim's predictions were
+looked at; nothing here is fitted to them.
+
+Source: NVIDIA/Megatron-LM, ``README.md`` at commit 5281919420 (2020-09-11, "Update scaling numbers
+in README and other small tweaks"), section before the contents, and the three tables it shows as
+images at that commit (``images/cases.png``, ``images/scaling-mp.png``, ``images/scaling-dp.png``):
+
+* the text: GPT-2 models, "All models use a vocabulary size of 51,200 and a sequence length of
+  1024"; the model-parallel table is "weak scaling from 1 to 8 GPUs of our model parallelism code
+  in both a DGX-2 and a DGX-A100", batch size 8 on the DGX-2 and 16 on the DGX-A100; the
+  data-parallel table uses "128-way data parallelism and the scaling numbers are relative to a
+  single A100 (Case 1B with a 1076ms iteration time)";
+* ``cases.png``: case, hidden size, attention heads, layers, parameters (billions), model-parallel
+  partitions: 1B 1920/15/24/1.16/1, 2B 2304/18/30/2.03/2, 4B 3072/24/36/4.24/4, 8B 4096/32/42/8.67/8;
+* ``scaling-mp.png``: per case and GPU count (1, 2, 4, 8), the iteration time (ms), the scaling and
+  the teraFLOP/s per GPU, on "DGX-2 (V100) batch size 8" and "DGX-A100 batch size 16";
+* ``scaling-dp.png``: "DGX-A100 batch size 2048", 128, 256, 512, 1024 GPUs: iteration time (ms),
+  scaling, teraFLOP/s per GPU.
+
+Two derived columns were checked against the times, which are the measurements: the teraFLOP/s
+per GPU is the Megatron-LM count with activation recomputation,
+``96 B s l h^2 (1 + s/(6h) + V/(16 l h)) / T / n`` (1B on one V100: 8.06e13 FLOP / 1.121 s =
+71.9); the "scaling" is ``(P_case / t_case) / P_1B x T_1B / T_case`` with the table's parameter
+counts P and model-parallel partitions t (8B on eight A100s: 8.67 / 8 / 1.16 x 1076 / 1343 =
+74.7%; 1B with 128-way data parallelism: 1076 / 1153 = 93.3%). The scaling records are
+the ratio form (kind ``ratio``), the times the absolute one.
+
+Mapping (Megatron-LM at that commit): ``--batch-size`` is "Batch size per model instance" (no
+gradient accumulation then), so one micro-batch of 8 (DGX-2), 16 (DGX-A100) and 2048 / 128 = 16
+(data-parallel table) per model instance; the model-parallel partitions are tensor-parallel
+ranks (``--model-parallel-size``, Shoeybi et al. 2019's intra-layer split; no pipeline);
+fp16 with activation checkpointing, as the repository's ``examples/pretrain_gpt2_distributed.sh``
+runs (``--checkpoint-activations --fp16``) and as the teraFLOP/s column's recomputation factor
+says: ``recompute = full``; the default ``--DDP-impl local`` all-reduces the fp16 gradients after
+the backward (``megatron/training.py`` ``backward_step``): ``allreduce_overlap = end``. The
+``gpt:`` zoo model with the case's shape (tied output embedding, unfused attention: 2020's
+Megatron-LM had no fused attention). Hardware: the DGX-2 as 8 of its 16 V100 32 GB on NVSwitch
+(``dgx-a100-x2`` with ``device = V100-SXM2-32GB``, ``intra_link = NVLink2-x6``: the DGX-2's
+SXM3 V100 has the same 125 TFLOP/s fp16 peak, DGX-2 datasheet: 2 petaFLOPS for 16 GPUs); the DGX
+A100 of September 2020 as the 40 GB one (the 80 GB A100 came out in November 2020): one server of
+``dgx-a100-x2`` with ``device = A100-40GB``; the data-parallel table on ``dgx-a100-1024`` (Selene's
+rail fat-tree of DGX A100s with 8 HDR NICs each) with ``device = A100-40GB`` and
+``servers = n / 8``.
+"""
+
+from __future__ import annotations
+
+from functools import cache, partial
+
+from experiments.validation.record import Record
+from pipesim.api import simulate
+from pipesim.plan import Plan, Recompute, StagePlan
+from pipesim.profiles.costmodels.collective import AllReduceOverlap
+from pipesim.profiles.inputs import resolve_inputs
+from pipesim.simulator import SimOptions
+
+__all__ = ["iteration_time_s", "records"]
+
+_SOURCE = (
+    "NVIDIA/Megatron-LM README.md at commit 5281919420 (2020-09-11), the GPT-2 scaling tables "
+    "(images/cases.png, images/scaling-mp.png, images/scaling-dp.png at that commit)"
+)
+_VOCAB, _SEQ = 51200, 1024
+_ABS_TOL = 0.10  # the issue's median target for absolute iteration times (its max is 25%)
+_RATIO_TOL = 0.10  # the issue's largest accepted error for ratio metrics
+
+# cases.png: case -> (hidden, heads, layers, parameters in billions, model-parallel partitions)
+_CASES: dict[str, tuple[int, int, int, float, int]] = {
+    "1b": (1920, 15, 24, 1.16, 1),
+    "2b": (2304, 18, 30, 2.03, 2),
+    "4b": (3072, 24, 36, 4.24, 4),
+    "8b": (4096, 32, 42, 8.67, 8),
+}
+
+# system -> (cluster preset, overrides, batch per model instance)
+_SYSTEMS: dict[str, tuple[str, dict[str, object], int]] = {
+    "dgx2-v100": ("dgx-a100-x2", {"servers": 1, "device": "V100-SXM2-32GB", "intra_link": "NVLink2-x6"}, 8),
+    "dgx-a100": ("dgx-a100-x2", {"servers": 1, "device": "A100-40GB"}, 16),
+    "dgx-a100-dp128": ("dgx-a100-1024", {"device": "A100-40GB"}, 16),
+}
+
+# scaling-mp.png and scaling-dp.png: (system, case) -> (GPUs, iteration time ms, scaling)
+_TABLE: dict[tuple[str, str], tuple[int, float, float]] = {
+    ("dgx2-v100", "1b"): (1, 1121, 1.000),
+    ("dgx2-v100", "2b"): (2, 1093, 0.896),
+    ("dgx2-v100", "4b"): (4, 1238, 0.825),
+    ("dgx2-v100", "8b"): (8, 1407, 0.743),
+    ("dgx-a100", "1b"): (1, 1076, 1.000),
+    ("dgx-a100", "2b"): (2, 1026, 0.917),
+    ("dgx-a100", "4b"): (4, 1162, 0.845),
+    ("dgx-a100", "8b"): (8, 1343, 0.747),
+    ("dgx-a100-dp128", "1b"): (128, 1153, 0.933),
+    ("dgx-a100-dp128", "2b"): (256, 1101, 0.855),
+    ("dgx-a100-dp128", "4b"): (512, 1242, 0.790),
+    ("dgx-a100-dp128", "8b"): (1024, 1380, 0.727),
+}
+_V100_FP16 = (
+    "the V100's fp16 GEMM share (compute.GEMM_EFFICIENCY[volta, float16] = 0.5, set from Shoeybi et "
+    "al. 2019's 39 TFLOP/s single-GPU baseline) is below what these runs reached: the 1B step on one "
+    "V100 ran 71.9 TFLOP/s counted with recomputation, 57.5% of the 125 TFLOP/s peak for the whole "
+    "step, memory-bound kernels included, which no GEMM share under 0.575 can give; pipesim: 1609 ms "
+    "against 1121 ms (the same model and batch on the A100 holds: +1.2%). Found, not modelled: the "
+    "volta fp16 share must rise to about the cuBLAS rate (mli/transformers-benchmarks: 95 of 125 "
+    "TFLOP/s at 8192^3) with the per-pass costs the A100 shares absorb modelled alongside "
+    "(compute.py GEMM_EFFICIENCY docstring)"
+)
+_TP_OVERHEAD = (
+    "tensor parallelism costs these 2020 runs 1.75-2.2x what pipesim charges: the simulated TP "
+    "time (the run minus the same run on free links) is 40, 96, 176 ms for 2B, 4B, 8B on the DGX "
+    "A100 against 77, 168, 314 ms measured (published time minus pipesim's free-link time scaled by "
+    "the 1B ratio 1076/1089), 36, 86, 158 ms on the DGX-2 against 67, 190, 330 ms (scaled by "
+    "1121/1609). Candidates, not traced: the all-reduce rate of the NCCL of mid-2020 (2.7) on "
+    "NVSwitch below the busbw pipesim takes from later nccl-tests, and the work every TP rank "
+    "repeats (layer norms, dropouts, residual adds on the full b s h activations without sequence "
+    "parallelism) costed short. On the DGX-2 the V100 compute that is 1.43x too slow (see the "
+    "iteration records) also shrinks TP's share"
+)
+_MISSES: dict[tuple[str, str, str], str] = {
+    **{("dgx2-v100", case, "iteration"): _V100_FP16 for case in ("1b", "2b", "4b", "8b")},
+    ("dgx2-v100", "4b", "scaling"): _TP_OVERHEAD,
+    ("dgx2-v100", "8b", "scaling"): _TP_OVERHEAD,
+    ("dgx-a100", "8b", "scaling"): _TP_OVERHEAD,
+}
+"""Records pipesim misses today, and why (the text each record's ``known_miss`` carries)."""
+
+_BASELINE = {"dgx2-v100": "dgx2-v100", "dgx-a100": "dgx-a100", "dgx-a100-dp128": "dgx-a100"}
+"""The single-GPU 1B run each system's scaling is relative to (the README's text)."""
+
+
+@cache
+def iteration_time_s(system: str, case: str) -> float:
+    """pipesim's simulated iteration time, seconds, of a case of the README's tables on ``system``
+    (``"dgx2-v100"``, ``"dgx-a100"``, ``"dgx-a100-dp128"``): one micro-batch per model instance,
+    ``t`` = the case's partitions, fp16, full recomputation, gradients all-reduced after the backward.
+
+    Raises:
+        KeyError: an unknown system or case.
+    """
+    hidden, heads, layers, _, t = _CASES[case]
+    preset, overrides, batch = _SYSTEMS[system]
+    gpus = _TABLE[(system, case)][0]
+    replicas = gpus // t
+    spec = f"gpt:layers={layers},hidden={hidden},heads={heads},seq={_SEQ},vocab={_VOCAB}"
+    servers = {"servers": max(1, gpus // 8)} if system == "dgx-a100-dp128" else {}
+    profile, cluster = resolve_inputs(spec, preset, overrides={**overrides, **servers}, dtype="fp16")
+    plan = Plan(
+        stages=(StagePlan(first_layer=0, last_layer=profile.num_layers - 1, replicas=replicas,
+                          tensor_parallel=t),),
+        global_batch_size=batch * replicas,
+        num_microbatches=1,
+        schedule="1f1b",
+        recompute=Recompute.FULL,
+    )
+    options = SimOptions(allreduce_overlap=AllReduceOverlap.END, record_trace=False)
+    return simulate(plan, profile, cluster, options=options).iteration_time_s
+
+
+def _iteration_ms(system: str, case: str) -> float:
+    return iteration_time_s(system, case) * 1e3
+
+
+def scaling(system: str, case: str) -> float:
+    """The README's weak-scaling figure from pipesim's times: parameters per model-parallel GPU
+    relative to the single-GPU 1B case, times that case's iteration time over this one's."""
+    params, t = _CASES[case][3], _CASES[case][4]
+    base = _BASELINE[system]
+    return params / t / _CASES["1b"][3] * iteration_time_s(base, "1b") / iteration_time_s(system, case)
+
+
+_SYSTEM_TEXT = {
+    "dgx2-v100": "scaling-mp.png, DGX-2 (V100) batch size 8",
+    "dgx-a100": "scaling-mp.png, DGX-A100 batch size 16",
+    "dgx-a100-dp128": "scaling-dp.png, DGX-A100 batch size 2048 (128-way data parallel)",
+}
+
+
+def _records_of(system: str, case: str) -> list[Record]:
+    gpus, time_ms, published_scaling = _TABLE[(system, case)]
+    hidden, heads, layers, params, t = _CASES[case]
+    row = f"{_SOURCE}, {_SYSTEM_TEXT[system]}, case {case.upper()} ({params} B parameters, {gpus} GPUs)"
+    note = (f"gpt:{layers}x{hidden}, {heads} heads, fp16, full recompute, t={t}, {gpus // t} replica(s), "
+            f"one micro-batch of {_SYSTEMS[system][2]} per replica")
+    out = [
+        Record(
+            name=f"megatron-readme-2020-{system}-{case}-iteration",
+            source=row,
+            quantity="iteration time (ms)",
+            kind="absolute",
+            published=time_ms,
+            predict=partial(_iteration_ms, system, case),
+            tolerance=_ABS_TOL,
+            note=note,
+            known_miss=_MISSES.get((system, case, "iteration"), ""),
+        )
+    ]
+    if (system, case) != (_BASELINE[system], "1b"):
+        out.append(
+            Record(
+                name=f"megatron-readme-2020-{system}-{case}-scaling",
+                source=row,
+                quantity="weak-scaling efficiency relative to 1B on one GPU "
+                         "(parameters per GPU x time ratio)",
+                kind="ratio",
+                published=published_scaling,
+                predict=partial(scaling, system, case),
+                tolerance=_RATIO_TOL,
+                note=note,
+                known_miss=_MISSES.get((system, case, "scaling"), ""),
+            )
+        )
+    return out
+
+
+def records() -> list[Record]:
+    """The twelve iteration times of the README's model- and data-parallel tables and the ten
+    scaling figures relative to the single-GPU runs."""
+    return [r for system, case in _TABLE for r in _records_of(system, case)]
