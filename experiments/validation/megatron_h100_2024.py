@@ -47,10 +47,12 @@ Mapping (assumed where the README is silent; each an explicit choice, not a fit)
 * schedule: for ``p > 1`` the interleaved one with one layer per virtual stage (``v = l / p``).
   r0.8.0's ``arguments.py`` turns ``overlap_p2p_comm`` off with a warning for the non-interleaved
   schedule, so PP communication "enabled by default" overlapped means the interleaved schedule;
-  r0.8.0 splits the layers evenly over ``p v`` virtual stages, and 119B's 23 and 462B's 7 layers
-  per stage are prime, so only one layer per virtual stage interleaves them all (the same rule is
-  taken for the other rows); the embedding with the first virtual stage, the output layer with the
-  last; ``m`` is a multiple of ``p`` on every row as the schedule requires. For ``p = 1``, ``1f1b``
+  r0.8.0's ``arguments.py`` asserts that the layers per pipeline stage divide by
+  ``--num-layers-per-virtual-pipeline-stage``, and 119B's 23 and 462B's 7 layers per stage are
+  prime, so only one layer per virtual stage interleaves them (the same rule is taken for the
+  other rows); the embedding with the first virtual stage, the output layer with the
+  last; ``m`` is a multiple of ``p`` on every row, as r0.8.0's interleaved schedule requires
+  (``schedules.py`` raises otherwise). For ``p = 1``, ``1f1b``
   (plain gradient accumulation over ``m`` micro-batches);
 * data-parallel gradients reduce-scattered in fp32 (r0.8.0 accumulates and reduces gradients in
   fp32 for bf16: ``Plan.grad_reduce_dtype``'s default rule) in buckets of ``max(4e7, 1e6 d)``

@@ -39,12 +39,13 @@ says: ``recompute = full``; the default ``--DDP-impl local`` all-reduces the fp1
 the backward (``megatron/training.py`` ``backward_step``): ``allreduce_overlap = end``. The
 ``gpt:`` zoo model with the case's shape (tied output embedding, unfused attention: 2020's
 Megatron-LM had no fused attention). Hardware: the DGX-2 as 8 of its 16 V100 32 GB on NVSwitch
-(``dgx-a100-x2`` with ``device = V100-SXM2-32GB``, ``intra_link = NVLink2-x6``: the DGX-2's
-SXM3 V100 has the same 125 TFLOP/s fp16 peak, DGX-2 datasheet: 2 petaFLOPS for 16 GPUs); the DGX
-A100 of September 2020 as the 40 GB one (the 80 GB A100 came out in November 2020): one server of
-``dgx-a100-x2`` with ``device = A100-40GB``; the data-parallel table on ``dgx-a100-1024`` (Selene's
-rail fat-tree of DGX A100s with 8 HDR NICs each) with ``device = A100-40GB`` and
-``servers = n / 8``.
+(``dgx-a100-x2`` with ``device = V100-SXM2-32GB``, ``intra_link = NVLink2-x6``: the DGX-2's V100
+is the SXM3 part, listed with the SXM2 one at 125 TFLOP/s fp16 tensor, 300 W / 350 W, in
+AnandTech's A100 80GB announcement table, anandtech.com/show/16250, SC20); the DGX A100 of
+September 2020 as the 40 GB one (the same AnandTech article announces the 80 GB A100 at SC20,
+November 2020, after the README): one server of ``dgx-a100-x2`` with ``device = A100-40GB``;
+the data-parallel table on ``dgx-a100-1024`` (Selene's rail fat-tree of DGX A100s with 8 HDR
+NICs each) with ``device = A100-40GB`` and ``servers = n / 8``.
 """
 
 from __future__ import annotations
