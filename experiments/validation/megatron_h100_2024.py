@@ -68,10 +68,12 @@ Pipelines of more than 16 virtual stages and the strong-scaling rows are predict
 Megatron planner's 3D estimate (:func:`pipesim.planner.megatron.estimate_3d`, the same per-stage
 TP times as the simulator; it has no DP bucket option: its data-parallel reduction follows the
 estimate's own overlap) to keep the validation fast; the others are simulated. The two differ
-here more than on the A100 records: the 70B row (84 virtual stages) simulated with the bucketed
-reduce-scatters takes 1.976 s (462.5 TFLOP/s, +10.2%) against the estimate's 2.186 s (419.7
-measured, 418.0 estimated, -0.4%), so that row is held by the estimate only (found after the
-records were written; not traced).
+here more than on the A100 records (found after the records were written; not traced): simulated
+with the bucketed reduce-scatters, the interleaved rows take 1.976, 2.909, 4.159, 7.072, 10.426 s
+(70B to 462B: 462.5, 527.2, 547.2, 563.4, 561.0 TFLOP/s, +10.2% to +26.4%) against the
+estimate's 2.186, 3.206, 4.446, 7.446, 10.666 s, so the 70B row is held by the estimate only.
+On free links the same rows take 1.494, 2.565, 3.773, 6.553, 9.890 s: pipesim's compute alone is
+69-78% of the measured steps (2.177, 3.648, 5.259, 8.399, 12.716 s from the table's rates).
 """
 
 from __future__ import annotations
@@ -119,7 +121,8 @@ _H100_COMPUTE = (
     "per iteration, 544 and 592 TFLOP/s (55% and 60% of the dense peak) against the measured whole "
     "steps of 0.452 and 0.800 s (41% and 47%); the rows with little data-parallel traffic per "
     "micro-batch (the interleaved pipelines, 177B on 96 GPUs with 576 micro-batches a replica) come "
-    "out 13-28% fast the same way. Not traced: which of the H100's GEMM rate on these shapes (h "
+    "out 13-28% fast the same way (their compute alone, on free links, is 69-78% of the measured "
+    "step: module docstring). Not traced: which of the H100's GEMM rate on these shapes (h "
     "2048-18432, t up to 8), the fused attention's rate, or per-kernel costs (TE's casts and "
     "amax-free bf16 paths) the share over-states"
 )
