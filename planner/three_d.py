@@ -67,10 +67,12 @@ one-rank plans).
 
 from __future__ import annotations
 
+import itertools
 import math
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from fractions import Fraction
 from typing import Any, NamedTuple
 
 from pipesim.errors import invalid
@@ -123,12 +125,17 @@ __all__ = [
     "prepare_config",
 ]
 
-ZERO_BUBBLE_3D: tuple[str, ...] = ("zb-h1", "zb-h2", "zbv", "v-half", "interleaved-zb")
+ZERO_BUBBLE_3D: tuple[str, ...] = ("zb-h1", "zb-h2", "zbv", "v-half", "interleaved-zb", "v-min", "dualpipev")
 """Split-backward schedules :func:`estimate_3d` times by evaluating their order over the chunks'
 per-op ``F``, ``I`` and ``W`` times (:func:`~pipesim.planner.schedule_time.order_time_s`; module
 docstring), within 2% of the simulation (``tests/tp/test_megatron_search.py``). Not V-Min
 (-2.6% to -4.3%) nor DualPipeV (+1.1% to +5.2%, and its ZeRO-3 peak memory below the
 simulated one): docs/parallelism.md, "The Megatron planner"."""
+
+FULL_AND_SPLIT: tuple[str, ...] = ("dualpipev",)
+"""Split-backward orders that also run full backwards ``B`` (DualPipeV's overlapped pairs and
+its steady phase): under TP a ``B`` hides the input-gradient collectives an ``I`` exposes, so it
+is timed apart from ``I + W`` (:func:`~pipesim.planner.schedule_time.order_time_s` ``input_s``)."""
 
 THREE_D_SCHEDULES: tuple[str, ...] = ("gpipe", "dapple", "1f1b", "interleaved", *ZERO_BUBBLE_3D)
 """Schedules :func:`estimate_3d` models, each timed by its order (module docstring; DAPPLE's is
@@ -325,9 +332,6 @@ def prepare_config(
                           dp_group=tuple(k * t for k in range(d * c)), hop=(0, d * t * c),
                           cp_hops=tuple(model.auto_cp_hop(t, c, d, r) for r in range(p)),
                           sharers=model.auto_sharers(t, c, d, p))
-        terms = model.auto_send_terms(t, c, d) if p > 1 else ()
-    else:
-        terms = model.send_terms(placed.sends or (placed.hop,)) if p > 1 else ()
     stages_of: list[list[int]] = [[] for _ in range(p)]  # per rank its stages, in the schedule's placement
     where = stage_ranks(placement_of(schedule) or "looped", p * v, p)
     for k, r in enumerate(where):
@@ -412,11 +416,11 @@ def prepare_config(
                               replicas=d * c, grad=g, allreduce=allreduce, shared=shared(r),
                               servers=dp_servers)
                 units.append((r, k, unit, f_op, b_op, w_stage[k]))
-    hop = hop_latency = 0.0
-    if p > 1:
-        act = mbs * model.shape.seq * model.shape.hidden * model.elem / (t * c)
-        # every replica's send from rank 0 to rank 1, sharing the links they cross
-        hop, hop_latency = max(((lat + act * per_byte, lat) for lat, per_byte in terms), default=(0.0, 0.0))
+    # per stage boundary its pipeline transfer and that transfer's route latency, s: every
+    # replica's send between the two stages' ranks, sharing the links they cross (0 on one rank)
+    sends, send_lat = _boundary_sends(model, placed, auto, where, t, c, d,
+                                      mbs * model.shape.seq * model.shape.hidden * model.elem / (t * c))
+    hop = sends[0] if sends else 0.0  # rank 0 to rank 1 (stage 0's boundary in either placement)
 
     def after_backward_s(rank: int) -> float:
         """Rank ``rank``'s gradient collectives after its last backward (not ZeRO-2/3), s."""
@@ -426,6 +430,29 @@ def prepare_config(
             found = memo[key] = _after_backward_s(dp_curves, sh, rank_params[rank], g, allreduce,
                                                   zero1_all_reduce)
         return float(found)
+
+    def stage_parts_s(k: int) -> tuple[float, float]:
+        """Stage ``k``'s gradient collectives before and after the update (not ZeRO-2/3), s."""
+        nbytes = model.params(*chunks[k], t)
+        key = ("parts", placed.dp_group, t, sh, nbytes, g, allreduce, zero1_all_reduce)
+        found = memo.get(key)
+        if found is None:
+            found = memo[key] = _dp_parts_s(dp_curves, sh, nbytes, g, allreduce, zero1_all_reduce)
+        return found
+
+    def tail_s(rank: int, end: float, stage_end: Sequence[float | Fraction]) -> float:
+        """What rank ``rank``'s gradient collectives take beyond its last action (at ``end``),
+        not ZeRO-2/3, s: with several stages each stage's start when its own last backward or
+        ``W`` has ended (``stage_end``), one after another on the rank's stream, as the
+        simulator's lowering posts them; those after the update (ZeRO-1's all-gathers) too."""
+        if len(stages_of[rank]) == 1 or not stage_end or sharers is not None or shared(rank):
+            return after_backward_s(rank)  # (a DP ring on the TP rings' links: all after the last action)
+        done = post = 0.0
+        for k in sorted(stages_of[rank], key=lambda k: stage_end[k]):
+            before, after = stage_parts_s(k)
+            done = max(done, float(stage_end[k])) + before
+            post += after
+        return max(0.0, done - end) + post
 
     def step_s(rank: int) -> float:
         """Rank ``rank``'s optimizer step, s (0 with ``optimizer_step=False``)."""
@@ -468,12 +495,13 @@ def prepare_config(
     tied_s = sum(alone for _, alone in tied_pairs)
     tied_step = max((step_s(user) for user, _ in tied_pairs), default=0.0)  # the user's update waits too
 
-    def rank0_after_s(tb: float, dp_extra: float) -> float:
+    def rank0_after_s(tb: float, dp_extra: float, dp: float | None = None) -> float:
         """Rank 0's data-parallel collectives after its last backward and its update, s
-        (``dp_extra``: ZeRO-2/3's, from their per-unit ops)."""
+        (``dp_extra``: ZeRO-2/3's, from their per-unit ops; ``dp`` the others' beyond its last
+        action, :func:`tail_s`; default: all of them after it)."""
         if dp_curves is None or per_unit:
             return dp_extra + step_s(0)
-        dp = after_backward_s(0)
+        dp = after_backward_s(0) if dp is None else dp
         if sharers is not None and sharers.dp[0]:  # later ranks' collectives on rank 0's TP ring
             first, last = chunks[0]
             times = model.times(first, last, mbs, t, sp, overlap, c, rings[0], cp_hops[0])
@@ -494,13 +522,23 @@ def prepare_config(
     # first stage is stage r in either placement) and is busy m times its ops; in the 1F1B
     # family its last action is stage r's last backward, whose gradient goes back through them.
     fr_plain = per_rank(f_stage)
-    br_plain = per_rank([i + w for i, w in zip(i_stage, w_stage, strict=True)])
+    # a full B where the order has them beside split ones (DualPipe(V)): under TP it hides the
+    # input-gradient collectives an I exposes (tp_lowering: TpComm's hidden part), per stage
+    hidden = ([x.bwd_split_comm_s - x.bwd_comm_s for x in found[4]] if split and schedule in FULL_AND_SPLIT
+              else [0.0] * len(chunks))
+    br_plain = per_rank([i + w - h for i, w, h in zip(i_stage, w_stage, hidden, strict=True)])
     lower = before = 0.0
     for r in range(p):
         lower = max(lower, before + m * (fr_plain[r] + br_plain[r]))
-        before += f_stage[r] + hop + (0.0 if split else i_stage[r] + hop)
+        gap = sends[r] if r < p - 1 else 0.0  # stage r's boundary: rank r to rank r + 1
+        before += f_stage[r] + gap + (0.0 if split else i_stage[r] + gap)
     if not units:
-        after0 = rank0_after_s(max(br_plain), 0.0)
+        # with several stages on rank 0 all but one stage's collectives may end before its last action
+        early = 0.0
+        if v > 1 and dp_curves is not None:
+            parts = [stage_parts_s(k)[0] for k in stages_of[0]]
+            early = sum(parts) - min(parts)
+        after0 = rank0_after_s(max(br_plain), 0.0) - early
         lower = max(lower, m * (fr_plain[0] + br_plain[0]) + after0) + shared_extra_s(fr_plain, br_plain)
 
     def finish() -> Estimate | None:
@@ -535,7 +573,7 @@ def prepare_config(
                         wgrad[k] *= scatter / busy
         if any(pk + h > limit for pk, h in zip(peaks, held, strict=True)):
             return None
-        bwd = [i + w for i, w in zip(inp, wgrad, strict=True)]
+        bwd = [i + w - h for i, w, h in zip(inp, wgrad, hidden, strict=True)]
         fr, br = per_rank(fwd), per_rank(bwd)
         tf, tb = max(fr), max(br)
 
@@ -550,19 +588,22 @@ def prepare_config(
         after0 = rank0_after_s(tb, zero_after_s(0) if units else 0.0)
         tied_after = tied_s + max(0.0, tied_step - step_s(0)) if tied_s else 0.0
         equal = len(set(fwd)) == 1 and len(set(bwd)) == 1 and not split
-        if p == 1 or (equal and hop == 0.0):  # the closed form, exact here
+        if p == 1 or (equal and not any(sends)):  # the closed form, exact here
             time_s = (m + (p - 1) / v) * (tf + tb) + after0 + tied_after
         else:  # the order's makespan; each rank's collectives and update after its last action
-            ends = order_time_s(
+            order = order_time_s(
                 schedule, num_ranks=p, num_microbatches=m, chunks=v, fwd_s=fwd, bwd_s=bwd, wgrad_s=wgrad,
-                send_fwd_s=[hop] * (p * v - 1), send_bwd_s=[hop] * (p * v - 1),
-                send_latency_s=[hop_latency] * (p * v - 1),
-            ).rank_end_s
+                input_s=inp if schedule in FULL_AND_SPLIT else None,
+                send_fwd_s=sends, send_bwd_s=sends, send_latency_s=send_lat,
+            )
+            ends, stage_end = order.rank_end_s, order.stage_end_s
+            if v > 1 and not units and dp_curves is not None:  # each stage's collectives from its end
+                after0 = rank0_after_s(tb, 0.0, tail_s(0, float(ends[0]), stage_end))
             time_s = float(ends[0]) + after0  # rank 0's, with what later ranks' collectives delay
             if tied_s:  # the tied pairs' all-reduce: once every rank has drained and rank 0 reduced
                 time_s = max(time_s - step_s(0), float(max(ends))) + step_s(0) + tied_after
             for r in range(1, p):
-                later = zero_after_s(r) if units else after_backward_s(r)
+                later = zero_after_s(r) if units else tail_s(r, float(ends[r]), stage_end)
                 time_s = max(time_s, float(ends[r]) + later + step_s(r))
         time_s += shared_extra_s(fr, br)
         return Estimate(
@@ -586,17 +627,65 @@ everything but the sharding), a rank's optimizer step and gradient collective.""
 configurations)."""
 
 
+def _boundary_sends(
+    model: ThreeDCosts, placed: Placed3d, auto: bool, where: Sequence[int], t: int, c: int, d: int,
+    act: float,
+) -> tuple[list[float], list[float]]:
+    """Per stage boundary ``k`` (stages ``k`` and ``k + 1`` on ranks ``where[k]``, ``where[k + 1]``)
+    the pipeline transfer of one activation of ``act`` bytes per TP and CP rank and its route
+    latency, seconds: every replica's send between the two ranks' replicas (their first devices:
+    ``placed.firsts``, automatic placement's rank ``r`` replica ``k`` at ``(r d + k) t c``) at
+    once, sharing the links they cross (:meth:`ThreeDCosts.send_terms`); 0 between stages on
+    one rank (the V shapes' turn). Without ``placed.firsts`` every boundary takes
+    ``placed.sends`` (or ``placed.hop``): ranks 0 and 1's."""
+    memo = _MEMO.setdefault(model, {})
+    sends: list[float] = []
+    lats: list[float] = []
+    for a, b in itertools.pairwise(where):
+        if a == b:
+            sends.append(0.0)
+            lats.append(0.0)
+            continue
+        key = ("sends", t, c, d, a, b) if auto else None
+        terms = memo.get(key) if key is not None else None
+        if terms is None:
+            if auto:
+                pairs = tuple(((a * d + k) * t * c, (b * d + k) * t * c) for k in range(d))
+            elif placed.firsts:
+                pairs = tuple(zip(placed.firsts[a], placed.firsts[b], strict=True))
+            else:
+                pairs = placed.sends or (placed.hop,)
+            terms = model.send_terms(pairs)
+            if key is not None:
+                memo[key] = terms
+        time_s, lat_s = max(((lat + act * per_byte, lat) for lat, per_byte in terms), default=(0.0, 0.0))
+        sends.append(time_s)
+        lats.append(lat_s)
+    return sends, lats
+
+
 def _after_backward_s(
     curves: AllReduceCurves | None, sh: Sharding, nbytes: float, g: float, allreduce: str,
     zero1_all_reduce: bool,
 ) -> float:
     """A rank's gradient collectives after its last backward over ``nbytes`` parameter bytes
     (sharding ``none``, ``zero1`` or ``distributed``), seconds; 0 without data parallelism."""
+    before, after = _dp_parts_s(curves, sh, nbytes, g, allreduce, zero1_all_reduce)
+    return before + after
+
+
+def _dp_parts_s(
+    curves: AllReduceCurves | None, sh: Sharding, nbytes: float, g: float, allreduce: str,
+    zero1_all_reduce: bool,
+) -> tuple[float, float]:
+    """The gradient collectives over ``nbytes`` parameter bytes (sharding ``none``, ``zero1`` or
+    ``distributed``) before the optimizer step and after it, seconds; 0 without data
+    parallelism."""
     if curves is None:
-        return 0.0
+        return 0.0, 0.0
     if sh is Sharding.NONE:
-        return curves.time_s(nbytes * g, allreduce)
+        return curves.time_s(nbytes * g, allreduce), 0.0
     if sh is Sharding.ZERO1 and zero1_all_reduce:  # DeepSpeed's BF16_Optimizer: all-reduce
-        return curves.time_s(nbytes * g, allreduce) + half_time_s(curves, nbytes, allreduce)
+        return curves.time_s(nbytes * g, allreduce), half_time_s(curves, nbytes, allreduce)
     # ZeRO-1, distributed optimizer: reduce-scatter, optimizer step, all-gather
-    return half_time_s(curves, nbytes * g, allreduce) + half_time_s(curves, nbytes, allreduce)
+    return half_time_s(curves, nbytes * g, allreduce), half_time_s(curves, nbytes, allreduce)
