@@ -6,16 +6,18 @@ Each stage's per-micro-batch forward and backward times (the chunk's
 :func:`~pipesim.profiles.costmodels.context_parallel.stage_cp_times`, compute plus exposed TP
 collectives and ring exchange; in the backward the replayed forward of recomputation,
 :func:`~pipesim.profiles.costmodels.tensor_parallel.tp_replay_s`; for the zero-bubble schedules
-the backward split into ``I`` and ``W``) are timed through the schedule's own order
-(:func:`~pipesim.planner.schedule_time.order_time_s`, with ``t_hop`` per transfer between
-ranks: one activation, each TP and CP rank sending ``1/(t c)`` of it, every replica at once);
-the estimate is the latest of every rank's last action plus what follows it,
+the backward split into ``I`` and ``W``, DualPipeV's full ``B`` apart: :data:`FULL_AND_SPLIT`)
+are timed through the schedule's own order
+(:func:`~pipesim.planner.schedule_time.order_time_s`, with per stage boundary the transfer
+between its two ranks: one activation, each TP and CP rank sending ``1/(t c)`` of it, every
+replica at once, :func:`~pipesim.planner.three_d_times.boundary_sends`); the estimate is the
+latest of every rank's last action plus what follows it,
 
     T = max_r (end_r + t_dp(r) + t_opt(r))
 
-with ``t_dp(r)`` rank ``r``'s gradient collective over its ``d c`` data- and context-parallel
-ranks (the first rank's, and what later ranks' collectives on its links delay it) and
-``t_opt(r)`` its optimizer step after it
+with ``t_dp(r)`` rank ``r``'s gradient collectives over its ``d c`` data- and context-parallel
+ranks beyond its last action (each stage's from its own end: :mod:`~pipesim.planner.three_d_tail`;
+what later ranks' collectives on its links delay it) and ``t_opt(r)`` its optimizer step
 (:func:`~pipesim.profiles.costmodels.optimizer.stage_optimizer_step_s`; 0 with
 ``optimizer_step=False``). The first and last chunks carry the embedding and the head, so the
 stages are unequal: the order, not the closed form of the slowest rank, times them (as the
@@ -28,11 +30,8 @@ the all-gather; ZeRO-3's gathers inside the stages' forwards and backwards
 (:func:`~pipesim.profiles.costmodels.sharding.zero3_op_times_s`), its first forward's and last
 backward's exposed parts as ``t_dp``; with ``Plan.zero3_runtime = deepspeed-2021`` also the
 runtime's issue time, re-gathers and on-demand gathers
-(:mod:`~pipesim.profiles.costmodels.zero3_runtime`). Memory per rank: TP-sharded weights, gradients
-and optimizer state (:func:`~pipesim.profiles.costmodels.sharding.sharded_memory_multiplier`) plus
-the activations at the rank's peak, as the simulator allocates them
-(:func:`~pipesim.planner.memory_estimate.activation_peak_bytes`: stashes, what pending ``W`` passes read,
-the backward's working set).
+(:mod:`~pipesim.profiles.costmodels.zero3_runtime`). Memory per rank:
+:mod:`~pipesim.planner.three_d_memory`.
 
 **TP groups across servers.** A rank's TP collectives are timed on the ring of the slowest of its
 TP groups (:meth:`ThreeDCosts.ring`): each group's ring all-reduce curves on the cluster's routes
@@ -67,7 +66,6 @@ one-rank plans).
 
 from __future__ import annotations
 
-import itertools
 import math
 import weakref
 from collections.abc import Callable, Sequence
@@ -77,7 +75,6 @@ from typing import Any, NamedTuple
 
 from pipesim.errors import invalid
 from pipesim.plan import Estimate, Plan
-from pipesim.planner.memory_estimate import activation_peak_bytes
 from pipesim.planner.nic_sharing import (
     RingSharers,
     last_backward_delay_s,
@@ -86,9 +83,10 @@ from pipesim.planner.nic_sharing import (
 )
 from pipesim.planner.schedule_time import order_time_s
 from pipesim.planner.three_d_costs import ThreeDCosts
-from pipesim.planner.three_d_times import stage_op_times
+from pipesim.planner.three_d_memory import rank_memory
+from pipesim.planner.three_d_tail import GradCollectives
+from pipesim.planner.three_d_times import boundary_sends, stage_op_times
 from pipesim.planner.zero_ops import ZeroOp, ZeroOps, zero_split_ops, zero_unit_ops
-from pipesim.profiles.costmodels.collective import AllReduceCurves
 from pipesim.profiles.costmodels.context_parallel import check_context_parallel
 from pipesim.profiles.costmodels.memory import Recompute
 from pipesim.profiles.costmodels.optimizer import stage_optimizer_step_s
@@ -101,7 +99,6 @@ from pipesim.profiles.costmodels.sharding import (
     sharded_memory_multiplier,
 )
 from pipesim.profiles.costmodels.tied_embeddings import (
-    held_copies,
     pairs_allreduce_s,
     stage_pairs,
     tied_grad_bytes,
@@ -128,9 +125,8 @@ __all__ = [
 ZERO_BUBBLE_3D: tuple[str, ...] = ("zb-h1", "zb-h2", "zbv", "v-half", "interleaved-zb", "v-min", "dualpipev")
 """Split-backward schedules :func:`estimate_3d` times by evaluating their order over the chunks'
 per-op ``F``, ``I`` and ``W`` times (:func:`~pipesim.planner.schedule_time.order_time_s`; module
-docstring), within 2% of the simulation (``tests/tp/test_megatron_search.py``). Not V-Min
-(-2.6% to -4.3%) nor DualPipeV (+1.1% to +5.2%, and its ZeRO-3 peak memory below the
-simulated one): docs/parallelism.md, "The Megatron planner"."""
+docstring): within 1% of the simulation on DGX plans, 2% with ZeRO-2/3 (DualPipeV: 3.1% low
+with ZeRO-2/3, not searched with them; ``tests/tp/test_zbv_estimate.py``)."""
 
 FULL_AND_SPLIT: tuple[str, ...] = ("dualpipev",)
 """Split-backward orders that also run full backwards ``B`` (DualPipeV's overlapped pairs and
@@ -338,32 +334,10 @@ def prepare_config(
         stages_of[r].append(k)
     memo = _MEMO.setdefault(model, {})  # what configurations differing in sharding or overlap share
     chunks_key = tuple(chunks)
-    rank_params = memo.get(("params", chunks_key, p, v, schedule, t))
-    if rank_params is None:  # per rank its parameter bytes
-        rank_params = memo[("params", chunks_key, p, v, schedule, t)] = [
-            sum(model.params(*chunks[k], t) for k in ks) for ks in stages_of]
-    # per rank the bytes of the tied matrices' copies it holds (the head's stage: the embedding's)
-    copies = memo.get(("copies", chunks_key, p, v, schedule, t))
-    if copies is None:
-        copies = memo[("copies", chunks_key, p, v, schedule, t)] = [
-            sum(held_copies(model.profile, [chunks[k] for k in ks])) / t for ks in stages_of]
-    act_key = ("acts", chunks_key, p, v, schedule, m, mbs, t, sp, rc, c)
-    act_peaks = memo.get(act_key)
-    computed: list[float] = []
-    peaks: list[float] = []
-    for r in range(p):  # memory first: most configurations of a large model do not fit
-        if act_peaks is not None:
-            act = act_peaks[r]
-        else:
-            acts = [model.activations(*chunks[k], mbs, t, sp, rc, c) for k in stages_of[r]]
-            act = activation_peak_bytes(schedule, r, p, m, acts, chunks=v)
-            computed.append(act)
-        peak = (rank_params[r] + copies[r]) * multiplier + act
-        if peak > limit:  # (ZeRO-2/3's held bytes come on top, in finish)
-            return None
-        peaks.append(peak)
-    if act_peaks is None:  # every rank's computed
-        memo[act_key] = computed
+    memory = rank_memory(model, memo, chunks, stages_of, schedule, m, mbs, t, sp, rc, c, multiplier, limit)
+    if memory is None:  # (ZeRO-2/3's held bytes come on top, in finish)
+        return None
+    rank_params, peaks = memory
     rings, cp_hops, sharers = placed.rings, placed.cp_hops, placed.sharers
     if sharers is not None and not (any(sharers.tp) or any(sharers.dp) or max(sharers.own, default=1) > 1):
         sharers = None
@@ -418,41 +392,36 @@ def prepare_config(
                 units.append((r, k, unit, f_op, b_op, w_stage[k]))
     # per stage boundary its pipeline transfer and that transfer's route latency, s: every
     # replica's send between the two stages' ranks, sharing the links they cross (0 on one rank)
-    sends, send_lat = _boundary_sends(model, placed, auto, where, t, c, d,
-                                      mbs * model.shape.seq * model.shape.hidden * model.elem / (t * c))
+    def pairs_of(a: int, b: int) -> tuple[tuple[int, int], ...]:
+        """Every replica's send from rank ``a`` to rank ``b``: their first devices
+        (``placed.firsts``; automatic placement: rank ``r``'s replica ``k`` at ``(r d + k) t c``)."""
+        if auto:
+            return tuple(((a * d + k) * t * c, (b * d + k) * t * c) for k in range(d))
+        if placed.firsts:
+            return tuple(zip(placed.firsts[a], placed.firsts[b], strict=True))
+        return placed.sends or (placed.hop,)
+
+    sends_key = ("sends", t, c, d)
+    found_sends = memo.get(sends_key) if auto else None
+    if found_sends is None:
+        found_sends = {}
+        if auto:
+            memo[sends_key] = found_sends
+    sends, send_lat = boundary_sends(model, where, mbs * model.shape.seq * model.shape.hidden * model.elem
+                                     / (t * c), pairs_of, found_sends)
     hop = sends[0] if sends else 0.0  # rank 0 to rank 1 (stage 0's boundary in either placement)
 
-    def after_backward_s(rank: int) -> float:
-        """Rank ``rank``'s gradient collectives after its last backward (not ZeRO-2/3), s."""
-        key = ("after", placed.dp_group, t, sh, rank_params[rank], g, allreduce, zero1_all_reduce)
-        found = memo.get(key)
-        if found is None:
-            found = memo[key] = _after_backward_s(dp_curves, sh, rank_params[rank], g, allreduce,
-                                                  zero1_all_reduce)
-        return float(found)
+    grads = GradCollectives(curves=dp_curves, sharding=sh, grad_factor=g, allreduce=allreduce,
+                            zero1_all_reduce=zero1_all_reduce, memo=memo, key=(placed.dp_group, t))
 
-    def stage_parts_s(k: int) -> tuple[float, float]:
-        """Stage ``k``'s gradient collectives before and after the update (not ZeRO-2/3), s."""
-        nbytes = model.params(*chunks[k], t)
-        key = ("parts", placed.dp_group, t, sh, nbytes, g, allreduce, zero1_all_reduce)
-        found = memo.get(key)
-        if found is None:
-            found = memo[key] = _dp_parts_s(dp_curves, sh, nbytes, g, allreduce, zero1_all_reduce)
-        return found
-
-    def tail_s(rank: int, end: float, stage_end: Sequence[float | Fraction]) -> float:
-        """What rank ``rank``'s gradient collectives take beyond its last action (at ``end``),
-        not ZeRO-2/3, s: with several stages each stage's start when its own last backward or
-        ``W`` has ended (``stage_end``), one after another on the rank's stream, as the
-        simulator's lowering posts them; those after the update (ZeRO-1's all-gathers) too."""
+    def tail_s(rank: int, end: float, stage_end: Sequence[float | Fraction] = ()) -> float:
+        """What rank ``rank``'s gradient collectives (not ZeRO-2/3) take beyond its last action (at
+        ``end``), s: each stage's from its own end (``stage_end``, :mod:`~pipesim.planner.three_d_tail`)
+        unless the rank has one stage or its DP ring shares the TP rings' links (all after it)."""
         if len(stages_of[rank]) == 1 or not stage_end or sharers is not None or shared(rank):
-            return after_backward_s(rank)  # (a DP ring on the TP rings' links: all after the last action)
-        done = post = 0.0
-        for k in sorted(stages_of[rank], key=lambda k: stage_end[k]):
-            before, after = stage_parts_s(k)
-            done = max(done, float(stage_end[k])) + before
-            post += after
-        return max(0.0, done - end) + post
+            return grads.total_s(rank_params[rank])
+        ends = ((float(stage_end[k]), model.params(*chunks[k], t)) for k in stages_of[rank])
+        return grads.chained_s(end, ends)
 
     def step_s(rank: int) -> float:
         """Rank ``rank``'s optimizer step, s (0 with ``optimizer_step=False``)."""
@@ -501,12 +470,12 @@ def prepare_config(
         action, :func:`tail_s`; default: all of them after it)."""
         if dp_curves is None or per_unit:
             return dp_extra + step_s(0)
-        dp = after_backward_s(0) if dp is None else dp
+        dp = tail_s(0, 0.0) if dp is None else dp
         if sharers is not None and sharers.dp[0]:  # later ranks' collectives on rank 0's TP ring
             first, last = chunks[0]
             times = model.times(first, last, mbs, t, sp, overlap, c, rings[0], cp_hops[0])
             replay = model.replay(first, last, mbs, t, sp, rc, overlap, c, rings[0], cp_hops[0])
-            later = [(-(q * hop + (q - 1) * tb), after_backward_s(q)) for q in sharers.dp[0]]
+            later = [(-(q * hop + (q - 1) * tb), tail_s(q, 0.0)) for q in sharers.dp[0]]
             dp += last_backward_delay_s(times, replay, wires(0, 0)[1], later)
         return dp + step_s(0)
 
@@ -536,7 +505,7 @@ def prepare_config(
         # with several stages on rank 0 all but one stage's collectives may end before its last action
         early = 0.0
         if v > 1 and dp_curves is not None:
-            parts = [stage_parts_s(k)[0] for k in stages_of[0]]
+            parts = [grads.parts_s(model.params(*chunks[k], t))[0] for k in stages_of[0]]
             early = sum(parts) - min(parts)
         after0 = rank0_after_s(max(br_plain), 0.0) - early
         lower = max(lower, m * (fr_plain[0] + br_plain[0]) + after0) + shared_extra_s(fr_plain, br_plain)
@@ -618,74 +587,11 @@ def prepare_config(
 _ZERO_OPS: weakref.WeakKeyDictionary[ThreeDCosts, dict[tuple[object, ...], ZeroOps]] = (
     weakref.WeakKeyDictionary()
 )
-_MEMO: weakref.WeakKeyDictionary[ThreeDCosts, dict[tuple[object, ...], Any]] = weakref.WeakKeyDictionary()
-"""Per cost model, what the search's configurations share: per rank its parameter bytes and its
-activations' peak (by chunks, placement and the activations' inputs), its per-stage op times (by
-everything but the sharding), a rank's optimizer step and gradient collective."""
 """Per cost model, ZeRO-2/3's chunk ops by the chunk's layer signature and the rest of its
 :class:`~pipesim.planner.zero_ops.ZeroOp` (the search costs the same chunk in many
 configurations)."""
-
-
-def _boundary_sends(
-    model: ThreeDCosts, placed: Placed3d, auto: bool, where: Sequence[int], t: int, c: int, d: int,
-    act: float,
-) -> tuple[list[float], list[float]]:
-    """Per stage boundary ``k`` (stages ``k`` and ``k + 1`` on ranks ``where[k]``, ``where[k + 1]``)
-    the pipeline transfer of one activation of ``act`` bytes per TP and CP rank and its route
-    latency, seconds: every replica's send between the two ranks' replicas (their first devices:
-    ``placed.firsts``, automatic placement's rank ``r`` replica ``k`` at ``(r d + k) t c``) at
-    once, sharing the links they cross (:meth:`ThreeDCosts.send_terms`); 0 between stages on
-    one rank (the V shapes' turn). Without ``placed.firsts`` every boundary takes
-    ``placed.sends`` (or ``placed.hop``): ranks 0 and 1's."""
-    memo = _MEMO.setdefault(model, {})
-    sends: list[float] = []
-    lats: list[float] = []
-    for a, b in itertools.pairwise(where):
-        if a == b:
-            sends.append(0.0)
-            lats.append(0.0)
-            continue
-        key = ("sends", t, c, d, a, b) if auto else None
-        terms = memo.get(key) if key is not None else None
-        if terms is None:
-            if auto:
-                pairs = tuple(((a * d + k) * t * c, (b * d + k) * t * c) for k in range(d))
-            elif placed.firsts:
-                pairs = tuple(zip(placed.firsts[a], placed.firsts[b], strict=True))
-            else:
-                pairs = placed.sends or (placed.hop,)
-            terms = model.send_terms(pairs)
-            if key is not None:
-                memo[key] = terms
-        time_s, lat_s = max(((lat + act * per_byte, lat) for lat, per_byte in terms), default=(0.0, 0.0))
-        sends.append(time_s)
-        lats.append(lat_s)
-    return sends, lats
-
-
-def _after_backward_s(
-    curves: AllReduceCurves | None, sh: Sharding, nbytes: float, g: float, allreduce: str,
-    zero1_all_reduce: bool,
-) -> float:
-    """A rank's gradient collectives after its last backward over ``nbytes`` parameter bytes
-    (sharding ``none``, ``zero1`` or ``distributed``), seconds; 0 without data parallelism."""
-    before, after = _dp_parts_s(curves, sh, nbytes, g, allreduce, zero1_all_reduce)
-    return before + after
-
-
-def _dp_parts_s(
-    curves: AllReduceCurves | None, sh: Sharding, nbytes: float, g: float, allreduce: str,
-    zero1_all_reduce: bool,
-) -> tuple[float, float]:
-    """The gradient collectives over ``nbytes`` parameter bytes (sharding ``none``, ``zero1`` or
-    ``distributed``) before the optimizer step and after it, seconds; 0 without data
-    parallelism."""
-    if curves is None:
-        return 0.0, 0.0
-    if sh is Sharding.NONE:
-        return curves.time_s(nbytes * g, allreduce), 0.0
-    if sh is Sharding.ZERO1 and zero1_all_reduce:  # DeepSpeed's BF16_Optimizer: all-reduce
-        return curves.time_s(nbytes * g, allreduce), half_time_s(curves, nbytes, allreduce)
-    # ZeRO-1, distributed optimizer: reduce-scatter, optimizer step, all-gather
-    return half_time_s(curves, nbytes * g, allreduce), half_time_s(curves, nbytes, allreduce)
+_MEMO: weakref.WeakKeyDictionary[ThreeDCosts, dict[tuple[object, ...], Any]] = weakref.WeakKeyDictionary()
+"""Per cost model, what the search's configurations share: per rank its parameter bytes and its
+activations' peak (by chunks, placement and the activations' inputs), its per-stage op times (by
+everything but the sharding), a rank's optimizer step and gradient collectives, the pipeline
+sends per rank pair."""
