@@ -349,11 +349,16 @@ def _search(
     # the lower bound, until it exceeds the ``top * len(shardings)``-th best time found (the plans
     # returned are among that many: the sharding dominance below drops at most
     # ``len(shardings) - 1`` of a kept plan's group). Ties keep the enumeration's order.
+    ranges: dict[tuple[int, int], list[tuple[int, int]]] = {}  # per (p, v) the chunks' layers
+
     def prepare(index: int) -> PreparedConfig | None:
         t, c, p, d, mbs, m, v, sp, ov, rc, sched, sh = configs[index]
+        chunks = ranges.get((p, v))
+        if chunks is None:
+            chunks = ranges[(p, v)] = chunk_ranges(shape_model, p, v)
         return prepare_config(
             shape_model, cluster, optimizer, allreduce, global_batch_size,
-            chunk_ranges(shape_model, p, v), t, p, d, mbs, m, v, sp, rc, sh,
+            chunks, t, p, d, mbs, m, v, sp, rc, sh,
             memory_limit_bytes, schedule=sched, overlap=ov, c=c, grad=grad,
             zero1_all_reduce=zero1_all_reduce, zero3_runtime=runtime)
 

@@ -85,7 +85,7 @@ from pipesim.planner.schedule_time import order_time_s
 from pipesim.planner.three_d_costs import ThreeDCosts
 from pipesim.planner.three_d_memory import rank_memory
 from pipesim.planner.three_d_tail import GradCollectives
-from pipesim.planner.three_d_times import boundary_sends, stage_op_times
+from pipesim.planner.three_d_times import boundary_sends, stage_layout, stage_op_times
 from pipesim.planner.zero_ops import ZeroOp, ZeroOps, zero_split_ops, zero_unit_ops
 from pipesim.profiles.costmodels.context_parallel import check_context_parallel
 from pipesim.profiles.costmodels.memory import Recompute
@@ -106,8 +106,6 @@ from pipesim.profiles.costmodels.tied_embeddings import (
 from pipesim.profiles.costmodels.zero3_runtime import Zero3Runtime
 from pipesim.profiles.hardware.cluster import Cluster
 from pipesim.profiles.models.profile import ModelProfile
-from pipesim.schedules.placement import stage_ranks
-from pipesim.schedules.registry import placement_of
 
 __all__ = [
     "THREE_D_SCHEDULES",
@@ -325,13 +323,10 @@ def prepare_config(
     auto = placed is None
     if placed is None:  # automatic placement: rank r from device r d t c on, TP ranks fastest
         placed = Placed3d(rings=tuple(model.auto_ring(t, c, d, r) for r in range(p)),
-                          dp_group=tuple(k * t for k in range(d * c)), hop=(0, d * t * c),
+                          dp_group=tuple(range(0, d * c * t, t)), hop=(0, d * t * c),
                           cp_hops=tuple(model.auto_cp_hop(t, c, d, r) for r in range(p)),
                           sharers=model.auto_sharers(t, c, d, p))
-    stages_of: list[list[int]] = [[] for _ in range(p)]  # per rank its stages, in the schedule's placement
-    where = stage_ranks(placement_of(schedule) or "looped", p * v, p)
-    for k, r in enumerate(where):
-        stages_of[r].append(k)
+    where, stages_of = stage_layout(schedule, p, v)  # per stage its rank, per rank its stages
     memo = _MEMO.setdefault(model, {})  # what configurations differing in sharding or overlap share
     chunks_key = tuple(chunks)
     memory = rank_memory(model, memo, chunks, stages_of, schedule, m, mbs, t, sp, rc, c, multiplier, limit)
@@ -378,6 +373,7 @@ def prepare_config(
     units: list[tuple[int, int, ZeroOp, float, float, float]] = []  # ZeRO-2/3's, costed in finish
     if per_unit and dp_curves is not None:  # ZeRO-2/3: per-unit collectives (zero_lowering)
         for r in range(p):
+            shares = shared(r)
             for k in stages_of[r]:
                 first, last = chunks[k]
                 times, replay = found[4][k], found[5][k]
@@ -387,7 +383,7 @@ def prepare_config(
                     b_op += times.bwd_split_comm_s - times.bwd_comm_s - w_stage[k]
                 unit = ZeroOp(first=first, last=last, mbs=mbs, t=t, sp=sp, c=c, ring=rings[r], times=times,
                               replay=replay, sharding=sh, runtime=zero3_runtime, full=rc is Recompute.FULL,
-                              replicas=d * c, grad=g, allreduce=allreduce, shared=shared(r),
+                              replicas=d * c, grad=g, allreduce=allreduce, shared=shares,
                               servers=dp_servers)
                 units.append((r, k, unit, f_op, b_op, w_stage[k]))
     # per stage boundary its pipeline transfer and that transfer's route latency, s: every
@@ -401,14 +397,15 @@ def prepare_config(
             return tuple(zip(placed.firsts[a], placed.firsts[b], strict=True))
         return placed.sends or (placed.hop,)
 
-    sends_key = ("sends", t, c, d)
+    sends_key = ("sends", t, c, d, mbs, tuple(where))  # automatic placement's, per rank pair
     found_sends = memo.get(sends_key) if auto else None
     if found_sends is None:
-        found_sends = {}
+        pair_terms = memo.setdefault(("pairs", t, c, d), {}) if auto else {}
+        act = mbs * model.shape.seq * model.shape.hidden * model.elem / (t * c)
+        found_sends = boundary_sends(model, where, act, pairs_of, pair_terms)
         if auto:
             memo[sends_key] = found_sends
-    sends, send_lat = boundary_sends(model, where, mbs * model.shape.seq * model.shape.hidden * model.elem
-                                     / (t * c), pairs_of, found_sends)
+    sends, send_lat = found_sends
     hop = sends[0] if sends else 0.0  # rank 0 to rank 1 (stage 0's boundary in either placement)
 
     grads = GradCollectives(curves=dp_curves, sharding=sh, grad_factor=g, allreduce=allreduce,

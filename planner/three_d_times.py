@@ -5,6 +5,7 @@ rank's own replicas' TP rings in lock step and other ranks' TP blocks on its lin
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Callable, Sequence
 
@@ -13,8 +14,10 @@ from pipesim.planner.three_d_costs import ThreeDCosts
 from pipesim.profiles.costmodels.memory import Recompute
 from pipesim.profiles.costmodels.tensor_parallel import TpStageTimes
 from pipesim.profiles.models.profile import ModelProfile
+from pipesim.schedules.placement import stage_ranks
+from pipesim.schedules.registry import placement_of
 
-__all__ = ["boundary_sends", "stage_op_times", "wgrad_fraction"]
+__all__ = ["boundary_sends", "stage_layout", "stage_op_times", "wgrad_fraction"]
 
 
 def stage_op_times(
@@ -97,3 +100,14 @@ def boundary_sends(
         sends.append(time_s)
         lats.append(lat_s)
     return sends, lats
+
+
+@functools.lru_cache(maxsize=1024)
+def stage_layout(schedule: str, p: int, v: int) -> tuple[tuple[int, ...], list[list[int]]]:
+    """Per stage its rank and per rank its stages (``p v`` stages on ``p`` ranks) in
+    ``schedule``'s placement (looped, or the V shapes'); shared between calls: read only."""
+    where = tuple(stage_ranks(placement_of(schedule) or "looped", p * v, p))
+    stages_of: list[list[int]] = [[] for _ in range(p)]
+    for k, r in enumerate(where):
+        stages_of[r].append(k)
+    return where, stages_of
