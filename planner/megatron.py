@@ -15,7 +15,8 @@ exhaustively and ranks by an analytic estimate (:mod:`pipesim.planner.three_d`):
 * the micro-batch size ``b`` per replica (``m = B / (d b)`` micro-batches), ``v`` model chunks
   per rank and the schedule (:func:`searched_schedules`): ``1f1b``, ``zb-h1``, ``zb-h2`` for
   ``v = 1``, ``interleaved`` (``m`` a multiple of ``p``) and ``interleaved-zb`` for ``v > 1``,
-  the V shapes ``zbv`` and ``v-half`` for ``v = 2``; each timed by its order over the chunks' per-op times
+  the V shapes ``zbv``, ``v-half``, ``v-min`` and ``dualpipev`` for ``v = 2``; each timed by
+  its order over the chunks' per-op times
   (:func:`~pipesim.planner.three_d.prepare_config`), best first: every configuration's memory,
   per-op times and lower bound (micro-batch 0's way to a rank and back and ``m`` times its
   ops) first, then the orders in the order of that bound, until it cannot make the shortlist;
@@ -98,24 +99,37 @@ sharding is no sharding, or more memory for the distributed optimizer's main cop
 def searched_schedules(p: int, v: int) -> tuple[str, ...]:
     """Schedules the search tries for ``p`` ranks of ``v`` chunks: ``1f1b``, ``zb-h1`` and
     ``zb-h2`` for one chunk, ``interleaved`` and ``interleaved-zb`` for more, and for two also
-    the V shapes ``zbv`` and ``v-half`` (which take exactly two); no zero-bubble schedule
-    without a pipeline (``p = 1``: nothing to fill, and no chunks). V-Min and DualPipeV are not
-    searched: the 3D estimate does not follow their simulation closely enough
-    (docs/parallelism.md, "The Megatron planner"). ZeRO-3 takes the zero-bubble ones under the
-    ``fsdp`` runtime only (:func:`~pipesim.planner.three_d.prepare_config`)."""
+    the V shapes ``zbv``, ``v-half``, ``v-min`` and ``dualpipev`` (which take exactly two); no
+    zero-bubble schedule without a pipeline (``p = 1``: nothing to fill, and no chunks).
+    DualPipeV is tried without ZeRO-2/3 unless pinned (:data:`UNSHARDED_ONLY`); ZeRO-3 takes the zero-bubble
+    ones under the ``fsdp`` runtime only (:func:`~pipesim.planner.three_d.prepare_config`).
+    Not searched: ``zb-auto`` (its order is built from one stage's costs and a memory limit,
+    ``Plan.schedule_options``, which the search's plans do not carry; its candidates include
+    ZB-H1 and ZB-H2, searched), DualPipe and Chimera (two model copies per rank, which the 3D
+    estimate's chunks do not express): docs/parallelism.md, "The Megatron planner"."""
     if v == 1:
         return ("1f1b", "zb-h1", "zb-h2") if p > 1 else ("1f1b",)
     if v == 2:
-        return ("interleaved", "interleaved-zb", "zbv", "v-half")
+        return ("interleaved", "interleaved-zb", *V_SHAPES)
     return ("interleaved", "interleaved-zb")
+
+
+V_SHAPES: tuple[str, ...] = ("zbv", "v-half", "v-min", "dualpipev")
+"""The V-shaped schedules (two chunks per rank) the search tries."""
+
+UNSHARDED_ONLY: tuple[str, ...] = ("dualpipev",)
+"""Schedules the search tries with sharding none, ZeRO-1 or the distributed optimizer only: the
+3D estimate of DualPipeV with ZeRO-2/3 under TP is up to 3.1% below the simulated time and 4.6%
+below the simulated peak memory (its full ``B`` passes' per-unit collectives are costed as the
+``I``'s; ``tests/tp/test_zbv_estimate.py``)."""
 
 
 def _chunks_taken(schedule: str, v: int) -> bool:
     """Whether ``schedule`` runs ``v`` chunks per rank (the looped ``interleaved`` and
-    ``interleaved-zb``: more than one; the V shapes ``zbv`` and ``v-half``: two; the others: one)."""
+    ``interleaved-zb``: more than one; the V shapes: two; the others: one)."""
     if schedule in ("interleaved", "interleaved-zb"):
         return v > 1
-    return v == (2 if schedule in ("zbv", "v-half") else 1)
+    return v == (2 if schedule in V_SHAPES else 1)
 
 PRUNE = True
 """Whether the search stops at the lower bounds (tests turn it off to check that it prunes
@@ -326,17 +340,25 @@ def _search(
                         if (sched in ZERO_BUBBLE_3D and sh is Sharding.ZERO3 and d * c > 1
                                 and runtime is not Zero3Runtime.FSDP):
                             continue  # ZeRO-3 split for zero-bubble orders under fsdp only (prepare_config)
+                        if (sched in UNSHARDED_ONLY and sh in (Sharding.ZERO2, Sharding.ZERO3) and d * c > 1
+                                and pins.schedule is None):
+                            continue  # DualPipeV's estimate with ZeRO-2/3 (UNSHARDED_ONLY), unless pinned
                         configs.append((t, c, p, d, mbs, m, v, sp, ov, rc, sched, sh))
     # Best first: every configuration's memory, per-op times and lower bound (prepare_config),
     # then the costly part (the schedule's order, ZeRO-2/3's per-unit collectives) in order of
     # the lower bound, until it exceeds the ``top * len(shardings)``-th best time found (the plans
     # returned are among that many: the sharding dominance below drops at most
     # ``len(shardings) - 1`` of a kept plan's group). Ties keep the enumeration's order.
+    ranges: dict[tuple[int, int], list[tuple[int, int]]] = {}  # per (p, v) the chunks' layers
+
     def prepare(index: int) -> PreparedConfig | None:
         t, c, p, d, mbs, m, v, sp, ov, rc, sched, sh = configs[index]
+        chunks = ranges.get((p, v))
+        if chunks is None:
+            chunks = ranges[(p, v)] = chunk_ranges(shape_model, p, v)
         return prepare_config(
             shape_model, cluster, optimizer, allreduce, global_batch_size,
-            chunk_ranges(shape_model, p, v), t, p, d, mbs, m, v, sp, rc, sh,
+            chunks, t, p, d, mbs, m, v, sp, rc, sh,
             memory_limit_bytes, schedule=sched, overlap=ov, c=c, grad=grad,
             zero1_all_reduce=zero1_all_reduce, zero3_runtime=runtime)
 

@@ -106,13 +106,14 @@ def _evaluate(
     options: tuple[tuple[str, Any], ...],
     costs: tuple[Sequence[Time], ...],
 ) -> OrderTime:
-    fwd, bwd, wgrad, c_f, c_b, l_f, l_b = costs
+    fwd, bwd, wgrad, c_f, c_b, l_f, l_b, inp = costs
     order = _order(schedule, p, m, chunks, options)
     timeline = evaluate(
         order,
         fwd_time_s=list(fwd),
         bwd_time_s=list(bwd),
         wgrad_time_s=list(wgrad),
+        input_time_s=list(inp) if inp else None,
         fwd_comm_time_s=list(c_f),
         bwd_comm_time_s=list(c_b),
         fwd_comm_latency_s=list(l_f),
@@ -167,6 +168,7 @@ def order_time_s(
     send_bwd_s: Sequence[Time],
     options: Mapping[str, Any] | None = None,
     send_latency_s: Sequence[Time] | None = None,
+    input_s: Sequence[Time] | None = None,
 ) -> OrderTime:
     """The makespan of ``schedule``'s order over per-stage costs (see the module docstring).
 
@@ -183,6 +185,9 @@ def order_time_s(
         send_latency_s: per stage boundary the route latency within either transfer time (default
             0): a pipelined stream pays it once per queue, not per transfer (the evaluator's
             ``fwd_comm_latency_s``; docs/communication.md).
+        input_s: per stage the input-gradient ``I`` time, seconds, where it is not
+            ``bwd_s - wgrad_s`` (under TP a full ``B`` hides collectives an ``I`` exposes: the
+            orders with both, DualPipe(V)); default that difference.
 
     Raises:
         InputError: ``m`` or ``chunks`` the schedule's generator refuses, or bad cost lists.
@@ -190,7 +195,8 @@ def order_time_s(
     p, m = num_ranks, num_microbatches
     opts = tuple(sorted((options or {}).items()))
     lat: tuple[Time, ...] = tuple(send_latency_s) if send_latency_s is not None else (0,) * len(send_fwd_s)
-    costs = (tuple(fwd_s), tuple(bwd_s), tuple(wgrad_s), tuple(send_fwd_s), tuple(send_bwd_s), lat, lat)
+    costs = (tuple(fwd_s), tuple(bwd_s), tuple(wgrad_s), tuple(send_fwd_s), tuple(send_bwd_s), lat, lat,
+             tuple(input_s) if input_s is not None else ())
     looped_rounds, period, bound = _window(schedule, p, chunks)
     while True:
         if m <= bound or (looped_rounds and m % p):

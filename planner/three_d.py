@@ -6,16 +6,18 @@ Each stage's per-micro-batch forward and backward times (the chunk's
 :func:`~pipesim.profiles.costmodels.context_parallel.stage_cp_times`, compute plus exposed TP
 collectives and ring exchange; in the backward the replayed forward of recomputation,
 :func:`~pipesim.profiles.costmodels.tensor_parallel.tp_replay_s`; for the zero-bubble schedules
-the backward split into ``I`` and ``W``) are timed through the schedule's own order
-(:func:`~pipesim.planner.schedule_time.order_time_s`, with ``t_hop`` per transfer between
-ranks: one activation, each TP and CP rank sending ``1/(t c)`` of it, every replica at once);
-the estimate is the latest of every rank's last action plus what follows it,
+the backward split into ``I`` and ``W``, DualPipeV's full ``B`` apart: :data:`FULL_AND_SPLIT`)
+are timed through the schedule's own order
+(:func:`~pipesim.planner.schedule_time.order_time_s`, with per stage boundary the transfer
+between its two ranks: one activation, each TP and CP rank sending ``1/(t c)`` of it, every
+replica at once, :func:`~pipesim.planner.three_d_times.boundary_sends`); the estimate is the
+latest of every rank's last action plus what follows it,
 
     T = max_r (end_r + t_dp(r) + t_opt(r))
 
-with ``t_dp(r)`` rank ``r``'s gradient collective over its ``d c`` data- and context-parallel
-ranks (the first rank's, and what later ranks' collectives on its links delay it) and
-``t_opt(r)`` its optimizer step after it
+with ``t_dp(r)`` rank ``r``'s gradient collectives over its ``d c`` data- and context-parallel
+ranks beyond its last action (each stage's from its own end: :mod:`~pipesim.planner.three_d_tail`;
+what later ranks' collectives on its links delay it) and ``t_opt(r)`` its optimizer step
 (:func:`~pipesim.profiles.costmodels.optimizer.stage_optimizer_step_s`; 0 with
 ``optimizer_step=False``). The first and last chunks carry the embedding and the head, so the
 stages are unequal: the order, not the closed form of the slowest rank, times them (as the
@@ -28,11 +30,8 @@ the all-gather; ZeRO-3's gathers inside the stages' forwards and backwards
 (:func:`~pipesim.profiles.costmodels.sharding.zero3_op_times_s`), its first forward's and last
 backward's exposed parts as ``t_dp``; with ``Plan.zero3_runtime = deepspeed-2021`` also the
 runtime's issue time, re-gathers and on-demand gathers
-(:mod:`~pipesim.profiles.costmodels.zero3_runtime`). Memory per rank: TP-sharded weights, gradients
-and optimizer state (:func:`~pipesim.profiles.costmodels.sharding.sharded_memory_multiplier`) plus
-the activations at the rank's peak, as the simulator allocates them
-(:func:`~pipesim.planner.memory_estimate.activation_peak_bytes`: stashes, what pending ``W`` passes read,
-the backward's working set).
+(:mod:`~pipesim.profiles.costmodels.zero3_runtime`). Memory per rank:
+:mod:`~pipesim.planner.three_d_memory`.
 
 **TP groups across servers.** A rank's TP collectives are timed on the ring of the slowest of its
 TP groups (:meth:`ThreeDCosts.ring`): each group's ring all-reduce curves on the cluster's routes
@@ -69,13 +68,13 @@ from __future__ import annotations
 
 import math
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from fractions import Fraction
 from typing import Any, NamedTuple
 
 from pipesim.errors import invalid
 from pipesim.plan import Estimate, Plan
-from pipesim.planner.memory_estimate import activation_peak_bytes
 from pipesim.planner.nic_sharing import (
     RingSharers,
     last_backward_delay_s,
@@ -84,9 +83,10 @@ from pipesim.planner.nic_sharing import (
 )
 from pipesim.planner.schedule_time import order_time_s
 from pipesim.planner.three_d_costs import ThreeDCosts
-from pipesim.planner.three_d_times import stage_op_times
+from pipesim.planner.three_d_memory import rank_memory
+from pipesim.planner.three_d_tail import GradCollectives
+from pipesim.planner.three_d_times import boundary_sends, stage_layout, stage_op_times
 from pipesim.planner.zero_ops import ZeroOp, ZeroOps, zero_split_ops, zero_unit_ops
-from pipesim.profiles.costmodels.collective import AllReduceCurves
 from pipesim.profiles.costmodels.context_parallel import check_context_parallel
 from pipesim.profiles.costmodels.memory import Recompute
 from pipesim.profiles.costmodels.optimizer import stage_optimizer_step_s
@@ -99,7 +99,6 @@ from pipesim.profiles.costmodels.sharding import (
     sharded_memory_multiplier,
 )
 from pipesim.profiles.costmodels.tied_embeddings import (
-    held_copies,
     pairs_allreduce_s,
     stage_pairs,
     tied_grad_bytes,
@@ -107,8 +106,6 @@ from pipesim.profiles.costmodels.tied_embeddings import (
 from pipesim.profiles.costmodels.zero3_runtime import Zero3Runtime
 from pipesim.profiles.hardware.cluster import Cluster
 from pipesim.profiles.models.profile import ModelProfile
-from pipesim.schedules.placement import stage_ranks
-from pipesim.schedules.registry import placement_of
 
 __all__ = [
     "THREE_D_SCHEDULES",
@@ -123,12 +120,16 @@ __all__ = [
     "prepare_config",
 ]
 
-ZERO_BUBBLE_3D: tuple[str, ...] = ("zb-h1", "zb-h2", "zbv", "v-half", "interleaved-zb")
+ZERO_BUBBLE_3D: tuple[str, ...] = ("zb-h1", "zb-h2", "zbv", "v-half", "interleaved-zb", "v-min", "dualpipev")
 """Split-backward schedules :func:`estimate_3d` times by evaluating their order over the chunks'
 per-op ``F``, ``I`` and ``W`` times (:func:`~pipesim.planner.schedule_time.order_time_s`; module
-docstring), within 2% of the simulation (``tests/tp/test_megatron_search.py``). Not V-Min
-(-2.6% to -4.3%) nor DualPipeV (+1.1% to +5.2%, and its ZeRO-3 peak memory below the
-simulated one): docs/parallelism.md, "The Megatron planner"."""
+docstring): within 1% of the simulation on DGX plans, 2% with ZeRO-2/3 (DualPipeV: 3.1% low
+with ZeRO-2/3, not searched with them; ``tests/tp/test_zbv_estimate.py``)."""
+
+FULL_AND_SPLIT: tuple[str, ...] = ("dualpipev",)
+"""Split-backward orders that also run full backwards ``B`` (DualPipeV's overlapped pairs and
+its steady phase): under TP a ``B`` hides the input-gradient collectives an ``I`` exposes, so it
+is timed apart from ``I + W`` (:func:`~pipesim.planner.schedule_time.order_time_s` ``input_s``)."""
 
 THREE_D_SCHEDULES: tuple[str, ...] = ("gpipe", "dapple", "1f1b", "interleaved", *ZERO_BUBBLE_3D)
 """Schedules :func:`estimate_3d` models, each timed by its order (module docstring; DAPPLE's is
@@ -322,44 +323,16 @@ def prepare_config(
     auto = placed is None
     if placed is None:  # automatic placement: rank r from device r d t c on, TP ranks fastest
         placed = Placed3d(rings=tuple(model.auto_ring(t, c, d, r) for r in range(p)),
-                          dp_group=tuple(k * t for k in range(d * c)), hop=(0, d * t * c),
+                          dp_group=tuple(range(0, d * c * t, t)), hop=(0, d * t * c),
                           cp_hops=tuple(model.auto_cp_hop(t, c, d, r) for r in range(p)),
                           sharers=model.auto_sharers(t, c, d, p))
-        terms = model.auto_send_terms(t, c, d) if p > 1 else ()
-    else:
-        terms = model.send_terms(placed.sends or (placed.hop,)) if p > 1 else ()
-    stages_of: list[list[int]] = [[] for _ in range(p)]  # per rank its stages, in the schedule's placement
-    where = stage_ranks(placement_of(schedule) or "looped", p * v, p)
-    for k, r in enumerate(where):
-        stages_of[r].append(k)
+    where, stages_of = stage_layout(schedule, p, v)  # per stage its rank, per rank its stages
     memo = _MEMO.setdefault(model, {})  # what configurations differing in sharding or overlap share
     chunks_key = tuple(chunks)
-    rank_params = memo.get(("params", chunks_key, p, v, schedule, t))
-    if rank_params is None:  # per rank its parameter bytes
-        rank_params = memo[("params", chunks_key, p, v, schedule, t)] = [
-            sum(model.params(*chunks[k], t) for k in ks) for ks in stages_of]
-    # per rank the bytes of the tied matrices' copies it holds (the head's stage: the embedding's)
-    copies = memo.get(("copies", chunks_key, p, v, schedule, t))
-    if copies is None:
-        copies = memo[("copies", chunks_key, p, v, schedule, t)] = [
-            sum(held_copies(model.profile, [chunks[k] for k in ks])) / t for ks in stages_of]
-    act_key = ("acts", chunks_key, p, v, schedule, m, mbs, t, sp, rc, c)
-    act_peaks = memo.get(act_key)
-    computed: list[float] = []
-    peaks: list[float] = []
-    for r in range(p):  # memory first: most configurations of a large model do not fit
-        if act_peaks is not None:
-            act = act_peaks[r]
-        else:
-            acts = [model.activations(*chunks[k], mbs, t, sp, rc, c) for k in stages_of[r]]
-            act = activation_peak_bytes(schedule, r, p, m, acts, chunks=v)
-            computed.append(act)
-        peak = (rank_params[r] + copies[r]) * multiplier + act
-        if peak > limit:  # (ZeRO-2/3's held bytes come on top, in finish)
-            return None
-        peaks.append(peak)
-    if act_peaks is None:  # every rank's computed
-        memo[act_key] = computed
+    memory = rank_memory(model, memo, chunks, stages_of, schedule, m, mbs, t, sp, rc, c, multiplier, limit)
+    if memory is None:  # (ZeRO-2/3's held bytes come on top, in finish)
+        return None
+    rank_params, peaks = memory
     rings, cp_hops, sharers = placed.rings, placed.cp_hops, placed.sharers
     if sharers is not None and not (any(sharers.tp) or any(sharers.dp) or max(sharers.own, default=1) > 1):
         sharers = None
@@ -400,6 +373,7 @@ def prepare_config(
     units: list[tuple[int, int, ZeroOp, float, float, float]] = []  # ZeRO-2/3's, costed in finish
     if per_unit and dp_curves is not None:  # ZeRO-2/3: per-unit collectives (zero_lowering)
         for r in range(p):
+            shares = shared(r)
             for k in stages_of[r]:
                 first, last = chunks[k]
                 times, replay = found[4][k], found[5][k]
@@ -409,23 +383,42 @@ def prepare_config(
                     b_op += times.bwd_split_comm_s - times.bwd_comm_s - w_stage[k]
                 unit = ZeroOp(first=first, last=last, mbs=mbs, t=t, sp=sp, c=c, ring=rings[r], times=times,
                               replay=replay, sharding=sh, runtime=zero3_runtime, full=rc is Recompute.FULL,
-                              replicas=d * c, grad=g, allreduce=allreduce, shared=shared(r),
+                              replicas=d * c, grad=g, allreduce=allreduce, shared=shares,
                               servers=dp_servers)
                 units.append((r, k, unit, f_op, b_op, w_stage[k]))
-    hop = hop_latency = 0.0
-    if p > 1:
-        act = mbs * model.shape.seq * model.shape.hidden * model.elem / (t * c)
-        # every replica's send from rank 0 to rank 1, sharing the links they cross
-        hop, hop_latency = max(((lat + act * per_byte, lat) for lat, per_byte in terms), default=(0.0, 0.0))
+    # per stage boundary its pipeline transfer and that transfer's route latency, s: every
+    # replica's send between the two stages' ranks, sharing the links they cross (0 on one rank)
+    def pairs_of(a: int, b: int) -> tuple[tuple[int, int], ...]:
+        """Every replica's send from rank ``a`` to rank ``b``: their first devices
+        (``placed.firsts``; automatic placement: rank ``r``'s replica ``k`` at ``(r d + k) t c``)."""
+        if auto:
+            return tuple(((a * d + k) * t * c, (b * d + k) * t * c) for k in range(d))
+        if placed.firsts:
+            return tuple(zip(placed.firsts[a], placed.firsts[b], strict=True))
+        return placed.sends or (placed.hop,)
 
-    def after_backward_s(rank: int) -> float:
-        """Rank ``rank``'s gradient collectives after its last backward (not ZeRO-2/3), s."""
-        key = ("after", placed.dp_group, t, sh, rank_params[rank], g, allreduce, zero1_all_reduce)
-        found = memo.get(key)
-        if found is None:
-            found = memo[key] = _after_backward_s(dp_curves, sh, rank_params[rank], g, allreduce,
-                                                  zero1_all_reduce)
-        return float(found)
+    sends_key = ("sends", t, c, d, mbs, tuple(where))  # automatic placement's, per rank pair
+    found_sends = memo.get(sends_key) if auto else None
+    if found_sends is None:
+        pair_terms = memo.setdefault(("pairs", t, c, d), {}) if auto else {}
+        act = mbs * model.shape.seq * model.shape.hidden * model.elem / (t * c)
+        found_sends = boundary_sends(model, where, act, pairs_of, pair_terms)
+        if auto:
+            memo[sends_key] = found_sends
+    sends, send_lat = found_sends
+    hop = sends[0] if sends else 0.0  # rank 0 to rank 1 (stage 0's boundary in either placement)
+
+    grads = GradCollectives(curves=dp_curves, sharding=sh, grad_factor=g, allreduce=allreduce,
+                            zero1_all_reduce=zero1_all_reduce, memo=memo, key=(placed.dp_group, t))
+
+    def tail_s(rank: int, end: float, stage_end: Sequence[float | Fraction] = ()) -> float:
+        """What rank ``rank``'s gradient collectives (not ZeRO-2/3) take beyond its last action (at
+        ``end``), s: each stage's from its own end (``stage_end``, :mod:`~pipesim.planner.three_d_tail`)
+        unless the rank has one stage or its DP ring shares the TP rings' links (all after it)."""
+        if len(stages_of[rank]) == 1 or not stage_end or sharers is not None or shared(rank):
+            return grads.total_s(rank_params[rank])
+        ends = ((float(stage_end[k]), model.params(*chunks[k], t)) for k in stages_of[rank])
+        return grads.chained_s(end, ends)
 
     def step_s(rank: int) -> float:
         """Rank ``rank``'s optimizer step, s (0 with ``optimizer_step=False``)."""
@@ -468,17 +461,18 @@ def prepare_config(
     tied_s = sum(alone for _, alone in tied_pairs)
     tied_step = max((step_s(user) for user, _ in tied_pairs), default=0.0)  # the user's update waits too
 
-    def rank0_after_s(tb: float, dp_extra: float) -> float:
+    def rank0_after_s(tb: float, dp_extra: float, dp: float | None = None) -> float:
         """Rank 0's data-parallel collectives after its last backward and its update, s
-        (``dp_extra``: ZeRO-2/3's, from their per-unit ops)."""
+        (``dp_extra``: ZeRO-2/3's, from their per-unit ops; ``dp`` the others' beyond its last
+        action, :func:`tail_s`; default: all of them after it)."""
         if dp_curves is None or per_unit:
             return dp_extra + step_s(0)
-        dp = after_backward_s(0)
+        dp = tail_s(0, 0.0) if dp is None else dp
         if sharers is not None and sharers.dp[0]:  # later ranks' collectives on rank 0's TP ring
             first, last = chunks[0]
             times = model.times(first, last, mbs, t, sp, overlap, c, rings[0], cp_hops[0])
             replay = model.replay(first, last, mbs, t, sp, rc, overlap, c, rings[0], cp_hops[0])
-            later = [(-(q * hop + (q - 1) * tb), after_backward_s(q)) for q in sharers.dp[0]]
+            later = [(-(q * hop + (q - 1) * tb), tail_s(q, 0.0)) for q in sharers.dp[0]]
             dp += last_backward_delay_s(times, replay, wires(0, 0)[1], later)
         return dp + step_s(0)
 
@@ -494,13 +488,23 @@ def prepare_config(
     # first stage is stage r in either placement) and is busy m times its ops; in the 1F1B
     # family its last action is stage r's last backward, whose gradient goes back through them.
     fr_plain = per_rank(f_stage)
-    br_plain = per_rank([i + w for i, w in zip(i_stage, w_stage, strict=True)])
+    # a full B where the order has them beside split ones (DualPipe(V)): under TP it hides the
+    # input-gradient collectives an I exposes (tp_lowering: TpComm's hidden part), per stage
+    hidden = ([x.bwd_split_comm_s - x.bwd_comm_s for x in found[4]] if split and schedule in FULL_AND_SPLIT
+              else [0.0] * len(chunks))
+    br_plain = per_rank([i + w - h for i, w, h in zip(i_stage, w_stage, hidden, strict=True)])
     lower = before = 0.0
     for r in range(p):
         lower = max(lower, before + m * (fr_plain[r] + br_plain[r]))
-        before += f_stage[r] + hop + (0.0 if split else i_stage[r] + hop)
+        gap = sends[r] if r < p - 1 else 0.0  # stage r's boundary: rank r to rank r + 1
+        before += f_stage[r] + gap + (0.0 if split else i_stage[r] + gap)
     if not units:
-        after0 = rank0_after_s(max(br_plain), 0.0)
+        # with several stages on rank 0 all but one stage's collectives may end before its last action
+        early = 0.0
+        if v > 1 and dp_curves is not None:
+            parts = [grads.parts_s(model.params(*chunks[k], t))[0] for k in stages_of[0]]
+            early = sum(parts) - min(parts)
+        after0 = rank0_after_s(max(br_plain), 0.0) - early
         lower = max(lower, m * (fr_plain[0] + br_plain[0]) + after0) + shared_extra_s(fr_plain, br_plain)
 
     def finish() -> Estimate | None:
@@ -535,7 +539,7 @@ def prepare_config(
                         wgrad[k] *= scatter / busy
         if any(pk + h > limit for pk, h in zip(peaks, held, strict=True)):
             return None
-        bwd = [i + w for i, w in zip(inp, wgrad, strict=True)]
+        bwd = [i + w - h for i, w, h in zip(inp, wgrad, hidden, strict=True)]
         fr, br = per_rank(fwd), per_rank(bwd)
         tf, tb = max(fr), max(br)
 
@@ -550,19 +554,22 @@ def prepare_config(
         after0 = rank0_after_s(tb, zero_after_s(0) if units else 0.0)
         tied_after = tied_s + max(0.0, tied_step - step_s(0)) if tied_s else 0.0
         equal = len(set(fwd)) == 1 and len(set(bwd)) == 1 and not split
-        if p == 1 or (equal and hop == 0.0):  # the closed form, exact here
+        if p == 1 or (equal and not any(sends)):  # the closed form, exact here
             time_s = (m + (p - 1) / v) * (tf + tb) + after0 + tied_after
         else:  # the order's makespan; each rank's collectives and update after its last action
-            ends = order_time_s(
+            order = order_time_s(
                 schedule, num_ranks=p, num_microbatches=m, chunks=v, fwd_s=fwd, bwd_s=bwd, wgrad_s=wgrad,
-                send_fwd_s=[hop] * (p * v - 1), send_bwd_s=[hop] * (p * v - 1),
-                send_latency_s=[hop_latency] * (p * v - 1),
-            ).rank_end_s
+                input_s=inp if schedule in FULL_AND_SPLIT else None,
+                send_fwd_s=sends, send_bwd_s=sends, send_latency_s=send_lat,
+            )
+            ends, stage_end = order.rank_end_s, order.stage_end_s
+            if v > 1 and not units and dp_curves is not None:  # each stage's collectives from its end
+                after0 = rank0_after_s(tb, 0.0, tail_s(0, float(ends[0]), stage_end))
             time_s = float(ends[0]) + after0  # rank 0's, with what later ranks' collectives delay
             if tied_s:  # the tied pairs' all-reduce: once every rank has drained and rank 0 reduced
                 time_s = max(time_s - step_s(0), float(max(ends))) + step_s(0) + tied_after
             for r in range(1, p):
-                later = zero_after_s(r) if units else after_backward_s(r)
+                later = zero_after_s(r) if units else tail_s(r, float(ends[r]), stage_end)
                 time_s = max(time_s, float(ends[r]) + later + step_s(r))
         time_s += shared_extra_s(fr, br)
         return Estimate(
@@ -577,26 +584,11 @@ def prepare_config(
 _ZERO_OPS: weakref.WeakKeyDictionary[ThreeDCosts, dict[tuple[object, ...], ZeroOps]] = (
     weakref.WeakKeyDictionary()
 )
-_MEMO: weakref.WeakKeyDictionary[ThreeDCosts, dict[tuple[object, ...], Any]] = weakref.WeakKeyDictionary()
-"""Per cost model, what the search's configurations share: per rank its parameter bytes and its
-activations' peak (by chunks, placement and the activations' inputs), its per-stage op times (by
-everything but the sharding), a rank's optimizer step and gradient collective."""
 """Per cost model, ZeRO-2/3's chunk ops by the chunk's layer signature and the rest of its
 :class:`~pipesim.planner.zero_ops.ZeroOp` (the search costs the same chunk in many
 configurations)."""
-
-
-def _after_backward_s(
-    curves: AllReduceCurves | None, sh: Sharding, nbytes: float, g: float, allreduce: str,
-    zero1_all_reduce: bool,
-) -> float:
-    """A rank's gradient collectives after its last backward over ``nbytes`` parameter bytes
-    (sharding ``none``, ``zero1`` or ``distributed``), seconds; 0 without data parallelism."""
-    if curves is None:
-        return 0.0
-    if sh is Sharding.NONE:
-        return curves.time_s(nbytes * g, allreduce)
-    if sh is Sharding.ZERO1 and zero1_all_reduce:  # DeepSpeed's BF16_Optimizer: all-reduce
-        return curves.time_s(nbytes * g, allreduce) + half_time_s(curves, nbytes, allreduce)
-    # ZeRO-1, distributed optimizer: reduce-scatter, optimizer step, all-gather
-    return half_time_s(curves, nbytes * g, allreduce) + half_time_s(curves, nbytes, allreduce)
+_MEMO: weakref.WeakKeyDictionary[ThreeDCosts, dict[tuple[object, ...], Any]] = weakref.WeakKeyDictionary()
+"""Per cost model, what the search's configurations share: per rank its parameter bytes and its
+activations' peak (by chunks, placement and the activations' inputs), its per-stage op times (by
+everything but the sharding), a rank's optimizer step and gradient collectives, the pipeline
+sends per rank pair."""

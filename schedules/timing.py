@@ -132,6 +132,7 @@ def evaluate(
     fwd_comm_latency_s: Time | Sequence[Time] = 0,
     bwd_comm_latency_s: Time | Sequence[Time] = 0,
     check: bool = True,
+    input_time_s: CostSpec | None = None,
 ) -> Timeline:
     """Time a compute-only schedule by list scheduling in its own order.
 
@@ -164,6 +165,10 @@ def evaluate(
         bwd_comm_latency_s: the same for ``c_b``.
         check: validate the schedule first (default); pass ``False`` to skip the check for a
             schedule known to be valid (a deadlock is still reported).
+        input_time_s: time of the input-gradient ``I``, seconds (same shapes), where a split
+            backward is not the full one cut in two (under tensor parallelism an ``I`` exposes
+            the input-gradient collectives a full ``B`` hides behind its weight gradients);
+            default ``bwd_time_s - wgrad_time_s``.
 
     Returns:
         The :class:`Timeline`.
@@ -182,6 +187,7 @@ def evaluate(
     f_time = _table("fwd_time_s", fwd_time_s, stages, m)
     b_time = _table("bwd_time_s", bwd_time_s, stages, m)
     w_time = _table("wgrad_time_s", wgrad_time_s, stages, m)
+    i_given = None if input_time_s is None else _table("input_time_s", input_time_s, stages, m)
     i_time: list[list[Time]] = []
     for s in range(stages):
         i_row: list[Time] = []
@@ -190,7 +196,7 @@ def evaluate(
                 rule = f"must be <= bwd_time_s ({b_time[s][k]})"
                 raise invalid(f"wgrad_time_s[{s}][{k}]", w_time[s][k], rule)
             i_row.append(b_time[s][k] - w_time[s][k])
-        i_time.append(i_row)
+        i_time.append(i_row if i_given is None else i_given[s])
     c_f = _boundaries("fwd_comm_time_s", fwd_comm_time_s, stages)
     c_b = _boundaries("bwd_comm_time_s", bwd_comm_time_s, stages)
     l_f = _latencies("fwd_comm_latency_s", fwd_comm_latency_s, c_f)

@@ -135,7 +135,7 @@ def lower(
         bucket_bytes=float(options.bucket_bytes),
         free_links=options.free_links,
     )
-    tp_pass = TpLowering(plan, profile, cluster, free_links=opts.free_links)
+    tp_pass = TpLowering(plan, profile, cluster, free_links=opts.free_links, stage_ranks=stream.stage_ranks)
     tp = tp_pass if tp_pass.active else None
     collectives, marks, zero = data_parallel_collectives(
         plan, profile, stages, stream, tp, opts, cluster, zero_prefetch=options.zero_prefetch

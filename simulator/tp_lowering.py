@@ -57,7 +57,7 @@ and sharded state is split over them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 from pipesim.plan import Plan
@@ -88,6 +88,8 @@ from pipesim.profiles.hardware.cluster import Cluster
 from pipesim.profiles.models.profile import DTYPE_BYTES, ModelProfile
 from pipesim.profiles.models.shape import LayerKind
 from pipesim.schedules.action import Op
+from pipesim.schedules.placement import stage_ranks as placement_ranks
+from pipesim.schedules.registry import placement_of
 from pipesim.simulator.tp_collectives import CommPart, TpComm, TpRing, collectives_part, ring_part, tp_ring
 
 __all__ = ["TpLowering", "TpStageCost"]
@@ -111,7 +113,13 @@ class _OpComm(NamedTuple):
 class TpLowering:
     """The TP and sharding pass of one plan (see the module docstring)."""
 
-    def __init__(self, plan: Plan, profile: ModelProfile, cluster: Cluster, *, free_links: bool) -> None:
+    def __init__(
+        self, plan: Plan, profile: ModelProfile, cluster: Cluster, *, free_links: bool,
+        stage_ranks: Sequence[int] | None = None,
+    ) -> None:
+        """``stage_ranks[s]``: the pipeline rank of stage ``s``, whose TP and CP groups run it
+        (the schedule's placement: a V shape's stage ``2p - 1 - r`` is on rank ``r``; default:
+        the placement of ``plan.schedule``, looped for a custom order)."""
         for s, spec in enumerate(plan.stages):
             where = f"stages[{s}].tensor_parallel"
             check_tensor_parallel(profile, spec.first_layer, spec.last_layer, spec.tensor_parallel, where)
@@ -121,6 +129,10 @@ class TpLowering:
         self.recompute = Recompute.parse(plan.recompute)
         self.elem_bytes = DTYPE_BYTES[profile.dtype]
         self.groups = plan.tp_groups(cluster.num_devices)
+        if stage_ranks is None:
+            placement = placement_of(plan.schedule) or "looped"
+            stage_ranks = placement_ranks(placement, plan.num_stages, plan.num_ranks)
+        self._rank_of = tuple(stage_ranks)  # per stage its rank: which of ``groups`` run it
         self.cp_rings = plan.cp_groups(cluster.num_devices)
         self._free = free_links
         self._bw = cluster.links.bandwidths_bytes_per_s()
@@ -145,7 +157,7 @@ class TpLowering:
     def cp_ring(self, stage: int, replica: int) -> RingHop:
         """The slowest hop of ``replica``'s context-parallel ring on ``stage`` (its first TP
         rank's ring; every TP rank's is alike)."""
-        ring = self.cp_rings[stage % self.plan.num_ranks][replica]
+        ring = self.cp_rings[self._rank_of[stage]][replica]
         if self._free or len(ring) < 2:
             return FREE_HOP
         return ring_hop(ring, self.cluster.route_latency_s, self.cluster.route_bandwidth_bytes_per_s)
@@ -223,7 +235,7 @@ class TpLowering:
         key = (stage, replica)
         found = self._layouts.get(key)
         if found is None:
-            group = self.groups[stage % self.plan.num_ranks][replica]
+            group = self.groups[self._rank_of[stage]][replica]
             found = self._layouts[key] = (
                 self._group_layout(group), self.cluster.device_spec(group[0]), self.cp_ring(stage, replica)
             )
@@ -249,7 +261,7 @@ class TpLowering:
             return found
         spec = self.plan.stages[stage]
         t, sp = spec.tensor_parallel, spec.sequence_parallel
-        group = self.groups[stage % self.plan.num_ranks][replica]
+        group = self.groups[self._rank_of[stage]][replica]
         curves = self.curves(group)
         compute = tp_compute_model(self.profile, self.cluster.device_spec(group[0]))
         first, last = spec.first_layer, spec.last_layer
@@ -317,7 +329,7 @@ class TpLowering:
         self.cost(stage, samples, replica)
         spec = self.plan.stages[stage]
         t, sp, c = spec.tensor_parallel, spec.sequence_parallel, spec.context_parallel
-        group = self.groups[stage % self.plan.num_ranks][replica]
+        group = self.groups[self._rank_of[stage]][replica]
         curves = self.curves(group)
         compute = tp_compute_model(self.profile, self.cluster.device_spec(group[0]))
         first, last, overlap = spec.first_layer, spec.last_layer, spec.tp_comm_overlap
@@ -365,7 +377,7 @@ class TpLowering:
                 parts.append(part)
                 hidden += max(0.0, whole_s - sum(ops.ring[o] for o in ops_of))
                 nbytes += ring_bytes
-            group = self.groups[stage % self.plan.num_ranks][replica]
+            group = self.groups[self._rank_of[stage]][replica]
             colls = [c for c in self.collectives(stage, samples) if c.phase in phases]
             tp = None
             if len(group) > 1:  # each call with its NCCL protocol on the group's ring
@@ -402,7 +414,7 @@ class TpLowering:
         alone on the ring's slowest hop and the bytes each rank sends; ``None`` without CP."""
         spec = self.plan.stages[stage]
         t, c = spec.tensor_parallel, spec.context_parallel
-        devices = self.cp_rings[stage % self.plan.num_ranks][replica]
+        devices = self.cp_rings[self._rank_of[stage]][replica]
         if c == 1 or len(devices) < 2:
             return None
         hop = self.cp_ring(stage, replica)
