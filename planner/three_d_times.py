@@ -30,7 +30,9 @@ def stage_op_times(
     f_stage, i_stage, w_stage, slow_of = [0.0] * n, [0.0] * n, [0.0] * n, [0.0] * p
     all_times: list[TpStageTimes] = []
     replays = [0.0] * n
+    share = mbs * model.shape.seq * model.shape.hidden * model.elem / (t * c)  # one rank's send, bytes
     for r in range(p):
+        held = 0.0  # its TP blocks' seconds on their bottleneck per micro-batch
         for k in stages_of[r]:
             first, last = chunks[k]
             times = model.times(first, last, mbs, t, sp, overlap, c, rings[r], cp_hops[r])
@@ -50,7 +52,11 @@ def stage_op_times(
                 others = [[wires(q, k // p) for q in ranks] for ranks in sharers.tp[r]]
                 slow_of[r] += concurrent_delay_s(own_f, [[w[0] for w in ws] for ws in others])
                 slow_of[r] += concurrent_delay_s(own_b, [[w[1] for w in ws] for ws in others])
+            if sharers is not None and sharers.sends and sharers.sends[r]:
+                held += sum(wires(r, k // p))
             f_stage[k], i_stage[k] = f_op, b_op
+        if held:  # the pipeline sends of a micro-batch on its bottleneck (nic_sharing.pipeline_sends)
+            slow_of[r] += concurrent_delay_s(held, [[share * x] for x in sharers.sends[r]])  # type: ignore[union-attr]
     order = [k for ks in stages_of for k in ks]
     by_stage: list[TpStageTimes | None] = [None] * n
     for k, x in zip(order, all_times, strict=True):
