@@ -253,6 +253,11 @@ def pipeline_sends(
     NVLink/NVSwitch rings: not counted there (their TP blocks hold the links a small share of
     the time; the estimate keeps its exact form for rings inside servers)."""
     server_of = cluster.server_of
+    caps = cluster.links
+
+    def bandwidth(link: int) -> float:
+        return caps[link].bandwidth_bytes_per_s
+
     straddles = [any(len({server_of(x) for x in g}) > 1 for g in groups) for groups in tp_groups]
     counts: list[dict[int, int]] = [{} for _ in tp_groups]
     for a, b in edges:
@@ -260,12 +265,11 @@ def pipeline_sends(
             continue
         for ga, gb in zip(tp_groups[a], tp_groups[b], strict=False):
             for src, dst in ((ga[0], gb[0]), (gb[0], ga[0])):
-                for x, y in shared_sends(src, dst, send_ranks, cluster.route) or ((src, dst),):
+                for x, y in shared_sends(src, dst, send_ranks, cluster.route, bandwidth) or ((src, dst),):
                     for link in set(cluster.route(x, y)):
                         for r in (a, b):
                             if straddles[r] and link in bottlenecks[r]:
                                 counts[r][link] = counts[r].get(link, 0) + 1
-    caps = cluster.links
     return tuple(tuple(n / caps[link].bandwidth_bytes_per_s for link, n in sorted(got.items()))
                  for got in counts)
 
@@ -310,7 +314,7 @@ def send_terms(
     (:func:`~pipesim.profiles.costmodels.dp_rings.shared_sends`) every rank's send counts, as
     the simulator runs them (``simulator/tp_lowering.py`` ``TpLowering.rank_sends``)."""
     if ranks > 1:
-        pairs = [x for a, b in pairs for x in (shared_sends(a, b, ranks, route) or ((a, b),))]
+        pairs = [x for a, b in pairs for x in (shared_sends(a, b, ranks, route, bandwidth) or ((a, b),))]
     routes = [route(a, b) for a, b in pairs]
     latencies = [latency(a, b) for a, b in pairs]
     load: dict[int, int] = {}

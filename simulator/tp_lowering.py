@@ -34,11 +34,11 @@ Pipeline transfers: each TP rank sends its ``1/t`` share to its peer in the next
 scatter-gather of Megatron-LM, or the sequence shard under SP; with CP each of the ``t c`` ranks
 its share of its sequence chunk; between stages of different widths ``1/min`` of them, rank
 ``r`` of the sending replica to rank ``r`` of the receiving one). Where the ranks' routes have
-links of their own (one NIC per GPU, rails) the ``t`` transfers take the same time in parallel
-and the stream carries one of them, the first rank's ``1/t`` of the bytes; where they cross one
-link (fewer NICs than GPUs per server) the stream carries every rank's transfer, each ``1/t`` of
-the bytes on its own route, at once, and the receiver waits for all of them
-(:meth:`TpLowering.rank_sends`, decided by
+links of their own (one NIC per GPU, rails: their shared fabric links are wide enough for all)
+the ``t`` transfers take the same time in parallel and the stream carries one of them, the first
+rank's ``1/t`` of the bytes; where they cross a link that slows them (fewer NICs than GPUs per
+server) the stream carries every rank's transfer, each ``1/t`` of the bytes on its own route, at
+once, and the receiver waits for all of them (:meth:`TpLowering.rank_sends`, decided by
 :func:`~pipesim.profiles.costmodels.dp_rings.shared_sends` as the 3D estimate decides it).
 
 The data-parallel collectives run among the groups' first devices over
@@ -294,8 +294,9 @@ class TpLowering:
         """Every TP (and CP) rank's ``(sender, receiver)`` devices of a transfer from stage
         ``src``'s replica led by ``src_device`` to stage ``dst``'s led by ``dst_device``, rank
         ``r``'s ``(src_device + r, dst_device + r)`` for the :meth:`send_divisor` ranks, where
-        their routes cross one link (:func:`~pipesim.profiles.costmodels.dp_rings.shared_sends`:
-        fewer NICs than GPUs per server); ``()`` where each rank's route has links of its own
+        their routes cross a link that slows them
+        (:func:`~pipesim.profiles.costmodels.dp_rings.shared_sends`: fewer NICs than GPUs per
+        server); ``()`` where each rank's transfer runs at its route's rate beside the others
         (the first rank's transfer stands for all), on free links, between two stages of one
         device or with one rank."""
         ranks = self.send_divisor(src, dst)
@@ -304,7 +305,8 @@ class TpLowering:
         key = (src_device, dst_device, ranks)
         found = self._rank_sends.get(key)
         if found is None:
-            found = self._rank_sends[key] = shared_sends(src_device, dst_device, ranks, self.cluster.route)
+            found = self._rank_sends[key] = shared_sends(
+                src_device, dst_device, ranks, self.cluster.route, self._bw.__getitem__)
         return found
 
     def parameter_bytes(self, stage: int) -> float:

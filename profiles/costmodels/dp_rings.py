@@ -17,9 +17,9 @@ The same holds for the pipeline's point-to-point transfers: each TP (and CP) ran
 ``1/t`` share of an activation or gradient to its peer in the next stage (Megatron-LM's
 scatter-gather, or the sequence shard under SP), rank ``r`` of a replica from its first device
 plus ``r`` to the peer replica's first device plus ``r``. Where those ``t`` routes have links of
-their own one send stands for all; where they cross one link (the servers' shared NICs) the
-simulator runs every rank's send and the 3D estimate counts them on the links they cross;
-:func:`shared_sends` decides for both.
+their own, or share only links wide enough for all of them, one send stands for all; where they
+cross a link that slows them (the servers' shared NICs) the simulator runs every rank's send and
+the 3D estimate counts them on the links they cross; :func:`shared_sends` decides for both.
 
 Every function takes plain callables: ``route(src, dst) -> tuple[int, ...]`` and
 ``server_of(device) -> int``.
@@ -27,6 +27,7 @@ Every function takes plain callables: ``route(src, dst) -> tuple[int, ...]`` and
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Sequence
 
 __all__ = ["link_loads", "rank_groups", "ring_links", "shared_sends"]
@@ -65,15 +66,29 @@ def link_loads(groups: Sequence[Sequence[int]], route: Route, server_of: ServerO
     return _shared_loads(ring_links(group, route, server_of) for group in groups)
 
 
-def shared_sends(src: int, dst: int, ranks: int, route: Route) -> tuple[tuple[int, int], ...]:
+def shared_sends(
+    src: int, dst: int, ranks: int, route: Route, bandwidth: Callable[[int], float]
+) -> tuple[tuple[int, int], ...]:
     """Every rank's ``(sender, receiver)`` of a pipeline send between replicas whose first
     devices are ``src`` and ``dst`` split over ``ranks`` TP (and CP) ranks, rank ``r``'s
-    ``(src + r, dst + r)`` (module docstring), where two of their routes cross one link; ``()``
-    where each rank's route has links of its own (or for one rank)."""
+    ``(src + r, dst + r)`` (module docstring), where their routes cross a link that cannot carry
+    them all at once at their own routes' rates (``bandwidth(link)`` bytes/s below the sum of
+    the bottlenecks of the sends crossing it: a server's shared NIC); ``()`` where each rank's
+    send runs at its route's rate beside the others (links of its own, or a fabric link wide
+    enough for all: a rail-optimised fabric's aggregated spine and core links), or for one
+    rank."""
     if ranks < 2:
         return ()
     pairs = tuple((src + r, dst + r) for r in range(ranks))
-    if _shared_loads(set(route(a, b)) for a, b in pairs) is None:
+    routes = [set(route(a, b)) for a, b in pairs]
+    if _shared_loads(routes) is None:
+        return ()
+    demand: dict[int, float] = {}  # per link, the sends' own rates through it, bytes/s
+    for links in routes:
+        rate = min((bandwidth(link) for link in links), default=math.inf)
+        for link in links:
+            demand[link] = demand.get(link, 0.0) + rate
+    if all(bandwidth(link) >= rate * (1.0 - 1e-12) for link, rate in demand.items()):
         return ()
     return pairs
 

@@ -53,11 +53,18 @@ def _sends(result: SimulationResult) -> list[tuple[int | None, int | None, float
 
 def test_shared_sends_only_where_the_ranks_routes_meet() -> None:
     _, dapple = _inputs("dapple-2x8-v100")
-    assert shared_sends(0, 8, 2, dapple.route) == ((0, 8), (1, 9))  # one NIC per server
-    assert shared_sends(0, 8, 1, dapple.route) == ()
-    assert shared_sends(0, 4, 2, dapple.route) == ()  # inside the server: NVLink of their own
+    bw = dapple.links.bandwidths_bytes_per_s().__getitem__
+    assert shared_sends(0, 8, 2, dapple.route, bw) == ((0, 8), (1, 9))  # one NIC per server
+    assert shared_sends(0, 8, 1, dapple.route, bw) == ()
+    assert shared_sends(0, 4, 2, dapple.route, bw) == ()  # inside the server: NVLink of their own
     _, dgx = _inputs("dgx-a100-x2", servers=2)
-    assert shared_sends(0, 8, 4, dgx.route) == ()  # a NIC per GPU
+    assert shared_sends(0, 8, 4, dgx.route, dgx.links.bandwidths_bytes_per_s().__getitem__) == ()
+    # a rail-optimised fabric: the ranks' routes meet on its aggregated spine and core links,
+    # wide enough for all of them (each at its NIC's rate): one send stands for all
+    _, rails = _inputs("dgx-h100-16384")
+    route = rails.route
+    assert set(route(0, 1024)) & set(route(1, 1025))
+    assert shared_sends(0, 1024, 8, route, rails.links.bandwidths_bytes_per_s().__getitem__) == ()
 
 
 @pytest.mark.parametrize(("cluster", "leads"), [("dapple-2x8-v100", (0, 8)), ("pcie-4x4-v100-10gbe", (0, 4))])
@@ -115,6 +122,7 @@ DIFFERENTIAL = [
     pytest.param("dgx-a100-x2", {"servers": 2}, 4, (0, 8), 2, id="dgx-a100-t4-d2"),
     pytest.param("dgx-h100-x4", {}, 8, (0, 16), 2, id="dgx-h100-t8-d2"),
     pytest.param("dgx-a100-1024", {}, 8, (0, 512), 2, id="rails-t8-d2"),
+    pytest.param("dgx-h100-16384", {}, 8, (0, 1024), 2, id="rails-3-levels-t8-d2"),
     pytest.param("dapple-2x8-v100", {}, 1, (0, 8), 2, id="dapple-t1"),
     pytest.param("dapple-2x8-v100", {}, 2, (0, 2), 2, id="dapple-inside-a-server"),
 ]
@@ -139,6 +147,7 @@ def test_ranks_with_routes_of_their_own_stand_for_each_other(
     before = simulate(plan, profile, cl, options)
     assert got.iteration_time_s == before.iteration_time_s
     assert got.devices == before.devices  # busy, waiting, bubble, all-reduce and memory alike
+    assert got.num_events == before.num_events
 
 
 ESTIMATED = [
