@@ -23,8 +23,8 @@ def stage_op_times(
 ) -> tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...], tuple[float, ...],
            tuple[TpStageTimes, ...], tuple[float, ...]]:
     """Per stage its ``F``, its ``I`` (the whole ``B`` unless ``split``) and its ``W``, with the
-    rank's own replicas' TP rings in lock step; per rank the delay by other ranks' TP blocks on
-    its links per micro-batch; per stage its TP x CP times and replayed forward, seconds
+    rank's own replicas' TP rings in lock step; per rank the delay by other ranks' TP blocks and
+    the pipeline sends on its links per micro-batch; per stage its TP x CP times and replayed forward, seconds
     (:func:`~pipesim.planner.three_d.prepare_config`)."""
     n, p = len(chunks), len(stages_of)
     f_stage, i_stage, w_stage, slow_of = [0.0] * n, [0.0] * n, [0.0] * n, [0.0] * p
@@ -32,6 +32,7 @@ def stage_op_times(
     replays = [0.0] * n
     share = mbs * model.shape.seq * model.shape.hidden * model.elem / (t * c)  # one rank's send, bytes
     for r in range(p):
+        sends = sharers.sends[r] if sharers is not None and sharers.sends else ()
         held = 0.0  # its TP blocks' seconds on their bottleneck per micro-batch
         for k in stages_of[r]:
             first, last = chunks[k]
@@ -52,11 +53,11 @@ def stage_op_times(
                 others = [[wires(q, k // p) for q in ranks] for ranks in sharers.tp[r]]
                 slow_of[r] += concurrent_delay_s(own_f, [[w[0] for w in ws] for ws in others])
                 slow_of[r] += concurrent_delay_s(own_b, [[w[1] for w in ws] for ws in others])
-            if sharers is not None and sharers.sends and sharers.sends[r]:
+            if sends:
                 held += sum(wires(r, k // p))
             f_stage[k], i_stage[k] = f_op, b_op
-        if held:  # the pipeline sends of a micro-batch on its bottleneck (nic_sharing.pipeline_sends)
-            slow_of[r] += concurrent_delay_s(held, [[share * x] for x in sharers.sends[r]])  # type: ignore[union-attr]
+        if sends:  # the pipeline sends of a micro-batch on its bottleneck (nic_sharing.pipeline_sends)
+            slow_of[r] += concurrent_delay_s(held, [[share * x] for x in sends])
     order = [k for ks in stages_of for k in ks]
     by_stage: list[TpStageTimes | None] = [None] * n
     for k, x in zip(order, all_times, strict=True):
