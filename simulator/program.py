@@ -9,8 +9,8 @@
       -> device-level expansion (here): each rank's steps become the instruction list of each of
          its replicas' devices, with durations, memory, bytes and routes filled in; a send between
          replica sets of different sizes becomes the pieces :func:`pipesim.plan.resplit` gives
-         (under TP each piece one transfer, or one per TP rank where the ranks' routes cross
-         one link: :meth:`~pipesim.simulator.tp_lowering.TpLowering.rank_sends`); a stage's
+         (under TP each piece one transfer, or one per TP rank where the ranks' routes share a
+         link that slows them: :meth:`~pipesim.simulator.tp_lowering.TpLowering.rank_sends`); a stage's
          all-reduce becomes one collective, or one per gradient bucket.
 
 The engine (:mod:`pipesim.simulator.engine`) executes the instructions
@@ -330,7 +330,7 @@ class Program:
             if j == replica:
                 dst_device = stages[dst].devices[k]
                 ranks = tp.rank_sends(s, dst, src_device, dst_device) if tp is not None else ()
-                if ranks:  # every TP rank's share on its own route, where they cross one link
+                if ranks:  # every TP rank's share on its own route, where they share a link that slows them
                     for a, b in ranks:
                         yield (kind, dst, k, b, count * per_sample, self._route(a, b))
                 else:
@@ -338,8 +338,8 @@ class Program:
 
     def _sends_per_piece(self, src: int, dst: int, j: int, k: int) -> int:
         """How many transfers carry the piece from stage ``src``'s replica ``j`` to stage
-        ``dst``'s replica ``k``: one, or one per TP rank where their routes cross one link
-        (:meth:`~pipesim.simulator.tp_lowering.TpLowering.rank_sends`)."""
+        ``dst``'s replica ``k``: one, or one per TP rank where their routes share a link that
+        slows them (:meth:`~pipesim.simulator.tp_lowering.TpLowering.rank_sends`)."""
         if self.tp is None:
             return 1
         ranks = self.tp.rank_sends(src, dst, self.stages[src].devices[j], self.stages[dst].devices[k])
