@@ -10,9 +10,14 @@ the distributed optimizer) start when the rank's own TP collectives are over; th
 blocks of *other* ranks that are still in their backward, and two ranks' (or two replicas')
 straddling rings can meet on one NIC (servers with one NIC): :func:`ring_sharers` finds them,
 :func:`concurrent_delay_s` and :func:`shared_op_s` charge them. Pipeline sends are a small share
-of a ring's bytes (``act / (t c)`` against ``4 (t - 1) / t`` activations per layer): their delay
-to a TP block is not charged, but the replicas' sends, issued together, share the links they
-cross (:func:`send_terms`, the estimate's pipeline hop).
+of a ring's bytes (``act / (t c)`` against ``4 (t - 1) / t`` activations per layer), but where
+the TP ranks' sends of a replica leave one NIC every rank's send crosses it (the simulator runs
+them all: ``simulator/tp_lowering.py`` ``TpLowering.rank_sends``), ``t`` times the bytes: a
+straddling ring's rank is charged, per micro-batch, the sends to and from it on its bottleneck
+links (:func:`pipeline_sends`, :func:`concurrent_delay_s`; a TP block on NICs holds them most of
+the op). The replicas' sends, issued together, share the links they cross, and so do the TP
+ranks' sends of each replica where their routes meet (:func:`send_terms`, the estimate's
+pipeline hop).
 
 The model is the fluid one of two elastic flows that start together on one link: each gets half
 the link while both run, so the shorter one, of ``a`` and ``b`` seconds alone, is slowed by
@@ -24,17 +29,22 @@ next unit's gather and the previous unit's reduce-scatter. Both sides are charge
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
+from pipesim.profiles.costmodels.dp_rings import shared_sends
 from pipesim.profiles.costmodels.tensor_parallel import TpStageTimes
 from pipesim.profiles.hardware.cluster import Cluster
+from pipesim.schedules.placement import stage_ranks
 
 __all__ = [
     "RingSharers",
     "concurrent_delay_s",
     "dp_left_s",
     "last_backward_delay_s",
+    "pipeline_edges",
+    "pipeline_sends",
     "ring_sharers",
     "send_terms",
     "shared_op_s",
@@ -146,11 +156,17 @@ class RingSharers(NamedTuple):
         own: per rank, the most of its own replicas' TP rings that cross one of those links
             (1: each ring has its bottleneck to itself; the replicas run in lock step, so ``k``
             rings on one link each move at ``1/k`` of it).
+        sends: per rank whose TP rings leave their servers, per bottleneck link that the
+            pipeline sends of one micro-batch to and from the rank cross (each replica's, and
+            each TP rank's where their routes meet: :func:`pipeline_sends`), their seconds per
+            byte of one rank's share on it (how many cross it over its bandwidth); empty
+            where none do, or not asked for.
     """
 
     tp: tuple[tuple[tuple[int, ...], ...], ...]
     dp: tuple[tuple[int, ...], ...]
     own: tuple[int, ...] = ()
+    sends: tuple[tuple[float, ...], ...] = ()
 
 
 def _bottleneck_links(cluster: Cluster, group: Sequence[int]) -> set[int]:
@@ -169,20 +185,25 @@ def _bottleneck_links(cluster: Cluster, group: Sequence[int]) -> set[int]:
 
 
 def ring_sharers(
-    cluster: Cluster, tp_groups: Sequence[Sequence[Sequence[int]]], dp_rings: Sequence[Sequence[int]]
+    cluster: Cluster, tp_groups: Sequence[Sequence[Sequence[int]]], dp_rings: Sequence[Sequence[int]],
+    send_ranks: int = 0, edges: Sequence[tuple[int, int]] = (),
 ) -> RingSharers:
     """Per pipeline rank, the other ranks whose TP rings and gradient-collective rings cross the
-    links that limit the rank's TP rings (:class:`RingSharers`).
+    links that limit the rank's TP rings, and the pipeline sends on them (:class:`RingSharers`).
 
     Args:
         tp_groups: per rank, per replica, its TP group in ring order
             (:meth:`~pipesim.plan.Plan.tp_groups`, the rings the simulator's lowering runs).
         dp_rings: per rank, its data-parallel group in ring order (every replica's CP ranks'
             first devices, :meth:`~pipesim.plan.Plan.cp_groups`).
+        send_ranks: the TP x CP ranks a pipeline send is split over (0: the sends are not
+            asked for, :attr:`RingSharers.sends` empty).
+        edges: the pipeline's transfers between ranks of one micro-batch, ``(from, to)`` of
+            each activation (its gradient goes back), as :func:`pipeline_edges` gives them.
 
     The simulator runs each TP ring as one flow over its hops' links and shares every link
     max-min fairly (``simulator/tp_collectives.py``): a ring whose bottleneck link another
-    rank's ring crosses runs at its share while both run.
+    rank's ring or a pipeline send crosses runs at its share while both run.
     """
     crossing: dict[int, dict[int, int]] = {}  # link -> rank -> how many of its TP rings cross it
     for r, groups in enumerate(tp_groups):
@@ -194,15 +215,63 @@ def ring_sharers(
     tp_out: list[tuple[tuple[int, ...], ...]] = []
     dp_out: list[tuple[int, ...]] = []
     own_out: list[int] = []
+    bottlenecks: list[set[int]] = []
     for r, groups in enumerate(tp_groups):
         links: set[int] = set()
         for group in groups:
             links |= _bottleneck_links(cluster, group)
+        bottlenecks.append(links)
         sets = {tuple(sorted(set(crossing.get(link, {})) - {r})) for link in links}
         tp_out.append(tuple(sorted(x for x in sets if x)))
         dp_out.append(tuple(q for q, held in enumerate(dp_links) if q != r and not links.isdisjoint(held)))
         own_out.append(max((crossing.get(link, {}).get(r, 1) for link in links), default=1))
-    return RingSharers(tp=tuple(tp_out), dp=tuple(dp_out), own=tuple(own_out))
+    sends = pipeline_sends(cluster, tp_groups, bottlenecks, send_ranks, edges) if send_ranks else ()
+    return RingSharers(tp=tuple(tp_out), dp=tuple(dp_out), own=tuple(own_out), sends=sends)
+
+
+def pipeline_edges(placement: str, num_stages: int, num_ranks: int) -> tuple[tuple[int, int], ...]:
+    """The transfers between ranks of one micro-batch, ``(from, to)`` of each activation
+    between consecutive stages on different ranks (each gradient goes back), for a schedule's
+    stage ``placement`` (``looped``, ``v``, ...; :func:`~pipesim.schedules.placement.stage_ranks`)."""
+    where = stage_ranks(placement, num_stages, num_ranks)
+    return tuple((a, b) for a, b in itertools.pairwise(where) if a != b)
+
+
+def pipeline_sends(
+    cluster: Cluster, tp_groups: Sequence[Sequence[Sequence[int]]], bottlenecks: Sequence[set[int]],
+    send_ranks: int, edges: Sequence[tuple[int, int]],
+) -> tuple[tuple[float, ...], ...]:
+    """:attr:`RingSharers.sends`: per rank whose TP groups leave their servers, per link of its
+    ``bottlenecks`` that one micro-batch's pipeline sends to and from it cross, their seconds
+    per byte of one rank's share.
+
+    Each edge ``(a, b)`` of ``edges`` sends an activation from every replica of rank ``a`` to
+    the same replica of rank ``b`` (their first devices, ``tp_groups``) and its gradient back,
+    split over ``send_ranks`` ranks: every rank's send where their routes meet
+    (:func:`~pipesim.profiles.costmodels.dp_rings.shared_sends`, as the simulator runs them),
+    else the first rank's (the others on links of their own). Inside a server the sends meet
+    NVLink/NVSwitch rings: not counted there (their TP blocks hold the links a small share of
+    the time; the estimate keeps its exact form for rings inside servers)."""
+    server_of = cluster.server_of
+    caps = cluster.links
+
+    def bandwidth(link: int) -> float:
+        return caps[link].bandwidth_bytes_per_s
+
+    straddles = [any(len({server_of(x) for x in g}) > 1 for g in groups) for groups in tp_groups]
+    counts: list[dict[int, int]] = [{} for _ in tp_groups]
+    for a, b in edges:
+        if not (straddles[a] or straddles[b]):
+            continue
+        for ga, gb in zip(tp_groups[a], tp_groups[b], strict=False):
+            for src, dst in ((ga[0], gb[0]), (gb[0], ga[0])):
+                for x, y in shared_sends(src, dst, send_ranks, cluster.route, bandwidth) or ((src, dst),):
+                    for link in set(cluster.route(x, y)):
+                        for r in (a, b):
+                            if straddles[r] and link in bottlenecks[r]:
+                                counts[r][link] = counts[r].get(link, 0) + 1
+    return tuple(tuple(n / caps[link].bandwidth_bytes_per_s for link, n in sorted(got.items()))
+                 for got in counts)
 
 
 def concurrent_delay_s(wire_s: float, others_s: Sequence[Sequence[float]]) -> float:
@@ -230,22 +299,36 @@ def last_backward_delay_s(
 
 def send_terms(
     pairs: Sequence[tuple[int, int]], route: Callable[[int, int], tuple[int, ...]],
-    bandwidth: Callable[[int], float], latency: Callable[[int, int], float],
+    bandwidth: Callable[[int], float], latency: Callable[[int, int], float], ranks: int = 1,
 ) -> tuple[tuple[float, float], ...]:
     """The pipeline sends of a rank's replicas, issued together (the replicas run in lock step),
-    as ``(latency s, seconds per byte)`` per distinct pair: ``pairs`` the ``(src, dst)`` devices,
-    ``route(src, dst)`` link indices, ``bandwidth(link)`` bytes/s, ``latency(src, dst)`` the
-    route's seconds. A link that ``k`` of the sends cross gives each ``1/k`` of its bandwidth
-    (the max-min share of equal flows, as the simulator's network gives them), so replicas
-    whose sends leave one NIC (servers with fewer NICs than GPUs) each take ``k`` times as
-    long; the time of ``n`` bytes is ``max(latency + n x per_byte)``."""
+    as ``(latency s, seconds per byte)`` per distinct pair: ``pairs`` the ``(src, dst)`` devices
+    (each replica's first ranks'), ``route(src, dst)`` link indices, ``bandwidth(link)`` bytes/s,
+    ``latency(src, dst)`` the route's seconds. A link that ``k`` of the sends cross gives each
+    ``1/k`` of its bandwidth (the max-min share of equal flows, as the simulator's network
+    gives them), so replicas whose sends leave one NIC (servers with fewer NICs than GPUs) each
+    take ``k`` times as long, from the first of them reaching the link (routes of different
+    latencies: the link is busy from then on); the time of ``n`` bytes (one rank's share) is
+    ``max(latency + n x per_byte)``. ``ranks``: the TP (and CP) ranks each pair's send is split
+    over; where their routes cross one link
+    (:func:`~pipesim.profiles.costmodels.dp_rings.shared_sends`) every rank's send counts, as
+    the simulator runs them (``simulator/tp_lowering.py`` ``TpLowering.rank_sends``)."""
+    if ranks > 1:
+        pairs = [x for a, b in pairs for x in (shared_sends(a, b, ranks, route, bandwidth) or ((a, b),))]
     routes = [route(a, b) for a, b in pairs]
+    latencies = [latency(a, b) for a, b in pairs]
     load: dict[int, int] = {}
-    for links in routes:
+    start: dict[int, float] = {}  # per link, when the first of its sends' bytes reach it
+    for links, lat in zip(routes, latencies, strict=True):
         for link in set(links):
             load[link] = load.get(link, 0) + 1
+            start[link] = min(start.get(link, lat), lat)
     out: set[tuple[float, float]] = set()
-    for (a, b), links in zip(pairs, routes, strict=True):
+    for links, lat in zip(routes, latencies, strict=True):
         if links:
-            out.add((latency(a, b), max(load[link] / bandwidth(link) for link in links)))
+            worst = max(links, key=lambda link: load[link] / bandwidth(link))
+            # alone at its slowest link; together, the link carries every send's bytes from the
+            # first one's arrival (work-conserving): the last ends ``load / bandwidth`` per byte later
+            out.add((lat, max(1.0 / bandwidth(link) for link in links)))
+            out.add((start[worst], load[worst] / bandwidth(worst)))
     return tuple(sorted(out))

@@ -49,10 +49,11 @@ with what is left of it (within 5% of the simulation, 25-32% low before); where 
 rank's own replicas' rings cross it, they move in lock step at ``1/k`` of it each (within 1%,
 36% low before). The pipeline hop
 ``t_hop`` is the slowest of every replica's send, issued together, sharing the links they cross
-(:func:`~pipesim.planner.nic_sharing.send_terms`: replicas whose sends leave one NIC);
-a send's delay to a TP block it meets is not charged (at most its own time: about 1% of a
-cycle on those plans, whose estimate is already 0.4-4.6% above the simulation). Exact where
-nothing shares the ring's links (``tests/tp/test_cross_server_estimate.py``).
+(:func:`~pipesim.planner.nic_sharing.send_terms`: replicas, or TP ranks, whose sends leave one NIC);
+the sends to and from a rank whose ring straddles servers delay its TP blocks on its
+bottleneck links by their time there, per micro-batch
+(:func:`~pipesim.planner.nic_sharing.pipeline_sends`). Exact where nothing shares the ring's
+links (``tests/tp/test_cross_server_estimate.py``).
 :func:`estimate_3d` takes the groups, rank 0's data-parallel group and the pipeline hop's
 devices from the plan's placement (:class:`Placed3d`); the planner's search, which places
 automatically, from that placement.
@@ -78,6 +79,7 @@ from pipesim.plan import Estimate, Plan
 from pipesim.planner.nic_sharing import (
     RingSharers,
     last_backward_delay_s,
+    pipeline_edges,
     ring_sharers,
     shares_ring_link,
 )
@@ -106,6 +108,7 @@ from pipesim.profiles.costmodels.tied_embeddings import (
 from pipesim.profiles.costmodels.zero3_runtime import Zero3Runtime
 from pipesim.profiles.hardware.cluster import Cluster
 from pipesim.profiles.models.profile import ModelProfile
+from pipesim.schedules.registry import placement_of
 
 __all__ = [
     "THREE_D_SCHEDULES",
@@ -229,7 +232,9 @@ def estimate_3d(
         shared=tuple(t > 1 and shares_ring_link(cluster, groups, [x for ring in cp for x in ring])
                      for groups, cp in zip(plan.tp_groups(cluster.num_devices), cp_groups, strict=True)),
         sharers=ring_sharers(cluster, plan.tp_groups(cluster.num_devices),
-                             [[x for ring in cp for x in ring] for cp in cp_groups]) if t > 1 else None,
+                             [[x for ring in cp for x in ring] for cp in cp_groups], t * c,
+                             pipeline_edges(placement_of(plan.schedule.value) or "looped", p * v, p))
+        if t > 1 else None,
     )
     chunks = [(s.first_layer, s.last_layer) for s in plan.stages]
     opt, ar, gbs = plan.optimizer.value, plan.allreduce.value, plan.global_batch_size
@@ -325,7 +330,8 @@ def prepare_config(
         placed = Placed3d(rings=tuple(model.auto_ring(t, c, d, r) for r in range(p)),
                           dp_group=tuple(range(0, d * c * t, t)), hop=(0, d * t * c),
                           cp_hops=tuple(model.auto_cp_hop(t, c, d, r) for r in range(p)),
-                          sharers=model.auto_sharers(t, c, d, p))
+                          sharers=model.auto_sharers(
+                              t, c, d, p, pipeline_edges(placement_of(schedule) or "looped", p * v, p)))
     where, stages_of = stage_layout(schedule, p, v)  # per stage its rank, per rank its stages
     memo = _MEMO.setdefault(model, {})  # what configurations differing in sharding or overlap share
     chunks_key = tuple(chunks)
@@ -334,7 +340,8 @@ def prepare_config(
         return None
     rank_params, peaks = memory
     rings, cp_hops, sharers = placed.rings, placed.cp_hops, placed.sharers
-    if sharers is not None and not (any(sharers.tp) or any(sharers.dp) or max(sharers.own, default=1) > 1):
+    if sharers is not None and not (any(sharers.tp) or any(sharers.dp) or max(sharers.own, default=1) > 1
+                                    or any(sharers.sends)):
         sharers = None
     full = rc is Recompute.FULL
 
@@ -402,7 +409,7 @@ def prepare_config(
     if found_sends is None:
         pair_terms = memo.setdefault(("pairs", t, c, d), {}) if auto else {}
         act = mbs * model.shape.seq * model.shape.hidden * model.elem / (t * c)
-        found_sends = boundary_sends(model, where, act, pairs_of, pair_terms)
+        found_sends = boundary_sends(model, where, act, pairs_of, pair_terms, t * c)
         if auto:
             memo[sends_key] = found_sends
     sends, send_lat = found_sends

@@ -84,8 +84,9 @@ class ThreeDCosts:
         self._hop_of: dict[tuple[tuple[int, ...], ...], int] = {}
         self._auto_hops: dict[tuple[int, int, int, int], int] = {}
         self._auto_shared: dict[tuple[int, int, int, int], bool] = {}
-        self._auto_sharers: dict[tuple[int, int, int, int], RingSharers | None] = {}
-        self._sends: dict[tuple[tuple[int, int], ...], tuple[tuple[float, float], ...]] = {}
+        self._auto_sharers: dict[tuple[int, int, int, int, tuple[tuple[int, int], ...]],
+                                 RingSharers | None] = {}
+        self._sends: dict[tuple[tuple[tuple[int, int], ...], int], tuple[tuple[float, float], ...]] = {}
         self._auto_sends: dict[tuple[int, int, int], tuple[tuple[float, float], ...]] = {}
         self._straddles: dict[int, float] = {}
         self._ring_bw: list[float] = []  # per ring index, its bottleneck hop's bandwidth, bytes/s
@@ -239,13 +240,16 @@ class ThreeDCosts:
             found = self._auto_shared[key] = t > 1 and shares_ring_link(self.cluster, groups, dp_ring)
         return found
 
-    def send_terms(self, pairs: tuple[tuple[int, int], ...]) -> tuple[tuple[float, float], ...]:
+    def send_terms(
+        self, pairs: tuple[tuple[int, int], ...], ranks: int = 1
+    ) -> tuple[tuple[float, float], ...]:
         """:func:`~pipesim.planner.nic_sharing.send_terms` of the replicas' pipeline sends
-        ``pairs`` on the cluster's routes (cached)."""
-        found = self._sends.get(pairs)
+        ``pairs``, each split over ``ranks`` TP and CP ranks, on the cluster's routes (cached)."""
+        found = self._sends.get((pairs, ranks))
         if found is None:
             cl = self.cluster
-            found = self._sends[pairs] = send_terms(pairs, cl.route, self._bw.__getitem__, cl.route_latency_s)
+            found = self._sends[(pairs, ranks)] = send_terms(
+                pairs, cl.route, self._bw.__getitem__, cl.route_latency_s, ranks)
         return found
 
     def _first_straddle(self, t: int) -> float:
@@ -261,20 +265,24 @@ class ThreeDCosts:
 
     def auto_send_terms(self, t: int, c: int, d: int) -> tuple[tuple[float, float], ...]:
         """:meth:`send_terms` of the replicas' sends from rank 0 to rank 1 under automatic
-        placement (replica ``k`` from device ``k t c``, rank 1 from ``d t c`` on)."""
+        placement (replica ``k`` from device ``k t c``, rank 1 from ``d t c`` on), each split
+        over its ``t c`` ranks."""
         key = (t, c, d)
         found = self._auto_sends.get(key)
         if found is None:
             found = self._auto_sends[key] = self.send_terms(
-                tuple((k * t * c, (d + k) * t * c) for k in range(d)))
+                tuple((k * t * c, (d + k) * t * c) for k in range(d)), t * c)
         return found
 
-    def auto_sharers(self, t: int, c: int, d: int, p: int) -> RingSharers | None:
+    def auto_sharers(
+        self, t: int, c: int, d: int, p: int, edges: tuple[tuple[int, int], ...] = ()
+    ) -> RingSharers | None:
         """:func:`~pipesim.planner.nic_sharing.ring_sharers` of the ``p`` ranks under automatic
-        placement (as :meth:`auto_shared`); ``None`` where no TP group leaves its server (then
-        no two ranks' rings meet on a link: each GPU has its own links into its server's
-        NVLink/NVSwitch and NICs)."""
-        key = (t, c, d, p)
+        placement (as :meth:`auto_shared`), with the pipeline sends of ``edges``
+        (:func:`~pipesim.planner.nic_sharing.pipeline_edges`); ``None`` where no TP group leaves
+        its server (then no two ranks' rings meet on a link: each GPU has its own links into its
+        server's NVLink/NVSwitch and NICs)."""
+        key = (t, c, d, p, edges)
         if key not in self._auto_sharers:
             cl = self.cluster
             found = None
@@ -282,7 +290,8 @@ class ThreeDCosts:
             if t > 1 and self._first_straddle(t) < p * size:
                 leads = [range(r * size, (r + 1) * size, t * c) for r in range(p)]
                 found = ring_sharers(cl, [[tuple(range(x, x + t)) for x in ls] for ls in leads],
-                                     [[x + k * t for x in ls for k in range(c)] for ls in leads])
+                                     [[x + k * t for x in ls for k in range(c)] for ls in leads],
+                                     send_ranks=t * c, edges=edges)
             self._auto_sharers[key] = found
         return self._auto_sharers[key]
 

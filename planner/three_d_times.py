@@ -27,14 +27,17 @@ def stage_op_times(
 ) -> tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...], tuple[float, ...],
            tuple[TpStageTimes, ...], tuple[float, ...]]:
     """Per stage its ``F``, its ``I`` (the whole ``B`` unless ``split``) and its ``W``, with the
-    rank's own replicas' TP rings in lock step; per rank the delay by other ranks' TP blocks on
-    its links per micro-batch; per stage its TP x CP times and replayed forward, seconds
+    rank's own replicas' TP rings in lock step; per rank the delay by other ranks' TP blocks and
+    the pipeline sends on its links per micro-batch; per stage its TP x CP times and replayed forward, seconds
     (:func:`~pipesim.planner.three_d.prepare_config`)."""
     n, p = len(chunks), len(stages_of)
     f_stage, i_stage, w_stage, slow_of = [0.0] * n, [0.0] * n, [0.0] * n, [0.0] * p
     all_times: list[TpStageTimes] = []
     replays = [0.0] * n
+    share = mbs * model.shape.seq * model.shape.hidden * model.elem / (t * c)  # one rank's send, bytes
     for r in range(p):
+        sends = sharers.sends[r] if sharers is not None and sharers.sends else ()
+        held = 0.0  # its TP blocks' seconds on their bottleneck per micro-batch
         for k in stages_of[r]:
             first, last = chunks[k]
             times = model.times(first, last, mbs, t, sp, overlap, c, rings[r], cp_hops[r])
@@ -54,7 +57,11 @@ def stage_op_times(
                 others = [[wires(q, k // p) for q in ranks] for ranks in sharers.tp[r]]
                 slow_of[r] += concurrent_delay_s(own_f, [[w[0] for w in ws] for ws in others])
                 slow_of[r] += concurrent_delay_s(own_b, [[w[1] for w in ws] for ws in others])
+            if sends:
+                held += sum(wires(r, k // p))
             f_stage[k], i_stage[k] = f_op, b_op
+        if sends:  # the pipeline sends of a micro-batch on its bottleneck (nic_sharing.pipeline_sends)
+            slow_of[r] += concurrent_delay_s(held, [[share * x] for x in sends])
     order = [k for ks in stages_of for k in ks]
     by_stage: list[TpStageTimes | None] = [None] * n
     for k, x in zip(order, all_times, strict=True):
@@ -77,15 +84,18 @@ def boundary_sends(
     model: ThreeDCosts, where: Sequence[int], act: float,
     pairs_of: Callable[[int, int], tuple[tuple[int, int], ...]],
     cache: dict[tuple[int, int], tuple[tuple[float, float], ...]],
+    ranks: int = 1,
 ) -> tuple[list[float], list[float]]:
     """Per stage boundary ``k`` (stages ``k`` and ``k + 1`` on ranks ``where[k]`` and
     ``where[k + 1]``) the pipeline transfer of one activation of ``act`` bytes per TP and CP rank
     and its route latency, seconds: every replica's send between the two ranks (``pairs_of(a,
     b)``: per replica its first devices) at once, sharing the links they cross
     (:meth:`~pipesim.planner.three_d_costs.ThreeDCosts.send_terms`, kept in ``cache`` by rank
-    pair); 0 between stages on one rank (the V shapes' turn). A boundary between ranks on
-    different servers pays its NIC hop where ranks 0 and 1 share a server (the estimate charged
-    every boundary rank 0's hop before: V-Min -3.8% on ``p = 4`` over two DGX servers)."""
+    pair; each replica's ``ranks`` TP x CP ranks' sends counted where their routes share a link,
+    :func:`~pipesim.profiles.costmodels.dp_rings.shared_sends`); 0 between stages on one rank
+    (the V shapes' turn). A boundary between ranks on different servers pays its NIC hop where
+    ranks 0 and 1 share a server (the estimate charged every boundary rank 0's hop before: V-Min
+    -3.8% on ``p = 4`` over two DGX servers)."""
     sends: list[float] = []
     lats: list[float] = []
     for a, b in itertools.pairwise(where):
@@ -95,7 +105,7 @@ def boundary_sends(
             continue
         terms = cache.get((a, b))
         if terms is None:
-            terms = cache[(a, b)] = model.send_terms(pairs_of(a, b))
+            terms = cache[(a, b)] = model.send_terms(pairs_of(a, b), ranks)
         time_s, lat_s = max(((lat + act * per_byte, lat) for lat, per_byte in terms), default=(0.0, 0.0))
         sends.append(time_s)
         lats.append(lat_s)

@@ -8,8 +8,10 @@
          pair's two blocks as one unit)
       -> device-level expansion (here): each rank's steps become the instruction list of each of
          its replicas' devices, with durations, memory, bytes and routes filled in; a send between
-         replica sets of different sizes becomes the pieces :func:`pipesim.plan.resplit` gives; a
-         stage's all-reduce becomes one collective, or one per gradient bucket.
+         replica sets of different sizes becomes the pieces :func:`pipesim.plan.resplit` gives
+         (under TP each piece one transfer, or one per TP rank where the ranks' routes share a
+         link that slows them: :meth:`~pipesim.simulator.tp_lowering.TpLowering.rank_sends`); a stage's
+         all-reduce becomes one collective, or one per gradient bucket.
 
 The engine (:mod:`pipesim.simulator.engine`) executes the instructions
 (:mod:`pipesim.simulator.instructions`, which says what each one means) and decides nothing.
@@ -248,7 +250,8 @@ class Program:
         if recv_op is not None:
             kind = "act" if recv_op is Op.RECV_F else "grad"
             src = s - 1 if recv_op is Op.RECV_F else s + 1
-            pieces = sum(1 for _, k, _ in self._pieces(src, s, mb) if k == replica)
+            pieces = sum(self._sends_per_piece(src, s, j, replica)
+                         for j, k, _ in self._pieces(src, s, mb) if k == replica)
         name, duration, alloc, free, tp_comm = self._compute_parts(op, s, mb, replica)
         if self.zero is not None and self.zero.per_unit(s):  # ZeRO-3's runtime issuing its calls
             fwd, bwd, rec = self._zero_times(s, mb, replica)
@@ -322,10 +325,25 @@ class Program:
         if self.tp is not None:
             per_sample /= self.tp.send_divisor(s, dst)
         src_device = stages[s].devices[replica]
+        tp = self.tp
         for j, k, count in self._pieces(s, dst, mb):
             if j == replica:
                 dst_device = stages[dst].devices[k]
-                yield (kind, dst, k, dst_device, count * per_sample, self._route(src_device, dst_device))
+                ranks = tp.rank_sends(s, dst, src_device, dst_device) if tp is not None else ()
+                if ranks:  # every TP rank's share on its own route, where they share a link that slows them
+                    for a, b in ranks:
+                        yield (kind, dst, k, b, count * per_sample, self._route(a, b))
+                else:
+                    yield (kind, dst, k, dst_device, count * per_sample, self._route(src_device, dst_device))
+
+    def _sends_per_piece(self, src: int, dst: int, j: int, k: int) -> int:
+        """How many transfers carry the piece from stage ``src``'s replica ``j`` to stage
+        ``dst``'s replica ``k``: one, or one per TP rank where their routes share a link that
+        slows them (:meth:`~pipesim.simulator.tp_lowering.TpLowering.rank_sends`)."""
+        if self.tp is None:
+            return 1
+        ranks = self.tp.rank_sends(src, dst, self.stages[src].devices[j], self.stages[dst].devices[k])
+        return len(ranks) or 1
 
     def _pieces(self, src: int, dst: int, mb: int) -> tuple[tuple[int, int, int], ...]:
         n = self._costs.samples[mb]

@@ -31,9 +31,15 @@ memory). For every compute instruction of a TP stage this pass gives
   the rest, as on one device).
 
 Pipeline transfers: each TP rank sends its ``1/t`` share to its peer in the next stage (the
-scatter-gather of Megatron-LM, or the sequence shard under SP); the ``t`` transfers run on
-disjoint routes in parallel (one NIC per GPU), so the stream carries one of them, ``1/t`` of the
-bytes (between stages of different degrees, ``1/min``).
+scatter-gather of Megatron-LM, or the sequence shard under SP; with CP each of the ``t c`` ranks
+its share of its sequence chunk; between stages of different widths ``1/min`` of them, rank
+``r`` of the sending replica to rank ``r`` of the receiving one). Where the ranks' routes have
+links of their own (one NIC per GPU, rails: their shared fabric links are wide enough for all)
+the ``t`` transfers take the same time in parallel and the stream carries one of them, the first
+rank's ``1/t`` of the bytes; where they cross a link that slows them (fewer NICs than GPUs per
+server) the stream carries every rank's transfer, each ``1/t`` of the bytes on its own route, at
+once, and the receiver waits for all of them (:meth:`TpLowering.rank_sends`, decided by
+:func:`~pipesim.profiles.costmodels.dp_rings.shared_sends` as the 3D estimate decides it).
 
 The data-parallel collectives run among the groups' first devices over
 :meth:`TpLowering.parameter_bytes` (the TP shard); ZeRO's are lowered by
@@ -71,7 +77,7 @@ from pipesim.profiles.costmodels.context_parallel import (
     ring_hop,
     stage_cp_times,
 )
-from pipesim.profiles.costmodels.dp_rings import link_loads, rank_groups
+from pipesim.profiles.costmodels.dp_rings import link_loads, rank_groups, shared_sends
 from pipesim.profiles.costmodels.memory import Recompute
 from pipesim.profiles.costmodels.nccl_protocol import link_classes
 from pipesim.profiles.costmodels.sharding import sharded_memory_multiplier
@@ -149,6 +155,7 @@ class TpLowering:
         self._rings: dict[tuple[int, ...], TpRing] = {}  # group + (-1: several rings, -2: one)
         self._comms: dict[tuple[str, int, int, int], TpComm | None] = {}
         self._dp_rings: dict[tuple[int, tuple[int, ...]], tuple[tuple[int, ...], ...]] = {}
+        self._rank_sends: dict[tuple[int, int, int], tuple[tuple[int, int], ...]] = {}
 
     def is_tp(self, stage: int) -> bool:
         """Whether ``stage`` is tensor- or context-parallel (a replica of several devices)."""
@@ -294,6 +301,25 @@ class TpLowering:
         ranks: each rank sends its share of its sequence chunk on its own route."""
         stages = self.plan.stages
         return min(stages[src].replica_width, stages[dst].replica_width)
+
+    def rank_sends(self, src: int, dst: int, src_device: int, dst_device: int) -> tuple[tuple[int, int], ...]:
+        """Every TP (and CP) rank's ``(sender, receiver)`` devices of a transfer from stage
+        ``src``'s replica led by ``src_device`` to stage ``dst``'s led by ``dst_device``, rank
+        ``r``'s ``(src_device + r, dst_device + r)`` for the :meth:`send_divisor` ranks, where
+        their routes cross a link that slows them
+        (:func:`~pipesim.profiles.costmodels.dp_rings.shared_sends`: fewer NICs than GPUs per
+        server); ``()`` where each rank's transfer runs at its route's rate beside the others
+        (the first rank's transfer stands for all), on free links, between two stages of one
+        device or with one rank."""
+        ranks = self.send_divisor(src, dst)
+        if ranks < 2 or self._free or src_device == dst_device:
+            return ()
+        key = (src_device, dst_device, ranks)
+        found = self._rank_sends.get(key)
+        if found is None:
+            found = self._rank_sends[key] = shared_sends(
+                src_device, dst_device, ranks, self.cluster.route, self._bw.__getitem__)
+        return found
 
     def parameter_bytes(self, stage: int) -> float:
         """Parameter bytes of ``stage`` on one device of one of its TP groups."""
