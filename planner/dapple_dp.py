@@ -46,20 +46,20 @@ from pipesim.planner.dapple_bounds import bottleneck_floors
 from pipesim.planner.estimate import NEG_INF, CostModel, eval_lines
 from pipesim.planner.placement import Placement, device_order, placement_grid, placement_unit, stage_start
 from pipesim.planner.search_space import replica_candidates
-from pipesim.planner.tied_grads import pair_allreduce_s
+from pipesim.planner.tied_grads import keep_pareto, last_layer_ties, pair_allreduce_s
 from pipesim.profiles.costmodels.collective import AllReduceCurves
 from pipesim.profiles.costmodels.lines import Lines
 from pipesim.profiles.costmodels.memory import Recompute
-from pipesim.profiles.costmodels.tied_embeddings import tied_grad_bytes, tied_matrices
+from pipesim.profiles.costmodels.tied_embeddings import tied_grad_bytes
 
 __all__ = ["SearchResult", "search_pair"]
 
 
 class _Entry(NamedTuple):
     """A suffix of the DP: its ``(W, Z, k)``, the suffix it extends and its first stage; for a
-    model with a tied matrix (:func:`_tied_layers`), ``lead``: when the suffix's last stage has
-    run its last backward and its all-reduce, from the suffix's start, and ``tail``: that
-    stage's ``(start, replicas, optimizer step seconds)``."""
+    model with a tied matrix (:func:`~pipesim.planner.tied_grads.last_layer_ties`), ``lead``:
+    when the suffix's last stage has run its last backward and its all-reduce, from the
+    suffix's start, and ``tail``: that stage's ``(start, replicas, optimizer step seconds)``."""
 
     w: float
     z: float
@@ -99,15 +99,6 @@ class _Floors(NamedTuple):
     work: list[float]  # forward plus backward floor of layers [0, positions[pj])
     sums: tuple[tuple[tuple[float, ...], tuple[float, ...]], ...]  # block_floors, per devices left
     necks: list[tuple[tuple[float, ...], ...]]  # _neck_floors once asked (at the same memory limit)
-
-
-def _tied_layers(model: CostModel) -> tuple[tuple[int, int], ...]:
-    """``(owner layer, matrix bytes)`` of the model's tied matrices used by its last layer (a
-    GPT's word embeddings and output layer): the pair all-reduce the DP times between its first
-    and last stage (:mod:`pipesim.planner.tied_grads`). Matrices used elsewhere are left to the
-    estimate the search ranks its plans by."""
-    last = model.profile.num_layers - 1
-    return tuple((m.owner, m.nbytes) for m in tied_matrices(model.profile) if m.user == last)
 
 
 def _prefix_floors(
@@ -256,23 +247,6 @@ class _Slot:
         self.act_state = [-1.0, 0.0]  # the largest working set so far, the layer it reaches
 
 
-def _keep_tied(bucket: list[_Entry], new: _Entry) -> None:
-    """Add ``new`` to ``bucket`` unless an entry with its last stage (``tail``) is no worse in
-    ``W``, ``Z``, ``k`` and ``lead``; drop those it is no worse than (the finished plan's time is
-    non-decreasing in the four for one last stage: Pareto-minimal quadruples keep it exact)."""
-    w2, z2, k2, l2, tail = new.w, new.z, new.k, new.lead, new.tail
-    dominates = False
-    for d in bucket:
-        if d.tail == tail and d.w <= w2 and d.z <= z2 and d.k <= k2 and d.lead <= l2:
-            return
-        if d.tail == tail and w2 <= d.w and z2 <= d.z and k2 <= d.k and l2 <= d.lead:
-            dominates = True
-    if dominates:
-        bucket[:] = [d for d in bucket if not (d.tail == tail and w2 <= d.w and z2 <= d.z and k2 <= d.k
-                                               and l2 <= d.lead)]
-    bucket.append(new)
-
-
 def search_pair(
     model: CostModel,
     global_batch_size: int,
@@ -364,7 +338,7 @@ def search_pair(
     # a tied matrix of the first and the last stage: its pair all-reduce once both have drained
     # and reduced (planner/tied_grads.py), seen here at the first stage; a suffix keeps its last
     # stage's `lead` and `tail`, and one is dropped for another only with the same tail
-    tied = _tied_layers(model) if n > 1 else ()
+    tied = last_layer_ties(model.profile) if n > 1 else ()
     pair_cache: dict[tuple[int, int, int, int, int], float]
     pair_cache = model.memo.setdefault(("dapple-tied-pair", policy), {})  # type: ignore[assignment]
 
@@ -586,7 +560,7 @@ def search_pair(
                         if bucket is None:
                             bucket = bucket_of.setdefault(bucket_key, [])
                         if tied:  # (W, Z, k, lead) among the suffixes ending at the same last stage
-                            _keep_tied(bucket, _Entry(w2, z2, k2, e, first, i - 1, r, start, lead, tail))
+                            keep_pareto(bucket, _Entry(w2, z2, k2, e, first, i - 1, r, start, lead, tail))
                             continue
                         dominates = False
                         for d in bucket:

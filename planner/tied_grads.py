@@ -16,21 +16,36 @@ another. So:
   own gradient collectives) and what it does after them (its optimizer step): every estimate
   (the closed forms, the order evaluation, the link walk, the DAPPLE program and the 3D
   estimate) calls it with its own per-rank times and takes the later of its iteration end and
-  this.
+  this;
+* the DAPPLE program (:mod:`pipesim.planner.dapple_dp`) times the pair of its first and last
+  stage for the matrices :func:`last_layer_ties` gives, keeping its suffixes Pareto-minimal per
+  last stage with :func:`keep_pareto`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from pipesim.plan import Plan
 from pipesim.planner.cost_tables import StageCosts
-from pipesim.profiles.costmodels.tied_embeddings import pairs_allreduce_s, stage_pairs, tied_grad_bytes
+from pipesim.profiles.costmodels.tied_embeddings import (
+    pairs_allreduce_s,
+    stage_pairs,
+    tied_grad_bytes,
+    tied_matrices,
+)
 from pipesim.profiles.models.profile import ModelProfile
 
-__all__ = ["pair_allreduce_s", "rank_pairs", "tied_finish_s", "with_tied_allreduce"]
+__all__ = [
+    "keep_pareto",
+    "last_layer_ties",
+    "pair_allreduce_s",
+    "rank_pairs",
+    "tied_finish_s",
+    "with_tied_allreduce",
+]
 
 
 class _AllReduce(Protocol):
@@ -132,3 +147,58 @@ def tied_finish_s(
         a, b = ready.get(owner, ready_s[owner]), ready.get(user, ready_s[user])
         ready[owner] = ready[user] = max(a, b) + seconds
     return max(at + after_s[r] for r, at in ready.items())
+
+
+def last_layer_ties(profile: ModelProfile) -> tuple[tuple[int, int], ...]:
+    """``(owner layer, matrix bytes)`` of the tied matrices used by ``profile``'s last layer (a
+    GPT's word embeddings and output layer): the pairs the DAPPLE program times between its first
+    and last stage. Matrices used by another layer are left to the estimate the search ranks
+    its plans by.
+
+    Raises:
+        Nothing.
+    """
+    last = profile.num_layers - 1
+    return tuple((m.owner, m.nbytes) for m in tied_matrices(profile) if m.user == last)
+
+
+class _Suffix(Protocol):
+    @property
+    def w(self) -> float: ...
+
+    @property
+    def z(self) -> float: ...
+
+    @property
+    def k(self) -> int: ...
+
+    @property
+    def lead(self) -> float: ...
+
+    @property
+    def tail(self) -> tuple[int, int, float]: ...
+
+
+_S = TypeVar("_S", bound=_Suffix)
+
+
+def keep_pareto(bucket: list[_S], new: _S) -> None:
+    """Add the DAPPLE program's suffix ``new`` to ``bucket`` unless one with its last stage
+    (``tail``) is no worse in ``W``, ``Z``, ``k`` and ``lead``; drop those it is no worse than.
+    For one last stage the finished plan's time, the pair included, is non-decreasing in the
+    four, so Pareto-minimal quadruples keep the program exact.
+
+    Raises:
+        Nothing.
+    """
+    w2, z2, k2, l2, tail = new.w, new.z, new.k, new.lead, new.tail
+    dominates = False
+    for d in bucket:
+        if d.tail == tail and d.w <= w2 and d.z <= z2 and d.k <= k2 and d.lead <= l2:
+            return
+        if d.tail == tail and w2 <= d.w and z2 <= d.z and k2 <= d.k and l2 <= d.lead:
+            dominates = True
+    if dominates:
+        bucket[:] = [d for d in bucket
+                     if not (d.tail == tail and w2 <= d.w and z2 <= d.z and k2 <= d.k and l2 <= d.lead)]
+    bucket.append(new)
