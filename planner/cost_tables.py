@@ -75,6 +75,10 @@ class StageCosts:
             pieces' routes), seconds: a delay a pipelined stream overlaps with the bytes ahead.
         optimizer_s: the optimizer step of one of its devices after the all-reduce, seconds
             (:func:`~pipesim.profiles.costmodels.optimizer.stage_optimizer_step_s`; 0 when off).
+        tied: on the stage holding a tied matrix's owner layer, per tied matrix whose copy a
+            later stage holds, ``(that stage, the pair all-reduce's seconds)``
+            (:mod:`pipesim.planner.tied_grads`); empty otherwise. Not part of ``allreduce_s``:
+            it starts once both stages have finished their own work and gradient all-reduce.
     """
 
     fwd_s: float
@@ -85,6 +89,7 @@ class StageCosts:
     send_bwd_s: float
     send_latency_s: float = 0.0
     optimizer_s: float = 0.0
+    tied: tuple[tuple[int, float], ...] = ()
 
 
 def largest_microbatch(plan: Plan) -> int:

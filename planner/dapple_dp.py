@@ -46,15 +46,20 @@ from pipesim.planner.dapple_bounds import bottleneck_floors
 from pipesim.planner.estimate import NEG_INF, CostModel, eval_lines
 from pipesim.planner.placement import Placement, device_order, placement_grid, placement_unit, stage_start
 from pipesim.planner.search_space import replica_candidates
+from pipesim.planner.tied_grads import keep_pareto, last_layer_ties, pair_allreduce_s
 from pipesim.profiles.costmodels.collective import AllReduceCurves
 from pipesim.profiles.costmodels.lines import Lines
 from pipesim.profiles.costmodels.memory import Recompute
+from pipesim.profiles.costmodels.tied_embeddings import tied_grad_bytes
 
 __all__ = ["SearchResult", "search_pair"]
 
 
 class _Entry(NamedTuple):
-    """A suffix of the DP: its ``(W, Z, k)``, the suffix it extends and its first stage."""
+    """A suffix of the DP: its ``(W, Z, k)``, the suffix it extends and its first stage; for a
+    model with a tied matrix (:func:`~pipesim.planner.tied_grads.last_layer_ties`), ``lead``:
+    when the suffix's last stage has run its last backward and its all-reduce, from the
+    suffix's start, and ``tail``: that stage's ``(start, replicas, optimizer step seconds)``."""
 
     w: float
     z: float
@@ -64,6 +69,8 @@ class _Entry(NamedTuple):
     last: int
     replicas: int
     start: int
+    lead: float = 0.0
+    tail: tuple[int, int, float] = (0, 0, 0.0)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -201,7 +208,7 @@ def _shifted(
 
 _RowT = tuple[
     int, float, float, float, float, float, float, float, float, float, float, float, float,
-    dict[tuple[int, int], list[_Entry]], tuple[int, int],
+    dict[tuple[int, int], list[_Entry]], tuple[int, int], float, float,
 ]  # fmt: skip
 """A candidate stage (layers ``first..i-1`` on ``r`` replicas at one start) and what the DP
 checks of it before looking at the suffixes it would extend, seconds and bytes: ``first``; the
@@ -210,7 +217,8 @@ stage's input; the working set (plus what a full recomputation holds); ``head = 
 :func:`~pipesim.planner.estimate.prepend` computes it; ``head`` plus the prefix's ``F + B``
 floor; ``head`` plus the all-reduce and optimizer step; ``F``; ``F + B``; ``B`` plus the
 all-reduce and step; the floors of the prefix's forwards and of its ``F + B``; the buckets at
-``first`` and the key of the stage's bucket there. A plain tuple: the DP's inner loop unpacks it."""
+``first`` and the key of the stage's bucket there; the all-reduce alone and the step alone. A
+plain tuple: the DP's inner loop unpacks it."""
 
 
 class _Slot:
@@ -327,6 +335,26 @@ def search_pair(
             ulines = uneven[ukey] = _uneven_lines(model, devices(start, r), devices(q - rf, rf), b)
         return eval_lines(ulines[0], cut[i - 1]), eval_lines(ulines[1], cut[i - 1])
 
+    # a tied matrix of the first and the last stage: its pair all-reduce once both have drained
+    # and reduced (planner/tied_grads.py), seen here at the first stage; a suffix keeps its last
+    # stage's `lead` and `tail`, and one is dropped for another only with the same tail
+    tied = last_layer_ties(model.profile) if n > 1 else ()
+    pair_cache: dict[tuple[int, int, int, int, int], float]
+    pair_cache = model.memo.setdefault(("dapple-tied-pair", policy), {})  # type: ignore[assignment]
+
+    def tied_s(start: int, r: int, i: int, tail: tuple[int, int, float]) -> float:
+        """The pair all-reduces of a first stage (layers ``0..i-1`` at ``(start, r)``) with the
+        last stage at ``tail``: one per tied matrix whose owner it holds, one after another, s."""
+        key = (start, r, tail[0], tail[1], i)
+        found = pair_cache.get(key)
+        if found is None:
+            src, dst = devices(start, r), devices(tail[0], tail[1])
+            dtype, grad = model.profile.dtype, model.grad_reduce_dtype
+            found = pair_cache[key] = sum(
+                pair_allreduce_s(model, src, dst, tied_grad_bytes(nbytes, 1, dtype, grad), algo)
+                for owner, nbytes in tied if owner < i)
+        return found
+
     best: _Entry | None = None
     bound = min(threshold, start_bound)
     mm1 = m - 1
@@ -395,6 +423,7 @@ def search_pair(
             # the all-reduce, then the update after it (the estimate's tail)
             ar = 0.0 if curves is None else curves.time_s(pbytes * model.grad_bytes, algo)
             ar = ar_times[tkey] = ar + model.optimizer_step_s(pbytes)
+        step = model.optimizer_step_s(pbytes) if tied else 0.0
         head = fwd + mm1 * (fwd + bwd) + bwd
         return (
             first,
@@ -412,6 +441,8 @@ def search_pair(
             fb_extra,
             buckets[first],
             slot.bucket_key,
+            ar - step,
+            step,
         )
 
     def top_start(left: int, pi: int) -> int:
@@ -467,7 +498,7 @@ def search_pair(
                         rows.append(row)
                     j += 1
                     (first, static, kept, stash, work, head, head_fb, head_ar, fwd, fb, bar, lb_extra,
-                     fb_extra, bucket_of, bucket_key) = row  # fmt: skip
+                     fb_extra, bucket_of, bucket_key, dp_s, step_s) = row  # fmt: skip
                     if static + k_min * kept + work > memory_limit_bytes:
                         break  # a longer stage only needs more memory
                     if head >= bound:
@@ -490,9 +521,11 @@ def search_pair(
                             lb = head_ar
                         if lb >= bound:
                             break  # as `not any_alive` below would
-                        shifted = _shifted(entries, *transfer(start, r, q, rf, i), m)
+                        t_fb = transfer(start, r, q, rf, i)
+                        shifted = _shifted(entries, *t_fb, m)
                     bucket = None
                     any_alive = False
+                    t_f = t_fb[0] if i < n else 0.0
                     for w1, z1, k2, e in shifted:
                         z2 = fwd + (z1 if z1 > bar + w1 else bar + w1)
                         if head_ar > z2:
@@ -505,7 +538,19 @@ def search_pair(
                         w2 = fb + w1
                         if head > w2:
                             w2 = head
+                        if tied:  # the last stage's sync: its own if it is this one
+                            if e.replicas:
+                                lead, tail = fwd + t_f + e.lead, e.tail
+                            else:
+                                lead, tail = head + dp_s, (start, r, step_s)
                         if first == 0:
+                            if tied and e.replicas:  # the pair all-reduce, then both steps
+                                ready = w2 + dp_s if w2 + dp_s > lead else lead
+                                done = ready + tied_s(start, r, i, tail) + max(step_s, tail[2])
+                                if done > z2:
+                                    z2 = done
+                                    if z2 >= bound:
+                                        continue
                             best = _Entry(w2, z2, k2, e, first, i - 1, r, start)
                             bound = z2
                             version += 1
@@ -514,6 +559,9 @@ def search_pair(
                             continue  # the layers left run forward and backward before W's path
                         if bucket is None:
                             bucket = bucket_of.setdefault(bucket_key, [])
+                        if tied:  # (W, Z, k, lead) among the suffixes ending at the same last stage
+                            keep_pareto(bucket, _Entry(w2, z2, k2, e, first, i - 1, r, start, lead, tail))
+                            continue
                         dominates = False
                         for d in bucket:
                             dw, dz, dk = d[0], d[1], d[2]  # w, z, k (indexing: the hottest loop)

@@ -62,6 +62,7 @@ from pipesim.planner.iteration_time import (
     rank_of,
 )
 from pipesim.planner.latency import NEG_INF, pipeline_time_s, prepend
+from pipesim.planner.link_bound import link_bound_s
 from pipesim.planner.link_walk import shared_walk_time_s
 from pipesim.planner.memory_estimate import device_peak_bytes
 from pipesim.planner.route_latency import LeastLatency
@@ -83,7 +84,7 @@ from pipesim.profiles.costmodels.nccl_protocol import link_classes
 from pipesim.profiles.costmodels.optimizer import optimizer_bytes_per_parameter, stage_optimizer_step_s
 from pipesim.profiles.hardware.cluster import Cluster
 from pipesim.profiles.models.profile import DTYPE_BYTES, ModelProfile
-from pipesim.schedules.placement import chain_length, copy_of
+from pipesim.schedules.placement import copy_of
 from pipesim.schedules.registry import placement_of, schedule_info
 
 __all__ = [
@@ -427,59 +428,9 @@ class CostModel:
         return found
 
     def link_bound_s(self, plan: Plan, costs: Sequence[StageCosts]) -> float:
-        """A lower bound on the iteration time from the links the stage-to-stage transfers share, seconds.
-
-        Every link carries, per micro-batch, the pieces of all the transfers crossing it (of any
-        stage boundary): ``L`` seconds at its bandwidth. It cannot start before the first
-        micro-batch reaches the earliest boundary using it, nor finish later than the rest of the
-        last micro-batch's forward and backward allows::
-
-            T >= min_b before_b + M L + min_b after_b
-
-        (activation of boundary ``b``: ``before = sum_{s<=b} F_s``, ``after = sum_{s>b} F_s + sum B``;
-        gradient: ``before = sum F + sum_{s>b} B_s``, ``after = sum_{s<=b} B_s``). DAPPLE's
-        pseudo-stages see each transfer alone; this term sees boundaries that meet on a NIC.
-        It is taken per direction (activations alone, gradients alone) and for both together:
-        a server's uplink carries the activations it sends to the next stage *and* the
-        gradients it sends to the previous one (links are directed, full duplex: the two
-        flows share the one direction they both use), so ``L`` sums both there, with the
-        earliest ``before`` and ``after`` of either. Every form is a lower bound for every
-        schedule, and the link's time when it is the bottleneck (links far slower than the
-        compute, ``M`` large). ``O(boundaries x links)``.
-        """
-        num = len(costs)
-        if num < 2:
-            return 0.0
-        placement = plan.placement(self.cluster.num_devices)
-        where = rank_of(plan)
-        samples = largest_microbatch(plan)
-        fwd = [c.fwd_s for c in costs]
-        bwd = [c.bwd_s for c in costs]
-        chain = chain_length(placement_of(plan.schedule) or "looped", num)  # dualpipe: two chains of m/2
-        busy: dict[tuple[str, int], list[float]] = {}  # (direction, link) -> [L, before, after]
-        total_f = total_b = pre_f = pre_b = 0.0
-        for b in range(num - 1):
-            if b % chain == 0:  # the sums run over the boundary's own chain
-                total_f, total_b = sum(fwd[b : b + chain]), sum(bwd[b : b + chain])
-                pre_f = pre_b = 0.0
-            pre_f += fwd[b]
-            pre_b += bwd[b]
-            if where[b] == where[b + 1] or b % chain == chain - 1:
-                continue  # two stages of one rank (a V's turn), or the end of a chain: no transfer
-            src, dst = placement[where[b]], placement[where[b + 1]]
-            nbytes = samples * self.cut_bytes_per_sample[plan.stages[b].last_layer]
-            for direction, a, z, before, after in (
-                ("F", src, dst, pre_f, total_f - pre_f + total_b),
-                ("B", dst, src, total_f + total_b - pre_b, pre_b),
-            ):
-                for link, per_byte in self.transfer_link_loads(a, z):
-                    for key in ((direction, link), ("FB", link)):
-                        entry = busy.setdefault(key, [0.0, math.inf, math.inf])
-                        entry[0] += per_byte * nbytes
-                        entry[1] = min(entry[1], before)
-                        entry[2] = min(entry[2], after)
-        m = plan.num_microbatches * chain // num  # micro-batches crossing each boundary
-        return max((before + m * load + after for load, before, after in busy.values()), default=0.0)
+        """A lower bound on the iteration time from the links the stage-to-stage transfers share,
+        seconds (:func:`pipesim.planner.link_bound.link_bound_s`)."""
+        return link_bound_s(self, plan, costs)
 
     # ------------------------------------------------------------------------------ plans
     def stage_costs(self, plan: Plan) -> list[StageCosts]:

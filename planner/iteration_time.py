@@ -14,6 +14,10 @@ all-reduces); this module turns those costs into the iteration time, by schedule
   all-reduces after its last action, or for the ``dual`` placement one pair all-reduce per
   model stage after both its copies' last backward (:func:`pair_jobs`).
 
+Every form then times the tied matrices' pair all-reduces from its own per-rank ends
+(:func:`~pipesim.planner.tied_grads.tied_finish_s`: each once both its ranks have run their
+last action and their own all-reduce).
+
 Every form is checked against the simulator in ``tests/planner/`` (docs/planner.md).
 """
 
@@ -36,6 +40,7 @@ from pipesim.planner.latency import (
     pipeline_time_s,
 )
 from pipesim.planner.schedule_time import OrderTime, order_time_s
+from pipesim.planner.tied_grads import rank_pairs, tied_finish_s
 from pipesim.profiles.costmodels.memory import (
     IN_FLIGHT_SCHEDULES,
     IN_FLIGHT_SCHEDULES_ALL,
@@ -134,6 +139,10 @@ def iteration_time_s(
             nic = [model.allreduce_network_links(d) if len(d) > 1 else frozenset() for d in placement]
             jobs = [(ends[s], costs[s].allreduce_s, nic[s]) for s in range(p)]
             time_s = max(time_s, nic_sharing_end_s(jobs, [c.optimizer_s for c in costs]))
+        pairs = rank_pairs(costs, range(p))
+        if pairs:  # the tied pairs, once both ranks have drained and reduced (one stage per rank)
+            ready = [end + c.allreduce_s for end, c in zip(ends, costs, strict=True)]
+            time_s = max(time_s, tied_finish_s(pairs, ready, [c.optimizer_s for c in costs]))
     elif plan.schedule in CLOSED_FORM_SCHEDULES:
         time_s = looped_time(model, plan, costs, placement, not decomposable)
     else:
@@ -292,13 +301,15 @@ def ordered_time_s(
     ]
     # float costs give float times (int or Fraction costs, in exact tests, stay exact)
     ends = list(cast(tuple[float, ...], timed.rank_end_s))
+    ready = [e + a for e, a in zip(ends, ar, strict=True)]  # (the tied pairs' start)
+    tied = tied_finish_s(rank_pairs(costs, rank_of(plan)), ready, opt)
     if placement_of(plan.schedule) == "dual":
         stage_end = cast(tuple[float, ...], timed.stage_end_s)
         jobs = pair_jobs(model, plan, costs, placement, stage_end, contention)
         tails = [opt[min(s, p - 1 - s)] for s in range(p)]
-        return max(cast(float, timed.makespan_s), nic_sharing_end_s(jobs, tails))
+        return max(cast(float, timed.makespan_s), nic_sharing_end_s(jobs, tails), tied)
     jobs = [(ends[r], ar[r], nic[r]) for r in range(p)]
-    return max(cast(float, timed.makespan_s), nic_sharing_end_s(jobs, opt))
+    return max(cast(float, timed.makespan_s), nic_sharing_end_s(jobs, opt), tied)
 
 def pair_jobs(
     model: CostModelLike,
@@ -375,14 +386,18 @@ def looped_time(
     for r in range(p):  # rank 0 finishes last; each later rank a drain step earlier
         ends.append(done)
         done -= drain[r]
-    if contention:
+    own = ends  # each rank's own end for the tied pairs: the order's where evaluated (the pivot
+    if contention:  # form ends every zero-bubble rank at the makespan)
         timed = _timed_order(plan, costs)
         time_s = max(time_s, cast(float, timed.makespan_s))
-        ends = [max(e, cast(float, t)) for e, t in zip(ends, timed.rank_end_s, strict=True)]
+        own = list(cast(tuple[float, ...], timed.rank_end_s))
+        ends = [max(e, t) for e, t in zip(ends, own, strict=True)]
     nic = [
         model.allreduce_network_links(placement[r])
         if contention and len(placement[r]) > 1
         else frozenset()
         for r in range(p)
     ]
-    return max(time_s, nic_sharing_end_s([(ends[r], ar[r], nic[r]) for r in range(p)], opt))
+    ready = [e + a for e, a in zip(own, ar, strict=True)]  # (the tied pairs' start)
+    tied = tied_finish_s(rank_pairs(costs, rank_of(plan)), ready, opt)
+    return max(time_s, nic_sharing_end_s([(ends[r], ar[r], nic[r]) for r in range(p)], opt), tied)

@@ -28,7 +28,8 @@ generator's, as the simulator runs it):
   ends, as one more flow over the NIC links it crosses
   (:meth:`~pipesim.planner.estimate.CostModel.allreduce_network_links`) that takes its
   estimated time alone and shares those links with the transfers still in flight and the other
-  stages' all-reduces; then the optimizer step.
+  stages' all-reduces; then the optimizer step (after a tied matrix's pair all-reduce on the
+  stages of a tied pair: :func:`~pipesim.planner.tied_grads.tied_finish_s`).
 
 With every stream on links of its own and no all-reduce on a transfer's link (no sharing), the
 walk adds nothing to the order evaluation the estimate already takes: :func:`shared_walk_time_s`
@@ -61,6 +62,7 @@ from pipesim.plan import Plan, resplit, split_samples
 from pipesim.planner.cost_tables import ShareTable, StageCosts, largest_microbatch
 from pipesim.planner.iteration_time import CostModelLike, rank_of
 from pipesim.planner.schedule_time import schedule_order
+from pipesim.planner.tied_grads import rank_pairs, tied_finish_s
 from pipesim.schedules.action import Op
 
 __all__ = [
@@ -251,6 +253,7 @@ def shared_walk_time_s(model: WalkModel, plan: Plan, costs: Sequence[StageCosts]
     if max(load.values(), default=0.0) < LOAD_FRACTION * cycle:
         return None
 
+    tied = rank_pairs(costs, range(num))  # (one stage per rank here)
     options: dict[str, Any] = {
         k: tuple(v) if isinstance(v, list) else v for k, v in dict(plan.schedule_options).items()
     }
@@ -270,7 +273,7 @@ def shared_walk_time_s(model: WalkModel, plan: Plan, costs: Sequence[StageCosts]
         tuple(w_time),
         tuple(tuple(flows_of) for flows_of in out_f),
         tuple(tuple(flows_of) for flows_of in out_b),
-        tuple((c.allreduce_s, c.optimizer_s) for c in costs),
+        tuple((c.allreduce_s, c.optimizer_s, c.tied) for c in costs),
         tuple(tuple(sorted(links)) for links in nic),
     )
 
@@ -493,10 +496,12 @@ def shared_walk_time_s(model: WalkModel, plan: Plan, costs: Sequence[StageCosts]
         if any(pointer[u] < len(rows[where[unit_stage[u]]]) for u in range(units)):
             return None  # the generator's orders never deadlock
         end = max(free)
+        ready = []
         for s in range(num):
             done = ar_end[s] if costs[s].allreduce_s > 0 else max(unit_end[first_unit[s] : first_unit[s + 1]])
             end = max(end, done + costs[s].optimizer_s)
-        return end
+            ready.append(done)
+        return max(end, tied_finish_s(tied, ready, [c.optimizer_s for c in costs]))
 
     m = m_all
     period = p * 4 // math.gcd(p, 4)

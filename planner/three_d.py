@@ -88,6 +88,7 @@ from pipesim.planner.three_d_costs import ThreeDCosts
 from pipesim.planner.three_d_memory import rank_memory
 from pipesim.planner.three_d_tail import GradCollectives
 from pipesim.planner.three_d_times import boundary_sends, stage_layout, stage_op_times
+from pipesim.planner.tied_grads import tied_finish_s
 from pipesim.planner.zero_ops import ZeroOp, ZeroOps, zero_split_ops, zero_unit_ops
 from pipesim.profiles.costmodels.context_parallel import check_context_parallel
 from pipesim.profiles.costmodels.memory import Recompute
@@ -443,11 +444,11 @@ def prepare_config(
         """Per rank the sum of its stages' ``times``."""
         return [sum(times[k] for k in ks) for ks in stages_of] if v > 1 else times
 
-    # The tied matrices' gradient all-reduces (profiles/costmodels/tied_embeddings.py): once every
-    # rank has drained and rank 0 has reduced its gradients, before the two ranks' updates
+    # The tied matrices' gradient all-reduces (profiles/costmodels/tied_embeddings.py): once both
+    # ranks have drained and reduced their gradients, before the two ranks' updates (tied_grads.py)
     tied_key = ("tied", chunks_key, p, v, schedule, t, d, c, grad, allreduce)
-    tied_pairs: list[tuple[int, float]] | None = memo.get(tied_key) if auto else None
-    if tied_pairs is None:  # per tied pair its user's rank and its all-reduce's time, s
+    tied_pairs: list[tuple[int, int, float]] | None = memo.get(tied_key) if auto else None
+    if tied_pairs is None:  # per tied pair its owner's and its user's rank and its all-reduce's time, s
         tied_pairs = []
         for pair in stage_pairs(model.profile, chunks, where):
             firsts = placed.firsts or tuple(tuple((r * d + k) * t * c for k in range(d)) for r in range(p))
@@ -462,11 +463,9 @@ def prepare_config(
                 one = ranked[: len(ranked) // len(pairs)]  # the first replica's pairs
                 first_pair = max(a + nbytes * b for a, b in model.send_terms(one))
                 alone = pairs_allreduce_s(alone, together, first_pair)
-            tied_pairs.append((where[pair.user], alone))
+            tied_pairs.append((where[pair.owner], where[pair.user], alone))
         if auto:
             memo[tied_key] = tied_pairs
-    tied_s = sum(alone for _, alone in tied_pairs)
-    tied_step = max((step_s(user) for user, _ in tied_pairs), default=0.0)  # the user's update waits too
 
     def rank0_after_s(tb: float, dp_extra: float, dp: float | None = None) -> float:
         """Rank 0's data-parallel collectives after its last backward and its update, s
@@ -559,10 +558,9 @@ def prepare_config(
             return tails[rank] + half_time_s(dp_curves, nbytes, allreduce)  # type: ignore[arg-type]
 
         after0 = rank0_after_s(tb, zero_after_s(0) if units else 0.0)
-        tied_after = tied_s + max(0.0, tied_step - step_s(0)) if tied_s else 0.0
-        equal = len(set(fwd)) == 1 and len(set(bwd)) == 1 and not split
+        equal = len(set(fwd)) == 1 and len(set(bwd)) == 1 and not split and not tied_pairs
         if p == 1 or (equal and not any(sends)):  # the closed form, exact here
-            time_s = (m + (p - 1) / v) * (tf + tb) + after0 + tied_after
+            time_s = (m + (p - 1) / v) * (tf + tb) + after0
         else:  # the order's makespan; each rank's collectives and update after its last action
             order = order_time_s(
                 schedule, num_ranks=p, num_microbatches=m, chunks=v, fwd_s=fwd, bwd_s=bwd, wgrad_s=wgrad,
@@ -573,11 +571,12 @@ def prepare_config(
             if v > 1 and not units and dp_curves is not None:  # each stage's collectives from its end
                 after0 = rank0_after_s(tb, 0.0, tail_s(0, float(ends[0]), stage_end))
             time_s = float(ends[0]) + after0  # rank 0's, with what later ranks' collectives delay
-            if tied_s:  # the tied pairs' all-reduce: once every rank has drained and rank 0 reduced
-                time_s = max(time_s - step_s(0), float(max(ends))) + step_s(0) + tied_after
+            ready = [time_s - step_s(0)]  # per rank: drained and reduced (tied pairs)
             for r in range(1, p):
                 later = zero_after_s(r) if units else tail_s(r, float(ends[r]), stage_end)
                 time_s = max(time_s, float(ends[r]) + later + step_s(r))
+                ready.append(float(ends[r]) + later)
+            time_s = max(time_s, tied_finish_s(tied_pairs, ready, [step_s(r) for r in range(p)]))
         time_s += shared_extra_s(fr, br)
         return Estimate(
             iteration_time_s=time_s,

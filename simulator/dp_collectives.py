@@ -77,6 +77,11 @@ class Collective:
             TP ranks (the hierarchical form's intra-server phase) instead of every rank
             reducing its full shard. Empty where each rank's group has links of its own (the
             first rank's time stands for all).
+        after_devices: devices whose compute streams must all have finished first (a tied
+            matrix's pair all-reduce, :mod:`pipesim.simulator.tied_grads`: each rank enters it
+            once its own schedule has returned); empty for none.
+        after_more: collectives beyond ``after`` that must all have ended first (the pair
+            all-reduce: both ranks' own gradient collectives); empty for none.
     """
 
     index: int
@@ -93,6 +98,8 @@ class Collective:
     shared_with: int | None = None
     after_step: bool = False
     rings: tuple[tuple[int, ...], ...] = ()
+    after_devices: tuple[int, ...] = ()
+    after_more: tuple[int, ...] = ()
 
 
 Marks = dict[int, tuple[tuple[float, int], ...]]

@@ -93,6 +93,13 @@ class _Engine:
         self.ready = [0] * len(program.collectives)
         self.done = [self.env.event() for _ in program.collectives]
         self.drained = self.env.event()
+        # devices some collective waits for (Collective.after_devices) -> [streams left, event]
+        waited = {d for c in program.collectives for d in c.after_devices}
+        self.device_left: dict[int, list[Any]] = {}
+        for _, _, device in program.streams:
+            if device in waited:
+                entry = self.device_left.setdefault(device, [0, self.env.event()])
+                entry[0] += 1
         # devices with an optimizer step -> its end (the parameter all-gathers that follow it wait)
         self.stepped = {
             device: self.env.event()
@@ -261,6 +268,11 @@ class _Engine:
         self.running -= 1
         if self.running == 0:
             self.drained.succeed()
+        left = self.device_left.get(device)
+        if left is not None:
+            left[0] -= 1
+            if left[0] == 0:
+                left[1].succeed()
         update = self.program.update(rank, replica)
         before = env.now
         if update is not None:  # the optimizer step, after the device's gradient collectives
@@ -359,6 +371,13 @@ class _Engine:
             yield self.drained
         if spec.after is not None and not self.done[spec.after].processed:
             yield self.done[spec.after]
+        for device in spec.after_devices:  # (a tied pair: each rank's schedule has returned)
+            ended = self.device_left[device][1]
+            if not ended.processed:
+                yield ended
+        for cid in spec.after_more:
+            if not self.done[cid].processed:
+                yield self.done[cid]
         if spec.after_step:  # the all-gather of the updated shards: after the members' steps
             for device in spec.members:
                 stepped = self.stepped.get(device)

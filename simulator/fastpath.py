@@ -269,8 +269,8 @@ def execute_fast(
         while todo:
             cid = todo.pop()
             spec = specs[cid]
-            if done_at[cid] is not None or spec.after_drain or spec.after_step:
-                continue  # (those after the drain or the optimizer steps: at the end)
+            if done_at[cid] is not None or spec.after_drain or spec.after_step or spec.after_devices:
+                continue  # (those after the drain, some streams or the optimizer steps: at the end)
             if spec.posted and ready_n[cid] < members[cid]:
                 continue
             begin = ready_at[cid]
@@ -498,6 +498,9 @@ def execute_fast(
                     held_for.setdefault(rank_of[dst], []).append(key)
         raise deadlock_error(lowered.ranks, held_by_rendezvous([stuck[r] for r in sorted(stuck)], held_for))
     drained = max(t_free, default=0.0)
+    device_end: dict[int, float] = {}  # device -> when its last stream ran its last instruction
+    for i, device in enumerate(devices):
+        device_end[device] = max(device_end.get(device, 0.0), t_free[i])
     done = [0.0] * len(program.collectives)
 
     def run_collective(spec: Collective, begin: float) -> None:
@@ -506,6 +509,10 @@ def execute_fast(
             start = max(start, drained)
         if spec.after is not None:
             start = max(start, done[spec.after])
+        for device in spec.after_devices:
+            start = max(start, device_end[device])
+        for cid in spec.after_more:  # (earlier in the program: run already)
+            start = max(start, done[cid])
         done[spec.index] = start + links.collective_s(
             spec.kind, spec.group or spec.members, spec.nbytes, spec.algorithm
         )

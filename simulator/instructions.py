@@ -37,8 +37,9 @@ A :class:`~pipesim.simulator.dp_collectives.Collective` (gradient all-reduce of 
 bucket among its replicas, or one of ZeRO's reduce-scatters and all-gathers,
 :mod:`pipesim.simulator.zero_lowering`) starts once every member is ready (at once for one that
 nobody posts), the collective ``after`` it (the stage's previous bucket, the previous one on its
-stream) has ended, with ``after_drain`` every compute stream has finished, and with
-``after_step`` every member's optimizer step has.
+stream) and each of ``after_more`` have ended, with ``after_drain`` every compute stream has
+finished (with ``after_devices`` those of the devices named), and with ``after_step`` every
+member's optimizer step has.
 """
 
 from __future__ import annotations

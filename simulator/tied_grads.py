@@ -7,15 +7,22 @@ the copy's static memory and the all-reduce of the two copies' gradients.
   parameter byte (sharded by its ZeRO sharding as the stage's other parameters).
 * :func:`tied_collectives` gives one all-reduce per data-parallel replica between the device of
   the owner's stage and that of the user's stage, of the copy's gradient bytes. It is not
-  posted: it starts once every compute stream has drained and the owner stage's last
-  data-parallel gradient collective has ended (Megatron-LM's ``finalize_model_grads`` runs the
-  data-parallel reduction, then the embedding group's all-reduce, after the pipeline's last
-  backward), and both stages' optimizer steps wait for it (``Collective.shared_with``, the path
-  DualPipe's copies use). With TP, each of the ``t`` TP ranks' pairs all-reduces its ``1/t``
-  of the matrix: the stream devices' pair (each TP group's first) stands for the others where
-  every pair has links of its own, and where the pairs' routes share a link (fewer NICs than
-  GPUs per server) the other ranks' pairs run beside it (``Collective.rings``,
-  :meth:`~pipesim.simulator.tp_lowering.TpLowering.shared_rings`).
+  posted: it starts once both devices have run their whole schedule and every gradient
+  collective of the stages they hold has ended (Megatron-LM: each rank calls
+  ``finalize_model_grads`` when its own pipeline schedule returns, which finishes the rank's
+  data-parallel gradient sync, then all-reduces the layer-norm gradients over the TP group
+  with sequence parallelism, then the embedding group's gradients; ``finalize_model_grads``
+  in ``megatron/core/distributed/finalize_model_grads.py`` and its calls at the end of each
+  schedule in ``megatron/core/pipeline_parallel/schedules.py``, NVIDIA/Megatron-LM d98e8a64).
+  The other ranks' drain does not hold it (a zero-bubble or V-shaped order whose first and
+  last ranks finish apart from the middle ones). Several tied matrices on one device pair go
+  one after another. Both stages' optimizer steps wait for it (``Collective.shared_with``, the
+  path DualPipe's copies use). With TP, each of the ``t`` TP ranks' pairs all-reduces its
+  ``1/t`` of the matrix: the stream devices' pair (each TP group's first) stands for the
+  others where every pair has links of its own, and where the pairs' routes share a link
+  (fewer NICs than GPUs per server) the other ranks' pairs run beside it (``Collective.rings``,
+  :meth:`~pipesim.simulator.tp_lowering.TpLowering.shared_rings`). The layer-norm all-reduce
+  of sequence parallelism is not modelled (its bytes are a few hidden-size vectors per layer).
 """
 
 from __future__ import annotations
@@ -82,9 +89,10 @@ def tied_collectives(
     tp: TpLowering | None = None,
 ) -> list[Collective]:
     """The all-reduces of the tied copies' gradients (module docstring), indexed from
-    ``first_index`` on; ``before`` are the program's other collectives (the owner stage's last
-    gradient collective goes first); ``tp`` the TP pass (the other TP ranks' pairs where they
-    share links), ``None`` without TP. Empty when the model ties nothing or no device holds a copy.
+    ``first_index`` on; ``before`` are the program's other collectives (the gradient
+    collectives of the stages both devices hold go first); ``tp`` the TP pass (the other TP
+    ranks' pairs where they share links), ``None`` without TP. Empty when the model ties
+    nothing or no device holds a copy.
 
     Raises:
         InputError: a bad ``grad_reduce_dtype``.
@@ -94,36 +102,48 @@ def tied_collectives(
         return []
     by_layer = {m.user: m for m in tied}
     held = _held(stages)
+    # per device, its stages' gradient collectives (what finish_grad_sync waits for): not the
+    # parameter all-gathers (ZeRO-3's before compute, those after the optimizer step)
+    synced: dict[int, list[int]] = {}
+    by_index = {st.index: st for st in stages}
+    for c in before:
+        if c.after_step or c.kind == CollectiveKind.ALL_GATHER.value:
+            continue
+        for st in (by_index[c.stage], *((by_index[c.shared_with],) if c.shared_with is not None else ())):
+            for device in st.devices:
+                synced.setdefault(device, []).append(c.index)
     out: list[Collective] = []
+    pairs_of: dict[int, list[int]] = {}  # device -> its earlier pair all-reduces (one after another)
     for user_stage in stages:
         for m in (by_layer[i] for i in user_stage.layers if i in by_layer):
             owner_stage = next(st for st in stages if m.owner in st.layers)
-            last = max(
-                (c.index for c in before
-                 if c.stage == owner_stage.index and not c.after_step
-                 and c.kind != CollectiveKind.ALL_GATHER.value),
-                default=None,
-            )
             t = plan.stages[user_stage.index].tensor_parallel
             nbytes = tied_grad_bytes(m.nbytes, t, profile.dtype, plan.grad_reduce_dtype)
             same_t = plan.stages[owner_stage.index].tensor_parallel == t
             for a, b in zip(owner_stage.devices, user_stage.devices, strict=False):
                 if a == b or any(m.owner in st.layers for st in held[b]):
                     continue  # the device holds both ends: no copy
+                index = first_index + len(out)
+                waits = sorted({*synced.get(a, ()), *synced.get(b, ()),
+                                *pairs_of.get(a, ()), *pairs_of.get(b, ())})
                 out.append(
                     Collective(
-                        index=first_index + len(out),
+                        index=index,
                         stage=owner_stage.index,
                         bucket=0,
                         nbytes=nbytes,
                         members=(a, b),
                         algorithm=str(getattr(plan.allreduce, "value", plan.allreduce)),
-                        after=last,
-                        after_drain=True,
+                        after=None,
+                        after_drain=False,
                         posted=False,
                         shared_with=user_stage.index,
                         rings=tp.shared_rings([(a + r, b + r) for r in range(t)])
                         if tp is not None and same_t and t > 1 else (),
+                        after_devices=(a, b),
+                        after_more=tuple(waits),
                     )
                 )
+                pairs_of.setdefault(a, []).append(index)
+                pairs_of.setdefault(b, []).append(index)
     return out
