@@ -82,6 +82,7 @@ from pipesim.planner.nic_sharing import (
     ring_sharers,
     shares_ring_link,
 )
+from pipesim.planner.param_gather import overlapped_gather_s
 from pipesim.planner.schedule_time import order_time_s
 from pipesim.planner.three_d_costs import ThreeDCosts
 from pipesim.planner.three_d_times import stage_op_times
@@ -237,7 +238,8 @@ def estimate_3d(
                           math.inf, schedule=plan.schedule.value, overlap=first.tp_comm_overlap, c=c,
                           optimizer_step=optimizer_step, grad=plan.grad_reduce_dtype,
                           zero1_all_reduce=plan.zero1_grad_collective is GradCollective.ALL_REDUCE,
-                          placed=placed, zero3_runtime=plan.zero3_runtime)
+                          placed=placed, zero3_runtime=plan.zero3_runtime,
+                          param_gather=plan.overlap_param_gather)
     assert est is not None  # no memory limit
     return est
 
@@ -249,6 +251,7 @@ def estimate_config(
     schedule: str | None = None, overlap: bool = False, c: int = 1, optimizer_step: bool = True,
     grad: str | None = None, zero1_all_reduce: bool = False, placed: Placed3d | None = None,
     zero3_runtime: Zero3Runtime = Zero3Runtime.FSDP, bound_s: float = math.inf,
+    param_gather: bool = False,
 ) -> Estimate | None:
     """The estimate (module docstring) of one configuration (:func:`prepare_config`'s arguments):
     ``None`` when a rank's peak memory exceeds ``limit`` bytes, or when the configuration's lower
@@ -261,7 +264,8 @@ def estimate_config(
     prepared = prepare_config(
         model, cluster, optimizer, allreduce, gbs, chunks, t, p, d, mbs, m, v, sp, rc, sh, limit,
         schedule=schedule, overlap=overlap, c=c, optimizer_step=optimizer_step, grad=grad,
-        zero1_all_reduce=zero1_all_reduce, placed=placed, zero3_runtime=zero3_runtime)
+        zero1_all_reduce=zero1_all_reduce, placed=placed, zero3_runtime=zero3_runtime,
+        param_gather=param_gather)
     if prepared is None or prepared.lower_bound_s > bound_s:
         return None
     return prepared.finish()
@@ -291,7 +295,7 @@ def prepare_config(
     rc: Recompute, sh: Sharding, limit: float,
     schedule: str | None = None, overlap: bool = False, c: int = 1, optimizer_step: bool = True,
     grad: str | None = None, zero1_all_reduce: bool = False, placed: Placed3d | None = None,
-    zero3_runtime: Zero3Runtime = Zero3Runtime.FSDP,
+    zero3_runtime: Zero3Runtime = Zero3Runtime.FSDP, param_gather: bool = False,
 ) -> PreparedConfig | None:
     """One configuration's memory, per-op times and lower bound (:class:`PreparedConfig`):
     ``chunks`` the ``p v`` chunks' layer ranges (stage ``k`` on the schedule's rank for it:
@@ -300,7 +304,9 @@ def prepare_config(
     ``sp``, ``rc``, ``sh`` sequence parallelism, recomputation and sharding; ``placed`` where the
     ranks sit (:class:`Placed3d`; default: automatic placement, :meth:`ThreeDCosts.auto_ring`);
     ``zero3_runtime`` how ZeRO-3's gathers are issued
-    (:class:`~pipesim.profiles.costmodels.zero3_runtime.Zero3Runtime`). ``None`` when a rank's
+    (:class:`~pipesim.profiles.costmodels.zero3_runtime.Zero3Runtime`); ``param_gather`` the
+    distributed optimizer's all-gathers overlapped with the next forward
+    (:mod:`pipesim.planner.param_gather`). ``None`` when a rank's
     peak memory exceeds ``limit`` bytes. A zero-bubble schedule takes sharding ``none``,
     ``zero1`` or ``distributed`` (ZeRO-2/3's per-unit collectives are timed for a whole backward
     ``B``, not a split one).
@@ -420,11 +426,12 @@ def prepare_config(
 
     def after_backward_s(rank: int) -> float:
         """Rank ``rank``'s gradient collectives after its last backward (not ZeRO-2/3), s."""
-        key = ("after", placed.dp_group, t, sh, rank_params[rank], g, allreduce, zero1_all_reduce)
+        key = ("after", placed.dp_group, t, sh, rank_params[rank], g, allreduce, zero1_all_reduce,
+               param_gather)
         found = memo.get(key)
         if found is None:
             found = memo[key] = _after_backward_s(dp_curves, sh, rank_params[rank], g, allreduce,
-                                                  zero1_all_reduce)
+                                                  zero1_all_reduce, gather=not param_gather)
         return float(found)
 
     def step_s(rank: int) -> float:
@@ -565,6 +572,8 @@ def prepare_config(
                 later = zero_after_s(r) if units else after_backward_s(r)
                 time_s = max(time_s, float(ends[r]) + later + step_s(r))
         time_s += shared_extra_s(fr, br)
+        if param_gather and dp_curves is not None and sh is Sharding.DISTRIBUTED:  # the previous step's
+            time_s += overlapped_gather_s(model, chunks, stages_of, fwd, hop, t, d, dp_curves, allreduce)
         return Estimate(
             iteration_time_s=time_s,
             throughput_samples_per_s=gbs / time_s,
@@ -588,10 +597,11 @@ configurations)."""
 
 def _after_backward_s(
     curves: AllReduceCurves | None, sh: Sharding, nbytes: float, g: float, allreduce: str,
-    zero1_all_reduce: bool,
+    zero1_all_reduce: bool, *, gather: bool = True,
 ) -> float:
     """A rank's gradient collectives after its last backward over ``nbytes`` parameter bytes
-    (sharding ``none``, ``zero1`` or ``distributed``), seconds; 0 without data parallelism."""
+    (sharding ``none``, ``zero1`` or ``distributed``; ``gather=False``: without the parameter
+    all-gather after the step), seconds; 0 without data parallelism."""
     if curves is None:
         return 0.0
     if sh is Sharding.NONE:
@@ -599,4 +609,5 @@ def _after_backward_s(
     if sh is Sharding.ZERO1 and zero1_all_reduce:  # DeepSpeed's BF16_Optimizer: all-reduce
         return curves.time_s(nbytes * g, allreduce) + half_time_s(curves, nbytes, allreduce)
     # ZeRO-1, distributed optimizer: reduce-scatter, optimizer step, all-gather
-    return half_time_s(curves, nbytes * g, allreduce) + half_time_s(curves, nbytes, allreduce)
+    scatter = half_time_s(curves, nbytes * g, allreduce)
+    return scatter + half_time_s(curves, nbytes, allreduce) if gather else scatter
