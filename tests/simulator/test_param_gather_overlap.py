@@ -4,6 +4,7 @@ forwards; the option's checks, the plan file, and the 3D estimate against the si
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import pytest
@@ -167,3 +168,23 @@ def test_estimate_follows_the_simulation(t: int, p: int, d: int, schedule: str, 
         times[on] = (sim, est)
     assert times[True][0] < times[False][0]
     assert times[True][1] < times[False][1]
+
+
+CLI_PLAN = ["--model", "bert48", "--cluster", "dapple-2x8-v100", "--gbs", "64", "--microbatches", "4",
+            "--stages", "2", "--replicas", "2,2", "--schedule", "1f1b", "--allreduce-overlap", "bucketed",
+            "--json"]
+
+
+def test_cli_flag_and_its_error(capsys: pytest.CaptureFixture[str]) -> None:
+    from pipesim.cli import main
+
+    times = []
+    for extra in ([], ["--overlap-param-gather"]):
+        assert main(["simulate", *CLI_PLAN, "--zero", "distributed", *extra]) == 0
+        times.append(float(json.loads(capsys.readouterr().out)["iteration_time_s"]))
+    assert times[1] != times[0]
+    assert main(["simulate", *CLI_PLAN, "--zero", "zero1", "--overlap-param-gather"]) == 2
+    err = capsys.readouterr().err
+    assert "overlap_param_gather" in err
+    assert "distributed" in err
+    assert "Traceback" not in err
