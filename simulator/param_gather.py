@@ -19,7 +19,7 @@ of the GPU) while the forward runs, and a module's first forward waits for its b
 One simulated iteration stands for the steady state: the gathers of the previous iteration's
 step run from the iteration's start, one after another per pipeline rank (its stages in chunk
 order, each stage's buckets in forward order), each among the stage's replicas on the DP group's
-links, sharing them with every other flow; the first forward (micro-batch 0) of a stage waits,
+links, sharing them with every other flow; the first forward of a stage on a device waits,
 at the point of the forward where the bucket's first layer starts (a fraction of the forward by
 the layers' forward times), for that bucket's gather; the step's own gather is not run (it
 belongs to the next iteration). A ``dualpipe`` copy's first forward waits for its original's

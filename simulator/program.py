@@ -177,6 +177,7 @@ class Program:
         no_recvs: tuple[Recv, ...] = ()
         zero = self.zero
         gather_waits = self._gather_waits
+        gathered: set[int] = set()  # stages whose first forward has waited for its parameter gathers
         overlap = sched.fb_overlap
 
         def one(
@@ -200,8 +201,9 @@ class Program:
             if zero is not None and zero.per_unit(s):
                 fwd, bwd, rec = self._zero_times(s, mb, replica)
                 marks, waits = zero.events(name, s, mb, fwd, bwd, rec, self.stages[s].wgrad_fraction)
-            elif mb == 0 and name == "F" and s in gather_waits:  # the first forward: its buckets
+            elif name == "F" and s in gather_waits and s not in gathered:  # the stage's first forward
                 waits = gather_waits[s]
+                gathered.add(s)
             compute = new(Compute, (name, s, mb, duration, alloc, free, marks, compute_step, waits, tp_comm))
             out = no_sends
             if send_op is not None:
