@@ -305,8 +305,8 @@ def prepare_config(
     ranks sit (:class:`Placed3d`; default: automatic placement, :meth:`ThreeDCosts.auto_ring`);
     ``zero3_runtime`` how ZeRO-3's gathers are issued
     (:class:`~pipesim.profiles.costmodels.zero3_runtime.Zero3Runtime`); ``param_gather`` the
-    distributed optimizer's all-gathers overlapped with the next forward
-    (:mod:`pipesim.planner.param_gather`). ``None`` when a rank's
+    distributed optimizer's all-gathers overlapped with the next forward (with ``sh =
+    distributed``; :mod:`pipesim.planner.param_gather`). ``None`` when a rank's
     peak memory exceeds ``limit`` bytes. A zero-bubble schedule takes sharding ``none``,
     ``zero1`` or ``distributed`` (ZeRO-2/3's per-unit collectives are timed for a whole backward
     ``B``, not a split one).
@@ -424,14 +424,16 @@ def prepare_config(
         # every replica's send from rank 0 to rank 1, sharing the links they cross
         hop, hop_latency = max(((lat + act * per_byte, lat) for lat, per_byte in terms), default=(0.0, 0.0))
 
+    overlapped = param_gather and sh is Sharding.DISTRIBUTED  # (Megatron-LM's distributed optimizer only)
+
     def after_backward_s(rank: int) -> float:
         """Rank ``rank``'s gradient collectives after its last backward (not ZeRO-2/3), s."""
         key = ("after", placed.dp_group, t, sh, rank_params[rank], g, allreduce, zero1_all_reduce,
-               param_gather)
+               overlapped)
         found = memo.get(key)
         if found is None:
             found = memo[key] = _after_backward_s(dp_curves, sh, rank_params[rank], g, allreduce,
-                                                  zero1_all_reduce, gather=not param_gather)
+                                                  zero1_all_reduce, gather=not overlapped)
         return float(found)
 
     def step_s(rank: int) -> float:
@@ -572,7 +574,7 @@ def prepare_config(
                 later = zero_after_s(r) if units else after_backward_s(r)
                 time_s = max(time_s, float(ends[r]) + later + step_s(r))
         time_s += shared_extra_s(fr, br)
-        if param_gather and dp_curves is not None and sh is Sharding.DISTRIBUTED:  # the previous step's
+        if overlapped and dp_curves is not None:  # the previous step's parameter all-gathers
             time_s += overlapped_gather_s(model, chunks, stages_of, fwd, hop, t, d, dp_curves, allreduce)
         return Estimate(
             iteration_time_s=time_s,
