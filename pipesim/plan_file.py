@@ -23,8 +23,9 @@ Only ``stages``, ``global_batch_size`` and ``microbatches`` are required. ``reco
 ``none``, ``full`` or ``selective`` (``true``/``false`` of older files read as full/none).
 ``grad_reduce_dtype`` (``fp32``, ``bf16``, ``fp16``; absent: fp32 for bf16 training, else the
 training dtype), ``zero1_grad_collective`` (``reduce-scatter``, the default, or ``all-reduce``) and
-``zero3_runtime`` (``fsdp``, the default, or ``deepspeed-2021``) are written only when set
-(:class:`~pipesim.plan.Plan`).
+``zero3_runtime`` (``fsdp``, the default, or ``deepspeed-2021``) and ``overlap_param_gather``
+(``true``: Megatron-LM's ``--overlap-param-gather``; needs ``"sharding": "distributed"`` on every
+stage) are written only when set (:class:`~pipesim.plan.Plan`).
 ``pipesim plan --json`` output (a list of such objects, with ``simulated_iteration_time_s``) is accepted too.
 """
 
@@ -70,6 +71,7 @@ _PLAN_KEYS = frozenset(
         "grad_reduce_dtype",
         "zero1_grad_collective",
         "zero3_runtime",
+        "overlap_param_gather",
         "microbatch_sizes",
         "planner",
         "estimate",
@@ -124,6 +126,8 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
         data["zero1_grad_collective"] = plan.zero1_grad_collective.value
     if plan.zero3_runtime.value != "fsdp":
         data["zero3_runtime"] = plan.zero3_runtime.value
+    if plan.overlap_param_gather:
+        data["overlap_param_gather"] = True
     if plan.microbatch_sizes is not None:
         data["microbatch_sizes"] = list(plan.microbatch_sizes)
     if plan.planner is not None:
@@ -305,6 +309,7 @@ def plan_from_dict(data: Mapping[str, Any], *, source: str | None = None) -> Pla
             grad_reduce_dtype=top.text("grad_reduce_dtype", "") if top.has("grad_reduce_dtype") else None,
             zero1_grad_collective=top.text("zero1_grad_collective", "reduce-scatter"),
             zero3_runtime=top.text("zero3_runtime", "fsdp"),
+            overlap_param_gather=top.boolean("overlap_param_gather", False),
             microbatch_sizes=top.integers("microbatch_sizes") if top.has("microbatch_sizes") else None,
             estimate=estimate,
             planner=planner,

@@ -83,6 +83,7 @@ from pipesim.planner.nic_sharing import (
     ring_sharers,
     shares_ring_link,
 )
+from pipesim.planner.param_gather import overlapped_gather_s
 from pipesim.planner.schedule_time import order_time_s
 from pipesim.planner.three_d_costs import ThreeDCosts
 from pipesim.planner.three_d_memory import rank_memory
@@ -244,7 +245,8 @@ def estimate_3d(
                           math.inf, schedule=plan.schedule.value, overlap=first.tp_comm_overlap, c=c,
                           optimizer_step=optimizer_step, grad=plan.grad_reduce_dtype,
                           zero1_all_reduce=plan.zero1_grad_collective is GradCollective.ALL_REDUCE,
-                          placed=placed, zero3_runtime=plan.zero3_runtime)
+                          placed=placed, zero3_runtime=plan.zero3_runtime,
+                          param_gather=plan.overlap_param_gather)
     assert est is not None  # no memory limit
     return est
 
@@ -256,6 +258,7 @@ def estimate_config(
     schedule: str | None = None, overlap: bool = False, c: int = 1, optimizer_step: bool = True,
     grad: str | None = None, zero1_all_reduce: bool = False, placed: Placed3d | None = None,
     zero3_runtime: Zero3Runtime = Zero3Runtime.FSDP, bound_s: float = math.inf,
+    param_gather: bool = False,
 ) -> Estimate | None:
     """The estimate (module docstring) of one configuration (:func:`prepare_config`'s arguments):
     ``None`` when a rank's peak memory exceeds ``limit`` bytes, or when the configuration's lower
@@ -268,7 +271,8 @@ def estimate_config(
     prepared = prepare_config(
         model, cluster, optimizer, allreduce, gbs, chunks, t, p, d, mbs, m, v, sp, rc, sh, limit,
         schedule=schedule, overlap=overlap, c=c, optimizer_step=optimizer_step, grad=grad,
-        zero1_all_reduce=zero1_all_reduce, placed=placed, zero3_runtime=zero3_runtime)
+        zero1_all_reduce=zero1_all_reduce, placed=placed, zero3_runtime=zero3_runtime,
+        param_gather=param_gather)
     if prepared is None or prepared.lower_bound_s > bound_s:
         return None
     return prepared.finish()
@@ -298,7 +302,7 @@ def prepare_config(
     rc: Recompute, sh: Sharding, limit: float,
     schedule: str | None = None, overlap: bool = False, c: int = 1, optimizer_step: bool = True,
     grad: str | None = None, zero1_all_reduce: bool = False, placed: Placed3d | None = None,
-    zero3_runtime: Zero3Runtime = Zero3Runtime.FSDP,
+    zero3_runtime: Zero3Runtime = Zero3Runtime.FSDP, param_gather: bool = False,
 ) -> PreparedConfig | None:
     """One configuration's memory, per-op times and lower bound (:class:`PreparedConfig`):
     ``chunks`` the ``p v`` chunks' layer ranges (stage ``k`` on the schedule's rank for it:
@@ -307,7 +311,9 @@ def prepare_config(
     ``sp``, ``rc``, ``sh`` sequence parallelism, recomputation and sharding; ``placed`` where the
     ranks sit (:class:`Placed3d`; default: automatic placement, :meth:`ThreeDCosts.auto_ring`);
     ``zero3_runtime`` how ZeRO-3's gathers are issued
-    (:class:`~pipesim.profiles.costmodels.zero3_runtime.Zero3Runtime`). ``None`` when a rank's
+    (:class:`~pipesim.profiles.costmodels.zero3_runtime.Zero3Runtime`); ``param_gather`` the
+    distributed optimizer's all-gathers overlapped with the next forward (with ``sh =
+    distributed``; :mod:`pipesim.planner.param_gather`). ``None`` when a rank's
     peak memory exceeds ``limit`` bytes. A zero-bubble schedule takes sharding ``none``,
     ``zero1`` or ``distributed`` (ZeRO-2/3's per-unit collectives are timed for a whole backward
     ``B``, not a split one).
@@ -416,8 +422,10 @@ def prepare_config(
     sends, send_lat = found_sends
     hop = sends[0] if sends else 0.0  # rank 0 to rank 1 (stage 0's boundary in either placement)
 
+    overlapped = param_gather and sh is Sharding.DISTRIBUTED  # (Megatron-LM's distributed optimizer only)
     grads = GradCollectives(curves=dp_curves, sharding=sh, grad_factor=g, allreduce=allreduce,
-                            zero1_all_reduce=zero1_all_reduce, memo=memo, key=(placed.dp_group, t))
+                            zero1_all_reduce=zero1_all_reduce, memo=memo, key=(placed.dp_group, t),
+                            gather=not overlapped)
 
     def tail_s(rank: int, end: float, stage_end: Sequence[float | Fraction] = ()) -> float:
         """What rank ``rank``'s gradient collectives (not ZeRO-2/3) take beyond its last action (at
@@ -578,6 +586,8 @@ def prepare_config(
                 ready.append(float(ends[r]) + later)
             time_s = max(time_s, tied_finish_s(tied_pairs, ready, [step_s(r) for r in range(p)]))
         time_s += shared_extra_s(fr, br)
+        if overlapped and dp_curves is not None:  # the previous step's parameter all-gathers
+            time_s += overlapped_gather_s(model, chunks, stages_of, fwd, hop, t, d, dp_curves, allreduce)
         return Estimate(
             iteration_time_s=time_s,
             throughput_samples_per_s=gbs / time_s,

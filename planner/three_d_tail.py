@@ -25,12 +25,14 @@ __all__ = ["GradCollectives", "after_backward_s", "chained_tail_s", "dp_parts_s"
 
 def dp_parts_s(
     curves: AllReduceCurves | None, sh: Sharding, nbytes: float, g: float, allreduce: str,
-    zero1_all_reduce: bool,
+    zero1_all_reduce: bool, *, gather: bool = True,
 ) -> tuple[float, float]:
     """The gradient collectives over ``nbytes`` parameter bytes (``g`` gradient bytes per
     parameter byte; sharding ``none``, ``zero1`` or ``distributed``; ``zero1_all_reduce``:
     ZeRO-1 all-reduces, DeepSpeed's BF16_Optimizer) before the optimizer step and after it,
-    seconds; ``(0, 0)`` without data parallelism (``curves`` ``None``)."""
+    seconds; ``(0, 0)`` without data parallelism (``curves`` ``None``). ``gather=False``: the
+    distributed optimizer's parameter all-gather is not after the step (Megatron-LM's
+    ``--overlap-param-gather``: it overlaps the next forward, :mod:`pipesim.planner.param_gather`)."""
     if curves is None:
         return 0.0, 0.0
     if sh is Sharding.NONE:
@@ -38,7 +40,8 @@ def dp_parts_s(
     if sh is Sharding.ZERO1 and zero1_all_reduce:  # DeepSpeed's BF16_Optimizer: all-reduce
         return curves.time_s(nbytes * g, allreduce), half_time_s(curves, nbytes, allreduce)
     # ZeRO-1, distributed optimizer: reduce-scatter, optimizer step, all-gather
-    return half_time_s(curves, nbytes * g, allreduce), half_time_s(curves, nbytes, allreduce)
+    scatter = half_time_s(curves, nbytes * g, allreduce)
+    return scatter, half_time_s(curves, nbytes, allreduce) if gather else 0.0
 
 
 def after_backward_s(
@@ -77,15 +80,16 @@ class GradCollectives:
     zero1_all_reduce: bool
     memo: dict[tuple[object, ...], Any]
     key: tuple[object, ...]
+    gather: bool = True
 
     def parts_s(self, nbytes: float) -> tuple[float, float]:
         """:func:`dp_parts_s` of ``nbytes`` parameter bytes, seconds."""
         key = ("parts", *self.key, self.sharding, nbytes, self.grad_factor, self.allreduce,
-               self.zero1_all_reduce)
+               self.zero1_all_reduce, self.gather)
         found = self.memo.get(key)
         if found is None:
             found = self.memo[key] = dp_parts_s(self.curves, self.sharding, nbytes, self.grad_factor,
-                                                self.allreduce, self.zero1_all_reduce)
+                                                self.allreduce, self.zero1_all_reduce, gather=self.gather)
         return found
 
     def total_s(self, nbytes: float) -> float:

@@ -8,7 +8,9 @@ For each stage with more than one replica, :func:`data_parallel_collectives` giv
   ``after_backward``, after the drain with ``end``, or one per gradient bucket with
   ``bucketed``, marked on the last backward as PyTorch DDP's buckets fill);
 * ``zero1`` and ``distributed``: the same, as reduce-scatters, then one all-gather of the updated
-  parameters after the optimizer step (``after_step``: reduce-scatter, step, all-gather);
+  parameters after the optimizer step (``after_step``: reduce-scatter, step, all-gather); with
+  ``Plan.overlap_param_gather`` instead the previous step's all-gathers per bucket from the
+  iteration's start, awaited by the first forwards (:mod:`pipesim.simulator.param_gather`);
 * ``zero2`` and ``zero3``: per unit and micro-batch (:class:`ZeroLowering`), and for ``zero2``
   the all-gather after the optimizer step.
 
@@ -21,9 +23,11 @@ ZeRO-1 stage all-reduces its gradients instead of reduce-scattering them with
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 from pipesim.plan import Plan
+from pipesim.profiles.costmodels.buckets import Bucket, bucket_layers
 from pipesim.profiles.costmodels.collective import AllReduceAlgorithm, AllReduceCurves, allreduce_curves
 from pipesim.profiles.costmodels.grad_dtype import grad_bytes_factor
 from pipesim.profiles.costmodels.nccl_protocol import link_classes
@@ -33,6 +37,7 @@ from pipesim.profiles.models.profile import ModelProfile
 from pipesim.schedules.pairs import unpaired
 from pipesim.schedules.placement import copy_of
 from pipesim.schedules.schedule import ScheduleStream
+from pipesim.simulator.param_gather import GatherWaits, param_gathers
 from pipesim.simulator.stage_costs import CostOptions, StageFacts
 from pipesim.simulator.tp_lowering import TpLowering
 from pipesim.simulator.zero_lowering import ZeroLowering
@@ -116,9 +121,11 @@ def data_parallel_collectives(
     cluster: Cluster,
     *,
     zero_prefetch: int,
-) -> tuple[list[Collective], Marks, ZeroLowering | None]:
+) -> tuple[list[Collective], Marks, ZeroLowering | None, GatherWaits]:
     """Every data-parallel collective of a program (module docstring), the bucket marks on the
-    stages' last backwards, and the ZeRO pass (``None`` without ZeRO-2/3).
+    stages' last backwards, the ZeRO pass (``None`` without ZeRO-2/3) and, with
+    ``Plan.overlap_param_gather``, the waits of the stages' first forwards for their parameter
+    all-gathers (:func:`~pipesim.simulator.param_gather.param_gathers`; empty otherwise).
 
     Args:
         plan: the plan.
@@ -148,6 +155,8 @@ def data_parallel_collectives(
     # dualpipe: stage s and its copy (same layers, other direction) sum their weight gradients:
     # one all-reduce among the devices of both copies, charged on stage s < S/2
     copies = {st.index: copy_of(stream.placement, st.index, len(stages)) for st in stages}
+    gathered: dict[int, list[Bucket]] = {}  # overlap_param_gather: stage -> its parameter buckets
+    gather_scale: dict[int, float] = {}
     for stage in stages:
         copy = copies[stage.index]
         if copy is not None and copy < stage.index:
@@ -163,9 +172,10 @@ def data_parallel_collectives(
         if tp is not None:  # TP shards
             whole = float(sum(profile.layers[i].parameter_bytes for i in stage.layers))
             scale = tp.parameter_bytes(stage.index) / whole if whole > 0 else 1.0
+        buckets = bucket_layers(profile, stage.layers, opts.bucket_bytes / grad if bucketed else math.inf)
         if bucketed:
             stage_marks = []
-            for k, (nbytes, fraction) in enumerate(_buckets(profile, stage.layers, opts.bucket_bytes / grad)):
+            for k, (_, nbytes, fraction) in enumerate(buckets):
                 nbytes *= scale * grad
                 index = len(collectives)
                 collectives.append(
@@ -207,11 +217,27 @@ def data_parallel_collectives(
                     shared_with=copy,
                 )
             )
-        if sharded and tp is not None:  # ZeRO-1, distributed optimizer: gather the updated shards
+        if sharded and plan.overlap_param_gather:  # the previous step's gathers, before the forwards
+            gathered[stage.index] = buckets
+            gather_scale[stage.index] = scale
+        elif sharded and tp is not None:  # ZeRO-1, distributed optimizer: gather the updated shards
             _post_step_gather(
                 collectives, stage, tp.parameter_bytes(stage.index), _name(plan.allreduce),
                 group=groups[stage.index],
             )
+    waits: GatherWaits = {}
+    if gathered:
+
+        def add_gather(s: int, bucket: int, nbytes: float, after: int | None) -> int:
+            index = len(collectives)
+            collectives.append(
+                Collective(index=index, stage=s, bucket=bucket, nbytes=nbytes, members=stages[s].devices,
+                           algorithm=_name(plan.allreduce), after=after, after_drain=False,
+                           kind=CollectiveKind.ALL_GATHER.value, posted=False, group=groups[s])
+            )
+            return index
+
+        waits = param_gathers(profile, stages, gathered, gather_scale, copies, add_gather)
     if zero is not None:
         algorithm = _name(plan.allreduce)
 
@@ -243,7 +269,7 @@ def data_parallel_collectives(
             else replace(c, algorithm=resolve(c.group or c.members, c.nbytes, c.algorithm))
             for c in collectives
         ]
-    return collectives, marks, zero
+    return collectives, marks, zero, waits
 
 
 class _HalfAlgorithms:
@@ -271,28 +297,6 @@ class _HalfAlgorithms:
                 link_class=self._cls.__getitem__,
             )
         return half_algorithm(curves, nbytes, algo).value
-
-
-def _buckets(profile: ModelProfile, layers: range, bucket_bytes: float) -> list[tuple[float, float]]:
-    """(bytes, fraction of the backward after which the bucket's gradients exist), in order.
-
-    The backward runs from the stage's last layer down; a bucket closes once it holds at least
-    ``bucket_bytes`` (PyTorch DDP's rule).
-    """
-    items = profile.layers
-    total_bwd = sum(items[i].bwd_time_s for i in layers)
-    buckets: list[tuple[float, float]] = []
-    size = 0.0
-    done = 0.0
-    for i in reversed(layers):
-        size += items[i].parameter_bytes
-        done += items[i].bwd_time_s
-        if size >= bucket_bytes:
-            buckets.append((size, done / total_bwd if total_bwd > 0 else 1.0))
-            size = 0.0
-    if size > 0 or not buckets:
-        buckets.append((size, 1.0))
-    return buckets
 
 
 def _name(value: object) -> str:

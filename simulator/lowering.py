@@ -137,7 +137,7 @@ def lower(
     )
     tp_pass = TpLowering(plan, profile, cluster, free_links=opts.free_links, stage_ranks=stream.stage_ranks)
     tp = tp_pass if tp_pass.active else None
-    collectives, marks, zero = data_parallel_collectives(
+    collectives, marks, zero, gather_waits = data_parallel_collectives(
         plan, profile, stages, stream, tp, opts, cluster, zero_prefetch=options.zero_prefetch
     )
     device_layers: dict[int, list[int]] = {}
@@ -177,4 +177,5 @@ def lower(
         tp=tp,
         zero=zero,
         updates=updates,
+        gather_waits=gather_waits,
     )

@@ -95,6 +95,7 @@ class Program:
         tp: TpLowering | None = None,
         zero: ZeroLowering | None = None,
         updates: Mapping[tuple[int, int], Update] | None = None,
+        gather_waits: Mapping[int, tuple[tuple[float, int], ...]] | None = None,
     ) -> None:
         self.plan = plan
         self.tp = tp
@@ -127,6 +128,8 @@ class Program:
         )
         self._routes: dict[tuple[int, int], tuple[int, ...]] = {}
         self._updates = dict(updates or {})
+        # stage -> its first forward's waits for the overlapped parameter all-gathers
+        self._gather_waits = dict(gather_waits or {})
 
     def update(self, rank: int, replica: int) -> Update | None:
         """The optimizer step of the device running ``replica`` of ``rank`` (``None``: off, or
@@ -135,8 +138,9 @@ class Program:
 
     @property
     def gated(self) -> bool:
-        """Whether some compute op waits for a collective (ZeRO-3's gathers)."""
-        return self.zero is not None and self.zero.gated
+        """Whether some compute op waits for a collective (ZeRO-3's gathers, the overlapped
+        parameter all-gathers of :mod:`pipesim.simulator.param_gather`)."""
+        return (self.zero is not None and self.zero.gated) or bool(self._gather_waits)
 
     def lowered_schedule(self) -> Schedule:
         """The stage-level lowered schedule (sends, receives, all-reduces), validated."""
@@ -174,6 +178,8 @@ class Program:
         no_sends: tuple[Send, ...] = ()
         no_recvs: tuple[Recv, ...] = ()
         zero = self.zero
+        gather_waits = self._gather_waits
+        gathered: set[int] = set()  # stages whose first forward has waited for its parameter gathers
         overlap = sched.fb_overlap
 
         def one(
@@ -197,6 +203,9 @@ class Program:
             if zero is not None and zero.per_unit(s):
                 fwd, bwd, rec = self._zero_times(s, mb, replica)
                 marks, waits = zero.events(name, s, mb, fwd, bwd, rec, self.stages[s].wgrad_fraction)
+            elif name == "F" and s in gather_waits and s not in gathered:  # the stage's first forward
+                waits = gather_waits[s]
+                gathered.add(s)
             compute = new(Compute, (name, s, mb, duration, alloc, free, marks, compute_step, waits, tp_comm))
             out = no_sends
             if send_op is not None:

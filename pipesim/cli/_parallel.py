@@ -21,11 +21,12 @@ __all__ = ["add_gradient_args", "add_parallel_args", "apply_parallel", "parallel
 
 
 def add_parallel_args(
-    p: argparse.ArgumentParser, *, overlap: bool = False, gradients: bool = False
+    p: argparse.ArgumentParser, *, overlap: bool = False, gradients: bool = False, param_gather: bool = False
 ) -> None:
     """Add ``--tp``, ``--sp``, ``--cp`` and ``--zero`` (and ``--tp-overlap`` with ``overlap``, for
     commands that run a given plan; ``--grad-reduce-dtype`` and ``--zero1-grad-collective`` with
-    ``gradients``)."""
+    ``gradients``; ``--overlap-param-gather`` with ``param_gather``, for commands that run a given
+    plan through :func:`apply_parallel`)."""
     p.add_argument(
         "--tp",
         type=positive_int,
@@ -55,6 +56,15 @@ def add_parallel_args(
     )
     if gradients:
         add_gradient_args(p)
+    if param_gather:
+        p.add_argument(
+            "--overlap-param-gather",
+            action="store_const",
+            const=True,
+            default=None,
+            help="the distributed optimizer's parameter all-gather per bucket overlapped with the next "
+            "forward (Megatron-LM's --overlap-param-gather; needs --zero distributed; docs/parallelism.md)",
+        )
     if overlap:
         p.add_argument(
             "--tp-overlap",
@@ -114,13 +124,22 @@ def pins_of(args: argparse.Namespace) -> MegatronPins | None:
 
 def apply_parallel(plan: Plan, args: argparse.Namespace) -> Plan:
     """``plan`` with every stage's tensor, sequence and context parallelism and sharding, and the
-    plan's gradient reduction dtype and ZeRO-1 gradient collective, set as the options say
+    plan's gradient reduction dtype, ZeRO-1 gradient collective and ``overlap_param_gather``, set
+    as the options say
     (options not given leave the plan's values). A stage whose tensor- or
     context-parallel degree changes is placed anew (its device list dropped).
 
     Raises:
-        InputError: a combination a stage refuses (``--sp`` without ``--tp`` > 1).
+        InputError: a combination a stage refuses (``--sp`` without ``--tp`` > 1), or
+            ``--overlap-param-gather`` without the distributed optimizer on every stage.
     """
+    plan = _apply_parallel(plan, args)
+    if getattr(args, "overlap_param_gather", None):
+        plan = replace(plan, overlap_param_gather=True, estimate=None)
+    return plan
+
+
+def _apply_parallel(plan: Plan, args: argparse.Namespace) -> Plan:
     tp_overlap = getattr(args, "tp_overlap", None)
     grad_dtype = getattr(args, "grad_reduce_dtype", None)
     collective = getattr(args, "zero1_grad_collective", None)
@@ -171,4 +190,6 @@ def parallel_text(plan: Plan) -> str:
         parts.append(f"{plan.grad_reduce_dtype} gradients")
     if plan.zero1_grad_collective.value != "reduce-scatter" and "zero1" in shardings:
         parts.append(f"ZeRO-1 gradient {plan.zero1_grad_collective.value}")
+    if plan.overlap_param_gather:
+        parts.append("parameter all-gather overlapped")
     return "".join(", " + p for p in parts)

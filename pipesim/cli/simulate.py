@@ -85,7 +85,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         help="schedule name (default dapple; see `pipesim schedule list`), or a file with the order "
         "(FILE.csv as torch's _dump_csv writes it, FILE.json, or one rank per line)",
     )
-    add_parallel_args(p, overlap=True, gradients=True)
+    add_parallel_args(p, overlap=True, gradients=True, param_gather=True)
     add_fb_overlap_arg(p, note="; also an order file's overlapped pairs")
     p.add_argument(
         "--chunks",

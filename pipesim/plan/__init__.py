@@ -217,12 +217,19 @@ class Plan:
             per-unit calls) or ``deepspeed-2021`` (DeepSpeed's per-tensor calls with a list of
             one tensor per rank, on a synchronized device), a
             :class:`~pipesim.profiles.costmodels.zero3_runtime.Zero3Runtime` or its name.
+        overlap_param_gather: Megatron-LM's ``--overlap-param-gather`` (default ``False``, its
+            default): the distributed optimizer's parameter all-gather runs per bucket ahead of
+            the next iteration's forward instead of after the optimizer step. In one simulated
+            (steady-state) iteration the previous step's gathers run from its start and each
+            stage's first forward waits for its buckets (:mod:`pipesim.simulator.param_gather`,
+            docs/parallelism.md). Needs every stage's ``sharding = distributed``.
         estimate: the planner's prediction, if the plan came from a planner.
         planner: the name of the planner that made the plan, if any.
 
     Raises:
         InputError: no stages, stages that are not contiguous from layer 0, a bad batch or
-            micro-batch count, a device on two stages, or micro-batch sizes that do not add up.
+            micro-batch count, a device on two stages, micro-batch sizes that do not add up, or
+            ``overlap_param_gather`` without the distributed optimizer on every stage.
         UnknownNameError: an unknown schedule, optimizer, recompute mode, all-reduce algorithm
             or ZeRO-1 gradient collective (the message lists the valid names).
     """
@@ -242,6 +249,7 @@ class Plan:
     grad_reduce_dtype: str | None = None
     zero1_grad_collective: GradCollective = GradCollective.REDUCE_SCATTER
     zero3_runtime: Zero3Runtime = Zero3Runtime.FSDP
+    overlap_param_gather: bool = False
 
     def __init__(
         self,
@@ -261,6 +269,7 @@ class Plan:
         grad_reduce_dtype: str | None = None,
         zero1_grad_collective: GradCollective | str = GradCollective.REDUCE_SCATTER,
         zero3_runtime: Zero3Runtime | str = Zero3Runtime.FSDP,
+        overlap_param_gather: bool = False,
     ) -> None:
         # Written out (not generated) so that names are accepted for the enum fields: the
         # attributes hold the enums, converted by __post_init__.
@@ -280,6 +289,7 @@ class Plan:
             "grad_reduce_dtype": grad_reduce_dtype,
             "zero1_grad_collective": zero1_grad_collective,
             "zero3_runtime": zero3_runtime,
+            "overlap_param_gather": overlap_param_gather,
         }
         for name, value in values.items():
             object.__setattr__(self, name, value)
@@ -362,6 +372,7 @@ class Plan:
                     list(self.microbatch_sizes),
                     f"must sum to the global batch size ({self.global_batch_size})",
                 )
+        self._check_param_gather()
         self._check_chunk_placement()
         placed: dict[int, int] = {}
         for rank, stage in enumerate(self.stages[: self.num_ranks]):
@@ -374,6 +385,18 @@ class Plan:
                         f"device {device} is already used by stage {placed[device]}",
                     )
                 placed[device] = rank
+
+    def _check_param_gather(self) -> None:
+        if not isinstance(self.overlap_param_gather, bool):
+            raise invalid("overlap_param_gather", self.overlap_param_gather, "must be true or false")
+        if self.overlap_param_gather:
+            other = sorted({s.sharding.value for s in self.stages} - {Sharding.DISTRIBUTED.value})
+            if other:
+                raise invalid(
+                    "overlap_param_gather", True,
+                    "needs Megatron-LM's distributed optimizer: every stage's sharding must be "
+                    f"'distributed' (found {', '.join(other)})",
+                )
 
     def _check_chunk_placement(self) -> None:
         placement = placement_of(self.schedule)
