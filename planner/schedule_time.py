@@ -41,6 +41,7 @@ from fractions import Fraction
 from typing import Any
 
 from pipesim.schedules import evaluate, pair_time
+from pipesim.schedules.action import Op
 from pipesim.schedules.placement import stage_ranks
 from pipesim.schedules.registry import make_schedule, schedule_info
 from pipesim.schedules.schedule import Schedule
@@ -64,11 +65,15 @@ extrapolated from two evaluations of at most this many."""
 class OrderTime:
     """An order's makespan, when each rank ends its last action and when each stage ends its last
     one (its last backward or weight gradient: when its gradients are complete), seconds from
-    the start."""
+    the start; per rank when its first gradient-producing action (``B``, or ``W`` where the
+    order splits the backward) starts, seconds, and its stage (ZeRO-2's reduce stream starts
+    there: :func:`~pipesim.planner.zero_ops.paced_tail_s`)."""
 
     makespan_s: Time
     rank_end_s: tuple[Time, ...]
     stage_end_s: tuple[Time, ...] = ()
+    first_grad_start_s: tuple[Time, ...] = ()
+    first_grad_stage: tuple[int, ...] = ()
 
 
 def valid_microbatches(schedule: str, num_ranks: int, num_microbatches: int, chunks: int) -> bool:
@@ -121,11 +126,18 @@ def _evaluate(
     )
     ends = tuple(max(row, default=0) for row in timeline.ends)
     stage_end: list[Time] = [0] * len(fwd)
-    for row, row_ends in zip(order.ranks, timeline.ends, strict=True):
+    first_start: list[Time] = []
+    first_stage: list[int] = []
+    for row, row_ends, row_starts in zip(order.ranks, timeline.ends, timeline.starts, strict=True):
+        grad = Op.W if any(a.op is Op.W for a in row) else Op.B
+        first = next((i for i, a in enumerate(row) if a.op is grad), None)
+        first_start.append(row_starts[first] if first is not None else 0)
+        first_stage.append(row[first].stage if first is not None else 0)
         for action, end in zip(row, row_ends, strict=True):
             if end > stage_end[action.stage]:
                 stage_end[action.stage] = end
-    return OrderTime(makespan_s=timeline.makespan, rank_end_s=ends, stage_end_s=tuple(stage_end))
+    return OrderTime(makespan_s=timeline.makespan, rank_end_s=ends, stage_end_s=tuple(stage_end),
+                     first_grad_start_s=tuple(first_start), first_grad_stage=tuple(first_stage))
 
 
 def _window(schedule: str, p: int, chunks: int) -> tuple[bool, int, int]:
@@ -227,6 +239,9 @@ def order_time_s(
         makespan_s=t2.makespan_s + steps * growth,
         rank_end_s=tuple(b + steps * (b - a) for a, b in zip(t1.rank_end_s, t2.rank_end_s, strict=True)),
         stage_end_s=tuple(b + steps * (b - a) for a, b in zip(t1.stage_end_s, t2.stage_end_s, strict=True)),
+        first_grad_start_s=tuple(b + steps * (b - a) for a, b in zip(
+            t1.first_grad_start_s, t2.first_grad_start_s, strict=True)),
+        first_grad_stage=t2.first_grad_stage,
     )
 
 

@@ -85,7 +85,7 @@ from pipesim.planner.nic_sharing import (
 from pipesim.planner.schedule_time import order_time_s
 from pipesim.planner.three_d_costs import ThreeDCosts
 from pipesim.planner.three_d_times import stage_op_times
-from pipesim.planner.zero_ops import ZeroOp, ZeroOps, zero_split_ops, zero_unit_ops
+from pipesim.planner.zero_ops import ZeroOp, ZeroOps, zero2_stream_tail_s, zero_split_ops, zero_unit_ops
 from pipesim.profiles.costmodels.collective import AllReduceCurves
 from pipesim.profiles.costmodels.context_parallel import check_context_parallel
 from pipesim.profiles.costmodels.memory import Recompute
@@ -507,6 +507,7 @@ def prepare_config(
         fwd, inp, wgrad, held = list(f_stage), list(i_stage), list(w_stage), [0.0] * p
         head = 0.0  # ZeRO-3: the first forward's unhidden gathers
         tails = [0.0] * p  # ZeRO-2/3: each rank's last backward's reduce tail
+        stage_tails = [0.0] * (p * v)
         memo = _ZERO_OPS.setdefault(model, {})
         for r, k, unit, f_plain, b_plain, w_plain in units:
             # chunks of the same layers cost the same (zero_unit_ops reads them by their signature)
@@ -524,7 +525,9 @@ def prepare_config(
                 tails[r] = ops.last_tail_s
             if k == 0:
                 head = ops.first_extra_s
-        if units and dp_curves is not None:  # every backward reduce-scatters its gradients on one stream
+            stage_tails[k] = ops.last_tail_s
+        stream = bool(units) and sh is Sharding.ZERO2  # its reduce stream may pace the end (paced_tail_s)
+        if units and dp_curves is not None and sh is Sharding.ZERO3:  # the stream slows the gathers
             for r in range(p):
                 scatter = sum(half_time_s(dp_curves, model.params(*chunks[k], t) * g, allreduce)
                               for k in stages_of[r])
@@ -539,25 +542,33 @@ def prepare_config(
         fr, br = per_rank(fwd), per_rank(bwd)
         tf, tb = max(fr), max(br)
 
+        equal = len(set(fwd)) == 1 and len(set(bwd)) == 1 and not split
+        closed = (p == 1 or (equal and hop == 0.0)) and not stream  # ZeRO-2's stream reads the order
+        order = None if closed else order_time_s(
+            schedule, num_ranks=p, num_microbatches=m, chunks=v, fwd_s=fwd, bwd_s=bwd, wgrad_s=wgrad,
+            send_fwd_s=[hop] * (p * v - 1), send_bwd_s=[hop] * (p * v - 1),
+            send_latency_s=[hop_latency] * (p * v - 1))
+
         def zero_after_s(rank: int) -> float:
-            """ZeRO-2/3: what rank ``rank``'s last backward's reduce-scatters take beyond it, and
+            """ZeRO-2/3: what rank ``rank``'s reduce-scatters take beyond its last backward, and
             ZeRO-2's gather after the update (ZeRO-3's first gathers delay every rank), s."""
             if sh is Sharding.ZERO3:
                 return head + tails[rank]
             nbytes = sum(model.params(*chunks[k], t) for k in stages_of[rank])
-            return tails[rank] + half_time_s(dp_curves, nbytes, allreduce)  # type: ignore[arg-type]
+            assert order is not None
+            assert dp_curves is not None
+            meet = model.dp_sharers(placed.dp_group, tuple(f[0] for f in placed.firsts), p, d * t * c, t)
+            tail = zero2_stream_tail_s(model, order, rank, stages_of[rank], chunks, t, g, allreduce,
+                                       dp_curves, wgrad if split else inp, stage_tails, tails[rank], m,
+                                       [stages_of[q] for q in meet[rank]])
+            return tail + half_time_s(dp_curves, nbytes, allreduce)
 
         after0 = rank0_after_s(tb, zero_after_s(0) if units else 0.0)
         tied_after = tied_s + max(0.0, tied_step - step_s(0)) if tied_s else 0.0
-        equal = len(set(fwd)) == 1 and len(set(bwd)) == 1 and not split
-        if p == 1 or (equal and hop == 0.0):  # the closed form, exact here
+        if order is None:  # the closed form, exact here
             time_s = (m + (p - 1) / v) * (tf + tb) + after0 + tied_after
         else:  # the order's makespan; each rank's collectives and update after its last action
-            ends = order_time_s(
-                schedule, num_ranks=p, num_microbatches=m, chunks=v, fwd_s=fwd, bwd_s=bwd, wgrad_s=wgrad,
-                send_fwd_s=[hop] * (p * v - 1), send_bwd_s=[hop] * (p * v - 1),
-                send_latency_s=[hop_latency] * (p * v - 1),
-            ).rank_end_s
+            ends = order.rank_end_s
             time_s = float(ends[0]) + after0  # rank 0's, with what later ranks' collectives delay
             if tied_s:  # the tied pairs' all-reduce: once every rank has drained and rank 0 reduced
                 time_s = max(time_s - step_s(0), float(max(ends))) + step_s(0) + tied_after

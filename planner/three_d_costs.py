@@ -23,7 +23,7 @@ from pipesim.profiles.costmodels.context_parallel import (
     ring_hop,
     stage_cp_times,
 )
-from pipesim.profiles.costmodels.dp_rings import link_loads, rank_groups
+from pipesim.profiles.costmodels.dp_rings import link_loads, rank_groups, ring_links
 from pipesim.profiles.costmodels.memory import Recompute, StageActivations, layer_recompute_times_s
 from pipesim.profiles.costmodels.nccl_protocol import link_classes
 from pipesim.profiles.costmodels.sharding import zero_units
@@ -76,6 +76,8 @@ class ThreeDCosts:
         # by members, servers, ranks
         self._curves: dict[tuple[tuple[int, ...], bool, int], AllReduceCurves] = {}
         self._ranks_share: dict[tuple[tuple[int, ...], int], bool] = {}
+        self._dp_sharers: dict[tuple[tuple[int, ...], tuple[int, ...], int, int, int],
+                               tuple[tuple[int, ...], ...]] = {}
         self._times: dict[tuple[tuple[int, ...], int, int, bool, bool, int, int, int], TpStageTimes] = {}
         self._acts: dict[tuple[tuple[int, ...], int, int, bool, Recompute], StageActivations] = {}
         self._params: dict[tuple[tuple[int, ...], int], float] = {}
@@ -157,6 +159,26 @@ class ThreeDCosts:
             c = self.cluster
             found = self._ranks_share[key] = (
                 ranks > 1 and link_loads(rank_groups(members, ranks), c.route, c.server_of) is not None)
+        return found
+
+    def dp_sharers(
+        self, dp_group: tuple[int, ...], firsts: tuple[int, ...], p: int, width: int, ranks: int
+    ) -> tuple[tuple[int, ...], ...]:
+        """Per pipeline rank the other ranks whose data-parallel rings (each with its ``ranks``
+        TP ranks' rings, :func:`~pipesim.profiles.costmodels.dp_rings.rank_groups`) cross a link
+        of its own (:func:`~pipesim.profiles.costmodels.dp_rings.ring_links`: a server's NIC that
+        several GPUs share). Rank ``r``'s group is rank 0's ``dp_group`` shifted by the rank's
+        first device ``firsts[r]`` (none given: automatic placement's, ``r width``). Cached."""
+        key = (dp_group, firsts, p, width, ranks)
+        found = self._dp_sharers.get(key)
+        if found is None:
+            c = self.cluster
+            shifts = [f - firsts[0] for f in firsts] if firsts else [r * width for r in range(p)]
+            links = [set().union(*(ring_links(g, c.route, c.server_of)
+                                   for g in rank_groups(tuple(x + s for x in dp_group), ranks)))
+                     for s in shifts]
+            found = self._dp_sharers[key] = tuple(
+                tuple(q for q in range(p) if q != r and links[r] & links[q]) for r in range(p))
         return found
 
     def ring(self, groups: Sequence[tuple[int, ...]]) -> int:
