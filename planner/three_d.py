@@ -80,6 +80,7 @@ from pipesim.planner.nic_sharing import (
     RingSharers,
     last_backward_delay_s,
     ring_sharers,
+    shared_ends_s,
     shares_ring_link,
 )
 from pipesim.planner.schedule_time import order_time_s
@@ -382,6 +383,9 @@ def prepare_config(
     # each TP rank's group reduces its shard at once: where their rings share links (fewer NICs
     # than GPUs per server) each gets its share of them (ThreeDCosts.curves ``ranks``)
     dp_curves = model.curves(placed.dp_group, servers=True, ranks=t) if d * c > 1 else None
+    # per rank the other ranks whose data-parallel rings cross a link of its own (one NIC per server)
+    leads = tuple(f[0] for f in placed.firsts)  # per rank its first device (none: automatic placement)
+    meet = model.dp_sharers(placed.dp_group, leads, p, d * t * c, t) if d * c > 1 else ((),) * p
     dp_servers = 1  # the servers the DP group spans: DeepSpeed's (2021) per-call ring latency
     if per_unit and sh is Sharding.ZERO3 and zero3_runtime is Zero3Runtime.DEEPSPEED_2021:
         dp_servers = len({cluster.server_of(x) for x in placed.dp_group})
@@ -543,7 +547,8 @@ def prepare_config(
         tf, tb = max(fr), max(br)
 
         equal = len(set(fwd)) == 1 and len(set(bwd)) == 1 and not split
-        closed = (p == 1 or (equal and hop == 0.0)) and not stream  # ZeRO-2's stream reads the order
+        drain = not units and dp_curves is not None and any(meet)  # ranks' collectives on one NIC
+        closed = (p == 1 or (equal and hop == 0.0)) and not stream and not drain  # (both read the order)
         order = None if closed else order_time_s(
             schedule, num_ranks=p, num_microbatches=m, chunks=v, fwd_s=fwd, bwd_s=bwd, wgrad_s=wgrad,
             send_fwd_s=[hop] * (p * v - 1), send_bwd_s=[hop] * (p * v - 1),
@@ -557,13 +562,19 @@ def prepare_config(
             nbytes = sum(model.params(*chunks[k], t) for k in stages_of[rank])
             assert order is not None
             assert dp_curves is not None
-            meet = model.dp_sharers(placed.dp_group, tuple(f[0] for f in placed.firsts), p, d * t * c, t)
             tail = zero2_stream_tail_s(model, order, rank, stages_of[rank], chunks, t, g, allreduce,
                                        dp_curves, wgrad if split else inp, stage_tails, tails[rank], m,
                                        [stages_of[q] for q in meet[rank]])
             return tail + half_time_s(dp_curves, nbytes, allreduce)
 
-        after0 = rank0_after_s(tb, zero_after_s(0) if units else 0.0)
+        shared = [0.0] * p  # per rank the delay of its gradient collectives by other ranks' on its links
+        if drain and order is not None:
+            for r in range(p):
+                group = (r, *meet[r])
+                ends_s = shared_ends_s([float(order.rank_end_s[q]) for q in group],
+                                       [after_backward_s(q) for q in group])
+                shared[r] = ends_s[0] - float(order.rank_end_s[r]) - after_backward_s(r)
+        after0 = rank0_after_s(tb, zero_after_s(0) if units else 0.0) + shared[0]
         tied_after = tied_s + max(0.0, tied_step - step_s(0)) if tied_s else 0.0
         if order is None:  # the closed form, exact here
             time_s = (m + (p - 1) / v) * (tf + tb) + after0 + tied_after
@@ -573,7 +584,7 @@ def prepare_config(
             if tied_s:  # the tied pairs' all-reduce: once every rank has drained and rank 0 reduced
                 time_s = max(time_s - step_s(0), float(max(ends))) + step_s(0) + tied_after
             for r in range(1, p):
-                later = zero_after_s(r) if units else after_backward_s(r)
+                later = zero_after_s(r) if units else after_backward_s(r) + shared[r]
                 time_s = max(time_s, float(ends[r]) + later + step_s(r))
         time_s += shared_extra_s(fr, br)
         return Estimate(

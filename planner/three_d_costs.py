@@ -41,7 +41,7 @@ from pipesim.profiles.hardware.cluster import Cluster
 from pipesim.profiles.models.profile import DTYPE_BYTES, ModelProfile
 from pipesim.profiles.models.shape import LayerKind
 
-__all__ = ["ThreeDCosts"]
+__all__ = ["ThreeDCosts", "dp_groups"]
 
 
 class ThreeDCosts:
@@ -73,8 +73,9 @@ class ThreeDCosts:
         self._lat = cluster.links.latencies_s()
         self._cls = link_classes(cluster.links)
         self.compute = tp_compute_model(profile, cluster.device)
-        # by members, servers, ranks
-        self._curves: dict[tuple[tuple[int, ...], bool, int], AllReduceCurves] = {}
+        # by members, servers, ranks, the groups beside them
+        self._curves: dict[tuple[tuple[int, ...], bool, int, tuple[tuple[int, ...], ...]],
+                           AllReduceCurves] = {}
         self._ranks_share: dict[tuple[tuple[int, ...], int], bool] = {}
         self._dp_sharers: dict[tuple[tuple[int, ...], tuple[int, ...], int, int, int],
                                tuple[tuple[int, ...], ...]] = {}
@@ -121,7 +122,10 @@ class ThreeDCosts:
     def num_blocks(self) -> int:
         return self.last_block - self.first_block + 1
 
-    def curves(self, members: tuple[int, ...], *, servers: bool = False, ranks: int = 1) -> AllReduceCurves:
+    def curves(
+        self, members: tuple[int, ...], *, servers: bool = False, ranks: int = 1,
+        also: tuple[tuple[int, ...], ...] = (),
+    ) -> AllReduceCurves:
         """The all-reduce curves of group ``members`` (in ring order) on the cluster's routes, with
         NCCL's link classes; ``servers``: hierarchical over the servers (data-parallel groups),
         else one flat ring (TP groups). ``ranks``: the TP ranks whose groups (``members``
@@ -130,14 +134,17 @@ class ThreeDCosts:
         share links (:func:`~pipesim.profiles.costmodels.dp_rings.link_loads`: fewer NICs than
         GPUs per server) each link's bandwidth is divided by the rings on it, each ring's
         max-min share when all run together, as the simulator runs them; unchanged where every
-        rank's ring has links of its own. Cached per (members, servers, ranks): a TP and a
-        data-parallel group of the same devices get their own curves."""
-        key = (members, servers, ranks)
+        rank's ring has links of its own. ``also``: other groups (other pipeline ranks'
+        data-parallel groups, their first TP rank's) whose ``ranks`` rings run at the same time
+        on the links they share with these. Cached per (members, servers, ranks, also): a TP and
+        a data-parallel group of the same devices get their own curves."""
+        key = (members, servers, ranks, also)
         found = self._curves.get(key)
         if found is None:
             c = self.cluster
             bandwidth: Callable[[int], float] = self._bw.__getitem__
-            loads = link_loads(rank_groups(members, ranks), c.route, c.server_of) if ranks > 1 else None
+            groups = [g for x in (members, *also) for g in rank_groups(x, ranks)]
+            loads = link_loads(groups, c.route, c.server_of) if len(groups) > 1 else None
             if loads is not None:
                 bw = self._bw
 
@@ -173,10 +180,8 @@ class ThreeDCosts:
         found = self._dp_sharers.get(key)
         if found is None:
             c = self.cluster
-            shifts = [f - firsts[0] for f in firsts] if firsts else [r * width for r in range(p)]
-            links = [set().union(*(ring_links(g, c.route, c.server_of)
-                                   for g in rank_groups(tuple(x + s for x in dp_group), ranks)))
-                     for s in shifts]
+            links = [set().union(*(ring_links(g, c.route, c.server_of) for g in rank_groups(group, ranks)))
+                     for group in dp_groups(dp_group, firsts, p, width)]
             found = self._dp_sharers[key] = tuple(
                 tuple(q for q in range(p) if q != r and links[r] & links[q]) for r in range(p))
         return found
@@ -414,3 +419,12 @@ def _layer_classes(profile: ModelProfile) -> list[int] | None:
         )
         out.append(seen.setdefault((replace(layer, name="layer"), points), i))
     return out
+
+
+def dp_groups(
+    dp_group: tuple[int, ...], firsts: tuple[int, ...], p: int, width: int
+) -> list[tuple[int, ...]]:
+    """Per pipeline rank its data-parallel group: rank 0's ``dp_group`` shifted by the rank's
+    first device ``firsts[r]`` (none given: automatic placement's, ``r width``)."""
+    shifts = [f - firsts[0] for f in firsts] if firsts else [r * width for r in range(p)]
+    return [tuple(x + s for x in dp_group) for s in shifts]
