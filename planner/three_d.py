@@ -84,7 +84,7 @@ from pipesim.planner.nic_sharing import (
     shares_ring_link,
 )
 from pipesim.planner.schedule_time import order_time_s
-from pipesim.planner.three_d_costs import ThreeDCosts
+from pipesim.planner.three_d_costs import ThreeDCosts, dp_groups, fair_share
 from pipesim.planner.three_d_times import stage_op_times
 from pipesim.planner.zero_ops import ZeroOp, ZeroOps, zero2_stream_tail_s, zero_split_ops, zero_unit_ops
 from pipesim.profiles.costmodels.collective import AllReduceCurves
@@ -386,6 +386,11 @@ def prepare_config(
     # per rank the other ranks whose data-parallel rings cross a link of its own (one NIC per server)
     leads = tuple(f[0] for f in placed.firsts)  # per rank its first device (none: automatic placement)
     meet = model.dp_sharers(placed.dp_group, leads, p, d * t * c, t) if d * c > 1 else ((),) * p
+    rank_curves = [dp_curves] * p  # ZeRO-3: the ranks' collectives run throughout, on the links they share
+    if per_unit and sh is Sharding.ZERO3 and any(meet):
+        groups = dp_groups(placed.dp_group, leads, p, d * t * c)
+        rank_curves = [model.curves(groups[r], servers=True, ranks=t, also=tuple(groups[q] for q in meet[r]),
+                                    share=fair_share(rank_params, r, meet[r])) for r in range(p)]
     dp_servers = 1  # the servers the DP group spans: DeepSpeed's (2021) per-call ring latency
     if per_unit and sh is Sharding.ZERO3 and zero3_runtime is Zero3Runtime.DEEPSPEED_2021:
         dp_servers = len({cluster.server_of(x) for x in placed.dp_group})
@@ -515,13 +520,13 @@ def prepare_config(
         memo = _ZERO_OPS.setdefault(model, {})
         for r, k, unit, f_plain, b_plain, w_plain in units:
             # chunks of the same layers cost the same (zero_unit_ops reads them by their signature)
-            memo_key = (model.sig(unit.first, unit.last), replace(unit, first=0, last=0), placed.dp_group,
+            memo_key = (model.sig(unit.first, unit.last), replace(unit, first=0, last=0), rank_curves[r],
                         split)
             ops = memo.get(memo_key)
             if ops is None and split:  # F, I (bwd_s) and W's reduce-scatters
-                ops = memo[memo_key] = zero_split_ops(model, unit, dp_curves, w_plain)  # type: ignore[arg-type]
+                ops = memo[memo_key] = zero_split_ops(model, unit, rank_curves[r], w_plain)  # type: ignore[arg-type]
             elif ops is None:
-                ops = memo[memo_key] = zero_unit_ops(model, unit, dp_curves)  # type: ignore[arg-type]
+                ops = memo[memo_key] = zero_unit_ops(model, unit, rank_curves[r])  # type: ignore[arg-type]
             fwd[k] += ops.fwd_s - f_plain
             inp[k] += ops.bwd_s - b_plain
             held[r] = max(held[r], ops.held_bytes)
@@ -533,7 +538,8 @@ def prepare_config(
         stream = bool(units) and sh is Sharding.ZERO2  # its reduce stream may pace the end (paced_tail_s)
         if units and dp_curves is not None and sh is Sharding.ZERO3:  # the stream slows the gathers
             for r in range(p):
-                scatter = sum(half_time_s(dp_curves, model.params(*chunks[k], t) * g, allreduce)
+                on = rank_curves[r] or dp_curves
+                scatter = sum(half_time_s(on, model.params(*chunks[k], t) * g, allreduce)
                               for k in stages_of[r])
                 busy = sum(inp[k] + wgrad[k] for k in stages_of[r])
                 if scatter > busy:  # the stream paces the backwards: each stretched alike

@@ -41,7 +41,7 @@ from pipesim.profiles.hardware.cluster import Cluster
 from pipesim.profiles.models.profile import DTYPE_BYTES, ModelProfile
 from pipesim.profiles.models.shape import LayerKind
 
-__all__ = ["ThreeDCosts", "dp_groups"]
+__all__ = ["ThreeDCosts", "dp_groups", "fair_share"]
 
 
 class ThreeDCosts:
@@ -74,7 +74,7 @@ class ThreeDCosts:
         self._cls = link_classes(cluster.links)
         self.compute = tp_compute_model(profile, cluster.device)
         # by members, servers, ranks, the groups beside them
-        self._curves: dict[tuple[tuple[int, ...], bool, int, tuple[tuple[int, ...], ...]],
+        self._curves: dict[tuple[tuple[int, ...], bool, int, tuple[tuple[int, ...], ...], float],
                            AllReduceCurves] = {}
         self._ranks_share: dict[tuple[tuple[int, ...], int], bool] = {}
         self._dp_sharers: dict[tuple[tuple[int, ...], tuple[int, ...], int, int, int],
@@ -124,7 +124,7 @@ class ThreeDCosts:
 
     def curves(
         self, members: tuple[int, ...], *, servers: bool = False, ranks: int = 1,
-        also: tuple[tuple[int, ...], ...] = (),
+        also: tuple[tuple[int, ...], ...] = (), share: float = 1.0,
     ) -> AllReduceCurves:
         """The all-reduce curves of group ``members`` (in ring order) on the cluster's routes, with
         NCCL's link classes; ``servers``: hierarchical over the servers (data-parallel groups),
@@ -135,21 +135,24 @@ class ThreeDCosts:
         GPUs per server) each link's bandwidth is divided by the rings on it, each ring's
         max-min share when all run together, as the simulator runs them; unchanged where every
         rank's ring has links of its own. ``also``: other groups (other pipeline ranks'
-        data-parallel groups, their first TP rank's) whose ``ranks`` rings run at the same time
-        on the links they share with these. Cached per (members, servers, ranks, also): a TP and
-        a data-parallel group of the same devices get their own curves."""
-        key = (members, servers, ranks, also)
+        data-parallel groups, their first TP rank's) whose rings cross some of the same links;
+        on those links these rings get ``share`` of the bandwidth between them. Cached per
+        (members, servers, ranks, also, share): a TP and a data-parallel group of the same
+        devices get their own curves."""
+        key = (members, servers, ranks, also, share)
         found = self._curves.get(key)
         if found is None:
             c = self.cluster
             bandwidth: Callable[[int], float] = self._bw.__getitem__
-            groups = [g for x in (members, *also) for g in rank_groups(x, ranks)]
-            loads = link_loads(groups, c.route, c.server_of) if len(groups) > 1 else None
-            if loads is not None:
-                bw = self._bw
+            loads = link_loads(rank_groups(members, ranks), c.route, c.server_of) if ranks > 1 else None
+            met: set[int] = set()
+            for group in (g for x in also for g in rank_groups(x, ranks)):
+                met |= ring_links(group, c.route, c.server_of)
+            if loads is not None or met:
+                bw, own = self._bw, loads or {}
 
                 def bandwidth(link: int) -> float:
-                    return bw[link] / loads.get(link, 1)
+                    return bw[link] / own.get(link, 1) * (share if link in met else 1.0)
 
             found = self._curves[key] = allreduce_curves(
                 members, c.route, bandwidth, self._lat.__getitem__,
@@ -428,3 +431,14 @@ def dp_groups(
     first device ``firsts[r]`` (none given: automatic placement's, ``r width``)."""
     shifts = [f - firsts[0] for f in firsts] if firsts else [r * width for r in range(p)]
     return [tuple(x + s for x in dp_group) for s in shifts]
+
+
+def fair_share(work: Sequence[float], rank: int, others: Sequence[int]) -> float:
+    """The share of a link rank ``rank``'s flows get while they run throughout beside the flows
+    of ranks ``others`` on it, each carrying its ``work`` (any unit) per period: max-min sharing
+    (processor sharing) ends the rank's ``a`` after ``a + sum(min(a, b))`` for the others' ``b``
+    (the link carries all of a shorter other's, and as much of a longer one's as its own)."""
+    own = work[rank]
+    if own <= 0 or not others:
+        return 1.0
+    return own / (own + sum(min(own, work[q]) for q in others))
