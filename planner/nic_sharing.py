@@ -35,6 +35,7 @@ __all__ = [
     "RingSharers",
     "concurrent_delay_s",
     "dp_left_s",
+    "fair_share",
     "last_backward_delay_s",
     "ring_sharers",
     "send_terms",
@@ -215,6 +216,17 @@ def concurrent_delay_s(wire_s: float, others_s: Sequence[Sequence[float]]) -> fl
     link, seconds."""
     wire = max(0.0, wire_s)
     return max((min(wire, sum(x)) for x in others_s), default=0.0)
+
+
+def fair_share(work: Sequence[float], rank: int, others: Sequence[int]) -> float:
+    """The share of a link rank ``rank``'s flows get while they run throughout beside the flows
+    of ranks ``others`` on it, each carrying its ``work`` (any unit) per period: max-min sharing
+    (processor sharing) ends the rank's ``a`` after ``a + sum(min(a, b))`` for the others' ``b``
+    (the link carries all of a shorter other's, and as much of a longer one's as its own)."""
+    own = work[rank]
+    if own <= 0 or not others:
+        return 1.0
+    return own / (own + sum(min(own, work[q]) for q in others))
 
 
 def shared_ends_s(starts_s: Sequence[float], works_s: Sequence[float]) -> list[float]:

@@ -78,15 +78,16 @@ from pipesim.plan import Estimate, Plan
 from pipesim.planner.memory_estimate import activation_peak_bytes
 from pipesim.planner.nic_sharing import (
     RingSharers,
+    fair_share,
     last_backward_delay_s,
     ring_sharers,
     shared_ends_s,
     shares_ring_link,
 )
 from pipesim.planner.schedule_time import order_time_s
-from pipesim.planner.three_d_costs import ThreeDCosts, dp_groups, fair_share
+from pipesim.planner.three_d_costs import ThreeDCosts, dp_groups
 from pipesim.planner.three_d_times import stage_op_times
-from pipesim.planner.zero_ops import ZeroOp, ZeroOps, zero2_stream_tail_s, zero_split_ops, zero_unit_ops
+from pipesim.planner.zero_ops import ZeroOp, ZeroOps, zero2_reduce_s, zero_split_ops, zero_unit_ops
 from pipesim.profiles.costmodels.collective import AllReduceCurves
 from pipesim.profiles.costmodels.context_parallel import check_context_parallel
 from pipesim.profiles.costmodels.memory import Recompute
@@ -535,7 +536,7 @@ def prepare_config(
             if k == 0:
                 head = ops.first_extra_s
             stage_tails[k] = ops.last_tail_s
-        stream = bool(units) and sh is Sharding.ZERO2  # its reduce stream may pace the end (paced_tail_s)
+        stream = bool(units) and sh is Sharding.ZERO2  # its reduce stream may pace the end (zero2_reduce_s)
         if units and dp_curves is not None and sh is Sharding.ZERO3:  # the stream slows the gathers
             for r in range(p):
                 on = rank_curves[r] or dp_curves
@@ -558,7 +559,9 @@ def prepare_config(
         order = None if closed else order_time_s(
             schedule, num_ranks=p, num_microbatches=m, chunks=v, fwd_s=fwd, bwd_s=bwd, wgrad_s=wgrad,
             send_fwd_s=[hop] * (p * v - 1), send_bwd_s=[hop] * (p * v - 1),
-            send_latency_s=[hop_latency] * (p * v - 1))
+            send_latency_s=[hop_latency] * (p * v - 1),
+            reduce_s=zero2_reduce_s(model, chunks, t, g, allreduce, dp_curves, wgrad if split else inp,
+                                    stage_tails, where, meet) if stream and dp_curves else None)
 
         def zero_after_s(rank: int) -> float:
             """ZeRO-2/3: what rank ``rank``'s reduce-scatters take beyond its last backward, and
@@ -568,10 +571,8 @@ def prepare_config(
             nbytes = sum(model.params(*chunks[k], t) for k in stages_of[rank])
             assert order is not None
             assert dp_curves is not None
-            tail = zero2_stream_tail_s(model, order, rank, stages_of[rank], chunks, t, g, allreduce,
-                                       dp_curves, wgrad if split else inp, stage_tails, tails[rank], m,
-                                       [stages_of[q] for q in meet[rank]])
-            return tail + half_time_s(dp_curves, nbytes, allreduce)
+            tail = order.stream_end_s[rank] - order.rank_end_s[rank]  # its reduce stream's end
+            return float(tail) + half_time_s(dp_curves, nbytes, allreduce)
 
         shared = [0.0] * p  # per rank the delay of its gradient collectives by other ranks' on its links
         if drain and order is not None:

@@ -41,7 +41,7 @@ from pipesim.profiles.hardware.cluster import Cluster
 from pipesim.profiles.models.profile import DTYPE_BYTES, ModelProfile
 from pipesim.profiles.models.shape import LayerKind
 
-__all__ = ["ThreeDCosts", "dp_groups", "fair_share"]
+__all__ = ["ThreeDCosts", "dp_groups"]
 
 
 class ThreeDCosts:
@@ -432,13 +432,3 @@ def dp_groups(
     shifts = [f - firsts[0] for f in firsts] if firsts else [r * width for r in range(p)]
     return [tuple(x + s for x in dp_group) for s in shifts]
 
-
-def fair_share(work: Sequence[float], rank: int, others: Sequence[int]) -> float:
-    """The share of a link rank ``rank``'s flows get while they run throughout beside the flows
-    of ranks ``others`` on it, each carrying its ``work`` (any unit) per period: max-min sharing
-    (processor sharing) ends the rank's ``a`` after ``a + sum(min(a, b))`` for the others' ``b``
-    (the link carries all of a shorter other's, and as much of a longer one's as its own)."""
-    own = work[rank]
-    if own <= 0 or not others:
-        return 1.0
-    return own / (own + sum(min(own, work[q]) for q in others))

@@ -14,9 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from pipesim.errors import check_count, invalid
-from pipesim.planner.nic_sharing import dp_left_s, shared_op_s, zero_transfers
-from pipesim.planner.schedule_time import OrderTime
+from pipesim.errors import invalid
+from pipesim.planner.nic_sharing import dp_left_s, fair_share, shared_op_s, zero_transfers
 from pipesim.profiles.costmodels.collective import AllReduceCurves
 from pipesim.profiles.costmodels.sharding import Sharding, half_time_s, reduce_tail_s, zero3_op_times_s
 from pipesim.profiles.costmodels.tensor_parallel import TpStageTimes
@@ -31,10 +30,7 @@ from pipesim.profiles.costmodels.zero3_runtime import (
     unit_issue_s,
 )
 
-__all__ = [
-    "UnitCosts", "ZeroOp", "ZeroOps", "paced_tail_s", "zero2_stream_tail_s", "zero_split_ops",
-    "zero_unit_ops",
-]
+__all__ = ["UnitCosts", "ZeroOp", "ZeroOps", "zero2_reduce_s", "zero_split_ops", "zero_unit_ops"]
 
 
 class UnitCosts(Protocol):
@@ -234,58 +230,32 @@ def _block_delay_s(start_s: float, tp_s: float, wire_s: float, transfers: list[t
     return shared_op_s(start_s, tp_s, wire_s, transfers) - (start_s + tp_s)
 
 
-def paced_tail_s(
-    *, first_start_s: float, first_span_s: float, first_scatter_s: float, scatter_s: float, m: int,
-    last_end_s: float, last_tail_s: float,
-) -> float:
-    """What a ZeRO-2 rank's reduce-scatters take beyond the end of its last backward, seconds.
 
-    The rank's reduce-scatters run one after another on its reduce stream and never hold up its
-    compute (``simulator/zero_lowering.py``). Where they come faster than the stream carries
-    them (``scatter_s`` per micro-batch, seconds, against the backwards' spacing), the stream
-    is busy from its first backward to its end: it ends ``m scatter_s`` after its head, when
-    the first backward's own reduce-scatters would have started back to back (its start
-    ``first_start_s`` plus its compute and reduce tail ``first_span_s``, less its scatters
-    ``first_scatter_s``); otherwise the last backward's ``last_tail_s`` (it ends at
-    ``last_end_s``). The longer of the two: exact at either extreme (the simulator's stream is
-    busy from the first unit it can start, or idle when the last backward starts), a lower bound
-    where backwards bunch (a drain's spacing between the two).
-
-    Raises:
-        InputError: ``m < 1``.
-    """
-    check_count("m", m)
-    head = first_start_s + first_span_s - first_scatter_s
-    return max(last_tail_s, head + m * scatter_s - last_end_s)
-
-
-def zero2_stream_tail_s(
-    model: UnitCosts, order: OrderTime, rank: int, stages: Sequence[int], chunks: Sequence[tuple[int, int]],
-    t: int, grad: float, allreduce: str, curves: AllReduceCurves, grad_op_s: Sequence[float],
-    stage_tails_s: Sequence[float], last_tail_s: float, m: int, sharers: Sequence[Sequence[int]] = (),
-) -> float:
-    """:func:`paced_tail_s` of ZeRO-2 rank ``rank`` (its ``stages``, of ``chunks``' layers, TP
-    degree ``t``, ``grad`` gradient bytes per parameter byte) timed by ``order`` (its first
-    gradient-producing action and its last action), its per-unit reduce-scatters on ``curves``
-    (``allreduce``), per stage its gradient-producing op (``B``, or ``W`` split) ``grad_op_s``
-    and that op's reduce tail ``stage_tails_s``, seconds. ``sharers``: the stages of each other
-    pipeline rank whose reduce stream crosses a link of this one's (a server's one NIC): paced,
-    both streams run at once and share it max-min, so the rank's stream carries, on top of its
-    own, as many seconds of the other's as it has itself at most (processor sharing: the two
-    end ``min(a, b)`` later than alone for the shorter, ``a + b`` for the longer).
-
-    Raises:
-        InputError: ``m < 1``.
-    """
+def zero2_reduce_s(
+    model: UnitCosts, chunks: Sequence[tuple[int, int]], t: int, grad: float, allreduce: str,
+    curves: AllReduceCurves, grad_op_s: Sequence[float], stage_tails_s: Sequence[float],
+    rank_of: Sequence[int], sharers: Sequence[Sequence[int]],
+) -> list[tuple[float, float]]:
+    """Per stage ``(ready, busy)`` of ZeRO-2's reduce stream
+    (:func:`~pipesim.planner.schedule_time.order_time_s` ``reduce_s``), seconds: a rank's
+    reduce-scatters run one after another on its reduce stream and never hold up its compute
+    (``simulator/zero_lowering.py``), so where they come faster than the stream carries them it,
+    not the backwards, ends the rank's iteration. Stage ``k`` (``chunks[k]``'s layers, TP degree
+    ``t``, ``grad`` gradient bytes per parameter byte) reduce-scatters its units on ``curves``
+    (``allreduce``) for ``S`` seconds alone once its gradient-producing op (``grad_op_s[k]``:
+    ``B``, or ``W`` split) has produced them, ending ``stage_tails_s[k]`` after the op when
+    nothing is queued before them: ``ready = op + tail - S``. ``busy`` is ``S`` at the rank's
+    share of the links it shares with the streams of pipeline ranks ``sharers[r]`` (rank ``r =
+    rank_of[k]``; :func:`~pipesim.planner.nic_sharing.fair_share`, both streams busy
+    throughout; ``S`` where none)."""
     def scatter_s(k: int) -> float:
         sizes = model.zero_units(*chunks[k], t)[0]
         return sum(half_time_s(curves, x * grad, allreduce) for x in sizes)
 
-    first = order.first_grad_stage[rank]
-    own = sum(scatter_s(k) for k in stages)
-    return paced_tail_s(
-        first_start_s=float(order.first_grad_start_s[rank]),
-        first_span_s=grad_op_s[first] + stage_tails_s[first],
-        first_scatter_s=scatter_s(first), m=m,
-        scatter_s=own + sum(min(own, sum(scatter_s(k) for k in ks)) for ks in sharers),
-        last_end_s=float(order.rank_end_s[rank]), last_tail_s=last_tail_s)
+    alone = [scatter_s(k) for k in range(len(chunks))]
+    work = [0.0] * len(sharers)
+    for k, r in enumerate(rank_of):
+        work[r] += alone[k]
+    shares = [fair_share(work, r, others) for r, others in enumerate(sharers)]
+    return [(op + tail - s, s / shares[r])
+            for op, tail, s, r in zip(grad_op_s, stage_tails_s, alone, rank_of, strict=True)]
