@@ -384,14 +384,6 @@ def prepare_config(
     # each TP rank's group reduces its shard at once: where their rings share links (fewer NICs
     # than GPUs per server) each gets its share of them (ThreeDCosts.curves ``ranks``)
     dp_curves = model.curves(placed.dp_group, servers=True, ranks=t) if d * c > 1 else None
-    # per rank the other ranks whose data-parallel rings cross a link of its own (one NIC per server)
-    leads = tuple(f[0] for f in placed.firsts)  # per rank its first device (none: automatic placement)
-    meet = model.dp_sharers(placed.dp_group, leads, p, d * t * c, t) if d * c > 1 else ((),) * p
-    rank_curves = [dp_curves] * p  # ZeRO-3: the ranks' collectives run throughout, on the links they share
-    if per_unit and sh is Sharding.ZERO3 and any(meet):
-        groups = dp_groups(placed.dp_group, leads, p, d * t * c)
-        rank_curves = [model.curves(groups[r], servers=True, ranks=t, also=tuple(groups[q] for q in meet[r]),
-                                    share=fair_share(rank_params, r, meet[r])) for r in range(p)]
     dp_servers = 1  # the servers the DP group spans: DeepSpeed's (2021) per-call ring latency
     if per_unit and sh is Sharding.ZERO3 and zero3_runtime is Zero3Runtime.DEEPSPEED_2021:
         dp_servers = len({cluster.server_of(x) for x in placed.dp_group})
@@ -515,6 +507,15 @@ def prepare_config(
 
     def finish() -> Estimate | None:
         fwd, inp, wgrad, held = list(f_stage), list(i_stage), list(w_stage), [0.0] * p
+        # per rank the other ranks whose data-parallel rings cross a link of its own (one NIC per server)
+        leads = tuple(f[0] for f in placed.firsts)  # per rank its first device (none: automatic placement)
+        meet = model.dp_sharers(placed.dp_group, leads, p, d * t * c, t) if d * c > 1 else ((),) * p
+        rank_curves = [dp_curves] * p  # ZeRO-3: the ranks' collectives run throughout, sharing links
+        if per_unit and sh is Sharding.ZERO3 and any(meet):
+            groups = dp_groups(placed.dp_group, leads, p, d * t * c)
+            also = [tuple(groups[q] for q in meet[r]) for r in range(p)]
+            rank_curves = [model.curves(groups[r], servers=True, ranks=t, also=also[r],
+                                        share=fair_share(rank_params, r, meet[r])) for r in range(p)]
         head = 0.0  # ZeRO-3: the first forward's unhidden gathers
         tails = [0.0] * p  # ZeRO-2/3: each rank's last backward's reduce tail
         stage_tails = [0.0] * (p * v)
