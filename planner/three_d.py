@@ -518,7 +518,7 @@ def prepare_config(
                                         share=fair_share(rank_params, r, meet[r])) for r in range(p)]
         head = 0.0  # ZeRO-3: the first forward's unhidden gathers
         tails = [0.0] * p  # ZeRO-2/3: each rank's last backward's reduce tail
-        stage_tails = [0.0] * (p * v)
+        stage_tails, stage_scatters = [0.0] * (p * v), [0.0] * (p * v)
         memo = _ZERO_OPS.setdefault(model, {})
         for r, k, unit, f_plain, b_plain, w_plain in units:
             # chunks of the same layers cost the same (zero_unit_ops reads them by their signature)
@@ -536,7 +536,7 @@ def prepare_config(
                 tails[r] = ops.last_tail_s
             if k == 0:
                 head = ops.first_extra_s
-            stage_tails[k] = ops.last_tail_s
+            stage_tails[k], stage_scatters[k] = ops.last_tail_s, ops.scatter_s
         stream = bool(units) and sh is Sharding.ZERO2  # its reduce stream may pace the end (zero2_reduce_s)
         if units and dp_curves is not None and sh is Sharding.ZERO3:  # the stream slows the gathers
             for r in range(p):
@@ -561,8 +561,8 @@ def prepare_config(
             schedule, num_ranks=p, num_microbatches=m, chunks=v, fwd_s=fwd, bwd_s=bwd, wgrad_s=wgrad,
             send_fwd_s=[hop] * (p * v - 1), send_bwd_s=[hop] * (p * v - 1),
             send_latency_s=[hop_latency] * (p * v - 1),
-            reduce_s=zero2_reduce_s(model, chunks, t, g, allreduce, dp_curves, wgrad if split else inp,
-                                    stage_tails, where, meet) if stream and dp_curves else None)
+            reduce_s=zero2_reduce_s(stage_scatters, wgrad if split else inp, stage_tails, where, meet)
+            if stream else None)
 
         def zero_after_s(rank: int) -> float:
             """ZeRO-2/3: what rank ``rank``'s reduce-scatters take beyond its last backward, and
