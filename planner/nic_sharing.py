@@ -30,6 +30,7 @@ next unit's gather and the previous unit's reduce-scatter. Both sides are charge
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
@@ -42,11 +43,13 @@ __all__ = [
     "RingSharers",
     "concurrent_delay_s",
     "dp_left_s",
+    "fair_share",
     "last_backward_delay_s",
     "pipeline_edges",
     "pipeline_sends",
     "ring_sharers",
     "send_terms",
+    "shared_ends_s",
     "shared_op_s",
     "shares_ring_link",
     "zero_transfers",
@@ -282,6 +285,45 @@ def concurrent_delay_s(wire_s: float, others_s: Sequence[Sequence[float]]) -> fl
     link, seconds."""
     wire = max(0.0, wire_s)
     return max((min(wire, sum(x)) for x in others_s), default=0.0)
+
+
+def fair_share(work: Sequence[float], rank: int, others: Sequence[int]) -> float:
+    """The share of a link rank ``rank``'s flows get while they run throughout beside the flows
+    of ranks ``others`` on it, each carrying its ``work`` (any unit) per period: max-min sharing
+    (processor sharing) ends the rank's ``a`` after ``a + sum(min(a, b))`` for the others' ``b``
+    (the link carries all of a shorter other's, and as much of a longer one's as its own)."""
+    own = work[rank]
+    if own <= 0 or not others:
+        return 1.0
+    return own / (own + sum(min(own, work[q]) for q in others))
+
+
+def shared_ends_s(starts_s: Sequence[float], works_s: Sequence[float]) -> list[float]:
+    """When each of the collectives that share one link ends, seconds: collective ``i`` starts at
+    ``starts_s[i]`` and takes ``works_s[i]`` seconds alone; while ``k`` of them run each gets
+    ``1/k`` of the link (the module docstring's fluid model, for any number of flows and start
+    times). Two that start together, of ``a <= b`` seconds, end at ``2a`` and ``a + b``."""
+    left = [max(0.0, w) for w in works_s]
+    ends = [math.inf] * len(left)
+    pending = sorted(range(len(left)), key=lambda i: starts_s[i])
+    running: list[int] = []
+    now = starts_s[pending[0]] if pending else 0.0
+    while pending or running:
+        while pending and starts_s[pending[0]] <= now:
+            running.append(pending.pop(0))
+        if not running:
+            now = starts_s[pending[0]]
+            continue
+        k = len(running)
+        done_at = now + min(left[i] for i in running) * k  # the first running one to finish
+        until = min(done_at, starts_s[pending[0]]) if pending else done_at
+        for i in running:
+            left[i] -= (until - now) / k
+        now = until
+        for i in [i for i in running if left[i] <= 1e-12]:  # (1 ps: rounding)
+            running.remove(i)
+            ends[i] = now
+    return ends
 
 
 def last_backward_delay_s(

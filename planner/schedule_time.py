@@ -41,6 +41,7 @@ from fractions import Fraction
 from typing import Any
 
 from pipesim.schedules import evaluate, pair_time
+from pipesim.schedules.action import Op
 from pipesim.schedules.placement import stage_ranks
 from pipesim.schedules.registry import make_schedule, schedule_info
 from pipesim.schedules.schedule import Schedule
@@ -64,11 +65,13 @@ extrapolated from two evaluations of at most this many."""
 class OrderTime:
     """An order's makespan, when each rank ends its last action and when each stage ends its last
     one (its last backward or weight gradient: when its gradients are complete), seconds from
-    the start."""
+    the start; with ``reduce_s`` given (:func:`order_time_s`), when each rank's reduce stream
+    ends."""
 
     makespan_s: Time
     rank_end_s: tuple[Time, ...]
     stage_end_s: tuple[Time, ...] = ()
+    stream_end_s: tuple[Time, ...] = ()
 
 
 def valid_microbatches(schedule: str, num_ranks: int, num_microbatches: int, chunks: int) -> bool:
@@ -105,6 +108,7 @@ def _evaluate(
     chunks: int,
     options: tuple[tuple[str, Any], ...],
     costs: tuple[Sequence[Time], ...],
+    reduce: Sequence[tuple[Time, Time]] = (),
 ) -> OrderTime:
     fwd, bwd, wgrad, c_f, c_b, l_f, l_b, inp = costs
     order = _order(schedule, p, m, chunks, options)
@@ -122,11 +126,21 @@ def _evaluate(
     )
     ends = tuple(max(row, default=0) for row in timeline.ends)
     stage_end: list[Time] = [0] * len(fwd)
-    for row, row_ends in zip(order.ranks, timeline.ends, strict=True):
+    streams: list[Time] = []
+    for row, row_ends, row_starts in zip(order.ranks, timeline.ends, timeline.starts, strict=True):
         for action, end in zip(row, row_ends, strict=True):
             if end > stage_end[action.stage]:
                 stage_end[action.stage] = end
-    return OrderTime(makespan_s=timeline.makespan, rank_end_s=ends, stage_end_s=tuple(stage_end))
+        if reduce:  # the rank's reduce stream: each gradient action's scatters after the ones before
+            grad = Op.W if any(a.op is Op.W for a in row) else Op.B
+            stream: Time = 0
+            for action, start in zip(row, row_starts, strict=True):
+                if action.op is grad:
+                    ready, busy = reduce[action.stage]
+                    stream = max(stream, start + ready) + busy
+            streams.append(stream)
+    return OrderTime(makespan_s=timeline.makespan, rank_end_s=ends, stage_end_s=tuple(stage_end),
+                     stream_end_s=tuple(streams))
 
 
 def _window(schedule: str, p: int, chunks: int) -> tuple[bool, int, int]:
@@ -147,7 +161,7 @@ def _same_growth(t0: OrderTime, t1: OrderTime, t2: OrderTime) -> bool:
     """Whether every time grew as much from ``t1`` to ``t2`` as from ``t0`` to ``t1`` (to 1e-9)."""
 
     def flat(t: OrderTime) -> list[float]:
-        return [float(x) for x in (t.makespan_s, *t.rank_end_s, *t.stage_end_s)]
+        return [float(x) for x in (t.makespan_s, *t.rank_end_s, *t.stage_end_s, *t.stream_end_s)]
 
     for a, b, c in zip(flat(t0), flat(t1), flat(t2), strict=True):
         if abs((c - b) - (b - a)) > abs(c) * 1e-9:
@@ -169,6 +183,7 @@ def order_time_s(
     options: Mapping[str, Any] | None = None,
     send_latency_s: Sequence[Time] | None = None,
     input_s: Sequence[Time] | None = None,
+    reduce_s: Sequence[tuple[Time, Time]] | None = None,
 ) -> OrderTime:
     """The makespan of ``schedule``'s order over per-stage costs (see the module docstring).
 
@@ -188,6 +203,12 @@ def order_time_s(
         input_s: per stage the input-gradient ``I`` time, seconds, where it is not
             ``bwd_s - wgrad_s`` (under TP a full ``B`` hides collectives an ``I`` exposes: the
             orders with both, DualPipe(V)); default that difference.
+        reduce_s: per stage ``(ready, busy)``: ZeRO-2's reduce stream, one per rank
+            (``simulator/zero_lowering.py``): each gradient-producing action (``B``, or ``W``
+            where the order splits the backward) lets the stage's reduce-scatters start
+            ``ready`` seconds after it starts, and they hold the rank's stream ``busy`` seconds,
+            after the ones before (never holding up the compute):
+            :attr:`OrderTime.stream_end_s` (:func:`~pipesim.planner.zero_ops.zero2_reduce_s`).
 
     Raises:
         InputError: ``m`` or ``chunks`` the schedule's generator refuses, or bad cost lists.
@@ -197,21 +218,22 @@ def order_time_s(
     lat: tuple[Time, ...] = tuple(send_latency_s) if send_latency_s is not None else (0,) * len(send_fwd_s)
     costs = (tuple(fwd_s), tuple(bwd_s), tuple(wgrad_s), tuple(send_fwd_s), tuple(send_bwd_s), lat, lat,
              tuple(input_s) if input_s is not None else ())
+    reduce = tuple(reduce_s or ())
     looped_rounds, period, bound = _window(schedule, p, chunks)
     while True:
         if m <= bound or (looped_rounds and m % p):
             # a looped order whose m is no multiple of p has m < p^2 (its rounds divide m): direct
-            return _evaluate(schedule, p, m, chunks, opts, costs)
+            return _evaluate(schedule, p, m, chunks, opts, costs, reduce)
         m2 = bound - (bound - m) % period  # the largest count <= bound with m2 = m (mod period)
         m1 = m2 - period
-        t1 = _evaluate(schedule, p, m1, chunks, opts, costs)
-        t2 = _evaluate(schedule, p, m2, chunks, opts, costs)
+        t1 = _evaluate(schedule, p, m1, chunks, opts, costs, reduce)
+        t2 = _evaluate(schedule, p, m2, chunks, opts, costs, reduce)
         m0 = m1 - period
         if not valid_microbatches(schedule, p, m0, chunks):
             break
         # periodic from m0 on: the same growth over two periods, or a longer transient (far
         # links hold more micro-batches back): a window twice as long
-        if _same_growth(_evaluate(schedule, p, m0, chunks, opts, costs), t1, t2):
+        if _same_growth(_evaluate(schedule, p, m0, chunks, opts, costs, reduce), t1, t2):
             break
         bound *= 2
     steps = Fraction(m - m2, period)  # exact with int or Fraction costs
@@ -233,6 +255,8 @@ def order_time_s(
         makespan_s=t2.makespan_s + steps * growth,
         rank_end_s=tuple(b + steps * (b - a) for a, b in zip(t1.rank_end_s, t2.rank_end_s, strict=True)),
         stage_end_s=tuple(b + steps * (b - a) for a, b in zip(t1.stage_end_s, t2.stage_end_s, strict=True)),
+        stream_end_s=tuple(b + steps * (b - a)
+                           for a, b in zip(t1.stream_end_s, t2.stream_end_s, strict=True)),
     )
 
 

@@ -78,19 +78,21 @@ from pipesim.errors import invalid
 from pipesim.plan import Estimate, Plan
 from pipesim.planner.nic_sharing import (
     RingSharers,
+    fair_share,
     last_backward_delay_s,
     pipeline_edges,
     ring_sharers,
+    shared_ends_s,
     shares_ring_link,
 )
 from pipesim.planner.param_gather import overlapped_gather_s
 from pipesim.planner.schedule_time import order_time_s
-from pipesim.planner.three_d_costs import ThreeDCosts
+from pipesim.planner.three_d_costs import ThreeDCosts, dp_groups
 from pipesim.planner.three_d_memory import rank_memory
 from pipesim.planner.three_d_tail import GradCollectives
 from pipesim.planner.three_d_times import boundary_sends, stage_layout, stage_op_times
 from pipesim.planner.tied_grads import tied_finish_s
-from pipesim.planner.zero_ops import ZeroOp, ZeroOps, zero_split_ops, zero_unit_ops
+from pipesim.planner.zero_ops import ZeroOp, ZeroOps, zero2_reduce_s, zero_split_ops, zero_unit_ops
 from pipesim.profiles.costmodels.context_parallel import check_context_parallel
 from pipesim.profiles.costmodels.memory import Recompute
 from pipesim.profiles.costmodels.optimizer import stage_optimizer_step_s
@@ -523,18 +525,28 @@ def prepare_config(
 
     def finish() -> Estimate | None:
         fwd, inp, wgrad, held = list(f_stage), list(i_stage), list(w_stage), [0.0] * p
+        # per rank the other ranks whose data-parallel rings cross a link of its own (one NIC per server)
+        leads = tuple(f[0] for f in placed.firsts)  # per rank its first device (none: automatic placement)
+        meet = model.dp_sharers(placed.dp_group, leads, p, d * t * c, t) if d * c > 1 else ((),) * p
+        rank_curves = [dp_curves] * p  # ZeRO-3: the ranks' collectives run throughout, sharing links
+        if per_unit and sh is Sharding.ZERO3 and any(meet):
+            groups = dp_groups(placed.dp_group, leads, p, d * t * c)
+            also = [tuple(groups[q] for q in meet[r]) for r in range(p)]
+            rank_curves = [model.curves(groups[r], servers=True, ranks=t, also=also[r],
+                                        share=fair_share(rank_params, r, meet[r])) for r in range(p)]
         head = 0.0  # ZeRO-3: the first forward's unhidden gathers
         tails = [0.0] * p  # ZeRO-2/3: each rank's last backward's reduce tail
+        stage_tails, stage_scatters = [0.0] * (p * v), [0.0] * (p * v)
         memo = _ZERO_OPS.setdefault(model, {})
         for r, k, unit, f_plain, b_plain, w_plain in units:
             # chunks of the same layers cost the same (zero_unit_ops reads them by their signature)
-            memo_key = (model.sig(unit.first, unit.last), replace(unit, first=0, last=0), placed.dp_group,
+            memo_key = (model.sig(unit.first, unit.last), replace(unit, first=0, last=0), rank_curves[r],
                         split)
             ops = memo.get(memo_key)
             if ops is None and split:  # F, I (bwd_s) and W's reduce-scatters
-                ops = memo[memo_key] = zero_split_ops(model, unit, dp_curves, w_plain)  # type: ignore[arg-type]
+                ops = memo[memo_key] = zero_split_ops(model, unit, rank_curves[r], w_plain)  # type: ignore[arg-type]
             elif ops is None:
-                ops = memo[memo_key] = zero_unit_ops(model, unit, dp_curves)  # type: ignore[arg-type]
+                ops = memo[memo_key] = zero_unit_ops(model, unit, rank_curves[r])  # type: ignore[arg-type]
             fwd[k] += ops.fwd_s - f_plain
             inp[k] += ops.bwd_s - b_plain
             held[r] = max(held[r], ops.held_bytes)
@@ -542,9 +554,12 @@ def prepare_config(
                 tails[r] = ops.last_tail_s
             if k == 0:
                 head = ops.first_extra_s
-        if units and dp_curves is not None:  # every backward reduce-scatters its gradients on one stream
+            stage_tails[k], stage_scatters[k] = ops.last_tail_s, ops.scatter_s
+        stream = bool(units) and sh is Sharding.ZERO2  # its reduce stream may pace the end (zero2_reduce_s)
+        if units and dp_curves is not None and sh is Sharding.ZERO3:  # the stream slows the gathers
             for r in range(p):
-                scatter = sum(half_time_s(dp_curves, model.params(*chunks[k], t) * g, allreduce)
+                on = rank_curves[r] or dp_curves
+                scatter = sum(half_time_s(on, model.params(*chunks[k], t) * g, allreduce)
                               for k in stages_of[r])
                 busy = sum(inp[k] + wgrad[k] for k in stages_of[r])
                 if scatter > busy:  # the stream paces the backwards: each stretched alike
@@ -557,31 +572,45 @@ def prepare_config(
         fr, br = per_rank(fwd), per_rank(bwd)
         tf, tb = max(fr), max(br)
 
+        equal = len(set(fwd)) == 1 and len(set(bwd)) == 1 and not split and not tied_pairs
+        drain = not units and dp_curves is not None and any(meet)  # ranks' collectives on one NIC
+        closed = (p == 1 or (equal and not any(sends))) and not stream and not drain  # (both read the order)
+        order = None if closed else order_time_s(
+            schedule, num_ranks=p, num_microbatches=m, chunks=v, fwd_s=fwd, bwd_s=bwd, wgrad_s=wgrad,
+            input_s=inp if schedule in FULL_AND_SPLIT else None,
+            send_fwd_s=sends, send_bwd_s=sends, send_latency_s=send_lat,
+            reduce_s=zero2_reduce_s(stage_scatters, wgrad if split else inp, stage_tails, where, meet)
+            if stream else None)
+
         def zero_after_s(rank: int) -> float:
-            """ZeRO-2/3: what rank ``rank``'s last backward's reduce-scatters take beyond it, and
+            """ZeRO-2/3: what rank ``rank``'s reduce-scatters take beyond its last backward, and
             ZeRO-2's gather after the update (ZeRO-3's first gathers delay every rank), s."""
             if sh is Sharding.ZERO3:
                 return head + tails[rank]
             nbytes = sum(model.params(*chunks[k], t) for k in stages_of[rank])
-            return tails[rank] + half_time_s(dp_curves, nbytes, allreduce)  # type: ignore[arg-type]
+            assert order is not None
+            assert dp_curves is not None
+            tail = order.stream_end_s[rank] - order.rank_end_s[rank]  # its reduce stream's end
+            return float(tail) + half_time_s(dp_curves, nbytes, allreduce)
 
-        after0 = rank0_after_s(tb, zero_after_s(0) if units else 0.0)
-        equal = len(set(fwd)) == 1 and len(set(bwd)) == 1 and not split and not tied_pairs
-        if p == 1 or (equal and not any(sends)):  # the closed form, exact here
+        shared = [0.0] * p  # per rank the delay of its gradient collectives by other ranks' on its links
+        if drain and order is not None:
+            for r in range(p):
+                group = (r, *meet[r])
+                totals = [grads.total_s(rank_params[q]) for q in group]
+                ends_s = shared_ends_s([float(order.rank_end_s[q]) for q in group], totals)
+                shared[r] = ends_s[0] - float(order.rank_end_s[r]) - totals[0]
+        after0 = rank0_after_s(tb, zero_after_s(0) if units else 0.0) + shared[0]
+        if order is None:  # the closed form, exact here
             time_s = (m + (p - 1) / v) * (tf + tb) + after0
         else:  # the order's makespan; each rank's collectives and update after its last action
-            order = order_time_s(
-                schedule, num_ranks=p, num_microbatches=m, chunks=v, fwd_s=fwd, bwd_s=bwd, wgrad_s=wgrad,
-                input_s=inp if schedule in FULL_AND_SPLIT else None,
-                send_fwd_s=sends, send_bwd_s=sends, send_latency_s=send_lat,
-            )
             ends, stage_end = order.rank_end_s, order.stage_end_s
             if v > 1 and not units and dp_curves is not None:  # each stage's collectives from its end
-                after0 = rank0_after_s(tb, 0.0, tail_s(0, float(ends[0]), stage_end))
+                after0 = rank0_after_s(tb, 0.0, tail_s(0, float(ends[0]), stage_end)) + shared[0]
             time_s = float(ends[0]) + after0  # rank 0's, with what later ranks' collectives delay
             ready = [time_s - step_s(0)]  # per rank: drained and reduced (tied pairs)
             for r in range(1, p):
-                later = zero_after_s(r) if units else tail_s(r, float(ends[r]), stage_end)
+                later = zero_after_s(r) if units else tail_s(r, float(ends[r]), stage_end) + shared[r]
                 time_s = max(time_s, float(ends[r]) + later + step_s(r))
                 ready.append(float(ends[r]) + later)
             time_s = max(time_s, tied_finish_s(tied_pairs, ready, [step_s(r) for r in range(p)]))

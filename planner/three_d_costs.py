@@ -23,7 +23,7 @@ from pipesim.profiles.costmodels.context_parallel import (
     ring_hop,
     stage_cp_times,
 )
-from pipesim.profiles.costmodels.dp_rings import link_loads, rank_groups
+from pipesim.profiles.costmodels.dp_rings import link_loads, rank_groups, ring_links
 from pipesim.profiles.costmodels.memory import Recompute, StageActivations, layer_recompute_times_s
 from pipesim.profiles.costmodels.nccl_protocol import link_classes
 from pipesim.profiles.costmodels.sharding import zero_units
@@ -41,7 +41,7 @@ from pipesim.profiles.hardware.cluster import Cluster
 from pipesim.profiles.models.profile import DTYPE_BYTES, ModelProfile
 from pipesim.profiles.models.shape import LayerKind
 
-__all__ = ["ThreeDCosts"]
+__all__ = ["ThreeDCosts", "dp_groups"]
 
 
 class ThreeDCosts:
@@ -73,9 +73,12 @@ class ThreeDCosts:
         self._lat = cluster.links.latencies_s()
         self._cls = link_classes(cluster.links)
         self.compute = tp_compute_model(profile, cluster.device)
-        # by members, servers, ranks
-        self._curves: dict[tuple[tuple[int, ...], bool, int], AllReduceCurves] = {}
+        # by members, servers, ranks, the groups beside them
+        self._curves: dict[tuple[tuple[int, ...], bool, int, tuple[tuple[int, ...], ...], float],
+                           AllReduceCurves] = {}
         self._ranks_share: dict[tuple[tuple[int, ...], int], bool] = {}
+        self._dp_sharers: dict[tuple[tuple[int, ...], tuple[int, ...], int, int, int],
+                               tuple[tuple[int, ...], ...]] = {}
         self._times: dict[tuple[tuple[int, ...], int, int, bool, bool, int, int, int], TpStageTimes] = {}
         self._acts: dict[tuple[tuple[int, ...], int, int, bool, Recompute], StageActivations] = {}
         self._params: dict[tuple[tuple[int, ...], int], float] = {}
@@ -120,7 +123,10 @@ class ThreeDCosts:
     def num_blocks(self) -> int:
         return self.last_block - self.first_block + 1
 
-    def curves(self, members: tuple[int, ...], *, servers: bool = False, ranks: int = 1) -> AllReduceCurves:
+    def curves(
+        self, members: tuple[int, ...], *, servers: bool = False, ranks: int = 1,
+        also: tuple[tuple[int, ...], ...] = (), share: float = 1.0,
+    ) -> AllReduceCurves:
         """The all-reduce curves of group ``members`` (in ring order) on the cluster's routes, with
         NCCL's link classes; ``servers``: hierarchical over the servers (data-parallel groups),
         else one flat ring (TP groups). ``ranks``: the TP ranks whose groups (``members``
@@ -129,19 +135,25 @@ class ThreeDCosts:
         share links (:func:`~pipesim.profiles.costmodels.dp_rings.link_loads`: fewer NICs than
         GPUs per server) each link's bandwidth is divided by the rings on it, each ring's
         max-min share when all run together, as the simulator runs them; unchanged where every
-        rank's ring has links of its own. Cached per (members, servers, ranks): a TP and a
-        data-parallel group of the same devices get their own curves."""
-        key = (members, servers, ranks)
+        rank's ring has links of its own. ``also``: other groups (other pipeline ranks'
+        data-parallel groups, their first TP rank's) whose rings cross some of the same links;
+        on those links these rings get ``share`` of the bandwidth between them. Cached per
+        (members, servers, ranks, also, share): a TP and a data-parallel group of the same
+        devices get their own curves."""
+        key = (members, servers, ranks, also, share)
         found = self._curves.get(key)
         if found is None:
             c = self.cluster
             bandwidth: Callable[[int], float] = self._bw.__getitem__
             loads = link_loads(rank_groups(members, ranks), c.route, c.server_of) if ranks > 1 else None
-            if loads is not None:
-                bw = self._bw
+            met: set[int] = set()
+            for group in (g for x in also for g in rank_groups(x, ranks)):
+                met |= ring_links(group, c.route, c.server_of)
+            if loads is not None or met:
+                bw, own = self._bw, loads or {}
 
                 def bandwidth(link: int) -> float:
-                    return bw[link] / loads.get(link, 1)
+                    return bw[link] / own.get(link, 1) * (share if link in met else 1.0)
 
             found = self._curves[key] = allreduce_curves(
                 members, c.route, bandwidth, self._lat.__getitem__,
@@ -158,6 +170,24 @@ class ThreeDCosts:
             c = self.cluster
             found = self._ranks_share[key] = (
                 ranks > 1 and link_loads(rank_groups(members, ranks), c.route, c.server_of) is not None)
+        return found
+
+    def dp_sharers(
+        self, dp_group: tuple[int, ...], firsts: tuple[int, ...], p: int, width: int, ranks: int
+    ) -> tuple[tuple[int, ...], ...]:
+        """Per pipeline rank the other ranks whose data-parallel rings (each with its ``ranks``
+        TP ranks' rings, :func:`~pipesim.profiles.costmodels.dp_rings.rank_groups`) cross a link
+        of its own (:func:`~pipesim.profiles.costmodels.dp_rings.ring_links`: a server's NIC that
+        several GPUs share). Rank ``r``'s group is rank 0's ``dp_group`` shifted by the rank's
+        first device ``firsts[r]`` (none given: automatic placement's, ``r width``). Cached."""
+        key = (dp_group, firsts, p, width, ranks)
+        found = self._dp_sharers.get(key)
+        if found is None:
+            c = self.cluster
+            links = [set().union(*(ring_links(g, c.route, c.server_of) for g in rank_groups(group, ranks)))
+                     for group in dp_groups(dp_group, firsts, p, width)]
+            found = self._dp_sharers[key] = tuple(
+                tuple(q for q in range(p) if q != r and links[r] & links[q]) for r in range(p))
         return found
 
     def ring(self, groups: Sequence[tuple[int, ...]]) -> int:
@@ -401,3 +431,13 @@ def _layer_classes(profile: ModelProfile) -> list[int] | None:
         )
         out.append(seen.setdefault((replace(layer, name="layer"), points), i))
     return out
+
+
+def dp_groups(
+    dp_group: tuple[int, ...], firsts: tuple[int, ...], p: int, width: int
+) -> list[tuple[int, ...]]:
+    """Per pipeline rank its data-parallel group: rank 0's ``dp_group`` shifted by the rank's
+    first device ``firsts[r]`` (none given: automatic placement's, ``r width``)."""
+    shifts = [f - firsts[0] for f in firsts] if firsts else [r * width for r in range(p)]
+    return [tuple(x + s for x in dp_group) for s in shifts]
+

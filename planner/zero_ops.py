@@ -10,11 +10,12 @@ last unit it runs (unit 0), so a prefetched gather of the next op can hide behin
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from pipesim.errors import invalid
-from pipesim.planner.nic_sharing import dp_left_s, shared_op_s, zero_transfers
+from pipesim.planner.nic_sharing import dp_left_s, fair_share, shared_op_s, zero_transfers
 from pipesim.profiles.costmodels.collective import AllReduceCurves
 from pipesim.profiles.costmodels.sharding import Sharding, half_time_s, reduce_tail_s, zero3_op_times_s
 from pipesim.profiles.costmodels.tensor_parallel import TpStageTimes
@@ -29,7 +30,7 @@ from pipesim.profiles.costmodels.zero3_runtime import (
     unit_issue_s,
 )
 
-__all__ = ["UnitCosts", "ZeroOp", "ZeroOps", "zero_split_ops", "zero_unit_ops"]
+__all__ = ["UnitCosts", "ZeroOp", "ZeroOps", "zero2_reduce_s", "zero_split_ops", "zero_unit_ops"]
 
 
 class UnitCosts(Protocol):
@@ -94,13 +95,15 @@ class ZeroOps:
     last backward's reduce tail, seconds (what the last backward and its reduce-scatters take
     beyond the steady backward: below 0 where a TP block that shares its link was delayed in the
     steady state by the next forward's first gather, which the last backward does not meet),
-    and the bytes its gathered units and gradients hold."""
+    the bytes its gathered units and gradients hold, and its units' reduce-scatters per
+    micro-batch, seconds alone."""
 
     fwd_s: float
     bwd_s: float
     first_extra_s: float
     last_tail_s: float
     held_bytes: float
+    scatter_s: float = 0.0
 
 
 def zero_unit_ops(model: UnitCosts, op: ZeroOp, dp_curves: AllReduceCurves) -> ZeroOps:
@@ -179,7 +182,8 @@ def zero_unit_ops(model: UnitCosts, op: ZeroOp, dp_curves: AllReduceCurves) -> Z
             bwd_dp = zero_transfers(bwd_compute, None, scatters, True)
             b_op = max(b_op, shared_op_s(bwd_start, times.bwd_split_comm_s, wire("B"), bwd_dp))
         held = max(sizes) * op.grad
-    return ZeroOps(fwd_s=f_op, bwd_s=b_op, first_extra_s=first_extra, last_tail_s=last_tail, held_bytes=held)
+    return ZeroOps(fwd_s=f_op, bwd_s=b_op, first_extra_s=first_extra, last_tail_s=last_tail, held_bytes=held,
+                   scatter_s=sum(scatters))
 
 
 def zero_split_ops(model: UnitCosts, op: ZeroOp, dp_curves: AllReduceCurves, wgrad_s: float) -> ZeroOps:
@@ -209,7 +213,7 @@ def zero_split_ops(model: UnitCosts, op: ZeroOp, dp_curves: AllReduceCurves, wgr
     last_tail = reduce_tail_s(wgrad_units[::-1], scatters[::-1])  # W runs the units in reverse
     if op.sharding is not Sharding.ZERO3:
         return ZeroOps(fwd_s=f_op, bwd_s=i_op, first_extra_s=0.0, last_tail_s=last_tail,
-                       held_bytes=max(sizes) * op.grad)
+                       held_bytes=max(sizes) * op.grad, scatter_s=sum(scatters))
     fwd_units = [(f_op - times.fwd_comm_s) * x for x in fshare]
     fwd_units[-1] += times.fwd_comm_s
     split = times.bwd_split_comm_s
@@ -219,7 +223,8 @@ def zero_split_ops(model: UnitCosts, op: ZeroOp, dp_curves: AllReduceCurves, wgr
     fwd, inp, first_extra, _ = zero3_op_times_s(fwd_units, inp_units, gathers, [0.0] * len(sizes))
     # 1 + depth gathered units in F and I; one unit's gradients in W (zero_lowering.held_bytes)
     held = max(min(len(sizes), 2), op.grad) * max(sizes)
-    return ZeroOps(fwd_s=fwd, bwd_s=inp, first_extra_s=first_extra, last_tail_s=last_tail, held_bytes=held)
+    return ZeroOps(fwd_s=fwd, bwd_s=inp, first_extra_s=first_extra, last_tail_s=last_tail, held_bytes=held,
+                   scatter_s=sum(scatters))
 
 
 def _block_delay_s(start_s: float, tp_s: float, wire_s: float, transfers: list[tuple[float, float]]) -> float:
@@ -227,3 +232,27 @@ def _block_delay_s(start_s: float, tp_s: float, wire_s: float, transfers: list[t
     alone (``wire_s`` of them its bytes) launched ``start_s`` into the op, seconds
     (:func:`~pipesim.planner.nic_sharing.shared_op_s`)."""
     return shared_op_s(start_s, tp_s, wire_s, transfers) - (start_s + tp_s)
+
+
+
+def zero2_reduce_s(
+    scatter_s: Sequence[float], grad_op_s: Sequence[float], stage_tails_s: Sequence[float],
+    rank_of: Sequence[int], sharers: Sequence[Sequence[int]],
+) -> list[tuple[float, float]]:
+    """Per stage ``(ready, busy)`` of ZeRO-2's reduce stream
+    (:func:`~pipesim.planner.schedule_time.order_time_s` ``reduce_s``), seconds: a rank's
+    reduce-scatters run one after another on its reduce stream and never hold up its compute
+    (``simulator/zero_lowering.py``), so where they come faster than the stream carries them it,
+    not the backwards, ends the rank's iteration. Stage ``k`` reduce-scatters its units for
+    ``S = scatter_s[k]`` seconds alone (:attr:`ZeroOps.scatter_s`) once its gradient-producing
+    op (``grad_op_s[k]``: ``B``, or ``W`` split) has produced them, ending ``stage_tails_s[k]``
+    after the op when nothing is queued before them: ``ready = op + tail - S``. ``busy`` is
+    ``S`` at the rank's share of the links it shares with the streams of pipeline ranks
+    ``sharers[r]`` (rank ``r = rank_of[k]``; :func:`~pipesim.planner.nic_sharing.fair_share`,
+    both streams busy throughout; ``S`` where none)."""
+    work = [0.0] * len(sharers)
+    for k, r in enumerate(rank_of):
+        work[r] += scatter_s[k]
+    shares = [fair_share(work, r, others) for r, others in enumerate(sharers)]
+    return [(op + tail - s, s / shares[r])
+            for op, tail, s, r in zip(grad_op_s, stage_tails_s, scatter_s, rank_of, strict=True)]
