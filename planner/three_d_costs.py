@@ -178,14 +178,29 @@ class ThreeDCosts:
         """Per pipeline rank the other ranks whose data-parallel rings (each with its ``ranks``
         TP ranks' rings, :func:`~pipesim.profiles.costmodels.dp_rings.rank_groups`) cross a link
         of its own (:func:`~pipesim.profiles.costmodels.dp_rings.ring_links`: a server's NIC that
-        several GPUs share). Rank ``r``'s group is rank 0's ``dp_group`` shifted by the rank's
+        several GPUs share) which cannot carry every ring crossing it at the ring's own rate (a
+        rail fabric's spine and core links, wide enough for all, are not shared in this sense,
+        as for :func:`~pipesim.profiles.costmodels.dp_rings.shared_sends`). Rank ``r``'s group
+        is rank 0's ``dp_group`` shifted by the rank's
         first device ``firsts[r]`` (none given: automatic placement's, ``r width``). Cached."""
         key = (dp_group, firsts, p, width, ranks)
         found = self._dp_sharers.get(key)
         if found is None:
             c = self.cluster
-            links = [set().union(*(ring_links(g, c.route, c.server_of) for g in rank_groups(group, ranks)))
+            caps = c.links
+            rings = [[ring_links(g, c.route, c.server_of) for g in rank_groups(group, ranks)]
                      for group in dp_groups(dp_group, firsts, p, width)]
+            demand: dict[int, float] = {}  # per link, the rings' own rates through it, bytes/s
+            for rank_rings in rings:
+                for ring in rank_rings:
+                    rate = min((caps[link].bandwidth_bytes_per_s for link in ring), default=math.inf)
+                    for link in ring:
+                        demand[link] = demand.get(link, 0.0) + rate
+            # a link shared only where it cannot carry every ring crossing it at the ring's own
+            # rate (a server's NIC; not a rail fabric's aggregated spine and core links)
+            tight = {link for link, rate in demand.items()
+                     if caps[link].bandwidth_bytes_per_s < rate * (1.0 - 1e-12)}
+            links = [set().union(*rank_rings) & tight for rank_rings in rings]
             found = self._dp_sharers[key] = tuple(
                 tuple(q for q in range(p) if q != r and links[r] & links[q]) for r in range(p))
         return found
