@@ -132,9 +132,11 @@ def test_straddling_zero3_was_low_and_is_now_close(monkeypatch: pytest.MonkeyPat
 # ------------------------------------------------------------------------------------------------
 # Other ranks' traffic: TP rings of two pipeline ranks on one NIC, later ranks' gradient collectives
 
-RANKS_TOLERANCE = 0.05
+RANKS_TOLERANCE = 0.06
 """Estimate vs simulation where two pipeline ranks' straddling TP rings meet on a server's one
-NIC (dapple-2x8-v100, pcie-4x4-v100-10gbe): -4.7% to +2.7% on these plans (the fluid account
+NIC (dapple-2x8-v100, pcie-4x4-v100-10gbe): -5.6% to +1.9% on these plans since the V100's fp16
+GEMM share went from 0.5 to 0.72 (compute.GEMM_EFFICIENCY: the rings a larger share of the
+iteration; -4.7% to +2.7% before, tp4-p3-m8 the lowest both times) (the fluid account
 charges every one of the m - 1 steady cycles; the simulation's first and last are partly alone);
 they were 25% to 32% low with each ring seen alone. +0.4% to +4.6% before every TP rank's tied
 pair and data-parallel ring were on the network (tests/tp/test_dp_rings.py): the simulation grew
