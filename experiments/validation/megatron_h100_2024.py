@@ -123,17 +123,21 @@ _TABLE = (
     ("462b", 144, 18432, 112, 8, 16, 6144, 3072, 459.9),
 )
 _H100_COMPUTE = (
-    "pipesim's H100 bf16 compute is faster than these runs: the GEMM share "
-    "(compute.GEMM_EFFICIENCY[hopper, bfloat16] = 0.7) is the A100's value carried over (its source "
-    "is Narayanan et al. 2021 on A100s), not an H100 measurement. On free links (compute, the "
+    "pipesim's H100 bf16 compute is faster than these runs, by more than the GEMM rate explains: "
+    "the share (compute.GEMM_EFFICIENCY[hopper, bfloat16] = 0.7) is the A100's carried over, and "
+    "the published H100 kernel rates read since (compute.py's GEMM_EFFICIENCY docstring: cuBLAS "
+    "bf16 797.8 TFLOP/s at 8192^3, the model 670, as it gives 217 for the A100's 258; the best "
+    "matmul of a shape search 80.3% of the dense peak against the A100's 86.9%) put it at 0.647 "
+    "to 0.7: 0.647 takes these rows 6-9 points down (1.7B +16.6%, 177B +10.8%, 462B +11.0%, the "
+    "96-GPU MFU +19.0%) and the held 16B row to -11.7%, so it is left at 0.7. On free links (compute, the "
     "optimizer step and nothing else) the t = 1, p = 1 rows take 0.340 s (1.7B) and 0.629 s (7.1B) "
     "per iteration, 544 and 592 TFLOP/s (55% and 60% of the dense peak) against the measured whole "
     "steps of 0.452 and 0.800 s (41% and 47%); the rows with little data-parallel traffic per "
     "micro-batch (the interleaved pipelines, 177B on 96 GPUs with 576 micro-batches a replica) come "
-    "out 16-28% fast the same way (their compute alone, on free links, is 69-78% of the measured "
-    "step: module docstring). Not traced: which of the H100's GEMM rate on these shapes (h "
-    "2048-18432, t up to 8), the fused attention's rate, or per-kernel costs (TE's casts and "
-    "amax-free bf16 paths) the share over-states"
+    "out 13-28% fast the same way (their compute alone, on free links, is 69-78% of the measured "
+    "step: module docstring). Not traced: the rest of the gap (the clock the H100 sustains under "
+    "its 700 W limit through a run, below the 1830 MHz its 989 TFLOP/s assume; the fused "
+    "attention's rate; per-kernel costs of Transformer Engine's paths)"
 )
 _PARAM_GATHER = (
     "the distributed optimizer's data-parallel traffic stays exposed: with --overlap-param-gather "

@@ -99,29 +99,17 @@ _TABLE: dict[tuple[str, str], tuple[int, float, float]] = {
     ("dgx-a100-dp128", "4b"): (512, 1242, 0.790),
     ("dgx-a100-dp128", "8b"): (1024, 1380, 0.727),
 }
-_V100_FP16 = (
-    "the V100's fp16 GEMM share (compute.GEMM_EFFICIENCY[volta, float16] = 0.5, set from Shoeybi et "
-    "al. 2019's 39 TFLOP/s single-GPU baseline) is below what these runs reached: the 1B step on one "
-    "V100 ran 71.9 TFLOP/s counted with recomputation, 57.5% of the 125 TFLOP/s peak for the whole "
-    "step, memory-bound kernels included, which no GEMM share under 0.575 can give; pipesim: 1609 ms "
-    "against 1121 ms (the same model and batch on the A100 holds: +1.2%). Found, not modelled: the "
-    "volta fp16 share must rise to about the cuBLAS rate (mli/transformers-benchmarks: 95 of 125 "
-    "TFLOP/s at 8192^3) with the per-pass costs the A100 shares absorb modelled alongside "
-    "(compute.py GEMM_EFFICIENCY docstring)"
-)
 _TP_OVERHEAD = (
     "tensor parallelism costs these 2020 runs 1.75-2.2x what pipesim charges: the simulated TP "
     "time (the run minus the same run on free links) is 40, 96, 176 ms for 2B, 4B, 8B on the DGX "
     "A100 against 77, 168, 314 ms measured (published time minus pipesim's free-link time scaled by "
-    "the 1B ratio 1076/1089), 36, 86, 158 ms on the DGX-2 against 67, 190, 330 ms (scaled by "
-    "1121/1609). Candidates, not traced: the all-reduce rate of the NCCL of mid-2020 (2.7) on "
-    "NVSwitch below the busbw pipesim takes from later nccl-tests, and the work every TP rank "
-    "repeats (layer norms, dropouts, residual adds on the full b s h activations without sequence "
-    "parallelism) costed short. On the DGX-2 the V100 compute that is 1.43x too slow (see the "
-    "iteration records) also shrinks TP's share"
+    "the 1B ratio 1076/1089), 36, 86, 158 ms on the DGX-2 against 72, 192, 323 ms (scaled by "
+    "1121/1204, with the V100 fp16 GEMM share of 0.72 from kernel benchmarks: compute.py). "
+    "Candidates, not traced: the all-reduce rate of the NCCL of mid-2020 (2.7) on NVSwitch below the "
+    "busbw pipesim takes from later nccl-tests, and the work every TP rank repeats (layer norms, "
+    "dropouts, residual adds on the full b s h activations without sequence parallelism) costed short"
 )
 _MISSES: dict[tuple[str, str, str], str] = {
-    **{("dgx2-v100", case, "iteration"): _V100_FP16 for case in ("1b", "2b", "4b", "8b")},
     ("dgx2-v100", "4b", "scaling"): _TP_OVERHEAD,
     ("dgx2-v100", "8b", "scaling"): _TP_OVERHEAD,
     ("dgx-a100", "8b", "scaling"): _TP_OVERHEAD,

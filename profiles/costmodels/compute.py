@@ -140,10 +140,14 @@ GEMM_EFFICIENCY: dict[tuple[str, str], float] = {
     ("pascal", "float16"): 0.8,  # P100 fp16 runs on the same CUDA cores at twice the rate
     ("volta", "float32"): 0.8,
     ("turing", "float32"): 0.8,
-    # Volta tensor cores: Megatron-LM (Shoeybi et al. 2019, arXiv:1909.08053): a 1.2B GPT-2 sustains
-    # 39 TFLOP/s (30% of 125) for the whole step on one V100, GEMMs included with memory-bound
-    # kernels; cuBLAS HGEMM on large shapes reaches ~0.7. 0.5 for framework-run large GEMMs.
-    ("volta", "float16"): 0.5,
+    # Volta tensor cores, from kernel benchmarks (docstring below): PyTorch's fp16 matmul of 8192^3
+    # runs at 95 of the V100's 125 TFLOP/s where the same script gives 230 of the A100's 312
+    # (github.com/mli/transformers-benchmarks, README at 3370b2b): a V100's large GEMMs reach at
+    # least the A100's share of peak, so the A100's share (0.70, model/benchmark 0.943 at 8192^3)
+    # carries over scaled by the two benchmark shares: 0.70 x (95/125) / (230/312) = 0.72.
+    ("volta", "float16"): 0.72,
+    # Turing fp16: no kernel benchmark read; the Volta figure of before (0.5, from Shoeybi et al.
+    # 2019's 39 TFLOP/s whole-step rate on one V100) is kept.
     ("turing", "float16"): 0.5,
     # Ampere/Ada/Hopper/Blackwell tensor cores: Narayanan et al., "Efficient Large-Scale Language
     # Model Training on GPU Clusters Using Megatron-LM" (SC'21), Table 1: 44-52% of the A100's
@@ -185,14 +189,55 @@ GEMM_EFFICIENCY: dict[tuple[str, str], float] = {
 These shares sit below the kernels' own rates: they absorb per-pass costs the model does not have
 yet. PyTorch matmuls of 8192^3 (github.com/mli/transformers-benchmarks, README at 3370b2b, 'MatMul
 FP32 / FP16') run at 230 TFLOP/s fp16 and 116 'FP32' (TF32: above the 19.5 fp32 peak) on an A100
-80GB, 95 fp16 and 14 fp32 on a V100 16GB, where this model gives 217, 93, 61 and 12.3; the
+80GB, 95 fp16 and 14 fp32 on a V100 16GB, where this model gives 217, 93, 88 and 12.3; the
 zero-bubble paper's weight-gradient passes (Qi et al. 2024, Table 6, records zb-2024-t6-*-w-pass),
 which run only GEMMs, imply 239-253 TFLOP/s on A100 fp16 against the model's 204-213. Raising the
 A100 fp16/bf16 share to the benchmark's (0.742) alone takes Korthikanti et al. 2022's 1T iterations
 from +11.3/+8.4% to +5.6/+2.7% (its 22B present-method row from -7.2% to -10.5%), the zero-bubble
 14.6B throughputs from +7% to +12% (1F1B-I +22%), Megatron-LM 2021's 76B row to +10.9% and BLOOM's
 batch-2048 row to -13%: those runs pay a per-pass cost (about 1 ms per pass in the zero-bubble runs:
-their Table 4 against the paper's own calculation from Table 6) that must be modelled with it."""
+their Table 4 against the paper's own calculation from Table 6) that must be modelled with it.
+
+**Volta fp16 (0.72).** Kernel benchmarks put a V100's fp16 GEMMs at or above the A100's share of
+peak: mli/transformers-benchmarks (README at 04df81d, one notebook on both GPUs) 95 of 125 TFLOP/s
+(0.76) on a V100 16GB against 230 of 312 (0.737) on an A100 80GB for an 8192^3 matmul, and its
+BERT layer forward + backward 67 (0.54 of peak) against 136 (0.44); Markidis et al., "NVIDIA
+Tensor Core Programmability, Performance & Precision" (IPDPSW 2018, abstract) up to 83 TFLOP/s
+(0.66) with cuBLAS of CUDA 9. The share is the A100's scaled by the two benchmark shares,
+0.70 x 0.76 / 0.737 = 0.72, so that the model sits at the same fraction of the benchmark on both
+(8192^3: 88 of 95 on the V100, 217 of 230 on the A100). It was 0.5, from Shoeybi et al. 2019's
+39 TFLOP/s for a whole 1.2B step (a step's rate, not a GEMM's: 61 TFLOP/s at 8192^3, 0.64 of the
+benchmark). Moves (``python -m experiments.validation``, 0.5 -> 0.72; nothing else moves):
+megatron-readme-2020-dgx2-v100-{1b,2b,4b,8b}-iteration +43.5/+38.1/+28.4/+21.0% -> +7.4/+3.6/
+-2.3/-6.1% (were named), -{2b,4b,8b}-scaling +4.1/+12.0/+18.8% -> +3.8/+10.3/+14.5%, zoo-resnet50-
+v100-amp -13.2% -> +1.5%; DT-FM's eager PyTorch fp16 runs (V100, unfused blocks, model.half())
+come out faster: dtfm-gpt3xl-fp16-per-block-slope +1.6% -> -23.9% (now named: the block costs
+20.4 ms per micro-batch there against pipesim's 15.5), -per-microbatch-slope -17.5% -> -38.2%, the
+gpipe rows on fast links -19..-29% -> -26..-42% (named), on 1 Gb/s within a point.
+
+**Hopper bf16/fp16 (0.7, unchanged: the sources disagree).** Kernel rates read: stas00/ml-
+engineering, compute/accelerator/README.md at 744d01e, "Maximum Achievable Matmul FLOPS" (bf16,
+the best of a shape search, mean of 100 runs after 50 warm-ups): H100 SXM 794.5 of 989 (80.3%;
+torch 2.7.0+cu126), A100 SXM 271.2 of 312 (86.9%); pranjalssh/fast.cu README at a1bb7b2:
+cuBLAS bf16 on an H100 SXM at 8192^3 797.8 TFLOP/s (0.807), at 6144^3 741.1 (0.749), inputs
+normal(0, 1) (a user of that repository measured 518.6 on an H100 with CUDA 12.4: issue #13);
+He, "Strangely, Matrix Multiplications on GPUs Run Faster When Given 'Predictable' Data"
+(thonking.ai, 2024): cuBLAS fp16 8192^3 on an A100 257-258 TFLOP/s with normal inputs, 295 with
+zeros: the clock drops under the power limit, and "matmuls on the H100 are primarily not
+compute or bandwidth limited, they are power limited". The H100's
+989 is computed at 1830 MHz (528 tensor cores x 1024 FLOP per clock; ml-engineering's README, its
+"Clock speed" note 12), below the 1980 MHz boost clock. The model at 0.7 gives 670 TFLOP/s at
+8192^3 (0.84 of fast.cu's cuBLAS, as 217 is of He's A100 258: consistent), while MAMF's like-for-
+like ratio (0.803 / 0.869 = 0.924) would take the share to 0.647 and fast.cu against mli's A100
+230 to 0.77. Candidates run against the records (megatron_h100_2024, the only H100 compute
+records): 0.647 takes the 1.7B/7.1B/119B/177B/314B/462B rows from +24.3/+11.5/+13.8/+18.3/+12.8/
++19.2% to +16.6/+5.1/+7.0/+10.8/+5.4/+11.0%, the 177B 96-GPU MFU +28.2 -> +19.0%, and the held
+16B row -7.5 -> -11.7% (out; t 4 with 4 micro-batches a replica, like the 32B row whose
+distributed optimizer's traffic is exposed), 70B -0.4 -> -5.4%; 0.684 moves them by about a
+third of that. Either leaves the small-DP rows 10-20% fast: the
+kernel rate explains at most 8 points of the 20-28% by which pipesim's compute is fast there; the
+rest belongs to terms the model lacks (the sustained clock under the 700 W limit in long runs,
+Transformer Engine's extra kernels, per-pass costs)."""
 
 
 def gemm_efficiency(device: DeviceSpec, precision: str) -> float:
