@@ -23,15 +23,10 @@ what later ranks' collectives on its links delay it) and ``t_opt(r)`` its optimi
 stages are unequal: the order, not the closed form of the slowest rank, times them (as the
 simulator runs them; ``tests/tp/test_megatron_search_orders.py``). With one rank, or equal
 stages on free links, the closed form ``(m + (p - 1) / v) (t_f + t_b) + t_dp + t_opt`` (exact
-there) is used. With ZeRO the collectives are charged per unit as the simulator's lowering
-emits them (docs/parallelism.md): ZeRO-1 and the distributed optimizer a reduce-scatter and an
-all-gather as ``t_dp``; ZeRO-2 the last backward's reduce-scatter tail and
-the all-gather; ZeRO-3's gathers inside the stages' forwards and backwards
-(:func:`~pipesim.profiles.costmodels.sharding.zero3_op_times_s`), its first forward's and last
-backward's exposed parts as ``t_dp``; with ``Plan.zero3_runtime = deepspeed-2021`` also the
-runtime's issue time, re-gathers and on-demand gathers
-(:mod:`~pipesim.profiles.costmodels.zero3_runtime`). Memory per rank:
-:mod:`~pipesim.planner.three_d_memory`.
+there) is used. With ZeRO the collectives are charged as the simulator's lowering emits them
+(docs/parallelism.md): ZeRO-1 and the distributed optimizer a reduce-scatter and an all-gather
+as ``t_dp``; ZeRO-2 and ZeRO-3 per unit (:mod:`~pipesim.planner.three_d_zero`). Memory per
+rank: :mod:`~pipesim.planner.three_d_memory`.
 
 **TP groups across servers.** A rank's TP collectives are timed on the ring of the slowest of its
 TP groups (:meth:`ThreeDCosts.ring`): each group's ring all-reduce curves on the cluster's routes
@@ -40,7 +35,7 @@ ring the simulator's lowering runs), whose every step takes its slowest hop, so 
 servers is charged its NIC hops (latency and bandwidth of the inter-server route). Where the
 ring's bottleneck link also carries the rank's data-parallel ring, ZeRO-2's and ZeRO-3's per-unit
 collectives share it with the op's TP block as in the simulation (:mod:`~pipesim.planner.nic_sharing`,
-:mod:`~pipesim.planner.zero_ops`; ``tests/tp/test_nic_sharing_estimate.py``, within 6%). Where
+:mod:`~pipesim.planner.three_d_zero`; ``tests/tp/test_nic_sharing_estimate.py``, within 6%). Where
 another pipeline rank's TP ring crosses that link (two straddling ranks on a server's one NIC),
 the rings share it in the steady state: each of the ``m - 1`` steady cycles pays
 :func:`~pipesim.planner.nic_sharing.concurrent_delay_s` of the other ranks' blocks; where a later
@@ -70,7 +65,7 @@ from __future__ import annotations
 import math
 import weakref
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, NamedTuple
 
@@ -78,7 +73,6 @@ from pipesim.errors import invalid
 from pipesim.plan import Estimate, Plan
 from pipesim.planner.nic_sharing import (
     RingSharers,
-    fair_share,
     last_backward_delay_s,
     pipeline_edges,
     ring_sharers,
@@ -87,12 +81,13 @@ from pipesim.planner.nic_sharing import (
 )
 from pipesim.planner.param_gather import overlapped_gather_s
 from pipesim.planner.schedule_time import order_time_s
-from pipesim.planner.three_d_costs import ThreeDCosts, dp_groups
+from pipesim.planner.three_d_costs import ThreeDCosts
 from pipesim.planner.three_d_memory import rank_memory
 from pipesim.planner.three_d_tail import GradCollectives
 from pipesim.planner.three_d_times import boundary_sends, stage_layout, stage_op_times
+from pipesim.planner.three_d_zero import ZeroUnit, zero_stages, zero_units
 from pipesim.planner.tied_grads import tied_finish_s
-from pipesim.planner.zero_ops import ZeroOp, ZeroOps, zero2_reduce_s, zero_split_ops, zero_unit_ops
+from pipesim.planner.zero_ops import zero2_reduce_s
 from pipesim.profiles.costmodels.context_parallel import check_context_parallel
 from pipesim.profiles.costmodels.memory import Recompute
 from pipesim.profiles.costmodels.optimizer import stage_optimizer_step_s
@@ -101,7 +96,6 @@ from pipesim.profiles.costmodels.sharding import (
     Sharding,
     grad_bytes_factor,
     grad_reduce_dtype,
-    half_time_s,
     sharded_memory_multiplier,
 )
 from pipesim.profiles.costmodels.tied_embeddings import (
@@ -371,9 +365,6 @@ def prepare_config(
     # each TP rank's group reduces its shard at once: where their rings share links (fewer NICs
     # than GPUs per server) each gets its share of them (ThreeDCosts.curves ``ranks``)
     dp_curves = model.curves(placed.dp_group, servers=True, ranks=t) if d * c > 1 else None
-    dp_servers = 1  # the servers the DP group spans: DeepSpeed's (2021) per-call ring latency
-    if per_unit and sh is Sharding.ZERO3 and zero3_runtime is Zero3Runtime.DEEPSPEED_2021:
-        dp_servers = len({cluster.server_of(x) for x in placed.dp_group})
     # per stage its F, its I (the whole B outside zero-bubble schedules) and its W as the
     # lowering times them (tp_lowering.compute_parts); per rank the delay by other ranks' TP
     # blocks on its links per micro-batch, seconds; per stage its TP x CP times and replay
@@ -386,22 +377,11 @@ def prepare_config(
             memo[times_key] = found
     f_stage, i_stage, w_stage = list(found[0]), list(found[1]), list(found[2])
     slow_of: tuple[float, ...] = found[3]
-    units: list[tuple[int, int, ZeroOp, float, float, float]] = []  # ZeRO-2/3's, costed in finish
-    if per_unit and dp_curves is not None:  # ZeRO-2/3: per-unit collectives (zero_lowering)
-        for r in range(p):
-            shares = shared(r)
-            for k in stages_of[r]:
-                first, last = chunks[k]
-                times, replay = found[4][k], found[5][k]
-                f_op = times.fwd_tp_s + times.fwd_comm_s
-                b_op = times.bwd_tp_s + times.bwd_comm_s + replay
-                if split:  # the I
-                    b_op += times.bwd_split_comm_s - times.bwd_comm_s - w_stage[k]
-                unit = ZeroOp(first=first, last=last, mbs=mbs, t=t, sp=sp, c=c, ring=rings[r], times=times,
-                              replay=replay, sharding=sh, runtime=zero3_runtime, full=rc is Recompute.FULL,
-                              replicas=d * c, grad=g, allreduce=allreduce, shared=shares,
-                              servers=dp_servers)
-                units.append((r, k, unit, f_op, b_op, w_stage[k]))
+    units: list[ZeroUnit] = []  # ZeRO-2/3's per-unit collectives (zero_lowering), costed in finish
+    if per_unit and dp_curves is not None:
+        units = zero_units(cluster, chunks, stages_of, rings, shared, found[4], found[5], w_stage,
+                           placed.dp_group, mbs=mbs, t=t, sp=sp, c=c, sh=sh, runtime=zero3_runtime, full=full,
+                           replicas=d * c, grad=g, allreduce=allreduce, split=split)
     # per stage boundary its pipeline transfer and that transfer's route latency, s: every
     # replica's send between the two stages' ranks, sharing the links they cross (0 on one rank)
     def pairs_of(a: int, b: int) -> tuple[tuple[int, int], ...]:
@@ -450,7 +430,7 @@ def prepare_config(
                 d * c, grad_reduce_dtype(model.profile.dtype, grad)) for k in stages_of[rank])
         return float(found)
 
-    def per_rank(times: list[float]) -> list[float]:
+    def per_rank(times: Sequence[float]) -> Sequence[float]:
         """Per rank the sum of its stages' ``times``."""
         return [sum(times[k] for k in ks) for ks in stages_of] if v > 1 else times
 
@@ -492,7 +472,7 @@ def prepare_config(
             dp += last_backward_delay_s(times, replay, wires(0, 0)[1], later)
         return dp + step_s(0)
 
-    def shared_extra_s(fwd: list[float], bwd: list[float]) -> float:
+    def shared_extra_s(fwd: Sequence[float], bwd: Sequence[float]) -> float:
         """Other ranks' TP blocks beside a rank's in the ``m - 1`` steady cycles (per rank its
         forwards ``fwd`` and backwards ``bwd``), s."""
         if not any(slow_of):
@@ -524,48 +504,14 @@ def prepare_config(
         lower = max(lower, m * (fr_plain[0] + br_plain[0]) + after0) + shared_extra_s(fr_plain, br_plain)
 
     def finish() -> Estimate | None:
-        fwd, inp, wgrad, held = list(f_stage), list(i_stage), list(w_stage), [0.0] * p
         # per rank the other ranks whose data-parallel rings cross a link of its own (one NIC per server)
         leads = tuple(f[0] for f in placed.firsts)  # per rank its first device (none: automatic placement)
         meet = model.dp_sharers(placed.dp_group, leads, p, d * t * c, t) if d * c > 1 else ((),) * p
-        rank_curves = [dp_curves] * p  # ZeRO-3: the ranks' collectives run throughout, sharing links
-        if per_unit and sh is Sharding.ZERO3 and any(meet):
-            groups = dp_groups(placed.dp_group, leads, p, d * t * c)
-            also = [tuple(groups[q] for q in meet[r]) for r in range(p)]
-            rank_curves = [model.curves(groups[r], servers=True, ranks=t, also=also[r],
-                                        share=fair_share(rank_params, r, meet[r])) for r in range(p)]
-        head = 0.0  # ZeRO-3: the first forward's unhidden gathers
-        tails = [0.0] * p  # ZeRO-2/3: each rank's last backward's reduce tail
-        stage_tails, stage_scatters = [0.0] * (p * v), [0.0] * (p * v)
-        memo = _ZERO_OPS.setdefault(model, {})
-        for r, k, unit, f_plain, b_plain, w_plain in units:
-            # chunks of the same layers cost the same (zero_unit_ops reads them by their signature)
-            memo_key = (model.sig(unit.first, unit.last), replace(unit, first=0, last=0), rank_curves[r],
-                        split)
-            ops = memo.get(memo_key)
-            if ops is None and split:  # F, I (bwd_s) and W's reduce-scatters
-                ops = memo[memo_key] = zero_split_ops(model, unit, rank_curves[r], w_plain)  # type: ignore[arg-type]
-            elif ops is None:
-                ops = memo[memo_key] = zero_unit_ops(model, unit, rank_curves[r])  # type: ignore[arg-type]
-            fwd[k] += ops.fwd_s - f_plain
-            inp[k] += ops.bwd_s - b_plain
-            held[r] = max(held[r], ops.held_bytes)
-            if k == r:  # the rank's first stage: its last backward
-                tails[r] = ops.last_tail_s
-            if k == 0:
-                head = ops.first_extra_s
-            stage_tails[k], stage_scatters[k] = ops.last_tail_s, ops.scatter_s
+        zs = zero_stages(model, units, f_stage, i_stage, w_stage, chunks, stages_of, dp_curves,
+                         placed.dp_group, leads, meet, rank_params, t=t, width=d * t * c, sh=sh, grad=g,
+                         allreduce=allreduce, split=split)  # ZeRO-2/3's per-unit collectives
+        fwd, inp, wgrad, held = zs.fwd_s, zs.input_s, zs.wgrad_s, zs.held_bytes
         stream = bool(units) and sh is Sharding.ZERO2  # its reduce stream may pace the end (zero2_reduce_s)
-        if units and dp_curves is not None and sh is Sharding.ZERO3:  # the stream slows the gathers
-            for r in range(p):
-                on = rank_curves[r] or dp_curves
-                scatter = sum(half_time_s(on, model.params(*chunks[k], t) * g, allreduce)
-                              for k in stages_of[r])
-                busy = sum(inp[k] + wgrad[k] for k in stages_of[r])
-                if scatter > busy:  # the stream paces the backwards: each stretched alike
-                    for k in stages_of[r]:
-                        inp[k] *= scatter / busy
-                        wgrad[k] *= scatter / busy
         if any(pk + h > limit for pk, h in zip(peaks, held, strict=True)):
             return None
         bwd = [i + w - h for i, w, h in zip(inp, wgrad, hidden, strict=True)]
@@ -579,19 +525,8 @@ def prepare_config(
             schedule, num_ranks=p, num_microbatches=m, chunks=v, fwd_s=fwd, bwd_s=bwd, wgrad_s=wgrad,
             input_s=inp if schedule in FULL_AND_SPLIT else None,
             send_fwd_s=sends, send_bwd_s=sends, send_latency_s=send_lat,
-            reduce_s=zero2_reduce_s(stage_scatters, wgrad if split else inp, stage_tails, where, meet)
-            if stream else None)
-
-        def zero_after_s(rank: int) -> float:
-            """ZeRO-2/3: what rank ``rank``'s reduce-scatters take beyond its last backward, and
-            ZeRO-2's gather after the update (ZeRO-3's first gathers delay every rank), s."""
-            if sh is Sharding.ZERO3:
-                return head + tails[rank]
-            nbytes = sum(model.params(*chunks[k], t) for k in stages_of[rank])
-            assert order is not None
-            assert dp_curves is not None
-            tail = order.stream_end_s[rank] - order.rank_end_s[rank]  # its reduce stream's end
-            return float(tail) + half_time_s(dp_curves, nbytes, allreduce)
+            reduce_s=zero2_reduce_s(zs.stage_scatters_s, wgrad if split else inp, zs.stage_tails_s, where,
+                                    meet) if stream else None)
 
         shared = [0.0] * p  # per rank the delay of its gradient collectives by other ranks' on its links
         if drain and order is not None:
@@ -600,7 +535,7 @@ def prepare_config(
                 totals = [grads.total_s(rank_params[q]) for q in group]
                 ends_s = shared_ends_s([float(order.rank_end_s[q]) for q in group], totals)
                 shared[r] = ends_s[0] - float(order.rank_end_s[r]) - totals[0]
-        after0 = rank0_after_s(tb, zero_after_s(0) if units else 0.0) + shared[0]
+        after0 = rank0_after_s(tb, zs.after_s(0, order) if units else 0.0) + shared[0]
         if order is None:  # the closed form, exact here
             time_s = (m + (p - 1) / v) * (tf + tb) + after0
         else:  # the order's makespan; each rank's collectives and update after its last action
@@ -610,7 +545,7 @@ def prepare_config(
             time_s = float(ends[0]) + after0  # rank 0's, with what later ranks' collectives delay
             ready = [time_s - step_s(0)]  # per rank: drained and reduced (tied pairs)
             for r in range(1, p):
-                later = zero_after_s(r) if units else tail_s(r, float(ends[r]), stage_end) + shared[r]
+                later = zs.after_s(r, order) if units else tail_s(r, float(ends[r]), stage_end) + shared[r]
                 time_s = max(time_s, float(ends[r]) + later + step_s(r))
                 ready.append(float(ends[r]) + later)
             time_s = max(time_s, tied_finish_s(tied_pairs, ready, [step_s(r) for r in range(p)]))
@@ -626,12 +561,6 @@ def prepare_config(
     return PreparedConfig(lower_bound_s=lower, finish=finish)
 
 
-_ZERO_OPS: weakref.WeakKeyDictionary[ThreeDCosts, dict[tuple[object, ...], ZeroOps]] = (
-    weakref.WeakKeyDictionary()
-)
-"""Per cost model, ZeRO-2/3's chunk ops by the chunk's layer signature and the rest of its
-:class:`~pipesim.planner.zero_ops.ZeroOp` (the search costs the same chunk in many
-configurations)."""
 _MEMO: weakref.WeakKeyDictionary[ThreeDCosts, dict[tuple[object, ...], Any]] = weakref.WeakKeyDictionary()
 """Per cost model, what the search's configurations share: per rank its parameter bytes and its
 activations' peak (by chunks, placement and the activations' inputs), its per-stage op times (by
