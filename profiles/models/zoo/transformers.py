@@ -37,6 +37,7 @@ from pipesim.errors import invalid
 from pipesim.fileio import parse_ascii_int
 from pipesim.profiles.costmodels.compute import GemmShape
 from pipesim.profiles.models.profile import Layer, ModelProfile
+from pipesim.profiles.models.zoo import eager_ops
 from pipesim.profiles.models.zoo.roofline import LayerCost, Roofline, roofline_for
 from pipesim.profiles.models.zoo.shapes import block_shape, embedding_shape, head_shape, with_shape
 from pipesim.profiles.models.zoo.tf1_blocks import TfCore, tf_bert_block, tf_xlnet_block
@@ -122,8 +123,17 @@ def _flash_attention(lc: LayerCost, *, batch: int, seq: int, heads: int, d_head:
     lc.save(bh * seq, elem_bytes=4)  # log-sum-exp per row
 
 
+def _residual(lc: LayerCost, elements: int, *, eager: bool) -> None:
+    """A residual add: fused (one pass of gradient bookkeeping backward) or eager
+    (:data:`~pipesim.profiles.models.zoo.eager_ops.RESIDUAL`)."""
+    if eager:
+        lc.op_sequence(elements, eager_ops.RESIDUAL)
+    else:
+        lc.eltwise(elements, fwd_passes=3, bwd_passes=1)
+
+
 def _block(lc: LayerCost, *, batch: int, seq: int, hidden: int, heads: int, ffn: int,
-           pos_keys: int = 0, bias: bool = True, flash: bool = False) -> AttentionCore:
+           pos_keys: int = 0, bias: bool = True, flash: bool = False, eager: bool = False) -> AttentionCore:
     """Cost of one post- or pre-LN transformer block over ``batch`` x ``seq`` tokens; returns its
     attention core (empty with ``flash``: fused attention keeps no score-sized tensor, so
     selective recomputation has nothing to drop or replay).
@@ -131,7 +141,10 @@ def _block(lc: LayerCost, *, batch: int, seq: int, hidden: int, heads: int, ffn:
     ``pos_keys`` > 0 adds XLNet's relative-position attention: a position projection over
     ``pos_keys`` relative positions per sample and a second score matmul against them.
     ``flash`` replaces the score matmul, softmax, dropout and ``P V`` kernels by fused attention
-    (:func:`_flash_attention`).
+    (:func:`_flash_attention`). ``eager`` runs the element-wise work op by op as HuggingFace's
+    GPT2Block does in eager PyTorch (:mod:`~pipesim.profiles.models.zoo.eager_ops`): the score
+    division, causal ``where`` and softmax as separate kernels, the context's head-merging copy,
+    ``gelu_new`` as eight kernels, each bias gradient a reduction, each residual's gradient sum.
     """
     t = batch * seq
     bsh = t * hidden
@@ -141,6 +154,8 @@ def _block(lc: LayerCost, *, batch: int, seq: int, hidden: int, heads: int, ffn:
     lc.layernorm(bsh, hidden)
     for _ in range(3):  # Q, K, V projections
         lc.linear(t, hidden, hidden, bias=bias)
+    if eager:
+        lc.op_sequence(3 * bsh, eager_ops.BIAS_GRAD)
     core_t0, core_f0, core_b0 = lc.fwd.time_s, lc.fwd.flop, lc.saved_bytes
     if flash:
         _flash_attention(lc, batch=batch, seq=seq, heads=heads, d_head=d_head)
@@ -158,8 +173,12 @@ def _block(lc: LayerCost, *, batch: int, seq: int, hidden: int, heads: int, ffn:
         lc.save(batch * pos_keys * hidden)  # projected position keys (an input of the core)
         core_b0 += batch * pos_keys * hidden * lc.rl.elem_bytes
         lc.save(scores)  # position scores before the shift
-    if not flash:
+    if eager:
+        for ops in (eager_ops.SCORE_DIVIDE, eager_ops.CAUSAL_WHERE, eager_ops.SOFTMAX):
+            lc.op_sequence(scores, ops)
+    elif not flash:
         lc.eltwise(scores, fwd_passes=2, bwd_passes=3, flop_per_element=5)  # scale, mask, softmax
+    if not flash:
         lc.dropout(scores)
         lc.gemm(seq, d_head, seq, count=batch * heads, weight=False)  # probabilities @ V
     core = (
@@ -172,16 +191,27 @@ def _block(lc: LayerCost, *, batch: int, seq: int, hidden: int, heads: int, ffn:
             saved_bytes=lc.saved_bytes - core_b0 + 2 * scores * lc.rl.elem_bytes,
         )
     )
+    if eager:
+        lc.op_sequence(bsh, eager_ops.MERGE_HEADS)
     lc.linear(t, hidden, hidden, bias=bias)  # output projection
+    if eager:
+        lc.op_sequence(bsh, eager_ops.BIAS_GRAD)
     lc.dropout(bsh)
-    lc.eltwise(bsh, fwd_passes=3, bwd_passes=1)  # residual add
+    _residual(lc, bsh, eager=eager)
     # MLP
     lc.layernorm(bsh, hidden)
     lc.linear(t, hidden, ffn, bias=True)
-    lc.eltwise(t * ffn, fwd_passes=2, bwd_passes=3, flop_per_element=8)  # GeLU
+    if eager:
+        lc.op_sequence(t * ffn, eager_ops.BIAS_GRAD)
+        lc.op_sequence(t * ffn, eager_ops.GELU_NEW)
+        lc.save(t * ffn * eager_ops.GELU_NEW_SAVED)
+    else:
+        lc.eltwise(t * ffn, fwd_passes=2, bwd_passes=3, flop_per_element=8)  # GeLU
     lc.linear(t, ffn, hidden, bias=True)
+    if eager:
+        lc.op_sequence(bsh, eager_ops.BIAS_GRAD)
     lc.dropout(bsh)
-    lc.eltwise(bsh, fwd_passes=3, bwd_passes=1)  # residual add
+    _residual(lc, bsh, eager=eager)
     # Korthikanti et al. Eq. 1 in dtype-sized elements (masks are counted by dropout() above):
     # 5 (attention) + 9 (MLP, ffn = 4h generalised to 1 + 2 ffn/h) + 2 (layer norms) sbh
     lc.save(bsh * (5 + 1 + 2 * ffn / hidden + 2))
@@ -371,10 +401,13 @@ class GptSpec:
         untie: 1 for an output layer with its own weight matrix (Megatron-LM's
             ``--untie-embeddings-and-output-weights``), 0 (default, Megatron-LM's and DeepSpeed's
             default) for one tied to the word embeddings.
+        eager: 1 for the blocks' element-wise work op by op as eager PyTorch runs HuggingFace's
+            GPT2Block (:mod:`~pipesim.profiles.models.zoo.eager_ops`), 0 (default) for fused kernels.
 
     Raises:
         InputError: a value is not a positive integer (up to 4096 layers, 2**20 for the other
-            keys), ``hidden`` is not a multiple of ``heads``, or ``flash`` or ``untie`` is not 0 or 1.
+            keys), ``hidden`` is not a multiple of ``heads``, ``flash``, ``untie`` or ``eager`` is
+            not 0 or 1, or ``eager`` and ``flash`` are both 1.
     """
 
     layers: int = GPT_DEFAULTS["layers"]
@@ -384,6 +417,7 @@ class GptSpec:
     vocab: int = GPT_DEFAULTS["vocab"]
     flash: int = 0
     untie: int = 0
+    eager: int = 0
 
     def __post_init__(self) -> None:
         for key in GPT_DEFAULTS:
@@ -397,16 +431,23 @@ class GptSpec:
             raise invalid("gpt.flash", self.flash, "must be 0 (unfused attention) or 1 (flash attention)")
         if self.untie not in (0, 1) or isinstance(self.untie, bool):
             raise invalid("gpt.untie", self.untie, "must be 0 (output tied to the embeddings) or 1 (untied)")
+        if self.eager not in (0, 1) or isinstance(self.eager, bool):
+            raise invalid("gpt.eager", self.eager, "must be 0 (fused kernels) or 1 (eager PyTorch, op by op)")
+        if self.eager and self.flash:
+            raise invalid("gpt.eager", self.eager, "eager blocks run unfused attention: needs flash=0")
 
     def text(self) -> str:
         """The canonical spec string, e.g. ``gpt:layers=24,hidden=2048,heads=16,seq=2048,vocab=50257``
-        (``,flash=1`` appended for fused attention, ``,untie=1`` for an untied output layer)."""
+        (``,flash=1`` appended for fused attention, ``,untie=1`` for an untied output layer,
+        ``,eager=1`` for eager blocks)."""
         base = "gpt:" + ",".join(f"{key}={getattr(self, key)}" for key in GPT_DEFAULTS)
-        return base + (",flash=1" if self.flash else "") + (",untie=1" if self.untie else "")
+        return (base + (",flash=1" if self.flash else "") + (",untie=1" if self.untie else "")
+                + (",eager=1" if self.eager else ""))
 
 
 def parse_gpt_spec(text: str) -> GptSpec:
-    """Parse ``gpt`` or ``gpt:key=value,...`` (keys layers, hidden, heads, seq, vocab).
+    """Parse ``gpt`` or ``gpt:key=value,...`` (keys layers, hidden, heads, seq, vocab, and the 0/1
+    switches flash, untie, eager).
 
     Keys are case-insensitive; omitted keys take :data:`GPT_DEFAULTS`; spaces around keys and
     values are ignored.
@@ -425,8 +466,8 @@ def parse_gpt_spec(text: str) -> GptSpec:
             key = key.strip().lower()
             if not eq or not key:
                 raise invalid("gpt", item.strip(), "each item must be key=value")
-            if key not in GPT_DEFAULTS and key not in ("flash", "untie"):
-                rule = f"unknown key; valid keys: {', '.join(GPT_DEFAULTS)}, flash, untie"
+            if key not in GPT_DEFAULTS and key not in ("flash", "untie", "eager"):
+                rule = f"unknown key; valid keys: {', '.join(GPT_DEFAULTS)}, flash, untie, eager"
                 raise invalid(f"gpt.{key}", raw.strip(), rule)
             if key in values:
                 raise invalid(f"gpt.{key}", raw.strip(), "given twice")
@@ -460,7 +501,7 @@ def gpt(rl: Roofline, batch: int, spec: GptSpec) -> ModelProfile:
                              embedding_shape(**dims, replicated_params=spec.seq * spec.hidden)))
     lc = LayerCost("block0", rl)
     core = _block(lc, batch=batch, seq=spec.seq, hidden=spec.hidden, heads=spec.heads, ffn=4 * spec.hidden,
-           flash=bool(spec.flash))
+           flash=bool(spec.flash), eager=bool(spec.eager))
     block = lc.build(output_elements=t * spec.hidden)
     shape = block_shape(block, rl, dims, batch=batch, ffn=4 * spec.hidden)
     shaped = with_shape(_with_core(block, core), shape)
