@@ -7,7 +7,8 @@ formula as kernels of its own. HuggingFace transformers' ``GPT2Block`` (the 2022
 mli/transformers-benchmarks notebook times) is written that way; read at
 huggingface/transformers ``src/transformers/models/gpt2/modeling_gpt2.py`` @ 0010f602
 (``GPT2Attention._attn``, ``_merge_heads``, ``GPT2MLP``, ``GPT2Block.forward``) and
-``src/transformers/activations.py`` (``NewGELUActivation``, the ``gelu_new`` of GPT-2's config):
+``src/transformers/activations.py`` @ 00e12e7c (``NewGELUActivation``, the ``gelu_new`` of GPT-2's
+config):
 
 * attention scores (``b a s^2`` elements): ``attn_weights / torch.full([], sqrt(d))`` (a division
   kernel), ``torch.where(causal_mask, attn_weights, mask_value)`` (the mask is a ``1 x 1 x s x s``
@@ -26,7 +27,8 @@ huggingface/transformers ``src/transformers/models/gpt2/modeling_gpt2.py`` @ 001
 Passes are full reads or writes of a tensor of the composite's size, as in
 :mod:`~pipesim.profiles.models.zoo.tf1_ops` (whose :class:`OpSequence` these reuse). The backward
 lists follow PyTorch's autograd formulas (pytorch/pytorch ``tools/autograd/derivatives.yaml`` and
-``torch/csrc/autograd/FunctionsManual.cpp``): a product ``x * y`` of two tensors needs ``grad * y``
+``torch/csrc/autograd/FunctionsManual.cpp`` @ 002ca671: ``pow_backward``, ``mul_tensor_backward``,
+``div_tensor_self_backward``): a product ``x * y`` of two tensors needs ``grad * y``
 and ``grad * x`` (two kernels), a product with a Python scalar ``grad * c`` (one), an add with a
 scalar passes the gradient through (none); ``tanh_backward(grad, y)`` reads the gradient and the
 output (one kernel); ``pow_backward`` computes ``grad * (3 * x.pow(2))`` (three kernels);
