@@ -342,6 +342,10 @@ def search_pair(
     pair_cache: dict[tuple[int, int, int, int, int], float]
     pair_cache = model.memo.setdefault(("dapple-tied-pair", policy), {})  # type: ignore[assignment]
 
+    def copies_of(first: int) -> int:
+        """Bytes of the tied copies a last stage from layer ``first`` holds (owners before it)."""
+        return sum(nbytes for owner, nbytes in tied if owner < first)
+
     def tied_s(start: int, r: int, i: int, tail: tuple[int, int, float]) -> float:
         """The pair all-reduces of a first stage (layers ``0..i-1`` at ``(start, r)``) with the
         last stage at ``tail``: one per tied matrix whose owner it holds, one after another, s."""
@@ -420,10 +424,12 @@ def search_pair(
                 curves = ar_cache[akey]
             else:
                 curves = ar_cache[akey] = model.allreduce_curves(devices(start, r)) if r > 1 else None
-            # the all-reduce, then the update after it (the estimate's tail)
-            ar = 0.0 if curves is None else curves.time_s(pbytes * model.grad_bytes, algo)
-            ar = ar_times[tkey] = ar + model.optimizer_step_s(pbytes)
-        step = model.optimizer_step_s(pbytes) if tied else 0.0
+            # the all-reduce, then the update after it (the estimate's tail), of the stage's
+            # parameters and, on the last stage, its tied copies (an ordinary parameter there)
+            own = pbytes + (copies_of(first) if i == n else 0)
+            ar = 0.0 if curves is None else curves.time_s(own * model.grad_bytes, algo)
+            ar = ar_times[tkey] = ar + model.optimizer_step_s(own)
+        step = model.optimizer_step_s(pbytes + (copies_of(first) if i == n else 0)) if tied else 0.0
         head = fwd + mm1 * (fwd + bwd) + bwd
         return (
             first,

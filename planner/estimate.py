@@ -82,6 +82,7 @@ from pipesim.profiles.costmodels.memory import (
 )
 from pipesim.profiles.costmodels.nccl_protocol import link_classes
 from pipesim.profiles.costmodels.optimizer import optimizer_bytes_per_parameter, stage_optimizer_step_s
+from pipesim.profiles.costmodels.tied_embeddings import stage_copies
 from pipesim.profiles.hardware.cluster import Cluster
 from pipesim.profiles.models.profile import DTYPE_BYTES, ModelProfile
 from pipesim.schedules.placement import copy_of
@@ -449,6 +450,8 @@ class CostModel:
         if plan.grad_reduce_dtype is not None:
             grad = grad_bytes_factor(self.profile.dtype, plan.grad_reduce_dtype)
         out = []
+        # a tied copy is a parameter of its stage: in its all-reduce and optimizer step
+        held = stage_copies(self.profile, [(st.first_layer, st.last_layer) for st in plan.stages], where)
         for s, stage in enumerate(plan.stages):
             devices = placement[where[s]]
             # dualpipe: stage s < S/2 all-reduces with its copy's devices; the copy charges nothing
@@ -470,12 +473,11 @@ class CostModel:
                     latency = min(send_f, send_b, self._least_latency_s(devices, nxt))
                     found = self.memo[key] = (send_f, send_b, latency)
                 send_f, send_b, latency = found  # type: ignore[misc]
-            ar_key = ("stage-allreduce", reducers, first, last, grad, plan.allreduce)
+            params = self.parameter_bytes(first, last) + sum(n for _, n in held[s]) / stage.tensor_parallel
+            ar_key = ("stage-allreduce", reducers, params, grad, plan.allreduce)
             allreduce = self.memo.get(ar_key)
             if allreduce is None:  # a stage's all-reduce recurs in many plans of a search: timed once
-                allreduce = self.memo[ar_key] = self.allreduce_s(
-                    reducers, self.parameter_bytes(first, last) * grad, plan.allreduce
-                )
+                allreduce = self.memo[ar_key] = self.allreduce_s(reducers, params * grad, plan.allreduce)
             out.append(
                 StageCosts(
                     fwd_s=table.fwd[last + 1] - table.fwd[first],
@@ -485,7 +487,7 @@ class CostModel:
                     send_fwd_s=send_f,
                     send_bwd_s=send_b,
                     send_latency_s=latency,
-                    optimizer_s=self.optimizer_step_s(self.parameter_bytes(first, last)),
+                    optimizer_s=self.optimizer_step_s(params),
                 )
             )
         grad_dtype = plan.grad_reduce_dtype or self.grad_reduce_dtype  # tied matrices' all-reduces

@@ -100,6 +100,7 @@ from pipesim.profiles.costmodels.sharding import (
 )
 from pipesim.profiles.costmodels.tied_embeddings import (
     pairs_allreduce_s,
+    stage_copies,
     stage_pairs,
     tied_grad_bytes,
 )
@@ -342,6 +343,21 @@ def prepare_config(
     if memory is None:  # (ZeRO-2/3's held bytes come on top, in finish)
         return None
     rank_params, peaks = memory
+    # a tied copy is a parameter of its stage: in its gradient collectives and optimizer step
+    # (stage_copies; vocabulary-parallel, 1/t per rank); ZeRO-2/3's per-unit collectives leave it
+    # out, as the simulator's do
+    copy_key = ("stage-copies", chunks_key, p, v, schedule, t)
+    chunk_copy: list[float] | None = memo.get(copy_key)
+    if chunk_copy is None:
+        chunk_copy = memo[copy_key] = [sum(n for _, n in held) / t
+                                       for held in stage_copies(model.profile, chunks, where)]
+    if any(chunk_copy) and not per_unit:  # (the steps count it either way)
+        rank_params = [x + sum(chunk_copy[k] for k in ks)
+                       for x, ks in zip(rank_params, stages_of, strict=True)]
+
+    def chunk_params(k: int) -> float:
+        """Stage ``k``'s parameter bytes on one device, its tied copy's with them."""
+        return model.params(*chunks[k], t) + chunk_copy[k]
     rings, cp_hops, sharers = placed.rings, placed.cp_hops, placed.sharers
     if sharers is not None and not (any(sharers.tp) or any(sharers.dp) or max(sharers.own, default=1) > 1
                                     or any(sharers.sends)):
@@ -415,18 +431,19 @@ def prepare_config(
         unless the rank has one stage or its DP ring shares the TP rings' links (all after it)."""
         if len(stages_of[rank]) == 1 or not stage_end or sharers is not None or shared(rank):
             return grads.total_s(rank_params[rank])
-        ends = ((float(stage_end[k]), model.params(*chunks[k], t)) for k in stages_of[rank])
+        ends = ((float(stage_end[k]), chunk_params(k)) for k in stages_of[rank])
         return grads.chained_s(end, ends)
 
     def step_s(rank: int) -> float:
         """Rank ``rank``'s optimizer step, s (0 with ``optimizer_step=False``)."""
         if not optimizer_step:
             return 0.0
-        key = ("step", tuple(chunks[k] for k in stages_of[rank]), t, optimizer, sh, d * c, grad)
+        mine = tuple((chunks[k], chunk_copy[k]) for k in stages_of[rank])
+        key = ("step", mine, t, optimizer, sh, d * c, grad)
         found = memo.get(key)
         if found is None:
             found = memo[key] = sum(stage_optimizer_step_s(
-                model.params(*chunks[k], t), cluster.device_spec(0), optimizer, model.profile.dtype, sh,
+                chunk_params(k), cluster.device_spec(0), optimizer, model.profile.dtype, sh,
                 d * c, grad_reduce_dtype(model.profile.dtype, grad)) for k in stages_of[rank])
         return float(found)
 
@@ -498,7 +515,7 @@ def prepare_config(
         # with several stages on rank 0 all but one stage's collectives may end before its last action
         early = 0.0
         if v > 1 and dp_curves is not None:
-            parts = [grads.parts_s(model.params(*chunks[k], t))[0] for k in stages_of[0]]
+            parts = [grads.parts_s(chunk_params(k))[0] for k in stages_of[0]]
             early = sum(parts) - min(parts)
         after0 = rank0_after_s(max(br_plain), 0.0) - early
         lower = max(lower, m * (fr_plain[0] + br_plain[0]) + after0) + shared_extra_s(fr_plain, br_plain)

@@ -24,6 +24,7 @@ ZeRO-1 stage all-reduces its gradients instead of reduce-scattering them with
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from pipesim.plan import Plan
@@ -32,6 +33,7 @@ from pipesim.profiles.costmodels.collective import AllReduceAlgorithm, AllReduce
 from pipesim.profiles.costmodels.grad_dtype import grad_bytes_factor
 from pipesim.profiles.costmodels.nccl_protocol import link_classes
 from pipesim.profiles.costmodels.sharding import CollectiveKind, GradCollective, Sharding, half_algorithm
+from pipesim.profiles.costmodels.tied_embeddings import stage_copies
 from pipesim.profiles.hardware.cluster import Cluster
 from pipesim.profiles.models.profile import ModelProfile
 from pipesim.schedules.pairs import unpaired
@@ -42,7 +44,30 @@ from pipesim.simulator.stage_costs import CostOptions, StageFacts
 from pipesim.simulator.tp_lowering import TpLowering
 from pipesim.simulator.zero_lowering import ZeroLowering
 
-__all__ = ["Collective", "data_parallel_collectives"]
+__all__ = ["Collective", "data_parallel_collectives", "tied_copy_bytes"]
+
+
+def tied_copy_bytes(
+    plan: Plan, profile: ModelProfile, stages: Sequence[StageFacts]
+) -> dict[int, tuple[int, float]]:
+    """Stage index -> ``(user layer, bytes on one device)`` of the tied copy the stage holds
+    (:func:`~pipesim.profiles.costmodels.tied_embeddings.stage_copies`: the copies of its
+    matrices over the stage's TP degree, vocabulary-parallel), for stages holding one. The
+    copy is an ordinary parameter of its stage: its gradient joins the stage's data-parallel
+    reduction and its optimizer step updates it (Megatron-LM d98e8a64,
+    ``setup_embeddings_and_output_layer``, ``finalize_model_grads``).
+
+    Raises:
+        Nothing.
+    """
+    copies = stage_copies(profile, [(st.layers.start, st.layers.stop - 1) for st in stages],
+                          [st.rank for st in stages])
+    out: dict[int, tuple[int, float]] = {}
+    for st, held in zip(stages, copies, strict=True):
+        if held:
+            t = plan.stages[st.index].tensor_parallel
+            out[st.index] = (held[-1][0], sum(n for _, n in held) / t)
+    return out
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -155,6 +180,7 @@ def data_parallel_collectives(
     # dualpipe: stage s and its copy (same layers, other direction) sum their weight gradients:
     # one all-reduce among the devices of both copies, charged on stage s < S/2
     copies = {st.index: copy_of(stream.placement, st.index, len(stages)) for st in stages}
+    held = tied_copy_bytes(plan, profile, stages)  # the tied copies' bytes join their stages'
     gathered: dict[int, list[Bucket]] = {}  # overlap_param_gather: stage -> its parameter buckets
     gather_scale: dict[int, float] = {}
     for stage in stages:
@@ -173,10 +199,11 @@ def data_parallel_collectives(
             whole = float(sum(profile.layers[i].parameter_bytes for i in stage.layers))
             scale = tp.parameter_bytes(stage.index) / whole if whole > 0 else 1.0
         buckets = bucket_layers(profile, stage.layers, opts.bucket_bytes / grad if bucketed else math.inf)
+        user, copy_bytes = held.get(stage.index, (-1, 0.0))
         if bucketed:
             stage_marks = []
-            for k, (_, nbytes, fraction) in enumerate(buckets):
-                nbytes *= scale * grad
+            for k, (layers, nbytes, fraction) in enumerate(buckets):
+                nbytes = (nbytes * scale + (copy_bytes if user in layers else 0.0)) * grad
                 index = len(collectives)
                 collectives.append(
                     Collective(
@@ -201,7 +228,7 @@ def data_parallel_collectives(
             nbytes = float(sum(profile.layers[i].parameter_bytes for i in stage.layers))
             if tp is not None:
                 nbytes = tp.parameter_bytes(stage.index)
-            nbytes *= grad
+            nbytes = (nbytes + copy_bytes) * grad
             collectives.append(
                 Collective(
                     index=len(collectives),
@@ -222,7 +249,7 @@ def data_parallel_collectives(
             gather_scale[stage.index] = scale
         elif sharded and tp is not None:  # ZeRO-1, distributed optimizer: gather the updated shards
             _post_step_gather(
-                collectives, stage, tp.parameter_bytes(stage.index), _name(plan.allreduce),
+                collectives, stage, tp.parameter_bytes(stage.index) + copy_bytes, _name(plan.allreduce),
                 group=groups[stage.index],
             )
     waits: GatherWaits = {}

@@ -16,7 +16,7 @@ from pipesim.profiles.costmodels.grad_dtype import grad_reduce_dtype
 from pipesim.profiles.costmodels.optimizer import stage_optimizer_step_s
 from pipesim.profiles.hardware.cluster import Cluster
 from pipesim.profiles.models.profile import ModelProfile
-from pipesim.simulator.dp_collectives import Collective
+from pipesim.simulator.dp_collectives import Collective, tied_copy_bytes
 from pipesim.simulator.stage_costs import StageFacts
 from pipesim.simulator.tp_lowering import TpLowering
 
@@ -45,6 +45,7 @@ def optimizer_steps(
         if c.shared_with is not None:  # dualpipe: the copy's devices wait for the pair's all-reduce
             after.setdefault(c.shared_with, []).append(c.index)
     out: dict[tuple[int, int], tuple[int, float, tuple[int, ...]]] = {}
+    held = tied_copy_bytes(plan, profile, stages)  # a tied copy is updated with its stage
     for rank, devices in enumerate(plan.placement(cluster.num_devices)):
         mine = [st for st in stages if st.rank == rank]
         for replica, device in enumerate(devices):
@@ -56,6 +57,7 @@ def optimizer_steps(
                     params = tp.parameter_bytes(st.index)
                 else:
                     params = float(sum(profile.layers[i].parameter_bytes for i in st.layers))
+                params += held.get(st.index, (-1, 0.0))[1]
                 owners = sp.replicas * sp.context_parallel  # sharded over the d x c ranks that reduce
                 duration += stage_optimizer_step_s(
                     params, spec, plan.optimizer, profile.dtype, sp.sharding, owners,

@@ -25,9 +25,16 @@ bytes: the matrix's bytes over ``t`` times
 :func:`~pipesim.profiles.costmodels.grad_dtype.grad_bytes_factor` (Megatron's main gradients
 are fp32 buffers, as the data-parallel reduction's).
 
-The simulator (:mod:`pipesim.simulator.tied_grads`) and the
-planner's estimates (:mod:`pipesim.planner.memory_estimate`, :mod:`pipesim.planner.three_d`) take
-the copies from :func:`held_copies` and the all-reduce's bytes from :func:`tied_grad_bytes`.
+The copy is an ordinary parameter of its stage: its gradient is part of that stage's
+data-parallel reduction and that stage's optimizer step updates it (Megatron-LM: the output
+layer's weight stays in the stage's DDP buffers and optimizer); :func:`stage_copies` gives each
+stage's copies for that.
+
+The simulator (:mod:`pipesim.simulator.tied_grads`, :mod:`pipesim.simulator.dp_collectives`,
+:mod:`pipesim.simulator.optimizer_steps`) and the planner's estimates
+(:mod:`pipesim.planner.memory_estimate`, :mod:`pipesim.planner.estimate`,
+:mod:`pipesim.planner.three_d`) take the copies from :func:`held_copies` / :func:`stage_copies`
+and the all-reduce's bytes from :func:`tied_grad_bytes`.
 """
 
 from __future__ import annotations
@@ -44,6 +51,7 @@ __all__ = [
     "TiedPair",
     "held_copies",
     "pairs_allreduce_s",
+    "stage_copies",
     "stage_pairs",
     "tied_grad_bytes",
     "tied_matrices",
@@ -97,16 +105,37 @@ def held_copies(profile: ModelProfile, held: Sequence[tuple[int, int]]) -> tuple
     Raises:
         Nothing; ranges outside the profile hold nothing.
     """
+    return tuple(sum(n for _, n in copies) for copies in stage_copies(profile, held, [0] * len(held)))
+
+
+def stage_copies(
+    profile: ModelProfile, ranges: Sequence[tuple[int, int]], ranks: Sequence[int]
+) -> tuple[tuple[tuple[int, int], ...], ...]:
+    """Per stage (``ranges``: its ``(first, last)`` layer indices, ``ranks``: its rank), the
+    tied copies it holds as ``(user layer, matrix bytes)`` (whole, before TP's split): those
+    :func:`held_copies` gives for the stages of its rank. The copy is an ordinary parameter of
+    the stage in Megatron-LM (``setup_embeddings_and_output_layer``): its gradient joins the
+    stage's data-parallel gradient reduction and its optimizer step updates it, so the
+    simulator and the estimates add these bytes to the stage's parameter bytes there.
+
+    Raises:
+        Nothing; empty tuples when the model ties nothing.
+    """
     tied = tied_matrices(profile)
     if not tied:
-        return (0,) * len(held)
-    out = []
-    for first, last in held:
-        total = 0
-        for m in tied:
-            if first <= m.user <= last and not any(f <= m.owner <= lt for f, lt in held):
-                total += m.nbytes
-        out.append(total)
+        return ((),) * len(ranges)
+    by_rank: dict[int, list[int]] = {}
+    for s, r in enumerate(ranks):
+        by_rank.setdefault(r, []).append(s)
+    out: list[tuple[tuple[int, int], ...]] = [()] * len(ranges)
+    for stages in by_rank.values():
+        held = [ranges[s] for s in stages]
+        for s in stages:
+            first, last = ranges[s]
+            out[s] = tuple(
+                (m.user, m.nbytes) for m in tied
+                if first <= m.user <= last and not any(f <= m.owner <= lt for f, lt in held)
+            )
     return tuple(out)
 
 
