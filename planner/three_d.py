@@ -393,11 +393,10 @@ def prepare_config(
             memo[times_key] = found
     f_stage, i_stage, w_stage = list(found[0]), list(found[1]), list(found[2])
     slow_of: tuple[float, ...] = found[3]
-    units: list[ZeroUnit] = []  # ZeRO-2/3's per-unit collectives (zero_lowering), costed in finish
-    if per_unit and dp_curves is not None:
-        units = zero_units(cluster, chunks, stages_of, rings, shared, found[4], found[5], w_stage,
-                           placed.dp_group, mbs=mbs, t=t, sp=sp, c=c, sh=sh, runtime=zero3_runtime, full=full,
-                           replicas=d * c, grad=g, allreduce=allreduce, split=split)
+    # ZeRO-2/3's per-unit collectives (zero_lowering): built and costed in finish, which most
+    # configurations never reach (memory and the lower bound rule them out first)
+    units = bool(per_unit and dp_curves is not None and stages_of)
+    ring_shared = shared  # (finish has a list of that name)
     # per stage boundary its pipeline transfer and that transfer's route latency, s: every
     # replica's send between the two stages' ranks, sharing the links they cross (0 on one rank)
     def pairs_of(a: int, b: int) -> tuple[tuple[int, int], ...]:
@@ -524,11 +523,15 @@ def prepare_config(
         # per rank the other ranks whose data-parallel rings cross a link of its own (one NIC per server)
         leads = tuple(f[0] for f in placed.firsts)  # per rank its first device (none: automatic placement)
         meet = model.dp_sharers(placed.dp_group, leads, p, d * t * c, t) if d * c > 1 else ((),) * p
-        zs = zero_stages(model, units, f_stage, i_stage, w_stage, chunks, stages_of, dp_curves,
+        unit_list: list[ZeroUnit] = zero_units(
+            cluster, chunks, stages_of, rings, ring_shared, found[4], found[5], w_stage, placed.dp_group,
+            mbs=mbs, t=t, sp=sp, c=c, sh=sh, runtime=zero3_runtime, full=full, replicas=d * c, grad=g,
+            allreduce=allreduce, split=split) if units else []
+        zs = zero_stages(model, unit_list, f_stage, i_stage, w_stage, chunks, stages_of, dp_curves,
                          placed.dp_group, leads, meet, rank_params, t=t, width=d * t * c, sh=sh, grad=g,
                          allreduce=allreduce, split=split)  # ZeRO-2/3's per-unit collectives
         fwd, inp, wgrad, held = zs.fwd_s, zs.input_s, zs.wgrad_s, zs.held_bytes
-        stream = bool(units) and sh is Sharding.ZERO2  # its reduce stream may pace the end (zero2_reduce_s)
+        stream = units and sh is Sharding.ZERO2  # its reduce stream may pace the end (zero2_reduce_s)
         if any(pk + h > limit for pk, h in zip(peaks, held, strict=True)):
             return None
         bwd = [i + w - h for i, w, h in zip(inp, wgrad, hidden, strict=True)]
