@@ -344,13 +344,17 @@ def prepare_config(
         return None
     rank_params, peaks = memory
     # a tied copy is a parameter of its stage: in its gradient collectives and optimizer step
-    # (stage_copies; vocabulary-parallel, 1/t per rank); ZeRO-2/3's per-unit collectives leave it
-    # out, as the simulator's do
+    # (stage_copies; vocabulary-parallel, 1/t per rank), and in ZeRO-2/3's per-unit collectives
+    # of its user layer's unit (chunk_at: the user's position in the chunk), as the simulator's
     copy_key = ("stage-copies", chunks_key, p, v, schedule, t)
-    chunk_copy: list[float] | None = memo.get(copy_key)
-    if chunk_copy is None:
-        chunk_copy = memo[copy_key] = [sum(n for _, n in held) / t
-                                       for held in stage_copies(model.profile, chunks, where)]
+    found_copies: tuple[list[float], list[int]] | None = memo.get(copy_key)
+    if found_copies is None:
+        held_by = stage_copies(model.profile, chunks, where)
+        found_copies = memo[copy_key] = (
+            [sum(n for _, n in held) / t for held in held_by],
+            [held[-1][0] - chunks[k][0] if held else -1 for k, held in enumerate(held_by)],
+        )
+    chunk_copy, chunk_at = found_copies
     if any(chunk_copy) and not per_unit:  # (the steps count it either way)
         rank_params = [x + sum(chunk_copy[k] for k in ks)
                        for x, ks in zip(rank_params, stages_of, strict=True)]
@@ -526,10 +530,12 @@ def prepare_config(
         unit_list: list[ZeroUnit] = zero_units(
             cluster, chunks, stages_of, rings, ring_shared, found[4], found[5], w_stage, placed.dp_group,
             mbs=mbs, t=t, sp=sp, c=c, sh=sh, runtime=zero3_runtime, full=full, replicas=d * c, grad=g,
-            allreduce=allreduce, split=split) if units else []
+            allreduce=allreduce, split=split,
+            copies=list(zip(chunk_at, chunk_copy, strict=True))) if units else []
         zs = zero_stages(model, unit_list, f_stage, i_stage, w_stage, chunks, stages_of, dp_curves,
                          placed.dp_group, leads, meet, rank_params, t=t, width=d * t * c, sh=sh, grad=g,
-                         allreduce=allreduce, split=split)  # ZeRO-2/3's per-unit collectives
+                         allreduce=allreduce, split=split,
+                         copies=chunk_copy)  # ZeRO-2/3's per-unit collectives
         fwd, inp, wgrad, held = zs.fwd_s, zs.input_s, zs.wgrad_s, zs.held_bytes
         stream = units and sh is Sharding.ZERO2  # its reduce stream may pace the end (zero2_reduce_s)
         if any(pk + h > limit for pk, h in zip(peaks, held, strict=True)):
@@ -563,12 +569,15 @@ def prepare_config(
             if v > 1 and not units and dp_curves is not None:  # each stage's collectives from its end
                 after0 = rank0_after_s(tb, 0.0, tail_s(0, float(ends[0]), stage_end)) + shared[0]
             time_s = float(ends[0]) + after0  # rank 0's, with what later ranks' collectives delay
-            ready = [time_s - step_s(0)]  # per rank: drained and reduced (tied pairs)
+            # per rank: drained and reduced (tied pairs); ZeRO-2's all-gather after the step
+            # comes after the pairs (simulator/tied_grads.py: the pair waits for the reductions)
+            post = zs.gathers_s if units else (0.0,) * p
+            ready = [time_s - step_s(0) - post[0]]
             for r in range(1, p):
                 later = zs.after_s(r, order) if units else tail_s(r, float(ends[r]), stage_end) + shared[r]
                 time_s = max(time_s, float(ends[r]) + later + step_s(r))
-                ready.append(float(ends[r]) + later)
-            time_s = max(time_s, tied_finish_s(tied_pairs, ready, [step_s(r) for r in range(p)]))
+                ready.append(float(ends[r]) + later - post[r])
+            time_s = max(time_s, tied_finish_s(tied_pairs, ready, [step_s(r) + post[r] for r in range(p)]))
         time_s += shared_extra_s(fr, br)
         if overlapped and dp_curves is not None:  # the previous step's parameter all-gathers
             time_s += overlapped_gather_s(model, chunks, stages_of, fwd, hop, t, d, dp_curves, allreduce)

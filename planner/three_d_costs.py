@@ -404,13 +404,17 @@ class ThreeDCosts:
         return cp_activation_split(found, c)
 
     def zero_units(
-        self, first: int, last: int, t: int
+        self, first: int, last: int, t: int, copy_at: int = -1, copy_bytes: float = 0.0
     ) -> tuple[list[float], list[float], list[float], list[UnitCalls]]:
         """ZeRO's units of layers ``first..last`` (:func:`~pipesim.profiles.costmodels.sharding.zero_units`,
         as the simulator groups them): parameter bytes per device, forward and backward time shares,
-        ZeRO-3's runtime calls (:func:`~pipesim.profiles.costmodels.zero3_runtime.unit_calls`)."""
+        ZeRO-3's runtime calls (:func:`~pipesim.profiles.costmodels.zero3_runtime.unit_calls`).
+        A tied copy the chunk holds (``copy_bytes`` on one device, on the layer at position
+        ``copy_at`` of the chunk; -1: none) is a parameter of that layer's unit."""
         layers = self.profile.layers[first : last + 1]
         sizes = [tp_parameter_bytes(layer, t, self.elem) for layer in layers]
+        if 0 <= copy_at < len(sizes):
+            sizes[copy_at] += copy_bytes
         groups = zero_units(sizes)
         fwd = [sum(layers[i].fwd_time_s for i in g) for g in groups]
         bwd = [sum(layers[i].bwd_time_s for i in g) for g in groups]

@@ -93,7 +93,7 @@ def zero_units(
     rings: Sequence[int], shared: Callable[[int], bool], times: Sequence[TpStageTimes],
     replays: Sequence[float], w_stage: Sequence[float], dp_group: Sequence[int], *, mbs: int, t: int,
     sp: bool, c: int, sh: Sharding, runtime: Zero3Runtime, full: bool, replicas: int, grad: float,
-    allreduce: str, split: bool,
+    allreduce: str, split: bool, copies: Sequence[tuple[int, float]] = (),
 ) -> list[ZeroUnit]:
     """Per stage its chunk as ZeRO-2/3 costs it (:class:`ZeroUnit`), rank by rank: ``chunks``
     the stages' layer ranges, ``stages_of`` per rank its stages, ``rings`` per rank its TP ring,
@@ -101,7 +101,8 @@ def zero_units(
     ``times``, ``replays`` and ``w_stage`` per stage its TP x CP times, replayed forward and
     ``W`` (seconds), ``dp_group`` rank 0's data-parallel group (the servers it spans:
     DeepSpeed's (2021) per-call ring latency); the rest :class:`~pipesim.planner.zero_ops.ZeroOp`'s
-    fields (``replicas`` the group's size ``d c``, ``grad`` gradient bytes per parameter byte)."""
+    fields (``replicas`` the group's size ``d c``, ``grad`` gradient bytes per parameter byte;
+    ``copies`` per stage its tied copy's ``(copy_at, copy_bytes)``, none: no copies)."""
     servers = 1  # the servers the DP group spans: DeepSpeed's (2021) per-call ring latency
     if sh is Sharding.ZERO3 and runtime is Zero3Runtime.DEEPSPEED_2021:
         servers = len({cluster.server_of(x) for x in dp_group})
@@ -117,7 +118,8 @@ def zero_units(
                 b_op += op_times.bwd_split_comm_s - op_times.bwd_comm_s - w_stage[k]
             unit = ZeroOp(first=first, last=last, mbs=mbs, t=t, sp=sp, c=c, ring=rings[r], times=op_times,
                           replay=replay, sharding=sh, runtime=runtime, full=full, replicas=replicas,
-                          grad=grad, allreduce=allreduce, shared=shares, servers=servers)
+                          grad=grad, allreduce=allreduce, shared=shares, servers=servers,
+                          copy_at=copies[k][0] if copies else -1, copy_bytes=copies[k][1] if copies else 0.0)
             units.append(ZeroUnit(r, k, unit, f_op, b_op, w_stage[k]))
     return units
 
@@ -127,7 +129,7 @@ def zero_stages(
     w_stage: Sequence[float], chunks: Sequence[tuple[int, int]], stages_of: Sequence[Sequence[int]],
     dp_curves: AllReduceCurves | None, dp_group: tuple[int, ...], leads: tuple[int, ...],
     meet: Sequence[tuple[int, ...]], rank_params: Sequence[float], *, t: int, width: int, sh: Sharding,
-    grad: float, allreduce: str, split: bool,
+    grad: float, allreduce: str, split: bool, copies: Sequence[float] = (),
 ) -> ZeroStages:
     """The stages' ``F``, ``I`` and ``W`` (``f_stage``, ``i_stage``, ``w_stage``, seconds) with
     the per-unit collectives of ``units`` (:func:`zero_units`; none: unchanged) and what else
@@ -136,8 +138,10 @@ def zero_stages(
     other ranks whose data-parallel rings cross a link of its own
     (:meth:`~pipesim.planner.three_d_costs.ThreeDCosts.dp_sharers`), ``rank_params`` per rank its
     parameter bytes, ``width`` the devices of a pipeline rank (``d t c``), ``grad`` gradient
-    bytes per parameter byte. With ZeRO-3 the ranks' collectives run throughout, sharing the
-    links where their rings meet (:func:`~pipesim.planner.nic_sharing.fair_share`), and a rank's
+    bytes per parameter byte, ``copies`` per stage its tied copy's bytes on one device (none:
+    no copies; its reduce-scatters and ZeRO-2's all-gather carry them). With ZeRO-3 the ranks'
+    collectives run throughout, sharing the links where their rings meet
+    (:func:`~pipesim.planner.nic_sharing.fair_share`), and a rank's
     reduce-scatters, when they take longer than its backwards, stretch each backward alike."""
     p = len(stages_of)
     fwd, inp, wgrad, held = list(f_stage), list(i_stage), list(w_stage), [0.0] * p
@@ -170,7 +174,7 @@ def zero_stages(
     if units and dp_curves is not None and sh is Sharding.ZERO3:  # the stream slows the gathers
         for r in range(p):
             on = rank_curves[r] or dp_curves
-            scatter = sum(half_time_s(on, model.params(*chunks[k], t) * grad, allreduce)
+            scatter = sum(half_time_s(on, (model.params(*chunks[k], t) + _held(copies, k)) * grad, allreduce)
                           for k in stages_of[r])
             busy = sum(inp[k] + wgrad[k] for k in stages_of[r])
             if scatter > busy:  # the stream paces the backwards: each stretched alike
@@ -179,11 +183,17 @@ def zero_stages(
                     wgrad[k] *= scatter / busy
     gathers = [0.0] * p  # ZeRO-2: each rank's all-gather after its update
     if units and dp_curves is not None and sh is Sharding.ZERO2:
-        gathers = [half_time_s(dp_curves, sum(model.params(*chunks[k], t) for k in stages_of[r]), allreduce)
+        gathers = [half_time_s(dp_curves, sum(model.params(*chunks[k], t) + _held(copies, k)
+                                              for k in stages_of[r]), allreduce)
                    for r in range(p)]
     return ZeroStages(fwd_s=tuple(fwd), input_s=tuple(inp), wgrad_s=tuple(wgrad), held_bytes=tuple(held),
                       head_s=head, tails_s=tuple(tails), stage_tails_s=tuple(stage_tails),
                       stage_scatters_s=tuple(stage_scatters), gathers_s=tuple(gathers), sharding=sh)
+
+
+def _held(copies: Sequence[float], k: int) -> float:
+    """Stage ``k``'s tied copy's bytes on one device (0 without copies)."""
+    return copies[k] if copies else 0.0
 
 
 _ZERO_OPS: weakref.WeakKeyDictionary[ThreeDCosts, dict[tuple[object, ...], ZeroOps]] = (

@@ -39,7 +39,7 @@ class UnitCosts(Protocol):
     elem: int
 
     def zero_units(
-        self, first: int, last: int, t: int
+        self, first: int, last: int, t: int, copy_at: int = -1, copy_bytes: float = 0.0
     ) -> tuple[list[float], list[float], list[float], list[UnitCalls]]: ...
 
     def wire_s(
@@ -68,6 +68,10 @@ class ZeroOp:
             (:func:`~pipesim.planner.nic_sharing.shares_ring_link`).
         servers: the servers the data-parallel group spans (DeepSpeed's per-call ring latency,
             :func:`~pipesim.profiles.costmodels.zero3_runtime.ring_call_latency_s`).
+        copy_at: the position in the chunk of the layer using a tied copy the chunk holds
+            (:func:`~pipesim.profiles.costmodels.tied_embeddings.stage_copies`), -1 for none:
+            the copy is a parameter of that layer's unit, as the simulator's.
+        copy_bytes: that copy's bytes on one device (1/t: vocabulary-parallel).
     """
 
     first: int
@@ -87,6 +91,8 @@ class ZeroOp:
     allreduce: str
     shared: bool
     servers: int = 1
+    copy_at: int = -1
+    copy_bytes: float = 0.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -111,7 +117,7 @@ def zero_unit_ops(model: UnitCosts, op: ZeroOp, dp_curves: AllReduceCurves) -> Z
     times, replay, allreduce = op.times, op.replay, op.allreduce
     f_op = times.fwd_tp_s + times.fwd_comm_s
     b_op = times.bwd_tp_s + times.bwd_comm_s + replay
-    sizes, fshare, bshare, calls = model.zero_units(op.first, op.last, op.t)
+    sizes, fshare, bshare, calls = model.zero_units(op.first, op.last, op.t, op.copy_at, op.copy_bytes)
     # when the op's TP block starts: after its compute, less what the compute hides
     fwd_start = f_op - times.fwd_comm_s
     bwd_start = b_op - times.bwd_split_comm_s
@@ -207,7 +213,7 @@ def zero_split_ops(model: UnitCosts, op: ZeroOp, dp_curves: AllReduceCurves, wgr
                       "the 3D estimate splits ZeRO-3's backward for zero-bubble schedules with fsdp only")
     f_op = times.fwd_tp_s + times.fwd_comm_s
     i_op = times.bwd_tp_s - wgrad_s + times.bwd_split_comm_s + replay
-    sizes, fshare, bshare, _ = model.zero_units(op.first, op.last, op.t)
+    sizes, fshare, bshare, _ = model.zero_units(op.first, op.last, op.t, op.copy_at, op.copy_bytes)
     scatters = [half_time_s(dp_curves, x * op.grad, allreduce) for x in sizes]
     wgrad_units = [wgrad_s * b for b in bshare]
     last_tail = reduce_tail_s(wgrad_units[::-1], scatters[::-1])  # W runs the units in reverse

@@ -24,7 +24,7 @@ ZeRO-1 stage all-reduces its gradients instead of reduce-scattering them with
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from pipesim.plan import Plan
@@ -174,13 +174,13 @@ def data_parallel_collectives(
         st.index: _wider(tp.dp_group(st.index, st.devices), st.devices) if tp is not None else ()
         for st in stages
     }
+    held = tied_copy_bytes(plan, profile, stages)  # the tied copies' bytes join their stages'
     if tp is not None and any(s.sharding in (Sharding.ZERO2, Sharding.ZERO3) for s in plan.stages):
-        zero = ZeroLowering(plan, profile, stages, tp.layer_parameter_bytes, zero_prefetch,
-                            cluster=None if opts.free_links else cluster, dp_groups=groups)
+        zero = ZeroLowering(plan, profile, stages, _with_copies(tp.layer_parameter_bytes, held),
+                            zero_prefetch, cluster=None if opts.free_links else cluster, dp_groups=groups)
     # dualpipe: stage s and its copy (same layers, other direction) sum their weight gradients:
     # one all-reduce among the devices of both copies, charged on stage s < S/2
     copies = {st.index: copy_of(stream.placement, st.index, len(stages)) for st in stages}
-    held = tied_copy_bytes(plan, profile, stages)  # the tied copies' bytes join their stages'
     gathered: dict[int, list[Bucket]] = {}  # overlap_param_gather: stage -> its parameter buckets
     gather_scale: dict[int, float] = {}
     for stage in stages:
@@ -285,7 +285,8 @@ def data_parallel_collectives(
         for stage in stages:
             if zero.per_unit(stage.index) and plan.stages[stage.index].sharding is Sharding.ZERO2:
                 assert tp is not None
-                _post_step_gather(collectives, stage, tp.parameter_bytes(stage.index), algorithm,
+                own = tp.parameter_bytes(stage.index) + held.get(stage.index, (-1, 0.0))[1]
+                _post_step_gather(collectives, stage, own, algorithm,
                                   after=zero.last_scatter.get(stage.index), group=groups[stage.index])
     if tp is not None:  # the other TP ranks' groups where their rings share links (Collective.rings)
         collectives = _with_rings(collectives, tp)
@@ -338,6 +339,24 @@ def _with_rings(collectives: list[Collective], tp: TpLowering) -> list[Collectiv
         rings = tp.dp_rings(c.stage, c.group or c.members)
         out.append(replace(c, rings=rings) if rings else c)
     return out
+
+
+def _with_copies(
+    layer_bytes: Callable[[int, int], float], held: Mapping[int, tuple[int, float]]
+) -> Callable[[int, int], float]:
+    """``layer_bytes(layer, stage)`` with each stage's tied copy (``held``,
+    :func:`tied_copy_bytes`: its user layer and bytes on one device) added on its user layer:
+    the copy is a parameter of that layer's ZeRO-2/3 unit (gathered and reduce-scattered with
+    it, Megatron-LM d98e8a64 ``setup_embeddings_and_output_layer``); ``layer_bytes`` itself
+    where no stage holds one."""
+    if not held:
+        return layer_bytes
+
+    def with_copy(layer: int, stage: int) -> float:
+        user, extra = held.get(stage, (-1, 0.0))
+        return layer_bytes(layer, stage) + (extra if layer == user else 0.0)
+
+    return with_copy
 
 
 def _wider(group: tuple[int, ...], devices: tuple[int, ...]) -> tuple[int, ...]:

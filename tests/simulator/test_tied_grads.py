@@ -463,3 +463,28 @@ def test_3d_estimate_counts_the_copy_as_the_simulation_does(sharding: str, t: in
     d_sim = sim - simulate(plan, untied, CLUSTER, SimOptions()).iteration_time_s
     assert d_sim > 0
     assert d_est == pytest.approx(d_sim, rel=1e-9 if sharding == "none" else 2e-2)
+
+
+@pytest.mark.parametrize("sharding", ["zero2", "zero3"])
+def test_zero_units_carry_the_copy_on_the_head_unit(sharding: str) -> None:
+    # 2 stages x 2 replicas, ZeRO-2 / ZeRO-3: the copy (8192 x 256 float32) is a parameter of
+    # the head layer's unit: that unit's per-micro-batch reduce-scatters (and ZeRO-3's gathers)
+    # and ZeRO-2's all-gather after the step carry its bytes; every other collective, the first
+    # stage's all, is unchanged
+    tied = load_model(SPEC)
+    matrix = 8192 * 256 * 4
+    plan = _two_stages(tied, replicas=2, sharding=sharding)
+    a = [c for c in lower(plan, tied, CLUSTER, SimOptions()).collectives if c.shared_with is None]
+    b = [c for c in lower(plan, _untied(tied), CLUSTER, SimOptions()).collectives if c.shared_with is None]
+    assert [(c.stage, c.kind, c.bucket) for c in a] == [(c.stage, c.kind, c.bucket) for c in b]
+    head = max(c.bucket for c in a if c.stage == 1 and not c.after_step)  # the last unit: the head's
+    carried = set()
+    for x, y in zip(a, b, strict=True):
+        on_head = x.stage == 1 and (x.bucket == head or x.after_step)
+        assert x.nbytes - y.nbytes == (matrix if on_head else 0.0), (x.stage, x.kind, x.bucket)
+        if on_head:
+            carried.add(x.kind)
+    kinds = {"reduce-scatter", "all-gather"}
+    assert carried == kinds
+    assert {c.kind for c in a if c.stage == 1 and c.bucket == head and not c.after_step} == (
+        kinds if sharding == "zero3" else {"reduce-scatter"})
