@@ -23,7 +23,7 @@ from pipesim.profiles.costmodels.context_parallel import (
     ring_hop,
     stage_cp_times,
 )
-from pipesim.profiles.costmodels.dp_rings import link_loads, rank_groups, ring_links
+from pipesim.profiles.costmodels.dp_rings import link_loads, rank_groups, ring_links, tight_links
 from pipesim.profiles.costmodels.memory import Recompute, StageActivations, layer_recompute_times_s
 from pipesim.profiles.costmodels.nccl_protocol import link_classes
 from pipesim.profiles.costmodels.sharding import zero_units
@@ -190,16 +190,10 @@ class ThreeDCosts:
             caps = c.links
             rings = [[ring_links(g, c.route, c.server_of) for g in rank_groups(group, ranks)]
                      for group in dp_groups(dp_group, firsts, p, width)]
-            demand: dict[int, float] = {}  # per link, the rings' own rates through it, bytes/s
-            for rank_rings in rings:
-                for ring in rank_rings:
-                    rate = min((caps[link].bandwidth_bytes_per_s for link in ring), default=math.inf)
-                    for link in ring:
-                        demand[link] = demand.get(link, 0.0) + rate
             # a link shared only where it cannot carry every ring crossing it at the ring's own
             # rate (a server's NIC; not a rail fabric's aggregated spine and core links)
-            tight = {link for link, rate in demand.items()
-                     if caps[link].bandwidth_bytes_per_s < rate * (1.0 - 1e-12)}
+            tight = tight_links([ring for rank_rings in rings for ring in rank_rings],
+                                lambda link: caps[link].bandwidth_bytes_per_s)
             links = [set().union(*rank_rings) & tight for rank_rings in rings]
             found = self._dp_sharers[key] = tuple(
                 tuple(q for q in range(p) if q != r and links[r] & links[q]) for r in range(p))

@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Sequence
 
-__all__ = ["link_loads", "rank_groups", "ring_links", "shared_sends"]
+__all__ = ["link_loads", "rank_groups", "ring_links", "shared_sends", "tight_links"]
 
 Route = Callable[[int, int], tuple[int, ...]]
 ServerOf = Callable[[int], int]
@@ -83,14 +83,20 @@ def shared_sends(
     routes = [set(route(a, b)) for a, b in pairs]
     if _shared_loads(routes) is None:
         return ()
-    demand: dict[int, float] = {}  # per link, the sends' own rates through it, bytes/s
-    for links in routes:
+    return pairs if tight_links(routes, bandwidth) else ()
+
+
+def tight_links(link_sets: Sequence[set[int]], bandwidth: Callable[[int], float]) -> set[int]:
+    """The links that cannot carry every flow of ``link_sets`` crossing them at once at the
+    flow's own rate (each flow's rate: the smallest ``bandwidth(link)``, bytes/s, of its links;
+    a link is tight where its bandwidth is below the sum of the rates through it: a server's
+    NIC shared by several GPUs' flows, not a fabric link wide enough for all of them)."""
+    demand: dict[int, float] = {}  # per link, the flows' own rates through it, bytes/s
+    for links in link_sets:
         rate = min((bandwidth(link) for link in links), default=math.inf)
         for link in links:
             demand[link] = demand.get(link, 0.0) + rate
-    if all(bandwidth(link) >= rate * (1.0 - 1e-12) for link, rate in demand.items()):
-        return ()
-    return pairs
+    return {link for link, rate in demand.items() if bandwidth(link) < rate * (1.0 - 1e-12)}
 
 
 def _shared_loads(link_sets: Iterable[set[int]]) -> dict[int, int] | None:
