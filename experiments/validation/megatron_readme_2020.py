@@ -112,13 +112,20 @@ does since 2021-09, the DGX-2 4B and 8B and the DGX A100 8B scaling came 10.3%, 
 high). What tensor parallelism costs (the run minus the same run on free links) is now 60, 144,
 264 ms for 2B, 4B, 8B on the DGX A100 against 77, 168, 314 ms measured (the published time minus
 pipesim's free-link time scaled by the 1B ratio 1076/1089), 54, 129, 236 ms on the DGX-2 against
-72, 192, 323 ms (scaled by 1121/1204): 0.73-0.84 of it. Not traced: the all-reduce rate of the
+72, 192, 323 ms (scaled by 1121/1204): 0.67-0.86 of it. Not traced: the all-reduce rate of the
 NCCL of mid-2020 on NVSwitch (no all-reduce measurement of a DGX-2 found: the catalog's
-``NVLink2-x6`` takes the DGX-1's 0.90 NVLink2 efficiency, 135 GB/s busbw), the work every TP rank
-repeats on the full ``b s h`` activations (layer norms, dropouts, residual and bias adds;
-costed by the roofline), and the data-parallel table's 8B row, which the added TP time takes to
-+9.6% (its 128-way gradient all-reduce of 2.2 GB per rank costs pipesim 207 ms over the
-single-server 8B run, against 37 ms between the published times)."""
+``NVLink2-x6`` takes the DGX-1's 0.90 NVLink2 efficiency, 135 GB/s busbw), and the work every TP
+rank repeats on the full ``b s h`` activations beyond the layer norms, dropouts and residual adds
+costed: the row-parallel linears' bias adds, which ``RowParallelLinear`` makes after the
+all-reduce (``output_ + self.bias``, ``megatron/mpu/layers.py`` at 5281919420) as a kernel of
+its own (PyTorch's ``F.linear`` of that time fused the bias only for 2-D inputs), and whose
+bias gradient is a reduction over ``b s h``, while the zoo folds every bias into its GEMM's
+epilogue: about 1.3 GB of memory traffic a block with recomputation, ~1 ms, ~40 ms over the 8B
+model's 42 blocks on the DGX A100 (an estimate, not simulated). The data-parallel table's 8B
+row, which the added TP time takes to
++9.6%: it runs 207 ms longer than the single-server 8B run in pipesim, 37 ms between the
+published times, less than the ~172 ms the 128-way ring all-reduce of each rank's 2.17 GB of
+fp16 gradients needs on its own 200 Gb/s HDR NIC (``2 (127/128) 2.17 GB / 25 GB/s``)."""
 
 _BASELINE = {"dgx2-v100": "dgx2-v100", "dgx-a100": "dgx-a100", "dgx-a100-dp128": "dgx-a100"}
 """The single-GPU 1B run each system's scaling is relative to (the README's text)."""
