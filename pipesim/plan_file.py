@@ -16,7 +16,8 @@ Format ``pipesim-plan``, version 1::
 
 A stage may also give ``"tensor_parallel": 8``, ``"sequence_parallel": true``,
 ``"sharding": "zero1"`` (``none``, ``zero1``, ``zero2``, ``zero3``, ``distributed``) and
-``"tp_comm_overlap": true`` and ``"context_parallel": 2`` (``docs/parallelism.md``); they are
+``"tp_comm_overlap": true``, ``"context_parallel": 2`` and ``"tp_dgrad_overlap": false``
+(synchronous TP collectives, as Megatron-LM before September 2021; ``docs/parallelism.md``); they are
 written only when not the default, so plans without them read and write as before.
 
 Only ``stages``, ``global_batch_size`` and ``microbatches`` are required. ``recompute`` is
@@ -80,7 +81,7 @@ _PLAN_KEYS = frozenset(
 )
 _STAGE_KEYS = frozenset(
     {"layers", "replicas", "devices", "tensor_parallel", "sequence_parallel", "sharding", "tp_comm_overlap",
-     "context_parallel"}
+     "context_parallel", "tp_dgrad_overlap"}
 )
 _ESTIMATE_KEYS = frozenset(
     {
@@ -108,6 +109,7 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
                 **({"sharding": s.sharding.value} if s.sharding.value != "none" else {}),
                 **({"tp_comm_overlap": True} if s.tp_comm_overlap else {}),
                 **({"context_parallel": s.context_parallel} if s.context_parallel != 1 else {}),
+                **({"tp_dgrad_overlap": False} if not s.tp_dgrad_overlap else {}),
             }
             for s in plan.stages
         ],
@@ -278,6 +280,7 @@ def plan_from_dict(data: Mapping[str, Any], *, source: str | None = None) -> Pla
                     sharding=Sharding.parse(stage.text("sharding", "none")),
                     tp_comm_overlap=stage.boolean("tp_comm_overlap", False),
                     context_parallel=stage.integer("context_parallel", 1),
+                    tp_dgrad_overlap=stage.boolean("tp_dgrad_overlap", True),
                 )
             )
         estimate = None

@@ -190,7 +190,7 @@ def estimate_3d(
     plan: Plan, profile: ModelProfile, cluster: Cluster, *, optimizer_step: bool = True
 ) -> Estimate:
     """The estimate (module docstring) of a plan with one tensor- and context-parallel degree,
-    replica count, sequence parallelism, TP overlap and sharding on every stage, equal
+    replica count, sequence parallelism, TP overlaps and sharding on every stage, equal
     micro-batches and a schedule of :data:`THREE_D_SCHEDULES` (any layer split);
     ``optimizer_step=False`` leaves out the optimizer step (as
     :class:`~pipesim.simulator.SimOptions` ``optimizer_step=False`` does).
@@ -202,7 +202,7 @@ def estimate_3d(
     first = plan.stages[0]
     form = (first.tensor_parallel, first.replicas, first.sequence_parallel, first.sharding)
     if len({(s.tensor_parallel, s.replicas, s.sequence_parallel, s.sharding, s.tp_comm_overlap,
-             s.context_parallel) for s in plan.stages}) > 1:
+             s.context_parallel, s.tp_dgrad_overlap) for s in plan.stages}) > 1:
         raise invalid("plan", "mixed per-stage parallelism", "the 3D estimate needs the same t, c, d, sp and "
                       "sharding on every stage")
     if plan.microbatch_sizes is not None or plan.schedule.value not in THREE_D_SCHEDULES:
@@ -217,7 +217,7 @@ def estimate_3d(
     if samples % d:
         raise invalid("plan.global_batch_size", plan.global_batch_size,
                       f"the 3D estimate needs micro-batches of a multiple of the {d} replicas")
-    model = ThreeDCosts(profile, cluster, plan.recompute)
+    model = ThreeDCosts(profile, cluster, plan.recompute, dgrad_overlap=first.tp_dgrad_overlap)
     cp_groups = plan.cp_groups(cluster.num_devices)  # per rank, per replica, its CP ranks' first devices
     placed = Placed3d(
         # per rank, the slowest of its TP groups: every replica's and every CP rank's

@@ -48,13 +48,20 @@ class ThreeDCosts:
     """Cached per-layer TP times and memory of one profile on one cluster (the 3D estimate's and
     the Megatron planner's).
 
+    ``dgrad_overlap``: the TP input-gradient collectives launched asynchronously behind the
+    weight-gradient GEMMs (``StagePlan.tp_dgrad_overlap``, default ``True``; passed to
+    ``stage_cp_times``).
+
     Raises:
         InputError: the profile is not a transformer whose every layer has a shape and whose
             blocks are contiguous.
     """
 
-    def __init__(self, profile: ModelProfile, cluster: Cluster, recompute: Recompute) -> None:
+    def __init__(
+        self, profile: ModelProfile, cluster: Cluster, recompute: Recompute, *, dgrad_overlap: bool = True
+    ) -> None:
         self.profile, self.cluster = profile, cluster
+        self.dgrad_overlap = dgrad_overlap
         kinds = [None if layer.shape is None else layer.shape.kind for layer in profile.layers]
         blocks = [i for i, k in enumerate(kinds) if k is LayerKind.BLOCK]
         if not blocks or any(k is None for k in kinds) or blocks != list(range(blocks[0], blocks[-1] + 1)):
@@ -366,7 +373,8 @@ class ThreeDCosts:
         if found is None:
             curves = self._rings[ring]
             found = self._times[key] = stage_cp_times(self.profile, first, last, mbs, t, c, sp, curves,
-                                                     self._hops[cp_hop], self.compute, overlap)
+                                                     self._hops[cp_hop], self.compute, overlap,
+                                                     dgrad_overlap=self.dgrad_overlap)
         return found
 
     def replay(

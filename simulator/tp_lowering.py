@@ -274,7 +274,8 @@ class TpLowering:
         first, last = spec.first_layer, spec.last_layer
         overlap, c = spec.tp_comm_overlap, spec.context_parallel
         hop = self.cp_ring(stage, replica)
-        times = stage_cp_times(self.profile, first, last, samples, t, c, sp, curves, hop, compute, overlap)
+        times = stage_cp_times(self.profile, first, last, samples, t, c, sp, curves, hop, compute, overlap,
+                               dgrad_overlap=spec.tp_dgrad_overlap)
         acts = cp_stage_activations(
             self.profile, spec.first_layer, spec.last_layer, samples, self.plan.recompute, t, sp, c
         )
@@ -359,13 +360,16 @@ class TpLowering:
         curves = self.curves(group)
         compute = tp_compute_model(self.profile, self.cluster.device_spec(group[0]))
         first, last, overlap = spec.first_layer, spec.last_layer, spec.tp_comm_overlap
+        dgrad = spec.tp_dgrad_overlap
         full = stage_cp_times(self.profile, first, last, samples, t, c, sp, curves,
-                              self.cp_ring(stage, replica), compute, overlap)
+                              self.cp_ring(stage, replica), compute, overlap, dgrad_overlap=dgrad)
         tp_only = full if c == 1 else stage_cp_times(
-            self.profile, first, last, samples, t, c, sp, curves, FREE_HOP, compute, overlap
+            self.profile, first, last, samples, t, c, sp, curves, FREE_HOP, compute, overlap,
+            dgrad_overlap=dgrad,
         )
         whole = tp_only if not overlap else stage_cp_times(
-            self.profile, first, last, samples, t, c, sp, curves, FREE_HOP, compute, False
+            self.profile, first, last, samples, t, c, sp, curves, FREE_HOP, compute, False,
+            dgrad_overlap=dgrad,
         )
         found = self._ops[key] = _OpComm(
             exposed={"F": tp_only.fwd_comm_s, "B": tp_only.bwd_comm_s, "I": tp_only.bwd_split_comm_s},

@@ -66,6 +66,13 @@ class StagePlan:
         tp_comm_overlap: with sequence parallelism, overlap the TP all-gathers and
             reduce-scatters with the GEMMs by ring exchange (Megatron-LM's ``tp_comm_overlap``;
             ``docs/parallelism.md``).
+        tp_dgrad_overlap: launch the column-parallel linears' backward input-gradient
+            all-reduces (reduce-scatters with sequence parallelism) asynchronously, so they run
+            while the linears' weight-gradient GEMMs compute (Megatron-LM's default since
+            September 2021, default here); ``False``: every TP collective blocks, as in
+            Megatron-LM before commit cf7efd4f5a (2021-08-30) or with
+            ``--no-async-tensor-model-parallel-allreduce``
+            (:func:`~pipesim.profiles.costmodels.tp_comm.wgrad_hidden_comm_s`).
         context_parallel: the context-parallel degree ``c``: each replica's sequence is split
             over ``c`` groups of ``t`` devices that exchange keys and values by ring attention
             (Megatron-LM's ``--context-parallel-size``; ``docs/parallelism.md``); 1 is none.
@@ -86,6 +93,7 @@ class StagePlan:
     sharding: Sharding = Sharding.NONE
     tp_comm_overlap: bool = False
     context_parallel: int = 1
+    tp_dgrad_overlap: bool = True
 
     def __post_init__(self) -> None:
         check_count("first_layer", self.first_layer, minimum=0)
@@ -118,6 +126,8 @@ class StagePlan:
         if self.tp_comm_overlap and not self.sequence_parallel:
             rule = "needs sequence_parallel (as Megatron-LM's tp_comm_overlap)"
             raise invalid("tp_comm_overlap", True, rule)
+        if not isinstance(self.tp_dgrad_overlap, bool):
+            raise invalid("tp_dgrad_overlap", self.tp_dgrad_overlap, "must be true or false")
         check_count("context_parallel", self.context_parallel, maximum=MAX_COUNT)
         object.__setattr__(self, "sharding", Sharding.parse(self.sharding))
         width = self.replica_width

@@ -234,19 +234,21 @@ def stage_cp_times(
     hop: RingHop,
     compute: ComputeModel | None = None,
     overlap: bool = False,
+    *,
+    dgrad_overlap: bool = True,
 ) -> TpStageTimes:
     """Compute and exposed communication of layers ``first..last`` for ``samples`` samples on
     one rank of ``t``-way TP and ``c``-way CP (module docstring): per layer
     :func:`block_cp_time_factors` for blocks with a kernel model and whole ``samples``, else the
     TP time division over ``c``; the TP collectives of ``s / c`` tokens
     (:func:`~pipesim.profiles.costmodels.tensor_parallel.stage_collectives` of ``samples / c``,
-    timed on the TP group's ``curves``, exposed part by ``overlap``) plus each block's exposed
-    ring exchange (:func:`ring_exposed_s` on ``hop``). Equal to
+    timed on the TP group's ``curves``, exposed part by ``overlap`` and ``dgrad_overlap``) plus
+    each block's exposed ring exchange (:func:`ring_exposed_s` on ``hop``). Equal to
     :func:`~pipesim.profiles.costmodels.tensor_parallel.stage_tp_times` for ``c = 1``: the one
     derivation the simulator's lowering and the Megatron planner share."""
     if c == 1:
         return stage_tp_times(profile, first_layer, last_layer, samples, t, sequence_parallel, curves,
-                              compute, overlap)
+                              compute, overlap, dgrad_overlap=dgrad_overlap)
     f_all, b_all = profile.fwd_times_s(samples), profile.bwd_times_s(samples)
     elem = DTYPE_BYTES[profile.dtype]
     whole = float(samples).is_integer()
@@ -267,7 +269,7 @@ def stage_cp_times(
         b0, b1 = b0 + b_all[i], b1 + b_all[i] * fb
         # the TP collectives of s / c tokens, backward ones hidden behind the weight gradient
         cf, cb, cs = layer_collective_times_s(
-            layer, b_all[i] * fb, t, sequence_parallel, samples / c, elem, curves
+            layer, b_all[i] * fb, t, sequence_parallel, samples / c, elem, curves, dgrad_overlap=dgrad_overlap
         )
         comm_f, comm_b, comm_split = comm_f + cf, comm_b + cb, comm_split + cs
         if shape.kind is LayerKind.BLOCK:

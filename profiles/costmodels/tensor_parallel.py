@@ -402,6 +402,8 @@ def stage_tp_times(
     curves: AllReduceCurves,
     compute: ComputeModel | None = None,
     overlap: bool = False,
+    *,
+    dgrad_overlap: bool = True,
 ) -> TpStageTimes:
     """Compute and collective time of layers ``first..last`` for ``samples`` samples under
     ``t``-way TP (per layer :func:`block_tp_time_factors` for blocks when ``compute``, the
@@ -409,9 +411,11 @@ def stage_tp_times(
     else :func:`tp_time_factors`; :func:`layer_collectives` timed with :func:`collective_time_s`
     on the group's ``curves``, a backward collective with a ``wgrad_share`` exposing only what
     its linear's weight-gradient time under TP (the layer's backward under TP times its
-    ``weight_grad_fraction`` times the share) does not hide, :func:`wgrad_hidden_comm_s`; with
-    ``overlap`` only the exposed part of the rest, :func:`tp_exposed_comm_s`). The one
-    derivation both the planner's estimate and the simulator's lowering use."""
+    ``weight_grad_fraction`` times the share) does not hide, :func:`wgrad_hidden_comm_s`, where
+    ``dgrad_overlap`` (the framework's asynchronous input-gradient collectives; without it every
+    collective is exposed whole); with ``overlap`` only the exposed part of the rest,
+    :func:`tp_exposed_comm_s`). The one derivation both the planner's estimate and the
+    simulator's lowering use."""
     f_all, b_all = profile.fwd_times_s(samples), profile.bwd_times_s(samples)
     elem = DTYPE_BYTES[profile.dtype]
     whole = float(samples).is_integer()
@@ -432,7 +436,7 @@ def stage_tp_times(
         if shape is None or t == 1:
             continue
         cf, cb, cs = layer_collective_times_s(
-            layer, b_all[i] * fb, t, sequence_parallel, samples, elem, curves
+            layer, b_all[i] * fb, t, sequence_parallel, samples, elem, curves, dgrad_overlap=dgrad_overlap
         )
         comm_f, comm_b, comm_split = comm_f + cf, comm_b + cb, comm_split + cs
     return TpStageTimes(

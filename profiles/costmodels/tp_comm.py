@@ -14,8 +14,11 @@ backward) and the vocabulary-parallel cross-entropy all-reduces three ``b s`` fp
 Each collective is timed on the group's ring all-reduce curves
 (:mod:`pipesim.profiles.costmodels.collective`): an all-reduce is the ring all-reduce, an
 all-gather or reduce-scatter its half. The backward's input-gradient collectives of the
-column-parallel linears hide behind their weight-gradient GEMMs (:func:`wgrad_hidden_comm_s`);
-Megatron-LM's ``tp_comm_overlap`` hides more (:func:`tp_exposed_comm_s`).
+column-parallel linears hide behind their weight-gradient GEMMs (:func:`wgrad_hidden_comm_s`)
+where the framework launches them asynchronously (Megatron-LM since September 2021; before, and
+with ``--no-async-tensor-model-parallel-allreduce``, every TP collective is synchronous and
+exposed whole: ``dgrad_overlap`` of :func:`layer_collective_times_s`); Megatron-LM's
+``tp_comm_overlap`` hides more (:func:`tp_exposed_comm_s`).
 :mod:`pipesim.profiles.costmodels.tensor_parallel` (the per-layer shapes, compute and memory
 under TP) sums them per stage.
 """
@@ -121,7 +124,16 @@ def wgrad_hidden_comm_s(comm_s: float, wgrad_s: float) -> float:
     reduce of the input gradients can be done asynchronously with the calculation of the weight
     gradients", the reduce-scatter likewise with sequence parallelism; ``ColumnParallelLinear``
     turns it on, ``allreduce_dgrad``). The row-parallel linears' backward collectives (their
-    output gradients, all-gathered with SP) are needed before any of their GEMMs and stay exposed."""
+    output gradients, all-gathered with SP) are needed before any of their GEMMs and stay exposed.
+
+    The asynchronous launch came with Megatron-LM commit cf7efd4f5a (2021-08-30, "allreduce
+    overlap with wgrad gemm": ``--async-tensor-parallel-allreduce``, made the default by
+    3f65246911, 2021-09-02, with ``--no-async-tensor-model-parallel-allreduce`` to turn it off).
+    Before it (``megatron/mpu/mappings.py`` at 5281919420, 2020-09-11, and at aed2f75e20,
+    2021-04-11) ``_CopyToModelParallelRegion.backward`` all-reduces the input gradient with a
+    blocking ``torch.distributed.all_reduce`` after the linear's whole backward (input and weight
+    gradients) has run: nothing hides it (``dgrad_overlap=False`` of
+    :func:`layer_collective_times_s`)."""
     return max(0.0, comm_s - wgrad_s)
 
 
@@ -170,13 +182,18 @@ def layer_collective_times_s(
     samples: float,
     elem_bytes: int,
     curves: AllReduceCurves,
+    *,
+    dgrad_overlap: bool = True,
 ) -> tuple[float, float, float]:
     """``(forward, backward exposed, backward whole)`` seconds of one shaped layer's TP
     collectives (:func:`layer_collectives` of ``samples`` samples' tokens, timed with
-    :func:`collective_time_s` on ``curves``): a backward collective with a ``wgrad_share``
-    exposes only what its linear's weight-gradient time (``bwd_tp_s``, the layer's backward
-    under TP, times its ``weight_grad_fraction`` times the share) does not hide
-    (:func:`wgrad_hidden_comm_s`); "whole" counts every backward collective in full (a split
+    :func:`collective_time_s` on ``curves``): with ``dgrad_overlap`` (the framework launches the
+    column-parallel linears' input-gradient collectives asynchronously, Megatron-LM's default
+    since 2021-09) a backward collective with a ``wgrad_share`` exposes only what its linear's
+    weight-gradient time (``bwd_tp_s``, the layer's backward under TP, times its
+    ``weight_grad_fraction`` times the share) does not hide (:func:`wgrad_hidden_comm_s`);
+    without it (synchronous collectives, Megatron-LM before) it is exposed whole; "whole"
+    counts every backward collective in full (a split
     backward's ``I``, whose weight gradient runs later). Shared by :func:`stage_tp_times` and
     context parallelism's per-rank times (``s / c`` tokens)."""
     shape = layer.shape
@@ -190,5 +207,6 @@ def layer_collective_times_s(
             fwd += c_s
         else:
             whole += c_s
-            bwd += wgrad_hidden_comm_s(c_s, wgrad_s * c.wgrad_share) if c.wgrad_share else c_s
+            hides = dgrad_overlap and c.wgrad_share > 0
+            bwd += wgrad_hidden_comm_s(c_s, wgrad_s * c.wgrad_share) if hides else c_s
     return fwd, bwd, whole
