@@ -159,8 +159,11 @@ _PARAM_GATHER = (
     "alone take 0.155 s and the reduce-scatter 0.311 s, of which at most the first forward "
     "(0.056 s) and the last backward (0.111 s) can hide, at least 0.30 s exposed: 0.97 s with "
     "pipesim's compute, which is already too fast on the other rows, above the measured 0.892 s. "
-    "Not traced: how the measured run moved less data per GPU over the rails than this mapping "
-    "(candidates: NCCL's in-network (SHARP) reduction, another data-parallel layout)"
+    "Not traced: how the measured run hid it (candidates: NCCL's in-network (SHARP) reduction, "
+    "another data-parallel layout, or a micro-batch larger than the mapping's 1, which the README "
+    "does not state: simulated with micro-batch 4 (m = 1) the 0.22 s forward covers the gathers and "
+    "the 0.44 s backward most of the reduce-scatter, 0.705 s, +26.4%, the H100 compute gap of the "
+    "other rows; with micro-batch 2, -7.8%; the mapping is kept as written before the predictions)"
 )
 _MISSES: dict[str, str] = {
     "1.7b": _H100_COMPUTE,
