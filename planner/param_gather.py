@@ -4,32 +4,42 @@ step, per bucket, ahead of the first forwards (:mod:`pipesim.simulator.param_gat
 
 Without the option the estimate charges the all-gather after the optimizer step
 (:func:`pipesim.planner.three_d._after_backward_s`); with it that term is dropped and
-:func:`gather_head_s` is added instead: what the gathers delay the first forward by.
+:func:`gather_head_s` is added instead: what the gathers delay the first forwards by.
 
-Per pipeline rank ``r`` the gathers of its first stage (chunk) run one after another from the
-iteration's start, ``G_0, G_1, ...`` in forward order (the buckets of
-:func:`~pipesim.profiles.costmodels.buckets.bucket_layers`, each gathered as
-:func:`~pipesim.profiles.costmodels.sharding.half_time_s` on the DP group's curves); micro-batch
-0 reaches the rank at ``s_r`` (the stages before it and their sends), and bucket ``k``'s first
-layer at ``s_r + F_k`` (``F_k`` the forward time of the layers before it, by the layers' forward
-times, as the simulator places a bucket's wait). The rank's first forward ends late by
-``D_r = max(0, max_k (G_0 + ... + G_k - s_r - F_k))``; the estimate adds ``max_r D_r`` (exact
-for one stage; for a pipeline the rank whose delay is largest holds the others back by about
-that much). Later chunks' gathers (interleaved schedules) come after ``p`` forwards of the first
-chunk and are taken as hidden.
+Per pipeline rank the gathers of its stages run one after another from the iteration's start,
+its stages in chunk order, each stage's buckets in forward order (``G_1, G_2, ...``, each
+gathered as :func:`~pipesim.profiles.costmodels.sharding.half_time_s` on the DP group's curves).
+Micro-batch 0 reaches stage ``k`` at ``s_k = sum_{j < k} (F_j + h_j)`` (``F_j`` the stages'
+forward times, ``h_j`` a send where stages ``j`` and ``j + 1`` are on different ranks): it
+never waits for a rank in the first forwards of the 1F1B and interleaved orders, since a rank's
+``p`` forwards of chunk ``c`` end before micro-batch 0 comes back for chunk ``c + 1``. Bucket
+``b`` of stage ``k``'s first layer is reached ``F_kb`` later (the forward time of the stage's
+layers before it, by the layers' forward times, as the simulator places a bucket's wait). A
+delay of one stage's first forward delays micro-batch 0 at every stage after it, so the first
+forwards end late by ``D = max(0, max_{k, b} (G_1 + ... + G_kb - s_k - F_kb))`` (the sum over
+the gathers of stage ``k``'s rank up to bucket ``b``): exact for one stage, and for the
+interleaved schedule's chain of later chunks, each gathered after the chunks before it on its
+rank (Megatron's one chain per rank, :mod:`pipesim.simulator.param_gather`), whose gathers can
+outlast the ``p`` forwards between two chunks' first forwards. The estimate adds ``D``; the
+pipeline's later actions move with micro-batch 0 (an approximation where the schedule has slack).
 
-Buckets: Megatron-Core's default for ``--overlap-grad-reduce``, ``max(4e7, 1e6 d)`` elements
+Buckets: only pipeline rank 0's first chunk is cut (Megatron-Core r0.8.0,
+:func:`~pipesim.profiles.costmodels.buckets.megatron_bucketed`), in buckets of Megatron-Core's
+default for ``--overlap-grad-reduce``, ``max(4e7, 1e6 d)`` elements
 (``megatron/core/distributed/distributed_data_parallel.py`` at r0.8.0, baf94af3c6, lines 51-57),
-of the parameters' training dtype; as the simulator buckets, by the layers' whole parameter bytes
-(:mod:`pipesim.simulator.dp_collectives`), each bucket's gather the TP shard of its bytes.
+of the parameters' training dtype, counted over the parameters one device holds (its TP shard,
+a tied copy on its user layer), as the simulator buckets
+(:mod:`pipesim.simulator.dp_collectives`); every other stage is one bucket.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
+from functools import partial
 
 from pipesim.planner.three_d_costs import ThreeDCosts
-from pipesim.profiles.costmodels.buckets import bucket_layers
+from pipesim.profiles.costmodels.buckets import bucket_layers, megatron_bucketed
 from pipesim.profiles.costmodels.collective import AllReduceCurves
 from pipesim.profiles.costmodels.sharding import half_time_s
 from pipesim.profiles.models.profile import ModelProfile
@@ -49,11 +59,12 @@ def bucket_elements(replicas: int) -> int:
 
 def gather_head_s(
     profile: ModelProfile,
-    first_chunks: Sequence[tuple[int, int]],
+    chunks: Sequence[tuple[int, int]],
+    ranks: Sequence[int],
     start_s: Sequence[float],
     fwd_s: Sequence[float],
     bucket_bytes: float,
-    shard: Callable[[int, int], float],
+    layer_bytes: Callable[[int, int], float],
     gather_s: Callable[[float], float],
 ) -> float:
     """How late the overlapped parameter all-gathers make the first forwards (module docstring),
@@ -61,45 +72,65 @@ def gather_head_s(
 
     Args:
         profile: the model's layers.
-        first_chunks: per rank, its first stage's ``(first, last)`` layers.
-        start_s: per rank, when micro-batch 0 reaches its first stage, s.
-        fwd_s: per rank, its first stage's forward time, s.
-        bucket_bytes: the smallest bucket, parameter bytes (> 0).
-        shard: ``shard(first, last)``: parameter bytes a device holds of those layers (its TP shard).
+        chunks: per stage, its ``(first, last)`` layers.
+        ranks: per stage, its pipeline rank.
+        start_s: per stage, when micro-batch 0 reaches it, s.
+        fwd_s: per stage, its forward time, s.
+        bucket_bytes: the smallest bucket of the one cut stage (rank 0's first), parameter bytes
+            on one device (> 0).
+        layer_bytes: ``layer_bytes(layer, stage)``: the parameter bytes one device of the stage
+            holds of the layer (its TP shard, a tied copy on its user layer).
         gather_s: seconds one all-gather of that many bytes per device takes.
     """
     head = 0.0
-    for (first, last), start, fwd in zip(first_chunks, start_s, fwd_s, strict=True):
+    cut = megatron_bucketed(ranks)
+    gathered: dict[int, float] = {}  # pipeline rank -> its gathers so far, s
+    for k in sorted(range(len(chunks)), key=lambda j: (ranks[j], j)):
+        first, last = chunks[k]
         layers = range(first, last + 1)
-        whole = float(sum(profile.layers[i].parameter_bytes for i in layers))
-        scale = shard(first, last) / whole if whole > 0 else 0.0
         times = [profile.layers[i].fwd_time_s for i in layers]
         total = sum(times)
-        gathered = 0.0
-        for members, nbytes, _ in reversed(bucket_layers(profile, layers, bucket_bytes)):
-            gathered += gather_s(nbytes * scale)
+        size = bucket_bytes if k == cut else math.inf
+        found = bucket_layers(profile, layers, size, partial(_at, layer_bytes, k))
+        for members, nbytes, _ in reversed(found):
+            gathered[ranks[k]] = gathered.get(ranks[k], 0.0) + gather_s(nbytes)
             at = min(members, default=first)
-            before = fwd * sum(times[: at - first]) / total if total > 0 else 0.0
-            head = max(head, gathered - start - before)
+            before = fwd_s[k] * sum(times[: at - first]) / total if total > 0 else 0.0
+            head = max(head, gathered[ranks[k]] - start_s[k] - before)
     return head
 
 
 def overlapped_gather_s(
     model: ThreeDCosts, chunks: Sequence[tuple[int, int]], stages_of: Sequence[Sequence[int]],
     fwd_s: Sequence[float], hop_s: float, t: int, d: int, curves: AllReduceCurves, allreduce: str,
+    copy_bytes: Sequence[float], copy_at: Sequence[int],
 ) -> float:
-    """:func:`gather_head_s` of a 3D configuration, seconds: per rank its first stage
-    (``stages_of[r][0]`` of ``chunks``), reached after the stages of the ranks before it
-    (``fwd_s`` per stage, and a send of ``hop_s`` each), Megatron's default buckets for ``d``
-    replicas (:func:`bucket_elements`) of the training dtype, TP degree ``t``, each gather on the
-    DP group's ``curves`` with ``allreduce``."""
-    firsts = [ks[0] for ks in stages_of]
+    """:func:`gather_head_s` of a 3D configuration, seconds: every stage of ``chunks`` on its rank
+    (``stages_of``), micro-batch 0 reaching it after the stages before it (``fwd_s`` per stage,
+    and a send of ``hop_s`` between ranks), Megatron's default buckets for ``d`` replicas
+    (:func:`bucket_elements`) of the training dtype on rank 0's first stage, TP degree ``t``,
+    each stage's tied copy (``copy_bytes`` on one device, on the layer at position ``copy_at``
+    of the stage; -1: none) in its user layer's bucket, each gather on the DP group's ``curves``
+    with ``allreduce``."""
+    ranks = [0] * len(chunks)
+    for r, ks in enumerate(stages_of):
+        for k in ks:
+            ranks[k] = r
     starts, before = [], 0.0
-    for k in firsts:
+    for k in range(len(chunks)):
         starts.append(before)
-        before += fwd_s[k] + hop_s
+        before += fwd_s[k] + (hop_s if k + 1 < len(chunks) and ranks[k + 1] != ranks[k] else 0.0)
+
+    def layer_bytes(layer: int, stage: int) -> float:
+        own = model.params(layer, layer, t)
+        return own + (copy_bytes[stage] if layer - chunks[stage][0] == copy_at[stage] else 0.0)
+
     return gather_head_s(
-        model.profile, [chunks[k] for k in firsts], starts, [fwd_s[k] for k in firsts],
-        bucket_elements(d) * model.elem, lambda first, last: model.params(first, last, t),
+        model.profile, chunks, ranks, starts, fwd_s, bucket_elements(d) * model.elem, layer_bytes,
         lambda nbytes: half_time_s(curves, nbytes, allreduce),
     )
+
+
+def _at(layer_bytes: Callable[[int, int], float], stage: int, layer: int) -> float:
+    """``layer_bytes(layer, stage)``."""
+    return layer_bytes(layer, stage)

@@ -580,7 +580,8 @@ def prepare_config(
             time_s = max(time_s, tied_finish_s(tied_pairs, ready, [step_s(r) + post[r] for r in range(p)]))
         time_s += shared_extra_s(fr, br)
         if overlapped and dp_curves is not None:  # the previous step's parameter all-gathers
-            time_s += overlapped_gather_s(model, chunks, stages_of, fwd, hop, t, d, dp_curves, allreduce)
+            time_s += overlapped_gather_s(model, chunks, stages_of, fwd, hop, t, d, dp_curves, allreduce,
+                                          chunk_copy, chunk_at)
         return Estimate(
             iteration_time_s=time_s,
             throughput_samples_per_s=gbs / time_s,

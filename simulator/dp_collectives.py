@@ -10,11 +10,22 @@ For each stage with more than one replica, :func:`data_parallel_collectives` giv
 * ``zero1`` and ``distributed``: the same, as reduce-scatters, then one all-gather of the updated
   parameters after the optimizer step (``after_step``: reduce-scatter, step, all-gather); with
   ``Plan.overlap_param_gather`` instead the previous step's all-gathers per bucket from the
-  iteration's start, awaited by the first forwards (:mod:`pipesim.simulator.param_gather`);
+  iteration's start, awaited by the first forwards (:mod:`pipesim.simulator.param_gather`).
+  ``distributed`` (Megatron-Core r0.8.0) cuts only the first chunk of pipeline rank 0 into
+  buckets, every other stage is one bucket
+  (:func:`~pipesim.profiles.costmodels.buckets.megatron_bucketed`); on a rank holding several
+  stages (the interleaved schedule) each stage's buckets start together after its last backward:
+  r0.8.0's default ``--delay-grad-reduce`` sets ``config.grad_sync_func``, and the interleaved
+  schedule then keeps the buckets' hooks off (``no_sync``) and calls ``start_grad_sync`` for a
+  chunk after the backward that ends it (``backward_step_helper`` in
+  ``megatron/core/pipeline_parallel/schedules.py`` at baf94af3c6; there on rank ``r`` ``r``
+  backward steps later, which is not modelled);
 * ``zero2`` and ``zero3``: per unit and micro-batch (:class:`ZeroLowering`), and for ``zero2``
   the all-gather after the optimizer step.
 
-Gradient collectives move the parameter bytes times
+Buckets are cut by the parameter bytes one device holds (its TP shard, the tied copy on its user
+layer), as PyTorch DDP's and Megatron's buffers count their local tensors. Gradient collectives
+move the parameter bytes times
 :func:`~pipesim.profiles.costmodels.grad_dtype.grad_bytes_factor` (fp32 gradients of bf16
 training by default, ``Plan.grad_reduce_dtype``); parameter all-gathers the parameter bytes. A
 ZeRO-1 stage all-reduces its gradients instead of reduce-scattering them with
@@ -28,7 +39,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from pipesim.plan import Plan
-from pipesim.profiles.costmodels.buckets import Bucket, bucket_layers
+from pipesim.profiles.costmodels.buckets import Bucket, bucket_layers, megatron_bucketed
 from pipesim.profiles.costmodels.collective import AllReduceAlgorithm, AllReduceCurves, allreduce_curves
 from pipesim.profiles.costmodels.grad_dtype import grad_bytes_factor
 from pipesim.profiles.costmodels.nccl_protocol import link_classes
@@ -182,7 +193,13 @@ def data_parallel_collectives(
     # one all-reduce among the devices of both copies, charged on stage s < S/2
     copies = {st.index: copy_of(stream.placement, st.index, len(stages)) for st in stages}
     gathered: dict[int, list[Bucket]] = {}  # overlap_param_gather: stage -> its parameter buckets
-    gather_scale: dict[int, float] = {}
+    cut = megatron_bucketed([st.rank for st in stages])  # the distributed optimizer's one cut stage
+    per_rank = {st.rank: sum(1 for x in stages if x.rank == st.rank) for st in stages}
+    # per layer and stage the bytes one device holds (TP shard), the tied copy on its user layer
+    def whole(layer: int, stage: int) -> float:
+        return float(profile.layers[layer].parameter_bytes)
+
+    device_bytes = _with_copies(tp.layer_parameter_bytes if tp is not None else whole, held)
     for stage in stages:
         copy = copies[stage.index]
         if copy is not None and copy < stage.index:
@@ -190,27 +207,29 @@ def data_parallel_collectives(
         members = stage.devices if copy is None else stage.devices + stages[copy].devices
         if len(groups[stage.index] or members) < 2 or (zero is not None and zero.per_unit(stage.index)):
             continue
-        sharded = plan.stages[stage.index].sharding is not Sharding.NONE
-        scatter = sharded and not (plan.stages[stage.index].sharding is Sharding.ZERO1
+        sharding = plan.stages[stage.index].sharding
+        sharded = sharding is not Sharding.NONE
+        scatter = sharded and not (sharding is Sharding.ZERO1
                                    and plan.zero1_grad_collective is GradCollective.ALL_REDUCE)
         kind = (CollectiveKind.REDUCE_SCATTER if scatter else CollectiveKind.ALL_REDUCE).value
-        scale = 1.0
-        if tp is not None:  # TP shards
-            whole = float(sum(profile.layers[i].parameter_bytes for i in stage.layers))
-            scale = tp.parameter_bytes(stage.index) / whole if whole > 0 else 1.0
-        buckets = bucket_layers(profile, stage.layers, opts.bucket_bytes / grad if bucketed else math.inf)
-        user, copy_bytes = held.get(stage.index, (-1, 0.0))
+        megatron = sharding is Sharding.DISTRIBUTED
+        size = opts.bucket_bytes / grad if bucketed and (not megatron or stage.index == cut) else math.inf
+        def stage_bytes(layer: int, s: int = stage.index) -> float:
+            return device_bytes(layer, s)
+
+        buckets = bucket_layers(profile, stage.layers, size, stage_bytes)
+        if megatron and per_rank[stage.rank] > 1:  # interleaved: the chunk's buckets after its backward
+            buckets = [(layers, nbytes, 1.0) for layers, nbytes, _ in buckets]
         if bucketed:
             stage_marks = []
-            for k, (layers, nbytes, fraction) in enumerate(buckets):
-                nbytes = (nbytes * scale + (copy_bytes if user in layers else 0.0)) * grad
+            for k, (_, nbytes, fraction) in enumerate(buckets):
                 index = len(collectives)
                 collectives.append(
                     Collective(
                         index=index,
                         stage=stage.index,
                         bucket=k,
-                        nbytes=nbytes,
+                        nbytes=nbytes * grad,
                         members=members,
                         algorithm=_name(plan.allreduce),
                         after=index - 1 if k else None,
@@ -225,16 +244,13 @@ def data_parallel_collectives(
             if copy is not None:  # the copy's last backward marks the same buckets
                 marks[copy] = marks[stage.index]
         else:
-            nbytes = float(sum(profile.layers[i].parameter_bytes for i in stage.layers))
-            if tp is not None:
-                nbytes = tp.parameter_bytes(stage.index)
-            nbytes = (nbytes + copy_bytes) * grad
+            (_, nbytes, _), = buckets
             collectives.append(
                 Collective(
                     index=len(collectives),
                     stage=stage.index,
                     bucket=0,
-                    nbytes=nbytes,
+                    nbytes=nbytes * grad,
                     members=members,
                     algorithm=_name(plan.allreduce),
                     after=None,
@@ -246,10 +262,9 @@ def data_parallel_collectives(
             )
         if sharded and plan.overlap_param_gather:  # the previous step's gathers, before the forwards
             gathered[stage.index] = buckets
-            gather_scale[stage.index] = scale
         elif sharded and tp is not None:  # ZeRO-1, distributed optimizer: gather the updated shards
             _post_step_gather(
-                collectives, stage, tp.parameter_bytes(stage.index) + copy_bytes, _name(plan.allreduce),
+                collectives, stage, sum(b[1] for b in buckets), _name(plan.allreduce),
                 group=groups[stage.index],
             )
     waits: GatherWaits = {}
@@ -264,7 +279,7 @@ def data_parallel_collectives(
             )
             return index
 
-        waits = param_gathers(profile, stages, gathered, gather_scale, copies, add_gather)
+        waits = param_gathers(profile, stages, gathered, copies, add_gather)
     if zero is not None:
         algorithm = _name(plan.allreduce)
 
@@ -346,9 +361,9 @@ def _with_copies(
 ) -> Callable[[int, int], float]:
     """``layer_bytes(layer, stage)`` with each stage's tied copy (``held``,
     :func:`tied_copy_bytes`: its user layer and bytes on one device) added on its user layer:
-    the copy is a parameter of that layer's ZeRO-2/3 unit (gathered and reduce-scattered with
-    it, Megatron-LM d98e8a64 ``setup_embeddings_and_output_layer``); ``layer_bytes`` itself
-    where no stage holds one."""
+    the copy is a parameter of that layer's ZeRO-2/3 unit and data-parallel bucket (gathered and
+    reduce-scattered with it, Megatron-LM d98e8a64 ``setup_embeddings_and_output_layer``);
+    ``layer_bytes`` itself where no stage holds one."""
     if not held:
         return layer_bytes
 

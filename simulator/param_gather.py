@@ -1,10 +1,15 @@
 """The distributed optimizer's parameter all-gathers overlapped with the
 forward (``Plan.overlap_param_gather``, Megatron-LM's ``--overlap-param-gather``).
 
-The parameter buckets are the gradient buckets of a bucketed reduce-scatter
-(:func:`~pipesim.profiles.costmodels.buckets.bucket_layers`; one bucket per stage without
-``allreduce_overlap = bucketed``): Megatron's buffer holds a bucket's parameters and gradients
-together.
+The parameter buckets are the gradient buckets (:mod:`pipesim.simulator.dp_collectives`):
+Megatron's buffer holds a bucket's parameters and gradients together, so a stage is cut only
+where Megatron-Core cuts it (the first chunk of pipeline rank 0, with ``allreduce_overlap =
+bucketed``: :func:`~pipesim.profiles.costmodels.buckets.megatron_bucketed`) and is one bucket
+elsewhere; a bucket's bytes are the parameters one device holds (its TP shard), a tied copy
+(:func:`~pipesim.profiles.costmodels.tied_embeddings.stage_copies`, the output layer's copy of
+the embedding) in the bucket of the layer that uses it. Megatron-Core r0.8.0 puts the copy in a
+bucket of its own (``shared_embedding``, ``param_and_grad_buffer.py``): the same bytes, one
+gather more, not modelled.
 
 Megatron-Core r0.8.0 with ``--overlap-param-gather`` (``megatron/core/optimizer/distrib_optimizer.py``
 at baf94af3c6: ``zero_grad``, ``_make_forward_pre_hook``, ``_finish_param_sync_helper``,
@@ -12,9 +17,12 @@ at baf94af3c6: ``zero_grad``, ``_make_forward_pre_hook``, ``_finish_param_sync_h
 iteration's ``zero_grad`` dispatches the first bucket's all-gather, each module's forward
 pre-hook waits for the all-gather of its parameters' bucket and then dispatches the next bucket's,
 the buckets ordered as the forward uses them (each model chunk's buckets reversed, the chunks in
-order). On the GPU the all-gathers thus run one after another on the data-parallel
+order: one chain through all of a rank's chunks, r0.8.0's default ``--delay-param-gather`` off).
+On the GPU the all-gathers thus run one after another on the data-parallel
 communicator's stream (the host issues the next one before the compute that waits, running ahead
-of the GPU) while the forward runs, and a module's first forward waits for its bucket.
+of the GPU) while the forward runs, and a module's first forward waits for its bucket; a later
+chunk's gather is dispatched once the chunk before it is first reached, long before its own first
+forward (``p`` forwards later in the interleaved order), so it is taken as running right after.
 
 One simulated iteration stands for the steady state: the gathers of the previous iteration's
 step run from the iteration's start, one after another per pipeline rank (its stages in chunk
@@ -49,7 +57,6 @@ def param_gathers(
     profile: ModelProfile,
     stages: Sequence[StageFacts],
     buckets: Mapping[int, list[Bucket]],
-    scale: Mapping[int, float],
     copies: Mapping[int, int | None],
     add: AddGather,
 ) -> GatherWaits:
@@ -59,9 +66,8 @@ def param_gathers(
     Args:
         profile: the model's layers (forward times place a bucket's start inside the forward).
         stages: the program's stage facts.
-        buckets: stage -> its buckets (:func:`~pipesim.profiles.costmodels.buckets.bucket_layers`),
-            the stages whose replicas gather.
-        scale: stage -> bytes a device gathers per byte of the layers' parameters (its TP shard).
+        buckets: stage -> its buckets (:func:`~pipesim.profiles.costmodels.buckets.bucket_layers`,
+            bytes on one device), the stages whose replicas gather.
         copies: stage -> the stage holding the other copy of its layers (``dualpipe``), or ``None``.
         add: appends one all-gather (``after``: the one before it on the rank) and returns its index.
     """
@@ -79,7 +85,7 @@ def param_gathers(
             members, nbytes, _ = found[k]
             first = min(members, default=layers[0])
             before = sum(fwd[: first - layers[0]])
-            cid = add(stage.index, k, nbytes * scale[stage.index], last.get(stage.rank))
+            cid = add(stage.index, k, nbytes, last.get(stage.rank))
             last[stage.rank] = cid
             stage_waits.append((before / total if total > 0 else 0.0, cid))
         waits[stage.index] = tuple(sorted(stage_waits))

@@ -141,19 +141,42 @@ _H100_COMPUTE = (
 )
 _PARAM_GATHER = (
     "the distributed optimizer's data-parallel traffic stays exposed: with --overlap-param-gather "
-    "(stated by the README; Plan.overlap_param_gather) the previous step's 49 bucket all-gathers, one "
-    "after another on the 48-rank rails, take 0.214 s against the first forward's 0.056 s and delay "
-    "it by 0.158 s, and the fp32 gradient reduce-scatter (15.7 GB per GPU over the 48 rails) "
-    "finishes 0.295 s after the last backward. Simulated 1.140 s (compute alone 0.668 s) against the "
-    "measured 0.892 s (1.170 s with the gather after the step, before the overlap was modelled). "
-    "Not traced: how the measured run hides this traffic (the H100 compute, modelled too fast, "
-    "pulls the other way)"
+    "(stated by the README; Plan.overlap_param_gather) the previous step's 50 bucket all-gathers "
+    "(7.93 GB of bf16 parameters per GPU), one after another on the 48-rank rails, take 0.212 s "
+    "against the first forward's 0.056 s and delay it by 0.158 s, and the fp32 gradient "
+    "reduce-scatter (15.9 GB per GPU over the 48 rails) finishes 0.295 s after the last backward. "
+    "Simulated 1.140 s (compute alone 0.668 s) against the measured 0.892 s. Checked against "
+    "Megatron-Core r0.8.0 (baf94af3c6): with p = 1 the one chunk is bucketed "
+    "(distributed_data_parallel.py; buckets of max(4e7, 1e6 d) = 4.8e7 elements of the rank's TP "
+    "shard, cut between parameters in param_and_grad_buffer.py: about 74 buckets of ~5.1e7 "
+    "against pipesim's 50 cut between layers, the same bytes); the gathers are bf16 (the param "
+    "buffer's dtype), dispatched one after another in forward order from zero_grad and the "
+    "forward pre-hooks (distrib_optimizer.py), so the first forward waits for them; the "
+    "reduce-scatter is fp32 (arguments.py sets accumulate_allreduce_grads_in_fp32 for bf16) and "
+    "its buckets start only in the last micro-batch's backward (forward_backward_no_pipelining "
+    "runs the others under no_sync); finalize_model_grads waits for all before the step. So the "
+    "mapping's traffic cannot hide: at the NDR line rate (50 GB/s per GPU's rail NIC) the gathers "
+    "alone take 0.155 s and the reduce-scatter 0.311 s, of which at most the first forward "
+    "(0.056 s) and the last backward (0.111 s) can hide, at least 0.30 s exposed: 0.97 s with "
+    "pipesim's compute, which is already too fast on the other rows, above the measured 0.892 s. "
+    "Not traced: how the measured run hid it (candidates: NCCL's in-network (SHARP) reduction, "
+    "another data-parallel layout, or a micro-batch larger than the mapping's 1, which the README "
+    "does not state: simulated with micro-batch 4 (m = 1) the 0.22 s forward covers the gathers and "
+    "the 0.44 s backward most of the reduce-scatter, 0.705 s, +26.4%, the H100 compute gap of the "
+    "other rows; with micro-batch 2, -7.8%; the mapping is kept as written before the predictions)"
 )
 _MISSES: dict[str, str] = {
     "1.7b": _H100_COMPUTE,
     "7.1b": _H100_COMPUTE,
     "32b": _PARAM_GATHER,
-    "70b": _H100_COMPUTE,
+    "70b": _H100_COMPUTE + (
+        ". This row's 3D estimate (1.846 s) is 1.5% below its own simulation (1.875 s): the "
+        "simulation's pipeline sends share the rail NICs with the overlapped parameter gathers "
+        "(6.0 ms a layer against 5.3 ms alone), which the estimate does not charge; on links not "
+        "shared the two delay the first forwards alike (0.089 s, tests/simulator/"
+        "test_megatron_buckets.py). Before each later chunk's gather was chained (Megatron's one "
+        "chain per rank) the estimate was 1.770 s (-5.7%)"
+    ),
     "119b": _H100_COMPUTE,
     "177b": _H100_COMPUTE,
     "314b": _H100_COMPUTE,

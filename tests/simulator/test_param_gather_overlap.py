@@ -148,7 +148,9 @@ GPT = "gpt:layers=8,hidden=2048,heads=16,seq=2048,vocab=32000,flash=1,untie=1"
 def test_estimate_follows_the_simulation(t: int, p: int, d: int, schedule: str, v: int) -> None:
     """The 3D estimate with the option against the simulation with Megatron's buckets (its
     default ``max(4e7, 1e6 d)`` elements, as the estimate takes them), within the 3D estimate's
-    usual tolerance (5%), and it moves the same way as the simulation."""
+    usual tolerance (5%), and it moves as the simulation does (within 2% of the iteration: where
+    rank 0's first chunk is one bucket, as at t 8 here, the gather before the first forward costs
+    what the gather after the step did, in both)."""
     profile, cluster = resolve_inputs(GPT, "dgx-h100-1024", overrides={"servers": 4}, dtype="bf16")
     n, k = profile.num_layers, p * v
     per = n // k
@@ -166,8 +168,9 @@ def test_estimate_follows_the_simulation(t: int, p: int, d: int, schedule: str, 
         est = estimate_3d(one, profile, cluster).iteration_time_s
         assert est == pytest.approx(sim, rel=0.05)
         times[on] = (sim, est)
-    assert times[True][0] < times[False][0]
-    assert times[True][1] < times[False][1]
+    moved_sim, moved_est = times[True][0] - times[False][0], times[True][1] - times[False][1]
+    assert moved_sim <= 1e-12
+    assert moved_est == pytest.approx(moved_sim, abs=0.02 * times[True][0])
 
 
 CLI_PLAN = ["--model", "bert48", "--cluster", "dapple-2x8-v100", "--gbs", "64", "--microbatches", "4",
