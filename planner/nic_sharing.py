@@ -43,6 +43,7 @@ __all__ = [
     "RingSharers",
     "concurrent_delay_s",
     "dp_left_s",
+    "drain_sends",
     "fair_share",
     "last_backward_delay_s",
     "pipeline_edges",
@@ -164,12 +165,23 @@ class RingSharers(NamedTuple):
             each TP rank's where their routes meet: :func:`pipeline_sends`), their seconds per
             byte of one rank's share on it (how many cross it over its bandwidth); empty
             where none do, or not asked for.
+        own_dp: per rank whose TP rings leave their servers, the most of its own gradient
+            rings (every TP rank's, as the simulator runs them) that cross one of its
+            bottleneck links: while a stage's
+            gradient collective runs there, each of the rank's TP blocks gets ``1 / (k + 1)`` of
+            the link (:func:`~pipesim.planner.three_d_tail.cooldown_delays_s`); 0 where none do.
+        drain: per rank whose TP rings leave their servers, how much its gradient collective,
+            starting with its last backward's gradient send to the rank before it, slows that
+            send, seconds per byte of one rank's share (:func:`drain_sends`); empty where the
+            sends are not asked for.
     """
 
     tp: tuple[tuple[tuple[int, ...], ...], ...]
     dp: tuple[tuple[int, ...], ...]
     own: tuple[int, ...] = ()
     sends: tuple[tuple[float, ...], ...] = ()
+    own_dp: tuple[int, ...] = ()
+    drain: tuple[float, ...] = ()
 
 
 def _bottleneck_links(cluster: Cluster, group: Sequence[int]) -> set[int]:
@@ -229,7 +241,67 @@ def ring_sharers(
         dp_out.append(tuple(q for q, held in enumerate(dp_links) if q != r and not links.isdisjoint(held)))
         own_out.append(max((crossing.get(link, {}).get(r, 1) for link in links), default=1))
     sends = pipeline_sends(cluster, tp_groups, bottlenecks, send_ranks, edges) if send_ranks else ()
-    return RingSharers(tp=tuple(tp_out), dp=tuple(dp_out), own=tuple(own_out), sends=sends)
+    # every TP rank's gradient ring (TP rank j's members at each lead + j), per link how many
+    grad_rings = [_rank_rings(cluster, groups, ring) for groups, ring in zip(tp_groups, dp_rings, strict=True)]
+    own_dp = tuple(max((held.get(link, 0) for link in links), default=0) if _straddles(cluster, groups) else 0
+                   for held, links, groups in zip(grad_rings, bottlenecks, tp_groups, strict=True))
+    drain = drain_sends(cluster, tp_groups, grad_rings, send_ranks, edges) if send_ranks else ()
+    return RingSharers(tp=tuple(tp_out), dp=tuple(dp_out), own=tuple(own_out), sends=sends, own_dp=own_dp,
+                       drain=drain)
+
+
+def _straddles(cluster: Cluster, groups: Sequence[Sequence[int]]) -> bool:
+    """Whether one of a rank's TP ``groups`` spans servers (its ring crosses NICs; inside a
+    server the estimate keeps the ring's exact form, :func:`pipeline_sends`)."""
+    return any(len({cluster.server_of(x) for x in g}) > 1 for g in groups)
+
+
+def _rank_rings(cluster: Cluster, groups: Sequence[Sequence[int]], ring: Sequence[int]) -> dict[int, int]:
+    """Per link, how many of a rank's gradient rings cross it: every TP rank's ring (the
+    simulator's lowering reduces each TP rank's shard on its own ring,
+    ``simulator/dp_collectives.py``), TP rank ``j``'s the members of ``ring`` (each replica's
+    first devices, ring order) plus ``j``; a link crossed twice by one ring counts twice."""
+    t = max((len(g) for g in groups), default=1)
+    out: dict[int, int] = {}
+    for j in range(t):
+        for a, b in _ring_hops([x + j for x in ring]):
+            for link in cluster.route(a, b):
+                out[link] = out.get(link, 0) + 1
+    return out
+
+
+def drain_sends(
+    cluster: Cluster, tp_groups: Sequence[Sequence[Sequence[int]]], grad_rings: Sequence[dict[int, int]],
+    send_ranks: int, edges: Sequence[tuple[int, int]],
+) -> tuple[float, ...]:
+    """:attr:`RingSharers.drain`: per rank ``r`` whose TP groups leave their servers and that
+    sends gradients to rank ``r - 1`` (``(r - 1, r)`` in ``edges``), how much its gradient
+    collective (``grad_rings[r]``: per link its rings' count, :func:`_rank_rings`) slows its
+    last backward's gradient send, seconds per byte of one rank's share: the rank's stage
+    posts its reduction as that backward ends, when the send leaves too
+    (``simulator/dp_collectives.py``), so on a link that ``n`` of the rings and ``s`` of the
+    sends (each replica's, each TP rank's where their routes meet,
+    :func:`~pipesim.profiles.costmodels.dp_rings.shared_sends`) cross, each send gets ``1 / (n +
+    s)`` of it, not ``1 / s``: ``n / bandwidth`` per byte more (the fluid share of the module
+    docstring, while the reduction lasts), the worst such link's; 0 where none meet."""
+    caps = cluster.links
+
+    def bandwidth(link: int) -> float:
+        return caps[link].bandwidth_bytes_per_s
+
+    out: list[float] = []
+    for r, groups in enumerate(tp_groups):
+        if r == 0 or not _straddles(cluster, groups) or (r - 1, r) not in edges or not grad_rings[r]:
+            out.append(0.0)
+            continue
+        sends: dict[int, int] = {}
+        for src_group, dst_group in zip(groups, tp_groups[r - 1], strict=False):
+            src, dst = src_group[0], dst_group[0]
+            for x, y in shared_sends(src, dst, send_ranks, cluster.route, bandwidth) or ((src, dst),):
+                for link in set(cluster.route(x, y)):
+                    sends[link] = sends.get(link, 0) + 1
+        out.append(max((grad_rings[r].get(link, 0) / bandwidth(link) for link in sends), default=0.0))
+    return tuple(out)
 
 
 def pipeline_edges(placement: str, num_stages: int, num_ranks: int) -> tuple[tuple[int, int], ...]:

@@ -83,7 +83,7 @@ from pipesim.planner.param_gather import overlapped_gather_s
 from pipesim.planner.schedule_time import order_time_s
 from pipesim.planner.three_d_costs import ThreeDCosts
 from pipesim.planner.three_d_memory import rank_memory
-from pipesim.planner.three_d_tail import GradCollectives
+from pipesim.planner.three_d_tail import GradCollectives, cooldown_ends_s
 from pipesim.planner.three_d_times import boundary_sends, stage_layout, stage_op_times
 from pipesim.planner.three_d_zero import ZeroUnit, zero_stages, zero_units
 from pipesim.planner.tied_grads import tied_finish_s
@@ -490,7 +490,9 @@ def prepare_config(
             replay = model.replay(first, last, mbs, t, sp, rc, overlap, c, rings[0], cp_hops[0])
             later = [(-(q * hop + (q - 1) * tb), tail_s(q, 0.0)) for q in sharers.dp[0]]
             dp += last_backward_delay_s(times, replay, wires(0, 0)[1], later)
-        return dp + step_s(0)
+        drain = placed.sharers.drain if placed.sharers is not None else ()  # (nic_sharing.drain_sends)
+        act = mbs * model.shape.seq * model.shape.hidden * model.elem / (t * c)
+        return dp + sum(min(act * x, tail_s(q, 0.0)) for q, x in enumerate(drain) if x) + step_s(0)
 
     def shared_extra_s(fwd: Sequence[float], bwd: Sequence[float]) -> float:
         """Other ranks' TP blocks beside a rank's in the ``m - 1`` steady cycles (per rank its
@@ -566,6 +568,12 @@ def prepare_config(
             time_s = (m + (p - 1) / v) * (tf + tb) + after0
         else:  # the order's makespan; each rank's collectives and update after its last action
             ends, stage_end = order.rank_end_s, order.stage_end_s
+            flows = placed.sharers.own_dp if placed.sharers is not None and not units and v > 1 else ()
+            if any(flows) and dp_curves is not None and (placement_of(schedule) or "looped") == "looped":
+                ends = cooldown_ends_s(schedule, p, m, v, ends, stage_end, lambda k, op: (
+                    {"F": fwd, "B": bwd, "I": inp, "W": wgrad}[op.value][k],
+                    wires(where[k], k // p)[0 if op.value == "F" else 1] if op.value != "W" else 0.0),
+                    lambda k: grads.parts_s(chunk_params(k))[0], flows)
             if v > 1 and not units and dp_curves is not None:  # each stage's collectives from its end
                 after0 = rank0_after_s(tb, 0.0, tail_s(0, float(ends[0]), stage_end)) + shared[0]
             time_s = float(ends[0]) + after0  # rank 0's, with what later ranks' collectives delay
