@@ -19,6 +19,15 @@ the op). The replicas' sends, issued together, share the links they cross, and s
 ranks' sends of each replica where their routes meet (:func:`send_terms`, the estimate's
 pipeline hop).
 
+A rank's own gradient collective meets two more of its flows where its rings cross the same
+NIC (servers with one NIC): its last backward's gradient send to the rank before it, which
+leaves as the collective starts (:func:`drain_sends`, :func:`drain_delay_s`: rank 0's last
+backward waits that much longer, each rank of the cool-down chain adding its own), and, on a
+rank of several stages (interleaved), the TP blocks of the cool-down backwards that follow a
+stage's last one, whose reduction is already running (:attr:`RingSharers.own_dp`,
+:func:`~pipesim.planner.three_d_tail.cooldown_ends_s`; every TP rank's ring is one flow, so a
+block beside ``k`` of them gets ``1 / (k + 1)`` of the link).
+
 The model is the fluid one of two elastic flows that start together on one link: each gets half
 the link while both run, so the shorter one, of ``a`` and ``b`` seconds alone, is slowed by
 ``min(a, b)`` (:func:`shared_op_s`), and so is the longer (the link carries ``a + b`` either way).
@@ -43,6 +52,7 @@ __all__ = [
     "RingSharers",
     "concurrent_delay_s",
     "dp_left_s",
+    "drain_delay_s",
     "drain_sends",
     "fair_share",
     "last_backward_delay_s",
@@ -53,6 +63,7 @@ __all__ = [
     "shared_ends_s",
     "shared_op_s",
     "shares_ring_link",
+    "steady_delay_s",
     "zero_transfers",
 ]
 
@@ -242,7 +253,8 @@ def ring_sharers(
         own_out.append(max((crossing.get(link, {}).get(r, 1) for link in links), default=1))
     sends = pipeline_sends(cluster, tp_groups, bottlenecks, send_ranks, edges) if send_ranks else ()
     # every TP rank's gradient ring (TP rank j's members at each lead + j), per link how many
-    grad_rings = [_rank_rings(cluster, groups, ring) for groups, ring in zip(tp_groups, dp_rings, strict=True)]
+    grad_rings = [_rank_rings(cluster, groups, ring)
+                  for groups, ring in zip(tp_groups, dp_rings, strict=True)]
     own_dp = tuple(max((held.get(link, 0) for link in links), default=0) if _straddles(cluster, groups) else 0
                    for held, links, groups in zip(grad_rings, bottlenecks, tp_groups, strict=True))
     drain = drain_sends(cluster, tp_groups, grad_rings, send_ranks, edges) if send_ranks else ()
@@ -349,6 +361,19 @@ def pipeline_sends(
                  for got in counts)
 
 
+def drain_delay_s(sharers: RingSharers | None, share_bytes: float, reduce_s: Callable[[int], float]) -> float:
+    """How much later rank 0's last backward starts because each later rank's gradient
+    collective slows its last backward's gradient send to the rank before it
+    (:attr:`RingSharers.drain`), seconds: rank ``q``'s by ``share_bytes`` (one rank's share of
+    the activation) times its :attr:`~RingSharers.drain`, at most its collective's
+    ``reduce_s(q)`` seconds (the send is slowed only while it lasts); the sends of a 1F1B
+    cool-down chain, each rank's last backward waiting for the next rank's gradient, so they
+    add up. 0 without ``sharers``."""
+    if sharers is None:
+        return 0.0
+    return sum(min(share_bytes * x, reduce_s(q)) for q, x in enumerate(sharers.drain) if x > 0)
+
+
 def concurrent_delay_s(wire_s: float, others_s: Sequence[Sequence[float]]) -> float:
     """How much a TP block whose bytes hold its bottleneck link ``wire_s`` seconds alone is
     delayed by other rings' blocks that run at the same time: per shared link the other rings'
@@ -357,6 +382,18 @@ def concurrent_delay_s(wire_s: float, others_s: Sequence[Sequence[float]]) -> fl
     link, seconds."""
     wire = max(0.0, wire_s)
     return max((min(wire, sum(x)) for x in others_s), default=0.0)
+
+
+def steady_delay_s(slow_s: Sequence[float], fwd_s: Sequence[float], bwd_s: Sequence[float], m: int) -> float:
+    """What other ranks' TP blocks beside each rank's add to the ``m - 1`` steady cycles of an
+    order, seconds: per rank its delay per micro-batch ``slow_s`` (:func:`concurrent_delay_s`
+    of their blocks, and of the pipeline sends on its links) over its forwards ``fwd_s`` and
+    backwards ``bwd_s`` (seconds per micro-batch); each cycle is the slowest rank's, and only
+    its excess over the slowest forward and backward counts (``tests/tp/test_nic_sharing_estimate.py``)."""
+    if not any(slow_s):
+        return 0.0
+    cycle = max(f + b + x for f, b, x in zip(fwd_s, bwd_s, slow_s, strict=True))
+    return (m - 1) * max(0.0, cycle - max(fwd_s) - max(bwd_s))
 
 
 def fair_share(work: Sequence[float], rank: int, others: Sequence[int]) -> float:

@@ -9,7 +9,9 @@ stages (interleaved, the V shapes) runs its stages' collectives one after anothe
 the update waits for all of them, and ZeRO-1's and the distributed optimizer's all-gathers
 follow it (:func:`chained_tail_s`). Charging a rank's whole reduction after its last action,
 as the estimate did, was 1.5-2.5% above the simulation on two-stage ranks with 8 replicas
-(``tests/tp/test_zbv_estimate.py``)."""
+(``tests/tp/test_zbv_estimate.py``). Where a stage's reduction, posted before its rank's
+cool-down, crosses the rank's TP rings' bottleneck (servers of one NIC), it slows the cool-down's
+TP blocks and through them every rank before it (:func:`cooldown_ends_s`)."""
 
 from __future__ import annotations
 
@@ -17,12 +19,13 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pipesim.planner.schedule_time import schedule_order
-from pipesim.schedules.action import Op
-from pipesim.schedules.timing import Time
-
+from pipesim.planner.nic_sharing import RingSharers
+from pipesim.planner.schedule_time import OrderTime, schedule_order
 from pipesim.profiles.costmodels.collective import AllReduceCurves
 from pipesim.profiles.costmodels.sharding import Sharding, half_time_s
+from pipesim.schedules.action import Op
+from pipesim.schedules.registry import placement_of
+from pipesim.schedules.timing import Time
 
 __all__ = ["GradCollectives", "after_backward_s", "chained_tail_s", "cooldown_delays_s", "cooldown_ends_s",
            "dp_parts_s"]
@@ -159,16 +162,23 @@ def cooldown_delays_s(
 
 
 def cooldown_ends_s(
-    schedule: str, p: int, m: int, v: int, rank_end_s: Sequence[Time], stage_end_s: Sequence[Time],
-    op_s: Callable[[int, Op], tuple[float, float]], reduce_s: Callable[[int], float], flows: Sequence[int],
-) -> list[float]:
-    """Each rank's last action's end in a looped order of ``m`` micro-batches on ``p`` ranks
-    with ``v`` stages each (``rank_end_s``, ``stage_end_s``: the order's, links free) with the
-    cool-down delays of :func:`cooldown_delays_s`, seconds: ``op_s(stage, op)`` an action's
-    ``(seconds, seconds of TP bytes on the rank's bottleneck alone)``, ``reduce_s(stage)`` the
-    stage's gradient collective before the update alone, ``flows`` per rank its gradient rings
-    on that link (0: none, no delay)."""
-    rows = schedule_order(schedule, p, m, v, ()).ranks
+    schedule: str, m: int, order: OrderTime, sharers: RingSharers | None,
+    times: tuple[Sequence[float], Sequence[float], Sequence[float], Sequence[float]],
+    wires: Callable[[int], tuple[float, float]], reduce_s: Callable[[int], float],
+) -> tuple[Time, ...]:
+    """Each rank's last action's end in ``schedule``'s order of ``m`` micro-batches (``order``:
+    its times, links free) with the cool-down delays of :func:`cooldown_delays_s`, seconds; the
+    order's own where no rank's gradient rings cross its TP rings' bottleneck
+    (:attr:`~pipesim.planner.nic_sharing.RingSharers.own_dp`) or the placement is not looped
+    (the V shapes end on rank 0). ``times``: per stage its ``F``, ``B``, ``I`` and ``W``
+    seconds; ``wires(stage)`` its ``F``'s and backward's TP bytes on the bottleneck alone,
+    seconds; ``reduce_s(stage)`` its gradient collective before the update alone, seconds."""
+    flows = sharers.own_dp if sharers is not None else ()
+    p = len(order.rank_end_s)
+    if not any(flows) or (placement_of(schedule) or "looped") != "looped":
+        return order.rank_end_s
+    rows = schedule_order(schedule, p, m, len(order.stage_end_s) // p, ()).ranks
+    column = {Op.F: 0, Op.B: 1, Op.I: 2, Op.W: 3}
     tails: list[list[tuple[float, float]]] = []
     idle: list[float] = []
     for r, row in enumerate(rows):
@@ -180,14 +190,17 @@ def cooldown_ends_s(
         if early and flows[r]:
             first = min(early)
             for i in range(first, len(row)):
-                if i > first:
-                    tail.append(op_s(row[i].stage, row[i].op))
+                k, op = row[i].stage, row[i].op
+                if i > first and op in column:  # (looped orders run F, B, I and W only)
+                    wire = 0.0 if op is Op.W else wires(k)[0 if op is Op.F else 1]
+                    tail.append((times[column[op]][k], wire))
                     busy += tail[-1][0]
                 if i in early:
-                    tail.append((-1.0, reduce_s(row[i].stage)))
-            idle.append(max(0.0, float(rank_end_s[r]) - float(stage_end_s[row[first].stage]) - busy))
+                    tail.append((-1.0, reduce_s(k)))
+            waited = float(order.rank_end_s[r]) - float(order.stage_end_s[row[first].stage]) - busy
+            idle.append(max(0.0, waited))
         else:
             idle.append(0.0)
         tails.append(tail)
     delays = cooldown_delays_s(tails, idle, flows)
-    return [float(e) + x for e, x in zip(rank_end_s, delays, strict=True)]
+    return tuple(float(e) + x for e, x in zip(order.rank_end_s, delays, strict=True))
