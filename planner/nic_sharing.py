@@ -19,6 +19,15 @@ the op). The replicas' sends, issued together, share the links they cross, and s
 ranks' sends of each replica where their routes meet (:func:`send_terms`, the estimate's
 pipeline hop).
 
+A rank's own gradient collective meets two more of its flows where its rings cross the same
+NIC (servers with one NIC): its last backward's gradient send to the rank before it, which
+leaves as the collective starts (:func:`drain_sends`, :func:`drain_delay_s`: rank 0's last
+backward waits that much longer, each rank of the cool-down chain adding its own), and, on a
+rank of several stages (interleaved), the TP blocks of the cool-down backwards that follow a
+stage's last one, whose reduction is already running (:attr:`RingSharers.own_dp`,
+:func:`~pipesim.planner.three_d_tail.cooldown_ends_s`; every TP rank's ring is one flow, so a
+block beside ``k`` of them gets ``1 / (k + 1)`` of the link).
+
 The model is the fluid one of two elastic flows that start together on one link: each gets half
 the link while both run, so the shorter one, of ``a`` and ``b`` seconds alone, is slowed by
 ``min(a, b)`` (:func:`shared_op_s`), and so is the longer (the link carries ``a + b`` either way).
@@ -43,6 +52,8 @@ __all__ = [
     "RingSharers",
     "concurrent_delay_s",
     "dp_left_s",
+    "drain_delay_s",
+    "drain_sends",
     "fair_share",
     "last_backward_delay_s",
     "pipeline_edges",
@@ -52,6 +63,7 @@ __all__ = [
     "shared_ends_s",
     "shared_op_s",
     "shares_ring_link",
+    "steady_delay_s",
     "zero_transfers",
 ]
 
@@ -164,12 +176,23 @@ class RingSharers(NamedTuple):
             each TP rank's where their routes meet: :func:`pipeline_sends`), their seconds per
             byte of one rank's share on it (how many cross it over its bandwidth); empty
             where none do, or not asked for.
+        own_dp: per rank whose TP rings leave their servers, the most of its own gradient
+            rings (every TP rank's, as the simulator runs them) that cross one of its
+            bottleneck links: while a stage's
+            gradient collective runs there, each of the rank's TP blocks gets ``1 / (k + 1)`` of
+            the link (:func:`~pipesim.planner.three_d_tail.cooldown_delays_s`); 0 where none do.
+        drain: per rank whose TP rings leave their servers, how much its gradient collective,
+            starting with its last backward's gradient send to the rank before it, slows that
+            send, seconds per byte of one rank's share (:func:`drain_sends`); empty where the
+            sends are not asked for.
     """
 
     tp: tuple[tuple[tuple[int, ...], ...], ...]
     dp: tuple[tuple[int, ...], ...]
     own: tuple[int, ...] = ()
     sends: tuple[tuple[float, ...], ...] = ()
+    own_dp: tuple[int, ...] = ()
+    drain: tuple[float, ...] = ()
 
 
 def _bottleneck_links(cluster: Cluster, group: Sequence[int]) -> set[int]:
@@ -229,7 +252,68 @@ def ring_sharers(
         dp_out.append(tuple(q for q, held in enumerate(dp_links) if q != r and not links.isdisjoint(held)))
         own_out.append(max((crossing.get(link, {}).get(r, 1) for link in links), default=1))
     sends = pipeline_sends(cluster, tp_groups, bottlenecks, send_ranks, edges) if send_ranks else ()
-    return RingSharers(tp=tuple(tp_out), dp=tuple(dp_out), own=tuple(own_out), sends=sends)
+    # every TP rank's gradient ring (TP rank j's members at each lead + j), per link how many
+    grad_rings = [_rank_rings(cluster, groups, ring)
+                  for groups, ring in zip(tp_groups, dp_rings, strict=True)]
+    own_dp = tuple(max((held.get(link, 0) for link in links), default=0) if _straddles(cluster, groups) else 0
+                   for held, links, groups in zip(grad_rings, bottlenecks, tp_groups, strict=True))
+    drain = drain_sends(cluster, tp_groups, grad_rings, send_ranks, edges) if send_ranks else ()
+    return RingSharers(tp=tuple(tp_out), dp=tuple(dp_out), own=tuple(own_out), sends=sends, own_dp=own_dp,
+                       drain=drain)
+
+
+def _straddles(cluster: Cluster, groups: Sequence[Sequence[int]]) -> bool:
+    """Whether one of a rank's TP ``groups`` spans servers (its ring crosses NICs; inside a
+    server the estimate keeps the ring's exact form, :func:`pipeline_sends`)."""
+    return any(len({cluster.server_of(x) for x in g}) > 1 for g in groups)
+
+
+def _rank_rings(cluster: Cluster, groups: Sequence[Sequence[int]], ring: Sequence[int]) -> dict[int, int]:
+    """Per link, how many of a rank's gradient rings cross it: every TP rank's ring (the
+    simulator's lowering reduces each TP rank's shard on its own ring,
+    ``simulator/dp_collectives.py``), TP rank ``j``'s the members of ``ring`` (each replica's
+    first devices, ring order) plus ``j``; a link crossed twice by one ring counts twice."""
+    t = max((len(g) for g in groups), default=1)
+    out: dict[int, int] = {}
+    for j in range(t):
+        for a, b in _ring_hops([x + j for x in ring]):
+            for link in cluster.route(a, b):
+                out[link] = out.get(link, 0) + 1
+    return out
+
+
+def drain_sends(
+    cluster: Cluster, tp_groups: Sequence[Sequence[Sequence[int]]], grad_rings: Sequence[dict[int, int]],
+    send_ranks: int, edges: Sequence[tuple[int, int]],
+) -> tuple[float, ...]:
+    """:attr:`RingSharers.drain`: per rank ``r`` whose TP groups leave their servers and that
+    sends gradients to rank ``r - 1`` (``(r - 1, r)`` in ``edges``), how much its gradient
+    collective (``grad_rings[r]``: per link its rings' count, :func:`_rank_rings`) slows its
+    last backward's gradient send, seconds per byte of one rank's share: the rank's stage
+    posts its reduction as that backward ends, when the send leaves too
+    (``simulator/dp_collectives.py``), so on a link that ``n`` of the rings and ``s`` of the
+    sends (each replica's, each TP rank's where their routes meet,
+    :func:`~pipesim.profiles.costmodels.dp_rings.shared_sends`) cross, each send gets ``1 / (n +
+    s)`` of it, not ``1 / s``: ``n / bandwidth`` per byte more (the fluid share of the module
+    docstring, while the reduction lasts), the worst such link's; 0 where none meet."""
+    caps = cluster.links
+
+    def bandwidth(link: int) -> float:
+        return caps[link].bandwidth_bytes_per_s
+
+    out: list[float] = []
+    for r, groups in enumerate(tp_groups):
+        if r == 0 or not _straddles(cluster, groups) or (r - 1, r) not in edges or not grad_rings[r]:
+            out.append(0.0)
+            continue
+        sends: dict[int, int] = {}
+        for src_group, dst_group in zip(groups, tp_groups[r - 1], strict=False):
+            src, dst = src_group[0], dst_group[0]
+            for x, y in shared_sends(src, dst, send_ranks, cluster.route, bandwidth) or ((src, dst),):
+                for link in set(cluster.route(x, y)):
+                    sends[link] = sends.get(link, 0) + 1
+        out.append(max((grad_rings[r].get(link, 0) / bandwidth(link) for link in sends), default=0.0))
+    return tuple(out)
 
 
 def pipeline_edges(placement: str, num_stages: int, num_ranks: int) -> tuple[tuple[int, int], ...]:
@@ -277,6 +361,19 @@ def pipeline_sends(
                  for got in counts)
 
 
+def drain_delay_s(sharers: RingSharers | None, share_bytes: float, reduce_s: Callable[[int], float]) -> float:
+    """How much later rank 0's last backward starts because each later rank's gradient
+    collective slows its last backward's gradient send to the rank before it
+    (:attr:`RingSharers.drain`), seconds: rank ``q``'s by ``share_bytes`` (one rank's share of
+    the activation) times its :attr:`~RingSharers.drain`, at most its collective's
+    ``reduce_s(q)`` seconds (the send is slowed only while it lasts); the sends of a 1F1B
+    cool-down chain, each rank's last backward waiting for the next rank's gradient, so they
+    add up. 0 without ``sharers``."""
+    if sharers is None:
+        return 0.0
+    return sum(min(share_bytes * x, reduce_s(q)) for q, x in enumerate(sharers.drain) if x > 0)
+
+
 def concurrent_delay_s(wire_s: float, others_s: Sequence[Sequence[float]]) -> float:
     """How much a TP block whose bytes hold its bottleneck link ``wire_s`` seconds alone is
     delayed by other rings' blocks that run at the same time: per shared link the other rings'
@@ -285,6 +382,18 @@ def concurrent_delay_s(wire_s: float, others_s: Sequence[Sequence[float]]) -> fl
     link, seconds."""
     wire = max(0.0, wire_s)
     return max((min(wire, sum(x)) for x in others_s), default=0.0)
+
+
+def steady_delay_s(slow_s: Sequence[float], fwd_s: Sequence[float], bwd_s: Sequence[float], m: int) -> float:
+    """What other ranks' TP blocks beside each rank's add to the ``m - 1`` steady cycles of an
+    order, seconds: per rank its delay per micro-batch ``slow_s`` (:func:`concurrent_delay_s`
+    of their blocks, and of the pipeline sends on its links) over its forwards ``fwd_s`` and
+    backwards ``bwd_s`` (seconds per micro-batch); each cycle is the slowest rank's, and only
+    its excess over the slowest forward and backward counts (``tests/tp/test_nic_sharing_estimate.py``)."""
+    if not any(slow_s):
+        return 0.0
+    cycle = max(f + b + x for f, b, x in zip(fwd_s, bwd_s, slow_s, strict=True))
+    return (m - 1) * max(0.0, cycle - max(fwd_s) - max(bwd_s))
 
 
 def fair_share(work: Sequence[float], rank: int, others: Sequence[int]) -> float:

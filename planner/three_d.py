@@ -40,7 +40,10 @@ another pipeline rank's TP ring crosses that link (two straddling ranks on a ser
 the rings share it in the steady state: each of the ``m - 1`` steady cycles pays
 :func:`~pipesim.planner.nic_sharing.concurrent_delay_s` of the other ranks' blocks; where a later
 rank's gradient collective after its backward crosses it, rank 0's last backward shares the link
-with what is left of it (within 5% of the simulation, 25-32% low before); where ``k`` of the
+with what is left of it and waits for the later ranks' last gradient sends it slows
+(:func:`~pipesim.planner.nic_sharing.drain_delay_s`; within 5% of the simulation, 25-32% low
+before); a stage's collective that starts before its rank's cool-down slows that rank's last TP
+blocks (:func:`~pipesim.planner.three_d_tail.cooldown_ends_s`); where ``k`` of the
 rank's own replicas' rings cross it, they move in lock step at ``1/k`` of it each (within 1%,
 36% low before). The pipeline hop
 ``t_hop`` is the slowest of every replica's send, issued together, sharing the links they cross
@@ -73,17 +76,19 @@ from pipesim.errors import invalid
 from pipesim.plan import Estimate, Plan
 from pipesim.planner.nic_sharing import (
     RingSharers,
+    drain_delay_s,
     last_backward_delay_s,
     pipeline_edges,
     ring_sharers,
     shared_ends_s,
     shares_ring_link,
+    steady_delay_s,
 )
 from pipesim.planner.param_gather import overlapped_gather_s
 from pipesim.planner.schedule_time import order_time_s
 from pipesim.planner.three_d_costs import ThreeDCosts
 from pipesim.planner.three_d_memory import rank_memory
-from pipesim.planner.three_d_tail import GradCollectives
+from pipesim.planner.three_d_tail import GradCollectives, cooldown_ends_s
 from pipesim.planner.three_d_times import boundary_sends, stage_layout, stage_op_times
 from pipesim.planner.three_d_zero import ZeroUnit, zero_stages, zero_units
 from pipesim.planner.tied_grads import tied_finish_s
@@ -416,7 +421,7 @@ def prepare_config(
     found_sends = memo.get(sends_key) if auto else None
     if found_sends is None:
         pair_terms = memo.setdefault(("pairs", t, c, d), {}) if auto else {}
-        act = mbs * model.shape.seq * model.shape.hidden * model.elem / (t * c)
+        act = model.act_share_bytes(mbs, t, c)
         found_sends = boundary_sends(model, where, act, pairs_of, pair_terms, t * c)
         if auto:
             memo[sends_key] = found_sends
@@ -490,15 +495,8 @@ def prepare_config(
             replay = model.replay(first, last, mbs, t, sp, rc, overlap, c, rings[0], cp_hops[0])
             later = [(-(q * hop + (q - 1) * tb), tail_s(q, 0.0)) for q in sharers.dp[0]]
             dp += last_backward_delay_s(times, replay, wires(0, 0)[1], later)
-        return dp + step_s(0)
-
-    def shared_extra_s(fwd: Sequence[float], bwd: Sequence[float]) -> float:
-        """Other ranks' TP blocks beside a rank's in the ``m - 1`` steady cycles (per rank its
-        forwards ``fwd`` and backwards ``bwd``), s."""
-        if not any(slow_of):
-            return 0.0
-        cycle = max(f + b + x for f, b, x in zip(fwd, bwd, slow_of, strict=True))
-        return (m - 1) * max(0.0, cycle - max(fwd) - max(bwd))
+        share = model.act_share_bytes(mbs, t, c)  # later ranks' last sends, slowed by their collectives
+        return dp + drain_delay_s(placed.sharers, share, lambda q: tail_s(q, 0.0)) + step_s(0)
 
     # The lower bound: rank r starts when micro-batch 0 has come through stages 0..r-1 (its
     # first stage is stage r in either placement) and is busy m times its ops; in the 1F1B
@@ -521,7 +519,8 @@ def prepare_config(
             parts = [grads.parts_s(chunk_params(k))[0] for k in stages_of[0]]
             early = sum(parts) - min(parts)
         after0 = rank0_after_s(max(br_plain), 0.0) - early
-        lower = max(lower, m * (fr_plain[0] + br_plain[0]) + after0) + shared_extra_s(fr_plain, br_plain)
+        lower = max(lower, m * (fr_plain[0] + br_plain[0]) + after0)
+        lower += steady_delay_s(slow_of, fr_plain, br_plain, m)
 
     def finish() -> Estimate | None:
         # per rank the other ranks whose data-parallel rings cross a link of its own (one NIC per server)
@@ -567,6 +566,9 @@ def prepare_config(
         else:  # the order's makespan; each rank's collectives and update after its last action
             ends, stage_end = order.rank_end_s, order.stage_end_s
             if v > 1 and not units and dp_curves is not None:  # each stage's collectives from its end
+                ends = cooldown_ends_s(schedule, m, order, placed.sharers, (fwd, bwd, inp, wgrad),
+                                       lambda k: wires(where[k], k // p),
+                                       lambda k: grads.parts_s(chunk_params(k))[0])
                 after0 = rank0_after_s(tb, 0.0, tail_s(0, float(ends[0]), stage_end)) + shared[0]
             time_s = float(ends[0]) + after0  # rank 0's, with what later ranks' collectives delay
             # per rank: drained and reduced (tied pairs); ZeRO-2's all-gather after the step
@@ -578,7 +580,7 @@ def prepare_config(
                 time_s = max(time_s, float(ends[r]) + later + step_s(r))
                 ready.append(float(ends[r]) + later - post[r])
             time_s = max(time_s, tied_finish_s(tied_pairs, ready, [step_s(r) + post[r] for r in range(p)]))
-        time_s += shared_extra_s(fr, br)
+        time_s += steady_delay_s(slow_of, fr, br, m)
         if overlapped and dp_curves is not None:  # the previous step's parameter all-gathers
             time_s += overlapped_gather_s(model, chunks, stages_of, fwd, hop, t, d, dp_curves, allreduce,
                                           chunk_copy, chunk_at)

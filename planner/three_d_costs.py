@@ -427,6 +427,11 @@ class ThreeDCosts:
             [unit_calls([layers[i] for i in g], self.elem, t) for g in groups],
         )
 
+    def act_share_bytes(self, mbs: int, t: int, c: int) -> float:
+        """One TP x CP rank's share of one micro-batch's activation (``mbs`` samples per
+        replica; each of the ``t c`` ranks sends ``1 / (t c)`` of it between stages), bytes."""
+        return mbs * self.shape.seq * self.shape.hidden * self.elem / (t * c)
+
     def params(self, first: int, last: int, t: int) -> float:
         key = (self.sig(first, last), t)
         found = self._params.get(key)

@@ -9,18 +9,26 @@ stages (interleaved, the V shapes) runs its stages' collectives one after anothe
 the update waits for all of them, and ZeRO-1's and the distributed optimizer's all-gathers
 follow it (:func:`chained_tail_s`). Charging a rank's whole reduction after its last action,
 as the estimate did, was 1.5-2.5% above the simulation on two-stage ranks with 8 replicas
-(``tests/tp/test_zbv_estimate.py``)."""
+(``tests/tp/test_zbv_estimate.py``). Where a stage's reduction, posted before its rank's
+cool-down, crosses the rank's TP rings' bottleneck (servers of one NIC), it slows the cool-down's
+TP blocks and through them every rank before it (:func:`cooldown_ends_s`)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pipesim.planner.nic_sharing import RingSharers
+from pipesim.planner.schedule_time import OrderTime, schedule_order
 from pipesim.profiles.costmodels.collective import AllReduceCurves
 from pipesim.profiles.costmodels.sharding import Sharding, half_time_s
+from pipesim.schedules.action import Op
+from pipesim.schedules.registry import placement_of
+from pipesim.schedules.timing import Time
 
-__all__ = ["GradCollectives", "after_backward_s", "chained_tail_s", "dp_parts_s"]
+__all__ = ["GradCollectives", "after_backward_s", "chained_tail_s", "cooldown_delays_s", "cooldown_ends_s",
+           "dp_parts_s"]
 
 
 def dp_parts_s(
@@ -101,3 +109,98 @@ class GradCollectives:
         """:func:`chained_tail_s` of a rank's stages given as ``(end of its last backward or W,
         parameter bytes)``, seconds."""
         return chained_tail_s(end_s, ((end, *self.parts_s(nbytes)) for end, nbytes in stages))
+
+
+def cooldown_delays_s(
+    tails: Sequence[Sequence[tuple[float, float]]], idle_s: Sequence[float], flows: Sequence[int]
+) -> list[float]:
+    """How much later each rank of a looped order ends because a stage's gradient collective
+    on its TP rings' bottleneck link runs beside the rank's last TP blocks, seconds.
+
+    As the simulator's lowering posts them (:mod:`pipesim.simulator.dp_collectives`), a stage
+    reduces its gradients once its last backward (or ``W``) has ended; a rank of several
+    stages (interleaved) then still runs the cool-down backwards of its other stages, whose TP
+    blocks share the link with that reduction where its rings cross it (a TP ring across servers
+    of one NIC): ``k`` gradient rings (every TP rank's) and the block's ring each get ``1 / (k +
+    1)`` of it (max-min, the fluid share of :mod:`pipesim.planner.nic_sharing`), so a block of
+    ``w`` seconds on the link alone takes ``k w`` more while the reduction lasts, and the
+    reduction has ``k w`` less left after it. The reduction runs alone while the rank computes or
+    waits (its waits counted first: the cool-down's backwards wait for the next rank's gradients).
+
+    Args:
+        tails: per rank, from its first stage whose last gradient action ends before the
+            rank's last action, each action after it in order as ``(seconds, seconds of TP
+            bytes on the bottleneck alone)``, and where another stage's last gradient action
+            is, ``(-1, seconds of that stage's reduction alone)``, the first entry the first
+            stage's; empty where no stage ends before the rank's last action.
+        idle_s: per rank, the time it waits in that stretch (its end less the first such
+            stage's end less its actions' seconds), seconds.
+        flows: per rank ``k`` (:attr:`~pipesim.planner.nic_sharing.RingSharers.own_dp`).
+
+    Returns:
+        Per rank the delay of its last action: its own blocks' and every later rank's (each
+        rank's cool-down waits for the next rank's gradients, so a delay there reaches every
+        rank before it, and lengthens its waits), seconds.
+    """
+    p = len(tails)
+    out = [0.0] * p
+    later = 0.0
+    for r in range(p - 1, -1, -1):
+        k, left, wait, own = flows[r], 0.0, idle_s[r] + later, 0.0
+        for op_s, wire_s in tails[r]:
+            if op_s < 0:  # a stage's last gradient action: its reduction joins the link
+                left = max(0.0, left + wire_s - wait)
+                wait = 0.0
+                continue
+            left = max(0.0, left - (op_s - wire_s))  # alone during the op's compute and latency
+            got = min(k * wire_s, left)
+            own += got
+            left -= got
+        later += own
+        out[r] = later
+    return out
+
+
+def cooldown_ends_s(
+    schedule: str, m: int, order: OrderTime, sharers: RingSharers | None,
+    times: tuple[Sequence[float], Sequence[float], Sequence[float], Sequence[float]],
+    wires: Callable[[int], tuple[float, float]], reduce_s: Callable[[int], float],
+) -> tuple[Time, ...]:
+    """Each rank's last action's end in ``schedule``'s order of ``m`` micro-batches (``order``:
+    its times, links free) with the cool-down delays of :func:`cooldown_delays_s`, seconds; the
+    order's own where no rank's gradient rings cross its TP rings' bottleneck
+    (:attr:`~pipesim.planner.nic_sharing.RingSharers.own_dp`) or the placement is not looped
+    (the V shapes end on rank 0). ``times``: per stage its ``F``, ``B``, ``I`` and ``W``
+    seconds; ``wires(stage)`` its ``F``'s and backward's TP bytes on the bottleneck alone,
+    seconds; ``reduce_s(stage)`` its gradient collective before the update alone, seconds."""
+    flows = sharers.own_dp if sharers is not None else ()
+    p = len(order.rank_end_s)
+    if not any(flows) or (placement_of(schedule) or "looped") != "looped":
+        return order.rank_end_s
+    rows = schedule_order(schedule, p, m, len(order.stage_end_s) // p, ()).ranks
+    column = {Op.F: 0, Op.B: 1, Op.I: 2, Op.W: 3}
+    tails: list[list[tuple[float, float]]] = []
+    idle: list[float] = []
+    for r, row in enumerate(rows):
+        grad = Op.W if any(a.op is Op.W for a in row) else Op.B
+        last = {a.stage: i for i, a in enumerate(row) if a.op is grad}  # per stage its last gradient action
+        early = {i for i in last.values() if i < len(row) - 1}
+        tail: list[tuple[float, float]] = []
+        busy = 0.0
+        if early and flows[r]:
+            first = min(early)
+            for i in range(first, len(row)):
+                k, op = row[i].stage, row[i].op
+                if i > first and op in column:  # (looped orders run F, B, I and W only)
+                    wire = 0.0 if op is Op.W else wires(k)[0 if op is Op.F else 1]
+                    tail.append((times[column[op]][k], wire))
+                    busy += tail[-1][0]
+                if i in early:
+                    tail.append((-1.0, reduce_s(k)))
+            waited = float(order.rank_end_s[r]) - float(order.stage_end_s[row[first].stage]) - busy
+            idle.append(max(0.0, waited))
+        else:
+            idle.append(0.0)
+        tails.append(tail)
+    delays = cooldown_delays_s(tails, idle, flows)
+    return tuple(float(e) + x for e, x in zip(order.rank_end_s, delays, strict=True))

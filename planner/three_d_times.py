@@ -34,7 +34,7 @@ def stage_op_times(
     f_stage, i_stage, w_stage, slow_of = [0.0] * n, [0.0] * n, [0.0] * n, [0.0] * p
     all_times: list[TpStageTimes] = []
     replays = [0.0] * n
-    share = mbs * model.shape.seq * model.shape.hidden * model.elem / (t * c)  # one rank's send, bytes
+    share = model.act_share_bytes(mbs, t, c)  # one rank's send, bytes
     for r in range(p):
         sends = sharers.sends[r] if sharers is not None and sharers.sends else ()
         held = 0.0  # its TP blocks' seconds on their bottleneck per micro-batch
