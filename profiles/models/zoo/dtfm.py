@@ -46,16 +46,12 @@ projection's input, the MLP's input and the ReLU output.
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
 
 from pipesim.profiles.models.profile import Layer, ModelProfile
 from pipesim.profiles.models.shape import LayerKind, LayerShape
 from pipesim.profiles.models.zoo import eager_ops
 from pipesim.profiles.models.zoo.roofline import LayerCost, Roofline
 from pipesim.profiles.models.zoo.shapes import block_shape, embedding_shape, with_shape
-
-if TYPE_CHECKING:
-    from pipesim.profiles.models.zoo.transformers import GptSpec
 
 __all__ = ["DTFM_CLASSES", "dtfm_block", "dtfm_gpt"]
 
@@ -150,34 +146,37 @@ def _head(lc: LayerCost, *, batch: int, seq: int, hidden: int, classes: int) -> 
     lc.save(batch * hidden * 2)  # pooler input and tanh output
 
 
-def dtfm_gpt(rl: Roofline, batch: int, spec: GptSpec) -> ModelProfile:
+def dtfm_gpt(rl: Roofline, batch: int, *, layers: int, hidden: int, heads: int, seq: int, vocab: int,
+             name: str) -> ModelProfile:
     """DT-FM's sequence-classification GPT (``GlueSeqClassificationModel``'s layers as its
-    pipeline stages hold them): ``embeddings`` (``spec.vocab`` tokens and ``spec.seq``
-    positions), ``block0..`` (:func:`dtfm_block`, FFN 4 x hidden), ``head``
-    (:data:`DTFM_CLASSES`-way classifier), named by the spec's canonical text.
+    pipeline stages hold them) over ``batch`` samples: ``embeddings`` (``vocab`` tokens and ``seq``
+    positions), ``block0..`` (``layers`` of :func:`dtfm_block`, FFN 4 x ``hidden``), ``head``
+    (:data:`DTFM_CLASSES`-way classifier); the profile is called ``name`` (the ``gpt:`` spec's
+    canonical text, ``...,eager=dtfm``). The spec's values are validated by its caller
+    (:func:`~pipesim.profiles.models.zoo.transformers.gpt`).
     """
-    h, seq, t = spec.hidden, spec.seq, batch * spec.seq
-    dims = {"seq": seq, "hidden": h, "heads": spec.heads, "vocab": spec.vocab}
+    h, t = hidden, batch * seq
+    dims = {"seq": seq, "hidden": h, "heads": heads, "vocab": vocab}
     emb = LayerCost("embeddings", rl)
-    _embedding(emb, tokens=t, hidden=h, vocab=spec.vocab, seq=seq)
-    layers: list[Layer] = [with_shape(emb.build(output_elements=t * h),
-                                      embedding_shape(**dims, replicated_params=seq * h))]
+    _embedding(emb, tokens=t, hidden=h, vocab=vocab, seq=seq)
+    built_layers: list[Layer] = [with_shape(emb.build(output_elements=t * h),
+                                            embedding_shape(**dims, replicated_params=seq * h))]
     lc = LayerCost("block0", rl)
-    dtfm_block(lc, batch=batch, seq=seq, hidden=h, heads=spec.heads, ffn=4 * h)
+    dtfm_block(lc, batch=batch, seq=seq, hidden=h, heads=heads, ffn=4 * h)
     block = lc.build(output_elements=t * h)
     shaped = with_shape(block, block_shape(block, rl, dims, batch=batch, ffn=4 * h))
-    layers += [dataclasses.replace(shaped, name=f"block{i}") for i in range(spec.layers)]
+    built_layers += [dataclasses.replace(shaped, name=f"block{i}") for i in range(layers)]
     head = LayerCost("head", rl)
     _head(head, batch=batch, seq=seq, hidden=h, classes=DTFM_CLASSES)
     built = head.build(output_elements=batch * DTFM_CLASSES)
     params = built.parameter_bytes // rl.elem_bytes
-    layers.append(with_shape(built, LayerShape(
-        kind=LayerKind.HEAD, hidden=h, heads=spec.heads, seq=seq, ffn=4 * h, vocab=spec.vocab,
+    built_layers.append(with_shape(built, LayerShape(
+        kind=LayerKind.HEAD, hidden=h, heads=heads, seq=seq, ffn=4 * h, vocab=vocab,
         replicated_params=params, replicated_fwd_fraction=1.0, replicated_bwd_fraction=1.0,
     )))
     return ModelProfile(
-        name=spec.text(),
-        layers=tuple(layers),
+        name=name,
+        layers=tuple(built_layers),
         profile_batch_size=batch,
         reference_device=rl.device,
         dtype=rl.dtype,

@@ -518,7 +518,8 @@ def gpt(rl: Roofline, batch: int, spec: GptSpec) -> ModelProfile:
     instead (:func:`~pipesim.profiles.models.zoo.dtfm.dtfm_gpt`).
     """
     if spec.eager == EAGER_DTFM:
-        return dtfm_gpt(rl, batch, spec)
+        return dtfm_gpt(rl, batch, layers=spec.layers, hidden=spec.hidden, heads=spec.heads, seq=spec.seq,
+                        vocab=spec.vocab, name=spec.text())
     t = batch * spec.seq
     layers: list[Layer] = []
     emb = LayerCost("embeddings", rl)
