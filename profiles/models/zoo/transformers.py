@@ -161,7 +161,8 @@ def _block(lc: LayerCost, *, batch: int, seq: int, hidden: int, heads: int, ffn:
     if eager:
         lc.op_sequence(3 * bsh, eager_ops.BIAS_GRAD)
         lc.op_sequence(3 * bsh, eager_ops.SPLIT_CAT)
-        lc.op_sequence(3 * bsh, eager_ops.SPLIT_HEADS_GRAD)
+        for _ in range(3):  # Q, K, V: a copy each
+            lc.op_sequence(bsh, eager_ops.SPLIT_HEADS_GRAD)
         if batch > 1:
             lc.op_sequence(bsh, eager_ops.MATMUL_BATCH_COPY)
     core_t0, core_f0, core_b0 = lc.fwd.time_s, lc.fwd.flop, lc.saved_bytes
