@@ -26,11 +26,14 @@ every instance's NIC: "default (about 0.1ms; up to 10Gbps)", "delay 1ms bandwidt
 delay as DT-FM's ``scripts/tc_scripts/both_delay_bandwidth.sh`` sets them: ``netem delay D rate
 R``, one way).
 
-Mapping: the ``gpt:`` zoo model with ``vocab=2``: DT-FM's default task is GLUE QQP sequence
-classification (``--task SeqClassification``, 2 classes: a pooler and a 2-way linear layer of its
-own, not tied to the word embeddings, so ``untie=1``: no tied copy and no pair all-reduce between
-the first and last stage), whose last layer and embedding lookup the log calls "very
-light-weighted"; DT-FM's transformer layers
+Mapping: the ``gpt:`` zoo model in DT-FM's own form, ``eager=dtfm``
+(:mod:`pipesim.profiles.models.zoo.dtfm`): its ``GPTTransformerLayer`` op by op as PyTorch 1.9
+(``torch==1.9.0+cu111``, README.md @ 2086d64; the same block and PyTorch in the February fp32 and
+April fp16 runs) runs it, its embedding with the tokenizer's 28,996-row table, and its GLUE QQP
+head (a pooler and a 2-way linear layer of its own, not tied to the word embeddings: no tied copy
+and no pair all-reduce between the first and last stage), which the log calls "very
+light-weighted"; the optimizer is ``optim.SGD`` (``pipeline_parallel/dist_gpipe_pipeline_async.py``);
+DT-FM's transformer layers
 checkpoint their attention and MLP (``modules/gpt_modules.py``, ``use_checkpoint=True``), so
 ``recompute = full``. One stage per instance, the embedding with the first and the head with the
 last, schedule ``gpipe`` (``1f1b`` for the 1F1B table). The cluster is one GPU per server on the
@@ -61,6 +64,9 @@ __all__ = [
 _REPO = "DS3Lab/Decentralized_FM_alpha (github.com/DS3Lab/Decentralized_FM_alpha)"
 _TOL = 0.15  # the issue's target for iteration times over shaped networks
 _ACHIEVABLE = 0.99  # DT-FM's NCCL p2p benchmark under tc shaping (results/network_benchmarks.md)
+# DT-FM's token table: its tokenizer's vocabulary, --vocab-file bert-large-cased-vocab.txt
+# (utils/dist_args_utils.py @ 2086d64), the 28,996 WordPiece entries of Google's BERT-Large, Cased
+_VOCAB = 28996
 
 # (network label, one-way delay in ms, rate in Gb/s), in the logs' row order
 _NETWORKS = (
@@ -100,8 +106,9 @@ class Table:
 
     @property
     def model(self) -> str:
-        """The ``gpt:`` zoo spec of this table's model."""
-        return f"gpt:layers={self.layers},hidden={self.hidden},heads={self.heads},seq=2048,vocab=2,untie=1"
+        """The ``gpt:`` zoo spec of this table's model: DT-FM's own, op by op (``eager=dtfm``)."""
+        return (f"gpt:layers={self.layers},hidden={self.hidden},heads={self.heads},seq=2048,"
+                f"vocab={_VOCAB},eager=dtfm")
 
 
 _XL = {"layers": 24, "hidden": 2048, "heads": 16}
@@ -131,35 +138,45 @@ TABLES = (
 AWS p3.2xlarge instances, batch 64 (96 for XL fp16) in micro-batches of 1."""
 
 _COMPUTE_GAP = (
-    "two costs DT-FM's fp16 runs pay and pipesim does not: their blocks run slower than pipesim's "
-    "at the V100 fp16 GEMM share the kernel benchmarks give (compute.GEMM_EFFICIENCY[volta, "
-    "float16] = 0.72, compute.py), and a cost per micro-batch besides. The 2022/04/23 runs of the "
-    "same XL pipeline (results/gpt3_xl_fp16.md) give both slopes: one more block per stage adds "
-    "1.445 s at batch 64 where pipesim adds 1.100 (dtfm-gpt3xl-fp16-per-block-slope, -23.9%: 20.4 "
-    "against 15.5 ms per block and micro-batch over the 71 pipeline slots, forward, recomputed "
-    "forward and backward), one more micro-batch adds 75.5 ms at 3 blocks per stage where pipesim "
-    "adds 46.7: 3 x 4.9 ms of the blocks and about 14 ms per micro-batch that does not grow with "
-    "them. Per pipeline slot the default-network runs exceed pipesim by 31.4 ms (XL fp16), 14.8 (XL "
-    "fp32, held at -7.3%), 12.9 (Small fp16) and 2.2 (Small fp32), not in proportion to one "
-    "activation's transfer (6.9, 13.7, 2.6, 5.2 ms at the 9.76 Gb/s of "
-    "results/network_benchmarks.md). Ruled out: NCCL running one communicator's operations in "
-    "issue order whatever their streams (NVIDIA/nccl src/enqueue.cc, ncclBarrierEnqueue at "
-    "v2.11.4-1 and v2.12.12-1: a launch on a new stream waits for the previous launch's "
-    "doneEvent), with DT-FM's sends and receives on one cupy NcclCommunicator "
-    "(comm/comm_utils.py, comm/nccl_backend.py at 8f88607): a middle stage's receive of the next "
-    "micro-batch would wait for its send of the last, two transfers per micro-batch and phase "
-    "(+27.6 ms per XL fp16 micro-batch, and the held fp32 Small rows to +21%). Ruled out before: "
-    "fp16 is model.half() (no casts); the fp32 master copy, loss-scale check and SGD run once per "
-    "iteration; no host sync per micro-batch (CUDA events between the compute and the cupy NCCL "
-    "streams, one barrier between the forward and backward phases). The block "
-    "(modules/gpt_modules.py of 2022-03-15) has no dropout, a ReLU, a separate scale division and "
-    "an unfused softmax, all costed by pipesim's passes; with the Volta share of before (0.5, from "
-    "a whole-step rate) the per-block slope held at +1.6%, but the V100's fp16 matmuls reach 95 of "
-    "125 TFLOP/s (mli/transformers-benchmarks' README) and Megatron-LM's 2020 V100 runs hold only "
-    "with the higher share. Not traced: where the eager fp16 block's 4.9 ms go (its memory-bound "
-    "kernels at sequence 2048 in fp16 below the achievable bandwidth, PyTorch's fp16 softmax on "
-    "2048-wide rows). At 5 Gb/s the sends still hide behind the compute in pipesim, so the offset "
-    "stays (at 2 Gb/s and 5 ms, and with 50 ms on the 3-stage Small run, part of it)"
+    "two costs DT-FM's fp16 runs pay and pipesim does not, though it now costs DT-FM's own model op by "
+    "op as PyTorch 1.9 runs it (gpt:...,eager=dtfm, profiles/models/zoo/dtfm.py: the in-place bias "
+    "add after each 3-D nn.Linear, PyTorch 1.9's layer-norm kernels, the head split's copies, the "
+    "merge copy, the score division and softmax, ReLU, every parameter's .grad accumulation, the "
+    "embedding's full-table zero fill; 16.5 ms per XL block, forward + replay + backward, against "
+    "15.5 fused): their blocks run slower, and a cost per micro-batch besides. The 2022/04/23 runs of "
+    "the same XL pipeline (results/gpt3_xl_fp16.md) give both slopes: one more block per stage adds "
+    "1.445 s at batch 64 where pipesim adds 1.172 (dtfm-gpt3xl-fp16-per-block-slope, -18.9%: 20.4 "
+    "against 16.5 ms per block and micro-batch over the 71 pipeline slots; those runs offloaded the "
+    "fp32 master weights to the host, about 0.2 s an iteration for the first stage's 214M parameters "
+    "by the 04/20 run without it, 8.14 against 8.34 s at batch 96, so about 0.05 s of the slope), "
+    "one more micro-batch adds 75.5 ms at 3 blocks per stage where pipesim adds 50.4: 3 x 3.9 ms of "
+    "the blocks and about 13 ms per micro-batch that does not grow with them. Per pipeline slot the "
+    "default-network runs exceed pipesim by 27.7 ms (XL fp16), 9.2 (XL fp32, held at -4.6%), 11.3 "
+    "(Small fp16) and -0.8 (Small fp32); what is left of the fp16 ones once the blocks' share is "
+    "taken out (16 ms; 6 if Small's blocks are slow by XL's 23%) is about 2.3 activation transfers "
+    "of each (6.9 and 2.6 ms at the 9.76 Gb/s of results/network_benchmarks.md), but the fp32 runs, "
+    "with the same pipeline code, streams and communicator (pipeline_parallel/"
+    "dist_gpipe_pipeline_async.py at cc19e88 and 8f88607), show 0.7 and 0 of theirs (13.7, 5.2 ms). "
+    "Ruled out: the V100's fp16 GEMM rate (Baidu DeepBench, results/train/"
+    "DeepBench_NV_V100.xlsx, sheet 'Results - FP16 ip, Mixed math', a DGX-1 V100 with CUDA 10.1: "
+    "cuBLAS at 94-108 TFLOP/s for large shapes, 98.0 at 2048 x 7000 x 2048, above the 78-86 the "
+    "model gives the block's weight GEMMs at "
+    "compute.GEMM_EFFICIENCY[volta, float16] = 0.72); NCCL running one communicator's operations in "
+    "issue order whatever their streams (NVIDIA/nccl src/enqueue.cc, ncclBarrierEnqueue at v2.11.4-1 "
+    "and v2.12.12-1: a launch on a new stream waits for the previous launch's doneEvent), with DT-FM's "
+    "sends and receives on one cupy NcclCommunicator (comm/comm_utils.py, comm/nccl_backend.py at "
+    "8f88607): a middle stage's receive of the next micro-batch would wait for its send of the last, "
+    "two transfers per micro-batch and phase (+27.6 ms per XL fp16 micro-batch, and the held fp32 "
+    "Small rows to +21%). Ruled out before: fp16 is model.half() (no casts); the loss-scale check and "
+    "SGD run once per iteration; no host sync per micro-batch (CUDA events between the compute and the "
+    "cupy NCCL streams, one barrier between the forward and backward phases). Not traced: the 3.9 ms "
+    "per fp16 XL block and micro-batch (fp16 only: the fp32 rows hold; candidates without a "
+    "measurement: ATen's block-per-row softmax on 2048-wide rows, three sweeps and two block "
+    "reductions per row, PyTorch 1.9's fp16 layer-norm kernels below the achievable bandwidth, GPU "
+    "clocks under the p3.2xlarge's power limit) and the per-micro-batch cost (a candidate: allocator "
+    "pressure, batch 96 being the largest that fit in 16 GB, 'max batch size (due to DRAM limits)'). "
+    "At 5 Gb/s the sends still hide behind the compute in pipesim, so the offset stays (at 2 Gb/s and "
+    "5 ms, and with 50 ms on the 3-stage Small run, part of it)"
 )
 _PER_MESSAGE_GAP = (
     "DT-FM's 2022-02-14 fp32 GPT-3 XL run paid the one-way delay once per message: from 10 to 50 ms "
@@ -228,6 +245,7 @@ def table_iteration_time_s(table: Table, delay_ms: float, rate_gbit_per_s: float
         num_microbatches=table.batch,
         schedule=table.schedule,
         recompute=Recompute.FULL,
+        optimizer="sgd",  # optim.SGD(lr) (pipeline_parallel/dist_gpipe_pipeline_async.py @ 2086d64)
     )
     return simulate(plan, profile, cluster).iteration_time_s
 

@@ -20,7 +20,9 @@ name            model                                         seq len   batch   
 ``gpt`` takes ``gpt:layers=24,hidden=2048,heads=16,seq=2048,vocab=50257`` (any subset of the
 keys; the rest default to those values), plus the switches ``flash``, ``untie`` and ``eager``
 (``eager=1``: the blocks' element-wise work op by op as eager PyTorch runs HuggingFace's
-GPT2Block, :mod:`~pipesim.profiles.models.zoo.eager_ops`).
+GPT2Block, :mod:`~pipesim.profiles.models.zoo.eager_ops`; ``eager=dtfm``: DT-FM's own model, its
+block, embedding and classifier head, as PyTorch 1.9 runs them op by op,
+:mod:`~pipesim.profiles.models.zoo.dtfm`).
 
 Framework: ``bert48``, ``xlnet36`` and ``amoebanet36`` take ``:framework=pytorch`` (the default:
 fused kernels, one per layer norm, GeLU, softmax and dropout, biases in the GEMM epilogue, as

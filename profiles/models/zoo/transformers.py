@@ -38,6 +38,7 @@ from pipesim.fileio import parse_ascii_int
 from pipesim.profiles.costmodels.compute import GemmShape
 from pipesim.profiles.models.profile import Layer, ModelProfile
 from pipesim.profiles.models.zoo import eager_ops
+from pipesim.profiles.models.zoo.dtfm import dtfm_gpt
 from pipesim.profiles.models.zoo.roofline import LayerCost, Roofline, roofline_for
 from pipesim.profiles.models.zoo.shapes import block_shape, embedding_shape, head_shape, with_shape
 from pipesim.profiles.models.zoo.tf1_blocks import TfCore, tf_bert_block, tf_xlnet_block
@@ -46,6 +47,7 @@ from pipesim.profiles.models.zoo.tf1_ops import KERAS_LAYER_NORM, LAYER_NORM
 __all__ = [
     "BERT48_BATCH",
     "BERT48_SEQ",
+    "EAGER_DTFM",
     "GPT_BATCH",
     "GPT_DEFAULTS",
     "XLNET36_BATCH",
@@ -144,7 +146,9 @@ def _block(lc: LayerCost, *, batch: int, seq: int, hidden: int, heads: int, ffn:
     (:func:`_flash_attention`). ``eager`` runs the element-wise work op by op as HuggingFace's
     GPT2Block does in eager PyTorch (:mod:`~pipesim.profiles.models.zoo.eager_ops`): the score
     division, causal ``where`` and softmax as separate kernels, the context's head-merging copy,
-    ``gelu_new`` as eight kernels, each bias gradient a reduction, each residual's gradient sum.
+    the head split's gradient copies and concatenation (and ``torch.matmul``'s copies of the
+    head-major views with more than one sample), ``gelu_new`` as eight kernels, each bias gradient
+    a reduction, each residual's gradient sum.
     """
     t = batch * seq
     bsh = t * hidden
@@ -156,6 +160,11 @@ def _block(lc: LayerCost, *, batch: int, seq: int, hidden: int, heads: int, ffn:
         lc.linear(t, hidden, hidden, bias=bias)
     if eager:
         lc.op_sequence(3 * bsh, eager_ops.BIAS_GRAD)
+        lc.op_sequence(3 * bsh, eager_ops.SPLIT_CAT)
+        for _ in range(3):  # Q, K, V: a copy each
+            lc.op_sequence(bsh, eager_ops.SPLIT_HEADS_GRAD)
+        if batch > 1:
+            lc.op_sequence(bsh, eager_ops.MATMUL_BATCH_COPY)
     core_t0, core_f0, core_b0 = lc.fwd.time_s, lc.fwd.flop, lc.saved_bytes
     if flash:
         _flash_attention(lc, batch=batch, seq=seq, heads=heads, d_head=d_head)
@@ -387,6 +396,13 @@ and a profile that builds in well under a second (``gpt:layers=1048576`` took ov
 to plan)."""
 
 
+EAGER_DTFM = 2
+"""``GptSpec.eager`` value of DT-FM's model (``gpt:...,eager=dtfm``,
+:mod:`~pipesim.profiles.models.zoo.dtfm`)."""
+_EAGER_RULE = ("must be 0 (fused kernels), 1 (eager PyTorch, HuggingFace's GPT2Block) or dtfm (DT-FM's "
+               "model in PyTorch 1.9)")
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GptSpec:
     """The shape of a GPT-style decoder.
@@ -402,12 +418,15 @@ class GptSpec:
             ``--untie-embeddings-and-output-weights``), 0 (default, Megatron-LM's and DeepSpeed's
             default) for one tied to the word embeddings.
         eager: 1 for the blocks' element-wise work op by op as eager PyTorch runs HuggingFace's
-            GPT2Block (:mod:`~pipesim.profiles.models.zoo.eager_ops`), 0 (default) for fused kernels.
+            GPT2Block (:mod:`~pipesim.profiles.models.zoo.eager_ops`), 0 (default) for fused kernels,
+            :data:`EAGER_DTFM` (spelled ``eager=dtfm``) for DT-FM's own model as PyTorch 1.9 runs
+            it (:mod:`~pipesim.profiles.models.zoo.dtfm`: its block, embedding and classifier head).
 
     Raises:
         InputError: a value is not a positive integer (up to 4096 layers, 2**20 for the other
-            keys), ``hidden`` is not a multiple of ``heads``, ``flash``, ``untie`` or ``eager`` is
-            not 0 or 1, or ``eager`` and ``flash`` are both 1.
+            keys), ``hidden`` is not a multiple of ``heads``, ``flash`` or ``untie`` is not 0 or 1,
+            ``eager`` is not 0, 1 or :data:`EAGER_DTFM`, ``eager`` with ``flash=1``, or
+            ``eager=dtfm`` with ``untie=1`` (its classifier head has weights of its own).
     """
 
     layers: int = GPT_DEFAULTS["layers"]
@@ -431,23 +450,26 @@ class GptSpec:
             raise invalid("gpt.flash", self.flash, "must be 0 (unfused attention) or 1 (flash attention)")
         if self.untie not in (0, 1) or isinstance(self.untie, bool):
             raise invalid("gpt.untie", self.untie, "must be 0 (output tied to the embeddings) or 1 (untied)")
-        if self.eager not in (0, 1) or isinstance(self.eager, bool):
-            raise invalid("gpt.eager", self.eager, "must be 0 (fused kernels) or 1 (eager PyTorch, op by op)")
+        if self.eager not in (0, 1, EAGER_DTFM) or isinstance(self.eager, bool):
+            raise invalid("gpt.eager", self.eager, _EAGER_RULE)
         if self.eager and self.flash:
             raise invalid("gpt.eager", self.eager, "eager blocks run unfused attention: needs flash=0")
+        if self.eager == EAGER_DTFM and self.untie:
+            raise invalid("gpt.untie", self.untie,
+                          "eager=dtfm has a classifier head of its own: leave untie out")
 
     def text(self) -> str:
         """The canonical spec string, e.g. ``gpt:layers=24,hidden=2048,heads=16,seq=2048,vocab=50257``
         (``,flash=1`` appended for fused attention, ``,untie=1`` for an untied output layer,
         ``,eager=1`` for eager blocks)."""
         base = "gpt:" + ",".join(f"{key}={getattr(self, key)}" for key in GPT_DEFAULTS)
-        return (base + (",flash=1" if self.flash else "") + (",untie=1" if self.untie else "")
-                + (",eager=1" if self.eager else ""))
+        eager = {0: "", 1: ",eager=1", EAGER_DTFM: ",eager=dtfm"}[self.eager]
+        return base + (",flash=1" if self.flash else "") + (",untie=1" if self.untie else "") + eager
 
 
 def parse_gpt_spec(text: str) -> GptSpec:
     """Parse ``gpt`` or ``gpt:key=value,...`` (keys layers, hidden, heads, seq, vocab, and the 0/1
-    switches flash, untie, eager).
+    switches flash, untie, eager; ``eager=dtfm`` for DT-FM's model).
 
     Keys are case-insensitive; omitted keys take :data:`GPT_DEFAULTS`; spaces around keys and
     values are ignored.
@@ -471,6 +493,11 @@ def parse_gpt_spec(text: str) -> GptSpec:
                 raise invalid(f"gpt.{key}", raw.strip(), rule)
             if key in values:
                 raise invalid(f"gpt.{key}", raw.strip(), "given twice")
+            if key == "eager" and raw.strip().lower() in ("dtfm", str(EAGER_DTFM)):
+                if raw.strip() == str(EAGER_DTFM):  # one spelling per model
+                    raise invalid("gpt.eager", raw.strip(), _EAGER_RULE)
+                values[key] = EAGER_DTFM
+                continue
             number = parse_ascii_int(raw)
             if number is None:
                 raise invalid(f"gpt.{key}", raw.strip(), "must be an integer (ASCII digits 0-9)")
@@ -488,8 +515,12 @@ def gpt(rl: Roofline, batch: int, spec: GptSpec) -> ModelProfile:
     once, in the embeddings, and the head names it (``Layer.tied_to``: a pipeline stage holding
     the head but not the embeddings holds a copy, :mod:`pipesim.profiles.costmodels.tied_embeddings`);
     with ``untie=1`` the head holds its own vocabulary-parallel matrix. Default batch
-    :data:`GPT_BATCH` (1); sequence length from the spec.
+    :data:`GPT_BATCH` (1); sequence length from the spec. ``eager=dtfm`` builds DT-FM's model
+    instead (:func:`~pipesim.profiles.models.zoo.dtfm.dtfm_gpt`).
     """
+    if spec.eager == EAGER_DTFM:
+        return dtfm_gpt(rl, batch, layers=spec.layers, hidden=spec.hidden, heads=spec.heads, seq=spec.seq,
+                        vocab=spec.vocab, name=spec.text())
     t = batch * spec.seq
     layers: list[Layer] = []
     emb = LayerCost("embeddings", rl)
