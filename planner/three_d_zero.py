@@ -12,7 +12,11 @@ forwards and backwards (:func:`~pipesim.profiles.costmodels.sharding.zero3_op_ti
 first forward's and last backward's exposed parts after the rank's last action (``t_dp`` of
 :mod:`pipesim.planner.three_d`), the backwards stretched where the reduce-scatters outlast
 them; with ``Plan.zero3_runtime = deepspeed-2021`` also the runtime's issue time, re-gathers
-and on-demand gathers (:mod:`~pipesim.profiles.costmodels.zero3_runtime`).
+and on-demand gathers (:mod:`~pipesim.profiles.costmodels.zero3_runtime`). ZeRO-3's ops are
+costed on the rank's links alone (the pipeline's fill and drain run them so); what the links
+carry bounds the iteration from below (:meth:`ZeroStages.link_bound_s`: each rank's transfers of
+every micro-batch, and on a link that several ranks' rings or a straddling TP ring cross, all
+of theirs) and, for ZeRO-3, each steady cycle (:meth:`ZeroStages.steady_extra_s`).
 """
 
 from __future__ import annotations

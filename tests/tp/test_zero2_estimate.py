@@ -7,9 +7,10 @@ scatters on the rank's stream. The estimate used to stretch every backward to th
 micro-batch's reduce-scatters, which charged the forwards on top of them and the last
 micro-batch's twice (+16% to +28% on these plans; +21.6% for the ZeRO-2 t 2 plan on
 dapple-2x8-v100 of issue 15). Where two pipeline ranks' data-parallel rings cross one NIC
-(servers with fewer NICs than GPUs), their reduce streams, their ZeRO-3 collectives and their
-gradient collectives after the drain share it (``ThreeDCosts.dp_sharers``,
-planner/nic_sharing.py ``fair_share``, ``shared_ends_s``). Plans are held fixed."""
+(servers with fewer NICs than GPUs), their reduce streams and their gradient collectives after
+the drain share it (``ThreeDCosts.dp_sharers``, planner/nic_sharing.py ``fair_share``,
+``shared_ends_s``), and it carries both ranks' ZeRO-3 collectives of every steady cycle
+(planner/three_d_zero.py ``ZeroStages.steady_extra_s``, ``link_bound_s``). Plans are held fixed."""
 
 from __future__ import annotations
 
