@@ -101,8 +101,8 @@ def searched_schedules(p: int, v: int) -> tuple[str, ...]:
     ``zb-h2`` for one chunk, ``interleaved`` and ``interleaved-zb`` for more, and for two also
     the V shapes ``zbv``, ``v-half``, ``v-min`` and ``dualpipev`` (which take exactly two); no
     zero-bubble schedule without a pipeline (``p = 1``: nothing to fill, and no chunks).
-    DualPipeV is tried without ZeRO-2/3 unless pinned (:data:`UNSHARDED_ONLY`); ZeRO-3 takes the zero-bubble
-    ones under the ``fsdp`` runtime only (:func:`~pipesim.planner.three_d.prepare_config`).
+    ZeRO-3 takes the zero-bubble ones under the ``fsdp`` runtime only
+    (:func:`~pipesim.planner.three_d.prepare_config`).
     Not searched: ``zb-auto`` (its order is built from one stage's costs and a memory limit,
     ``Plan.schedule_options``, which the search's plans do not carry; its candidates include
     ZB-H1 and ZB-H2, searched), DualPipe and Chimera (two model copies per rank, which the 3D
@@ -116,12 +116,6 @@ def searched_schedules(p: int, v: int) -> tuple[str, ...]:
 
 V_SHAPES: tuple[str, ...] = ("zbv", "v-half", "v-min", "dualpipev")
 """The V-shaped schedules (two chunks per rank) the search tries."""
-
-UNSHARDED_ONLY: tuple[str, ...] = ("dualpipev",)
-"""Schedules the search tries with sharding none, ZeRO-1 or the distributed optimizer only: the
-3D estimate of DualPipeV with ZeRO-2/3 under TP is up to 3.1% below the simulated time and 4.6%
-below the simulated peak memory (its full ``B`` passes' per-unit collectives are costed as the
-``I``'s; ``tests/tp/test_zbv_estimate.py``)."""
 
 
 def _chunks_taken(schedule: str, v: int) -> bool:
@@ -340,9 +334,6 @@ def _search(
                         if (sched in ZERO_BUBBLE_3D and sh is Sharding.ZERO3 and d * c > 1
                                 and runtime is not Zero3Runtime.FSDP):
                             continue  # ZeRO-3 split for zero-bubble orders under fsdp only (prepare_config)
-                        if (sched in UNSHARDED_ONLY and sh in (Sharding.ZERO2, Sharding.ZERO3) and d * c > 1
-                                and pins.schedule is None):
-                            continue  # DualPipeV's estimate with ZeRO-2/3 (UNSHARDED_ONLY), unless pinned
                         configs.append((t, c, p, d, mbs, m, v, sp, ov, rc, sched, sh))
     # Best first: every configuration's memory, per-op times and lower bound (prepare_config),
     # then the costly part (the schedule's order, ZeRO-2/3's per-unit collectives) in order of

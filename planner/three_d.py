@@ -532,14 +532,15 @@ def prepare_config(
             allreduce=allreduce, split=split,
             copies=list(zip(chunk_at, chunk_copy, strict=True))) if units else []
         zs = zero_stages(model, unit_list, f_stage, i_stage, w_stage, chunks, stages_of, dp_curves,
-                         placed.dp_group, leads, meet, rank_params, t=t, width=d * t * c, sh=sh, grad=g,
+                         placed.dp_group, leads, meet, t=t, width=d * t * c, sh=sh, grad=g,
                          allreduce=allreduce, split=split,
-                         copies=chunk_copy)  # ZeRO-2/3's per-unit collectives
+                         copies=chunk_copy, full=schedule in FULL_AND_SPLIT)  # ZeRO-2/3's collectives
         fwd, inp, wgrad, held = zs.fwd_s, zs.input_s, zs.wgrad_s, zs.held_bytes
         stream = units and sh is Sharding.ZERO2  # its reduce stream may pace the end (zero2_reduce_s)
         if any(pk + h > limit for pk, h in zip(peaks, held, strict=True)):
             return None
-        bwd = [i + w - h for i, w, h in zip(inp, wgrad, hidden, strict=True)]
+        full_b = zs.full_extra_s or (0.0,) * len(inp)  # (a full B's ZeRO-3 collectives beyond its I's)
+        bwd = [i + w - h + x for i, w, h, x in zip(inp, wgrad, hidden, full_b, strict=True)]
         fr, br = per_rank(fwd), per_rank(bwd)
         tf, tb = max(fr), max(br)
 
@@ -581,6 +582,9 @@ def prepare_config(
                 ready.append(float(ends[r]) + later - post[r])
             time_s = max(time_s, tied_finish_s(tied_pairs, ready, [step_s(r) + post[r] for r in range(p)]))
         time_s += steady_delay_s(slow_of, fr, br, m)
+        if units:  # ZeRO-2/3: the links carry every micro-batch's per-unit collectives
+            time_s += (m - 1) * zs.steady_extra_s([f + b for f, b in zip(fr, br, strict=True)])
+            time_s = max(time_s, zs.link_bound_s(m, sends, [step_s(r) for r in range(p)]))
         if overlapped and dp_curves is not None:  # the previous step's parameter all-gathers
             time_s += overlapped_gather_s(model, chunks, stages_of, fwd, hop, t, d, dp_curves, allreduce,
                                           chunk_copy, chunk_at)

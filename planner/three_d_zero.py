@@ -12,7 +12,11 @@ forwards and backwards (:func:`~pipesim.profiles.costmodels.sharding.zero3_op_ti
 first forward's and last backward's exposed parts after the rank's last action (``t_dp`` of
 :mod:`pipesim.planner.three_d`), the backwards stretched where the reduce-scatters outlast
 them; with ``Plan.zero3_runtime = deepspeed-2021`` also the runtime's issue time, re-gathers
-and on-demand gathers (:mod:`~pipesim.profiles.costmodels.zero3_runtime`).
+and on-demand gathers (:mod:`~pipesim.profiles.costmodels.zero3_runtime`). ZeRO-3's ops are
+costed on the rank's links alone (the pipeline's fill and drain run them so); what the links
+carry bounds the iteration from below (:meth:`ZeroStages.link_bound_s`: each rank's transfers of
+every micro-batch, and on a link that several ranks' rings or a straddling TP ring cross, all
+of theirs) and, for ZeRO-3, each steady cycle (:meth:`ZeroStages.steady_extra_s`).
 """
 
 from __future__ import annotations
@@ -22,17 +26,21 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
-from pipesim.planner.nic_sharing import fair_share
 from pipesim.planner.schedule_time import OrderTime
 from pipesim.planner.three_d_costs import ThreeDCosts, dp_groups
 from pipesim.planner.zero_ops import ZeroOp, ZeroOps, zero_split_ops, zero_unit_ops
 from pipesim.profiles.costmodels.collective import AllReduceCurves
+from pipesim.profiles.costmodels.dp_rings import rank_groups, ring_links
 from pipesim.profiles.costmodels.sharding import Sharding, half_time_s
 from pipesim.profiles.costmodels.tensor_parallel import TpStageTimes
 from pipesim.profiles.costmodels.zero3_runtime import Zero3Runtime
 from pipesim.profiles.hardware.cluster import Cluster
 
-__all__ = ["ZeroStages", "ZeroUnit", "zero_stages", "zero_units"]
+__all__ = ["LinkLoads", "ZeroStages", "ZeroUnit", "zero_stages", "zero_units"]
+
+LinkLoads = tuple[tuple[tuple[int, ...], tuple[float, ...], tuple[float, ...]], ...]
+"""Per shared link its pipeline ranks and per rank the share of its data-parallel transfers'
+time and of its TP wire time it carries (:attr:`ZeroStages.loads`)."""
 
 
 class ZeroUnit(NamedTuple):
@@ -62,7 +70,18 @@ class ZeroStages:
             reduce-scatters' time, seconds (ZeRO-2's reduce stream,
             :func:`~pipesim.planner.zero_ops.zero2_reduce_s`).
         gathers_s: per rank ZeRO-2's all-gather after its update, seconds (0 with ZeRO-3).
+        full_extra_s: per stage what a full ``B``'s per-unit collectives take beyond its ``I``'s
+            (``I + W`` less what a ``B`` hides), seconds, where the order has both (DualPipe(V)
+            with ZeRO-3; :func:`zero_stages` ``full``); empty otherwise.
+        link_s: per rank its data-parallel transfers of one micro-batch, seconds alone on its
+            links (:meth:`link_bound_s`); empty without per-unit collectives.
+        tp_wire_s: per rank its TP rings' wire time per micro-batch, seconds (where :attr:`loads`
+            has links).
+        loads: the links that carry several ranks' rings or TP rings (:data:`LinkLoads`).
         sharding: ``zero2`` or ``zero3`` (with per-unit collectives; otherwise none of them).
+        cycle_extra_s: ZeRO-3: what each of the ``m - 1`` steady cycles takes beyond the order's
+            (the ops costed alone on the links), seconds: the data-parallel links carry every
+            transfer of a cycle, and the ranks whose rings meet share them (module docstring).
     """
 
     fwd_s: tuple[float, ...]
@@ -75,6 +94,57 @@ class ZeroStages:
     stage_scatters_s: tuple[float, ...]
     gathers_s: tuple[float, ...]
     sharding: Sharding
+    full_extra_s: tuple[float, ...] = ()
+    link_s: tuple[float, ...] = ()
+    tp_wire_s: tuple[float, ...] = ()
+    loads: LinkLoads = ()
+
+    def link_bound_s(self, m: int, sends_s: Sequence[float], steps_s: Sequence[float]) -> float:
+        """The least iteration time the links allow, seconds (0 without per-unit collectives).
+        Rank ``r``'s links carry its ``m`` micro-batches' data-parallel transfers (:attr:`link_s`
+        each, alone on its links) from its first (ZeRO-3: its first forward's gathers, when
+        micro-batch 0 reaches stage ``r`` over the stage boundaries' sends ``sends_s``; ZeRO-2:
+        its first backward's reduce-scatters, micro-batch 0 through every forward and back to
+        it), then its update (``steps_s[r]``) and ZeRO-2's all-gather (:attr:`gathers_s`); a link
+        that also carries other ranks' rings or TP rings (:attr:`loads`) carries their shares
+        of :attr:`link_s`, :attr:`tp_wire_s` and the all-gathers too, from the first of its
+        ranks to start, and after the last transfer of any of them comes at least the least of
+        their updates and all-gathers."""
+        if not self.link_s:
+            return 0.0
+        p = len(self.link_s)
+        sends = [*sends_s, 0.0]
+        if self.sharding is Sharding.ZERO3:
+            starts = [sum(self.fwd_s[k] + sends[k] for k in range(r)) for r in range(p)]
+        else:
+            down = sum(f + x for f, x in zip(self.fwd_s, sends, strict=False))
+            single = len(self.fwd_s) == p  # one stage per rank: stage r's backward follows stage r + 1's
+            starts = [down + (sum(self.input_s[k] + sends[k - 1] for k in range(r + 1, p)) if single else 0.0)
+                      for r in range(p)]
+        gathers = self.gathers_s
+        best = max(starts[r] + m * alone + steps_s[r] + gathers[r] for r, alone in enumerate(self.link_s))
+        for ranks, dp, tp in self.loads:
+            work = sum(a * (m * self.link_s[q] + gathers[q]) + b * m * self.tp_wire_s[q]
+                       for q, a, b in zip(ranks, dp, tp, strict=True))
+            scatters = sum(a * m * self.link_s[q] + b * m * self.tp_wire_s[q]
+                           for q, a, b in zip(ranks, dp, tp, strict=True))
+            first = min(starts[q] for q in ranks)
+            last = min(steps_s[q] + a * gathers[q] for q, a in zip(ranks, dp, strict=True))
+            best = max(best, first + work, first + scatters + last)
+        return best
+
+    def steady_extra_s(self, cycles_s: Sequence[float]) -> float:
+        """What a steady cycle of the pipeline takes beyond the order's, seconds: per rank its
+        ops of one micro-batch take ``cycles_s[r]`` on its links alone, while a link that
+        carries several ranks' rings or TP rings (:attr:`loads`) carries all their shares of
+        one micro-batch's transfers per cycle (0 where none does). ZeRO-3 only: ZeRO-2's
+        reduce streams never hold up the compute (the order's own, :attr:`OrderTime.stream_end_s`,
+        and :meth:`link_bound_s` carry them)."""
+        if self.sharding is not Sharding.ZERO3:
+            return 0.0
+        carried = [sum(a * self.link_s[q] + b * self.tp_wire_s[q]
+                       for q, a, b in zip(ranks, dp, tp, strict=True)) for ranks, dp, tp in self.loads]
+        return max(0.0, max(carried, default=0.0) - max(cycles_s, default=0.0))
 
     def after_s(self, rank: int, order: OrderTime | None) -> float:
         """What rank ``rank``'s reduce-scatters take beyond its last backward, and ZeRO-2's gather
@@ -128,41 +198,48 @@ def zero_stages(
     model: ThreeDCosts, units: Sequence[ZeroUnit], f_stage: Sequence[float], i_stage: Sequence[float],
     w_stage: Sequence[float], chunks: Sequence[tuple[int, int]], stages_of: Sequence[Sequence[int]],
     dp_curves: AllReduceCurves | None, dp_group: tuple[int, ...], leads: tuple[int, ...],
-    meet: Sequence[tuple[int, ...]], rank_params: Sequence[float], *, t: int, width: int, sh: Sharding,
-    grad: float, allreduce: str, split: bool, copies: Sequence[float] = (),
+    meet: Sequence[tuple[int, ...]], *, t: int, width: int, sh: Sharding,
+    grad: float, allreduce: str, split: bool, copies: Sequence[float] = (), full: bool = False,
 ) -> ZeroStages:
     """The stages' ``F``, ``I`` and ``W`` (``f_stage``, ``i_stage``, ``w_stage``, seconds) with
     the per-unit collectives of ``units`` (:func:`zero_units`; none: unchanged) and what else
     :class:`ZeroStages` holds. ``dp_curves`` rank 0's data-parallel curves, ``dp_group`` its
     group, ``leads`` per rank its first device (none: automatic placement), ``meet`` per rank the
     other ranks whose data-parallel rings cross a link of its own
-    (:meth:`~pipesim.planner.three_d_costs.ThreeDCosts.dp_sharers`), ``rank_params`` per rank its
-    parameter bytes, ``width`` the devices of a pipeline rank (``d t c``), ``grad`` gradient
-    bytes per parameter byte, ``copies`` per stage its tied copy's bytes on one device (none:
-    no copies; its reduce-scatters and ZeRO-2's all-gather carry them). With ZeRO-3 the ranks'
-    collectives run throughout, sharing the links where their rings meet
-    (:func:`~pipesim.planner.nic_sharing.fair_share`), and a rank's
-    reduce-scatters, when they take longer than its backwards, stretch each backward alike."""
+    (:meth:`~pipesim.planner.three_d_costs.ThreeDCosts.dp_sharers`), ``width`` the devices of a
+    pipeline rank (``d t c``), ``grad`` gradient bytes per parameter byte, ``copies`` per stage
+    its tied copy's bytes on one device (none: no copies; its per-unit collectives carry them).
+    ZeRO-3's ops are costed on the rank's links alone, as the pipeline's fill and drain run
+    them, and a rank's reduce-scatters, when they take longer than its backwards, stretch each
+    backward alike; what the links carry per micro-batch (:attr:`ZeroStages.link_s`, with the
+    links that several ranks' rings cross, :attr:`ZeroStages.loads`) bounds the iteration
+    (:meth:`ZeroStages.link_bound_s`). ``full``: the order runs full ``B`` passes beside split ones
+    (DualPipe(V)): a ``B`` gathers and reduce-scatters its units as outside zero-bubble orders
+    (:func:`~pipesim.planner.zero_ops.zero_unit_ops`; :attr:`ZeroStages.full_extra_s`); its
+    gathered units and gradients are held at once."""
     p = len(stages_of)
     fwd, inp, wgrad, held = list(f_stage), list(i_stage), list(w_stage), [0.0] * p
-    rank_curves = [dp_curves] * p  # ZeRO-3: the ranks' collectives run throughout, sharing links
-    if units and sh is Sharding.ZERO3 and any(meet):
-        groups = dp_groups(dp_group, leads, p, width)
-        also = [tuple(groups[q] for q in meet[r]) for r in range(p)]
-        rank_curves = [model.curves(groups[r], servers=True, ranks=t, also=also[r],
-                                    share=fair_share(rank_params, r, meet[r])) for r in range(p)]
+    link = [0.0] * p  # ZeRO-3: per rank its DP transfers per micro-batch, seconds alone on its links
+    tp_wire = [0.0] * p  # ZeRO-3: per rank its TP rings' wire time per micro-batch, seconds
+    loads: LinkLoads = ()
+    if units:
+        loads = _link_loads(model, tuple(dp_groups(dp_group, leads, p, width)), t)
     head = 0.0  # ZeRO-3: the first forward's unhidden gathers
     tails = [0.0] * p  # ZeRO-2/3: each rank's last backward's reduce tail
     stage_tails, stage_scatters = [0.0] * len(chunks), [0.0] * len(chunks)
-    memo = _ZERO_OPS.setdefault(model, {})
+    full_extra = [0.0] * len(chunks)  # full-B orders: what a B's collectives add beyond the I's
     for r, k, unit, f_plain, b_plain, w_plain in units:
-        # chunks of the same layers cost the same (zero_unit_ops reads them by their signature)
-        memo_key = (model.sig(unit.first, unit.last), replace(unit, first=0, last=0), rank_curves[r], split)
-        ops = memo.get(memo_key)
-        if ops is None and split:  # F, I (bwd_s) and W's reduce-scatters
-            ops = memo[memo_key] = zero_split_ops(model, unit, rank_curves[r], w_plain)  # type: ignore[arg-type]
-        elif ops is None:
-            ops = memo[memo_key] = zero_unit_ops(model, unit, rank_curves[r])  # type: ignore[arg-type]
+        ops = _unit_ops(model, unit, dp_curves, split, w_plain)  # type: ignore[arg-type]
+        if split and full and sh is Sharding.ZERO3:  # (ZeRO-2's reduce stream is the order's)
+            whole = _unit_ops(model, unit, dp_curves, False, w_plain)  # type: ignore[arg-type]
+            x = unit.times
+            full_extra[k] = whole.bwd_s - (x.bwd_tp_s + x.bwd_comm_s + unit.replay) - (ops.bwd_s - b_plain)
+            held[r] = max(held[r], whole.held_bytes)
+        if loads:
+            u = unit
+            wire = [model.wire_s(u.first, u.last, u.mbs, u.t, u.sp, u.c, u.ring, x) for x in "FB"]
+            tp_wire[r] += wire[0] * (1 + u.full) + wire[1]  # (full recomputation replays the forward)
+        link[r] += ops.link_s
         fwd[k] += ops.fwd_s - f_plain
         inp[k] += ops.bwd_s - b_plain
         held[r] = max(held[r], ops.held_bytes)
@@ -173,9 +250,8 @@ def zero_stages(
         stage_tails[k], stage_scatters[k] = ops.last_tail_s, ops.scatter_s
     if units and dp_curves is not None and sh is Sharding.ZERO3:  # the stream slows the gathers
         for r in range(p):
-            on = rank_curves[r] or dp_curves
-            scatter = sum(half_time_s(on, (model.params(*chunks[k], t) + _held(copies, k)) * grad, allreduce)
-                          for k in stages_of[r])
+            scatter = sum(half_time_s(dp_curves, (model.params(*chunks[k], t) + _held(copies, k)) * grad,
+                                      allreduce) for k in stages_of[r])
             busy = sum(inp[k] + wgrad[k] for k in stages_of[r])
             if scatter > busy:  # the stream paces the backwards: each stretched alike
                 for k in stages_of[r]:
@@ -188,7 +264,76 @@ def zero_stages(
                    for r in range(p)]
     return ZeroStages(fwd_s=tuple(fwd), input_s=tuple(inp), wgrad_s=tuple(wgrad), held_bytes=tuple(held),
                       head_s=head, tails_s=tuple(tails), stage_tails_s=tuple(stage_tails),
-                      stage_scatters_s=tuple(stage_scatters), gathers_s=tuple(gathers), sharding=sh)
+                      stage_scatters_s=tuple(stage_scatters), gathers_s=tuple(gathers), sharding=sh,
+                      full_extra_s=tuple(full_extra) if any(full_extra) else (),
+                      link_s=tuple(link) if units else (), tp_wire_s=tuple(tp_wire), loads=loads)
+
+
+def _link_loads(model: ThreeDCosts, groups: tuple[tuple[int, ...], ...], t: int) -> LinkLoads:
+    """Per link that carries the data-parallel rings of one pipeline rank and another's rings
+    (``groups`` per rank its group, each with its ``t`` TP ranks' rings,
+    :func:`~pipesim.profiles.costmodels.dp_rings.rank_groups`) or some rank's TP rings (every
+    replica's ``t`` devices from each member on, a flat ring): the ranks and per rank the share
+    of its data-parallel transfers' time the link carries (its rings on the link over the
+    link's bandwidth against the same on its most loaded link: 1 on its bottleneck, 1/2 where
+    half its rings cross it) and of its TP wire time (its TP rings' hops on the link, each at
+    its ring's slowest hop's bandwidth over the link's). Cached per cost model."""
+    memo = _LOADS.setdefault(model, {})
+    key = (groups, t)
+    found = memo.get(key)
+    if found is None:
+        c = model.cluster
+        caps = c.links
+        dp: list[dict[int, float]] = []
+        tp: list[dict[int, float]] = []
+        for group in groups:
+            count: dict[int, int] = {}
+            for ring in rank_groups(group, t):
+                for x in ring_links(ring, c.route, c.server_of):
+                    count[x] = count.get(x, 0) + 1
+            time = {x: n / caps[x].bandwidth_bytes_per_s for x, n in count.items()}
+            most = max(time.values(), default=0.0)
+            dp.append({x: v / most for x, v in time.items()} if most > 0 else {})
+            hops: dict[int, float] = {}
+            for first in group if t > 1 else ():
+                tp_ring = [(x, first + (x - first + 1) % t) for x in range(first, first + t)]
+                slowest = min(c.route_bandwidth_bytes_per_s(a, b) for a, b in tp_ring)
+                for a, b in tp_ring:
+                    for x in c.route(a, b):
+                        hops[x] = hops.get(x, 0.0) + slowest / caps[x].bandwidth_bytes_per_s
+            tp.append(hops)
+        out: list[tuple[tuple[int, ...], tuple[float, ...], tuple[float, ...]]] = []
+        for x in dict.fromkeys(x for links in dp for x in links):
+            ranks = tuple(q for q in range(len(groups)) if x in dp[q] or x in tp[q])
+            if len(ranks) > 1 or any(x in tp[q] for q in ranks):
+                entry = (ranks, tuple(dp[q].get(x, 0.0) for q in ranks),
+                         tuple(tp[q].get(x, 0.0) for q in ranks))
+                if entry not in out:
+                    out.append(entry)
+        found = memo[key] = tuple(out)
+    return found
+
+
+_LOADS: weakref.WeakKeyDictionary[ThreeDCosts, dict[tuple[object, ...], LinkLoads]] = (
+    weakref.WeakKeyDictionary()
+)
+"""Per cost model, :func:`_link_loads`'s answers."""
+
+
+def _unit_ops(
+    model: ThreeDCosts, op: ZeroOp, curves: AllReduceCurves, split: bool, wgrad_s: float
+) -> ZeroOps:
+    """One chunk's ZeRO ops on ``curves`` (:func:`~pipesim.planner.zero_ops.zero_unit_ops`, or
+    :func:`~pipesim.planner.zero_ops.zero_split_ops` with its ``W`` of ``wgrad_s`` seconds where
+    the order splits the backward), memoized per cost model: chunks of the same layers cost the
+    same (read by their signature)."""
+    memo = _ZERO_OPS.setdefault(model, {})
+    key = (model.sig(op.first, op.last), replace(op, first=0, last=0), curves, split)
+    ops = memo.get(key)
+    if ops is None:
+        ops = memo[key] = (zero_split_ops(model, op, curves, wgrad_s) if split
+                           else zero_unit_ops(model, op, curves))
+    return ops
 
 
 def _held(copies: Sequence[float], k: int) -> float:

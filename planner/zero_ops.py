@@ -102,7 +102,9 @@ class ZeroOps:
     beyond the steady backward: below 0 where a TP block that shares its link was delayed in the
     steady state by the next forward's first gather, which the last backward does not meet),
     the bytes its gathered units and gradients hold, and its units' reduce-scatters per
-    micro-batch, seconds alone."""
+    micro-batch, seconds alone; ``link_s``: every data-parallel transfer of one micro-batch's
+    forward and backward (ZeRO-3's gathers, on-demand ones too, and the reduce-scatters),
+    seconds alone on the curves the ops were costed on (what the link carries per micro-batch)."""
 
     fwd_s: float
     bwd_s: float
@@ -110,6 +112,7 @@ class ZeroOps:
     last_tail_s: float
     held_bytes: float
     scatter_s: float = 0.0
+    link_s: float = 0.0
 
 
 def zero_unit_ops(model: UnitCosts, op: ZeroOp, dp_curves: AllReduceCurves) -> ZeroOps:
@@ -181,6 +184,7 @@ def zero_unit_ops(model: UnitCosts, op: ZeroOp, dp_curves: AllReduceCurves) -> Z
             b_op += delay
         # 1 + depth gathered units and one unit's gradients (zero_lowering.held_bytes)
         held = (min(len(sizes), 2) + op.grad) * max(sizes)
+        link = sum(map(sum, times_s)) + sum(scatters)
     else:
         first_extra = 0.0
         last_tail = reduce_tail_s(bwd_units[::-1], scatters[::-1])
@@ -188,8 +192,9 @@ def zero_unit_ops(model: UnitCosts, op: ZeroOp, dp_curves: AllReduceCurves) -> Z
             bwd_dp = zero_transfers(bwd_compute, None, scatters, True)
             b_op = max(b_op, shared_op_s(bwd_start, times.bwd_split_comm_s, wire("B"), bwd_dp))
         held = max(sizes) * op.grad
+        link = sum(scatters)
     return ZeroOps(fwd_s=f_op, bwd_s=b_op, first_extra_s=first_extra, last_tail_s=last_tail, held_bytes=held,
-                   scatter_s=sum(scatters))
+                   scatter_s=sum(scatters), link_s=link)
 
 
 def zero_split_ops(model: UnitCosts, op: ZeroOp, dp_curves: AllReduceCurves, wgrad_s: float) -> ZeroOps:
@@ -219,7 +224,7 @@ def zero_split_ops(model: UnitCosts, op: ZeroOp, dp_curves: AllReduceCurves, wgr
     last_tail = reduce_tail_s(wgrad_units[::-1], scatters[::-1])  # W runs the units in reverse
     if op.sharding is not Sharding.ZERO3:
         return ZeroOps(fwd_s=f_op, bwd_s=i_op, first_extra_s=0.0, last_tail_s=last_tail,
-                       held_bytes=max(sizes) * op.grad, scatter_s=sum(scatters))
+                       held_bytes=max(sizes) * op.grad, scatter_s=sum(scatters), link_s=sum(scatters))
     fwd_units = [(f_op - times.fwd_comm_s) * x for x in fshare]
     fwd_units[-1] += times.fwd_comm_s
     split = times.bwd_split_comm_s
@@ -230,7 +235,7 @@ def zero_split_ops(model: UnitCosts, op: ZeroOp, dp_curves: AllReduceCurves, wgr
     # 1 + depth gathered units in F and I; one unit's gradients in W (zero_lowering.held_bytes)
     held = max(min(len(sizes), 2), op.grad) * max(sizes)
     return ZeroOps(fwd_s=fwd, bwd_s=inp, first_extra_s=first_extra, last_tail_s=last_tail, held_bytes=held,
-                   scatter_s=sum(scatters))
+                   scatter_s=sum(scatters), link_s=2 * sum(gathers) + sum(scatters))
 
 
 def _block_delay_s(start_s: float, tp_s: float, wire_s: float, transfers: list[tuple[float, float]]) -> float:

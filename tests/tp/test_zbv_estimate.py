@@ -128,12 +128,15 @@ def test_a_full_backward_is_timed_apart_from_input_and_weight_gradients() -> Non
     assert through.makespan_s == hidden.makespan
 
 
-@pytest.mark.parametrize(("schedule", "tolerance"), [("v-min", 0.02), ("zbv", 0.02), ("v-half", 0.02)])
+@pytest.mark.parametrize(("schedule", "tolerance"), [("v-min", 0.02), ("zbv", 0.02), ("v-half", 0.02),
+                                                     ("dualpipev", 0.03)])
 @pytest.mark.parametrize("sharding", ["zero2", "zero3"])
 def test_v_shapes_with_zero2_or_zero3_follow_the_simulation(schedule: str, tolerance: float,
                                                             sharding: str) -> None:
     """ZeRO-2/3 under TP with the V shapes (measured over 96 plans each: V-Min -0.4% to +1.3%,
-    ZB-V -0.4% to +1.9%, V-Half -0.4% to +1.4%); the peak memory at least the simulated one."""
+    ZB-V -0.4% to +1.9%, V-Half -0.4% to +1.4%; DualPipeV over 160 plans, both models, ``p`` 2
+    and 4, TP 1-4, 2 and 4 replicas, 8 and 16 micro-batches, SP or not, recomputation none or
+    full: -2.3% to +2.9%); the peak memory at least the simulated one."""
     plan, profile, cluster = _plan(SMALL, schedule, 4, 2, 1, 2, 8, sharding=sharding)
     assert _ratio(plan, profile, cluster) == pytest.approx(1.0, abs=tolerance)
     est = estimate_3d(plan, profile, cluster)  # type: ignore[arg-type]
@@ -141,15 +144,18 @@ def test_v_shapes_with_zero2_or_zero3_follow_the_simulation(schedule: str, toler
     assert est.peak_memory_bytes >= max(x.peak_memory_bytes for x in sim.devices) * (1 - 1e-9)
 
 
-def test_dualpipev_with_zero3_under_tp_is_below_the_simulation() -> None:
-    """Why the search leaves DualPipeV with ZeRO-2/3 out unless pinned
-    (``megatron.UNSHARDED_ONLY``): its full ``B`` passes' per-unit collectives are costed as the
-    ``I``'s, and the estimate is below the simulated time and peak memory (-3.1% and -4.6% at
-    worst); the day this fails, the restriction can go."""
-    plan, profile, cluster = _plan(SMALL, "dualpipev", 2, 2, 2, 2, 16, sharding="zero3", sp=True)
+@pytest.mark.parametrize("sharding", ["zero2", "zero3"])
+def test_dualpipev_with_zero2_or_zero3_under_tp_follows_the_simulation(sharding: str) -> None:
+    """DualPipeV's full ``B`` passes gather and reduce-scatter their units as outside the
+    zero-bubble orders (the gathers hidden behind the input and weight gradients both), not as
+    the ``I``'s (``three_d_zero.zero_stages`` ``full``): ZeRO-3 was -3.1% here (and its peak
+    memory below the simulated one, the ``B``'s gradients held beside its gathered units), now
+    -1.0%; the search tries DualPipeV with ZeRO-2/3 since (``megatron.searched_schedules``)."""
+    plan, profile, cluster = _plan(SMALL, "dualpipev", 2, 2, 2, 2, 16, sharding=sharding, sp=True)
     est = estimate_3d(plan, profile, cluster)  # type: ignore[arg-type]
     sim = simulate(plan, profile, cluster, SimOptions(record_trace=False))  # type: ignore[arg-type]
-    assert est.iteration_time_s < 0.98 * sim.iteration_time_s
+    assert est.iteration_time_s / sim.iteration_time_s == pytest.approx(1.0, abs=0.02)
+    assert est.peak_memory_bytes >= max(x.peak_memory_bytes for x in sim.devices)
 
 
 def test_v_shapes_on_servers_of_six_gpus_and_one_nic() -> None:
@@ -173,8 +179,9 @@ def test_v_shapes_on_servers_of_six_gpus_and_one_nic() -> None:
 
 
 def test_the_search_weighs_v_min_and_dualpipev(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every V shape for two chunks; DualPipeV without ZeRO-2/3 unless pinned, V-Min with every
-    sharding (which configurations are tried, not which plan wins)."""
+    """Every V shape for two chunks, V-Min and DualPipeV with every sharding (which
+    configurations are tried, not which plan wins; DualPipeV was tried without ZeRO-2/3 unless
+    pinned while its estimate with them was 3.1% low)."""
     assert set(V_SHAPES) <= set(searched_schedules(4, 2))
     assert not set(V_SHAPES) & set(searched_schedules(4, 1) + searched_schedules(4, 3))
     profile, cluster = resolve_inputs(SMALL, CLUSTER, dtype="fp16")
@@ -188,10 +195,9 @@ def test_the_search_weighs_v_min_and_dualpipev(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setattr(megatron, "prepare_config", recorded)
     megatron_plans(profile, cluster, 32, memory_limit_bytes=80 * 2**30, top=2,
                    pins=MegatronPins(tensor_parallel=2, context_parallel=1))
-    assert {("v-min", sh) for sh in Sharding if sh is not Sharding.DISTRIBUTED} <= tried
-    assert ("dualpipev", Sharding.ZERO1) in tried
-    assert ("dualpipev", Sharding.NONE) in tried
-    assert not {("dualpipev", Sharding.ZERO2), ("dualpipev", Sharding.ZERO3)} & tried
+    every = {sh for sh in Sharding if sh is not Sharding.DISTRIBUTED}
+    assert {("v-min", sh) for sh in every} <= tried
+    assert {("dualpipev", sh) for sh in every} <= tried
     tried.clear()
     megatron_plans(profile, cluster, 32, memory_limit_bytes=80 * 2**30, top=2,
                    pins=MegatronPins(tensor_parallel=2, context_parallel=1, schedule="dualpipev",
