@@ -17,6 +17,14 @@ mixed precision, sequence 2048, vocabulary 51,200, no data parallelism:
 * Sec. 6.3: the 530B model with 8-way data parallelism (2240 GPUs, batch 2240) takes 39.15 s
   per iteration against 37.83 s without (no overlap of the gradient all-reduce).
 
+Code: Megatron-LM with sequence parallelism and selective recomputation, merged into main on
+2022-05-20 and 2022-05-24 (commits 9aad9203aa, 877f6a1bd5; no per-model scripts for these runs).
+There ``megatron/mpu/layers.py`` ``LinearWithGradAccumulationAndAsyncCommunication.backward``
+launches the column-parallel linears' input-gradient all-reduce (reduce-scatter with sequence
+parallelism) with ``async_op=True`` before the weight-gradient GEMM and waits after it, by default
+(``--no-async-tensor-model-parallel-allreduce`` turns it off): ``tp_dgrad_overlap = True``
+(StagePlan's default).
+
 Predictions: the ``gpt:`` zoo model in fp16 on ``dgx-a100-1024`` with ``servers = max(1, n/8)``,
 Megatron-LM's plan built by hand (equal block counts per stage, embedding first, head last;
 ``1f1b`` or ``interleaved``), simulated. A layer's times (Table 4) are the difference between the
@@ -51,10 +59,18 @@ _RATIO_TOL = 0.10  # the issue's largest accepted error for ratio metrics
 _SIMULATE_UP_TO_STAGES = 16
 
 _PIPELINE_GAP = (
-    "full recomputation at 1T stays 10% slow (10.4%; the present method +7.6%, held) with the "
-    "optimizer step and the backward TP all-reduces hidden behind the weight-gradient GEMMs "
-    "modelled: the 64-stage 1F1B's step is set by the last stage (2 blocks and the 51,200 x "
-    "25,600 LM head, 8% slower than a 2-block stage in pipesim's kernel model); not traced further"
+    "full recomputation at 1T 10% slow (+10.4%; the present method +7.6%, held), with the code's "
+    "asynchronous input-gradient all-reduces and the optimizer step modelled. The same per-replica "
+    "configuration (t 8, p 64, micro-batch 1, 512 micro-batches, full recomputation, 1F1B) is SC'21's "
+    "Table 1 1T row (megatron_2021, 2021 code with synchronous TP all-reduces, d 6): measured 163 "
+    "TFLOP/s per GPU there and 177 here (94.42 s), 8.7% faster; pipesim gives 156.5 (-4.0%) and 160.4: "
+    "of the measured 8.7%, pipesim's overlap of the input-gradient all-reduces gives 2.2% (106.6 s "
+    "synchronous against 104.3 s here). Megatron-LM changes between the two papers' "
+    "code not modelled: the weight-gradient GEMM accumulating into the fp32 main gradient "
+    "(--gradient-accumulation-fusion, on by default, commit 83b1e42f30, 2022-02-13; the 2021 code "
+    "accumulated fp16 param.grad with separate adds), the persistent fused layer norm (a2fdcdf061, "
+    "2021-10-08). The 64-stage 1F1B's step is set by the last stage (2 blocks and the 51,200 x 25,600 "
+    "LM head, 8% slower than a 2-block stage in pipesim's kernel model); not traced further"
 )
 
 # Table 3: name -> (heads, hidden, layers, t, p, GPUs, batch, micro-batch, chunks)

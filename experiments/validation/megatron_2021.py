@@ -15,20 +15,52 @@ The paper's FLOP count (its Eq. 3, with activation recomputation) is
 The prediction takes the same ``F`` over pipesim's iteration time: the ``gpt:`` zoo model (fp16,
 costed on the A100 by the kernel model), stages of equal block counts (embedding with the first,
 head with the last, as Megatron-LM splits them), ``recompute = full``, ``d = n / (t p)``
-replicas, ``m = B / (d b)`` micro-batches, on the ``dgx-a100-1024`` preset (Selene's rail
-fat-tree) with ``servers = n / 8``.
+replicas, ``m = B / (d b)`` micro-batches of ``b`` samples, on the ``dgx-a100-1024`` preset
+(Selene's rail fat-tree) with ``servers = n / 8``.
 
-Mapping choices (the paper does not publish them for Table 1): micro-batch size ``b = 1``
-(Table 2's PTD rows use 1); the non-interleaved ``1f1b`` schedule (Table 1 ran the interleaved
-schedule, but its chunk count is not given; interleaving would only raise the prediction);
-Table 2's model-parallel sizes 96 and 280 read as ``t = 8`` (Table 1's t for every model over
-18B) times ``p = 12`` and ``p = 35``. Table 2's ZeRO-3 rows (no model parallelism, micro-batch 4,
-2 or 1, one micro-batch per GPU) are one stage of ``n`` replicas with ``sharding = zero3`` issued
-as DeepSpeed's 2021 runtime did (``zero3_runtime = deepspeed-2021``), predicted by the 3D estimate
-(the simulator charges the same; simulating these rows takes seconds to minutes).
-Pipelines of 35 and 64 stages (530B, 1T) are also predicted by the Megatron planner's 3D estimate
+Mapping from the code the paper ran (NVIDIA/Megatron-LM; the authors' scripts for the paper are
+``examples/sc21/``, added by commits de7dc40f88 and 6985e58938, 2021-08-10 and 2021-08-18, run in
+the ``nvcr.io/nvidia/pytorch:20.12-py3`` container, ``SRUN.sh``):
+
+* Table 1 (``examples/sc21/run_table_1.sh`` at 6985e58938, one case per model): micro-batch
+  size 16, 16, 16, 8, 4, 2, 2, 1, 1, 1 (1.7B to 1T); ``--num-layers-per-virtual-pipeline-stage``
+  5 for 76B and 145B, 3 for 310B, 1 for 530B, i.e. the interleaved schedule with 60/4/5 = 3,
+  80/8/5 = 2, 96/16/3 = 2 and 105/35/1 = 3 chunks per pipeline rank, and the non-interleaved
+  1F1B schedule for 39B (p = 2) and 1T (p = 64); ``--DDP-impl torch`` for the four
+  ``p = 1`` models and ``local`` for the others; ``--activations-checkpoint-method uniform``
+  (``recompute = full``) and ``--fp16`` for all (``CONFIG.sh``).
+* ``--DDP-impl local`` (``megatron/training.py`` ``train_step`` at 6985e58938) all-reduces each
+  rank's fp16 gradients after its own ``forward_backward_func`` returns (``allreduce_overlap =
+  after_backward``, the simulator's default; ``--accumulate-allreduce-grads-in-fp32`` off);
+  ``--DDP-impl torch`` is PyTorch's ``DistributedDataParallel`` (25 MiB buckets, all-reduced as
+  the backward produces them; ``megatron/schedules.py`` runs all micro-batches but the last under
+  ``no_sync``): ``allreduce_overlap = bucketed``, ``bucket_bytes = 25 MiB``.
+* Tensor-parallel collectives synchronous (``tp_dgrad_overlap = False``): at 6985e58938 (and at
+  aed2f75e20, April 2021) ``megatron/mpu/mappings.py`` all-reduces the input gradient with a
+  blocking ``torch.distributed.all_reduce`` after the linear's whole backward; the overlap with
+  the weight-gradient GEMM came with cf7efd4f5a (2021-08-30), after these scripts.
+* Pipeline sends: the scatter/gather optimization of Sec. 4.1 is on by default
+  (``--no-scatter-gather-tensors-in-pipeline`` turns it off; ``megatron/arguments.py``), as
+  pipesim sends every TP rank's ``1/t`` share.
+* Table 2's PTD rows have no script: micro-batch size 1 (the table's), model-parallel sizes 96
+  and 280 read as ``t = 8`` (Table 1's t for every model over 18B) times ``p = 12`` and
+  ``p = 35``, local DDP and synchronous TP as above, and the non-interleaved ``1f1b`` schedule
+  (the paper gives no chunk count for them; with the interleaved schedule, 4 chunks as
+  ``run_figure_12.sh`` runs the same 175B model on the same t and p, 3 as Table 1's 530B, the
+  predictions rise by 2-9%: 153, 152, 149 and 171, 169, 165 teraFLOP/s, all within 10% too).
+
+Table 2's ZeRO-3 rows (no model parallelism, micro-batch 4, 2 or 1, one micro-batch per GPU) are
+one stage of ``n`` replicas with ``sharding = zero3`` issued as DeepSpeed's 2021 runtime did
+(``zero3_runtime = deepspeed-2021``), predicted by the 3D estimate (the simulator charges the same;
+simulating these rows takes seconds to minutes). Plans of more than 16 (virtual) stages (310B,
+530B, 1T) are also predicted by the Megatron planner's 3D estimate
 (:func:`pipesim.planner.megatron.estimate_3d`, the same per-stage TP times as the simulator;
 within 1-2% of the simulation there) to keep the validation fast; the others are simulated.
+
+Not modelled: the 2021 code's pipeline sends block the compute stream (``p2p_communication.py``
+waits on its ``batch_isend_irecv`` requests and synchronizes the device); with the scatter/gather
+optimization each is ``1/8`` of a micro-batch's activation (13 MB for 1T, about 0.5 ms on a 200
+Gb/s NIC against about 50 ms of a stage's forward).
 """
 
 from __future__ import annotations
@@ -39,9 +71,11 @@ from experiments.validation.record import Record
 from pipesim.api import simulate
 from pipesim.plan import Plan, Recompute, StagePlan
 from pipesim.planner.megatron import estimate_3d
+from pipesim.profiles.costmodels.collective import AllReduceOverlap
 from pipesim.profiles.costmodels.sharding import Sharding
 from pipesim.profiles.costmodels.zero3_runtime import Zero3Runtime
 from pipesim.profiles.inputs import resolve_inputs
+from pipesim.simulator import SimOptions
 
 __all__ = ["achieved_tflops_per_gpu", "records"]
 
@@ -52,6 +86,7 @@ _PAPER = (
 _VOCAB, _SEQ = 51200, 2048
 _RATE_TOL = 0.10  # the issue's median target for absolute throughputs (its max is 25%)
 _SIMULATE_UP_TO_STAGES = 16
+_TORCH_DDP_BUCKET_BYTES = 25 * 1024**2  # torch.nn.parallel.DistributedDataParallel's bucket_cap_mb = 25
 
 
 def _model_flop(hidden: int, layers: int, batch: int) -> float:
@@ -62,11 +97,15 @@ def _model_flop(hidden: int, layers: int, batch: int) -> float:
 
 @cache
 def achieved_tflops_per_gpu(
-    heads: int, hidden: int, layers: int, t: int, p: int, gpus: int, batch: int, microbatch: int = 1
+    heads: int, hidden: int, layers: int, t: int, p: int, gpus: int, batch: int, microbatch: int = 1,
+    chunks: int = 1, torch_ddp: bool = False,
 ) -> float:
     """pipesim's achieved teraFLOP/s per GPU (the paper's Eq. 3 FLOP over the predicted iteration
     time) of a ``gpt:`` model under Megatron-LM's (t, p, d) on ``gpus`` A100s, fp16, full
-    recomputation, ``1f1b``.
+    recomputation, synchronous TP collectives, ``chunks`` model chunks per pipeline rank
+    (``interleaved`` above 1, ``1f1b`` otherwise), micro-batches of ``microbatch`` samples;
+    ``torch_ddp``: gradients all-reduced in PyTorch DDP's 25 MiB buckets during the last
+    backward (``--DDP-impl torch``), else after each stage's last backward (``local``).
 
     Raises:
         InputError: a configuration pipesim refuses (t not dividing the heads, too few GPUs).
@@ -75,49 +114,59 @@ def achieved_tflops_per_gpu(
     profile, cluster = resolve_inputs(spec, "dgx-a100-1024", overrides={"servers": gpus // 8}, dtype="fp16")
     d = gpus // (t * p)
     m = batch // (d * microbatch)
-    per_stage = layers // p
+    virtual = p * chunks
+    per_stage = layers // virtual
     ranges = []
-    for k in range(p):
+    for k in range(virtual):
         first, last = 1 + k * per_stage, (k + 1) * per_stage
-        ranges.append((0 if k == 0 else first, profile.num_layers - 1 if k == p - 1 else last))
+        ranges.append((0 if k == 0 else first, profile.num_layers - 1 if k == virtual - 1 else last))
     plan = Plan(
         stages=tuple(
-            StagePlan(first_layer=a, last_layer=b, replicas=d, tensor_parallel=t) for a, b in ranges
+            StagePlan(first_layer=a, last_layer=b, replicas=d, tensor_parallel=t, tp_dgrad_overlap=False)
+            for a, b in ranges
         ),
         global_batch_size=batch,
         num_microbatches=m,
-        schedule="1f1b",
+        schedule="interleaved" if chunks > 1 else "1f1b",
+        chunks=chunks,
         recompute=Recompute.FULL,
     )
-    if p <= _SIMULATE_UP_TO_STAGES:
-        time_s = simulate(plan, profile, cluster).iteration_time_s
-    else:
+    if virtual > _SIMULATE_UP_TO_STAGES:
         time_s = estimate_3d(plan, profile, cluster).iteration_time_s
+    else:
+        overlap = AllReduceOverlap.BUCKETED if torch_ddp else AllReduceOverlap.AFTER_BACKWARD
+        options = SimOptions(allreduce_overlap=overlap, bucket_bytes=_TORCH_DDP_BUCKET_BYTES,
+                             record_trace=False)
+        time_s = simulate(plan, profile, cluster, options=options).iteration_time_s
     return _model_flop(hidden, layers, batch) / time_s / gpus / 1e12
 
 
-# Table 1: (parameters in billions, heads, hidden, layers, t, p, GPUs, batch, achieved TFLOP/s per GPU).
+# Table 1: (parameters in billions, heads, hidden, layers, t, p, GPUs, batch, achieved TFLOP/s per GPU),
+# then examples/sc21/run_table_1.sh's micro-batch size (MBS), model chunks per pipeline rank
+# (layers / p / --num-layers-per-virtual-pipeline-stage; 1 without it) and --DDP-impl torch (True)
+# or local (False).
 _TABLE1 = (
-    (1.7, 24, 2304, 24, 1, 1, 32, 512, 137),
-    (3.6, 32, 3072, 30, 2, 1, 64, 512, 138),
-    (7.5, 32, 4096, 36, 4, 1, 128, 512, 142),
-    (18.4, 48, 6144, 40, 8, 1, 256, 1024, 135),
-    (39.1, 64, 8192, 48, 8, 2, 512, 1536, 138),
-    (76.1, 80, 10240, 60, 8, 4, 1024, 1792, 140),
-    (145.6, 96, 12288, 80, 8, 8, 1536, 2304, 148),
-    (310.1, 128, 16384, 96, 8, 16, 1920, 2160, 155),
-    (529.6, 128, 20480, 105, 8, 35, 2520, 2520, 163),
-    (1008.0, 160, 25600, 128, 8, 64, 3072, 3072, 163),
+    (1.7, 24, 2304, 24, 1, 1, 32, 512, 137, 16, 1, True),
+    (3.6, 32, 3072, 30, 2, 1, 64, 512, 138, 16, 1, True),
+    (7.5, 32, 4096, 36, 4, 1, 128, 512, 142, 16, 1, True),
+    (18.4, 48, 6144, 40, 8, 1, 256, 1024, 135, 8, 1, True),
+    (39.1, 64, 8192, 48, 8, 2, 512, 1536, 138, 4, 1, False),
+    (76.1, 80, 10240, 60, 8, 4, 1024, 1792, 140, 2, 3, False),
+    (145.6, 96, 12288, 80, 8, 8, 1536, 2304, 148, 2, 2, False),
+    (310.1, 128, 16384, 96, 8, 16, 1920, 2160, 155, 1, 2, False),
+    (529.6, 128, 20480, 105, 8, 35, 2520, 2520, 163, 1, 3, False),
+    (1008.0, 160, 25600, 128, 8, 64, 3072, 3072, 163, 1, 1, False),
 )
 
-# Table 2, PTD parallelism rows: (parameters, heads, hidden, layers, t, p, GPUs, batch, TFLOP/s per GPU).
+# Table 2, PTD parallelism rows: (parameters, heads, hidden, layers, t, p, GPUs, batch, TFLOP/s per GPU),
+# then micro-batch 1 (the table's), one chunk and local DDP (no script gives these runs).
 _TABLE2 = (
-    (174.6, 96, 12288, 96, 8, 12, 384, 1536, 153),
-    (174.6, 96, 12288, 96, 8, 12, 768, 1536, 149),
-    (174.6, 96, 12288, 96, 8, 12, 1536, 1536, 141),
-    (529.6, 128, 20480, 105, 8, 35, 560, 2240, 171),
-    (529.6, 128, 20480, 105, 8, 35, 1120, 2240, 167),
-    (529.6, 128, 20480, 105, 8, 35, 2240, 2240, 159),
+    (174.6, 96, 12288, 96, 8, 12, 384, 1536, 153, 1, 1, False),
+    (174.6, 96, 12288, 96, 8, 12, 768, 1536, 149, 1, 1, False),
+    (174.6, 96, 12288, 96, 8, 12, 1536, 1536, 141, 1, 1, False),
+    (529.6, 128, 20480, 105, 8, 35, 560, 2240, 171, 1, 1, False),
+    (529.6, 128, 20480, 105, 8, 35, 1120, 2240, 167, 1, 1, False),
+    (529.6, 128, 20480, 105, 8, 35, 2240, 2240, 159, 1, 1, False),
 )
 
 
@@ -211,9 +260,12 @@ def _zero3_record(row: tuple[float, int, int, int, int, int, int, int], index: i
     )
 
 
-def _record(table: str, row: tuple[float, int, int, int, int, int, int, int, int], index: int) -> Record:
-    params, heads, hidden, layers, t, p, gpus, batch, published = row
-    config = (heads, hidden, layers, t, p, gpus, batch)
+def _record(table: str, row: tuple[float, int, int, int, int, int, int, int, int, int, int, bool],
+            index: int) -> Record:
+    params, heads, hidden, layers, t, p, gpus, batch, published, mbs, chunks, torch_ddp = row
+    config = (heads, hidden, layers, t, p, gpus, batch, mbs, chunks, torch_ddp)
+    schedule = f"interleaved with {chunks} chunks" if chunks > 1 else "1f1b"
+    ddp = "torch DDP (25 MiB buckets in the backward)" if torch_ddp else "local DDP (after the backward)"
     return Record(
         name=f"megatron-2021-{table}-{params:g}b-{gpus}gpu-tflops",
         source=f"{_PAPER}, {table.replace('t', 'Table ')}, row {index} "
@@ -221,10 +273,10 @@ def _record(table: str, row: tuple[float, int, int, int, int, int, int, int, int
         quantity="achieved teraFLOP/s per GPU (paper's Eq. 3 FLOP / iteration time / GPUs)",
         kind="absolute",
         published=float(published),
-        predict=lambda: achieved_tflops_per_gpu(*config),
+        predict=partial(achieved_tflops_per_gpu, *config),
         tolerance=_RATE_TOL,
-        note=f"gpt:{layers}x{hidden}, {heads} heads, fp16, full recompute, 1f1b, micro-batch 1, "
-        f"d={gpus // (t * p)}, dgx-a100-1024 with servers={gpus // 8}",
+        note=f"gpt:{layers}x{hidden}, {heads} heads, fp16, full recompute, {schedule}, micro-batch {mbs}, "
+        f"d={gpus // (t * p)}, synchronous TP all-reduces, {ddp}, dgx-a100-1024 with servers={gpus // 8}",
     )
 
 
