@@ -81,8 +81,10 @@ the gathers, :mod:`pipesim.planner.param_gather`, instead of the gather after th
 the estimate reduces each virtual stage's gradients from that stage's own end, as the simulator
 does (planner/three_d_tail.py), it is within a few percent of the simulation here and the 70B
 row is a named miss like the others (+23.0%).
-On free links the same rows take 1.494, 2.565, 3.773, 6.553, 9.890 s: pipesim's compute alone is
-69-78% of the measured steps (2.177, 3.648, 5.259, 8.399, 12.716 s from the table's rates).
+On free links the same rows take 1.460, 2.524, 3.725, 6.489, 9.827 s (1.494, 2.565, 3.773, 6.553,
+9.890 s before the fused attention's causal mask and backward rate and the fp32 loss kernels were
+costed): pipesim's compute alone is 67-77% of the measured steps (2.177, 3.648, 5.259, 8.399,
+12.716 s from the table's rates); the estimate gives 1.743, 2.686, 3.929, 6.770, 10.181 s.
 """
 
 from __future__ import annotations
@@ -123,21 +125,33 @@ _TABLE = (
     ("462b", 144, 18432, 112, 8, 16, 6144, 3072, 459.9),
 )
 _H100_COMPUTE = (
-    "pipesim's H100 bf16 compute is faster than these runs, by more than the GEMM rate explains: "
-    "the share (compute.GEMM_EFFICIENCY[hopper, bfloat16] = 0.7) is the A100's carried over, and "
-    "the published H100 kernel rates read since (compute.py's GEMM_EFFICIENCY docstring: cuBLAS "
-    "bf16 797.8 TFLOP/s at 8192^3, the model 670, as it gives 217 for the A100's 258; the best "
-    "matmul of a shape search 80.3% of the dense peak against the A100's 86.9%) put it at 0.647 "
-    "to 0.7: 0.647 takes these rows 6-9 points down (1.7B +16.6%, 177B +10.8%, 462B +11.0%, the "
-    "96-GPU MFU +19.0%) and the held 16B row to -11.7%, so it is left at 0.7. On free links (compute, the "
-    "optimizer step and nothing else) the t = 1, p = 1 rows take 0.340 s (1.7B) and 0.629 s (7.1B) "
-    "per iteration, 544 and 592 TFLOP/s (55% and 60% of the dense peak) against the measured whole "
-    "steps of 0.452 and 0.800 s (41% and 47%); the rows with little data-parallel traffic per "
-    "micro-batch (the interleaved pipelines, 177B on 96 GPUs with 576 micro-batches a replica) come "
-    "out 13-28% fast the same way (their compute alone, on free links, is 69-78% of the measured "
-    "step: module docstring). Not traced: the rest of the gap (the clock the H100 sustains under "
-    "its 700 W limit through a run, below the 1830 MHz its 989 TFLOP/s assume; the fused "
-    "attention's rate; per-kernel costs of Transformer Engine's paths)"
+    "pipesim's H100 bf16 compute is faster than these runs by more than its kernels explain. Costed "
+    "from published kernel rates: the GEMMs at compute.GEMM_EFFICIENCY[hopper, bfloat16] = 0.7 "
+    "(637-662 TFLOP/s on these shapes; cuBLAS 797.8 at 8192^3 and the best matmul of a shape search "
+    "794.5 put it at 0.647-0.7, and 0.647 would take these rows 6-9 points down and the held 16B row "
+    "out: compute.py's docstring); the fused attention as Transformer Engine runs it on Hopper "
+    "(cuDNN, causal mask: 1.7x faster than without, its backward at 0.82 of the forward's rate, "
+    "from FlashAttention-3's Figures 5 and 6: roofline.FLASH_*), which took the big rows 1-2 points "
+    "up; Megatron-LM's fp32 loss kernel by kernel over the 131,072-wide logits "
+    "(roofline.LayerCost.cross_entropy: 20.3 ms forward and backward per 1.7B micro-batch against "
+    "11.8 costed as a fused bf16 loss); the two together took 1.7B from +29.3% to +25.9%. On free "
+    "links "
+    "(compute, the optimizer step and nothing else) the t = 1, p = 1 rows take 0.349 s (1.7B) and "
+    "0.615 s (7.1B) per iteration, 529 and 606 TFLOP/s (53% and 61% of the dense peak) against the "
+    "measured whole steps of 0.452 and 0.800 s (41% and 47%); the interleaved rows' compute alone is "
+    "67-77% of the measured step (module docstring). Traced, not modelled: Transformer Engine 1.7's "
+    "default tensor-parallel overlap (transformer_engine/pytorch/module/base.py initialize_ub at tag "
+    "v1.7: 'pipeline' reduce-scatters after the projection and FC2 forward GEMMs, 'bulk' overlaps "
+    "with the QKV and FC1 data and weight gradients, num_sm = 16 communication SMs each; Megatron "
+    "r0.8.0 passes no ub_cfgs by default) runs those GEMMs on 116 of the 132 SMs: x1.069 GEMM time "
+    "by the tile model at h 12288, t 8 (x1.074 at h 4096, t 2), about 5 points on the t > 1 rows, "
+    "none on 1.7B. Not traced: the rest, ~20% on every row including 1.7B (t = 1, its only traffic "
+    "the data-parallel reduce-scatter and gather): the clock an H100 holds under its 700 W limit "
+    "through a run (989 TFLOP/s assume 1830 MHz; DeepGEMM issue #120 reports Hopper GEMMs falling "
+    "from 1980 to 1575 MHz when overlapped communication pushes the board past its power limit), "
+    "which the 0.7 share, set from short kernel benchmarks, may not carry; attention dropout "
+    "(Megatron's default 0.1, not stated for these runs; FlashAttention-3's rates are without it); "
+    "Transformer Engine's host and per-kernel costs"
 )
 _PARAM_GATHER = (
     "the distributed optimizer's data-parallel traffic stays exposed: with --overlap-param-gather "
@@ -187,7 +201,8 @@ _MISSES: dict[str, str] = {
                    "parameter all-gather ran after the step and the 3D estimate reduced a rank's "
                    "stages after its last action; with the gather overlapped with the next forward "
                    "(--overlap-param-gather) and each virtual stage reducing from its own end (as "
-                   "the simulator does), the compute gap shows: +31.8%",
+                   "the simulator does), the compute gap shows: +31.8%, +33.4% with the causal "
+                   "fused attention and the fp32 loss kernels",
 }
 """Records pipesim misses today, and why (the text each record's ``known_miss`` carries)."""
 

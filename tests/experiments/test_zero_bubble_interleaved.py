@@ -48,7 +48,7 @@ def test_interleaved_ranks_hold_every_p_th_chunk_and_do_all_their_work() -> None
     m = 24
     result = simulated("1.5b", m, "1f1b-i")
     assert result.num_stages == layers + 2
-    profile, _ = resolve_inputs(f"gpt:layers={layers},hidden={hidden},heads={heads},seq=1024",
+    profile, _ = resolve_inputs(f"gpt:layers={layers},hidden={hidden},heads={heads},seq=1024,vocab=32000",
                                 "dgx-a100-x2", overrides={"servers": 1}, dtype="fp16")
     fwd, bwd = profile.fwd_times_s(mbs), profile.bwd_times_s(mbs)
     passes = (EventKind.FORWARD, EventKind.BACKWARD)

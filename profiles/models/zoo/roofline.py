@@ -70,6 +70,8 @@ from pipesim.profiles.models.profile import DTYPE_BYTES, Layer
 from pipesim.profiles.models.zoo.tf1_ops import OpSequence
 
 __all__ = [
+    "FLASH_BACKWARD_RATE",
+    "FLASH_CAUSAL_SPEEDUP",
     "REFERENCE_DEVICE",
     "WINOGRAD_FUSED_SPEEDUP",
     "LayerCost",
@@ -83,6 +85,28 @@ REFERENCE_DEVICE = "V100-SXM2-16GB"
 WINOGRAD_FUSED_SPEEDUP = 2.25
 """Multiplication saving of Winograd F(2x2, 3x3): 16 instead of 36 per 2x2 output tile (Lavin &
 Gray, CVPR 2016)."""
+
+FLASH_BACKWARD_RATE = 0.82
+"""Rate of a fused (flash) attention backward kernel relative to its forward, both on the FLOP
+they count (backward 2.5x the forward's: it recomputes ``Q K^T``). The backward does more
+non-matmul work per FLOP (``dS = P o (dP - D)``, the ``dQ`` accumulation across key blocks) and
+runs well below the forward. Shah et al., "FlashAttention-3" (arXiv:2407.08608, 2024), Figures 5
+and 6, H100 SXM5, bf16, head dim 128, sequence 4096, no causal mask: cuDNN 609 TFLOP/s forward,
+499 backward (0.82; cuDNN is what Transformer Engine runs on Hopper, see
+:func:`~pipesim.profiles.models.zoo.transformers._flash_attention`), FlashAttention-2 368 / 310
+(0.84), FlashAttention-3 638 / 542 (0.85). A property of the algorithm, taken on every device."""
+
+FLASH_CAUSAL_SPEEDUP = 1.7
+"""Speed-up of a fused attention kernel with a causal mask over the same kernel without one.
+The kernel skips the key blocks wholly above the diagonal, half the score work, but the diagonal
+blocks are masked element by element and the query blocks' work is uneven, so the time falls
+by less than 2x: Dao, "FlashAttention-2" (arXiv:2307.08691, 2023), Sec. 3.1.1, "around 1.7-1.8x
+speedup compared to attention without the causal mask". On an H100 (Shah et al. 2024, Figure 5,
+bf16, head dim 128, sequence 4096): cuDNN 518 TFLOP/s causal (on the causal half of the FLOP)
+against 609 without, a time ratio of 2 x 518 / 609 = 1.70; FlashAttention-2 2 x 319 / 368 = 1.73.
+Shorter sequences gain less (cuDNN: 1.57 at 2048, 1.43 at 1024), longer ones more (1.81 at
+16384): 1.7 is the figure at 4096 and taken at every length. The backward, for which the paper
+gives no causal figure, is taken to gain the same."""
 
 _WINOGRAD_TILE = 4
 """Output tile side of the non-fused Winograd F(4x4, 3x3): (4 + 3 - 1)^2 = 36 multiplications per
@@ -212,14 +236,18 @@ class LayerCost:
         target = self.fwd if direction == "fwd" else self.bwd
         target.add(t, shape.flop, bytes_moved, wgrad=wgrad)
 
-    def fused_gemms(self, direction: str, shapes: tuple[GemmShape, ...], bytes_moved: float) -> None:
+    def fused_gemms(self, direction: str, shapes: tuple[GemmShape, ...], bytes_moved: float, *,
+                    speedup: float = 1.0, flop_share: float = 1.0) -> None:
         """One fused kernel running ``shapes`` back to back on chip (flash attention): their
-        arithmetic times add, the memory bound is the kernel's own ``bytes_moved``, one launch."""
+        arithmetic times add, divided by ``speedup`` (a causal mask, a slower backward:
+        :data:`FLASH_CAUSAL_SPEEDUP`, :data:`FLASH_BACKWARD_RATE`); the memory bound is the
+        kernel's own ``bytes_moved``; one launch. ``flop_share`` of the shapes' FLOP are counted
+        (the ones the kernel runs: half with a causal mask)."""
         model = self.rl.model
-        compute = sum(model.gemm_compute_s(shape) for shape in shapes)
+        compute = sum(model.gemm_compute_s(shape) for shape in shapes) / speedup
         t = model.op_time_s(max(compute, bytes_moved / model.memory_bytes_per_s) + model.kernel_overhead_s)
         target = self.fwd if direction == "fwd" else self.bwd
-        target.add(t, sum(shape.flop for shape in shapes), bytes_moved)
+        target.add(t, flop_share * sum(shape.flop for shape in shapes), bytes_moved)
 
     def memory_kernel(self, direction: str, flop: float, bytes_moved: float, *, wgrad: bool = False,
                       internal: bool = False) -> None:
@@ -350,6 +378,32 @@ class LayerCost:
         if backward:
             for passes in ops.bwd:
                 self.memory_kernel("bwd", elements, d * elements * passes)
+
+    def cross_entropy(self, logits: float, *, fp32: bool) -> None:
+        """The softmax cross-entropy over ``logits`` elements (tokens x vocabulary entries).
+
+        Without ``fp32``: one fused kernel per direction in the storage dtype (log-softmax and
+        loss: 3 passes forward, 2 backward). With ``fp32``: Megatron-LM's vocabulary-parallel
+        loss on an fp32 copy of the logits (its default, without ``--fp16-lm-cross-entropy`` or
+        ``--cross-entropy-loss-fusion``), run as separate eager PyTorch kernels, each a full pass
+        over the logits (``megatron/core/tensor_parallel/cross_entropy.py`` at NVIDIA/Megatron-LM
+        tag core_r0.8.0; the same operations in its 2021 version and the zero-bubble fork): forward
+        the cast to fp32 (``.float()``: reads the storage dtype, writes 4 bytes; none in fp32), the
+        row max (reads 4), the in-place subtraction of the max (reads and writes 4), the in-place
+        ``exp`` (8), the row sum (4) and the in-place division by it (8): 32 bytes per logit plus
+        the cast; backward the in-place multiplication by the loss gradient (8) and the cast
+        back to the storage dtype (4 + its bytes). The per-token operations (target masks, the
+        gather of the target logits, the ``log``) move no logit-sized tensor and are left out.
+        """
+        d = self.rl.elem_bytes
+        if not fp32:
+            self.eltwise(logits, fwd_passes=3, bwd_passes=2, flop_per_element=5)
+            return
+        cast = [] if d == 4 else [d + 4.0]
+        for per_logit in [*cast, 4.0, 8.0, 8.0, 4.0, 8.0]:  # cast, max, sub_, exp, sum, div_
+            self.memory_kernel("fwd", logits, per_logit * logits)
+        for per_logit in [8.0, *cast]:  # mul_ by the loss gradient, the cast back
+            self.memory_kernel("bwd", logits, per_logit * logits)
 
     def save(self, elements: float, *, elem_bytes: int | None = None) -> None:
         """Count a tensor the backward needs (``elem_bytes`` per element, default the dtype's)."""

@@ -76,15 +76,18 @@ def embedding_shape(*, seq: int, hidden: int, heads: int, vocab: int, replicated
     )
 
 
-def head_shape(layer: Layer, rl: Roofline, *, batch: int, seq: int, hidden: int, heads: int, vocab: int,
-               split_params: int) -> LayerShape:
+def head_shape(layer: Layer, rl: Roofline, dims: Mapping[str, int], *, batch: int, split_params: int,
+               fp32_loss: bool = False) -> LayerShape:
     """The shape of an LM head whose logits GEMM and cross-entropy (costed as the zoo's
     ``_lm_head`` does) are vocabulary-parallel; ``split_params`` of its parameters (an output
-    bias) are split by vocabulary, the rest kept whole."""
+    bias) are split by vocabulary, the rest kept whole. ``fp32_loss`` as for ``_lm_head``: the
+    loss's kernels on an fp32 copy of the logits (:meth:`LayerCost.cross_entropy`). ``dims`` gives
+    ``seq``, ``hidden``, ``heads`` and ``vocab``."""
+    seq, hidden, heads, vocab = dims["seq"], dims["hidden"], dims["heads"], dims["vocab"]
     tokens = batch * seq
     lc = LayerCost("split", rl)
     lc.gemm(tokens, vocab, hidden)
-    lc.eltwise(tokens * vocab, fwd_passes=3, bwd_passes=2, flop_per_element=5)
+    lc.cross_entropy(tokens * vocab, fp32=fp32_loss)
     params = layer.parameter_bytes // rl.elem_bytes
     return LayerShape(
         kind=LayerKind.HEAD, hidden=hidden, heads=heads, seq=seq, ffn=4 * hidden, vocab=vocab,

@@ -39,7 +39,13 @@ from pipesim.profiles.costmodels.compute import GemmShape
 from pipesim.profiles.models.profile import Layer, ModelProfile
 from pipesim.profiles.models.zoo import eager_ops
 from pipesim.profiles.models.zoo.dtfm import dtfm_gpt
-from pipesim.profiles.models.zoo.roofline import LayerCost, Roofline, roofline_for
+from pipesim.profiles.models.zoo.roofline import (
+    FLASH_BACKWARD_RATE,
+    FLASH_CAUSAL_SPEEDUP,
+    LayerCost,
+    Roofline,
+    roofline_for,
+)
 from pipesim.profiles.models.zoo.shapes import block_shape, embedding_shape, head_shape, with_shape
 from pipesim.profiles.models.zoo.tf1_blocks import TfCore, tf_bert_block, tf_xlnet_block
 from pipesim.profiles.models.zoo.tf1_ops import KERAS_LAYER_NORM, LAYER_NORM
@@ -107,21 +113,37 @@ def _with_core(layer: Layer, core: AttentionCore) -> Layer:
     )
 
 
-def _flash_attention(lc: LayerCost, *, batch: int, seq: int, heads: int, d_head: int) -> None:
+def _flash_attention(lc: LayerCost, *, batch: int, seq: int, heads: int, d_head: int,
+                     causal: bool = True) -> None:
     """Fused attention (Dao et al., "FlashAttention", NeurIPS 2022): one kernel per direction.
 
     Forward: ``Q K^T`` and ``P V`` in one kernel, the ``s x s`` scores kept on chip; it reads Q,
     K, V and writes O (and the per-row log-sum-exp). Backward: recomputes ``Q K^T``, then ``dV``,
     ``dP``, ``dQ`` and ``dK``: 5 of the forward's 2 GEMMs. Saved: Q, K, V, O (counted with the
     block) and the fp32 log-sum-exp; no ``s x s`` tensor, no attention dropout mask.
+
+    Timed as the GEMM tile model times those GEMMs, which matches the measured rate of the
+    forward without a mask (an H100 in bf16, head dim 128, sequence 4096: 595 TFLOP/s here,
+    cuDNN 609 in Shah et al. 2024, Figure 5); the backward at
+    :data:`~pipesim.profiles.models.zoo.roofline.FLASH_BACKWARD_RATE` of the forward's rate.
+    ``causal`` (the zoo's fused attention is a GPT decoder's, whose mask is causal: Megatron-LM's
+    ``AttnMaskType.causal``, run by Transformer Engine with ``attn_mask_type="causal"``): the
+    kernels skip the key blocks above the diagonal, half the FLOP, and run
+    :data:`~pipesim.profiles.models.zoo.roofline.FLASH_CAUSAL_SPEEDUP` times faster. Transformer
+    Engine, Megatron-Core's default layer implementation, runs cuDNN's fused attention rather than
+    FlashAttention-2 on Hopper when both can ("Select FusedAttention on sm90 and FlashAttention on
+    others for performance", ``transformer_engine/pytorch/attention.py`` at NVIDIA/
+    TransformerEngine tags v1.6 and v1.7, May 2024); the rates above are cuDNN's.
     """
     bh = batch * heads
     tokens = batch * seq * heads * d_head
     d = lc.rl.elem_bytes
     qk = GemmShape(m=seq, n=seq, k=d_head, count=bh)
     pv = GemmShape(m=seq, n=d_head, k=seq, count=bh)
-    lc.fused_gemms("fwd", (qk, pv), d * 4 * tokens)
-    lc.fused_gemms("bwd", (qk, pv, qk, pv, pv), d * 8 * tokens)
+    speedup, share = (FLASH_CAUSAL_SPEEDUP, 0.5) if causal else (1.0, 1.0)
+    lc.fused_gemms("fwd", (qk, pv), d * 4 * tokens, speedup=speedup, flop_share=share)
+    lc.fused_gemms("bwd", (qk, pv, qk, pv, pv), d * 8 * tokens, speedup=speedup * FLASH_BACKWARD_RATE,
+                   flop_share=share)
     lc.save(bh * seq, elem_bytes=4)  # log-sum-exp per row
 
 
@@ -264,12 +286,13 @@ def _lm_head(lc: LayerCost, *, tokens: int, hidden: int, vocab: int, fp32_loss: 
     ``output.float()`` to ``vocab_parallel_cross_entropy``, which saves its ``exp_logits``
     normalised in place (``megatron/model/gpt_model.py`` and
     ``megatron/core/tensor_parallel/cross_entropy.py`` at tag zero-bubble-v0.1.0 of
-    sail-sg/zero-bubble-pipeline-parallelism, commit 93af65c6). Otherwise the probabilities
-    are kept in the training dtype.
+    sail-sg/zero-bubble-pipeline-parallelism, commit 93af65c6), and its kernels are timed one by
+    one (:meth:`~pipesim.profiles.models.zoo.roofline.LayerCost.cross_entropy`). Otherwise the
+    probabilities are kept in the training dtype and the loss is one fused kernel per direction.
     """
     lc.gemm(tokens, vocab, hidden)
     lc.save(tokens * hidden)  # the GEMM input
-    lc.eltwise(tokens * vocab, fwd_passes=3, bwd_passes=2, flop_per_element=5)  # log-softmax, loss
+    lc.cross_entropy(tokens * vocab, fp32=fp32_loss)
     if fp32_loss:
         lc.save(tokens * vocab, elem_bytes=4)  # the fp32 softmax
     else:
@@ -333,7 +356,7 @@ def bert48(rl: Roofline, batch: int, *, tf1: bool = False) -> ModelProfile:
     _lm_head(head, tokens=t, hidden=hidden, vocab=_BERT_VOCAB)
     head.params += _BERT_VOCAB  # decoder bias (the weight is tied to the word embeddings)
     built = head.build(output_elements=t)
-    layers.append(with_shape(built, head_shape(built, rl, batch=batch, split_params=_BERT_VOCAB, **dims)))
+    layers.append(with_shape(built, head_shape(built, rl, dims, batch=batch, split_params=_BERT_VOCAB)))
     return _profile("bert48", layers, rl, batch, seq, f"BERT-48 (BERT-large shape, 48 layers), seq {seq}")
 
 
@@ -378,7 +401,7 @@ def xlnet36(rl: Roofline, batch: int, *, tf1: bool = False) -> ModelProfile:
     _lm_head(head, tokens=t, hidden=hidden, vocab=_XLNET_VOCAB)
     head.params += _XLNET_VOCAB
     built = head.build(output_elements=t)
-    layers.append(with_shape(built, head_shape(built, rl, batch=batch, split_params=_XLNET_VOCAB, **dims)))
+    layers.append(with_shape(built, head_shape(built, rl, dims, batch=batch, split_params=_XLNET_VOCAB)))
     return _profile("xlnet36", layers, rl, batch, seq, f"XLNet-36 (XLNet-large shape, 36 layers), seq {seq}")
 
 
@@ -549,5 +572,6 @@ def gpt(rl: Roofline, batch: int, spec: GptSpec) -> ModelProfile:
         tied = matrix * layers[0].parameter_bytes // (spec.vocab + spec.seq) // spec.hidden
         built = dataclasses.replace(built, tied_to=layers[0].name, tied_parameter_bytes=tied)
     split = matrix if spec.untie else 0
-    layers.append(with_shape(built, head_shape(built, rl, batch=batch, split_params=split, **dims)))
+    shape = head_shape(built, rl, dims, batch=batch, split_params=split, fp32_loss=True)
+    layers.append(with_shape(built, shape))
     return _profile(spec.text(), layers, rl, batch, spec.seq, "GPT decoder")
