@@ -343,8 +343,8 @@ class TpLowering:
         if found is None:
             found = self._rank_sends[(src, dst)] = self._replica_sends(src, dst, ranks, ())
         pair = (src_device, dst_device)
-        if pair not in found:  # a piece between replicas of uneven shares: decided with it
-            found.update(self._replica_sends(src, dst, ranks, (pair,)))
+        if pair not in found:  # a piece between replicas of uneven shares: decided with it (once:
+            found[pair] = self._replica_sends(src, dst, ranks, (pair,))[pair]  # senders and receivers agree)
         return found[pair]
 
     def _replica_sends(

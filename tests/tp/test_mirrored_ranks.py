@@ -22,7 +22,7 @@ from pipesim.profiles.hardware.cluster import Cluster
 from pipesim.profiles.inputs import resolve_inputs
 from pipesim.profiles.models.profile import DTYPE_BYTES, ModelProfile
 from pipesim.simulator import SimOptions, simulate
-from pipesim.simulator.instructions import Compute
+from pipesim.simulator.instructions import Compute, Recv, Send
 from pipesim.simulator.lowering import lower
 from pipesim.simulator.tp_lowering import TpLowering
 from pipesim.simulator.trace import EventKind, SimulationResult
@@ -283,3 +283,25 @@ def test_the_3d_estimate_counts_every_ranks_rings(
     _no_cp_siblings(monkeypatch)
     _no_tp_siblings(monkeypatch)
     assert simulate(plan, profile, cl, OPTIONS).iteration_time_s < sim * (1 - 0.05)
+
+
+def test_replicas_of_uneven_counts_agree_on_their_pieces() -> None:
+    """Three TP 2 replicas on server 0 send to two on server 1 through the one NIC: every piece's
+    ranks run apart, decided once for senders and receivers (each receiver waits for as many
+    transfers as are sent to it)."""
+    profile, cl = _inputs("dapple-2x8-v100", gpt=GPT.replace("seq=2048", "seq=512"))
+    stages = (StagePlan(first_layer=0, last_layer=2, tensor_parallel=2, replicas=3, devices=(0, 2, 4)),
+              StagePlan(first_layer=3, last_layer=5, tensor_parallel=2, replicas=2, devices=(8, 10)))
+    plan = Plan(stages=stages, global_batch_size=7, num_microbatches=1, schedule="1f1b")
+    program = lower(plan, profile, cl, OPTIONS)
+    sent: dict[int, int] = {}
+    for lead in (0, 2, 4):
+        for ins in program.instructions(lead):
+            if isinstance(ins, Send):
+                replica = ins.dst_device - ins.dst_device % 2
+                sent[replica] = sent.get(replica, 0) + 1
+    assert sent == {8: 4, 10: 4}  # two pieces of two ranks each
+    for lead in (8, 10):
+        (recv,) = [i for i in program.instructions(lead) if isinstance(i, Recv) and i.key[0] == "act"]
+        assert recv.pieces == sent[lead]
+    assert simulate(plan, profile, cl, OPTIONS).iteration_time_s > 0
