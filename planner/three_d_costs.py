@@ -260,17 +260,18 @@ class ThreeDCosts:
         of ``rings`` (the rank's replicas' CP rings, as :meth:`~pipesim.plan.Plan.cp_groups`
         gives them and the simulator's lowering times them), compared at one sample's keys and
         values of a block (``2 s h`` elements). A ring that spans servers pays its NIC hop;
-        where the ``ranks`` TP ranks' rings of a replica (the first shifted by rank) meet on a
-        link too narrow for all of them
+        where the replicas' rings and their ``ranks`` TP ranks' (the first shifted by rank) meet
+        on a link too narrow for all of them
         (:func:`~pipesim.profiles.costmodels.dp_rings.unit_ring_loads`, as the simulator runs
-        them) its bandwidth is divided by them."""
+        them, all at once) its bandwidth is divided by them."""
         key = (tuple(rings), ranks)
         found = self._hop_of.get(key)
         if found is None:
             cl = self.cluster
             probe = 2.0 * self.shape.seq * self.shape.hidden * self.elem
-            units = [rank_groups(r, ranks) for r in key[0]] if ranks > 1 else []
-            loads = unit_ring_loads(units, cl.route, self._bw.__getitem__) if units else ()
+            # every replica's TP ranks' rings, in lock step (nothing else counts the replicas')
+            units = [rank_groups(r, ranks) for r in key[0]] if any(len(r) > 1 for r in key[0]) else []
+            loads = unit_ring_loads(units, cl.route, self._bw.__getitem__, every=True) if units else ()
             hops = [ring_hop(r, cl.route_latency_s, cl.route_bandwidth_bytes_per_s) if not any(loads) else
                     ring_hop(r, cl.route_latency_s,
                              route_bandwidth(cl.route, shared_bandwidth(loads[i], self._bw.__getitem__)))

@@ -171,15 +171,24 @@ def ranks_apart(units: Sequence[Sequence[set[int]]], bandwidth: Callable[[int], 
 
 
 def unit_ring_loads(
-    units: Sequence[Sequence[Sequence[int]]], route: Route, bandwidth: Callable[[int], float]
+    units: Sequence[Sequence[Sequence[int]]], route: Route, bandwidth: Callable[[int], float],
+    *, every: bool = False,
 ) -> tuple[dict[int, int], ...]:
     """:attr:`Apart.loads` of rings: ``units[i][r]`` rank ``r``'s ring of unit ``i`` (a
     replica's CP ranks' TP groups, its TP ranks' CP rings), each one flow over its hops' links
     (:func:`hop_links`), as the simulator's lowering decides
     (``simulator/tp_lowering.py``, ``TpLowering._ranks_apart``). The 3D estimate divides a
     ring's links by its unit's loads (:func:`shared_bandwidth`): the max-min share of its
-    unit's rings while all run together."""
-    return ranks_apart([[hop_links(ring, route) for ring in unit] for unit in units], bandwidth).loads
+    unit's rings while all run together; ``every``: by every unit's rings on them (the
+    replicas' rings, in lock step, where nothing else counts them)."""
+    loads = ranks_apart([[hop_links(ring, route) for ring in unit] for unit in units], bandwidth).loads
+    if not every:
+        return loads
+    total: dict[int, int] = {}
+    for own in loads:
+        for link, n in own.items():
+            total[link] = total.get(link, 0) + n
+    return tuple(total if own else {} for own in loads)
 
 
 def hop_links(ring: Sequence[int], route: Route) -> set[int]:
