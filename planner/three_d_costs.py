@@ -263,7 +263,8 @@ class ThreeDCosts:
         where the replicas' rings and their ``ranks`` TP ranks' (the first shifted by rank) meet
         on a link too narrow for all of them
         (:func:`~pipesim.profiles.costmodels.dp_rings.unit_ring_loads`, as the simulator runs
-        them, all at once) its bandwidth is divided by them."""
+        them, all at once) its bandwidth is divided by them, and the slowest of every TP rank's
+        rings is taken."""
         key = (tuple(rings), ranks)
         found = self._hop_of.get(key)
         if found is None:
@@ -272,10 +273,13 @@ class ThreeDCosts:
             # every replica's TP ranks' rings, in lock step (nothing else counts the replicas')
             units = [rank_groups(r, ranks) for r in key[0]] if any(len(r) > 1 for r in key[0]) else []
             loads = unit_ring_loads(units, cl.route, self._bw.__getitem__, every=True) if units else ()
-            hops = [ring_hop(r, cl.route_latency_s, cl.route_bandwidth_bytes_per_s) if not any(loads) else
-                    ring_hop(r, cl.route_latency_s,
-                             route_bandwidth(cl.route, shared_bandwidth(loads[i], self._bw.__getitem__)))
-                    for i, r in enumerate(key[0] if any(loads) else dict.fromkeys(key[0]))]
+            if any(loads):  # every TP rank's ring (run apart where a link is shared), at its share
+                hops = [ring_hop(r, cl.route_latency_s,
+                                 route_bandwidth(cl.route, shared_bandwidth(loads[i], self._bw.__getitem__)))
+                        for i, unit in enumerate(units) for r in unit]
+            else:
+                hops = [ring_hop(r, cl.route_latency_s, cl.route_bandwidth_bytes_per_s)
+                        for r in dict.fromkeys(key[0])]
             slowest = max(hops, key=lambda h: h.time_s(probe))
             found = self._hop_index.setdefault(slowest, len(self._hops))
             if found == len(self._hops):

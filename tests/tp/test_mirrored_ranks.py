@@ -313,3 +313,20 @@ def test_replicas_of_uneven_counts_agree_on_their_pieces() -> None:
         (recv,) = [i for i in program.instructions(lead) if isinstance(i, Recv) and i.key[0] == "act"]
         assert recv.pieces == sent[lead]
     assert simulate(plan, profile, cl, OPTIONS).iteration_time_s > 0
+
+
+def test_a_slower_tp_ranks_ring_times_the_estimates_hop() -> None:
+    """TP 2 x CP 2 replicas from GPUs 1 and 9 of pcie-4x4-v100-10gbe: TP rank 0's CP ring (1, 3)
+    stays in server 0, rank 1's (2, 4) crosses its 10GbE NIC; they meet on the server's PCIe
+    host bridge, so the simulation runs both and the estimate times the hop on the slowest of
+    them, the NIC (on rank 0's alone it was -22.9%). Named gap, held at 10%: CP rank 1's TP
+    group (3, 4) crosses the NIC too, and the estimate's checks of what else shares a
+    straddling ring's NIC see CP rank 0's groups only (-8.3%)."""
+    profile, cl = _inputs("pcie-4x4-v100-10gbe")
+    plan = _one_stage(2, 2, 1, m=2, d=2, step=8)
+    tp = TpLowering(plan, profile, cl, free_links=False)
+    assert tp.tp_rank_rings(0, 0) == ((2, 4),)
+    sim = simulate(plan, profile, cl, OPTIONS).iteration_time_s
+    est = estimate_3d(plan, profile, cl, optimizer_step=False).iteration_time_s
+    assert est == pytest.approx(sim, rel=0.10)
+    assert est < sim
