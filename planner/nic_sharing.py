@@ -43,7 +43,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
-from pipesim.profiles.costmodels.dp_rings import shared_sends
+from pipesim.profiles.costmodels.dp_rings import replica_sends
 from pipesim.profiles.costmodels.tensor_parallel import TpStageTimes
 from pipesim.profiles.hardware.cluster import Cluster
 from pipesim.schedules.placement import stage_ranks
@@ -334,8 +334,9 @@ def pipeline_sends(
 
     Each edge ``(a, b)`` of ``edges`` sends an activation from every replica of rank ``a`` to
     the same replica of rank ``b`` (their first devices, ``tp_groups``) and its gradient back,
-    split over ``send_ranks`` ranks: every rank's send where their routes meet
-    (:func:`~pipesim.profiles.costmodels.dp_rings.shared_sends`, as the simulator runs them),
+    split over ``send_ranks`` ranks: every rank's send where their routes meet, decided over
+    every replica's sends at once (:func:`~pipesim.profiles.costmodels.dp_rings.replica_sends`,
+    as the simulator runs them),
     else the first rank's (the others on links of their own). Inside a server the sends meet
     NVLink/NVSwitch rings: not counted there (their TP blocks hold the links a small share of
     the time; the estimate keeps its exact form for rings inside servers)."""
@@ -350,9 +351,11 @@ def pipeline_sends(
     for a, b in edges:
         if not (straddles[a] or straddles[b]):
             continue
-        for ga, gb in zip(tp_groups[a], tp_groups[b], strict=False):
-            for src, dst in ((ga[0], gb[0]), (gb[0], ga[0])):
-                for x, y in shared_sends(src, dst, send_ranks, cluster.route, bandwidth) or ((src, dst),):
+        firsts = [(ga[0], gb[0]) for ga, gb in zip(tp_groups[a], tp_groups[b], strict=False)]
+        for way in (firsts, [(y, x) for x, y in firsts]):  # every replica's sends at once, each way
+            apart = replica_sends(way, send_ranks, cluster.route, bandwidth)
+            for (src, dst), sends in zip(way, apart, strict=True):
+                for x, y in sends or ((src, dst),):
                     for link in set(cluster.route(x, y)):
                         for r in (a, b):
                             if straddles[r] and link in bottlenecks[r]:
@@ -461,11 +464,12 @@ def send_terms(
     take ``k`` times as long, from the first of them reaching the link (routes of different
     latencies: the link is busy from then on); the time of ``n`` bytes (one rank's share) is
     ``max(latency + n x per_byte)``. ``ranks``: the TP (and CP) ranks each pair's send is split
-    over; where their routes cross one link
-    (:func:`~pipesim.profiles.costmodels.dp_rings.shared_sends`) every rank's send counts, as
+    over; where their routes cross a link too narrow for them, every replica's sends at once
+    (:func:`~pipesim.profiles.costmodels.dp_rings.replica_sends`) every rank's send counts, as
     the simulator runs them (``simulator/tp_lowering.py`` ``TpLowering.rank_sends``)."""
     if ranks > 1:
-        pairs = [x for a, b in pairs for x in (shared_sends(a, b, ranks, route, bandwidth) or ((a, b),))]
+        apart = replica_sends(pairs, ranks, route, bandwidth)
+        pairs = [x for (a, b), sends in zip(pairs, apart, strict=True) for x in (sends or ((a, b),))]
     routes = [route(a, b) for a, b in pairs]
     latencies = [latency(a, b) for a, b in pairs]
     load: dict[int, int] = {}

@@ -226,13 +226,13 @@ def estimate_3d(
     cp_groups = plan.cp_groups(cluster.num_devices)  # per rank, per replica, its CP ranks' first devices
     placed = Placed3d(
         # per rank, the slowest of its TP groups: every replica's and every CP rank's
-        rings=tuple(model.ring(tuple(tuple(range(lead, lead + t)) for ring in cp for lead in ring))
+        rings=tuple(model.ring(tuple(tuple(range(lead, lead + t)) for ring in cp for lead in ring), c)
                     for cp in cp_groups),
         dp_group=tuple(x for ring in cp_groups[0] for x in ring),
         hop=(cp_groups[0][0][0], cp_groups[min(1, p - 1)][0][0]),
         sends=tuple((a[0], b[0]) for a, b in zip(cp_groups[0], cp_groups[min(1, p - 1)], strict=True)),
         firsts=tuple(tuple(ring[0] for ring in cp) for cp in cp_groups),
-        cp_hops=tuple(model.cp_hop(cp) for cp in cp_groups),  # per rank, its replicas' CP rings
+        cp_hops=tuple(model.cp_hop(cp, t) for cp in cp_groups),  # per rank, its replicas' CP rings
         shared=tuple(t > 1 and shares_ring_link(cluster, groups, [x for ring in cp for x in ring])
                      for groups, cp in zip(plan.tp_groups(cluster.num_devices), cp_groups, strict=True)),
         sharers=ring_sharers(cluster, plan.tp_groups(cluster.num_devices),

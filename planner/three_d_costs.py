@@ -23,7 +23,15 @@ from pipesim.profiles.costmodels.context_parallel import (
     ring_hop,
     stage_cp_times,
 )
-from pipesim.profiles.costmodels.dp_rings import link_loads, rank_groups, ring_links, tight_links
+from pipesim.profiles.costmodels.dp_rings import (
+    link_loads,
+    rank_groups,
+    ring_links,
+    route_bandwidth,
+    shared_bandwidth,
+    tight_links,
+    unit_ring_loads,
+)
 from pipesim.profiles.costmodels.memory import Recompute, StageActivations, layer_recompute_times_s
 from pipesim.profiles.costmodels.nccl_protocol import link_classes
 from pipesim.profiles.costmodels.sharding import zero_units
@@ -91,7 +99,7 @@ class ThreeDCosts:
         self._params: dict[tuple[tuple[int, ...], int], float] = {}
         self._hops: list[RingHop] = []  # distinct CP ring hops, by hop index
         self._hop_index: dict[RingHop, int] = {}
-        self._hop_of: dict[tuple[tuple[int, ...], ...], int] = {}
+        self._hop_of: dict[tuple[tuple[tuple[int, ...], ...], int], int] = {}
         self._auto_hops: dict[tuple[int, int, int, int], int] = {}
         self._auto_shared: dict[tuple[int, int, int, int], bool] = {}
         self._auto_sharers: dict[tuple[int, int, int, int, tuple[tuple[int, int], ...]],
@@ -109,7 +117,7 @@ class ThreeDCosts:
         self.recompute = recompute
         self._rings: list[AllReduceCurves] = []  # distinct TP ring curves, by ring index
         self._ring_index: dict[AllReduceCurves, int] = {}
-        self._ring_of: dict[tuple[tuple[int, ...], ...], int] = {}
+        self._ring_of: dict[tuple[tuple[tuple[int, ...], ...], int], int] = {}
         self._auto_rings: dict[tuple[int, int, int, int], int] = {}
 
     def sig(self, first: int, last: int) -> tuple[int, ...]:
@@ -206,26 +214,38 @@ class ThreeDCosts:
                 tuple(q for q in range(p) if q != r and links[r] & links[q]) for r in range(p))
         return found
 
-    def ring(self, groups: Sequence[tuple[int, ...]]) -> int:
+    def ring(self, groups: Sequence[tuple[int, ...]], cp: int = 1) -> int:
         """The TP ring a rank's collectives are timed on: the index of the ring curves of the
-        slowest of ``groups`` (the rank's TP groups, each in ring order), compared by
+        slowest of ``groups`` (the rank's TP groups, each in ring order; replica by replica its
+        ``cp`` CP ranks' groups), compared by
         :func:`~pipesim.profiles.costmodels.tensor_parallel.collective_time_s` of one sample's
-        block all-reduce (``s h`` activations). Groups with equal curves share an index, and
-        so their stage times."""
-        key = tuple(groups)
+        block all-reduce (``s h`` activations). Where a replica's CP ranks' rings meet on a link
+        too narrow for all of them (:func:`~pipesim.profiles.costmodels.dp_rings.unit_ring_loads`,
+        as the simulator runs them) its groups' curves see that link's bandwidth divided by
+        them. Groups with equal curves share an index, and so their stage times."""
+        key = (tuple(groups), cp)
         found = self._ring_of.get(key)
         if found is None:
+            cl = self.cluster
+            units = [key[0][i : i + cp] for i in range(0, len(key[0]), cp)] if cp > 1 else []
+            loads = unit_ring_loads(units, cl.route, self._bw.__getitem__) if units else ()
             probe = TpCollective("F", "all-reduce", float(self.shape.seq * self.shape.hidden * self.elem))
-            candidates = {self.curves(g): g for g in dict.fromkeys(key)}
+            candidates: dict[AllReduceCurves, tuple[tuple[int, ...], dict[int, int]]] = {}
+            for i, g in enumerate(dict.fromkeys(key[0]) if not any(loads) else key[0]):
+                own = loads[i // cp] if any(loads) else {}
+                curves = self.curves(g) if not own else allreduce_curves(
+                    g, cl.route, shared_bandwidth(own, self._bw.__getitem__), self._lat.__getitem__,
+                    link_class=self._cls.__getitem__)
+                candidates.setdefault(curves, (g, own))
             slowest = max(candidates, key=lambda c: collective_time_s(c, probe))
             found = self._ring_index.setdefault(slowest, len(self._rings))
             if found == len(self._rings):
                 self._rings.append(slowest)
-                group = candidates[slowest]
+                group, own = candidates[slowest]
                 n = len(group)
                 hops = [(group[k], group[(k + 1) % n]) for k in range(n)] if n > 1 else []
-                self._ring_bw.append(min((self.cluster.route_bandwidth_bytes_per_s(a, b) for a, b in hops),
-                                         default=math.inf))
+                rate = route_bandwidth(cl.route, shared_bandwidth(own, self._bw.__getitem__))
+                self._ring_bw.append(min((rate(a, b) for a, b in hops), default=math.inf))
             self._ring_of[key] = found
         return found
 
@@ -238,22 +258,35 @@ class ThreeDCosts:
             start = rank * d * t * c
             groups = ((start,),) if t == 1 else tuple(
                 tuple(range(s, s + t)) for s in range(start, start + d * t * c, t))
-            found = self._auto_rings[key] = self.ring(groups)
+            found = self._auto_rings[key] = self.ring(groups, c)
         return found
 
-    def cp_hop(self, rings: Sequence[tuple[int, ...]]) -> int:
+    def cp_hop(self, rings: Sequence[tuple[int, ...]], ranks: int = 1) -> int:
         """The CP ring hop a rank's ring exchange is timed on: the index of the slowest hop
         (:func:`~pipesim.profiles.costmodels.context_parallel.ring_hop` on the cluster's routes)
         of ``rings`` (the rank's replicas' CP rings, as :meth:`~pipesim.plan.Plan.cp_groups`
         gives them and the simulator's lowering times them), compared at one sample's keys and
-        values of a block (``2 s h`` elements). A ring that spans servers pays its NIC hop."""
-        key = tuple(rings)
+        values of a block (``2 s h`` elements). A ring that spans servers pays its NIC hop;
+        where the replicas' rings and their ``ranks`` TP ranks' (the first shifted by rank) meet
+        on a link too narrow for all of them
+        (:func:`~pipesim.profiles.costmodels.dp_rings.unit_ring_loads`, as the simulator runs
+        them, all at once) its bandwidth is divided by them, and the slowest of every TP rank's
+        rings is taken."""
+        key = (tuple(rings), ranks)
         found = self._hop_of.get(key)
         if found is None:
             cl = self.cluster
             probe = 2.0 * self.shape.seq * self.shape.hidden * self.elem
-            hops = [ring_hop(r, cl.route_latency_s, cl.route_bandwidth_bytes_per_s)
-                    for r in dict.fromkeys(key)]
+            # every replica's TP ranks' rings, in lock step (nothing else counts the replicas')
+            units = [rank_groups(r, ranks) for r in key[0]] if any(len(r) > 1 for r in key[0]) else []
+            loads = unit_ring_loads(units, cl.route, self._bw.__getitem__, every=True) if units else ()
+            if any(loads):  # every TP rank's ring (run apart where a link is shared), at its share
+                hops = [ring_hop(r, cl.route_latency_s,
+                                 route_bandwidth(cl.route, shared_bandwidth(loads[i], self._bw.__getitem__)))
+                        for i, unit in enumerate(units) for r in unit]
+            else:
+                hops = [ring_hop(r, cl.route_latency_s, cl.route_bandwidth_bytes_per_s)
+                        for r in dict.fromkeys(key[0])]
             slowest = max(hops, key=lambda h: h.time_s(probe))
             found = self._hop_index.setdefault(slowest, len(self._hops))
             if found == len(self._hops):
@@ -270,7 +303,7 @@ class ThreeDCosts:
             start = rank * d * t * c
             leads = range(start, start + d * t * c, t * c)
             rings = tuple(tuple(lead + k * t for k in range(c)) for lead in leads)
-            found = self._auto_hops[key] = self.cp_hop(rings)
+            found = self._auto_hops[key] = self.cp_hop(rings, t)
         return found
 
     def auto_shared(self, t: int, c: int, d: int, rank: int) -> bool:

@@ -53,7 +53,10 @@ hop and carries the summed chunk bytes, which is exactly the folded
 :func:`~pipesim.profiles.costmodels.context_parallel.ring_exposed_s` step time
 ``latency + bytes / bandwidth`` on that hop summed. An op's parts run one after another (the
 ring's, then the TP collectives'), launched together as early as the compute hides of both;
-alone that ends the op at ``compute + exposed ring + exposed TP``, as folded.
+alone that ends the op at ``compute + exposed ring + exposed TP``, as folded. Where the other
+CP ranks' TP groups or the other TP ranks' CP rings share a link that slows them, a part
+carries their flows too (the first's bytes each, its latency), and ends with the last
+(``TpLowering.cp_rank_groups``, ``TpLowering.tp_rank_rings``).
 
 Per (op, micro-batch) one collective of a handful of flows: the program stays about as small as
 a TP-free one (one flow per op on an NVSwitch server).
@@ -78,6 +81,7 @@ __all__ = [
     "TpRing",
     "alone_s",
     "collectives_part",
+    "joined",
     "part_alone_s",
     "ring_part",
     "tp_ring",
@@ -215,6 +219,17 @@ def collectives_part(
         flows=ring.flows,
         flow_bytes=tuple(hop_bytes * share for share in ring.shares),
         latency_s=latency,
+    )
+
+
+def joined(first: CommPart, others: Sequence[CommPart]) -> CommPart:
+    """``first`` and the other ranks' parts ``others`` as one part, every flow at once (the part
+    ends with the last; module docstring), with ``first``'s latency (the ranks' rings are laid
+    out alike)."""
+    return CommPart(
+        flows=first.flows + tuple(f for x in others for f in x.flows),
+        flow_bytes=first.flow_bytes + tuple(b for x in others for b in x.flow_bytes),
+        latency_s=first.latency_s,
     )
 
 

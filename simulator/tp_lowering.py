@@ -39,7 +39,9 @@ the ``t`` transfers take the same time in parallel and the stream carries one of
 rank's ``1/t`` of the bytes; where they cross a link that slows them (fewer NICs than GPUs per
 server) the stream carries every rank's transfer, each ``1/t`` of the bytes on its own route, at
 once, and the receiver waits for all of them (:meth:`TpLowering.rank_sends`, decided by
-:func:`~pipesim.profiles.costmodels.dp_rings.shared_sends` as the 3D estimate decides it).
+:func:`~pipesim.profiles.costmodels.dp_rings.replica_sends` over every replica's transfer
+between the two stages at once, as the 3D estimate decides it: the replicas run in lock step,
+so a fabric link wide enough for one replica's ranks but not for every replica's slows them too).
 
 The data-parallel collectives run among the groups' first devices over
 :meth:`TpLowering.parameter_bytes` (the TP shard); ZeRO's are lowered by
@@ -56,9 +58,18 @@ group's first device and the others mirror it. Compute and TP collectives are th
 hides behind timed on the slowest hop of the first TP rank's CP ring, :meth:`TpLowering.cp_ring`)
 is lowered with the op's TP collectives: one part of the op's communication, on the ring's
 routes, before the TP collectives' (:meth:`TpLowering.tp_comm`); activations are divided by
-``c``. The gradient collectives join the ``c`` CP ranks of every
-replica (Megatron-LM reduces over data x context parallel ranks, :meth:`TpLowering.dp_group`),
-and sharded state is split over them.
+``c``. The mirrored ranks communicate too: each CP rank runs the op's TP collectives on its own
+TP group, each TP rank the ring exchange on its own CP ring. Where every such ring runs at its
+own rate beside the others (a NIC per GPU, rails) the first one's stands for all and the
+program is as before; where they meet on a link too narrow for all of them (a TP group or CP
+ring that leaves its server through a NIC another one's crosses: servers with fewer NICs than
+GPUs) the part carries every rank's ring, each of the first one's bytes on its own routes, at
+once, and the op waits for the last (:meth:`TpLowering.cp_rank_groups`,
+:meth:`TpLowering.tp_rank_rings`, decided over every replica's rings at once by
+:func:`~pipesim.profiles.costmodels.dp_rings.ranks_apart`, as the 3D estimate decides it).
+The gradient collectives join the ``c`` CP ranks of every replica (Megatron-LM reduces over
+data x context parallel ranks, :meth:`TpLowering.dp_group`), and sharded state is split over
+them.
 """
 
 from __future__ import annotations
@@ -77,7 +88,13 @@ from pipesim.profiles.costmodels.context_parallel import (
     ring_hop,
     stage_cp_times,
 )
-from pipesim.profiles.costmodels.dp_rings import link_loads, rank_groups, shared_sends
+from pipesim.profiles.costmodels.dp_rings import (
+    hop_links,
+    link_loads,
+    rank_groups,
+    ranks_apart,
+    replica_sends,
+)
 from pipesim.profiles.costmodels.memory import Recompute
 from pipesim.profiles.costmodels.nccl_protocol import link_classes
 from pipesim.profiles.costmodels.sharding import sharded_memory_multiplier
@@ -96,7 +113,15 @@ from pipesim.profiles.models.shape import LayerKind
 from pipesim.schedules.action import Op
 from pipesim.schedules.placement import stage_ranks as placement_ranks
 from pipesim.schedules.registry import placement_of
-from pipesim.simulator.tp_collectives import CommPart, TpComm, TpRing, collectives_part, ring_part, tp_ring
+from pipesim.simulator.tp_collectives import (
+    CommPart,
+    TpComm,
+    TpRing,
+    collectives_part,
+    joined,
+    ring_part,
+    tp_ring,
+)
 
 __all__ = ["TpLowering", "TpStageCost"]
 
@@ -155,7 +180,8 @@ class TpLowering:
         self._rings: dict[tuple[int, ...], TpRing] = {}  # group + (-1: several rings, -2: one)
         self._comms: dict[tuple[str, int, int, int], TpComm | None] = {}
         self._dp_rings: dict[tuple[int, tuple[int, ...]], tuple[tuple[int, ...], ...]] = {}
-        self._rank_sends: dict[tuple[int, int, int], tuple[tuple[int, int], ...]] = {}
+        self._rank_sends: dict[tuple[int, int], dict[tuple[int, int], tuple[tuple[int, int], ...]]] = {}
+        self._apart: dict[tuple[str, int], tuple[bool, ...]] = {}  # per (what, stage), per replica
 
     def is_tp(self, stage: int) -> bool:
         """Whether ``stage`` is tensor- or context-parallel (a replica of several devices)."""
@@ -307,19 +333,84 @@ class TpLowering:
         """Every TP (and CP) rank's ``(sender, receiver)`` devices of a transfer from stage
         ``src``'s replica led by ``src_device`` to stage ``dst``'s led by ``dst_device``, rank
         ``r``'s ``(src_device + r, dst_device + r)`` for the :meth:`send_divisor` ranks, where
-        their routes cross a link that slows them
-        (:func:`~pipesim.profiles.costmodels.dp_rings.shared_sends`: fewer NICs than GPUs per
-        server); ``()`` where each rank's transfer runs at its route's rate beside the others
-        (the first rank's transfer stands for all), on free links, between two stages of one
-        device or with one rank."""
+        one of its other ranks' routes crosses a link too narrow for every send crossing it,
+        every replica's at once (:func:`~pipesim.profiles.costmodels.dp_rings.replica_sends`);
+        ``()`` where the first rank's transfer stands for all, on free links, between two
+        stages of one device or with one rank."""
         ranks = self.send_divisor(src, dst)
         if ranks < 2 or self._free or src_device == dst_device:
             return ()
-        key = (src_device, dst_device, ranks)
-        found = self._rank_sends.get(key)
+        found = self._rank_sends.get((src, dst))
         if found is None:
-            found = self._rank_sends[key] = shared_sends(
-                src_device, dst_device, ranks, self.cluster.route, self._bw.__getitem__)
+            found = self._rank_sends[(src, dst)] = self._replica_sends(src, dst, ranks, ())
+        pair = (src_device, dst_device)
+        if pair not in found:  # a piece between replicas of uneven shares: decided with it (once:
+            found[pair] = self._replica_sends(src, dst, ranks, (pair,))[pair]  # senders and receivers agree)
+        return found[pair]
+
+    def _replica_sends(
+        self, src: int, dst: int, ranks: int, extra: tuple[tuple[int, int], ...]
+    ) -> dict[tuple[int, int], tuple[tuple[int, int], ...]]:
+        """:func:`~pipesim.profiles.costmodels.dp_rings.replica_sends` of the transfers from
+        stage ``src``'s replicas to ``dst``'s (replica ``j`` to every ``k`` whose share of the
+        micro-batch overlaps ``j``'s in proportion; :func:`~pipesim.plan.resplit` cuts whole
+        samples, which ``extra`` pairs add), by ``(sender, receiver)`` first devices."""
+        firsts = [[g[0] for g in self.groups[self._rank_of[s]]] for s in (src, dst)]
+        ns, nd = len(firsts[0]), len(firsts[1])
+        pairs = [(a, b) for j, a in enumerate(firsts[0]) for k, b in enumerate(firsts[1])
+                 if j * nd < (k + 1) * ns and k * ns < (j + 1) * nd and a != b]
+        pairs = list(dict.fromkeys([*pairs, *extra]))
+        sends = replica_sends(pairs, ranks, self.cluster.route, self._bw.__getitem__)
+        return dict(zip(pairs, sends, strict=True))
+
+    def cp_rank_groups(self, stage: int, replica: int) -> tuple[tuple[int, ...], ...]:
+        """The TP groups of ``replica``'s context-parallel ranks ``1 .. c - 1`` on ``stage`` (CP
+        rank ``k``'s: the first one's shifted by ``k t``, Megatron-LM's ``tp-cp`` order), where
+        one of them crosses a link that cannot carry every TP ring crossing it at its own rate
+        (:meth:`_ranks_apart`: their groups leave their servers through one NIC); ``()`` where
+        the first CP rank's TP collectives stand for all (each group's ring at its own rate), on
+        free links or without TP or CP."""
+        if not self._ranks_apart("tp", stage)[replica]:
+            return ()
+        t, c = self.plan.stages[stage].tensor_parallel, self.plan.stages[stage].context_parallel
+        group = self.groups[self._rank_of[stage]][replica]
+        return tuple(tuple(x + k * t for x in group) for k in range(1, c))
+
+    def tp_rank_rings(self, stage: int, replica: int) -> tuple[tuple[int, ...], ...]:
+        """The context-parallel rings of ``replica``'s TP ranks ``1 .. t - 1`` on ``stage``
+        (rank ``r``'s: the first one's shifted by ``r``), where one of them crosses a link that
+        cannot carry every CP ring crossing it at its own rate (:meth:`_ranks_apart`: rings that
+        leave their servers through one NIC); ``()`` where the first TP rank's ring exchange
+        stands for all, on free links or without TP or CP."""
+        if not self._ranks_apart("cp", stage)[replica]:
+            return ()
+        ring = self.cp_rings[self._rank_of[stage]][replica]
+        t = self.plan.stages[stage].tensor_parallel
+        return tuple(tuple(x + r for x in ring) for r in range(1, t))
+
+    def _ranks_apart(self, what: str, stage: int) -> tuple[bool, ...]:
+        """Per replica of ``stage``, whether its other ranks' rings run beside the first's
+        (:func:`~pipesim.profiles.costmodels.dp_rings.ranks_apart` over every replica at once,
+        the replicas in lock step, each ring one flow over its hops' links,
+        :func:`~pipesim.profiles.costmodels.dp_rings.hop_links`): ``what`` ``"tp"`` the CP
+        ranks' TP groups, ``"cp"`` the TP ranks' CP rings."""
+        key = (what, stage)
+        found = self._apart.get(key)
+        if found is None:
+            spec = self.plan.stages[stage]
+            t, c = spec.tensor_parallel, spec.context_parallel
+            groups = self.groups[self._rank_of[stage]]
+            if t < 2 or c < 2 or self._free:
+                found = tuple(False for _ in groups)
+            else:
+                route = self.cluster.route
+                if what == "tp":
+                    units = [[hop_links([x + k * t for x in g], route) for k in range(c)] for g in groups]
+                else:
+                    units = [[hop_links([x + r for x in ring], route) for r in range(t)]
+                             for ring in self.cp_rings[self._rank_of[stage]]]
+                found = ranks_apart(units, self._bw.__getitem__).units
+            self._apart[key] = found
         return found
 
     def parameter_bytes(self, stage: int) -> float:
@@ -412,6 +503,10 @@ class TpLowering:
             tp = None
             if len(group) > 1:  # each call with its NCCL protocol on the group's ring
                 tp = collectives_part(self._ring(group, True), colls, self.curves(group))
+                siblings = self.cp_rank_groups(stage, replica) if tp is not None else ()
+                if tp is not None and siblings:  # the other CP ranks' TP collectives beside them
+                    more = [collectives_part(self._ring(g, True), colls, self.curves(g)) for g in siblings]
+                    tp = joined(tp, [x for x in more if x is not None])
             if tp is not None:
                 parts.append(tp)
                 exposed = sum(ops.exposed[o] for o in ops_of)
@@ -463,7 +558,11 @@ class TpLowering:
                     whole += (c - 1) * hop.time_s(2.0 * kv) + hop.time_s(kv)
         if steps == 0:
             return None
-        return ring_part(self._ring(devices, False), steps, hop_bytes), whole, hop_bytes
+        part = ring_part(self._ring(devices, False), steps, hop_bytes)
+        siblings = self.tp_rank_rings(stage, replica)
+        if siblings:  # the other TP ranks' ring exchanges beside it
+            part = joined(part, [ring_part(self._ring(r, False), steps, hop_bytes) for r in siblings])
+        return part, whole, hop_bytes
 
     def compute_times(
         self, s: int, samples: int, replica: int, fwd: float, bwd: float, rec: float
@@ -519,3 +618,4 @@ class TpLowering:
     def active(self) -> bool:
         """Whether the plan uses TP or sharding anywhere (else the pass changes nothing)."""
         return any(s.replica_width > 1 or s.sharding.value != "none" for s in self.plan.stages)
+

@@ -41,7 +41,11 @@ op and micro-batch one flow over the ring's hops that waits the summed step late
 carries the summed chunk bytes, launched as early before the op's compute ends as the attention
 hides of it): alone (a ring inside an NVSwitch server) the op ends exactly as folded here; a
 ring across servers shares each GPU's NIC with the pipeline's sends and the data-parallel
-collectives, which only the simulation sees.
+collectives, which only the simulation sees. Every TP rank of a replica has a CP ring of its own
+(the first one's shifted by the rank): where those ``t`` rings leave their servers through one
+NIC the simulator runs them all and the 3D estimate times the hop at the NIC's share
+(:func:`~pipesim.profiles.costmodels.dp_rings.ranks_apart`,
+:func:`~pipesim.profiles.costmodels.dp_rings.unit_ring_loads`).
 """
 
 from __future__ import annotations

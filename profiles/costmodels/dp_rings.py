@@ -21,6 +21,17 @@ their own, or share only links wide enough for all of them, one send stands for 
 cross a link that slows them (the servers' shared NICs) the simulator runs every rank's send and
 the 3D estimate counts them on the links they cross; :func:`shared_sends` decides for both.
 
+The same holds inside a replica of ``t x c`` devices (Megatron-LM's ``tp-cp`` order, consecutive
+TP ranks): the ``c`` CP ranks each run the replica's TP collectives on a TP group of their own
+(the first one's shifted by ``k t``), and the ``t`` TP ranks each run the ring attention's K/V
+exchange on a CP ring of their own (the first one's shifted by ``r``). The simulator runs the
+first of them and mirrors the others where every flow gets its own rate anyway; where their
+routes meet on a link that cannot carry them all (a TP group or CP ring that leaves its server
+through a NIC another one's crosses) it runs them all, and the 3D estimate divides such a link's
+bandwidth by the rings on it; :func:`ranks_apart` decides for both, over every replica's
+ranks at once (replicas run in lock step: a fabric link wide enough for one replica's ranks
+but not for every replica's is tight too).
+
 Every function takes plain callables: ``route(src, dst) -> tuple[int, ...]`` and
 ``server_of(device) -> int``.
 """
@@ -29,8 +40,22 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Sequence
+from typing import NamedTuple
 
-__all__ = ["link_loads", "rank_groups", "ring_links", "shared_sends", "tight_links"]
+__all__ = [
+    "Apart",
+    "hop_links",
+    "link_loads",
+    "rank_groups",
+    "ranks_apart",
+    "replica_sends",
+    "ring_links",
+    "route_bandwidth",
+    "shared_bandwidth",
+    "shared_sends",
+    "tight_links",
+    "unit_ring_loads",
+]
 
 Route = Callable[[int, int], tuple[int, ...]]
 ServerOf = Callable[[int], int]
@@ -77,23 +102,141 @@ def shared_sends(
     send runs at its route's rate beside the others (links of its own, or a fabric link wide
     enough for all: a rail-optimised fabric's aggregated spine and core links), or for one
     rank."""
-    if ranks < 2:
-        return ()
-    pairs = tuple((src + r, dst + r) for r in range(ranks))
-    routes = [set(route(a, b)) for a, b in pairs]
-    if _shared_loads(routes) is None:
-        return ()
-    return pairs if tight_links(routes, bandwidth) else ()
+    return replica_sends(((src, dst),), ranks, route, bandwidth)[0]
 
 
-def tight_links(link_sets: Sequence[set[int]], bandwidth: Callable[[int], float]) -> set[int]:
+def replica_sends(
+    pairs: Sequence[tuple[int, int]], ranks: int, route: Route, bandwidth: Callable[[int], float]
+) -> tuple[tuple[tuple[int, int], ...], ...]:
+    """Per pair of ``pairs`` (every replica's ``(src, dst)`` first devices of one pipeline
+    transfer, issued together: the replicas run in lock step) its ranks' sends as
+    :func:`shared_sends` gives them, decided over every pair's ranks at once
+    (:func:`ranks_apart`): a pair's ranks run apart where one of its other ranks' sends crosses
+    a link that cannot carry all the sends crossing it, its own and the other replicas'; ``()``
+    for a pair whose first rank's send stands for all."""
+    if ranks < 2 or not pairs:
+        return tuple(() for _ in pairs)
+    units = [[set(route(a + r, b + r)) for r in range(ranks)] for a, b in pairs]
+    apart = ranks_apart(units, bandwidth).units
+    return tuple(tuple((a + r, b + r) for r in range(ranks)) if on else ()
+                 for (a, b), on in zip(pairs, apart, strict=True))
+
+
+class Apart(NamedTuple):
+    """What :func:`ranks_apart` decides.
+
+    Attributes:
+        units: per unit, whether one of its other ranks' flows (not its first rank's) crosses
+            a shared link: the unit's ranks must run apart, the first rank's flow cannot stand
+            for them.
+        loads: per unit, per shared link its ranks' flows cross, how many of them cross it
+            (empty: each of its ranks' flows has its own rate).
+    """
+
+    units: tuple[bool, ...]
+    loads: tuple[dict[int, int], ...]
+
+
+def ranks_apart(units: Sequence[Sequence[set[int]]], bandwidth: Callable[[int], float]) -> Apart:
+    """Where the ranks of a lock-step flow set must run apart (module docstring).
+
+    Args:
+        units: per unit (a replica's pipeline send, its TP collectives, its ring exchange), per
+            rank (the first is the one the simulator's stream runs), the links of that rank's
+            flow (:func:`hop_links` of a ring, a send's route); all run at once.
+        bandwidth: ``bandwidth(link)`` bytes/s.
+
+    A link is shared where two ranks' flows (of any units) cross it and its bandwidth is below
+    the sum of their own rates (:func:`tight_links`: a NIC that several GPUs' flows leave by,
+    not a fabric link wide enough for all of them, nor a link one ring crosses twice, which the
+    first rank's flows already show).
+    """
+    flows = [links for ranks in units for links in ranks]
+    holders = _shared_loads(flows)
+    if holders is None:
+        return Apart(units=tuple(False for _ in units), loads=tuple({} for _ in units))
+    shared = {link for link, n in holders.items() if n > 1}
+    crossing = [links for links in flows if not shared.isdisjoint(links)]
+    tight = tight_links([links & shared for links in crossing], bandwidth,
+                        rates=[_rate(links, bandwidth) for links in crossing])
+    loads: list[dict[int, int]] = []
+    for ranks in units:
+        own: dict[int, int] = {}
+        for links in ranks:
+            for link in links & tight:
+                own[link] = own.get(link, 0) + 1
+        loads.append(own)
+    return Apart(units=tuple(any(not tight.isdisjoint(links) for links in ranks[1:]) for ranks in units),
+                 loads=tuple(loads))
+
+
+def unit_ring_loads(
+    units: Sequence[Sequence[Sequence[int]]], route: Route, bandwidth: Callable[[int], float],
+    *, every: bool = False,
+) -> tuple[dict[int, int], ...]:
+    """:attr:`Apart.loads` of rings: ``units[i][r]`` rank ``r``'s ring of unit ``i`` (a
+    replica's CP ranks' TP groups, its TP ranks' CP rings), each one flow over its hops' links
+    (:func:`hop_links`), as the simulator's lowering decides
+    (``simulator/tp_lowering.py``, ``TpLowering._ranks_apart``). The 3D estimate divides a
+    ring's links by its unit's loads (:func:`shared_bandwidth`): the max-min share of its
+    unit's rings while all run together; ``every``: by every unit's rings on them (the
+    replicas' rings, in lock step, where nothing else counts them)."""
+    loads = ranks_apart([[hop_links(ring, route) for ring in unit] for unit in units], bandwidth).loads
+    if not every:
+        return loads
+    total: dict[int, int] = {}
+    for own in loads:
+        for link, n in own.items():
+            total[link] = total.get(link, 0) + n
+    return tuple(total if own else {} for own in loads)
+
+
+def hop_links(ring: Sequence[int], route: Route) -> set[int]:
+    """The links of ``ring``'s hops (``ring[0] -> ring[1] -> .. -> ring[0]``, each on its
+    route): what one flow of a ring crosses; empty for one member."""
+    n = len(ring)
+    return set() if n < 2 else {link for i in range(n) for link in route(ring[i], ring[(i + 1) % n])}
+
+
+def shared_bandwidth(loads: dict[int, int], bandwidth: Callable[[int], float]) -> Callable[[int], float]:
+    """``bandwidth`` with each link of ``loads`` (one unit's :attr:`Apart.loads`) divided by the
+    flows on it: each ring's max-min share while all run together, bytes/s."""
+    if not loads:
+        return bandwidth
+
+    def shared(link: int) -> float:
+        return bandwidth(link) / loads.get(link, 1)
+
+    return shared
+
+
+def route_bandwidth(route: Route, bandwidth: Callable[[int], float]) -> Callable[[int, int], float]:
+    """``(src, dst) ->`` the smallest ``bandwidth(link)`` of the route, bytes/s (``inf`` for
+    an empty route), as ``Cluster.route_bandwidth_bytes_per_s`` gives it on the links'
+    bandwidths."""
+
+    def rate(src: int, dst: int) -> float:
+        return min((bandwidth(link) for link in route(src, dst)), default=math.inf)
+
+    return rate
+
+
+def _rate(links: set[int], bandwidth: Callable[[int], float]) -> float:
+    """A flow's own rate: the smallest bandwidth of its links, bytes/s."""
+    return min((bandwidth(link) for link in links), default=math.inf)
+
+
+def tight_links(
+    link_sets: Sequence[set[int]], bandwidth: Callable[[int], float], rates: Sequence[float] | None = None
+) -> set[int]:
     """The links that cannot carry every flow of ``link_sets`` crossing them at once at the
-    flow's own rate (each flow's rate: the smallest ``bandwidth(link)``, bytes/s, of its links;
-    a link is tight where its bandwidth is below the sum of the rates through it: a server's
-    NIC shared by several GPUs' flows, not a fabric link wide enough for all of them)."""
+    flow's own rate (each flow's rate: the smallest ``bandwidth(link)``, bytes/s, of its links,
+    or ``rates``' where given; a link is tight where its bandwidth is below the sum of the
+    rates through it: a server's NIC shared by several GPUs' flows, not a fabric link wide
+    enough for all of them)."""
     demand: dict[int, float] = {}  # per link, the flows' own rates through it, bytes/s
-    for links in link_sets:
-        rate = min((bandwidth(link) for link in links), default=math.inf)
+    for k, links in enumerate(link_sets):
+        rate = _rate(links, bandwidth) if rates is None else rates[k]
         for link in links:
             demand[link] = demand.get(link, 0.0) + rate
     return {link for link, rate in demand.items() if bandwidth(link) < rate * (1.0 - 1e-12)}
