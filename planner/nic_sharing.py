@@ -292,10 +292,10 @@ def drain_sends(
     last backward's gradient send, seconds per byte of one rank's share: the rank's stage
     posts its reduction as that backward ends, when the send leaves too
     (``simulator/dp_collectives.py``), so on a link that ``n`` of the rings and ``s`` of the
-    sends (each replica's, each TP rank's where their routes meet,
-    :func:`~pipesim.profiles.costmodels.dp_rings.shared_sends`) cross, each send gets ``1 / (n +
-    s)`` of it, not ``1 / s``: ``n / bandwidth`` per byte more (the fluid share of the module
-    docstring, while the reduction lasts), the worst such link's; 0 where none meet."""
+    sends (each replica's, each TP rank's where their routes meet, decided over every replica's
+    sends at once: :func:`~pipesim.profiles.costmodels.dp_rings.replica_sends`) cross, each
+    send gets ``1 / (n + s)`` of it, not ``1 / s``: ``n / bandwidth`` per byte more (the fluid
+    share of the module docstring, while the reduction lasts), the worst such link's; 0 where none meet."""
     caps = cluster.links
 
     def bandwidth(link: int) -> float:
@@ -307,9 +307,10 @@ def drain_sends(
             out.append(0.0)
             continue
         sends: dict[int, int] = {}
-        for src_group, dst_group in zip(groups, tp_groups[r - 1], strict=False):
-            src, dst = src_group[0], dst_group[0]
-            for x, y in shared_sends(src, dst, send_ranks, cluster.route, bandwidth) or ((src, dst),):
+        pairs = [(a[0], b[0]) for a, b in zip(groups, tp_groups[r - 1], strict=False)]
+        decided = replica_sends(pairs, send_ranks, cluster.route, bandwidth)
+        for pair, apart in zip(pairs, decided, strict=True):
+            for x, y in apart or (pair,):
                 for link in set(cluster.route(x, y)):
                     sends[link] = sends.get(link, 0) + 1
         out.append(max((grad_rings[r].get(link, 0) / bandwidth(link) for link in sends), default=0.0))
