@@ -37,8 +37,9 @@ bf16 pipeline code is that of PR #1801, merged as 56c522386; ``ZERO_STAGE=0`` be
 * after every micro-batch's backward, ``update_hp_grads`` adds the bf16 gradients into an
   unsharded fp32 buffer (``runtime/pipe/engine.py`` ``_exec_backward_pass``): an 18-byte-per-
   parameter memory pass on every stage, modelled by
-  :func:`~pipesim.profiles.costmodels.deepspeed_bf16.with_hp_grad_accumulation` (the last stage
-  holds the tied output embedding's copy, ``TiedLayerSpec``, and accumulates it too);
+  :func:`~pipesim.profiles.costmodels.grad_accumulation.with_grad_accumulation`
+  (``deepspeed-bf16``; the last stage holds the tied output embedding's copy, ``TiedLayerSpec``,
+  and accumulates it too);
 * the pipeline engine's ``ReduceGrads`` (after the last backward of the flush, not overlapped:
   ``SimOptions.allreduce_overlap = end``) all-reduces that fp32 buffer
   (``_bf16_reduce_grads`` -> ``buffered_allreduce_fallback``), but ``allreduce_bucket`` casts it
@@ -59,10 +60,13 @@ from pipesim.api import simulate
 from pipesim.plan import Plan, Recompute, StagePlan
 from pipesim.profiles.costmodels.collective import AllReduceOverlap
 from pipesim.profiles.costmodels.compute import compute_model
-from pipesim.profiles.costmodels.deepspeed_bf16 import with_hp_grad_accumulation
+from pipesim.profiles.costmodels.grad_accumulation import (
+    GradAccumulation,
+    tied_copy_parameters,
+    with_grad_accumulation,
+)
 from pipesim.profiles.costmodels.sharding import Sharding
 from pipesim.profiles.inputs import resolve_inputs
-from pipesim.profiles.models.profile import DTYPE_BYTES
 from pipesim.simulator import SimOptions, SimulationResult
 
 __all__ = ["iteration_time_s", "records", "simulate_bloom"]
@@ -88,9 +92,8 @@ def simulate_bloom(global_batch: int, microbatch: int) -> SimulationResult:
     profile, cluster = resolve_inputs(_SPEC, "dgx-a100-x2", overrides=_CLUSTER, dtype="bf16")
     bf16 = compute_model(cluster.device_spec(0), "bfloat16")
     # BF16_Optimizer's fp32 grads, the last stage's tied copy of the word embeddings (Layer.tied_to) too
-    elem = DTYPE_BYTES[profile.dtype]
-    tied = {x.name: (x.tied_parameter_bytes or 0) // elem for x in profile.layers if x.tied_to}
-    profile = with_hp_grad_accumulation(profile, bf16, tied_copies=tied)
+    profile = with_grad_accumulation(profile, bf16, GradAccumulation.DEEPSPEED_BF16,
+                                     tied_copies=tied_copy_parameters(profile))
     ranges = []
     first = 0
     for k, blocks in enumerate(_BLOCKS):

@@ -23,7 +23,18 @@ There ``megatron/mpu/layers.py`` ``LinearWithGradAccumulationAndAsyncCommunicati
 launches the column-parallel linears' input-gradient all-reduce (reduce-scatter with sequence
 parallelism) with ``async_op=True`` before the weight-gradient GEMM and waits after it, by default
 (``--no-async-tensor-model-parallel-allreduce`` turns it off): ``tp_dgrad_overlap = True``
-(StagePlan's default).
+(StagePlan's default). Gradient accumulation fused into the weight-gradient GEMM
+(``--gradient-accumulation-fusion``, 83b1e42f30, on by default: ``wgrad_gemm_accum_fp32`` into
+the fp32 ``main_grad``; no separate pass, nothing added:
+``profiles/costmodels/grad_accumulation.py``). ``megatron/arguments.py`` at 877f6a1bd5 keeps the
+fusion only with fp32 gradient accumulation (bf16, or ``--accumulate-allreduce-grads-in-fp32``);
+the paper says "mixed precision" without the flags. With ``--fp16`` alone the fusion is turned off
+and the local DDP's hook adds the fp16 gradients into an fp16 ``main_grad`` every micro-batch
+(contiguous buffers on by default there): 6 bytes per parameter, which would take the
+predictions 1-6% up (1T full recomputation 104.3 to 108.8 s, the present method 76.9 to 81.4 s),
+away from the measurements; not applied. Not modelled: the word embeddings' gradients (not a
+fused linear) still go through that hook, in fp32 (10 bytes per parameter, about 1 ms a
+micro-batch on the first and last 1T stages).
 
 Predictions: the ``gpt:`` zoo model in fp16 on ``dgx-a100-1024`` with ``servers = max(1, n/8)``,
 Megatron-LM's plan built by hand (equal block counts per stage, embedding first, head last;
@@ -63,13 +74,16 @@ _PIPELINE_GAP = (
     "asynchronous input-gradient all-reduces and the optimizer step modelled. The same per-replica "
     "configuration (t 8, p 64, micro-batch 1, 512 micro-batches, full recomputation, 1F1B) is SC'21's "
     "Table 1 1T row (megatron_2021, 2021 code with synchronous TP all-reduces, d 6): measured 163 "
-    "TFLOP/s per GPU there and 177 here (94.42 s), 8.7% faster; pipesim gives 156.5 (-4.0%) and 160.4: "
-    "of the measured 8.7%, pipesim's overlap of the input-gradient all-reduces gives 2.2% (106.6 s "
-    "synchronous against 104.3 s here). Megatron-LM changes between the two papers' "
-    "code not modelled: the weight-gradient GEMM accumulating into the fp32 main gradient "
-    "(--gradient-accumulation-fusion, on by default, commit 83b1e42f30, 2022-02-13; the 2021 code "
-    "accumulated fp16 param.grad with separate adds), the persistent fused layer norm (a2fdcdf061, "
-    "2021-10-08). The 64-stage 1F1B's step is set by the last stage (2 blocks and the 51,200 x 25,600 "
+    "TFLOP/s per GPU there and 177 here (94.42 s), 8.7% faster; pipesim gives 150.2 (-7.9%) and 160.4, "
+    "6.8% faster: of the measured 8.7%, pipesim's overlap of the input-gradient all-reduces gives 2.2% "
+    "(106.6 s synchronous against 104.3 s here) and the gradient accumulation pass 4.2% (the 2021 code "
+    "adds each micro-batch's fp16 param.grad in place, 6 bytes per parameter, about 7 ms a micro-batch "
+    "on a 1T stage: megatron_2021 156.5 to 150.2 TFLOP/s; here the weight-gradient GEMM accumulates "
+    "into the fp32 main gradient, --gradient-accumulation-fusion, commit 83b1e42f30, 2022-02-13, which "
+    "needs fp32 accumulation: with --fp16 alone this code would run an fp16 main_grad hook of the same "
+    "6 bytes, 108.8 s, +15.2%: module docstring). Megatron-LM changes between the two papers' code not "
+    "modelled: the persistent fused layer norm (a2fdcdf061, 2021-10-08). "
+    "The 64-stage 1F1B's step is set by the last stage (2 blocks and the 51,200 x 25,600 "
     "LM head, 8% slower than a 2-block stage in pipesim's kernel model); not traced further"
 )
 

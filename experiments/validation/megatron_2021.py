@@ -35,6 +35,19 @@ the ``nvcr.io/nvidia/pytorch:20.12-py3`` container, ``SRUN.sh``):
   ``--DDP-impl torch`` is PyTorch's ``DistributedDataParallel`` (25 MiB buckets, all-reduced as
   the backward produces them; ``megatron/schedules.py`` runs all micro-batches but the last under
   ``no_sync``): ``allreduce_overlap = bucketed``, ``bucket_bytes = 25 MiB``.
+* Gradient accumulation: neither DDP keeps a separate gradient buffer in these runs. The local
+  DDP's ``main_grad`` hook (``megatron/model/distributed.py`` ``_make_param_hook`` at 6985e58938
+  and aed2f75e20) is registered only with contiguous buffers (``--use-contiguous-buffers-in-ddp``
+  or ``--accumulate-allreduce-grads-in-fp32``, both off by default, not set by ``CONFIG.sh``;
+  ``megatron/arguments.py``), so with either DDP PyTorch's ``AccumulateGrad`` keeps the fp16
+  ``param.grad``: the optimizer's ``zero_grad`` sets it to None (``set_to_none=True``,
+  ``megatron/optimizer/optimizer.py``), the first micro-batch's gradient is taken as is and every
+  later one added in place (``variable_grad += new_grad``), 6 bytes per parameter of each rank's
+  ``1/t`` share: :func:`~pipesim.profiles.costmodels.grad_accumulation.with_grad_accumulation`
+  (``autograd``, ``m - 1`` of ``m`` micro-batches; the last pipeline rank's copy of the tied word
+  embeddings too). The weight-gradient GEMM accumulating in place (``--gradient-accumulation-fusion``)
+  came with 83b1e42f30 (2022-02-13). About 7 ms per micro-batch on a 1T stage (2 x 10^9 parameters
+  per GPU) against about 180 ms of its forward and backward.
 * Tensor-parallel collectives synchronous (``tp_dgrad_overlap = False``): at 6985e58938 (and at
   aed2f75e20, April 2021) ``megatron/mpu/mappings.py`` all-reduces the input gradient with a
   blocking ``torch.distributed.all_reduce`` after the linear's whole backward; the overlap with
@@ -72,6 +85,12 @@ from pipesim.api import simulate
 from pipesim.plan import Plan, Recompute, StagePlan
 from pipesim.planner.megatron import estimate_3d
 from pipesim.profiles.costmodels.collective import AllReduceOverlap
+from pipesim.profiles.costmodels.compute import compute_model
+from pipesim.profiles.costmodels.grad_accumulation import (
+    GradAccumulation,
+    tied_copy_parameters,
+    with_grad_accumulation,
+)
 from pipesim.profiles.costmodels.sharding import Sharding
 from pipesim.profiles.costmodels.zero3_runtime import Zero3Runtime
 from pipesim.profiles.inputs import resolve_inputs
@@ -114,6 +133,10 @@ def achieved_tflops_per_gpu(
     profile, cluster = resolve_inputs(spec, "dgx-a100-1024", overrides={"servers": gpus // 8}, dtype="fp16")
     d = gpus // (t * p)
     m = batch // (d * microbatch)
+    # autograd's in-place fp16 param.grad accumulation, the last pipeline rank's tied copy too
+    tied = tied_copy_parameters(profile) if p > 1 else None
+    profile = with_grad_accumulation(profile, compute_model(cluster.device_spec(0), "float16"),
+                                     GradAccumulation.AUTOGRAD, microbatches=m, tied_copies=tied)
     virtual = p * chunks
     per_stage = layers // virtual
     ranges = []
@@ -276,7 +299,8 @@ def _record(table: str, row: tuple[float, int, int, int, int, int, int, int, int
         predict=partial(achieved_tflops_per_gpu, *config),
         tolerance=_RATE_TOL,
         note=f"gpt:{layers}x{hidden}, {heads} heads, fp16, full recompute, {schedule}, micro-batch {mbs}, "
-        f"d={gpus // (t * p)}, synchronous TP all-reduces, {ddp}, dgx-a100-1024 with servers={gpus // 8}",
+        f"d={gpus // (t * p)}, synchronous TP all-reduces, {ddp}, fp16 param.grad accumulated in place "
+        f"(autograd), dgx-a100-1024 with servers={gpus // 8}",
     )
 
 

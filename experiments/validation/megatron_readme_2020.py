@@ -30,8 +30,10 @@ counts P and model-parallel partitions t (8B on eight A100s: 8.67 / 8 / 1.16 x 1
 the ratio form (kind ``ratio``), the times the absolute one.
 
 Mapping (Megatron-LM at that commit): ``--batch-size`` is "Batch size per model instance" (no
-gradient accumulation then), so one micro-batch of 8 (DGX-2), 16 (DGX-A100) and 2048 / 128 = 16
-(data-parallel table) per model instance; the model-parallel partitions are tensor-parallel
+gradient accumulation then: ``megatron/training.py`` and ``megatron/arguments.py`` have no
+micro-batch loop or option), so one micro-batch of 8 (DGX-2), 16 (DGX-A100) and 2048 / 128 = 16
+(data-parallel table) per model instance, and no gradient accumulation pass
+(``profiles/costmodels/grad_accumulation.py``); the model-parallel partitions are tensor-parallel
 ranks (``--model-parallel-size``, Shoeybi et al. 2019's intra-layer split; no pipeline);
 fp16 with activation checkpointing, as the repository's ``examples/pretrain_gpt2_distributed.sh``
 runs (``--checkpoint-activations --fp16``) and as the teraFLOP/s column's recomputation factor
