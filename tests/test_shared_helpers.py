@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pipesim.errors import InputError, check_count, check_fraction, check_nonneg, check_positive
-from pipesim.plan import resplit, split_samples
+from pipesim.plan import block_stage_ranges, resplit, split_samples
 from pipesim.profiles.inputs import resolve_inputs
 
 
@@ -136,3 +136,20 @@ def test_every_entry_point_refuses_a_model_without_compute() -> None:
         resolve_inputs(idle, "dapple-2x8-v100")
     with pytest.raises(InputError, match="has no compute time"):
         plan(idle, "dapple-2x8-v100", 32)
+
+
+def test_block_stage_ranges_put_embedding_first_and_head_last() -> None:
+    # 1 embedding + 6 blocks + 1 head = 8 layers over stages of 2, 3 and 1 blocks
+    assert block_stage_ranges([2, 3, 1], 8) == [(0, 2), (3, 5), (6, 7)]
+    # blocks no stage names go with the last stage (as Megatron-LM's remainder would not exist)
+    assert block_stage_ranges([2, 2], 8) == [(0, 2), (3, 7)]
+    # no layer before the blocks; one stage takes everything
+    assert block_stage_ranges([3], 5, first_block=0) == [(0, 4)]
+
+
+@pytest.mark.parametrize(("blocks", "layers", "first", "match"), [
+    ([], 8, 1, "blocks"), ([2, 0], 8, 1, "blocks"), ([4, 4], 8, 1, "blocks"), ([1], 8, -1, "first_block"),
+])
+def test_block_stage_ranges_reject(blocks: list[int], layers: int, first: int, match: str) -> None:
+    with pytest.raises(InputError, match=match):
+        block_stage_ranges(blocks, layers, first_block=first)

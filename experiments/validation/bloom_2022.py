@@ -57,7 +57,7 @@ from functools import cache
 
 from experiments.validation.record import Record
 from pipesim.api import simulate
-from pipesim.plan import Plan, Recompute, StagePlan
+from pipesim.plan import Plan, Recompute, StagePlan, block_stage_ranges
 from pipesim.profiles.costmodels.collective import AllReduceOverlap
 from pipesim.profiles.costmodels.compute import compute_model
 from pipesim.profiles.costmodels.grad_accumulation import (
@@ -94,14 +94,7 @@ def simulate_bloom(global_batch: int, microbatch: int) -> SimulationResult:
     # BF16_Optimizer's fp32 grads, the last stage's tied copy of the word embeddings (Layer.tied_to) too
     profile = with_grad_accumulation(profile, bf16, GradAccumulation.DEEPSPEED_BF16,
                                      tied_copies=tied_copy_parameters(profile))
-    ranges = []
-    first = 0
-    for k, blocks in enumerate(_BLOCKS):
-        last = first + blocks + (1 if k == 0 else 0) - 1
-        if k == _PP - 1:
-            last = profile.num_layers - 1
-        ranges.append((first, last))
-        first = last + 1
+    ranges = block_stage_ranges(_BLOCKS, profile.num_layers)
     plan = Plan(
         stages=tuple(
             StagePlan(first_layer=a, last_layer=b, replicas=_DP, tensor_parallel=_TP, sharding=Sharding.ZERO1)

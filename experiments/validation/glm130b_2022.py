@@ -59,7 +59,7 @@ from __future__ import annotations
 from functools import cache
 
 from experiments.validation.record import Record
-from pipesim.plan import Plan, Recompute, StagePlan
+from pipesim.plan import Plan, Recompute, StagePlan, block_stage_ranges
 from pipesim.planner.megatron import estimate_3d
 from pipesim.profiles.costmodels.compute import compute_model
 from pipesim.profiles.costmodels.grad_accumulation import (
@@ -93,14 +93,7 @@ def iteration_time_s() -> float:
     profile = with_grad_accumulation(profile, compute_model(cluster.device_spec(0), "float16"),
                                      GradAccumulation.AUTOGRAD, microbatches=m,
                                      tied_copies=tied_copy_parameters(profile))
-    ranges = []
-    first = 0
-    for k, blocks in enumerate(_BLOCKS):
-        last = first + blocks + (1 if k == 0 else 0) - 1
-        if k == _P - 1:
-            last = profile.num_layers - 1
-        ranges.append((first, last))
-        first = last + 1
+    ranges = block_stage_ranges(_BLOCKS, profile.num_layers)
     plan = Plan(
         stages=tuple(
             StagePlan(first_layer=a, last_layer=b, replicas=_D, tensor_parallel=_T, sharding=Sharding.ZERO1,

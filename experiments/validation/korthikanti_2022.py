@@ -52,7 +52,7 @@ from functools import cache, partial
 
 from experiments.validation.record import Record
 from pipesim.api import simulate
-from pipesim.plan import Plan, StagePlan
+from pipesim.plan import Plan, StagePlan, block_stage_ranges
 from pipesim.planner.megatron import estimate_3d
 from pipesim.profiles.inputs import resolve_inputs
 from pipesim.simulator import SimOptions
@@ -100,11 +100,7 @@ _CONFIGS: dict[str, tuple[int, int, int, int, int, int, int, int, int]] = {
 
 def _plan(layers: int, num_layers: int, t: int, p: int, d: int, batch: int, m: int, chunks: int,
           sp: bool, recompute: str) -> Plan:
-    per = layers // (p * chunks)
-    ranges = []
-    for k in range(p * chunks):
-        first, last = 1 + k * per, (k + 1) * per
-        ranges.append((0 if k == 0 else first, num_layers - 1 if k == p * chunks - 1 else last))
+    ranges = block_stage_ranges([layers // (p * chunks)] * (p * chunks), num_layers)
     return Plan(
         stages=tuple(
             StagePlan(first_layer=a, last_layer=b, replicas=d, tensor_parallel=t, sequence_parallel=sp)

@@ -82,7 +82,7 @@ from functools import cache, partial
 
 from experiments.validation.record import Record
 from pipesim.api import simulate
-from pipesim.plan import Plan, Recompute, StagePlan
+from pipesim.plan import Plan, Recompute, StagePlan, block_stage_ranges
 from pipesim.planner.megatron import estimate_3d
 from pipesim.profiles.costmodels.collective import AllReduceOverlap
 from pipesim.profiles.costmodels.compute import compute_model
@@ -138,11 +138,7 @@ def achieved_tflops_per_gpu(
     profile = with_grad_accumulation(profile, compute_model(cluster.device_spec(0), "float16"),
                                      GradAccumulation.AUTOGRAD, microbatches=m, tied_copies=tied)
     virtual = p * chunks
-    per_stage = layers // virtual
-    ranges = []
-    for k in range(virtual):
-        first, last = 1 + k * per_stage, (k + 1) * per_stage
-        ranges.append((0 if k == 0 else first, profile.num_layers - 1 if k == virtual - 1 else last))
+    ranges = block_stage_ranges([layers // virtual] * virtual, profile.num_layers)
     plan = Plan(
         stages=tuple(
             StagePlan(first_layer=a, last_layer=b, replicas=d, tensor_parallel=t, tp_dgrad_overlap=False)

@@ -93,7 +93,7 @@ from functools import cache, partial
 
 from experiments.validation.record import Record
 from pipesim.api import simulate
-from pipesim.plan import Plan, Recompute, StagePlan
+from pipesim.plan import Plan, Recompute, StagePlan, block_stage_ranges
 from pipesim.planner.megatron import estimate_3d
 from pipesim.profiles.costmodels.collective import AllReduceOverlap
 from pipesim.profiles.costmodels.sharding import Sharding
@@ -219,11 +219,7 @@ def model_flop(hidden: int, layers: int, batch: int) -> float:
 
 def _plan(num_layers: int, layers: int, t: int, p: int, d: int, batch: int) -> Plan:
     v = layers // p if p > 1 else 1
-    per = layers // (p * v)
-    ranges = []
-    for k in range(p * v):
-        first, last = 1 + k * per, (k + 1) * per
-        ranges.append((0 if k == 0 else first, num_layers - 1 if k == p * v - 1 else last))
+    ranges = block_stage_ranges([layers // (p * v)] * (p * v), num_layers)
     sp = t > 1
     return Plan(
         stages=tuple(

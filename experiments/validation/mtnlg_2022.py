@@ -58,7 +58,7 @@ from __future__ import annotations
 from functools import cache, partial
 
 from experiments.validation.record import Record
-from pipesim.plan import Plan, Recompute, StagePlan
+from pipesim.plan import Plan, Recompute, StagePlan, block_stage_ranges
 from pipesim.planner.megatron import estimate_3d
 from pipesim.profiles.costmodels.compute import compute_model
 from pipesim.profiles.costmodels.grad_accumulation import (
@@ -94,11 +94,7 @@ def iteration_time_s(servers: int) -> float:
     profile = with_grad_accumulation(profile, compute_model(cluster.device_spec(0), "bfloat16"),
                                      GradAccumulation.AUTOGRAD, microbatches=m,
                                      tied_copies=tied_copy_parameters(profile))
-    per_stage = _LAYERS // _P
-    ranges = []
-    for k in range(_P):
-        first, last = 1 + k * per_stage, (k + 1) * per_stage
-        ranges.append((0 if k == 0 else first, profile.num_layers - 1 if k == _P - 1 else last))
+    ranges = block_stage_ranges([_LAYERS // _P] * _P, profile.num_layers)
     plan = Plan(
         stages=tuple(
             StagePlan(first_layer=a, last_layer=b, replicas=d, tensor_parallel=_T, tp_dgrad_overlap=False)

@@ -13,7 +13,7 @@ from typing import Any
 
 from pipesim.errors import Infeasible, check_count, check_nonneg, check_positive, invalid
 from pipesim.limits import MAX_COUNT, MAX_GLOBAL_BATCH
-from pipesim.plan.splits import balanced_split, resplit, split_samples, stage_ranges
+from pipesim.plan.splits import balanced_split, block_stage_ranges, resplit, split_samples, stage_ranges
 from pipesim.profiles.costmodels.collective import AllReduceAlgorithm
 from pipesim.profiles.costmodels.memory import OPTIMIZERS, Optimizer, Recompute
 from pipesim.profiles.costmodels.sharding import SHARDINGS, GradCollective, Sharding, parse_grad_reduce_dtype
@@ -35,6 +35,7 @@ __all__ = [
     "Sharding",
     "StagePlan",
     "balanced_split",
+    "block_stage_ranges",
     "resplit",
     "split_samples",
     "stage_ranges",

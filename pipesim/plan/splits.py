@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from pipesim.errors import Infeasible, InputError, invalid
 
-__all__ = ["balanced_split", "resplit", "split_samples", "stage_ranges"]
+__all__ = ["balanced_split", "block_stage_ranges", "resplit", "split_samples", "stage_ranges"]
 
 
 def split_samples(samples: int, parts: int) -> tuple[tuple[int, int], ...]:
@@ -87,6 +87,41 @@ def stage_ranges(split: Sequence[int], num_layers: int) -> list[tuple[int, int]]
     for n in split:
         ranges.append((start, start + n - 1))
         start += n
+    return ranges
+
+
+def block_stage_ranges(
+    blocks: Sequence[int], num_layers: int, *, first_block: int = 1
+) -> list[tuple[int, int]]:
+    """Inclusive layer ranges of stages holding ``blocks[k]`` consecutive blocks each, as
+    Megatron-LM splits a transformer: the layers before the first block (``first_block`` of
+    them: the embedding) go with the first stage, the layers after the last stage's blocks (the
+    final norm and head, and any blocks no stage names) with the last.
+
+    Args:
+        blocks: blocks per stage (per virtual stage for interleaved schedules), each >= 1.
+        num_layers: the profile's layer count.
+        first_block: index of the first block layer (layers ``0 .. first_block - 1`` precede
+            the blocks), >= 0.
+
+    Raises:
+        InputError: no stage, a count < 1, ``first_block < 0``, or more blocks than the layers
+            after ``first_block`` hold.
+    """
+    if not blocks or any(n < 1 for n in blocks):
+        raise invalid("blocks", list(blocks), "needs at least one stage, each with at least one block")
+    if first_block < 0:
+        raise invalid("first_block", first_block, "must be >= 0")
+    if first_block + sum(blocks) > num_layers:
+        raise invalid("blocks", list(blocks), f"add up to more than the {num_layers - first_block} layers "
+                      f"after layer {first_block}")
+    ranges = []
+    start = first_block
+    for n in blocks:
+        ranges.append((start, start + n - 1))
+        start += n
+    ranges[0] = (0, ranges[0][1])
+    ranges[-1] = (ranges[-1][0], num_layers - 1)
     return ranges
 
 
