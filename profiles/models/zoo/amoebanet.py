@@ -221,12 +221,4 @@ def cell_network_profile(name: str, layers: list[Layer], rl: Roofline, batch: in
     head only the last cell; ``what`` opens the description."""
     n = len(layers)
     edges = {(i - 1, i) for i in range(1, n)} | {(i - 2, i) for i in range(2, n - 1)}
-    return ModelProfile(
-        name=name,
-        layers=tuple(layers),
-        profile_batch_size=batch,
-        reference_device=rl.device,
-        dtype=rl.dtype,
-        edges=tuple(sorted(edges)),
-        description=f"{what}, analytic kernel model on {rl.device} in {rl.precision}",
-    )
+    return rl.profile(name, layers, batch, what, edges=edges)

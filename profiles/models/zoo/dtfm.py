@@ -174,14 +174,5 @@ def dtfm_gpt(rl: Roofline, batch: int, *, layers: int, hidden: int, heads: int, 
         kind=LayerKind.HEAD, hidden=h, heads=heads, seq=seq, ffn=4 * h, vocab=vocab,
         replicated_params=params, replicated_fwd_fraction=1.0, replicated_bwd_fraction=1.0,
     )))
-    return ModelProfile(
-        name=name,
-        layers=tuple(built_layers),
-        profile_batch_size=batch,
-        reference_device=rl.device,
-        dtype=rl.dtype,
-        seq_len=seq,
-        description=(f"DT-FM GPT (PyTorch 1.9, op by op), analytic kernel model on {rl.device} in "
-                     f"{rl.precision}"),
-    )
+    return rl.profile(name, built_layers, batch, "DT-FM GPT (PyTorch 1.9, op by op)", seq_len=seq)
 

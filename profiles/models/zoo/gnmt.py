@@ -164,16 +164,5 @@ def gnmt16(rl: Roofline, batch: int, *, seq: int = GNMT16_SEQ, vocab: int = _VOC
     edges += [(8, 10), (9, 10)]
     edges += [(i, i + 1) for i in range(10, 18)]
     edges += [(10, j) for j in range(12, 18)]  # the attention context feeds every decoder layer
-    return ModelProfile(
-        name="gnmt16",
-        layers=tuple(layers),
-        profile_batch_size=batch,
-        reference_device=rl.device,
-        dtype=rl.dtype,
-        edges=tuple(sorted(edges)),
-        seq_len=seq,
-        description=(
-            f"GNMT-16 (8+8 LSTM layers, hidden 1024), seq {seq}, analytic kernel model on {rl.device} "
-            f"in {rl.precision}"
-        ),
-    )
+    return rl.profile("gnmt16", layers, batch, f"GNMT-16 (8+8 LSTM layers, hidden 1024), seq {seq}",
+                      seq_len=seq, edges=edges)

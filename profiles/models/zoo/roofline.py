@@ -66,7 +66,7 @@ from pipesim.profiles.costmodels.compute import (
     compute_model,
 )
 from pipesim.profiles.hardware.catalog import get_device
-from pipesim.profiles.models.profile import DTYPE_BYTES, Layer
+from pipesim.profiles.models.profile import DTYPE_BYTES, Layer, ModelProfile
 from pipesim.profiles.models.zoo.tf1_ops import OpSequence
 
 __all__ = [
@@ -161,6 +161,28 @@ class Roofline:
         (:data:`~pipesim.profiles.costmodels.compute.CONV_TILES_FP32`) on CUDA cores, the GEMM
         tiles otherwise (tensor-core kernels, whose tile set the model does not separate)."""
         return CONV_TILES_FP32 if self.model.precision == "float32" else TILES
+
+    def profile(
+        self, name: str, layers: list[Layer], batch: int, what: str, *, seq_len: int | None = None,
+        edges: list[tuple[int, int]] | set[tuple[int, int]] | None = None,
+    ) -> ModelProfile:
+        """The zoo profile of ``layers`` costed in this context at ``batch`` samples: ``what``
+        opens its description, ``seq_len`` tokens per sample for sequence models, ``edges`` the
+        layer DAG (sorted; ``None``: a chain).
+
+        Raises:
+            InputError: what :class:`~pipesim.profiles.models.profile.ModelProfile` refuses.
+        """
+        return ModelProfile(
+            name=name,
+            layers=tuple(layers),
+            profile_batch_size=batch,
+            reference_device=self.device,
+            dtype=self.dtype,
+            edges=None if edges is None else tuple(sorted(edges)),
+            seq_len=seq_len,
+            description=f"{what}, analytic kernel model on {self.device} in {self.precision}",
+        )
 
     def memory_kernel_s(self, flop: float, bytes_moved: float) -> float:
         """Time of an element-wise kernel: the slower of its arithmetic (at the large-GEMM rate)

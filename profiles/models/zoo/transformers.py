@@ -299,18 +299,6 @@ def _lm_head(lc: LayerCost, *, tokens: int, hidden: int, vocab: int, fp32_loss: 
         lc.save(tokens * vocab)  # the probabilities
 
 
-def _profile(name: str, layers: list[Layer], rl: Roofline, batch: int, seq: int, text: str) -> ModelProfile:
-    return ModelProfile(
-        name=name,
-        layers=tuple(layers),
-        profile_batch_size=batch,
-        reference_device=rl.device,
-        dtype=rl.dtype,
-        seq_len=seq,
-        description=f"{text}, analytic kernel model on {rl.device} in {rl.precision}",
-    )
-
-
 def bert48(rl: Roofline, batch: int, *, tf1: bool = False) -> ModelProfile:
     """BERT-48: BERT-large (hidden 1024, 16 heads, FFN 4096) deepened to 48 encoder layers.
 
@@ -357,7 +345,8 @@ def bert48(rl: Roofline, batch: int, *, tf1: bool = False) -> ModelProfile:
     head.params += _BERT_VOCAB  # decoder bias (the weight is tied to the word embeddings)
     built = head.build(output_elements=t)
     layers.append(with_shape(built, head_shape(built, rl, dims, batch=batch, split_params=_BERT_VOCAB)))
-    return _profile("bert48", layers, rl, batch, seq, f"BERT-48 (BERT-large shape, 48 layers), seq {seq}")
+    return rl.profile("bert48", layers, batch, f"BERT-48 (BERT-large shape, 48 layers), seq {seq}",
+                      seq_len=seq)
 
 
 def xlnet36(rl: Roofline, batch: int, *, tf1: bool = False) -> ModelProfile:
@@ -402,7 +391,8 @@ def xlnet36(rl: Roofline, batch: int, *, tf1: bool = False) -> ModelProfile:
     head.params += _XLNET_VOCAB
     built = head.build(output_elements=t)
     layers.append(with_shape(built, head_shape(built, rl, dims, batch=batch, split_params=_XLNET_VOCAB)))
-    return _profile("xlnet36", layers, rl, batch, seq, f"XLNet-36 (XLNet-large shape, 36 layers), seq {seq}")
+    return rl.profile("xlnet36", layers, batch, f"XLNet-36 (XLNet-large shape, 36 layers), seq {seq}",
+                      seq_len=seq)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -574,4 +564,4 @@ def gpt(rl: Roofline, batch: int, spec: GptSpec) -> ModelProfile:
     split = matrix if spec.untie else 0
     shape = head_shape(built, rl, dims, batch=batch, split_params=split, fp32_loss=True)
     layers.append(with_shape(built, shape))
-    return _profile(spec.text(), layers, rl, batch, spec.seq, "GPT decoder")
+    return rl.profile(spec.text(), layers, batch, "GPT decoder", seq_len=spec.seq)

@@ -90,14 +90,7 @@ def vgg19(rl: Roofline, batch: int) -> ModelProfile:
             _loss(lc, batch, NUM_CLASSES)
         layers.append(lc.build(output_elements=batch * fan_out))
         fan_in = fan_out
-    return ModelProfile(
-        name="vgg19",
-        layers=tuple(layers),
-        profile_batch_size=batch,
-        reference_device=rl.device,
-        dtype=rl.dtype,
-        description=f"VGG-19, ImageNet 224x224, analytic kernel model on {rl.device} in {rl.precision}",
-    )
+    return rl.profile("vgg19", layers, batch, "VGG-19, ImageNet 224x224")
 
 
 def _conv_bn(lc: LayerCost, batch: int, cin: int, cout: int, k: int, stride: int, h: int,
@@ -157,13 +150,4 @@ def resnet50(rl: Roofline, batch: int) -> ModelProfile:
     head.save(batch * c)
     _loss(head, batch, NUM_CLASSES)
     layers.append(head.build(output_elements=batch * NUM_CLASSES))
-    return ModelProfile(
-        name="resnet50",
-        layers=tuple(layers),
-        profile_batch_size=batch,
-        reference_device=rl.device,
-        dtype=rl.dtype,
-        description=(
-            f"ResNet-50 v1.5, ImageNet 224x224, analytic kernel model on {rl.device} in {rl.precision}"
-        ),
-    )
+    return rl.profile("resnet50", layers, batch, "ResNet-50 v1.5, ImageNet 224x224")
