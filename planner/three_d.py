@@ -86,7 +86,7 @@ from pipesim.planner.nic_sharing import (
 )
 from pipesim.planner.param_gather import overlapped_gather_s
 from pipesim.planner.schedule_time import order_time_s
-from pipesim.planner.three_d_costs import ThreeDCosts
+from pipesim.planner.three_d_costs import ThreeDCosts, chunk_ranges
 from pipesim.planner.three_d_memory import rank_memory
 from pipesim.planner.three_d_tail import GradCollectives, cooldown_ends_s
 from pipesim.planner.three_d_times import boundary_sends, stage_layout, stage_op_times
@@ -173,22 +173,6 @@ def is_3d(plan: Plan) -> bool:
     """Whether ``plan`` uses tensor or context parallelism or sharding (so :func:`estimate_3d`
     estimates it)."""
     return any(s.replica_width > 1 or s.sharding is not Sharding.NONE for s in plan.stages)
-
-
-def chunk_ranges(model: ThreeDCosts, p: int, v: int) -> list[tuple[int, int]]:
-    """Layer ranges of the ``p v`` virtual stages: equal block counts, the embedding (and any
-    layers before the blocks) with the first, the head with the last."""
-    n = model.num_blocks // (p * v)
-    out = []
-    for k in range(p * v):
-        first = model.first_block + k * n
-        last = first + n - 1
-        if k == 0:
-            first = 0
-        if k == p * v - 1:
-            last = model.profile.num_layers - 1
-        out.append((first, last))
-    return out
 
 
 def estimate_3d(
@@ -533,7 +517,7 @@ def prepare_config(
             copies=list(zip(chunk_at, chunk_copy, strict=True))) if units else []
         zs = zero_stages(model, unit_list, f_stage, i_stage, w_stage, chunks, stages_of, dp_curves,
                          placed.dp_group, leads, meet, t=t, width=d * t * c, sh=sh, grad=g,
-                         allreduce=allreduce, split=split,
+                         allreduce=allreduce, split=split, looped=v > 1,
                          copies=chunk_copy, full=schedule in FULL_AND_SPLIT)  # ZeRO-2/3's collectives
         fwd, inp, wgrad, held = zs.fwd_s, zs.input_s, zs.wgrad_s, zs.held_bytes
         stream = units and sh is Sharding.ZERO2  # its reduce stream may pace the end (zero2_reduce_s)

@@ -49,7 +49,7 @@ from pipesim.profiles.hardware.cluster import Cluster
 from pipesim.profiles.models.profile import DTYPE_BYTES, ModelProfile
 from pipesim.profiles.models.shape import LayerKind
 
-__all__ = ["ThreeDCosts", "dp_groups"]
+__all__ = ["ThreeDCosts", "chunk_ranges", "dp_groups"]
 
 
 class ThreeDCosts:
@@ -500,3 +500,18 @@ def dp_groups(
     shifts = [f - firsts[0] for f in firsts] if firsts else [r * width for r in range(p)]
     return [tuple(x + s for x in dp_group) for s in shifts]
 
+
+def chunk_ranges(model: ThreeDCosts, p: int, v: int) -> list[tuple[int, int]]:
+    """Layer ranges of the ``p v`` virtual stages: equal block counts, the embedding (and any
+    layers before the blocks) with the first, the head with the last."""
+    n = model.num_blocks // (p * v)
+    out = []
+    for k in range(p * v):
+        first = model.first_block + k * n
+        last = first + n - 1
+        if k == 0:
+            first = 0
+        if k == p * v - 1:
+            last = model.profile.num_layers - 1
+        out.append((first, last))
+    return out

@@ -8,15 +8,21 @@ carries them, :mod:`pipesim.planner.nic_sharing`).
 ZeRO-2 charges each rank its last backward's reduce-scatter tail and, after the update, the
 all-gather, its reduce stream pacing the end where it runs late
 (:func:`~pipesim.planner.zero_ops.zero2_reduce_s`); ZeRO-3 its gathers inside the stages'
-forwards and backwards (:func:`~pipesim.profiles.costmodels.sharding.zero3_op_times_s`), its
-first forward's and last backward's exposed parts after the rank's last action (``t_dp`` of
-:mod:`pipesim.planner.three_d`), the backwards stretched where the reduce-scatters outlast
-them; with ``Plan.zero3_runtime = deepspeed-2021`` also the runtime's issue time, re-gathers
-and on-demand gathers (:mod:`~pipesim.profiles.costmodels.zero3_runtime`). ZeRO-3's ops are
-costed on the rank's links alone (the pipeline's fill and drain run them so); what the links
-carry bounds the iteration from below (:meth:`ZeroStages.link_bound_s`: each rank's transfers of
-every micro-batch, and on a link that several ranks' rings or a straddling TP ring cross, all
-of theirs) and, for ZeRO-3, each steady cycle (:meth:`ZeroStages.steady_extra_s`).
+forwards and backwards (:func:`~pipesim.profiles.costmodels.sharding.zero3_times_s`, the
+1F1B steady cycle), its first forward's and last backward's exposed parts after the rank's last
+action (``t_dp`` of :mod:`pipesim.planner.three_d`); with ``Plan.zero3_runtime =
+deepspeed-2021`` also the runtime's issue time, re-gathers and on-demand gathers
+(:mod:`~pipesim.profiles.costmodels.zero3_runtime`). Where a rank's links are its own and the
+gating, not the links, paces its cycle (they sit idle in it: DGX's NIC per GPU), the
+reduce-scatters a backward leaves queued delay the next op's gathers (the spill): charged to
+that backward (``W`` where split), the last one's to its tail, the first cycle's as it settles.
+Otherwise (links that carry other ranks' rings or TP rings, links busy throughout, several
+chunks per rank) ZeRO-3's ops are costed as the pipeline's fill and drain run them (the
+forward after a backward with its first gather slowed, the backwards stretched where the
+reduce-scatters outlast them); what the links carry bounds the iteration from below
+(:meth:`ZeroStages.link_bound_s`: each rank's transfers of every micro-batch, and on a link that
+several ranks' rings or a straddling TP ring cross, all of theirs) and, for ZeRO-3, each steady
+cycle (:meth:`ZeroStages.steady_extra_s`).
 """
 
 from __future__ import annotations
@@ -200,6 +206,7 @@ def zero_stages(
     dp_curves: AllReduceCurves | None, dp_group: tuple[int, ...], leads: tuple[int, ...],
     meet: Sequence[tuple[int, ...]], *, t: int, width: int, sh: Sharding,
     grad: float, allreduce: str, split: bool, copies: Sequence[float] = (), full: bool = False,
+    looped: bool = False,
 ) -> ZeroStages:
     """The stages' ``F``, ``I`` and ``W`` (``f_stage``, ``i_stage``, ``w_stage``, seconds) with
     the per-unit collectives of ``units`` (:func:`zero_units`; none: unchanged) and what else
@@ -209,9 +216,8 @@ def zero_stages(
     (:meth:`~pipesim.planner.three_d_costs.ThreeDCosts.dp_sharers`), ``width`` the devices of a
     pipeline rank (``d t c``), ``grad`` gradient bytes per parameter byte, ``copies`` per stage
     its tied copy's bytes on one device (none: no copies; its per-unit collectives carry them).
-    ZeRO-3's ops are costed on the rank's links alone, as the pipeline's fill and drain run
-    them, and a rank's reduce-scatters, when they take longer than its backwards, stretch each
-    backward alike; what the links carry per micro-batch (:attr:`ZeroStages.link_s`, with the
+    ZeRO-3's ops as the module docstring says (the spill charged where the gating paces a
+    rank's own links); what the links carry per micro-batch (:attr:`ZeroStages.link_s`, with the
     links that several ranks' rings cross, :attr:`ZeroStages.loads`) bounds the iteration
     (:meth:`ZeroStages.link_bound_s`). ``full``: the order runs full ``B`` passes beside split ones
     (DualPipe(V)): a ``B`` gathers and reduce-scatters its units as outside zero-bubble orders
@@ -228,28 +234,46 @@ def zero_stages(
     tails = [0.0] * p  # ZeRO-2/3: each rank's last backward's reduce tail
     stage_tails, stage_scatters = [0.0] * len(chunks), [0.0] * len(chunks)
     full_extra = [0.0] * len(chunks)  # full-B orders: what a B's collectives add beyond the I's
+    uncharged = [False] * p  # ZeRO-3: per rank whether its ops leave the reduce-scatters' spill out
     for r, k, unit, f_plain, b_plain, w_plain in units:
         ops = _unit_ops(model, unit, dp_curves, split, w_plain)  # type: ignore[arg-type]
         if split and full and sh is Sharding.ZERO3:  # (ZeRO-2's reduce stream is the order's)
             whole = _unit_ops(model, unit, dp_curves, False, w_plain)  # type: ignore[arg-type]
             x = unit.times
-            full_extra[k] = whole.bwd_s - (x.bwd_tp_s + x.bwd_comm_s + unit.replay) - (ops.bwd_s - b_plain)
+            i_op = ops.quiet_bwd_s - b_plain  # (several chunks per rank: no spill charged)
+            full_extra[k] = whole.bwd_s - (x.bwd_tp_s + x.bwd_comm_s + unit.replay) - i_op
             held[r] = max(held[r], whole.held_bytes)
         if loads:
             u = unit
             wire = [model.wire_s(u.first, u.last, u.mbs, u.t, u.sp, u.c, u.ring, x) for x in "FB"]
             tp_wire[r] += wire[0] * (1 + u.full) + wire[1]  # (full recomputation replays the forward)
         link[r] += ops.link_s
-        fwd[k] += ops.fwd_s - f_plain
-        inp[k] += ops.bwd_s - b_plain
+        # what the reduce-scatters a B (W) leaves queued delay the op after it (ZeroOps.spill_s,
+        # as far as the links sit idle in the cycle: the rest is their pace, link_bound_s):
+        # charged to that B (W) where the rank's links are its own and the gating paces its
+        # cycle; not with several chunks per rank (one chunk's ops timed in turn), nor where the
+        # links carry other ranks' rings or TP rings (steady_extra_s, nic_sharing) or no idle time
+        charged = not looped and ops.idle_s > 0.0 and not any(r in x[0] for x in loads)
+        uncharged[r] = not charged
+        spill = min(ops.spill_s, ops.idle_s) if charged else 0.0
+        after = 0.0 if charged else ops.lead_s  # the forward after a B, beyond one after a F
+        fwd[k] += ops.fwd_s - f_plain + after
+        inp[k] += (ops.bwd_s if charged else ops.quiet_bwd_s) - b_plain + (0.0 if split else spill)
+        wgrad[k] += spill if split else 0.0
         held[r] = max(held[r], ops.held_bytes)
         if k == r:  # the rank's first stage: its last backward
-            tails[r] = ops.last_tail_s
+            tails[r] = ops.last_tail_s - spill
         if k == 0:
-            head = ops.first_extra_s
+            head += ops.first_extra_s - after
+        elif k == r and not split:  # a later rank's last B in the drain has no op after it to
+            head -= spill  # delay (rank 0's: its tail)
+        if k == p - 1 and charged:  # the last rank's first B follows its first forward at once
+            head += ops.settle_s
         stage_tails[k], stage_scatters[k] = ops.last_tail_s, ops.scatter_s
     if units and dp_curves is not None and sh is Sharding.ZERO3:  # the stream slows the gathers
         for r in range(p):
+            if not uncharged[r]:  # (the spill charged: the cycle ran the stream)
+                continue
             scatter = sum(half_time_s(dp_curves, (model.params(*chunks[k], t) + _held(copies, k)) * grad,
                                       allreduce) for k in stages_of[r])
             busy = sum(inp[k] + wgrad[k] for k in stages_of[r])

@@ -17,7 +17,7 @@ from typing import Protocol
 from pipesim.errors import invalid
 from pipesim.planner.nic_sharing import dp_left_s, fair_share, shared_op_s, zero_transfers
 from pipesim.profiles.costmodels.collective import AllReduceCurves
-from pipesim.profiles.costmodels.sharding import Sharding, half_time_s, reduce_tail_s, zero3_op_times_s
+from pipesim.profiles.costmodels.sharding import Sharding, half_time_s, reduce_tail_s, zero3_times_s
 from pipesim.profiles.costmodels.tensor_parallel import TpStageTimes
 from pipesim.profiles.costmodels.zero3_runtime import (
     SCATTER_OPS_PER_MEMBER,
@@ -104,7 +104,11 @@ class ZeroOps:
     the bytes its gathered units and gradients hold, and its units' reduce-scatters per
     micro-batch, seconds alone; ``link_s``: every data-parallel transfer of one micro-batch's
     forward and backward (ZeRO-3's gathers, on-demand ones too, and the reduce-scatters),
-    seconds alone on the curves the ops were costed on (what the link carries per micro-batch)."""
+    seconds alone on the curves the ops were costed on (what the link carries per micro-batch).
+    ZeRO-3: ``spill_s``, ``settle_s``, ``idle_s``, ``lead_s`` and ``quiet_bwd_s`` as
+    :class:`~pipesim.profiles.costmodels.sharding.Zero3Times`' (``fwd_s`` the forward after a
+    forward, ``bwd_s`` without the spill; :func:`~pipesim.planner.three_d_zero.zero_stages`
+    charges the spill); ``quiet_bwd_s`` is ``bwd_s`` otherwise."""
 
     fwd_s: float
     bwd_s: float
@@ -113,6 +117,11 @@ class ZeroOps:
     held_bytes: float
     scatter_s: float = 0.0
     link_s: float = 0.0
+    spill_s: float = 0.0
+    settle_s: float = 0.0
+    idle_s: float = 0.0
+    lead_s: float = 0.0
+    quiet_bwd_s: float = 0.0
 
 
 def zero_unit_ops(model: UnitCosts, op: ZeroOp, dp_curves: AllReduceCurves) -> ZeroOps:
@@ -160,7 +169,7 @@ def zero_unit_ops(model: UnitCosts, op: ZeroOp, dp_curves: AllReduceCurves) -> Z
                     for j, x in enumerate((u.forward, u.forward_on_demand, u.backward, u.backward_on_demand))]
                    for u in ug]
         fwd_gathers, bwd_gathers = [x[0] for x in times_s], [x[2] for x in times_s]
-        f_op, b_op, first_extra, last_tail = zero3_op_times_s(
+        f_op, b_op, first_extra, last_tail, spill, settle, idle, lead, _ = zero3_times_s(
             fwd_units, bwd_units, fwd_gathers, scatters, bwd_gather_s=bwd_gathers,
             fwd_on_demand_s=[x[1] for x in times_s], bwd_on_demand_s=[x[3] for x in times_s],
         )
@@ -186,7 +195,8 @@ def zero_unit_ops(model: UnitCosts, op: ZeroOp, dp_curves: AllReduceCurves) -> Z
         held = (min(len(sizes), 2) + op.grad) * max(sizes)
         link = sum(map(sum, times_s)) + sum(scatters)
     else:
-        first_extra = 0.0
+        first_extra = spill = settle = lead = 0.0
+        idle = 0.0
         last_tail = reduce_tail_s(bwd_units[::-1], scatters[::-1])
         if op.shared:  # every backward's reduce-scatters share the TP ring's link (nic_sharing)
             bwd_dp = zero_transfers(bwd_compute, None, scatters, True)
@@ -194,7 +204,8 @@ def zero_unit_ops(model: UnitCosts, op: ZeroOp, dp_curves: AllReduceCurves) -> Z
         held = max(sizes) * op.grad
         link = sum(scatters)
     return ZeroOps(fwd_s=f_op, bwd_s=b_op, first_extra_s=first_extra, last_tail_s=last_tail, held_bytes=held,
-                   scatter_s=sum(scatters), link_s=link)
+                   scatter_s=sum(scatters), link_s=link, spill_s=spill, settle_s=settle,
+                   idle_s=idle, lead_s=lead, quiet_bwd_s=b_op)
 
 
 def zero_split_ops(model: UnitCosts, op: ZeroOp, dp_curves: AllReduceCurves, wgrad_s: float) -> ZeroOps:
@@ -224,18 +235,21 @@ def zero_split_ops(model: UnitCosts, op: ZeroOp, dp_curves: AllReduceCurves, wgr
     last_tail = reduce_tail_s(wgrad_units[::-1], scatters[::-1])  # W runs the units in reverse
     if op.sharding is not Sharding.ZERO3:
         return ZeroOps(fwd_s=f_op, bwd_s=i_op, first_extra_s=0.0, last_tail_s=last_tail,
-                       held_bytes=max(sizes) * op.grad, scatter_s=sum(scatters), link_s=sum(scatters))
+                       held_bytes=max(sizes) * op.grad, scatter_s=sum(scatters), link_s=sum(scatters),
+                       quiet_bwd_s=i_op)
     fwd_units = [(f_op - times.fwd_comm_s) * x for x in fshare]
     fwd_units[-1] += times.fwd_comm_s
     split = times.bwd_split_comm_s
     inp_units = [replay * f + (i_op - replay - split) * b for f, b in zip(fshare, bshare, strict=True)]
     inp_units[0] += split  # the I's TP block, in its last unit (unit 0)
     gathers = [half_time_s(dp_curves, x, allreduce) for x in sizes]
-    fwd, inp, first_extra, _ = zero3_op_times_s(fwd_units, inp_units, gathers, [0.0] * len(sizes))
+    x = zero3_times_s(fwd_units, inp_units, gathers, scatters, wgrad_units_s=wgrad_units)
     # 1 + depth gathered units in F and I; one unit's gradients in W (zero_lowering.held_bytes)
     held = max(min(len(sizes), 2), op.grad) * max(sizes)
-    return ZeroOps(fwd_s=fwd, bwd_s=inp, first_extra_s=first_extra, last_tail_s=last_tail, held_bytes=held,
-                   scatter_s=sum(scatters), link_s=2 * sum(gathers) + sum(scatters))
+    return ZeroOps(fwd_s=x.fwd_s, bwd_s=x.bwd_s, first_extra_s=x.first_extra_s, last_tail_s=x.last_tail_s,
+                   held_bytes=held, scatter_s=sum(scatters), link_s=2 * sum(gathers) + sum(scatters),
+                   spill_s=x.spill_s, settle_s=x.settle_s, idle_s=x.idle_s, lead_s=x.lead_s,
+                   quiet_bwd_s=x.quiet_bwd_s)
 
 
 def _block_delay_s(start_s: float, tp_s: float, wire_s: float, transfers: list[tuple[float, float]]) -> float:

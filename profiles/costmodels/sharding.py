@@ -57,6 +57,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from enum import Enum
+from typing import NamedTuple
 
 from pipesim.errors import check_count, parse_name
 from pipesim.profiles.costmodels.collective import AllReduceAlgorithm, AllReduceCurves
@@ -77,6 +78,7 @@ __all__ = [
     "CollectiveKind",
     "GradCollective",
     "Sharding",
+    "Zero3Times",
     "gated_time_s",
     "grad_bytes_factor",
     "grad_reduce_dtype",
@@ -86,6 +88,7 @@ __all__ = [
     "reduce_tail_s",
     "sharded_memory_multiplier",
     "zero3_op_times_s",
+    "zero3_times_s",
     "zero_units",
 ]
 
@@ -338,7 +341,7 @@ def reduce_tail_s(backward_units_s: Sequence[float], scatter_s: Sequence[float])
 
 
 class _Stream:
-    """One collective stream of :func:`_shared_backward_s`: its transfers ``[issue s, seconds
+    """One collective stream of :func:`_cycle_s`: its transfers ``[issue s, seconds
     left alone]`` in issue order, the index of the first unfinished, and each one's end."""
 
     __slots__ = ("ends", "head", "items")
@@ -380,62 +383,106 @@ def _advance(streams: tuple[_Stream, _Stream], now: float, until: _Stream, count
     return now
 
 
-def _shared_backward_s(
-    compute_s: Sequence[float], gather_s: Sequence[float], scatter_s: Sequence[float], depth: int,
-    lead_s: float, on_demand_s: Sequence[float], next_s: Sequence[float] = (),
-) -> tuple[float, float, float]:
-    """A ZeRO-3 backward of units in run order, seconds, and how long its reduce-scatters outlast
-    it, seconds, as the simulator runs them: unit ``j`` computes once its gather (issued as unit
-    ``j - depth`` starts, the first ``depth`` ``lead_s`` before the op) and its on-demand part
-    (issued as it is reached, after the gather on the same stream) have ended; its reduce-scatter
-    is issued as it ends, on a second stream; the two streams share the links half and half while
-    both carry a transfer (the max-min share of two flows on one bottleneck), each alone at full
-    speed. ``next_s`` (one figure or none): the next op's first gather, issued ``depth`` units
-    before the op's end on the gather stream; its end relative to the op's end is returned
-    third (``-inf`` without it); with ``depth`` 1 the tail is the one without it (the last
-    backward's), else with it."""
+class _Pass(NamedTuple):
+    """One op of :func:`_cycle_s`: per unit in run order its compute, its prefetched gather
+    (empty: the op gathers nothing, a zero-bubble ``W``), its on-demand part and the
+    reduce-scatter issued as it ends (empty: none), seconds."""
+
+    compute_s: Sequence[float]
+    gather_s: Sequence[float]
+    on_demand_s: Sequence[float]
+    scatter_s: Sequence[float]
+
+
+def _cycle_s(passes: Sequence[_Pass], depth: int) -> tuple[list[float], float, list[float]]:
+    """A rank's ZeRO-3 ops ``passes`` run back to back from 0 s, as the simulator runs them
+    (``simulator/zero_lowering.py``): the gathers one after another on one stream, gather ``q``
+    of the rank's sequence issued as gathered unit ``q - depth`` starts (the first ``depth`` at
+    0 s), a unit's on-demand part issued as it is reached, after what the stream holds; a unit
+    computes once its gathers have ended; its reduce-scatter is issued as it ends, on a second
+    stream; the two streams share the links half and half while both carry a transfer (the
+    max-min share of two flows on one bottleneck), each alone at full speed. Returns per pass
+    its end, seconds, when the last reduce-scatter ends (the last end without any), and per pass
+    when its first unit starts, seconds."""
     k = check_count("depth", depth)
     gathers, scatters = _Stream(), _Stream()
     streams = (gathers, scatters)
-    for j in range(min(k, len(compute_s))):
-        gathers.items.append([-lead_s, gather_s[j]])
-    own = list(range(len(gathers.items)))  # per unit, its gather's place on the gather stream
-    now = -lead_s
-    end = 0.0
-    for j, compute in enumerate(compute_s):
-        need = own[j] + 1
-        if on_demand_s[j] > 0:  # issued as the unit is reached, after what the stream holds
-            gathers.items.append([end, on_demand_s[j]])
-            need = len(gathers.items)
-        now = _advance(streams, now, gathers, need)
-        start = max(end, gathers.ends[need - 1])
-        if j + k < len(compute_s):
-            own.append(len(gathers.items))
-            gathers.items.append([start, gather_s[j + k]])
-        if next_s and j + k == len(compute_s):  # the next op's first gather, depth units ahead
-            own.append(len(gathers.items))
-            gathers.items.append([start, next_s[0]])
-        end = start + compute
-        scatters.items.append([end, scatter_s[j]])
-    if next_s and k == 1:  # the tail without the next gather (the last backward's), from here
-        alone = _Stream()
-        alone.items, alone.head, alone.ends = [list(x) for x in gathers.items[:-1]], gathers.head, []
-        rest = _Stream()
-        rest.items, rest.head = [list(x) for x in scatters.items], scatters.head
-        rest.ends = list(scatters.ends)
-        _advance((alone, rest), now, rest, len(rest.items))
-        last = rest.ends[-1]
-    now = _advance(streams, now, scatters, len(scatters.items))
-    if not (next_s and k == 1):
-        last = scatters.ends[-1] if scatters.ends else end
-    tail = max(0.0, last - end)
-    if not next_s:
-        return end, tail, -math.inf
-    now = _advance(streams, now, gathers, own[-1] + 1)
-    return end, tail, gathers.ends[own[-1]] - end
+    sequence = [g for x in passes for g in x.gather_s]  # the rank's gathers in issue order
+    for q in range(min(k, len(sequence))):
+        gathers.items.append([0.0, sequence[q]])
+    own: list[int] = list(range(len(gathers.items)))  # per gathered unit its place on the stream
+    now = end = 0.0
+    unit = 0  # gathered units reached
+    ends: list[float] = []
+    firsts: list[float] = []
+    for x in passes:
+        for j, compute in enumerate(x.compute_s):
+            start = end
+            if x.gather_s:
+                need = own[unit] + 1
+                if x.on_demand_s and x.on_demand_s[j] > 0:
+                    gathers.items.append([end, x.on_demand_s[j]])
+                    need = len(gathers.items)
+                now = _advance(streams, now, gathers, need)
+                start = max(end, gathers.ends[need - 1])
+                if unit + k < len(sequence):
+                    own.append(len(gathers.items))
+                    gathers.items.append([start, sequence[unit + k]])
+                unit += 1
+            if j == 0:
+                firsts.append(start)
+            end = start + compute
+            if x.scatter_s:
+                scatters.items.append([end, x.scatter_s[j]])
+        ends.append(end)
+    _advance(streams, now, scatters, len(scatters.items))
+    return ends, max([end, *scatters.ends]), firsts
 
 
-def zero3_op_times_s(
+STEADY_CYCLES = 4
+"""The cycles :func:`zero3_times_s` runs to reach the steady state (the last one is read)."""
+
+
+class Zero3Times(NamedTuple):
+    """A ZeRO-3 chunk's ops in the 1F1B steady state (:func:`zero3_times_s`), seconds.
+
+    Attributes:
+        fwd_s: the forward as it runs after a forward (its first gathers prefetched, no
+            reduce-scatter beside them: the fill, GPipe).
+        bwd_s: the backward (the ``I`` of a split one).
+        first_extra_s: what the iteration's first forward, which cannot prefetch, takes beyond
+            ``fwd_s``.
+        last_tail_s: how long the last backward's (``W``'s) reduce-scatters outlast it.
+        spill_s: what the reduce-scatters a backward (``W``) leaves queued delay the next op's
+            gathers by: the forward after a backward takes ``fwd_s + spill_s``.
+        settle_s: what the first backward (``I`` and ``W``) and the forward after it take
+            beyond the steady ones (``bwd_s`` with what ``idle_s`` covers of ``spill_s``, and
+            ``fwd_s``) where they follow the first forward at once (the last rank of a 1F1B
+            order), seconds (at most 0: no reduce-scatters are queued before them).
+        idle_s: how long the links sit idle in a steady cycle, seconds (0: they carry its
+            transfers back to back, so the links, not the gating, pace it: the caller's bound,
+            :meth:`~pipesim.planner.three_d_zero.ZeroStages.link_bound_s`; of ``spill_s`` only
+            what the idle time covers is the gating's).
+        lead_s: what the forward after a backward takes beyond ``fwd_s`` where only its first
+            gather meets the queued reduce-scatters (at most ``spill_s``): the ops as the
+            fill and drain run them, beside a bound on the links' steady cycle (0 for a split
+            backward: the ``F`` and ``I`` as they run without reduce-scatters, ``fwd_s`` and
+            ``quiet_bwd_s``).
+        quiet_bwd_s: the backward in that view (``bwd_s`` but for a split one).
+    """
+
+    fwd_s: float
+    bwd_s: float
+    first_extra_s: float
+    last_tail_s: float
+    spill_s: float
+    settle_s: float = 0.0
+    idle_s: float = 0.0
+    lead_s: float = 0.0
+    quiet_bwd_s: float = 0.0
+
+
+def zero3_times_s(
     fwd_units_s: Sequence[float],
     bwd_units_s: Sequence[float],
     gather_s: Sequence[float],
@@ -444,45 +491,90 @@ def zero3_op_times_s(
     bwd_gather_s: Sequence[float] | None = None,
     fwd_on_demand_s: Sequence[float] | None = None,
     bwd_on_demand_s: Sequence[float] | None = None,
-) -> tuple[float, float, float, float]:
+    wgrad_units_s: Sequence[float] | None = None,
+) -> Zero3Times:
     """ZeRO-3's forward and backward of one stage and micro-batch with their gathers, seconds
     (:func:`gated_time_s`), for units in layer order (the backward runs them in reverse).
 
-    In the steady state the op's first gathers are issued during the op before (in 1F1B a
-    forward follows a backward, whose last unit is unit 0, and the other way round). In the
-    backward the gathers and the reduce-scatters run on two streams as the simulator runs them
-    (:func:`_shared_backward_s`): a unit's gather meets the reduce-scatters issued before it
-    ends (the previous unit's) and the two share the links half and half while both run; the
-    reduce-scatters left when the backward's compute ends are its tail; in the steady state they
-    share the links with the next forward's first gather, issued as the backward's last unit
-    starts, which sets the forward's lead. (It charged each unit
-    ``gather + its own scatter`` and every scatter again in a tail taken against the bare
-    compute: 1.26-1.32x the simulation where the gathers outlast the compute,
-    ``tests/tp/test_zero3_wide_estimate.py``.) ``bwd_gather_s`` gives the backward's gathers where they differ
-    from the forward's (DeepSpeed's re-gathers after a replay,
+    The ops are timed in the 1F1B steady state (a forward follows a backward and the other way
+    round), :data:`STEADY_CYCLES` cycles of them run back to back as the simulator runs them
+    (:func:`_cycle_s`): an op's first gathers are issued during the op before; in the backward
+    the gathers and the reduce-scatters run on two streams sharing the links half and half
+    while both carry a transfer, and the reduce-scatters left when a backward ends share them
+    with the next forward's gathers, all of them (a forward of small units after a large
+    unit's reduce-scatter waits for its gathers at half speed: it charged only the first one,
+    1F1B and ZB-H1 at ``p = 2`` on two DGX A100 -5.8% to -14.9%,
+    ``tests/tp/test_zero_steady_cycle.py``; before that, each unit ``gather + its own
+    scatter`` and every scatter again in a tail taken against the bare compute: 1.26-1.32x the
+    simulation where the gathers outlast the compute,
+    ``tests/tp/test_zero3_wide_estimate.py``). ``bwd_gather_s`` gives the backward's gathers
+    where they differ from the forward's (DeepSpeed's re-gathers after a replay,
     :class:`~pipesim.profiles.costmodels.zero3_runtime.UnitCalls`); default ``gather_s``. The
     ``*_on_demand_s`` parts are gathered when their unit is reached (:func:`gated_time_s`).
+    ``wgrad_units_s``: the backward is split (a zero-bubble order): ``bwd_units_s`` are its
+    ``I``, which gathers and reduce-scatters nothing, and each unit's reduce-scatter follows its
+    ``W`` (these seconds per unit, run in reverse after the ``I``, gathering nothing); the cycle
+    is ``F``, ``I``, ``W``.
 
     Returns:
-        ``(forward s, backward s, the first op's extra s, the last backward's reduce tail s)``:
-        the iteration's first forward cannot prefetch (its extra is what the steady state hid,
-        less what the steady forward's first gather lost to the backward's reduce-scatters: it
-        can be negative);
-        the last backward's reduce-scatters outlast it by the tail.
+        :class:`Zero3Times`.
 
     Raises:
         InputError: ``depth < 1``.
     """
+    n = len(fwd_units_s)
+    none = [0.0] * n
     back = list(reversed(bwd_units_s))
     again = list(reversed(gather_s if bwd_gather_s is None else bwd_gather_s))
-    od = [0.0] * len(back) if bwd_on_demand_s is None else list(reversed(bwd_on_demand_s))
+    od_b = none if bwd_on_demand_s is None else list(reversed(bwd_on_demand_s))
+    od_f = none if fwd_on_demand_s is None else list(fwd_on_demand_s)
     scatters = list(reversed(scatter_s))
-    # the steady backward, its reduce-scatters sharing the links with the next forward's first
-    # gather (issued as the backward's last unit starts), which ends ``ready`` after the backward
-    bwd, tail, ready = _shared_backward_s(back, again, scatters, depth, fwd_units_s[-1], od, gather_s[:1])
-    if depth != 1:  # the last backward's tail, without the next gather
-        _, tail, _ = _shared_backward_s(back, again, scatters, depth, fwd_units_s[-1], od)
-    lead = gather_s[0] - ready if depth == 1 else bwd_units_s[0]
-    fwd = gated_time_s(fwd_units_s, gather_s, depth, lead, fwd_on_demand_s)
-    first = gated_time_s(fwd_units_s, gather_s, depth, 0.0, fwd_on_demand_s) - fwd
-    return fwd, bwd, first, tail
+    fwd_pass = _Pass(list(fwd_units_s), list(gather_s), od_f, [])
+    if wgrad_units_s is None:
+        cycle = [fwd_pass, _Pass(back, again, od_b, scatters)]
+    else:
+        w_pass = _Pass(list(reversed(wgrad_units_s)), [], [], scatters)
+        cycle = [fwd_pass, _Pass(back, again, od_b, []), w_pass]
+    at = (STEADY_CYCLES - 1) * len(cycle)  # the last cycle's forward
+    ends, last, firsts = _cycle_s(cycle * STEADY_CYCLES, depth)
+    # the forward as it runs after a forward (in the fill, or when the stream has drained): what
+    # the reduce-scatters queued after a backward add to it is the spill
+    quiet = [x._replace(scatter_s=[0.0] * len(x.scatter_s)) for x in cycle]
+    alone, _, _ = _cycle_s(quiet * STEADY_CYCLES, depth)
+    fwd = alone[at] - alone[at - 1]
+    spill = ends[at] - ends[at - 1] - fwd
+    bwd = ends[at + 1] - ends[at]
+    rest = sum(ends[at + j] - ends[at + j - 1] for j in range(2, len(cycle)))  # (a split one's W)
+    carried = sum(sum(x.gather_s) + sum(x.on_demand_s) + sum(x.scatter_s) for x in cycle)
+    idle = ends[-1] - ends[-1 - len(cycle)] - carried  # the links' idle time in a cycle
+    idle = idle if idle > carried * 1e-9 else 0.0  # (0: busy throughout, to rounding)
+    settle = min(0.0, ends[len(cycle)] - ends[0] - (fwd + bwd + min(spill, idle) + rest))
+    # the forward after a backward with only its first gather slowed by the queued
+    # reduce-scatters (it ends ``ready`` after the backward; the rest alone)
+    ready = firsts[at] - ends[at - 1]
+    first_only = gated_time_s(fwd_pass.compute_s, gather_s, depth, gather_s[0] - ready, fwd_on_demand_s)
+    if wgrad_units_s is not None:  # (split: the I and F as they run without reduce-scatters)
+        return Zero3Times(fwd, bwd, ends[0] - fwd, last - ends[-1], spill, settle, idle, 0.0,
+                          alone[at + 1] - alone[at])
+    return Zero3Times(fwd, bwd, ends[0] - fwd, last - ends[-1], spill, settle, idle, first_only - fwd, bwd)
+
+
+def zero3_op_times_s(
+    fwd_units_s: Sequence[float],
+    bwd_units_s: Sequence[float],
+    gather_s: Sequence[float],
+    scatter_s: Sequence[float],
+    depth: int = DEFAULT_PREFETCH_DEPTH,
+) -> tuple[float, float, float, float]:
+    """:func:`zero3_times_s`'s forward, backward, first forward's extra and last backward's
+    tail, seconds (units in layer order), the spill charged as the 3D estimate charges one rank
+    alone: to the backward that issued it, or where the links pace the cycle to the forward after
+    it (:mod:`pipesim.planner.three_d_zero`).
+
+    Raises:
+        InputError: ``depth < 1``.
+    """
+    x = zero3_times_s(fwd_units_s, bwd_units_s, gather_s, scatter_s, depth)
+    if x.idle_s <= 0.0:
+        return x.fwd_s + x.spill_s, x.bwd_s, x.first_extra_s - x.spill_s, x.last_tail_s
+    return x.fwd_s, x.bwd_s + x.spill_s, x.first_extra_s, x.last_tail_s - x.spill_s
