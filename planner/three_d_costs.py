@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from pipesim.errors import invalid
+from pipesim.plan import block_stage_ranges
 from pipesim.planner.nic_sharing import RingSharers, ring_sharers, send_terms, shares_ring_link
 from pipesim.profiles.costmodels.collective import AllReduceAlgorithm, AllReduceCurves, allreduce_curves
 from pipesim.profiles.costmodels.context_parallel import (
@@ -503,15 +504,11 @@ def dp_groups(
 
 def chunk_ranges(model: ThreeDCosts, p: int, v: int) -> list[tuple[int, int]]:
     """Layer ranges of the ``p v`` virtual stages: equal block counts, the embedding (and any
-    layers before the blocks) with the first, the head with the last."""
-    n = model.num_blocks // (p * v)
-    out = []
-    for k in range(p * v):
-        first = model.first_block + k * n
-        last = first + n - 1
-        if k == 0:
-            first = 0
-        if k == p * v - 1:
-            last = model.profile.num_layers - 1
-        out.append((first, last))
-    return out
+    layers before the blocks) with the first, the head with the last
+    (:func:`~pipesim.plan.block_stage_ranges`).
+
+    Raises:
+        InputError: fewer blocks than virtual stages.
+    """
+    return block_stage_ranges([model.num_blocks // (p * v)] * (p * v), model.profile.num_layers,
+                              first_block=model.first_block)
