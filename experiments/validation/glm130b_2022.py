@@ -58,6 +58,7 @@ from __future__ import annotations
 
 from functools import cache
 
+from experiments.validation.bloom_2022 import DEEPSPEED_RUNTIME_AUDIT
 from experiments.validation.record import Record
 from pipesim.plan import Plan, Recompute, StagePlan, block_stage_ranges
 from pipesim.planner.megatron import estimate_3d
@@ -135,8 +136,8 @@ _GAP = (
     "element-wise work (a few passes over b s 32768 per block). Not traced: which part of the run "
     "costs it; whether the published MFU averages over the batch ramp-up (192 to 4,224 over the first "
     "2.5% of samples, the script's --rampup-batch-size) or is the steady-state figure (the paper does "
-    "not say); the cluster's network (not stated)"
-)
+    "not say); the cluster's network (not stated). "
+) + DEEPSPEED_RUNTIME_AUDIT
 
 
 def records() -> list[Record]:

@@ -57,6 +57,7 @@ from __future__ import annotations
 
 from functools import cache, partial
 
+from experiments.validation.bloom_2022 import DEEPSPEED_RUNTIME_AUDIT
 from experiments.validation.record import Record
 from pipesim.plan import Plan, Recompute, StagePlan, block_stage_ranges
 from pipesim.planner.megatron import estimate_3d
@@ -118,12 +119,10 @@ _FIXED_COST = (
     "(about 156 at batch 1920's larger bubble) against this run's 126, and pipesim predicts 147 "
     "there (megatron-2021-t2-529.6b-2240gpu-tflops, -7%). BLOOM-176B, also DeepSpeed's pipeline "
     "engine, shows a fixed per-iteration cost of the same size (6 s, bloom_2022). Not traced: which "
-    "part of the 2021 DeepSpeed/Megatron stack costs it (the paper names no component; candidates "
-    "are the pipeline engine's point-to-point sends, the data-parallel reduction and the "
-    "optimizer step of a ZeRO/bf16 optimizer the paper does not name). Alternative reading, not "
-    "taken because the paper does not state it: at micro-batch 2 (m = 120, 96, 80) the predictions "
-    "are 57.2, 48.3, 42.3 s (-4.9%, -3.8%, -4.6%) and the same line fits with no constant"
-)
+    "part of the 2021 DeepSpeed/Megatron stack costs it (the paper names no component). Alternative "
+    "reading, not taken because the paper does not state it: at micro-batch 2 (m = 120, 96, 80) the "
+    "predictions are 57.2, 48.3, 42.3 s (-4.9%, -3.8%, -4.6%) and the same line fits with no constant. "
+) + DEEPSPEED_RUNTIME_AUDIT
 
 # Sec. 2.4: (DGX A100 servers, iteration time in seconds, teraFLOP/s per GPU as published)
 _ROWS = ((280, 60.1, 126), (350, 50.2, 121), (420, 44.4, 113))
