@@ -528,19 +528,13 @@ def zero3_times_s(
     Raises:
         InputError: ``depth < 1``.
     """
-    n = len(fwd_units_s)
-    none = [0.0] * n
-    back = list(reversed(bwd_units_s))
-    again = list(reversed(gather_s if bwd_gather_s is None else bwd_gather_s))
-    od_b = none if bwd_on_demand_s is None else list(reversed(bwd_on_demand_s))
-    od_f = none if fwd_on_demand_s is None else list(fwd_on_demand_s)
-    scatters = list(reversed(scatter_s))
-    fwd_pass = _Pass(list(fwd_units_s), list(gather_s), od_f, [])
+    fwd_pass, bwd_pass = zero3_chunk_passes(fwd_units_s, bwd_units_s, gather_s, scatter_s, bwd_gather_s,
+                                            fwd_on_demand_s, bwd_on_demand_s)
     if wgrad_units_s is None:
-        cycle = [fwd_pass, _Pass(back, again, od_b, scatters)]
-    else:
-        w_pass = _Pass(list(reversed(wgrad_units_s)), [], [], scatters)
-        cycle = [fwd_pass, _Pass(back, again, od_b, []), w_pass]
+        cycle = [fwd_pass, bwd_pass]
+    else:  # (the I reduces nothing; the W, gathering nothing, issues the reduce-scatters)
+        w_pass = _Pass(list(reversed(wgrad_units_s)), [], [], bwd_pass.scatter_s)
+        cycle = [fwd_pass, bwd_pass._replace(scatter_s=[]), w_pass]
     at = (STEADY_CYCLES - 1) * len(cycle)  # the last cycle's forward
     ends, last, firsts = _cycle_s(cycle * STEADY_CYCLES, depth)
     # the forward as it runs after a forward (in the fill, or when the stream has drained): what
