@@ -90,7 +90,7 @@ from pipesim.planner.three_d_costs import ThreeDCosts, chunk_ranges
 from pipesim.planner.three_d_memory import rank_memory
 from pipesim.planner.three_d_tail import GradCollectives, cooldown_ends_s
 from pipesim.planner.three_d_times import boundary_sends, stage_layout, stage_op_times
-from pipesim.planner.three_d_zero import ZeroUnit, zero_stages, zero_units
+from pipesim.planner.three_d_zero import ZeroUnit, steady_periods, zero_stages, zero_units
 from pipesim.planner.tied_grads import tied_finish_s
 from pipesim.planner.zero_ops import zero2_reduce_s
 from pipesim.profiles.costmodels.context_parallel import check_context_parallel
@@ -518,6 +518,7 @@ def prepare_config(
         zs = zero_stages(model, unit_list, f_stage, i_stage, w_stage, chunks, stages_of, dp_curves,
                          placed.dp_group, leads, meet, t=t, width=d * t * c, sh=sh, grad=g,
                          allreduce=allreduce, split=split, looped=v > 1,
+                         periods=steady_periods(schedule, p, v) if v > 1 and sh is Sharding.ZERO3 else (),
                          copies=chunk_copy, full=schedule in FULL_AND_SPLIT)  # ZeRO-2/3's collectives
         fwd, inp, wgrad, held = zs.fwd_s, zs.input_s, zs.wgrad_s, zs.held_bytes
         stream = units and sh is Sharding.ZERO2  # its reduce stream may pace the end (zero2_reduce_s)

@@ -16,8 +16,14 @@ deepspeed-2021`` also the runtime's issue time, re-gathers and on-demand gathers
 gating, not the links, paces its cycle (they sit idle in it: DGX's NIC per GPU), the
 reduce-scatters a backward leaves queued delay the next op's gathers (the spill): charged to
 that backward (``W`` where split), the last one's to its tail, the first cycle's as it settles.
-Otherwise (links that carry other ranks' rings or TP rings, links busy throughout, several
-chunks per rank) ZeRO-3's ops are costed as the pipeline's fill and drain run them (the
+With several chunks per rank (interleaved orders) on such links, the rank's chunks' ``F`` and
+``B`` are timed in its steady order's period (:func:`steady_periods`,
+:func:`~pipesim.profiles.costmodels.sharding.zero3_order_times_s`): each ``B`` with the spill it
+leaves on the ``F`` after it, the ``F`` as after a forward (the fill), the drain's ``B`` s' spill
+out of the rank's tail (one chunk's cycle with each chunk's spill overshot by +5..+7%: the chunks'
+ops take turns, a small chunk's forward meets a large one's reduce-scatters).
+Otherwise (links that carry other ranks' rings or TP rings, links busy throughout, split or
+full-``B`` orders with several chunks) ZeRO-3's ops are costed as the pipeline's fill and drain run them (the
 forward after a backward with its first gather slowed, the backwards stretched where the
 reduce-scatters outlast them); what the links carry bounds the iteration from below
 (:meth:`ZeroStages.link_bound_s`: each rank's transfers of every micro-batch, and on a link that
@@ -32,17 +38,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
-from pipesim.planner.schedule_time import OrderTime
+from pipesim.planner.schedule_time import OrderTime, schedule_order
 from pipesim.planner.three_d_costs import ThreeDCosts, dp_groups
 from pipesim.planner.zero_ops import ZeroOp, ZeroOps, zero_split_ops, zero_unit_ops
 from pipesim.profiles.costmodels.collective import AllReduceCurves
 from pipesim.profiles.costmodels.dp_rings import rank_groups, ring_links
-from pipesim.profiles.costmodels.sharding import Sharding, half_time_s
+from pipesim.profiles.costmodels.sharding import STEADY_CYCLES, Sharding, half_time_s, zero3_order_times_s
 from pipesim.profiles.costmodels.tensor_parallel import TpStageTimes
 from pipesim.profiles.costmodels.zero3_runtime import Zero3Runtime
 from pipesim.profiles.hardware.cluster import Cluster
 
-__all__ = ["LinkLoads", "ZeroStages", "ZeroUnit", "zero_stages", "zero_units"]
+__all__ = [
+    "LinkLoads", "SteadyOrder", "ZeroStages", "ZeroUnit", "steady_periods", "zero_stages", "zero_units",
+]
 
 LinkLoads = tuple[tuple[tuple[int, ...], tuple[float, ...], tuple[float, ...]], ...]
 """Per shared link its pipeline ranks and per rank the share of its data-parallel transfers'
@@ -206,7 +214,7 @@ def zero_stages(
     dp_curves: AllReduceCurves | None, dp_group: tuple[int, ...], leads: tuple[int, ...],
     meet: Sequence[tuple[int, ...]], *, t: int, width: int, sh: Sharding,
     grad: float, allreduce: str, split: bool, copies: Sequence[float] = (), full: bool = False,
-    looped: bool = False,
+    looped: bool = False, periods: Sequence[SteadyOrder] = (),
 ) -> ZeroStages:
     """The stages' ``F``, ``I`` and ``W`` (``f_stage``, ``i_stage``, ``w_stage``, seconds) with
     the per-unit collectives of ``units`` (:func:`zero_units`; none: unchanged) and what else
@@ -222,7 +230,12 @@ def zero_stages(
     (:meth:`ZeroStages.link_bound_s`). ``full``: the order runs full ``B`` passes beside split ones
     (DualPipe(V)): a ``B`` gathers and reduce-scatters its units as outside zero-bubble orders
     (:func:`~pipesim.planner.zero_ops.zero_unit_ops`; :attr:`ZeroStages.full_extra_s`); its
-    gathered units and gradients are held at once."""
+    gathered units and gradients are held at once. ``periods``: per rank its steady order
+    (:func:`steady_periods`; none: several chunks per rank keep the fill-and-drain costing): where
+    a rank runs several chunks on links of its own that sit idle in its period, its ops are
+    timed in that order (:func:`~pipesim.profiles.costmodels.sharding.zero3_order_times_s`: each
+    ``B`` with the spill it leaves on the ``F`` after it; the drain's ``B`` s, which no ``F``
+    follows, leave theirs out of the rank's tail)."""
     p = len(stages_of)
     fwd, inp, wgrad, held = list(f_stage), list(i_stage), list(w_stage), [0.0] * p
     link = [0.0] * p  # ZeRO-3: per rank its DP transfers per micro-batch, seconds alone on its links
@@ -235,8 +248,21 @@ def zero_stages(
     stage_tails, stage_scatters = [0.0] * len(chunks), [0.0] * len(chunks)
     full_extra = [0.0] * len(chunks)  # full-B orders: what a B's collectives add beyond the I's
     uncharged = [False] * p  # ZeRO-3: per rank whether its ops leave the reduce-scatters' spill out
+    ordered = _ordered(model, units, dp_curves, periods, loads, stages_of, split=split, full=full, sh=sh)
     for r, k, unit, f_plain, b_plain, w_plain in units:
         ops = _unit_ops(model, unit, dp_curves, split, w_plain)  # type: ignore[arg-type]
+        if k in ordered:  # several chunks timed in the rank's steady order (the spill charged
+            f_k, b_k, _ = ordered[k]  # to the B that leaves it)
+            fwd[k] += f_k - f_plain
+            inp[k] += b_k - b_plain
+            held[r] = max(held[r], ops.held_bytes)
+            link[r] += ops.link_s
+            if k == r:  # the drain's Bs: no forward after them to delay
+                tails[r] = ops.last_tail_s - sum(ordered[x][2] for x in periods[r].drain)
+            if k == 0:  # the first forward: its gathers unhidden
+                head += ops.fwd_s + ops.first_extra_s - f_k
+            stage_tails[k], stage_scatters[k] = ops.last_tail_s, ops.scatter_s
+            continue
         if split and full and sh is Sharding.ZERO3:  # (ZeRO-2's reduce stream is the order's)
             whole = _unit_ops(model, unit, dp_curves, False, w_plain)  # type: ignore[arg-type]
             x = unit.times
@@ -291,6 +317,60 @@ def zero_stages(
                       stage_scatters_s=tuple(stage_scatters), gathers_s=tuple(gathers), sharding=sh,
                       full_extra_s=tuple(full_extra) if any(full_extra) else (),
                       link_s=tuple(link) if units else (), tp_wire_s=tuple(tp_wire), loads=loads)
+
+
+class SteadyOrder(NamedTuple):
+    """A rank's order as :func:`zero_stages` times several ZeRO-3 chunks (:func:`steady_periods`):
+    ``period`` its steady period's ops, ``(stage, backward)`` each (empty: none found), and
+    ``drain`` the stages of the ``B`` s after its last ``F``."""
+
+    period: tuple[tuple[int, bool], ...]
+    drain: tuple[int, ...]
+
+
+def steady_periods(schedule: str, p: int, v: int) -> tuple[SteadyOrder, ...]:
+    """Per rank ``schedule``'s steady order with ``v`` chunks per rank on ``p`` ranks
+    (:class:`SteadyOrder`): its period the ``2 p v`` ops from the forward before its first
+    backward on, where they alternate ``F``, ``B`` (empty where they do not)."""
+    order = schedule_order(schedule, p, p * v * (STEADY_CYCLES + 2), v, ())
+    out: list[SteadyOrder] = []
+    for row in order.ranks:
+        ops = [(a.stage, str(a.op)) for a in row]
+        first = next((i for i, (_, x) in enumerate(ops) if x == "B"), 0) - 1
+        period = ops[first:first + 2 * p * v] if first >= 0 else []
+        good = len(period) == 2 * p * v and all(x == "FB"[j % 2] for j, (_, x) in enumerate(period))
+        last = max((i for i, (_, x) in enumerate(ops) if x == "F"), default=-1)
+        out.append(SteadyOrder(tuple((k, x == "B") for k, x in period) if good else (),
+                               tuple(k for k, x in ops[last + 1:] if x == "B")))
+    return tuple(out)
+
+
+def _ordered(
+    model: ThreeDCosts, units: Sequence[ZeroUnit], curves: AllReduceCurves | None,
+    periods: Sequence[SteadyOrder], loads: LinkLoads, stages_of: Sequence[Sequence[int]],
+    *, split: bool, full: bool, sh: Sharding,
+) -> dict[int, tuple[float, float, float]]:
+    """Per stage of a rank that runs several ZeRO-3 chunks on links of its own (no other ranks'
+    rings or TP rings on them) idle in its steady ``periods``' cycle, its forward, its backward
+    with the spill it leaves and that spill timed in that order
+    (:func:`~pipesim.profiles.costmodels.sharding.zero3_order_times_s`), seconds;
+    none elsewhere (split or full-B orders, ZeRO-2, one chunk per rank)."""
+    if sh is not Sharding.ZERO3 or split or full or curves is None or not periods:
+        return {}
+    out: dict[int, tuple[float, float, float]] = {}
+    by_stage = {u.stage: u for u in units}
+    for r, stages in enumerate(stages_of):
+        if len(stages) < 2 or not periods[r].period or any(r in x[0] for x in loads):
+            continue
+        passes = [_unit_ops(model, by_stage[k].op, curves, False, by_stage[k].wgrad_s).passes for k in stages]
+        if any(x is None for x in passes):
+            continue
+        local = {k: j for j, k in enumerate(stages)}
+        f, b, spill, idle = zero3_order_times_s([x for x in passes if x is not None],
+                                         [(local[k], back) for k, back in periods[r].period])
+        if idle > 0.0:  # the gating, not the links, paces the cycle
+            out.update({k: (f[j], b[j], spill[j]) for k, j in local.items()})
+    return out
 
 
 def _link_loads(model: ThreeDCosts, groups: tuple[tuple[int, ...], ...], t: int) -> LinkLoads:

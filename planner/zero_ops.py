@@ -17,7 +17,14 @@ from typing import Protocol
 from pipesim.errors import invalid
 from pipesim.planner.nic_sharing import dp_left_s, fair_share, shared_op_s, zero_transfers
 from pipesim.profiles.costmodels.collective import AllReduceCurves
-from pipesim.profiles.costmodels.sharding import Sharding, half_time_s, reduce_tail_s, zero3_times_s
+from pipesim.profiles.costmodels.sharding import (
+    Sharding,
+    Zero3Pass,
+    half_time_s,
+    reduce_tail_s,
+    zero3_chunk_passes,
+    zero3_times_s,
+)
 from pipesim.profiles.costmodels.tensor_parallel import TpStageTimes
 from pipesim.profiles.costmodels.zero3_runtime import (
     SCATTER_OPS_PER_MEMBER,
@@ -122,6 +129,7 @@ class ZeroOps:
     idle_s: float = 0.0
     lead_s: float = 0.0
     quiet_bwd_s: float = 0.0
+    passes: tuple[Zero3Pass, Zero3Pass] | None = None
 
 
 def zero_unit_ops(model: UnitCosts, op: ZeroOp, dp_curves: AllReduceCurves) -> ZeroOps:
@@ -173,6 +181,8 @@ def zero_unit_ops(model: UnitCosts, op: ZeroOp, dp_curves: AllReduceCurves) -> Z
             fwd_units, bwd_units, fwd_gathers, scatters, bwd_gather_s=bwd_gathers,
             fwd_on_demand_s=[x[1] for x in times_s], bwd_on_demand_s=[x[3] for x in times_s],
         )
+        passes = zero3_chunk_passes(fwd_units, bwd_units, fwd_gathers, scatters, bwd_gathers,
+                                    [x[1] for x in times_s], [x[3] for x in times_s])
         if op.shared:  # the TP ring's bottleneck link carries the forward's prefetches; the
             # backward's gathers, reduce-scatters and the next forward's first gather (nic_sharing).
             # The TP block ends the op on the gated timeline (after the runtime's issue time and
@@ -197,6 +207,7 @@ def zero_unit_ops(model: UnitCosts, op: ZeroOp, dp_curves: AllReduceCurves) -> Z
     else:
         first_extra = spill = settle = lead = 0.0
         idle = 0.0
+        passes = None
         last_tail = reduce_tail_s(bwd_units[::-1], scatters[::-1])
         if op.shared:  # every backward's reduce-scatters share the TP ring's link (nic_sharing)
             bwd_dp = zero_transfers(bwd_compute, None, scatters, True)
@@ -205,7 +216,7 @@ def zero_unit_ops(model: UnitCosts, op: ZeroOp, dp_curves: AllReduceCurves) -> Z
         link = sum(scatters)
     return ZeroOps(fwd_s=f_op, bwd_s=b_op, first_extra_s=first_extra, last_tail_s=last_tail, held_bytes=held,
                    scatter_s=sum(scatters), link_s=link, spill_s=spill, settle_s=settle,
-                   idle_s=idle, lead_s=lead, quiet_bwd_s=b_op)
+                   idle_s=idle, lead_s=lead, quiet_bwd_s=b_op, passes=None if op.shared else passes)
 
 
 def zero_split_ops(model: UnitCosts, op: ZeroOp, dp_curves: AllReduceCurves, wgrad_s: float) -> ZeroOps:

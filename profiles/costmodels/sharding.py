@@ -78,6 +78,7 @@ __all__ = [
     "CollectiveKind",
     "GradCollective",
     "Sharding",
+    "Zero3Pass",
     "Zero3Times",
     "gated_time_s",
     "grad_bytes_factor",
@@ -87,7 +88,9 @@ __all__ = [
     "parse_grad_reduce_dtype",
     "reduce_tail_s",
     "sharded_memory_multiplier",
+    "zero3_chunk_passes",
     "zero3_op_times_s",
+    "zero3_order_times_s",
     "zero3_times_s",
     "zero_units",
 ]
@@ -450,6 +453,9 @@ def _cycle_s(passes: Sequence[_Pass], depth: int) -> tuple[list[float], float, l
     return ends, max([end, *scatters.ends]), firsts
 
 
+Zero3Pass = _Pass
+"""One op of a ZeRO-3 cycle (:func:`zero3_chunk_passes`, :func:`zero3_order_times_s`)."""
+
 STEADY_CYCLES = 4
 """The cycles :func:`zero3_times_s` runs to reach the steady state (the last one is read)."""
 
@@ -533,19 +539,13 @@ def zero3_times_s(
     Raises:
         InputError: ``depth < 1``.
     """
-    n = len(fwd_units_s)
-    none = [0.0] * n
-    back = list(reversed(bwd_units_s))
-    again = list(reversed(gather_s if bwd_gather_s is None else bwd_gather_s))
-    od_b = none if bwd_on_demand_s is None else list(reversed(bwd_on_demand_s))
-    od_f = none if fwd_on_demand_s is None else list(fwd_on_demand_s)
-    scatters = list(reversed(scatter_s))
-    fwd_pass = _Pass(list(fwd_units_s), list(gather_s), od_f, [])
+    fwd_pass, bwd_pass = zero3_chunk_passes(fwd_units_s, bwd_units_s, gather_s, scatter_s, bwd_gather_s,
+                                            fwd_on_demand_s, bwd_on_demand_s)
     if wgrad_units_s is None:
-        cycle = [fwd_pass, _Pass(back, again, od_b, scatters)]
-    else:
-        w_pass = _Pass(list(reversed(wgrad_units_s)), [], [], scatters)
-        cycle = [fwd_pass, _Pass(back, again, od_b, []), w_pass]
+        cycle = [fwd_pass, bwd_pass]
+    else:  # (the I reduces nothing; the W, gathering nothing, issues the reduce-scatters)
+        w_pass = _Pass(list(reversed(wgrad_units_s)), [], [], bwd_pass.scatter_s)
+        cycle = [fwd_pass, bwd_pass._replace(scatter_s=[]), w_pass]
     at = (STEADY_CYCLES - 1) * len(cycle)  # the last cycle's forward
     ends, last, firsts = _cycle_s(cycle * STEADY_CYCLES, depth)
     # the forward as it runs after a forward (in the fill, or when the stream has drained): what
@@ -568,6 +568,77 @@ def zero3_times_s(
         return Zero3Times(fwd, bwd, ends[0] - fwd, last - ends[-1], spill, settle, idle, 0.0,
                           alone[at + 1] - alone[at])
     return Zero3Times(fwd, bwd, ends[0] - fwd, last - ends[-1], spill, settle, idle, first_only - fwd, bwd)
+
+
+def zero3_chunk_passes(
+    fwd_units_s: Sequence[float],
+    bwd_units_s: Sequence[float],
+    gather_s: Sequence[float],
+    scatter_s: Sequence[float],
+    bwd_gather_s: Sequence[float] | None = None,
+    fwd_on_demand_s: Sequence[float] | None = None,
+    bwd_on_demand_s: Sequence[float] | None = None,
+) -> tuple[Zero3Pass, Zero3Pass]:
+    """A ZeRO-3 chunk's forward and (whole) backward as :func:`zero3_times_s` runs them (its
+    arguments; units in layer order, the backward run in reverse), for
+    :func:`zero3_order_times_s`."""
+    n = len(fwd_units_s)
+    none = [0.0] * n
+    back = list(reversed(bwd_units_s))
+    again = list(reversed(gather_s if bwd_gather_s is None else bwd_gather_s))
+    od_b = none if bwd_on_demand_s is None else list(reversed(bwd_on_demand_s))
+    od_f = none if fwd_on_demand_s is None else list(fwd_on_demand_s)
+    return (_Pass(list(fwd_units_s), list(gather_s), od_f, []),
+            _Pass(back, again, od_b, list(reversed(scatter_s))))
+
+
+def zero3_order_times_s(
+    chunks: Sequence[tuple[Zero3Pass, Zero3Pass]], period: Sequence[tuple[int, bool]],
+    depth: int = DEFAULT_PREFETCH_DEPTH,
+) -> tuple[list[float], list[float], list[float], float]:
+    """A rank's ZeRO-3 ops over several chunks (``chunks``: per chunk its forward and backward,
+    :func:`zero3_chunk_passes`) in its steady order's ``period`` (``(chunk, backward)`` per op,
+    alternating ``F`` and ``B``: an interleaved 1F1B's chunks take turns in groups of ``p``),
+    :data:`STEADY_CYCLES` periods run back to back as :func:`_cycle_s` runs them: the
+    reduce-scatters a backward leaves queued share the links with the next forward's gathers,
+    whichever chunk that forward runs (the spill).
+
+    Returns:
+        Per chunk its forward's mean time in the last period as it runs after a forward (the
+        period run without reduce-scatters: the fill), its backward's mean with the spill it
+        leaves on the forward after it (charged to the backward: the fill's forwards meet none),
+        and that spill's mean, seconds; and how long the links sit idle in a period, seconds
+        (0: they carry its transfers back to back, the links pace it).
+
+    Raises:
+        InputError: ``depth < 1``.
+    """
+    ops = [chunks[c][int(b)] for c, b in period]
+    n = len(period)
+    ends, _, _ = _cycle_s(ops * STEADY_CYCLES, depth)
+    quiet = [x._replace(scatter_s=[0.0] * len(x.scatter_s)) for x in ops]
+    alone, _, _ = _cycle_s(quiet * STEADY_CYCLES, depth)
+    at = (STEADY_CYCLES - 1) * n
+    took = [ends[at + j] - ends[at + j - 1] for j in range(n)]
+    plain = [alone[at + j] - alone[at + j - 1] for j in range(n)]
+    fwd, bwd, spill = [0.0] * len(chunks), [0.0] * len(chunks), [0.0] * len(chunks)
+    count_f, count_b = [0] * len(chunks), [0] * len(chunks)
+    for j, (c, back) in enumerate(period):
+        if back:  # the forward after it (the period's first, cyclically) meets its spill
+            nxt = (j + 1) % n
+            extra = took[nxt] - plain[nxt] if not period[nxt][1] else 0.0
+            bwd[c] += took[j] + extra
+            spill[c] += extra
+            count_b[c] += 1
+        else:
+            fwd[c] += plain[j]
+            count_f[c] += 1
+    carried = sum(sum(x.gather_s) + sum(x.on_demand_s) + sum(x.scatter_s) for x in ops)
+    idle = ends[-1] - ends[-1 - n] - carried
+    return ([x / max(1, k) for x, k in zip(fwd, count_f, strict=True)],
+            [x / max(1, k) for x, k in zip(bwd, count_b, strict=True)],
+            [x / max(1, k) for x, k in zip(spill, count_b, strict=True)],
+            idle if idle > carried * 1e-9 else 0.0)
 
 
 def zero3_op_times_s(
