@@ -8,7 +8,7 @@ carries them, :mod:`pipesim.planner.nic_sharing`).
 ZeRO-2 charges each rank its last backward's reduce-scatter tail and, after the update, the
 all-gather, its reduce stream pacing the end where it runs late
 (:func:`~pipesim.planner.zero_ops.zero2_reduce_s`); ZeRO-3 its gathers inside the stages'
-forwards and backwards (:func:`~pipesim.profiles.costmodels.sharding.zero3_times_s`, the
+forwards and backwards (:func:`~pipesim.profiles.costmodels.zero3_timing.zero3_times_s`, the
 1F1B steady cycle), its first forward's and last backward's exposed parts after the rank's last
 action (``t_dp`` of :mod:`pipesim.planner.three_d`); with ``Plan.zero3_runtime =
 deepspeed-2021`` also the runtime's issue time, re-gathers and on-demand gathers
@@ -18,7 +18,7 @@ reduce-scatters a backward leaves queued delay the next op's gathers (the spill)
 that backward (``W`` where split), the last one's to its tail, the first cycle's as it settles.
 With several chunks per rank (interleaved orders) on such links, the rank's chunks' ``F`` and
 ``B`` are timed in its steady order's period (:func:`steady_periods`,
-:func:`~pipesim.profiles.costmodels.sharding.zero3_order_times_s`): each ``B`` with the spill it
+:func:`~pipesim.profiles.costmodels.zero3_timing.zero3_order_times_s`): each ``B`` with the spill it
 leaves on the ``F`` after it, the ``F`` as after a forward (the fill), the drain's ``B`` s' spill
 out of the rank's tail (one chunk's cycle with each chunk's spill overshot by +5..+7%: the chunks'
 ops take turns, a small chunk's forward meets a large one's reduce-scatters).
@@ -43,9 +43,10 @@ from pipesim.planner.three_d_costs import ThreeDCosts, dp_groups
 from pipesim.planner.zero_ops import ZeroOp, ZeroOps, zero_split_ops, zero_unit_ops
 from pipesim.profiles.costmodels.collective import AllReduceCurves
 from pipesim.profiles.costmodels.dp_rings import rank_groups, ring_links
-from pipesim.profiles.costmodels.sharding import STEADY_CYCLES, Sharding, half_time_s, zero3_order_times_s
+from pipesim.profiles.costmodels.sharding import Sharding, half_time_s
 from pipesim.profiles.costmodels.tensor_parallel import TpStageTimes
 from pipesim.profiles.costmodels.zero3_runtime import Zero3Runtime
+from pipesim.profiles.costmodels.zero3_timing import STEADY_CYCLES, zero3_order_times_s
 from pipesim.profiles.hardware.cluster import Cluster
 
 __all__ = [
@@ -233,7 +234,7 @@ def zero_stages(
     gathered units and gradients are held at once. ``periods``: per rank its steady order
     (:func:`steady_periods`; none: several chunks per rank keep the fill-and-drain costing): where
     a rank runs several chunks on links of its own that sit idle in its period, its ops are
-    timed in that order (:func:`~pipesim.profiles.costmodels.sharding.zero3_order_times_s`: each
+    timed in that order (:func:`~pipesim.profiles.costmodels.zero3_timing.zero3_order_times_s`: each
     ``B`` with the spill it leaves on the ``F`` after it; the drain's ``B`` s, which no ``F``
     follows, leave theirs out of the rank's tail)."""
     p = len(stages_of)
@@ -353,7 +354,7 @@ def _ordered(
     """Per stage of a rank that runs several ZeRO-3 chunks on links of its own (no other ranks'
     rings or TP rings on them) idle in its steady ``periods``' cycle, its forward, its backward
     with the spill it leaves and that spill timed in that order
-    (:func:`~pipesim.profiles.costmodels.sharding.zero3_order_times_s`), seconds;
+    (:func:`~pipesim.profiles.costmodels.zero3_timing.zero3_order_times_s`), seconds;
     none elsewhere (split or full-B orders, ZeRO-2, one chunk per rank)."""
     if sh is not Sharding.ZERO3 or split or full or curves is None or not periods:
         return {}

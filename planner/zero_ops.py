@@ -17,14 +17,7 @@ from typing import Protocol
 from pipesim.errors import invalid
 from pipesim.planner.nic_sharing import dp_left_s, fair_share, shared_op_s, zero_transfers
 from pipesim.profiles.costmodels.collective import AllReduceCurves
-from pipesim.profiles.costmodels.sharding import (
-    Sharding,
-    Zero3Pass,
-    half_time_s,
-    reduce_tail_s,
-    zero3_chunk_passes,
-    zero3_times_s,
-)
+from pipesim.profiles.costmodels.sharding import Sharding, half_time_s
 from pipesim.profiles.costmodels.tensor_parallel import TpStageTimes
 from pipesim.profiles.costmodels.zero3_runtime import (
     SCATTER_OPS_PER_MEMBER,
@@ -35,6 +28,12 @@ from pipesim.profiles.costmodels.zero3_runtime import (
     unit_exposure_s,
     unit_gathers,
     unit_issue_s,
+)
+from pipesim.profiles.costmodels.zero3_timing import (
+    Zero3Pass,
+    reduce_tail_s,
+    zero3_chunk_passes,
+    zero3_times_s,
 )
 
 __all__ = ["UnitCosts", "ZeroOp", "ZeroOps", "zero2_reduce_s", "zero_split_ops", "zero_unit_ops"]

@@ -7,7 +7,6 @@ import pytest
 
 from pipesim.errors import InputError, UnknownNameError
 from pipesim.profiles.costmodels.compute import OP_DISPATCH_S
-from pipesim.profiles.costmodels.sharding import gated_time_s
 from pipesim.profiles.costmodels.zero3_runtime import (
     GATHER_OPS_PER_MEMBER,
     SCATTER_OPS_PER_MEMBER,
@@ -18,6 +17,7 @@ from pipesim.profiles.costmodels.zero3_runtime import (
     unit_issue_s,
     weight_tensor_elements,
 )
+from pipesim.profiles.costmodels.zero3_timing import gated_time_s
 from pipesim.profiles.inputs import resolve_inputs
 from pipesim.profiles.models.profile import Layer
 

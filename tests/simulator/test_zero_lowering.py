@@ -8,7 +8,8 @@ import pytest
 
 from pipesim.errors import InputError
 from pipesim.plan import Plan, StagePlan
-from pipesim.profiles.costmodels.sharding import gated_time_s, zero_units
+from pipesim.profiles.costmodels.sharding import zero_units
+from pipesim.profiles.costmodels.zero3_timing import gated_time_s
 from pipesim.profiles.hardware.cluster import get_cluster
 from pipesim.profiles.models.profile import ModelProfile
 from pipesim.simulator import SimOptions, simulate

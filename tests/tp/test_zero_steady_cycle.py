@@ -21,7 +21,7 @@ import pytest
 
 from pipesim.plan import Plan, StagePlan
 from pipesim.planner.megatron import estimate_3d
-from pipesim.profiles.costmodels.sharding import zero3_op_times_s, zero3_times_s
+from pipesim.profiles.costmodels.zero3_timing import zero3_op_times_s, zero3_times_s
 from pipesim.profiles.inputs import resolve_inputs
 from pipesim.simulator import SimOptions, simulate
 
