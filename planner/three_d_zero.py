@@ -33,6 +33,7 @@ cycle (:meth:`ZeroStages.steady_extra_s`).
 
 from __future__ import annotations
 
+import functools
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -329,10 +330,12 @@ class SteadyOrder(NamedTuple):
     drain: tuple[int, ...]
 
 
+@functools.lru_cache(maxsize=256)
 def steady_periods(schedule: str, p: int, v: int) -> tuple[SteadyOrder, ...]:
     """Per rank ``schedule``'s steady order with ``v`` chunks per rank on ``p`` ranks
     (:class:`SteadyOrder`): its period the ``2 p v`` ops from the forward before its first
-    backward on, where they alternate ``F``, ``B`` (empty where they do not)."""
+    backward on, where they alternate ``F``, ``B`` (empty where they do not). Memoized: the 3D
+    search asks for the same few orders in thousands of configurations."""
     order = schedule_order(schedule, p, p * v * (STEADY_CYCLES + 2), v, ())
     out: list[SteadyOrder] = []
     for row in order.ranks:
