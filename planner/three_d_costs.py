@@ -196,7 +196,7 @@ class ThreeDCosts:
         of its own (:func:`~pipesim.profiles.costmodels.dp_rings.ring_links`: a server's NIC that
         several GPUs share) which cannot carry every ring crossing it at the ring's own rate (a
         rail fabric's spine and core links, wide enough for all, are not shared in this sense,
-        as for :func:`~pipesim.profiles.costmodels.dp_rings.shared_sends`). Rank ``r``'s group
+        as for :func:`~pipesim.profiles.costmodels.dp_rings.tight_links`). Rank ``r``'s group
         is rank 0's ``dp_group`` shifted by the rank's
         first device ``firsts[r]`` (none given: automatic placement's, ``r width``). Cached."""
         key = (dp_group, firsts, p, width, ranks)

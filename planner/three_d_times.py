@@ -92,7 +92,7 @@ def boundary_sends(
     b)``: per replica its first devices) at once, sharing the links they cross
     (:meth:`~pipesim.planner.three_d_costs.ThreeDCosts.send_terms`, kept in ``cache`` by rank
     pair; each replica's ``ranks`` TP x CP ranks' sends counted where their routes share a link,
-    :func:`~pipesim.profiles.costmodels.dp_rings.shared_sends`); 0 between stages on one rank
+    :func:`~pipesim.profiles.costmodels.dp_rings.replica_sends`); 0 between stages on one rank
     (the V shapes' turn). A boundary between ranks on different servers pays its NIC hop where
     ranks 0 and 1 share a server (the estimate charged every boundary rank 0's hop before: V-Min
     -3.8% on ``p = 4`` over two DGX servers)."""

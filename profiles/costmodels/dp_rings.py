@@ -19,7 +19,8 @@ scatter-gather, or the sequence shard under SP), rank ``r`` of a replica from it
 plus ``r`` to the peer replica's first device plus ``r``. Where those ``t`` routes have links of
 their own, or share only links wide enough for all of them, one send stands for all; where they
 cross a link that slows them (the servers' shared NICs) the simulator runs every rank's send and
-the 3D estimate counts them on the links they cross; :func:`shared_sends` decides for both.
+the 3D estimate counts them on the links they cross; :func:`replica_sends` decides for both,
+over every replica's sends at once (:func:`shared_sends`: one pair alone).
 
 The same holds inside a replica of ``t x c`` devices (Megatron-LM's ``tp-cp`` order, consecutive
 TP ranks): the ``c`` CP ranks each run the replica's TP collectives on a TP group of their own
