@@ -92,7 +92,7 @@ from pipesim.planner.three_d_tail import GradCollectives, cooldown_ends_s
 from pipesim.planner.three_d_times import boundary_sends, stage_layout, stage_op_times
 from pipesim.planner.three_d_zero import ZeroUnit, steady_periods, zero_stages, zero_units
 from pipesim.planner.tied_grads import tied_finish_s
-from pipesim.planner.zero_ops import zero2_reduce_s
+from pipesim.planner.zero_ops import chunk_link_s, zero2_reduce_s
 from pipesim.profiles.costmodels.context_parallel import check_context_parallel
 from pipesim.profiles.costmodels.memory import Recompute
 from pipesim.profiles.costmodels.optimizer import stage_optimizer_step_s
@@ -319,23 +319,35 @@ def prepare_config(
     g = grad_bytes_factor(model.profile.dtype, grad)  # gradient bytes per parameter byte
     per_unit = d * c > 1 and sh in (Sharding.ZERO2, Sharding.ZERO3)
     auto = placed is None
-    if placed is None:  # automatic placement: rank r from device r d t c on, TP ranks fastest
-        placed = Placed3d(rings=tuple(model.auto_ring(t, c, d, r) for r in range(p)),
-                          dp_group=tuple(range(0, d * c * t, t)), hop=(0, d * t * c),
-                          cp_hops=tuple(model.auto_cp_hop(t, c, d, r) for r in range(p)),
-                          sharers=model.auto_sharers(
-                              t, c, d, p, pipeline_edges(placement_of(schedule) or "looped", p * v, p)))
-    where, stages_of = stage_layout(schedule, p, v)  # per stage its rank, per rank its stages
     memo = _MEMO.setdefault(model, {})  # what configurations differing in sharding or overlap share
+    # the keys name the chunks by a number (hashing their layer ranges at every lookup cost
+    # a tenth of the search) and the schedule by its placement where only the layout matters
+    ids: dict[tuple[tuple[int, int], ...], int] = memo.setdefault(("chunk-ids",), {})
     chunks_key = tuple(chunks)
-    memory = rank_memory(model, memo, chunks, stages_of, schedule, m, mbs, t, sp, rc, c, multiplier, limit)
+    cid = ids.get(chunks_key)
+    if cid is None:
+        cid = ids[chunks_key] = len(ids)
+    layout = placement_of(schedule) or "looped"
+    if placed is None:  # automatic placement: rank r from device r d t c on, TP ranks fastest
+        placed_key = ("placed", t, c, d, p, v, layout)
+        placed = memo.get(placed_key)
+        if placed is None:
+            placed = memo[placed_key] = Placed3d(
+                rings=tuple(model.auto_ring(t, c, d, r) for r in range(p)),
+                dp_group=tuple(range(0, d * c * t, t)), hop=(0, d * t * c),
+                cp_hops=tuple(model.auto_cp_hop(t, c, d, r) for r in range(p)),
+                sharers=model.auto_sharers(t, c, d, p, pipeline_edges(layout, p * v, p)))
+    assert placed is not None
+    where, stages_of = stage_layout(schedule, p, v)  # per stage its rank, per rank its stages
+    memory = rank_memory(model, memo, (cid, layout), chunks, stages_of, schedule, m, mbs, t, sp, rc, c,
+                         multiplier, limit)
     if memory is None:  # (ZeRO-2/3's held bytes come on top, in finish)
         return None
     rank_params, peaks = memory
     # a tied copy is a parameter of its stage: in its gradient collectives and optimizer step
     # (stage_copies; vocabulary-parallel, 1/t per rank), and in ZeRO-2/3's per-unit collectives
     # of its user layer's unit (chunk_at: the user's position in the chunk), as the simulator's
-    copy_key = ("stage-copies", chunks_key, p, v, schedule, t)
+    copy_key = ("stage-copies", cid, p, v, layout, t)
     found_copies: tuple[list[float], list[int]] | None = memo.get(copy_key)
     if found_copies is None:
         held_by = stage_copies(model.profile, chunks, where)
@@ -377,7 +389,7 @@ def prepare_config(
     # per stage its F, its I (the whole B outside zero-bubble schedules) and its W as the
     # lowering times them (tp_lowering.compute_parts); per rank the delay by other ranks' TP
     # blocks on its links per micro-batch, seconds; per stage its TP x CP times and replay
-    times_key = ("times", chunks_key, p, v, schedule, mbs, t, sp, overlap, rc, c, d)
+    times_key = ("times", cid, p, v, layout, split, mbs, t, sp, overlap, rc, c, d)
     found = memo.get(times_key) if auto else None
     if found is None:
         found = stage_op_times(model, chunks, stages_of, mbs, t, sp, overlap, rc, c, rings, cp_hops, split,
@@ -426,18 +438,24 @@ def prepare_config(
         ends = ((float(stage_end[k]), chunk_params(k)) for k in stages_of[rank])
         return grads.chained_s(end, ends)
 
+    steps_key = ("steps", cid, p, v, layout, t, optimizer, sh, d * c, grad)
+    steps: list[float] | None = memo.get(steps_key) if optimizer_step else [0.0] * p
+
     def step_s(rank: int) -> float:
         """Rank ``rank``'s optimizer step, s (0 with ``optimizer_step=False``)."""
-        if not optimizer_step:
-            return 0.0
-        mine = tuple((chunks[k], chunk_copy[k]) for k in stages_of[rank])
-        key = ("step", mine, t, optimizer, sh, d * c, grad)
-        found = memo.get(key)
-        if found is None:
-            found = memo[key] = sum(stage_optimizer_step_s(
-                chunk_params(k), cluster.device_spec(0), optimizer, model.profile.dtype, sh,
-                d * c, grad_reduce_dtype(model.profile.dtype, grad)) for k in stages_of[rank])
-        return float(found)
+        nonlocal steps
+        if steps is None:  # per rank, its stages' updates (a stage's by its layers and copy)
+            steps = memo[steps_key] = []
+            for ks in stages_of:
+                mine = tuple((model.sig(*chunks[k]), chunk_copy[k]) for k in ks)
+                key = ("step", mine, t, optimizer, sh, d * c, grad)
+                found = memo.get(key)
+                if found is None:
+                    found = memo[key] = float(sum(stage_optimizer_step_s(
+                        chunk_params(k), cluster.device_spec(0), optimizer, model.profile.dtype, sh,
+                        d * c, grad_reduce_dtype(model.profile.dtype, grad)) for k in ks))
+                steps.append(found)
+        return steps[rank]
 
     def per_rank(times: Sequence[float]) -> Sequence[float]:
         """Per rank the sum of its stages' ``times``."""
@@ -445,7 +463,7 @@ def prepare_config(
 
     # The tied matrices' gradient all-reduces (profiles/costmodels/tied_embeddings.py): once both
     # ranks have drained and reduced their gradients, before the two ranks' updates (tied_grads.py)
-    tied_key = ("tied", chunks_key, p, v, schedule, t, d, c, grad, allreduce)
+    tied_key = ("tied", cid, p, v, layout, t, d, c, grad, allreduce)
     tied_pairs: list[tuple[int, int, float]] | None = memo.get(tied_key) if auto else None
     if tied_pairs is None:  # per tied pair its owner's and its user's rank and its all-reduce's time, s
         tied_pairs = []
@@ -505,6 +523,26 @@ def prepare_config(
         after0 = rank0_after_s(max(br_plain), 0.0) - early
         lower = max(lower, m * (fr_plain[0] + br_plain[0]) + after0)
         lower += steady_delay_s(slow_of, fr_plain, br_plain, m)
+    else:  # ZeRO-2/3: a rank's links carry its m micro-batches' per-unit transfers, its update
+        # after them (ZeroStages.link_bound_s, which finish's estimate is at least)
+        assert dp_curves is not None
+        group = (d, c) if auto else placed.dp_group
+        links_key = ("links", cid, p, v, layout, t, group, sh, zero3_runtime, full, g, allreduce)
+        links: list[float] | None = memo.get(links_key)
+        if links is None:  # per rank its chunks' transfers per micro-batch, alone on its links
+            links = memo[links_key] = []
+            for ks in stages_of:
+                link_s = 0.0
+                for k in ks:
+                    key = ("link", model.sig(*chunks[k]), chunk_at[k], chunk_copy[k], *links_key[5:])
+                    chunk_s: float | None = memo.get(key)
+                    if chunk_s is None:
+                        chunk_s = memo[key] = chunk_link_s(
+                            model, *chunks[k], t, dp_curves, sharding=sh, runtime=zero3_runtime, full=full,
+                            grad=g, allreduce=allreduce, copy_at=chunk_at[k], copy_bytes=chunk_copy[k])
+                    link_s += chunk_s
+                links.append(link_s)
+        lower = max(lower, *(m * x + step_s(r) for r, x in enumerate(links)))
 
     def finish() -> Estimate | None:
         # per rank the other ranks whose data-parallel rings cross a link of its own (one NIC per server)

@@ -95,9 +95,9 @@ class ThreeDCosts:
         self._ranks_share: dict[tuple[tuple[int, ...], int], bool] = {}
         self._dp_sharers: dict[tuple[tuple[int, ...], tuple[int, ...], int, int, int],
                                tuple[tuple[int, ...], ...]] = {}
-        self._times: dict[tuple[tuple[int, ...], int, int, bool, bool, int, int, int], TpStageTimes] = {}
-        self._acts: dict[tuple[tuple[int, ...], int, int, bool, Recompute], StageActivations] = {}
-        self._params: dict[tuple[tuple[int, ...], int], float] = {}
+        self._times: dict[tuple[int, int, int, bool, bool, int, int, int], TpStageTimes] = {}
+        self._acts: dict[tuple[int, int, int, bool, Recompute], StageActivations] = {}
+        self._params: dict[tuple[int, int], float] = {}
         self._hops: list[RingHop] = []  # distinct CP ring hops, by hop index
         self._hop_index: dict[RingHop, int] = {}
         self._hop_of: dict[tuple[tuple[tuple[int, ...], ...], int], int] = {}
@@ -109,11 +109,12 @@ class ThreeDCosts:
         self._auto_sends: dict[tuple[int, int, int], tuple[tuple[float, float], ...]] = {}
         self._straddles: dict[int, float] = {}
         self._ring_bw: list[float] = []  # per ring index, its bottleneck hop's bandwidth, bytes/s
-        self._wires: dict[tuple[tuple[int, ...], int, int, bool, int, int, str], float] = {}
+        self._wires: dict[tuple[int, int, int, bool, int, int, str], float] = {}
         self._recs: dict[tuple[int, Recompute], list[float]] = {}
         self._classes = _layer_classes(profile)
-        self._sigs: dict[tuple[int, int], tuple[int, ...]] = {}
-        self._replays: dict[tuple[tuple[int, ...], int, int, bool, Recompute, bool, int, int, int],
+        self._sigs: dict[tuple[int, int], int] = {}
+        self._sig_ids: dict[tuple[int, ...], int] = {}
+        self._replays: dict[tuple[int, int, int, bool, Recompute, bool, int, int, int],
                             float] = {}
         self.recompute = recompute
         self._rings: list[AllReduceCurves] = []  # distinct TP ring curves, by ring index
@@ -121,17 +122,19 @@ class ThreeDCosts:
         self._ring_of: dict[tuple[tuple[tuple[int, ...], ...], int], int] = {}
         self._auto_rings: dict[tuple[int, int, int, int], int] = {}
 
-    def sig(self, first: int, last: int) -> tuple[int, ...]:
-        """A key equal for two layer ranges whose costs are equal: the classes of their layers
-        (:func:`_layer_classes`) and of the layer before (whose output is the stage's input);
-        the range itself for graph profiles."""
+    def sig(self, first: int, last: int) -> int:
+        """A key equal for two layer ranges whose costs are equal: a number for the classes of
+        their layers (:func:`_layer_classes`) and of the layer before (whose output is the
+        stage's input); for the range itself with graph profiles. (A number: the caches hash it
+        at every lookup, and a class tuple is as long as the range.)"""
         found = self._sigs.get((first, last))
         if found is None:
             classes = self._classes
             if classes is None:
-                found = (first, last)
+                name: tuple[int, ...] = (first, last)
             else:
-                found = (classes[first - 1] if first else -1, *classes[first : last + 1])
+                name = (classes[first - 1] if first else -1, *classes[first : last + 1])
+            found = self._sig_ids.setdefault(name, len(self._sig_ids))
             self._sigs[(first, last)] = found
         return found
 
@@ -303,7 +306,8 @@ class ThreeDCosts:
         if found is None:
             start = rank * d * t * c
             leads = range(start, start + d * t * c, t * c)
-            rings = tuple(tuple(lead + k * t for k in range(c)) for lead in leads)
+            # (c = 1: every ring one device, no hop: one stands for all)
+            rings = tuple(tuple(lead + k * t for k in range(c)) for lead in leads) if c > 1 else ((start,),)
             found = self._auto_hops[key] = self.cp_hop(rings, t)
         return found
 

@@ -36,7 +36,10 @@ from pipesim.profiles.costmodels.zero3_timing import (
     zero3_times_s,
 )
 
-__all__ = ["UnitCosts", "ZeroOp", "ZeroOps", "zero2_reduce_s", "zero_split_ops", "zero_unit_ops"]
+__all__ = [
+    "UnitCosts", "ZeroOp", "ZeroOps", "chunk_link_s", "link_time_s", "unit_transfers_s", "zero2_reduce_s",
+    "zero_split_ops", "zero_unit_ops",
+]
 
 
 class UnitCosts(Protocol):
@@ -142,7 +145,8 @@ def zero_unit_ops(model: UnitCosts, op: ZeroOp, dp_curves: AllReduceCurves) -> Z
     bwd_start = b_op - times.bwd_split_comm_s
     bwd_compute = [replay * f + (b_op - replay - times.bwd_comm_s) * b
                    for f, b in zip(fshare, bshare, strict=True)]
-    scatters = [half_time_s(dp_curves, x * op.grad, allreduce) for x in sizes]
+    scatters, times_s = unit_transfers_s(sizes, calls, dp_curves, op.sharding, op.runtime, op.full,
+                                         model.elem, op.grad, allreduce)
     fwd_units = [fwd_start * x for x in fshare]
     fwd_units[-1] += times.fwd_comm_s
     bwd_units = list(bwd_compute)
@@ -172,9 +176,6 @@ def zero_unit_ops(model: UnitCosts, op: ZeroOp, dp_curves: AllReduceCurves) -> Z
             rep = replay * fshare[u]
             bwd_units[u] += unit_exposure_s(op.runtime, "B", x, rep, bwd_compute[u] - rep, gather, lat,
                                             model.elem, op.grad, replayed=op.full, scatter_issue_s=issue)
-        times_s = [[half_time_s(dp_curves, x, allreduce) if x > 0 or j % 2 == 0 else 0.0
-                    for j, x in enumerate((u.forward, u.forward_on_demand, u.backward, u.backward_on_demand))]
-                   for u in ug]
         fwd_gathers, bwd_gathers = [x[0] for x in times_s], [x[2] for x in times_s]
         f_op, b_op, first_extra, last_tail, spill, settle, idle, lead, _ = zero3_times_s(
             fwd_units, bwd_units, fwd_gathers, scatters, bwd_gather_s=bwd_gathers,
@@ -202,7 +203,6 @@ def zero_unit_ops(model: UnitCosts, op: ZeroOp, dp_curves: AllReduceCurves) -> Z
             b_op += delay
         # 1 + depth gathered units and one unit's gradients (zero_lowering.held_bytes)
         held = (min(len(sizes), 2) + op.grad) * max(sizes)
-        link = sum(map(sum, times_s)) + sum(scatters)
     else:
         first_extra = spill = settle = lead = 0.0
         idle = 0.0
@@ -212,10 +212,10 @@ def zero_unit_ops(model: UnitCosts, op: ZeroOp, dp_curves: AllReduceCurves) -> Z
             bwd_dp = zero_transfers(bwd_compute, None, scatters, True)
             b_op = max(b_op, shared_op_s(bwd_start, times.bwd_split_comm_s, wire("B"), bwd_dp))
         held = max(sizes) * op.grad
-        link = sum(scatters)
     return ZeroOps(fwd_s=f_op, bwd_s=b_op, first_extra_s=first_extra, last_tail_s=last_tail, held_bytes=held,
-                   scatter_s=sum(scatters), link_s=link, spill_s=spill, settle_s=settle,
-                   idle_s=idle, lead_s=lead, quiet_bwd_s=b_op, passes=None if op.shared else passes)
+                   scatter_s=sum(scatters), link_s=link_time_s(scatters, times_s), spill_s=spill,
+                   settle_s=settle, idle_s=idle, lead_s=lead, quiet_bwd_s=b_op,
+                   passes=None if op.shared else passes)
 
 
 def zero_split_ops(model: UnitCosts, op: ZeroOp, dp_curves: AllReduceCurves, wgrad_s: float) -> ZeroOps:
@@ -239,27 +239,70 @@ def zero_split_ops(model: UnitCosts, op: ZeroOp, dp_curves: AllReduceCurves, wgr
                       "the 3D estimate splits ZeRO-3's backward for zero-bubble schedules with fsdp only")
     f_op = times.fwd_tp_s + times.fwd_comm_s
     i_op = times.bwd_tp_s - wgrad_s + times.bwd_split_comm_s + replay
-    sizes, fshare, bshare, _ = model.zero_units(op.first, op.last, op.t, op.copy_at, op.copy_bytes)
-    scatters = [half_time_s(dp_curves, x * op.grad, allreduce) for x in sizes]
+    sizes, fshare, bshare, calls = model.zero_units(op.first, op.last, op.t, op.copy_at, op.copy_bytes)
+    scatters, times_s = unit_transfers_s(sizes, calls, dp_curves, op.sharding, op.runtime, op.full,
+                                         model.elem, op.grad, allreduce)
     wgrad_units = [wgrad_s * b for b in bshare]
     last_tail = reduce_tail_s(wgrad_units[::-1], scatters[::-1])  # W runs the units in reverse
     if op.sharding is not Sharding.ZERO3:
         return ZeroOps(fwd_s=f_op, bwd_s=i_op, first_extra_s=0.0, last_tail_s=last_tail,
-                       held_bytes=max(sizes) * op.grad, scatter_s=sum(scatters), link_s=sum(scatters),
+                       held_bytes=max(sizes) * op.grad, scatter_s=sum(scatters),
+                       link_s=link_time_s(scatters, times_s),
                        quiet_bwd_s=i_op)
     fwd_units = [(f_op - times.fwd_comm_s) * x for x in fshare]
     fwd_units[-1] += times.fwd_comm_s
     split = times.bwd_split_comm_s
     inp_units = [replay * f + (i_op - replay - split) * b for f, b in zip(fshare, bshare, strict=True)]
     inp_units[0] += split  # the I's TP block, in its last unit (unit 0)
-    gathers = [half_time_s(dp_curves, x, allreduce) for x in sizes]
+    gathers = [x[0] for x in times_s]  # (fsdp: the backward's the same, none on demand)
     x = zero3_times_s(fwd_units, inp_units, gathers, scatters, wgrad_units_s=wgrad_units)
     # 1 + depth gathered units in F and I; one unit's gradients in W (zero_lowering.held_bytes)
     held = max(min(len(sizes), 2), op.grad) * max(sizes)
     return ZeroOps(fwd_s=x.fwd_s, bwd_s=x.bwd_s, first_extra_s=x.first_extra_s, last_tail_s=x.last_tail_s,
-                   held_bytes=held, scatter_s=sum(scatters), link_s=2 * sum(gathers) + sum(scatters),
+                   held_bytes=held, scatter_s=sum(scatters), link_s=link_time_s(scatters, times_s),
                    spill_s=x.spill_s, settle_s=x.settle_s, idle_s=x.idle_s, lead_s=x.lead_s,
                    quiet_bwd_s=x.quiet_bwd_s)
+
+
+def unit_transfers_s(
+    sizes: Sequence[float], calls: Sequence[UnitCalls], dp_curves: AllReduceCurves, sharding: Sharding,
+    runtime: Zero3Runtime, full: bool, elem: int, grad: float, allreduce: str,
+) -> tuple[list[float], list[list[float]]]:
+    """A chunk's data-parallel transfers per micro-batch, each alone on ``dp_curves``, seconds: per
+    unit (``sizes`` its parameter bytes per device, ``calls`` its runtime calls) its gradients'
+    reduce-scatter (``grad`` gradient bytes per parameter byte) and, with ZeRO-3, its gathers
+    ``[forward, forward on demand, backward, backward on demand]``
+    (:func:`~pipesim.profiles.costmodels.zero3_runtime.unit_gathers`: on-demand parts 0 where
+    the runtime has none); no gathers with ZeRO-2."""
+    scatters = [half_time_s(dp_curves, x * grad, allreduce) for x in sizes]
+    if sharding is not Sharding.ZERO3:
+        return scatters, []
+    gathers = []
+    for x, u in zip(sizes, calls, strict=True):
+        g = unit_gathers(runtime, full, x, u, elem)
+        parts = (g.forward, g.forward_on_demand, g.backward, g.backward_on_demand)
+        gathers.append([half_time_s(dp_curves, y, allreduce) if y > 0 or j % 2 == 0 else 0.0
+                        for j, y in enumerate(parts)])
+    return scatters, gathers
+
+
+def link_time_s(scatters_s: Sequence[float], gathers_s: Sequence[Sequence[float]]) -> float:
+    """Every transfer of :func:`unit_transfers_s` one after another, seconds (:attr:`ZeroOps.link_s`)."""
+    return sum(map(sum, gathers_s)) + sum(scatters_s)
+
+
+def chunk_link_s(
+    model: UnitCosts, first: int, last: int, t: int, dp_curves: AllReduceCurves, *, sharding: Sharding,
+    runtime: Zero3Runtime, full: bool, grad: float, allreduce: str, copy_at: int = -1,
+    copy_bytes: float = 0.0,
+) -> float:
+    """What the data-parallel links carry per micro-batch for the chunk of layers
+    ``first..last`` (the arguments as :class:`ZeroOp`'s fields), seconds alone: the
+    :attr:`ZeroOps.link_s` of :func:`zero_unit_ops` and :func:`zero_split_ops` alike, without
+    costing the ops (the search's lower bound reads it, :mod:`pipesim.planner.three_d`)."""
+    sizes, _, _, calls = model.zero_units(first, last, t, copy_at, copy_bytes)
+    return link_time_s(*unit_transfers_s(sizes, calls, dp_curves, sharding, runtime, full, model.elem, grad,
+                                         allreduce))
 
 
 def _block_delay_s(start_s: float, tp_s: float, wire_s: float, transfers: list[tuple[float, float]]) -> float:
