@@ -114,6 +114,8 @@ class ThreeDCosts:
         self._classes = _layer_classes(profile)
         self._sigs: dict[tuple[int, int], int] = {}
         self._sig_ids: dict[tuple[int, ...], int] = {}
+        self._zero_units: dict[tuple[int, int, int, float],
+                               tuple[list[float], list[float], list[float], list[UnitCalls]]] = {}
         self._replays: dict[tuple[int, int, int, bool, Recompute, bool, int, int, int],
                             float] = {}
         self.recompute = recompute
@@ -450,7 +452,18 @@ class ThreeDCosts:
         as the simulator groups them): parameter bytes per device, forward and backward time shares,
         ZeRO-3's runtime calls (:func:`~pipesim.profiles.costmodels.zero3_runtime.unit_calls`).
         A tied copy the chunk holds (``copy_bytes`` on one device, on the layer at position
-        ``copy_at`` of the chunk; -1: none) is a parameter of that layer's unit."""
+        ``copy_at`` of the chunk; -1: none) is a parameter of that layer's unit. Shared between
+        calls: read only."""
+        key = (self.sig(first, last), t, copy_at, copy_bytes)
+        found = self._zero_units.get(key)
+        if found is None:
+            found = self._zero_units[key] = self._units_of(first, last, t, copy_at, copy_bytes)
+        return found
+
+    def _units_of(
+        self, first: int, last: int, t: int, copy_at: int, copy_bytes: float
+    ) -> tuple[list[float], list[float], list[float], list[UnitCalls]]:
+        """:meth:`zero_units`, computed."""
         layers = self.profile.layers[first : last + 1]
         sizes = [tp_parameter_bytes(layer, t, self.elem) for layer in layers]
         if 0 <= copy_at < len(sizes):

@@ -179,6 +179,10 @@ def _nvls_lines(
     return step_lines(routes, (1.0 + 1.0 / n) / NVLS_FRACTION, bandwidth, latency, overhead_s=overhead_s)
 
 
+CALLS_KEPT = 4096
+"""Most answers an :class:`AllReduceCurves` keeps (its memo is emptied when full)."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AllReduceCurves:
     """The time of an all-reduce among fixed members as functions of the gradient bytes.
@@ -236,6 +240,11 @@ class AllReduceCurves:
         default_factory=dict, init=False, repr=False, compare=False
     )
     """Per algorithm, each protocol and its :meth:`fixed_s` (filled when first asked)."""
+    _calls: dict[tuple[float, object], tuple[AllReduceAlgorithm, Protocol, float]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+    """:meth:`_resolved`'s answers by ``(bytes, algorithm asked)``, at most :data:`CALLS_KEPT`
+    (the planners and the simulator ask for the same few sizes many times)."""
 
     def handoff_s(self, protocol: Protocol, algorithm: AllReduceAlgorithm, *, inter: bool = False) -> float:
         """Seconds of one step's hand-off with ``protocol`` in ``algorithm`` (``ring``,
@@ -336,6 +345,18 @@ class AllReduceCurves:
         self, nbytes: float, algorithm: str | AllReduceAlgorithm
     ) -> tuple[AllReduceAlgorithm, Protocol, float]:
         """``(algorithm, protocol, seconds)`` that run for ``nbytes`` (:meth:`algorithm_for`)."""
+        key = (nbytes, algorithm)
+        found = self._calls.get(key)
+        if found is None:
+            if len(self._calls) >= CALLS_KEPT:
+                self._calls.clear()
+            found = self._calls[key] = self._resolve(nbytes, algorithm)
+        return found
+
+    def _resolve(
+        self, nbytes: float, algorithm: str | AllReduceAlgorithm
+    ) -> tuple[AllReduceAlgorithm, Protocol, float]:
+        """:meth:`_resolved`, computed."""
         algo = AllReduceAlgorithm.parse(algorithm)
         if algo is AllReduceAlgorithm.AUTO:
             best = AllReduceAlgorithm.RING
