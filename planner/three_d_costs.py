@@ -208,13 +208,11 @@ class ThreeDCosts:
         found = self._dp_sharers.get(key)
         if found is None:
             c = self.cluster
-            caps = c.links
             rings = [[ring_links(g, c.route, c.server_of) for g in rank_groups(group, ranks)]
                      for group in dp_groups(dp_group, firsts, p, width)]
             # a link shared only where it cannot carry every ring crossing it at the ring's own
             # rate (a server's NIC; not a rail fabric's aggregated spine and core links)
-            tight = tight_links([ring for rank_rings in rings for ring in rank_rings],
-                                lambda link: caps[link].bandwidth_bytes_per_s)
+            tight = tight_links([ring for rank_rings in rings for ring in rank_rings], self._bw.__getitem__)
             links = [set().union(*rank_rings) & tight for rank_rings in rings]
             found = self._dp_sharers[key] = tuple(
                 tuple(q for q in range(p) if q != r and links[r] & links[q]) for r in range(p))

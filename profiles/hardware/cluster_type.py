@@ -104,6 +104,7 @@ class Cluster:
     _device_starts: list[int] = field(init=False, repr=False, compare=False)
     _network: RailNetwork | None = field(init=False, repr=False, compare=False)
     _routes: dict[tuple[int, int], tuple[int, ...]] = field(init=False, repr=False, compare=False)
+    _link_values: tuple[list[float], list[float]] | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
@@ -150,6 +151,7 @@ class Cluster:
         object.__setattr__(self, "_network", network)
         object.__setattr__(self, "links", LinkTable(blocks, network))
         object.__setattr__(self, "_routes", {})
+        object.__setattr__(self, "_link_values", None)
 
     def __reduce__(self) -> tuple[object, ...]:
         # Pickle the configuration only; the link table and route cache are rebuilt on load.
@@ -381,7 +383,8 @@ class Cluster:
         Raises:
             InputError: a device id is out of range.
         """
-        return sum(self.links[i].latency_s for i in self.route(src_device, dst_device))
+        latencies = self._values()[0]
+        return sum(latencies[i] for i in self.route(src_device, dst_device))
 
     def route_bandwidth_bytes_per_s(self, src_device: int, dst_device: int) -> float:
         """Bottleneck (smallest) effective bandwidth on :meth:`route`, bytes/s; ``inf`` for the same device.
@@ -390,7 +393,18 @@ class Cluster:
             InputError: a device id is out of range.
         """
         path = self.route(src_device, dst_device)
-        return min((self.links[i].bandwidth_bytes_per_s for i in path), default=math.inf)
+        bandwidths = self._values()[1]
+        return min((bandwidths[i] for i in path), default=math.inf)
+
+    def _values(self) -> tuple[list[float], list[float]]:
+        """Every link's latency (seconds) and effective bandwidth (bytes/s), in index order,
+        listed on first use (:meth:`LinkTable.latencies_s`; building a :class:`Link` per lookup
+        cost the planners' route sums a tenth of their time on large clusters)."""
+        found = self._link_values
+        if found is None:
+            found = (self.links.latencies_s(), self.links.bandwidths_bytes_per_s())
+            object.__setattr__(self, "_link_values", found)
+        return found
 
     @property
     def price_per_hour_usd(self) -> float | None:
