@@ -134,7 +134,7 @@ def activation_peak_bytes(
         InputError: an unknown schedule, options or a count its generator refuses, a rank
             outside ``0..p-1``, or ``acts`` not one per stage of the rank.
     """
-    opts = dict(options or {})
+    opts = dict(options) if options else {}
     p, m = num_ranks, num_microbatches
     if not 0 <= rank < p:
         raise invalid("rank", rank, f"must be in 0..{p - 1}")
@@ -152,7 +152,7 @@ def activation_peak_bytes(
             else:
                 stash += held_until_w_fewest(schedule, rank, p, m) * delta
         return stash + a.work_bytes
-    key = tuple(sorted((k, tuple(x) if isinstance(x, list) else x) for k, x in opts.items()))
+    key = tuple(sorted((k, tuple(x) if isinstance(x, list) else x) for k, x in opts.items())) if opts else ()
     walked = _walked_microbatches(schedule, p, m, chunks)
     stages, rows = _walked_terms(schedule, p, walked, chunks, key)[rank]
     if len(acts) != stages:
@@ -164,6 +164,7 @@ def activation_peak_bytes(
     return float((rows @ values).max()) if len(rows) else 0.0
 
 
+@functools.lru_cache(maxsize=4096)
 def _walked_microbatches(schedule: str, p: int, m: int, chunks: int) -> int:
     """The micro-batch count whose order is walked for ``m``: ``m`` itself up to the count the
     time estimate evaluates directly, else the count it evaluates with the same residue modulo
