@@ -434,9 +434,10 @@ def _unit_ops(
     """One chunk's ZeRO ops on ``curves`` (:func:`~pipesim.planner.zero_ops.zero_unit_ops`, or
     :func:`~pipesim.planner.zero_ops.zero_split_ops` with its ``W`` of ``wgrad_s`` seconds where
     the order splits the backward), memoized per cost model: chunks of the same layers cost the
-    same (read by their signature)."""
+    same (read by their signature; a split chunk's by its ``W`` time too)."""
     memo = _ZERO_OPS.setdefault(model, {})
-    key = (model.sig(op.first, op.last), replace(op, first=0, last=0), curves, split)
+    w_key = wgrad_s if split else 0.0
+    key = (model.sig(op.first, op.last), replace(op, first=0, last=0), curves, split, w_key)
     ops = memo.get(key)
     if ops is None:
         ops = memo[key] = (zero_split_ops(model, op, curves, wgrad_s) if split

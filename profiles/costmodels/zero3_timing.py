@@ -27,7 +27,6 @@ __all__ = [
     "gated_time_s",
     "reduce_tail_s",
     "zero3_chunk_passes",
-    "zero3_op_times_s",
     "zero3_order_times_s",
     "zero3_times_s",
 ]
@@ -388,24 +387,3 @@ def zero3_order_times_s(
             [x / max(1, k) for x, k in zip(bwd, count_b, strict=True)],
             [x / max(1, k) for x, k in zip(spill, count_b, strict=True)],
             idle if idle > carried * 1e-9 else 0.0)
-
-
-def zero3_op_times_s(
-    fwd_units_s: Sequence[float],
-    bwd_units_s: Sequence[float],
-    gather_s: Sequence[float],
-    scatter_s: Sequence[float],
-    depth: int = DEFAULT_PREFETCH_DEPTH,
-) -> tuple[float, float, float, float]:
-    """:func:`zero3_times_s`'s forward, backward, first forward's extra and last backward's
-    tail, seconds (units in layer order), the spill charged as the 3D estimate charges one rank
-    alone: to the backward that issued it, or where the links pace the cycle to the forward after
-    it (:mod:`pipesim.planner.three_d_zero`).
-
-    Raises:
-        InputError: ``depth < 1``.
-    """
-    x = zero3_times_s(fwd_units_s, bwd_units_s, gather_s, scatter_s, depth)
-    if x.idle_s <= 0.0:
-        return x.fwd_s + x.spill_s, x.bwd_s, x.first_extra_s - x.spill_s, x.last_tail_s
-    return x.fwd_s, x.bwd_s + x.spill_s, x.first_extra_s, x.last_tail_s - x.spill_s

@@ -1,5 +1,5 @@
 """ZeRO-3 on wide blocks whose gathers outlast their compute: the 3D estimate's backward follows
-the simulation (profiles/costmodels/sharding.py, ``zero3_op_times_s``).
+the simulation (profiles/costmodels/zero3_timing.py, ``zero3_times_s``).
 
 GPT-3-wide blocks (hidden 12288, sequence 256) on 16 replicas over two DGX A100 servers were
 charged 1.26-1.32x the simulation (main 0060781), under both ZeRO-3 runtimes: the estimate paired
@@ -23,7 +23,7 @@ import pytest
 
 from pipesim.plan import Plan, StagePlan
 from pipesim.planner.megatron import estimate_3d
-from pipesim.profiles.costmodels.zero3_timing import zero3_op_times_s
+from pipesim.profiles.costmodels.zero3_timing import zero3_times_s
 from pipesim.profiles.inputs import resolve_inputs
 from pipesim.simulator import SimOptions, simulate
 
@@ -40,11 +40,14 @@ def test_gather_and_reduce_scatter_streams_share_the_links() -> None:
     # unit 0's reduce-scatter until 5 s: the forward waits 2 s for it, then 1 s for its second.
     # A cycle moves 6 s of bytes in 6 s; the first forward, with no reduce-scatter beside its
     # gather, takes 1 s less; the last backward's reduce-scatter alone is its 1 s tail.
-    fwd, bwd, first, tail = zero3_op_times_s([0.0, 0.0], [0.0, 0.0], [1.0, 1.0], [1.0, 1.0])
-    assert (fwd, bwd, first, tail) == (3.0, 3.0, -1.0, 1.0)
+    # (the 1 s the forward waits beyond a forward after a forward is the spill; no idle time
+    # in the cycle hides it, so the 3D estimate charges it to that forward: 3 s, first -1 s)
+    x = zero3_times_s([0.0, 0.0], [0.0, 0.0], [1.0, 1.0], [1.0, 1.0])
+    assert (x.fwd_s, x.spill_s, x.bwd_s, x.first_extra_s, x.last_tail_s, x.idle_s) == (
+        2.0, 1.0, 3.0, 0.0, 1.0, 0.0)
     # a compute-bound backward hides every transfer but the first gather and the last scatter
-    fwd, bwd, first, tail = zero3_op_times_s([2.0, 2.0], [4.0, 4.0], [0.5, 0.5], [0.5, 0.5])
-    assert (fwd, bwd, first, tail) == (4.0, 8.0, 0.5, 0.5)
+    x = zero3_times_s([2.0, 2.0], [4.0, 4.0], [0.5, 0.5], [0.5, 0.5])
+    assert (x.fwd_s, x.bwd_s, x.first_extra_s, x.last_tail_s, x.spill_s) == (4.0, 8.0, 0.5, 0.5, 0.0)
 
 
 @pytest.mark.parametrize(("runtime", "allreduce", "recompute"), [

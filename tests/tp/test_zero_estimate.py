@@ -6,7 +6,7 @@ import pytest
 
 from pipesim.plan import Plan, StagePlan
 from pipesim.planner.megatron import estimate_3d
-from pipesim.profiles.costmodels.zero3_timing import gated_time_s, reduce_tail_s, zero3_op_times_s
+from pipesim.profiles.costmodels.zero3_timing import gated_time_s, reduce_tail_s, zero3_times_s
 from pipesim.profiles.inputs import resolve_inputs
 from pipesim.simulator import SimOptions, simulate
 
@@ -47,5 +47,5 @@ def test_gated_time_closed_forms() -> None:
     assert gated_time_s([1.5] * 4, [2.0] * 4, 2, 0.0) == pytest.approx(2.0 + 2.0 + 2.0 + 2.0 + 1.5)
     assert reduce_tail_s([1.0, 1.0], [0.5, 0.5]) == 0.5
     assert reduce_tail_s([1.0, 1.0], [2.0, 2.0]) == 3.0
-    fwd, bwd, first, tail = zero3_op_times_s([1.0, 1.0], [2.0, 2.0], [0.5, 0.5], [0.5, 0.5])
-    assert (fwd, bwd, first, tail) == (2.0, 4.0, 0.5, 0.5)
+    x = zero3_times_s([1.0, 1.0], [2.0, 2.0], [0.5, 0.5], [0.5, 0.5])  # gathers hidden, no spill
+    assert (x.fwd_s, x.bwd_s, x.first_extra_s, x.last_tail_s, x.spill_s) == (2.0, 4.0, 0.5, 0.5, 0.0)
