@@ -116,13 +116,19 @@ def test_volta_fp16_sits_at_the_a100s_fraction_of_the_same_matmul_benchmark() ->
     assert GEMM_EFFICIENCY["volta", "float16"] == pytest.approx(0.70 * (95 / 125) / (230 / 312), abs=0.005)
 
 
-def test_hopper_bf16_sits_at_the_a100s_fraction_of_cublas_at_8192_cubed() -> None:
-    # cuBLAS on normal(0, 1) inputs at 8192^3: 797.8 TFLOP/s bf16 on an H100 SXM (pranjalssh/fast.cu
-    # README, kernel 0), 258 fp16 on an A100 (He, "Strangely, Matrix Multiplications on GPUs Run
-    # Faster When Given 'Predictable' Data", 2024): the hopper share 0.7 keeps the two at one fraction.
-    h100 = _fraction_of("H100-SXM", "bf16", 797.8e12)
-    a100 = _fraction_of("A100-80GB", "fp16", 258e12)
-    assert h100 == pytest.approx(a100, rel=0.02)
+def test_hopper_bf16_sits_at_the_a100s_fraction_of_the_same_sustained_matmul() -> None:
+    # huggingface/gpu-fryer README (cuBLASLt bf16 8192^3 held for 60 s on every GPU of a server):
+    # ~730 TFLOP/s on an H100 SXM5, ~270 on an A100 SXM4 80GB. The shares absorb the same per-pass
+    # costs on both, so the model sits at the same fraction of the sustained benchmark on both (the
+    # H100 2% lower: 132 SMs quantise 2048 tiles of 256 x 128 into 16 waves, the last 52% full).
+    # Short runs of the same GEMM (797.8 TFLOP/s, pranjalssh/fast.cu README, kernel 0) run before
+    # the clock settles under the 700 W limit and are not the rate training holds.
+    h100 = _fraction_of("H100-SXM", "bf16", 730e12)
+    a100 = _fraction_of("A100-80GB", "bf16", 270e12)
+    assert h100 == pytest.approx(a100, rel=0.03)
+    assert h100 < a100
+    assert GEMM_EFFICIENCY["hopper", "bfloat16"] == pytest.approx(0.70 * (730 / 989) / (270 / 312), abs=0.005)
+    assert GEMM_EFFICIENCY["hopper", "float16"] == GEMM_EFFICIENCY["hopper", "bfloat16"]
 
 
 def test_split_k_fills_idle_sms_for_short_wide_reductions() -> None:

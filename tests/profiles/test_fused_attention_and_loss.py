@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipesim.profiles.costmodels.compute import GemmShape
+from pipesim.profiles.costmodels.compute import GEMM_EFFICIENCY, GemmShape
 from pipesim.profiles.models.zoo import zoo_model
 from pipesim.profiles.models.zoo.roofline import (
     FLASH_BACKWARD_RATE,
@@ -32,15 +32,19 @@ def test_published_figures_give_the_constants() -> None:
     assert abs(FLASH_CAUSAL_SPEEDUP - 2 * _CUDNN_FWD_CAUSAL / _CUDNN_FWD) < 0.005  # 1.701
 
 
-def test_h100_fused_attention_runs_at_cudnns_published_rates() -> None:
+def test_h100_fused_attention_runs_at_cudnns_published_rates_derated_with_the_gemm_share() -> None:
+    # At a hopper share of 0.7 the tile model gives cuDNN's published rates, short benchmarks; the
+    # share now follows the H100's sustained GEMM rate (compute.GEMM_EFFICIENCY), and the fused
+    # attention, on the same tensor cores under the same power limit, is derated with it.
+    scale = GEMM_EFFICIENCY["hopper", "bfloat16"] / 0.7
     full_fwd = 4.0 * _B * _A * _S * _S * _D  # Q K^T and P V without a mask
     full, causal = _attention(False), _attention(True)
     assert full.fwd.flop == pytest.approx(full_fwd)
     assert causal.fwd.flop == pytest.approx(full_fwd / 2)
     assert causal.bwd.flop == pytest.approx(2.5 * full_fwd / 2)
-    assert full.fwd.flop / full.fwd.time_s == pytest.approx(_CUDNN_FWD, rel=0.05)
-    assert full.bwd.flop / full.bwd.time_s == pytest.approx(_CUDNN_BWD, rel=0.05)
-    assert causal.fwd.flop / causal.fwd.time_s == pytest.approx(_CUDNN_FWD_CAUSAL, rel=0.05)
+    assert full.fwd.flop / full.fwd.time_s == pytest.approx(_CUDNN_FWD * scale, rel=0.05)
+    assert full.bwd.flop / full.bwd.time_s == pytest.approx(_CUDNN_BWD * scale, rel=0.05)
+    assert causal.fwd.flop / causal.fwd.time_s == pytest.approx(_CUDNN_FWD_CAUSAL * scale, rel=0.05)
 
 
 def test_causal_and_backward_divide_the_tile_models_time() -> None:

@@ -122,9 +122,10 @@ def _flash_attention(lc: LayerCost, *, batch: int, seq: int, heads: int, d_head:
     ``dP``, ``dQ`` and ``dK``: 5 of the forward's 2 GEMMs. Saved: Q, K, V, O (counted with the
     block) and the fp32 log-sum-exp; no ``s x s`` tensor, no attention dropout mask.
 
-    Timed as the GEMM tile model times those GEMMs, which matches the measured rate of the
-    forward without a mask (an H100 in bf16, head dim 128, sequence 4096: 595 TFLOP/s here,
-    cuDNN 609 in Shah et al. 2024, Figure 5); the backward at
+    Timed as the GEMM tile model times those GEMMs, at the same share of peak (an H100 in bf16,
+    head dim 128, sequence 4096, no mask: about 515 TFLOP/s here, 0.85 of cuDNN's 609 in Shah et
+    al. 2024, Figure 5, a short benchmark; the share follows the H100's sustained GEMM rate, below
+    its short-run one: ``compute.GEMM_EFFICIENCY``); the backward at
     :data:`~pipesim.profiles.models.zoo.roofline.FLASH_BACKWARD_RATE` of the forward's rate.
     ``causal`` (the zoo's fused attention is a GPT decoder's, whose mask is causal: Megatron-LM's
     ``AttnMaskType.causal``, run by Transformer Engine with ``attn_mask_type="causal"``): the
