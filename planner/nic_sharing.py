@@ -400,22 +400,47 @@ def steady_delay_s(slow_s: Sequence[float], fwd_s: Sequence[float], bwd_s: Seque
     return (m - 1) * max(0.0, cycle - max(fwd_s) - max(bwd_s))
 
 
-def fair_share(work: Sequence[float], rank: int, others: Sequence[int]) -> float:
+def fair_share(
+    work: Sequence[float], rank: int, others: Sequence[int], loads: Sequence[Sequence[float]] | None = None
+) -> float:
     """The share of a link rank ``rank``'s flows get while they run throughout beside the flows
     of ranks ``others`` on it, each carrying its ``work`` (any unit) per period: max-min sharing
     (processor sharing) ends the rank's ``a`` after ``a + sum(min(a, b))`` for the others' ``b``
-    (the link carries all of a shorter other's, and as much of a longer one's as its own)."""
+    (the link carries all of a shorter other's, and as much of a longer one's as its own).
+
+    ``loads``: per link, per rank (indexed as ``work``) the share of its flows' time alone that
+    the link carries (:func:`shared_ends_s`; 0 where none of them cross it). The ranks' flows
+    move at one pace on a link (equal flows, max-min), so on link ``x`` the rank ends after
+    ``sum(load_q min(a, b_q))`` over itself and the others there, and never before ``a``: the
+    share is ``a`` over the largest of these (a rank with two of its four rings on a NIC that
+    another rank's four cross gets 2/3 of its pace alone, not 1/2). None: the one-link form."""
     own = work[rank]
     if own <= 0 or not others:
         return 1.0
-    return own / (own + sum(min(own, work[q]) for q in others))
+    if loads is None:
+        return own / (own + sum(min(own, work[q]) for q in others))
+    ranks = (rank, *others)
+    end = max((sum(x[q] * min(own, work[q]) for q in ranks) for x in loads if x[rank] > 0), default=own)
+    return own / max(own, end)
 
 
-def shared_ends_s(starts_s: Sequence[float], works_s: Sequence[float]) -> list[float]:
+def shared_ends_s(
+    starts_s: Sequence[float], works_s: Sequence[float], loads: Sequence[Sequence[float]] | None = None
+) -> list[float]:
     """When each of the collectives that share one link ends, seconds: collective ``i`` starts at
     ``starts_s[i]`` and takes ``works_s[i]`` seconds alone; while ``k`` of them run each gets
     ``1/k`` of the link (the module docstring's fluid model, for any number of flows and start
-    times). Two that start together, of ``a <= b`` seconds, end at ``2a`` and ``a + b``."""
+    times). Two that start together, of ``a <= b`` seconds, end at ``2a`` and ``a + b``.
+
+    ``loads``: per link, per collective the share of its time alone that the link carries (its
+    rings on the link over the link's bandwidth against the same on its own most loaded link:
+    1 on its bottleneck, 1/2 where half its rings cross it; 0 where none do). Every ring is one
+    flow of equal share (max-min, as the simulator's network runs them), so on link ``x`` the
+    running collectives all move at ``1 / sum(load)`` of their pace alone; each moves at the
+    slowest of its links' paces, never faster than alone (a collective of four rings beside one
+    whose two cross its NIC: both at 2/3). None: all on one link, each ``1/k``."""
+    if loads is not None:
+        return _weighted_ends_s(starts_s, works_s, loads)
     left = [max(0.0, w) for w in works_s]
     ends = [math.inf] * len(left)
     pending = sorted(range(len(left)), key=lambda i: starts_s[i])
@@ -432,6 +457,35 @@ def shared_ends_s(starts_s: Sequence[float], works_s: Sequence[float]) -> list[f
         until = min(done_at, starts_s[pending[0]]) if pending else done_at
         for i in running:
             left[i] -= (until - now) / k
+        now = until
+        for i in [i for i in running if left[i] <= 1e-12]:  # (1 ps: rounding)
+            running.remove(i)
+            ends[i] = now
+    return ends
+
+
+def _weighted_ends_s(
+    starts_s: Sequence[float], works_s: Sequence[float], loads: Sequence[Sequence[float]]
+) -> list[float]:
+    """:func:`shared_ends_s` with per-link ``loads``."""
+    left = [max(0.0, w) for w in works_s]
+    ends = [math.inf] * len(left)
+    pending = sorted(range(len(left)), key=lambda i: starts_s[i])
+    running: list[int] = []
+    now = starts_s[pending[0]] if pending else 0.0
+    while pending or running:
+        while pending and starts_s[pending[0]] <= now:
+            running.append(pending.pop(0))
+        if not running:
+            now = starts_s[pending[0]]
+            continue
+        held = [sum(x[j] for j in running) for x in loads]
+        pace = {i: min([1.0, *(1.0 / h for x, h in zip(loads, held, strict=True) if x[i] > 0)])
+                for i in running}
+        done_at = min(now + left[i] / pace[i] for i in running)  # the first running one to finish
+        until = min(done_at, starts_s[pending[0]]) if pending else done_at
+        for i in running:
+            left[i] -= (until - now) * pace[i]
         now = until
         for i in [i for i in running if left[i] <= 1e-12]:  # (1 ps: rounding)
             running.remove(i)

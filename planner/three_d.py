@@ -90,7 +90,15 @@ from pipesim.planner.three_d_costs import ThreeDCosts, chunk_ranges
 from pipesim.planner.three_d_memory import rank_memory
 from pipesim.planner.three_d_tail import GradCollectives, cooldown_ends_s
 from pipesim.planner.three_d_times import boundary_sends, stage_layout, stage_op_times
-from pipesim.planner.three_d_zero import ZeroUnit, steady_periods, zero_stages, zero_units
+from pipesim.planner.three_d_zero import (
+    ZeroUnit,
+    dp_link_loads,
+    dp_weights,
+    steady_periods,
+    stream_weights,
+    zero_stages,
+    zero_units,
+)
 from pipesim.planner.tied_grads import tied_finish_s
 from pipesim.planner.zero_ops import chunk_link_s, zero2_reduce_s
 from pipesim.profiles.costmodels.context_parallel import check_context_parallel
@@ -475,10 +483,12 @@ def prepare_config(
             if len(pairs) > 1:  # every replica's pair at once, on the links they share
                 ranked = pairs
                 if model.ranks_share(pairs[0], t):  # and every TP rank's, where they share links
-                    ranked = tuple((a + r, b + r) for a, b in pairs for r in range(t))
+                    ranked = _both_ways(tuple((a + r, b + r) for a, b in pairs for r in range(t)))
                 together = max(a + nbytes * b for a, b in model.send_terms(ranked))
                 one = ranked[: len(ranked) // len(pairs)]  # the first replica's pairs
                 first_pair = max(a + nbytes * b for a, b in model.send_terms(one))
+                if len(one) > 1:  # (the curves time the first TP rank's pair, the slowest on the links)
+                    alone = max(alone, first_pair)
                 alone = pairs_allreduce_s(alone, together, first_pair)
             tied_pairs.append((where[pair.owner], where[pair.user], alone))
         if auto:
@@ -575,14 +585,17 @@ def prepare_config(
             input_s=inp if schedule in FULL_AND_SPLIT else None,
             send_fwd_s=sends, send_bwd_s=sends, send_latency_s=send_lat,
             reduce_s=zero2_reduce_s(zs.stage_scatters_s, wgrad if split else inp, zs.stage_tails_s, where,
-                                    meet) if stream else None)
+                                    meet, stream_weights(zs.loads, p), zs.stream_tp_s(schedule, m, v))
+            if stream else None)
 
         shared = [0.0] * p  # per rank the delay of its gradient collectives by other ranks' on its links
-        if drain and order is not None:
+        if drain and order is not None:  # (each rank's share by its rings on the links, dp_weights)
+            weights = dp_weights(dp_link_loads(model, placed.dp_group, leads, p, d * t * c, t), p)
             for r in range(p):
                 group = (r, *meet[r])
                 totals = [grads.total_s(rank_params[q]) for q in group]
-                ends_s = shared_ends_s([float(order.rank_end_s[q]) for q in group], totals)
+                rows = None if weights is None else [[x[q] for q in group] for x in weights]
+                ends_s = shared_ends_s([float(order.rank_end_s[q]) for q in group], totals, rows)
                 shared[r] = ends_s[0] - float(order.rank_end_s[r]) - totals[0]
         after0 = rank0_after_s(tb, zs.after_s(0, order) if units else 0.0) + shared[0]
         if order is None:  # the closed form, exact here
@@ -607,7 +620,9 @@ def prepare_config(
         time_s += steady_delay_s(slow_of, fr, br, m)
         if units:  # ZeRO-2/3: the links carry every micro-batch's per-unit collectives
             time_s += (m - 1) * zs.steady_extra_s([f + b for f, b in zip(fr, br, strict=True)])
-            time_s = max(time_s, zs.link_bound_s(m, sends, [step_s(r) for r in range(p)]))
+            pairs = [max((x for a, b, x in tied_pairs if r in (a, b)), default=0.0)
+                     for r in range(p)] if zs.loads else []  # (its tied pairs' all-reduces, per rank)
+            time_s = max(time_s, zs.link_bound_s(m, sends, [step_s(r) for r in range(p)], pairs))
         if overlapped and dp_curves is not None:  # the previous step's parameter all-gathers
             time_s += overlapped_gather_s(model, chunks, stages_of, fwd, hop, t, d, dp_curves, allreduce,
                                           chunk_copy, chunk_at)
@@ -618,6 +633,13 @@ def prepare_config(
         )
 
     return PreparedConfig(lower_bound_s=lower, finish=finish)
+
+
+def _both_ways(pairs: Sequence[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
+    """Each of ``pairs`` and its reverse, replica by replica (``t`` TP ranks' pairs each): a
+    two-device ring's bytes cross both ways (where the TP ranks' pairs leave one NIC each way,
+    the replicas' rings meet on it in both directions)."""
+    return tuple(x for a, b in pairs for x in ((a, b), (b, a)))
 
 
 _MEMO: weakref.WeakKeyDictionary[ThreeDCosts, dict[tuple[object, ...], Any]] = weakref.WeakKeyDictionary()

@@ -39,6 +39,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
+from pipesim.planner.nic_sharing import shared_ends_s
 from pipesim.planner.schedule_time import OrderTime, schedule_order
 from pipesim.planner.three_d_costs import ThreeDCosts, dp_groups
 from pipesim.planner.zero_ops import ZeroOp, ZeroOps, zero_split_ops, zero_unit_ops
@@ -51,7 +52,8 @@ from pipesim.profiles.costmodels.zero3_timing import STEADY_CYCLES, zero3_order_
 from pipesim.profiles.hardware.cluster import Cluster
 
 __all__ = [
-    "LinkLoads", "SteadyOrder", "ZeroStages", "ZeroUnit", "steady_periods", "zero_stages", "zero_units",
+    "LinkLoads", "SteadyOrder", "ZeroStages", "ZeroUnit", "dp_link_loads", "dp_weights",
+    "forwards_after_backward", "steady_periods", "stream_weights", "zero_stages", "zero_units",
 ]
 
 LinkLoads = tuple[tuple[tuple[int, ...], tuple[float, ...], tuple[float, ...]], ...]
@@ -85,7 +87,13 @@ class ZeroStages:
         stage_tails_s, stage_scatters_s: per stage its last backward's reduce tail and its
             reduce-scatters' time, seconds (ZeRO-2's reduce stream,
             :func:`~pipesim.planner.zero_ops.zero2_reduce_s`).
-        gathers_s: per rank ZeRO-2's all-gather after its update, seconds (0 with ZeRO-3).
+        gathers_s: per rank ZeRO-2's all-gather after its update, seconds (0 with ZeRO-3), as
+            it runs beside the other ranks' whose rings cross a link of its own (they start
+            together where a tied pair's all-reduce ends their iterations at once, GPT's
+            embeddings: :func:`~pipesim.planner.nic_sharing.shared_ends_s` on :attr:`loads`).
+        tp_fwd_wire_s: per rank the forward's part of :attr:`tp_wire_s`, seconds (empty: none).
+        alone_gathers_s: per rank that all-gather alone on its links, seconds (empty: as
+            :attr:`gathers_s`; :meth:`link_bound_s` carries the ranks' shares itself).
         full_extra_s: per stage what a full ``B``'s per-unit collectives take beyond its ``I``'s
             (``I + W`` less what a ``B`` hides), seconds, where the order has both (DualPipe(V)
             with ZeRO-3; :func:`zero_stages` ``full``); empty otherwise.
@@ -114,8 +122,12 @@ class ZeroStages:
     link_s: tuple[float, ...] = ()
     tp_wire_s: tuple[float, ...] = ()
     loads: LinkLoads = ()
+    alone_gathers_s: tuple[float, ...] = ()
+    tp_fwd_wire_s: tuple[float, ...] = ()
 
-    def link_bound_s(self, m: int, sends_s: Sequence[float], steps_s: Sequence[float]) -> float:
+    def link_bound_s(
+        self, m: int, sends_s: Sequence[float], steps_s: Sequence[float], pairs_s: Sequence[float] = ()
+    ) -> float:
         """The least iteration time the links allow, seconds (0 without per-unit collectives).
         Rank ``r``'s links carry its ``m`` micro-batches' data-parallel transfers (:attr:`link_s`
         each, alone on its links) from its first (ZeRO-3: its first forward's gathers, when
@@ -124,8 +136,12 @@ class ZeroStages:
         it), then its update (``steps_s[r]``) and ZeRO-2's all-gather (:attr:`gathers_s`); a link
         that also carries other ranks' rings or TP rings (:attr:`loads`) carries their shares
         of :attr:`link_s`, :attr:`tp_wire_s` and the all-gathers too, from the first of its
-        ranks to start, and after the last transfer of any of them comes at least the least of
-        their updates and all-gathers."""
+        ranks to start (ZeRO-2: less the TP bytes of micro-batch 0's forwards, which cross it
+        before), and after the last transfer of any of them comes at least the least of their
+        updates and all-gathers. ``pairs_s``: per rank its tied pairs' all-reduces
+        (:mod:`~pipesim.planner.tied_grads`; none: none), which wait for both ranks' reductions
+        and hold their updates: on such a link after its last transfer each rank runs its pairs,
+        its update and its all-gather as they run beside the others' (:attr:`gathers_s`)."""
         if not self.link_s:
             return 0.0
         p = len(self.link_s)
@@ -137,17 +153,33 @@ class ZeroStages:
             single = len(self.fwd_s) == p  # one stage per rank: stage r's backward follows stage r + 1's
             starts = [down + (sum(self.input_s[k] + sends[k - 1] for k in range(r + 1, p)) if single else 0.0)
                       for r in range(p)]
-        gathers = self.gathers_s
+        gathers = self.alone_gathers_s or self.gathers_s
         best = max(starts[r] + m * alone + steps_s[r] + gathers[r] for r, alone in enumerate(self.link_s))
+        fill = self.tp_fwd_wire_s if self.sharding is Sharding.ZERO2 and self.tp_fwd_wire_s else (0.0,) * p
         for ranks, dp, tp in self.loads:
-            work = sum(a * (m * self.link_s[q] + gathers[q]) + b * m * self.tp_wire_s[q]
+            work = sum(a * (m * self.link_s[q] + gathers[q]) + b * m * self.tp_wire_s[q] - b * fill[q]
                        for q, a, b in zip(ranks, dp, tp, strict=True))
-            scatters = sum(a * m * self.link_s[q] + b * m * self.tp_wire_s[q]
+            scatters = sum(a * m * self.link_s[q] + b * m * self.tp_wire_s[q] - b * fill[q]
                            for q, a, b in zip(ranks, dp, tp, strict=True))
             first = min(starts[q] for q in ranks)
-            last = min(steps_s[q] + a * gathers[q] for q, a in zip(ranks, dp, strict=True))
+            if any(pairs_s):  # (the pairs end the ranks' iterations at once)
+                last = min(steps_s[q] + pairs_s[q] + self.gathers_s[q] for q in ranks)
+            else:
+                last = min(steps_s[q] + a * gathers[q] for q, a in zip(ranks, dp, strict=True))
             best = max(best, first + work, first + scatters + last)
         return best
+
+    def stream_tp_s(self, schedule: str, m: int, v: int) -> tuple[float, ...]:
+        """Per rank the TP wire time per micro-batch that meets ZeRO-2's reduce streams on the
+        links of :attr:`loads`, seconds (:func:`~pipesim.planner.zero_ops.zero2_reduce_s`
+        ``tp_wire_s``): every backward's, and the forwards' that ``schedule``'s order (``m``
+        micro-batches, ``v`` chunks per rank) runs after the rank's first backward, when the
+        streams have started (none in GPipe, all but the warm-up's in the 1F1B family); empty
+        where no TP ring crosses those links."""
+        if not self.tp_fwd_wire_s or not any(any(tp) for _, _, tp in self.loads):
+            return ()
+        late = forwards_after_backward(schedule, len(self.tp_wire_s), m, v)
+        return tuple(w - f + f * x for w, f, x in zip(self.tp_wire_s, self.tp_fwd_wire_s, late, strict=True))
 
     def steady_extra_s(self, cycles_s: Sequence[float]) -> float:
         """What a steady cycle of the pipeline takes beyond the order's, seconds: per rank its
@@ -242,9 +274,10 @@ def zero_stages(
     fwd, inp, wgrad, held = list(f_stage), list(i_stage), list(w_stage), [0.0] * p
     link = [0.0] * p  # ZeRO-3: per rank its DP transfers per micro-batch, seconds alone on its links
     tp_wire = [0.0] * p  # ZeRO-3: per rank its TP rings' wire time per micro-batch, seconds
+    fwd_wire = [0.0] * p  # per rank its forwards' part of it
     loads: LinkLoads = ()
     if units:
-        loads = _link_loads(model, tuple(dp_groups(dp_group, leads, p, width)), t)
+        loads = dp_link_loads(model, dp_group, leads, p, width, t)
     head = 0.0  # ZeRO-3: the first forward's unhidden gathers
     tails = [0.0] * p  # ZeRO-2/3: each rank's last backward's reduce tail
     stage_tails, stage_scatters = [0.0] * len(chunks), [0.0] * len(chunks)
@@ -275,6 +308,7 @@ def zero_stages(
             u = unit
             wire = [model.wire_s(u.first, u.last, u.mbs, u.t, u.sp, u.c, u.ring, x) for x in "FB"]
             tp_wire[r] += wire[0] * (1 + u.full) + wire[1]  # (full recomputation replays the forward)
+            fwd_wire[r] += wire[0]
         link[r] += ops.link_s
         # what the reduce-scatters a B (W) leaves queued delay the op after it (ZeroOps.spill_s,
         # as far as the links sit idle in the cycle: the rest is their pace, link_bound_s):
@@ -310,15 +344,24 @@ def zero_stages(
                     inp[k] *= scatter / busy
                     wgrad[k] *= scatter / busy
     gathers = [0.0] * p  # ZeRO-2: each rank's all-gather after its update
+    alone: tuple[float, ...] = ()
     if units and dp_curves is not None and sh is Sharding.ZERO2:
         gathers = [half_time_s(dp_curves, sum(model.params(*chunks[k], t) + _held(copies, k)
                                               for k in stages_of[r]), allreduce)
                    for r in range(p)]
+        if any(meet):  # the ranks whose rings cross a link of its own gather beside it
+            alone = tuple(gathers)
+            weights = dp_weights(loads, p)
+            for r, others in enumerate(meet):
+                group = (r, *others)
+                rows = None if weights is None else [[row[q] for q in group] for row in weights]
+                gathers[r] = shared_ends_s([0.0] * len(group), [alone[q] for q in group], rows)[0]
     return ZeroStages(fwd_s=tuple(fwd), input_s=tuple(inp), wgrad_s=tuple(wgrad), held_bytes=tuple(held),
                       head_s=head, tails_s=tuple(tails), stage_tails_s=tuple(stage_tails),
                       stage_scatters_s=tuple(stage_scatters), gathers_s=tuple(gathers), sharding=sh,
                       full_extra_s=tuple(full_extra) if any(full_extra) else (),
-                      link_s=tuple(link) if units else (), tp_wire_s=tuple(tp_wire), loads=loads)
+                      link_s=tuple(link) if units else (), tp_wire_s=tuple(tp_wire), loads=loads,
+                      alone_gathers_s=alone, tp_fwd_wire_s=tuple(fwd_wire) if loads else ())
 
 
 class SteadyOrder(NamedTuple):
@@ -328,6 +371,20 @@ class SteadyOrder(NamedTuple):
 
     period: tuple[tuple[int, bool], ...]
     drain: tuple[int, ...]
+
+
+@functools.lru_cache(maxsize=256)
+def forwards_after_backward(schedule: str, p: int, m: int, v: int) -> tuple[float, ...]:
+    """Per rank the share of its forwards that ``schedule``'s order (``p`` ranks, ``m``
+    micro-batches, ``v`` chunks per rank) runs after its first backward (``B`` or ``I``).
+    Memoized."""
+    order = schedule_order(schedule, p, m, v, ())
+    out = []
+    for row in order.ranks:
+        ops = [str(a.op) for a in row]
+        first = next((i for i, x in enumerate(ops) if x in ("B", "I")), len(ops))
+        out.append(sum(x == "F" for x in ops[first:]) / max(1, sum(x == "F" for x in ops)))
+    return tuple(out)
 
 
 @functools.lru_cache(maxsize=256)
@@ -375,6 +432,55 @@ def _ordered(
         if idle > 0.0:  # the gating, not the links, paces the cycle
             out.update({k: (f[j], b[j], spill[j]) for k, j in local.items()})
     return out
+
+
+def dp_weights(loads: LinkLoads, p: int) -> list[list[float]] | None:
+    """Per link of ``loads`` that carries the data-parallel rings of two of the ``p`` ranks or
+    more, per rank its share of its transfers' time there (0 where none of its rings cross it;
+    :func:`~pipesim.planner.nic_sharing.shared_ends_s` ``loads``); None where on every such link
+    the ranks on it carry equal shares (each rank's collective one flow of ``1/k``, the
+    one-link form)."""
+    out: list[list[float]] = []
+    uneven = False
+    for ranks, dp, _ in loads:
+        on = [a for a in dp if a > 0]
+        if len(on) < 2:
+            continue
+        row = [0.0] * p
+        for q, a in zip(ranks, dp, strict=True):
+            row[q] = a
+        out.append(row)
+        uneven = uneven or len(set(on)) > 1
+    return out if uneven else None
+
+
+def stream_weights(loads: LinkLoads, p: int) -> list[list[float]] | None:
+    """:func:`dp_weights` for ZeRO-2's reduce streams (:func:`~pipesim.planner.zero_ops.zero2_reduce_s`
+    ``loads``): per link that carries the data-parallel rings of two of the ``p`` ranks or more,
+    per rank its share of its transfers' time there, then per rank its TP rings' (their bytes
+    share the link with the streams in every micro-batch), ``2 p`` each; None where the ranks
+    carry equal shares and no TP ring crosses such a link."""
+    out: list[list[float]] = []
+    uneven = False
+    for ranks, dp, tp in loads:
+        on = [a for a in dp if a > 0]
+        if len(on) < 2:
+            continue
+        row = [0.0] * (2 * p)
+        for q, a, b in zip(ranks, dp, tp, strict=True):
+            row[q], row[p + q] = a, b
+        out.append(row)
+        uneven = uneven or len(set(on)) > 1 or any(tp)
+    return out if uneven else None
+
+
+def dp_link_loads(
+    model: ThreeDCosts, dp_group: tuple[int, ...], leads: tuple[int, ...], p: int, width: int, t: int
+) -> LinkLoads:
+    """:func:`_link_loads` of the ``p`` ranks' data-parallel groups (rank 0's ``dp_group``
+    shifted to each rank's first device, ``leads``; none: ``r width``), each with its ``t`` TP
+    ranks' rings. Cached per cost model."""
+    return _link_loads(model, tuple(dp_groups(dp_group, leads, p, width)), t)
 
 
 def _link_loads(model: ThreeDCosts, groups: tuple[tuple[int, ...], ...], t: int) -> LinkLoads:

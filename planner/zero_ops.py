@@ -315,7 +315,8 @@ def _block_delay_s(start_s: float, tp_s: float, wire_s: float, transfers: list[t
 
 def zero2_reduce_s(
     scatter_s: Sequence[float], grad_op_s: Sequence[float], stage_tails_s: Sequence[float],
-    rank_of: Sequence[int], sharers: Sequence[Sequence[int]],
+    rank_of: Sequence[int], sharers: Sequence[Sequence[int]], loads: Sequence[Sequence[float]] | None = None,
+    tp_wire_s: Sequence[float] = (),
 ) -> list[tuple[float, float]]:
     """Per stage ``(ready, busy)`` of ZeRO-2's reduce stream
     (:func:`~pipesim.planner.schedule_time.order_time_s` ``reduce_s``), seconds: a rank's
@@ -327,10 +328,21 @@ def zero2_reduce_s(
     after the op when nothing is queued before them: ``ready = op + tail - S``. ``busy`` is
     ``S`` at the rank's share of the links it shares with the streams of pipeline ranks
     ``sharers[r]`` (rank ``r = rank_of[k]``; :func:`~pipesim.planner.nic_sharing.fair_share`,
-    both streams busy throughout; ``S`` where none)."""
-    work = [0.0] * len(sharers)
+    both streams busy throughout; ``S`` where none). ``loads``: per shared link per rank the
+    share of its streams' time it carries, then per rank that of its TP rings' wire time
+    ``tp_wire_s`` per micro-batch (:func:`~pipesim.planner.three_d_zero.stream_weights`): a TP
+    ring whose hops cross the streams' link is one more flow on it each micro-batch (the
+    simulator's network shares it max-min), so the streams move at their share beside the
+    other ranks' streams and those TP bytes (none: equal shares, no TP ring)."""
+    p = len(sharers)
+    work = [0.0] * p
     for k, r in enumerate(rank_of):
         work[r] += scatter_s[k]
-    shares = [fair_share(work, r, others) for r, others in enumerate(sharers)]
+    if loads is None:
+        shares = [fair_share(work, r, others) for r, others in enumerate(sharers)]
+    else:
+        rings = tuple(p + q for q in range(p) if any(x[p + q] > 0 for x in loads))
+        shares = [fair_share([*work, *tp_wire_s], r, (*others, *rings) if others else (), loads)
+                  for r, others in enumerate(sharers)]
     return [(op + tail - s, s / shares[r])
             for op, tail, s, r in zip(grad_op_s, stage_tails_s, scatter_s, rank_of, strict=True)]
