@@ -70,12 +70,11 @@ import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, NamedTuple
+from typing import Any
 
 from pipesim.errors import invalid
 from pipesim.plan import Estimate, Plan
 from pipesim.planner.nic_sharing import (
-    RingSharers,
     drain_delay_s,
     last_backward_delay_s,
     pipeline_edges,
@@ -87,6 +86,7 @@ from pipesim.planner.nic_sharing import (
 from pipesim.planner.param_gather import overlapped_gather_s
 from pipesim.planner.schedule_time import order_time_s
 from pipesim.planner.three_d_costs import ThreeDCosts, chunk_ranges
+from pipesim.planner.three_d_layout import FULL_AND_SPLIT, THREE_D_SCHEDULES, ZERO_BUBBLE_3D, Placed3d
 from pipesim.planner.three_d_memory import rank_memory
 from pipesim.planner.three_d_tail import GradCollectives, cooldown_ends_s
 from pipesim.planner.three_d_times import boundary_sends, stage_layout, stage_op_times
@@ -99,7 +99,7 @@ from pipesim.planner.three_d_zero import (
     zero_stages,
     zero_units,
 )
-from pipesim.planner.tied_grads import tied_finish_s
+from pipesim.planner.tied_grads import rank_pair_times, tied_finish_s
 from pipesim.planner.zero_ops import chunk_link_s, zero2_reduce_s
 from pipesim.profiles.costmodels.context_parallel import check_context_parallel
 from pipesim.profiles.costmodels.memory import Recompute
@@ -112,7 +112,6 @@ from pipesim.profiles.costmodels.sharding import (
     sharded_memory_multiplier,
 )
 from pipesim.profiles.costmodels.tied_embeddings import (
-    pairs_allreduce_s,
     stage_copies,
     stage_pairs,
     tied_grad_bytes,
@@ -123,6 +122,7 @@ from pipesim.profiles.models.profile import ModelProfile
 from pipesim.schedules.registry import placement_of
 
 __all__ = [
+    "FULL_AND_SPLIT",
     "THREE_D_SCHEDULES",
     "ZERO_BUBBLE_3D",
     "Placed3d",
@@ -134,48 +134,6 @@ __all__ = [
     "is_3d",
     "prepare_config",
 ]
-
-ZERO_BUBBLE_3D: tuple[str, ...] = ("zb-h1", "zb-h2", "zbv", "v-half", "interleaved-zb", "v-min", "dualpipev")
-"""Split-backward schedules :func:`estimate_3d` times by evaluating their order over the chunks'
-per-op ``F``, ``I`` and ``W`` times (:func:`~pipesim.planner.schedule_time.order_time_s`; module
-docstring): within 1% of the simulation on DGX plans, 2% with ZeRO-2/3 (DualPipeV: 3.1% low
-with ZeRO-2/3, not searched with them; ``tests/tp/test_zbv_estimate.py``)."""
-
-FULL_AND_SPLIT: tuple[str, ...] = ("dualpipev",)
-"""Split-backward orders that also run full backwards ``B`` (DualPipeV's overlapped pairs and
-its steady phase): under TP a ``B`` hides the input-gradient collectives an ``I`` exposes, so it
-is timed apart from ``I + W`` (:func:`~pipesim.planner.schedule_time.order_time_s` ``input_s``)."""
-
-THREE_D_SCHEDULES: tuple[str, ...] = ("gpipe", "dapple", "1f1b", "interleaved", *ZERO_BUBBLE_3D)
-"""Schedules :func:`estimate_3d` models, each timed by its order (module docstring; DAPPLE's is
-1F1B's): GPipe, DAPPLE and 1F1B share the time ``(m + p - 1)(t_f + t_b)`` of equal stages on
-free links, and their memory differs by the in-flight count."""
-
-
-class Placed3d(NamedTuple):
-    """Where a plan's ranks sit, as :func:`estimate_config` costs them: ``rings`` per rank its TP
-    ring (:meth:`ThreeDCosts.ring`), ``dp_group`` rank 0's gradient collective's members (every
-    replica's CP ranks' first devices, replica by replica, as the simulator's lowering groups
-    them), ``hop`` the first devices of ranks 0 and 1 (the pipeline transfer), ``cp_hops``
-    per rank its context-parallel ring's hop (:meth:`ThreeDCosts.cp_hop`) and ``shared`` per
-    rank whether its TP rings' bottleneck links carry its data-parallel ring too
-    (:func:`~pipesim.planner.nic_sharing.shares_ring_link`; ``None``: automatic placement's,
-    :meth:`ThreeDCosts.auto_shared`), ``sharers`` the other ranks' TP and gradient rings on
-    those links (:func:`~pipesim.planner.nic_sharing.ring_sharers`; ``None``: automatic
-    placement's, :meth:`ThreeDCosts.auto_sharers`), ``sends`` every replica's pipeline hop
-    between ranks 0 and 1 (their first devices; none given: ``hop`` alone), ``firsts`` per rank
-    its replicas' first devices (the tied matrices' gradient all-reduces,
-    :mod:`pipesim.profiles.costmodels.tied_embeddings`; none given: automatic placement's)."""
-
-    rings: tuple[int, ...]
-    dp_group: tuple[int, ...]
-    hop: tuple[int, int]
-    cp_hops: tuple[int, ...]
-    shared: tuple[bool, ...] | None = None
-    sharers: RingSharers | None = None
-    sends: tuple[tuple[int, int], ...] = ()
-    firsts: tuple[tuple[int, ...], ...] = ()
-
 
 def is_3d(plan: Plan) -> bool:
     """Whether ``plan`` uses tensor or context parallelism or sharding (so :func:`estimate_3d`
@@ -280,8 +238,10 @@ class PreparedConfig:
         lower_bound_s: at most the iteration time ``finish`` returns, seconds: the largest over
             the ranks of the time micro-batch 0 takes to reach the rank (and, in the 1F1B
             family, to come back from it) plus ``m`` times its forwards and backwards (rank 0's
-            with its gradient collectives and update after it), ZeRO-2/3's per-unit
-            collectives left out (they only delay the ops).
+            with its gradient collectives and update after it); with ZeRO-2/3, whose per-unit
+            collectives only delay the ops, also what each rank's links take to carry ``m``
+            micro-batches' per-unit transfers alone and its update
+            (:meth:`~pipesim.planner.three_d_zero.ZeroStages.link_bound_s`' first term).
         finish: the estimate (``None`` when ZeRO-2/3's held bytes break the memory limit);
             evaluates the schedule's order, ZeRO-2/3's per-unit collectives.
     """
@@ -474,23 +434,10 @@ def prepare_config(
     tied_key = ("tied", cid, p, v, layout, t, d, c, grad, allreduce)
     tied_pairs: list[tuple[int, int, float]] | None = memo.get(tied_key) if auto else None
     if tied_pairs is None:  # per tied pair its owner's and its user's rank and its all-reduce's time, s
-        tied_pairs = []
-        for pair in stage_pairs(model.profile, chunks, where):
-            firsts = placed.firsts or tuple(tuple((r * d + k) * t * c for k in range(d)) for r in range(p))
-            pairs = tuple(zip(firsts[where[pair.owner]], firsts[where[pair.user]], strict=True))
-            nbytes = tied_grad_bytes(pair.nbytes, t, model.profile.dtype, grad)
-            alone = model.curves(pairs[0], ranks=t).time_s(nbytes, allreduce)  # with every TP rank's pair
-            if len(pairs) > 1:  # every replica's pair at once, on the links they share
-                ranked = pairs
-                if model.ranks_share(pairs[0], t):  # and every TP rank's, where they share links
-                    ranked = _both_ways(tuple((a + r, b + r) for a, b in pairs for r in range(t)))
-                together = max(a + nbytes * b for a, b in model.send_terms(ranked))
-                one = ranked[: len(ranked) // len(pairs)]  # the first replica's pairs
-                first_pair = max(a + nbytes * b for a, b in model.send_terms(one))
-                if len(one) > 1:  # (the curves time the first TP rank's pair, the slowest on the links)
-                    alone = max(alone, first_pair)
-                alone = pairs_allreduce_s(alone, together, first_pair)
-            tied_pairs.append((where[pair.owner], where[pair.user], alone))
+        firsts = placed.firsts or tuple(tuple((r * d + k) * t * c for k in range(d)) for r in range(p))
+        tied_pairs = rank_pair_times(model, stage_pairs(model.profile, chunks, where), where, firsts, t,
+                                     lambda nbytes: tied_grad_bytes(nbytes, t, model.profile.dtype, grad),
+                                     allreduce)
         if auto:
             memo[tied_key] = tied_pairs
 
@@ -633,13 +580,6 @@ def prepare_config(
         )
 
     return PreparedConfig(lower_bound_s=lower, finish=finish)
-
-
-def _both_ways(pairs: Sequence[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
-    """Each of ``pairs`` and its reverse, replica by replica (``t`` TP ranks' pairs each): a
-    two-device ring's bytes cross both ways (where the TP ranks' pairs leave one NIC each way,
-    the replicas' rings meet on it in both directions)."""
-    return tuple(x for a, b in pairs for x in ((a, b), (b, a)))
 
 
 _MEMO: weakref.WeakKeyDictionary[ThreeDCosts, dict[tuple[object, ...], Any]] = weakref.WeakKeyDictionary()

@@ -25,12 +25,14 @@ another. So:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol, TypeVar
 
 from pipesim.plan import Plan
 from pipesim.planner.cost_tables import StageCosts
+from pipesim.profiles.costmodels.collective import AllReduceCurves
 from pipesim.profiles.costmodels.tied_embeddings import (
+    TiedPair,
     pairs_allreduce_s,
     stage_pairs,
     tied_grad_bytes,
@@ -42,6 +44,7 @@ __all__ = [
     "keep_pareto",
     "last_layer_ties",
     "pair_allreduce_s",
+    "rank_pair_times",
     "rank_pairs",
     "tied_finish_s",
     "with_tied_allreduce",
@@ -120,6 +123,51 @@ def rank_pairs(costs: Sequence[StageCosts], where: Sequence[int]) -> list[tuple[
         Nothing.
     """
     return [(where[s], where[user], seconds) for s, c in enumerate(costs) for user, seconds in c.tied]
+
+
+class _PairCosts(Protocol):
+    """What :func:`rank_pair_times` reads of :class:`~pipesim.planner.three_d_costs.ThreeDCosts`."""
+
+    def curves(self, members: tuple[int, ...], *, ranks: int = 1) -> AllReduceCurves: ...
+
+    def ranks_share(self, members: tuple[int, ...], ranks: int) -> bool: ...
+
+    def send_terms(
+        self, pairs: tuple[tuple[int, int], ...], ranks: int = 1
+    ) -> tuple[tuple[float, float], ...]: ...
+
+
+def rank_pair_times(
+    model: _PairCosts, pairs: Sequence[TiedPair], where: Sequence[int], firsts: Sequence[Sequence[int]],
+    t: int, grad_bytes: Callable[[float], float], algorithm: str,
+) -> list[tuple[int, int, float]]:
+    """Per tied pair of stages (``pairs``, stage ``k`` on rank ``where[k]``) its owner's and its
+    user's rank and its all-reduce's time as the 3D estimate takes it, seconds: the first TP
+    rank's two-device all-reduce of ``grad_bytes(pair bytes)`` on ``model``'s curves (with every
+    TP rank's pair: ``t`` ranks), and where the ranks have several replicas (``firsts[r]``: rank
+    ``r``'s replicas' first devices) every replica's pair at once on the links they share
+    (:func:`~pipesim.profiles.costmodels.tied_embeddings.pairs_allreduce_s`), every TP rank's
+    pair too where the TP ranks' pairs share links, each pair's bytes both ways (a two-device
+    ring's bytes cross each way: where the TP ranks' pairs leave one NIC each way, the replicas'
+    rings meet on it in both directions)."""
+    out: list[tuple[int, int, float]] = []
+    for pair in pairs:
+        replicas = tuple(zip(firsts[where[pair.owner]], firsts[where[pair.user]], strict=True))
+        nbytes = grad_bytes(pair.nbytes)
+        alone = model.curves(replicas[0], ranks=t).time_s(nbytes, algorithm)  # with every TP rank's pair
+        if len(replicas) > 1:  # every replica's pair at once, on the links they share
+            ranked = replicas
+            if model.ranks_share(replicas[0], t):  # and every TP rank's, where they share links
+                ranked = tuple(x for a, b in replicas for r in range(t)
+                               for x in ((a + r, b + r), (b + r, a + r)))
+            together = max(a + nbytes * b for a, b in model.send_terms(ranked))
+            one = ranked[: len(ranked) // len(replicas)]  # the first replica's pairs
+            first_pair = max(a + nbytes * b for a, b in model.send_terms(one))
+            if len(one) > 1:  # (the curves time the first TP rank's pair, the slowest on the links)
+                alone = max(alone, first_pair)
+            alone = pairs_allreduce_s(alone, together, first_pair)
+        out.append((where[pair.owner], where[pair.user], alone))
+    return out
 
 
 def tied_finish_s(
