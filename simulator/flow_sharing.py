@@ -65,8 +65,9 @@ class FlowSharing:
         env: the SimPy environment whose clock (seconds) the flows run on.
         capacity_bytes_per_s: bandwidth of each directed link, bytes/s (checked by the caller).
         on_transfer: called with a :class:`TransferRecord` when each transfer is delivered.
-        on_link: called with ``(link, start_s, end_s, bytes_per_s)`` each time a link's total
-            rate changes after being > 0; ``None`` records nothing.
+        on_link: called with the busy stretches of links whose total rate changed after being
+            > 0, flattened: ``link, start_s, end_s, bytes_per_s`` for each stretch, in the order
+            they closed (one call per batch closed at one instant); ``None`` records nothing.
     """
 
     def __init__(
@@ -75,7 +76,7 @@ class FlowSharing:
         capacity_bytes_per_s: list[float],
         *,
         on_transfer: Callable[[TransferRecord], None] | None,
-        on_link: Callable[[tuple[int, float, float, float]], None] | None,
+        on_link: Callable[[list[float]], None] | None,
     ) -> None:
         self._env = env
         self._cap = capacity_bytes_per_s
@@ -300,17 +301,28 @@ class FlowSharing:
         link_flows = self._link_flows
         link_rate = self._link_rate
         link_since = self._link_since
+        closed: list[float] = []
         for link in sorted(region):
             on = link_flows[link]
-            total = sum(map(_RATE, on.values())) if on else 0.0
+            n = len(on)
+            if n == 1:  # (the sum of one or two rates, as sum() adds them)
+                (f,) = on.values()
+                total = f.rate
+            elif n == 2:
+                f, g = on.values()
+                total = f.rate + g.rate
+            else:
+                total = sum(map(_RATE, on.values())) if n else 0.0
             old = link_rate[link]
             if total != old:
                 if old > 0.0:
                     since = link_since[link]
                     if now > since:
-                        emit((link, since, now, old))
+                        closed += (link, since, now, old)
                 link_rate[link] = total
                 link_since[link] = now
+        if closed:
+            emit(closed)
 
     def _compact_heap(self) -> None:
         self._heap = [e for e in self._heap if not e[3].done and e[3].version == e[2]]

@@ -82,29 +82,43 @@ def progressive_fill(
         The region's flows (``new_rate`` and ``new_bott`` set) and the links outside the region
         where the result is not max-min (a kept flow lost its bottleneck there).
     """
+    # A link only one flow is on (a GPU's own port, most of a ring's hops) is queued only where
+    # it is that flow's first of least capacity: its share stays its capacity until the flow
+    # freezes, so that one freezes the flow (if no other link did before) and every other such
+    # link of the flow would be popped with nothing left to freeze.
     flows: list[Flow] = []
-    for link in region:
-        link_mark[link] = gen
-        for f in link_flows[link].values():
-            if f.mark != gen:
-                f.mark = gen
-                flows.append(f)
     queue: list[tuple[float, int]] = []
     for link in region:
-        n = len(link_flows[link])
+        link_mark[link] = gen
+        on = link_flows[link]
+        n = len(on)
         cnt[link] = n
         if n:
             rem[link] = cap[link]
-            queue.append((cap[link] / n, link))
+            if n > 1:
+                queue.append((cap[link] / n, link))
+            for f in on.values():
+                if f.mark != gen:
+                    f.mark = gen
+                    flows.append(f)
     outside: list[int] = []
     for f in flows:
+        own = -1
+        own_cap = math.inf
         for link in f.links:
-            if link_mark[link] != gen:
+            on = link_flows[link]
+            if len(on) == 1:
+                c = cap[link]
+                if c < own_cap or (c == own_cap and link < own):
+                    own, own_cap = link, c
+                cnt[link] = 1
+                rem[link] = c
+            elif link_mark[link] != gen:
                 link_mark[link] = gen
                 outside.append(link)
                 left = cap[link]
                 n = 0
-                for g in link_flows[link].values():
+                for g in on.values():
                     if g.mark == gen:
                         n += 1
                     else:
@@ -114,15 +128,19 @@ def progressive_fill(
                 rem[link] = left
                 cnt[link] = n
                 queue.append((left / n, link))
+        if own >= 0:
+            queue.append((own_cap, own))
 
     # Progressive filling: repeatedly take the link with the smallest fair share of its
     # remaining capacity and freeze its unfrozen flows at that share. Freezing flows at the
     # smallest share never lowers another link's share, so a queued key can only be too
     # small: a popped link whose share grew goes back in with its current share.
+    # Once every region flow is frozen, each queued link left has none to freeze: stop there.
     heapq.heapify(queue)
     heappop = heapq.heappop
     heappush = heapq.heappush
-    while queue:
+    unfrozen = len(flows)
+    while unfrozen and queue:
         key, link = heappop(queue)
         c = cnt[link]
         if c == 0:
@@ -138,11 +156,13 @@ def progressive_fill(
                 f.fixed = gen
                 f.new_rate = share
                 f.new_bott = link
+                unfrozen -= 1
                 for other in f.links:
                     cnt[other] -= 1
                     rem[other] -= share
 
-    # Outside links: every flow there must keep a bottleneck (saturated, nobody faster).
+    # Outside links: every flow there must keep a bottleneck (saturated, nobody faster); a link
+    # only one region flow is on always does, so only shared links are checked.
     grow: list[int] = []
     for link in outside:
         total = 0.0
