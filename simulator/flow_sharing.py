@@ -83,7 +83,9 @@ class FlowSharing:
         self._on_transfer = on_transfer
         self._on_link = on_link
         n_links = len(capacity_bytes_per_s)
-        self._link_flows: list[dict[int, Flow]] = [{} for _ in range(n_links)]
+        # per link, its flows in the order they started (a list: flows come and go on a link
+        # hundreds of thousands of times, and a list takes them without re-allocating)
+        self._link_flows: list[list[Flow]] = [[] for _ in range(n_links)]
         self._link_mark = [-1] * n_links
         self._link_rate = [0.0] * n_links
         self._link_since = [0.0] * n_links
@@ -112,7 +114,8 @@ class FlowSharing:
         """
         seen: dict[int, Flow] = {}
         for flows in self._link_flows:
-            seen.update(flows)
+            for f in flows:
+                seen[f.id] = f
         return [(f.id, f.route, f.rate) for _, f in sorted(seen.items())]
 
     @property
@@ -155,18 +158,21 @@ class FlowSharing:
         link_flows = self._link_flows
         links = flow.links
         now: float = self._env.now
-        alone = True
+        shared: list[int] = []  # the links another flow is on
         for link in links:
             on = link_flows[link]
             if on:
-                alone = False
-            on[fid] = flow
+                shared.append(link)
+            on.append(flow)
         flow.t_last = now
         self._n_active += 1
         if self._n_active > self._peak_active:
             self._peak_active = self._n_active
-        if not alone:
-            self._dirty.update(links)
+        if shared:
+            # Only the shared links start the re-fill's region: the flow is re-filled through
+            # them, and a link it is alone on changes its total only with the flow's rate, so it
+            # is recorded with the flow's other links if that changes (_record_links).
+            self._dirty.update(shared)
             self._schedule_flush()
             return
         # Alone on every link: its max-min rate is its bottleneck's capacity, exactly what a
@@ -271,7 +277,7 @@ class FlowSharing:
         while stack:
             link = stack.pop()
             out.append(link)
-            for f in link_flows[link].values():
+            for f in link_flows[link]:
                 if f.mark != gen:
                     f.mark = gen
                     for other in f.links:
@@ -306,13 +312,13 @@ class FlowSharing:
             on = link_flows[link]
             n = len(on)
             if n == 1:  # (the sum of one or two rates, as sum() adds them)
-                (f,) = on.values()
+                (f,) = on
                 total = f.rate
             elif n == 2:
-                f, g = on.values()
+                f, g = on
                 total = f.rate + g.rate
             else:
-                total = sum(map(_RATE, on.values())) if n else 0.0
+                total = sum(map(_RATE, on)) if n else 0.0
             old = link_rate[link]
             if total != old:
                 if old > 0.0:
@@ -368,9 +374,8 @@ class FlowSharing:
         for f in finished:  # in (finish, id) order
             f.done = True
             f.remaining = 0.0
-            fid = f.id
             for link in f.links:
-                del link_flows[link][fid]
+                link_flows[link].remove(f)
             left.update(f.links)
             self._n_active -= 1
         # only the links that still carry flows need a re-fill (an empty link rates nothing)

@@ -62,7 +62,7 @@ def progressive_fill(
     region: list[int],
     gen: int,
     cap: list[float],
-    link_flows: list[dict[int, Flow]],
+    link_flows: list[list[Flow]],
     link_mark: list[int],
     rem: list[float],
     cnt: list[int],
@@ -73,7 +73,7 @@ def progressive_fill(
         region: the links whose flows are re-rated.
         gen: a number never passed before (marks flows and links seen in this call).
         cap: capacity of each link, bytes/s.
-        link_flows: per link, its flows by id.
+        link_flows: per link, its flows in the order they started.
         link_mark: per link, scratch marks (compared with ``gen``).
         rem: per link, scratch: capacity left.
         cnt: per link, scratch: unfrozen region flows.
@@ -97,7 +97,7 @@ def progressive_fill(
             rem[link] = cap[link]
             if n > 1:
                 queue.append((cap[link] / n, link))
-            for f in on.values():
+            for f in on:
                 if f.mark != gen:
                     f.mark = gen
                     flows.append(f)
@@ -118,7 +118,7 @@ def progressive_fill(
                 outside.append(link)
                 left = cap[link]
                 n = 0
-                for g in on.values():
+                for g in on:
                     if g.mark == gen:
                         n += 1
                     else:
@@ -151,7 +151,7 @@ def progressive_fill(
             continue
         if share < 0.0:
             share = 0.0  # rounding
-        for f in link_flows[link].values():
+        for f in link_flows[link]:
             if f.mark == gen and f.fixed != gen:
                 f.fixed = gen
                 f.new_rate = share
@@ -168,7 +168,7 @@ def progressive_fill(
         total = 0.0
         fastest_in = 0.0
         fastest_out = 0.0
-        for g in link_flows[link].values():
+        for g in link_flows[link]:
             if g.mark == gen:
                 x = g.new_rate
                 if x > fastest_in:
@@ -180,7 +180,7 @@ def progressive_fill(
             total += x
         saturated = total >= cap[link] * (1.0 - _REL_TOL)
         fastest = max(fastest_in, fastest_out)
-        for g in link_flows[link].values():
+        for g in link_flows[link]:
             if g.mark == gen:
                 bad = g.new_bott == link and fastest_out > g.new_rate * (1.0 + _REL_TOL)
             else:
