@@ -82,6 +82,7 @@ class FlowSharing:
         self._cap = capacity_bytes_per_s
         self._on_transfer = on_transfer
         self._on_link = on_link
+        self._latency_done = self._on_latency_done  # (bound once: one per flow otherwise)
         n_links = len(capacity_bytes_per_s)
         # per link, its flows in the order they started (a list: flows come and go on a link
         # hundreds of thousands of times, and a list takes them without re-allocating)
@@ -311,14 +312,16 @@ class FlowSharing:
         for link in sorted(region):
             on = link_flows[link]
             n = len(on)
-            if n == 1:  # (the sum of one or two rates, as sum() adds them)
+            if n == 0:
+                total = 0.0
+            elif n == 1:  # (the sum of one or two rates, as sum() adds them)
                 (f,) = on
                 total = f.rate
             elif n == 2:
                 f, g = on
                 total = f.rate + g.rate
             else:
-                total = sum(map(_RATE, on)) if n else 0.0
+                total = sum(map(_RATE, on))
             old = link_rate[link]
             if total != old:
                 if old > 0.0:
@@ -387,5 +390,9 @@ class FlowSharing:
             self._schedule_flush()
         else:
             self._arm()
-        for f in finished:
-            self._deliver_now(f.event, f.id, f.route, f.nbytes, f.start_s, f.tag)
+        if self._on_transfer is None:
+            for f in finished:
+                f.event.succeed()
+        else:
+            for f in finished:
+                self._deliver_now(f.event, f.id, f.route, f.nbytes, f.start_s, f.tag)

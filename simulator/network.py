@@ -258,7 +258,8 @@ class Network(FlowSharing):
         """
         if not route or self._free:
             return 0.0
-        return self._route_info(route)[0]
+        info = self._routes.get(route)
+        return (info or self._route_info(route))[0]
 
     def route_bandwidth_bytes_per_s(self, route: tuple[int, ...]) -> float:
         """Bandwidth of the route's slowest link, bytes/s, when alone (``inf`` for an empty route).
@@ -345,7 +346,7 @@ class Network(FlowSharing):
                 self._route_info(route)
             self._deliver_now(event, tid, route, nbytes, env.now, tag)
             return event
-        latency, links = self._route_info(route)
+        latency, links = self._routes.get(route) or self._route_info(route)
         if latency_s is not None:
             latency = latency_s
         if not self._contention and links:
@@ -365,7 +366,7 @@ class Network(FlowSharing):
         flow = Flow(tid, route, links, nbytes, env.now, tag, event)
         self._n_flows += 1
         if latency > 0:
-            simpy.Timeout(env, latency, flow).callbacks.append(self._on_latency_done)
+            simpy.Timeout(env, latency, flow).callbacks.append(self._latency_done)
         else:
             self._start_flow(flow)
         return event
