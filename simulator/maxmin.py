@@ -101,7 +101,7 @@ def progressive_fill(
                 if f.mark != gen:
                     f.mark = gen
                     flows.append(f)
-    outside: list[int] = []
+    outside: list[int] = []  # the links outside the region that kept flows are on too
     for f in flows:
         own = -1
         own_cap = math.inf
@@ -115,7 +115,6 @@ def progressive_fill(
                 rem[link] = c
             elif link_mark[link] != gen:
                 link_mark[link] = gen
-                outside.append(link)
                 left = cap[link]
                 n = 0
                 for g in on:
@@ -123,6 +122,8 @@ def progressive_fill(
                         n += 1
                     else:
                         left -= g.rate
+                if n < len(on):  # (only a link a kept flow is on can leave one without bottleneck)
+                    outside.append(link)
                 if left < 0.0:
                     left = 0.0
                 rem[link] = left
@@ -161,8 +162,9 @@ def progressive_fill(
                     cnt[other] -= 1
                     rem[other] -= share
 
-    # Outside links: every flow there must keep a bottleneck (saturated, nobody faster); a link
-    # only one region flow is on always does, so only shared links are checked.
+    # Outside links: every flow there must keep a bottleneck (saturated, nobody faster). Only
+    # links a kept flow is on are checked: a region flow's bottleneck can only be broken by a
+    # faster kept flow.
     grow: list[int] = []
     for link in outside:
         total = 0.0
