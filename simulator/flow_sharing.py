@@ -9,8 +9,9 @@ timer for the earliest completion and delivers each transfer when its last byte 
 Speed
 -----
 Flows interact only through shared links. When flows start or end, the re-fill starts from the
-links they use and keeps every other flow's rate, growing the region only where a kept rate is
-no longer max-min (see ``FlowSharing._flush``); after a few rounds it re-fills the whole connected
+links they share (a starting flow: those another flow is on; an ending one: those it leaves to
+others) and keeps every other flow's rate, growing the region only where a kept rate is no
+longer max-min (see ``FlowSharing._flush``); after a few rounds it re-fills the whole connected
 component. Starts and ends at one simulated instant share one re-fill, run after every other
 event of that instant. Each flow's remaining bytes are updated lazily when its rate changes;
 one SimPy timer is pending at a time, for the earliest completion (stale timers are ignored
@@ -298,8 +299,10 @@ class FlowSharing:
 
         Only the links of ``region`` (flows came or went; the set is consumed) and of ``flows``
         (the flows whose rate changed) can have a new total: every other link carries the same
-        flows at the same rates. A total is the plain left-to-right sum of the link's flow
-        rates, re-summed (not updated by differences, which would round differently).
+        flows at the same rates (a link a starting flow is alone on, left out of the re-fill's
+        region, changes with that flow's rate, so with ``flows``). A total is the plain
+        left-to-right sum of the link's flow rates, re-summed (not updated by differences, which
+        would round differently).
         """
         emit = self._on_link
         assert emit is not None
