@@ -9,8 +9,9 @@ timer for the earliest completion and delivers each transfer when its last byte 
 Speed
 -----
 Flows interact only through shared links. When flows start or end, the re-fill starts from the
-links they use and keeps every other flow's rate, growing the region only where a kept rate is
-no longer max-min (see ``FlowSharing._flush``); after a few rounds it re-fills the whole connected
+links they share (a starting flow: those another flow is on; an ending one: those it leaves to
+others) and keeps every other flow's rate, growing the region only where a kept rate is no
+longer max-min (see ``FlowSharing._flush``); after a few rounds it re-fills the whole connected
 component. Starts and ends at one simulated instant share one re-fill, run after every other
 event of that instant. Each flow's remaining bytes are updated lazily when its rate changes;
 one SimPy timer is pending at a time, for the earliest completion (stale timers are ignored
@@ -65,8 +66,9 @@ class FlowSharing:
         env: the SimPy environment whose clock (seconds) the flows run on.
         capacity_bytes_per_s: bandwidth of each directed link, bytes/s (checked by the caller).
         on_transfer: called with a :class:`TransferRecord` when each transfer is delivered.
-        on_link: called with ``(link, start_s, end_s, bytes_per_s)`` each time a link's total
-            rate changes after being > 0; ``None`` records nothing.
+        on_link: called with the busy stretches of links whose total rate changed after being
+            > 0, flattened: ``link, start_s, end_s, bytes_per_s`` for each stretch, in the order
+            they closed (one call per batch closed at one instant); ``None`` records nothing.
     """
 
     def __init__(
@@ -75,14 +77,17 @@ class FlowSharing:
         capacity_bytes_per_s: list[float],
         *,
         on_transfer: Callable[[TransferRecord], None] | None,
-        on_link: Callable[[tuple[int, float, float, float]], None] | None,
+        on_link: Callable[[list[float]], None] | None,
     ) -> None:
         self._env = env
         self._cap = capacity_bytes_per_s
         self._on_transfer = on_transfer
         self._on_link = on_link
+        self._latency_done = self._on_latency_done  # (bound once: one per flow otherwise)
         n_links = len(capacity_bytes_per_s)
-        self._link_flows: list[dict[int, Flow]] = [{} for _ in range(n_links)]
+        # per link, its flows in the order they started (a list: flows come and go on a link
+        # hundreds of thousands of times, and a list takes them without re-allocating)
+        self._link_flows: list[list[Flow]] = [[] for _ in range(n_links)]
         self._link_mark = [-1] * n_links
         self._link_rate = [0.0] * n_links
         self._link_since = [0.0] * n_links
@@ -111,7 +116,8 @@ class FlowSharing:
         """
         seen: dict[int, Flow] = {}
         for flows in self._link_flows:
-            seen.update(flows)
+            for f in flows:
+                seen[f.id] = f
         return [(f.id, f.route, f.rate) for _, f in sorted(seen.items())]
 
     @property
@@ -154,18 +160,21 @@ class FlowSharing:
         link_flows = self._link_flows
         links = flow.links
         now: float = self._env.now
-        alone = True
+        shared: list[int] = []  # the links another flow is on
         for link in links:
             on = link_flows[link]
             if on:
-                alone = False
-            on[fid] = flow
+                shared.append(link)
+            on.append(flow)
         flow.t_last = now
         self._n_active += 1
         if self._n_active > self._peak_active:
             self._peak_active = self._n_active
-        if not alone:
-            self._dirty.update(links)
+        if shared:
+            # Only the shared links start the re-fill's region: the flow is re-filled through
+            # them, and a link it is alone on changes its total only with the flow's rate, so it
+            # is recorded with the flow's other links if that changes (_record_links).
+            self._dirty.update(shared)
             self._schedule_flush()
             return
         # Alone on every link: its max-min rate is its bottleneck's capacity, exactly what a
@@ -270,7 +279,7 @@ class FlowSharing:
         while stack:
             link = stack.pop()
             out.append(link)
-            for f in link_flows[link].values():
+            for f in link_flows[link]:
                 if f.mark != gen:
                     f.mark = gen
                     for other in f.links:
@@ -290,8 +299,10 @@ class FlowSharing:
 
         Only the links of ``region`` (flows came or went; the set is consumed) and of ``flows``
         (the flows whose rate changed) can have a new total: every other link carries the same
-        flows at the same rates. A total is the plain left-to-right sum of the link's flow
-        rates, re-summed (not updated by differences, which would round differently).
+        flows at the same rates (a link a starting flow is alone on, left out of the re-fill's
+        region, changes with that flow's rate, so with ``flows``). A total is the plain
+        left-to-right sum of the link's flow rates, re-summed (not updated by differences, which
+        would round differently).
         """
         emit = self._on_link
         assert emit is not None
@@ -300,17 +311,30 @@ class FlowSharing:
         link_flows = self._link_flows
         link_rate = self._link_rate
         link_since = self._link_since
+        closed: list[float] = []
         for link in sorted(region):
             on = link_flows[link]
-            total = sum(map(_RATE, on.values())) if on else 0.0
+            n = len(on)
+            if n == 0:
+                total = 0.0
+            elif n == 1:  # (the sum of one or two rates, as sum() adds them)
+                (f,) = on
+                total = f.rate
+            elif n == 2:
+                f, g = on
+                total = f.rate + g.rate
+            else:
+                total = sum(map(_RATE, on))
             old = link_rate[link]
             if total != old:
                 if old > 0.0:
                     since = link_since[link]
                     if now > since:
-                        emit((link, since, now, old))
+                        closed += (link, since, now, old)
                 link_rate[link] = total
                 link_since[link] = now
+        if closed:
+            emit(closed)
 
     def _compact_heap(self) -> None:
         self._heap = [e for e in self._heap if not e[3].done and e[3].version == e[2]]
@@ -356,9 +380,8 @@ class FlowSharing:
         for f in finished:  # in (finish, id) order
             f.done = True
             f.remaining = 0.0
-            fid = f.id
             for link in f.links:
-                del link_flows[link][fid]
+                link_flows[link].remove(f)
             left.update(f.links)
             self._n_active -= 1
         # only the links that still carry flows need a re-fill (an empty link rates nothing)
@@ -370,5 +393,9 @@ class FlowSharing:
             self._schedule_flush()
         else:
             self._arm()
-        for f in finished:
-            self._deliver_now(f.event, f.id, f.route, f.nbytes, f.start_s, f.tag)
+        if self._on_transfer is None:
+            for f in finished:
+                f.event.succeed()
+        else:
+            for f in finished:
+                self._deliver_now(f.event, f.id, f.route, f.nbytes, f.start_s, f.tag)

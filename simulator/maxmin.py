@@ -62,7 +62,7 @@ def progressive_fill(
     region: list[int],
     gen: int,
     cap: list[float],
-    link_flows: list[dict[int, Flow]],
+    link_flows: list[list[Flow]],
     link_mark: list[int],
     rem: list[float],
     cnt: list[int],
@@ -73,7 +73,7 @@ def progressive_fill(
         region: the links whose flows are re-rated.
         gen: a number never passed before (marks flows and links seen in this call).
         cap: capacity of each link, bytes/s.
-        link_flows: per link, its flows by id.
+        link_flows: per link, its flows in the order they started.
         link_mark: per link, scratch marks (compared with ``gen``).
         rem: per link, scratch: capacity left.
         cnt: per link, scratch: unfrozen region flows.
@@ -82,47 +82,66 @@ def progressive_fill(
         The region's flows (``new_rate`` and ``new_bott`` set) and the links outside the region
         where the result is not max-min (a kept flow lost its bottleneck there).
     """
+    # A link only one flow is on (a GPU's own port, most of a ring's hops) is queued only where
+    # it is that flow's first of least capacity: its share stays its capacity until the flow
+    # freezes, so that one freezes the flow (if no other link did before) and every other such
+    # link of the flow would be popped with nothing left to freeze.
     flows: list[Flow] = []
-    for link in region:
-        link_mark[link] = gen
-        for f in link_flows[link].values():
-            if f.mark != gen:
-                f.mark = gen
-                flows.append(f)
     queue: list[tuple[float, int]] = []
     for link in region:
-        n = len(link_flows[link])
+        link_mark[link] = gen
+        on = link_flows[link]
+        n = len(on)
         cnt[link] = n
         if n:
             rem[link] = cap[link]
-            queue.append((cap[link] / n, link))
-    outside: list[int] = []
+            if n > 1:
+                queue.append((cap[link] / n, link))
+            for f in on:
+                if f.mark != gen:
+                    f.mark = gen
+                    flows.append(f)
+    outside: list[int] = []  # the links outside the region that kept flows are on too
     for f in flows:
+        own = -1
+        own_cap = math.inf
         for link in f.links:
-            if link_mark[link] != gen:
+            on = link_flows[link]
+            if len(on) == 1:
+                c = cap[link]
+                if c < own_cap or (c == own_cap and link < own):
+                    own, own_cap = link, c
+                cnt[link] = 1
+                rem[link] = c
+            elif link_mark[link] != gen:
                 link_mark[link] = gen
-                outside.append(link)
                 left = cap[link]
                 n = 0
-                for g in link_flows[link].values():
+                for g in on:
                     if g.mark == gen:
                         n += 1
                     else:
                         left -= g.rate
+                if n < len(on):  # (only a link a kept flow is on can leave one without bottleneck)
+                    outside.append(link)
                 if left < 0.0:
                     left = 0.0
                 rem[link] = left
                 cnt[link] = n
                 queue.append((left / n, link))
+        if own >= 0:
+            queue.append((own_cap, own))
 
     # Progressive filling: repeatedly take the link with the smallest fair share of its
     # remaining capacity and freeze its unfrozen flows at that share. Freezing flows at the
     # smallest share never lowers another link's share, so a queued key can only be too
     # small: a popped link whose share grew goes back in with its current share.
+    # Once every region flow is frozen, each queued link left has none to freeze: stop there.
     heapq.heapify(queue)
     heappop = heapq.heappop
     heappush = heapq.heappush
-    while queue:
+    unfrozen = len(flows)
+    while unfrozen and queue:
         key, link = heappop(queue)
         c = cnt[link]
         if c == 0:
@@ -133,22 +152,25 @@ def progressive_fill(
             continue
         if share < 0.0:
             share = 0.0  # rounding
-        for f in link_flows[link].values():
+        for f in link_flows[link]:
             if f.mark == gen and f.fixed != gen:
                 f.fixed = gen
                 f.new_rate = share
                 f.new_bott = link
+                unfrozen -= 1
                 for other in f.links:
                     cnt[other] -= 1
                     rem[other] -= share
 
-    # Outside links: every flow there must keep a bottleneck (saturated, nobody faster).
+    # Outside links: every flow there must keep a bottleneck (saturated, nobody faster). Only
+    # links a kept flow is on are checked: a region flow's bottleneck can only be broken by a
+    # faster kept flow.
     grow: list[int] = []
     for link in outside:
         total = 0.0
         fastest_in = 0.0
         fastest_out = 0.0
-        for g in link_flows[link].values():
+        for g in link_flows[link]:
             if g.mark == gen:
                 x = g.new_rate
                 if x > fastest_in:
@@ -160,7 +182,7 @@ def progressive_fill(
             total += x
         saturated = total >= cap[link] * (1.0 - _REL_TOL)
         fastest = max(fastest_in, fastest_out)
-        for g in link_flows[link].values():
+        for g in link_flows[link]:
             if g.mark == gen:
                 bad = g.new_bott == link and fastest_out > g.new_rate * (1.0 + _REL_TOL)
             else:

@@ -129,22 +129,26 @@ class Network(FlowSharing):
                 "several link recorders",
                 "give at most one of on_link_interval, on_link_stretch and link_stretches",
             )
-        # Every recorder is fed one (link, start_s, end_s, bytes_per_s) tuple per stretch.
-        on_link: Callable[[tuple[int, float, float, float]], None] | None = None
+        # Every recorder is fed the stretches closed at one instant as one flat list:
+        # link, start_s, end_s, bytes_per_s for each.
+        on_link: Callable[[list[float]], None] | None = None
         if link_stretches is not None:
-            on_link = link_stretches.data.extend
+            on_link = link_stretches.data.fromlist
         elif on_link_interval is not None:
             interval = on_link_interval
 
-            def emit_interval(rec: tuple[int, float, float, float]) -> None:
-                interval(LinkInterval(link=rec[0], start_s=rec[1], end_s=rec[2], bytes_per_s=rec[3]))
+            def emit_interval(recs: list[float]) -> None:
+                for k in range(0, len(recs), 4):
+                    link, start, end, rate = recs[k : k + 4]
+                    interval(LinkInterval(link=int(link), start_s=start, end_s=end, bytes_per_s=rate))
 
             on_link = emit_interval
         elif on_link_stretch is not None:
             stretch = on_link_stretch
 
-            def emit_stretch(rec: tuple[int, float, float, float]) -> None:
-                stretch(*rec)
+            def emit_stretch(recs: list[float]) -> None:
+                for k in range(0, len(recs), 4):
+                    stretch(int(recs[k]), recs[k + 1], recs[k + 2], recs[k + 3])
 
             on_link = emit_stretch
         self._classes: tuple[LinkClass, ...] | None = None
@@ -254,7 +258,8 @@ class Network(FlowSharing):
         """
         if not route or self._free:
             return 0.0
-        return self._route_info(route)[0]
+        info = self._routes.get(route)
+        return (info or self._route_info(route))[0]
 
     def route_bandwidth_bytes_per_s(self, route: tuple[int, ...]) -> float:
         """Bandwidth of the route's slowest link, bytes/s, when alone (``inf`` for an empty route).
@@ -341,7 +346,7 @@ class Network(FlowSharing):
                 self._route_info(route)
             self._deliver_now(event, tid, route, nbytes, env.now, tag)
             return event
-        latency, links = self._route_info(route)
+        latency, links = self._routes.get(route) or self._route_info(route)
         if latency_s is not None:
             latency = latency_s
         if not self._contention and links:
@@ -361,7 +366,7 @@ class Network(FlowSharing):
         flow = Flow(tid, route, links, nbytes, env.now, tag, event)
         self._n_flows += 1
         if latency > 0:
-            simpy.Timeout(env, latency, flow).callbacks.append(self._on_latency_done)
+            simpy.Timeout(env, latency, flow).callbacks.append(self._latency_done)
         else:
             self._start_flow(flow)
         return event

@@ -4,12 +4,21 @@ uses (:mod:`pipesim.profiles.costmodels.collective` times them)."""
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 
 from pipesim.errors import invalid
 
-__all__ = ["MAX_RING_SEARCH_MEMBERS", "LinkValue", "RouteFn", "group_by_server", "nvls_ports", "ring_set"]
+__all__ = [
+    "MAX_RING_SEARCH_MEMBERS",
+    "LinkValue",
+    "RouteFn",
+    "disjoint_cycles",
+    "group_by_server",
+    "nvls_ports",
+    "ring_set",
+]
 
 RouteFn = Callable[[int, int], tuple[int, ...]]
 """The directed links from one device to another (a cluster's ``route``)."""
@@ -58,7 +67,30 @@ def ring_set(members: Sequence[int], route: RouteFn, bandwidth: LinkValue) -> tu
     unit = min(rate.values())
     if not 0 < unit < math.inf:
         return plain
-    cap = {key: max(1, round(value / unit)) for key, value in rate.items()}
+    cap = tuple((key, max(1, round(value / unit))) for key, value in rate.items())
+    best = disjoint_cycles(n, cap)
+    if not best:
+        return plain
+    rings: list[tuple[int, ...]] = []
+    for cycle in best:
+        forward = tuple(order[k] for k in cycle)
+        rings.append(forward)
+        rings.append((forward[0], *reversed(forward[1:])))
+    return tuple(rings)
+
+
+@functools.lru_cache(maxsize=64)
+def disjoint_cycles(
+    n: int, capacity: tuple[tuple[tuple[int, int], int], ...]
+) -> tuple[tuple[int, ...], ...]:
+    """The most edge-disjoint Hamiltonian cycles over ``n`` positions :func:`ring_set` runs on:
+    ``capacity`` lists each direct pair ``((i, j), units)`` (``i < j``, the pair's capacity in
+    units of the slowest direct link); each cycle starts at position 0, in lexicographic order of
+    the exhaustive search (no cycle: ``()``). The answer depends only on these arguments, so it
+    is kept (servers of one kind share it: a 1024-GPU run asks for it once, not per server and
+    call).
+    """
+    cap = dict(capacity)
     neighbours = [[j for j in range(n) if (min(i, j), max(i, j)) in cap] for i in range(n)]
     cycles: list[tuple[int, ...]] = []
 
@@ -77,7 +109,7 @@ def ring_set(members: Sequence[int], route: RouteFn, bandwidth: LinkValue) -> tu
 
     extend([0], {0})
     if not cycles:
-        return plain
+        return ()
     edges = [[(min(c[k], c[(k + 1) % n]), max(c[k], c[(k + 1) % n])) for k in range(n)] for c in cycles]
     best: list[int] = []
     budget = [20000]
@@ -99,12 +131,7 @@ def ring_set(members: Sequence[int], route: RouteFn, bandwidth: LinkValue) -> tu
                     left[e] += 1
 
     pack(0, [], dict(cap))
-    rings: list[tuple[int, ...]] = []
-    for c in best:
-        forward = tuple(order[k] for k in cycles[c])
-        rings.append(forward)
-        rings.append((forward[0], *reversed(forward[1:])))
-    return tuple(rings)
+    return tuple(cycles[c] for c in best)
 
 
 def nvls_ports(

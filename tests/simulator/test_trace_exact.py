@@ -159,7 +159,7 @@ class EagerRecorder:
         rate = attrgetter("rate")
         for link in sorted(links):
             key = (id(network), link)
-            total = sum(map(rate, network._link_flows[link].values()))
+            total = sum(map(rate, network._link_flows[link]))
             old = self._rate.get(key, 0.0)
             if total != old:
                 since = self._since.get(key, 0.0)
