@@ -216,8 +216,6 @@ def shared_walk_time_s(model: WalkModel, plan: Plan, costs: Sequence[StageCosts]
         return None
     # per route: its latency, the shared links it crosses, its rate alone (bytes/s)
     flow_routes: dict[int, FlowRoute] = {}
-    # one object per (shared links, rate alone): the flows holding it run at one rate (see `walk`)
-    signatures: dict[tuple[tuple[tuple[int, float], ...], float], tuple[tuple[int, float], ...]] = {}
     for out in (out_f, out_b):
         for u in range(units):
             for j, (peer, nbytes, route) in enumerate(out[u]):
@@ -226,9 +224,9 @@ def shared_walk_time_s(model: WalkModel, plan: Plan, costs: Sequence[StageCosts]
                 found = flow_routes.get(id(route))
                 if found is None:
                     alone = min((1.0 / per for _, per in route[1]), default=math.inf)
-                    crossed = tuple(x for x in route[1] if x[0] in shared)
-                    crossed = signatures.setdefault((crossed, alone), crossed)
-                    found = flow_routes[id(route)] = (route[0], crossed, alone)
+                    found = flow_routes[id(route)] = (
+                        route[0], tuple(x for x in route[1] if x[0] in shared), alone
+                    )
                 out[u][j] = (peer, nbytes, found)
     # compute times per unit: the stage's costs at the largest share, the table at a smaller one
     f_time, b_time, w_time = [0.0] * units, [0.0] * units, [0.0] * units
@@ -446,17 +444,12 @@ def shared_walk_time_s(model: WalkModel, plan: Plan, costs: Sequence[StageCosts]
             step = inf
             if flows:  # each flow's rate (flow[5]) changes only when a flow starts or ends
                 if changed:
-                    rates: dict[int, float] = {}  # per links object: one rate alone for each
                     for flow in flows:
-                        links = flow[1]
-                        rate = rates.get(id(links))
-                        if rate is None:
-                            rate = flow[2]
-                            for link, per in links:
-                                r = 1.0 / (per * count[link])
-                                if r < rate:
-                                    rate = r
-                            rates[id(links)] = rate
+                        rate = flow[2]
+                        for link, per in flow[1]:
+                            r = 1.0 / (per * count[link])
+                            if r < rate:
+                                rate = r
                         flow[5] = rate
                     changed = False
                 for flow in flows:
@@ -471,8 +464,11 @@ def shared_walk_time_s(model: WalkModel, plan: Plan, costs: Sequence[StageCosts]
             if step == inf and nxt == inf:
                 break
             later = now + step
-            if nxt < later:
-                step, later = max(0.0, nxt - now), max(nxt, now)
+            if nxt < later:  # step = max(0, nxt - now), later = max(nxt, now), without calls
+                step = nxt - now
+                if not step > 0.0:
+                    step = 0.0
+                later = now if now > nxt else nxt
             now = later
             if flows:
                 finished: list[list[Any]] = []
