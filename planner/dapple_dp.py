@@ -41,8 +41,8 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from pipesim.plan import resplit, split_samples
-from pipesim.planner.cost_tables import FloorTable, ShareTable, block_floors, canonical_groups, floor_table
-from pipesim.planner.dapple_bounds import bottleneck_floors
+from pipesim.planner.cost_tables import ShareTable, canonical_groups
+from pipesim.planner.dapple_bounds import neck_floors, prefix_floors
 from pipesim.planner.estimate import NEG_INF, CostModel, eval_lines
 from pipesim.planner.placement import Placement, device_order, placement_grid, placement_unit, stage_start
 from pipesim.planner.search_space import replica_candidates
@@ -88,80 +88,6 @@ class SearchResult:
     stages: tuple[tuple[int, int, tuple[int, ...]], ...]
     num_microbatches: int
     placement: Placement
-
-
-class _Floors(NamedTuple):
-    """Lower bounds on the unplaced prefix for one micro-batch size (per cost model, see
-    :func:`_prefix_floors`)."""
-
-    tables: dict[int, ShareTable]  # per replica count, the table at its share ceil(b / r)
-    full: FloorTable | ShareTable  # per-layer floors of the forward (and backward) time of `b` samples
-    work: list[float]  # forward plus backward floor of layers [0, positions[pj])
-    sums: tuple[tuple[tuple[float, ...], tuple[float, ...]], ...]  # block_floors, per devices left
-    necks: list[tuple[tuple[float, ...], ...]]  # _neck_floors once asked (at the same memory limit)
-    # per policy (integer keys: nothing the garbage collector keeps scanning): the stage rows by
-    # (end, start, replicas, stage start index) and the transfer seconds of search_pair's transfer
-    rows: dict[Placement, dict[int, _RowT]]
-    sends: dict[Placement, dict[int, tuple[float, float]]]
-
-
-def _prefix_floors(
-    model: CostModel,
-    b: int,
-    cands: Sequence[int],
-    positions: Sequence[int],
-    memory_limit_bytes: float,
-) -> _Floors:
-    """The share tables and prefix floors for micro-batches of ``b`` samples over the replica
-    counts ``cands``, cached in ``model.memo`` (they do not depend on the micro-batch count or
-    the policy)."""
-    cache: dict[tuple[int, tuple[int, ...], float], _Floors]
-    cache = model.memo.setdefault(("dapple-floor", tuple(positions)), {})  # type: ignore[assignment]
-    key = (b, tuple(cands), memory_limit_bytes)
-    found = cache.get(key)
-    if found is None:
-        # the estimate times every replica at the largest share of an uneven split
-        tables = {r: model.share_table(-(-b // r)) for r in cands}
-        num_dev = model.cluster.num_devices
-        full = model.share_table(b) if model.linear else floor_table(tables, b)
-        work = [full.fwd[e] + full.bwd[e] for e in positions]
-        found = cache[key] = _Floors(
-            tables=tables,
-            full=full,
-            work=work,
-            sums=block_floors(tables, positions, num_dev),
-            necks=[],
-            rows={},
-            sends={},
-        )
-    return found
-
-
-def _neck_floors(
-    model: CostModel, floors: _Floors, positions: Sequence[int], memory_limit_bytes: float
-) -> tuple[tuple[float, ...], ...]:
-    """:func:`~pipesim.planner.dapple_bounds.bottleneck_floors` of ``floors``' tables (per devices
-    left, per stage start index; ``floors`` is for ``memory_limit_bytes``), made non-decreasing in
-    the start whatever the rounding (a longer prefix on the same devices has no faster slowest
-    stage) so that a binary search finds the last start they allow. Kept in ``floors``: computed
-    only for a micro-batch size whose search gets past the work floor."""
-    if not floors.necks:
-        necks = bottleneck_floors(
-            floors.tables,
-            positions,
-            model.cluster.num_devices,
-            model._params,
-            model._multiplier,
-            memory_limit_bytes,
-        )
-        rows = []
-        for row in necks:
-            mono = list(row)
-            for pj in range(1, len(mono)):
-                mono[pj] = max(mono[pj], mono[pj - 1])
-            rows.append(tuple(mono))
-        floors.necks.append(tuple(rows))
-    return floors.necks[0]
 
 
 def _uneven_lines(
@@ -223,7 +149,8 @@ weights, gradients and optimizer state; the bytes kept per in-flight micro-batch
 stage's input; the working set (plus what a full recomputation holds); ``F``; ``F + B``; ``B``;
 the all-reduce and optimizer step; ``B`` plus them; the floors of the prefix's forwards and of
 its ``F + B``; the all-reduce alone and the step alone. None of it depends on the micro-batch
-count: a row serves every search of its micro-batch size and policy (kept in :class:`_Floors`),
+count: a row serves every search of its micro-batch size and policy (kept in its
+:class:`~pipesim.planner.dapple_bounds.Floors`),
 and the search adds ``head = M (F + B)`` as :func:`~pipesim.planner.estimate.prepend` computes
 it. A plain tuple: the DP's inner loop unpacks it."""
 
@@ -295,12 +222,12 @@ def search_pair(
     cands = replica_candidates(b, num_dev, g, unit, full=full_space)
     if not cands:
         return None
-    floors = _prefix_floors(model, b, cands, positions, memory_limit_bytes)
+    floors = prefix_floors(model, b, cands, positions, memory_limit_bytes)
     tables = floors.tables
     full_fwd, floor_work, sums_left = floors.full.fwd, floors.work, floors.sums
     if m * floor_work[-1] / num_dev >= threshold:
         return None  # some stage is at least that slow (the bound of the loop below, at the root)
-    stage_floor = _neck_floors(model, floors, positions, memory_limit_bytes)
+    stage_floor = neck_floors(model, floors, positions, memory_limit_bytes)
     if m * stage_floor[num_dev][-1] >= threshold:
         return None  # the least slowest stage of any cut is that slow
     held_mode = model.recompute is Recompute.FULL  # the stage's saved bytes re-materialised at once
@@ -325,8 +252,8 @@ def search_pair(
     act_max: dict[tuple[int, int], list[float]]
     act_max = model.memo.setdefault(("dapple-act-max",), {})  # type: ignore[assignment]
     # stage rows and transfer seconds, shared by the searches of this micro-batch size and policy
-    row_cache = floors.rows.setdefault(policy, {})
-    sends = floors.sends.setdefault(policy, {})
+    row_cache: dict[int, _RowT] = floors.rows.setdefault(policy, {})
+    sends: dict[int, tuple[float, float]] = floors.sends.setdefault(policy, {})
     span = num_dev + 1
 
     def devices(start: int, r: int) -> tuple[int, ...]:
