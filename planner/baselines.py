@@ -39,6 +39,8 @@ def candidate_microbatch_counts(global_batch_size: int) -> list[int]:
 
 
 def _with_estimate(model: CostModel, plan: Plan, limit: float) -> Plan | None:
+    if model.peak_memory_bytes(plan) > limit:
+        return None  # the estimate's own peak, without its timing (most tries do not fit)
     est = model.estimate(plan)
     if est.peak_memory_bytes > limit:
         return None

@@ -147,8 +147,13 @@ def _uniform_bounds(
                     num_microbatches=m,
                     allreduce=model.allreduce,  # the DP's algorithm, or this bound is not the DP's cost
                 )
-                est = model.estimate(plan, decomposable=True)
-                found = estimated[key] = (est.iteration_time_s, est.peak_memory_bytes)
+                # a plan over the limit bounds nothing: its memory first, timed only when it fits
+                peak = model.peak_memory_bytes(plan)
+                if peak <= memory_limit_bytes:
+                    found = (model.estimate(plan, decomposable=True).iteration_time_s, peak)
+                else:
+                    found = (math.inf, peak)
+                estimated[key] = found
             time_s, peak = found
             if peak <= memory_limit_bytes:
                 best = min(best, time_s)
@@ -206,10 +211,9 @@ def _shape_bound(
         global_batch_size=global_batch_size,
         num_microbatches=m,
     )
-    est = model.estimate(plan, decomposable=True)
-    if est.peak_memory_bytes > memory_limit_bytes * (1.0 - _MARGIN):
-        return math.inf
-    return est.iteration_time_s * (1.0 + _MARGIN)
+    if model.peak_memory_bytes(plan) > memory_limit_bytes * (1.0 - _MARGIN):
+        return math.inf  # (the estimate's own peak, without timing the plan)
+    return model.estimate(plan, decomposable=True).iteration_time_s * (1.0 + _MARGIN)
 
 
 def _distinct_policies(

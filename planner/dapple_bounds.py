@@ -1,15 +1,19 @@
-"""Lower bounds the DAPPLE search prunes with (see :mod:`pipesim.planner.dapple_dp`)."""
+"""Lower bounds the DAPPLE search prunes with (see :mod:`pipesim.planner.dapple_dp`), and the
+per micro-batch size record that keeps them (:class:`Floors`, with what the searches share)."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 
-from pipesim.planner.cost_tables import ShareTable
+from pipesim.planner.cost_tables import FloorTable, ShareTable, block_floors, floor_table
+from pipesim.planner.estimate import CostModel
+from pipesim.planner.placement import Placement
 
-__all__ = ["FLOOR_MARGIN", "bottleneck_floors"]
+__all__ = ["FLOOR_MARGIN", "Floors", "bottleneck_floors", "neck_floors", "prefix_floors"]
 
 FLOOR_MARGIN = 1.0 - 1e-7
 """Scale of a floor computed from prefix sums in another order than the cost it bounds: the
@@ -71,3 +75,78 @@ def bottleneck_floors(
         best[k, 1:] = np.maximum(before, stage[:k, k, :, None]).min(axis=(0, 1))
     scaled = best[:, 1:].T * FLOOR_MARGIN
     return tuple(tuple(row) for row in scaled.tolist())
+
+
+class Floors(NamedTuple):
+    """Lower bounds on the unplaced prefix for one micro-batch size (per cost model, see
+    :func:`prefix_floors`)."""
+
+    tables: dict[int, ShareTable]  # per replica count, the table at its share ceil(b / r)
+    full: FloorTable | ShareTable  # per-layer floors of the forward (and backward) time of `b` samples
+    work: list[float]  # forward plus backward floor of layers [0, positions[pj])
+    sums: tuple[tuple[tuple[float, ...], tuple[float, ...]], ...]  # block_floors, per devices left
+    necks: list[tuple[tuple[float, ...], ...]]  # neck_floors once asked (at the same memory limit)
+    # per policy (integer keys: nothing the garbage collector keeps scanning), what the searches of
+    # this micro-batch size share: the stage rows (pipesim.planner.dapple_dp's, by end, start,
+    # replicas and stage start index) and the transfer seconds (search_pair's transfer)
+    rows: dict[Placement, dict[int, Any]]
+    sends: dict[Placement, dict[int, tuple[float, float]]]
+
+
+def prefix_floors(
+    model: CostModel,
+    b: int,
+    cands: Sequence[int],
+    positions: Sequence[int],
+    memory_limit_bytes: float,
+) -> Floors:
+    """The share tables and prefix floors for micro-batches of ``b`` samples over the replica
+    counts ``cands``, cached in ``model.memo`` (they do not depend on the micro-batch count or
+    the policy)."""
+    cache: dict[tuple[int, tuple[int, ...], float], Floors]
+    cache = model.memo.setdefault(("dapple-floor", tuple(positions)), {})  # type: ignore[assignment]
+    key = (b, tuple(cands), memory_limit_bytes)
+    found = cache.get(key)
+    if found is None:
+        # the estimate times every replica at the largest share of an uneven split
+        tables = {r: model.share_table(-(-b // r)) for r in cands}
+        num_dev = model.cluster.num_devices
+        full = model.share_table(b) if model.linear else floor_table(tables, b)
+        work = [full.fwd[e] + full.bwd[e] for e in positions]
+        found = cache[key] = Floors(
+            tables=tables,
+            full=full,
+            work=work,
+            sums=block_floors(tables, positions, num_dev),
+            necks=[],
+            rows={},
+            sends={},
+        )
+    return found
+
+
+def neck_floors(
+    model: CostModel, floors: Floors, positions: Sequence[int], memory_limit_bytes: float
+) -> tuple[tuple[float, ...], ...]:
+    """:func:`bottleneck_floors` of ``floors``' tables (per devices
+    left, per stage start index; ``floors`` is for ``memory_limit_bytes``), made non-decreasing in
+    the start whatever the rounding (a longer prefix on the same devices has no faster slowest
+    stage) so that a binary search finds the last start they allow. Kept in ``floors``: computed
+    only for a micro-batch size whose search gets past the work floor."""
+    if not floors.necks:
+        necks = bottleneck_floors(
+            floors.tables,
+            positions,
+            model.cluster.num_devices,
+            model._params,
+            model._multiplier,
+            memory_limit_bytes,
+        )
+        rows = []
+        for row in necks:
+            mono = list(row)
+            for pj in range(1, len(mono)):
+                mono[pj] = max(mono[pj], mono[pj - 1])
+            rows.append(tuple(mono))
+        floors.necks.append(tuple(rows))
+    return floors.necks[0]

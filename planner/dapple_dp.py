@@ -41,8 +41,8 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from pipesim.plan import resplit, split_samples
-from pipesim.planner.cost_tables import FloorTable, ShareTable, block_floors, canonical_groups, floor_table
-from pipesim.planner.dapple_bounds import bottleneck_floors
+from pipesim.planner.cost_tables import ShareTable, canonical_groups
+from pipesim.planner.dapple_bounds import neck_floors, prefix_floors
 from pipesim.planner.estimate import NEG_INF, CostModel, eval_lines
 from pipesim.planner.placement import Placement, device_order, placement_grid, placement_unit, stage_start
 from pipesim.planner.search_space import replica_candidates
@@ -88,70 +88,6 @@ class SearchResult:
     stages: tuple[tuple[int, int, tuple[int, ...]], ...]
     num_microbatches: int
     placement: Placement
-
-
-class _Floors(NamedTuple):
-    """Lower bounds on the unplaced prefix for one micro-batch size (per cost model, see
-    :func:`_prefix_floors`)."""
-
-    tables: dict[int, ShareTable]  # per replica count, the table at its share ceil(b / r)
-    full: FloorTable | ShareTable  # per-layer floors of the forward (and backward) time of `b` samples
-    work: list[float]  # forward plus backward floor of layers [0, positions[pj])
-    sums: tuple[tuple[tuple[float, ...], tuple[float, ...]], ...]  # block_floors, per devices left
-    necks: list[tuple[tuple[float, ...], ...]]  # _neck_floors once asked (at the same memory limit)
-
-
-def _prefix_floors(
-    model: CostModel,
-    b: int,
-    cands: Sequence[int],
-    positions: Sequence[int],
-    memory_limit_bytes: float,
-) -> _Floors:
-    """The share tables and prefix floors for micro-batches of ``b`` samples over the replica
-    counts ``cands``, cached in ``model.memo`` (they do not depend on the micro-batch count or
-    the policy)."""
-    cache: dict[tuple[int, tuple[int, ...], float], _Floors]
-    cache = model.memo.setdefault(("dapple-floor", tuple(positions)), {})  # type: ignore[assignment]
-    key = (b, tuple(cands), memory_limit_bytes)
-    found = cache.get(key)
-    if found is None:
-        # the estimate times every replica at the largest share of an uneven split
-        tables = {r: model.share_table(-(-b // r)) for r in cands}
-        num_dev = model.cluster.num_devices
-        full = model.share_table(b) if model.linear else floor_table(tables, b)
-        work = [full.fwd[e] + full.bwd[e] for e in positions]
-        found = cache[key] = _Floors(
-            tables=tables, full=full, work=work, sums=block_floors(tables, positions, num_dev), necks=[]
-        )
-    return found
-
-
-def _neck_floors(
-    model: CostModel, floors: _Floors, positions: Sequence[int], memory_limit_bytes: float
-) -> tuple[tuple[float, ...], ...]:
-    """:func:`~pipesim.planner.dapple_bounds.bottleneck_floors` of ``floors``' tables (per devices
-    left, per stage start index; ``floors`` is for ``memory_limit_bytes``), made non-decreasing in
-    the start whatever the rounding (a longer prefix on the same devices has no faster slowest
-    stage) so that a binary search finds the last start they allow. Kept in ``floors``: computed
-    only for a micro-batch size whose search gets past the work floor."""
-    if not floors.necks:
-        necks = bottleneck_floors(
-            floors.tables,
-            positions,
-            model.cluster.num_devices,
-            model._params,
-            model._multiplier,
-            memory_limit_bytes,
-        )
-        rows = []
-        for row in necks:
-            mono = list(row)
-            for pj in range(1, len(mono)):
-                mono[pj] = max(mono[pj], mono[pj - 1])
-            rows.append(tuple(mono))
-        floors.necks.append(tuple(rows))
-    return floors.necks[0]
 
 
 def _uneven_lines(
@@ -206,45 +142,52 @@ def _shifted(
     return out
 
 
-_RowT = tuple[
-    int, float, float, float, float, float, float, float, float, float, float, float, float,
-    dict[tuple[int, int], list[_Entry]], tuple[int, int], float, float,
-]  # fmt: skip
+_RowT = tuple[int, float, float, float, float, float, float, float, float, float, float, float, float, float]
 """A candidate stage (layers ``first..i-1`` on ``r`` replicas at one start) and what the DP
 checks of it before looking at the suffixes it would extend, seconds and bytes: ``first``; the
 weights, gradients and optimizer state; the bytes kept per in-flight micro-batch; those plus the
-stage's input; the working set (plus what a full recomputation holds); ``head = M (F + B)`` as
-:func:`~pipesim.planner.estimate.prepend` computes it; ``head`` plus the prefix's ``F + B``
-floor; ``head`` plus the all-reduce and optimizer step; ``F``; ``F + B``; ``B`` plus the
-all-reduce and step; the floors of the prefix's forwards and of its ``F + B``; the buckets at
-``first`` and the key of the stage's bucket there; the all-reduce alone and the step alone. A
-plain tuple: the DP's inner loop unpacks it."""
+stage's input; the working set (plus what a full recomputation holds); ``F``; ``F + B``; ``B``;
+the all-reduce and optimizer step; ``B`` plus them; the floors of the prefix's forwards and of
+its ``F + B``; the all-reduce alone and the step alone. None of it depends on the micro-batch
+count: a row serves every search of its micro-batch size and policy (kept in its
+:class:`~pipesim.planner.dapple_bounds.Floors`),
+and the search adds ``head = M (F + B)`` as :func:`~pipesim.planner.estimate.prepend` computes
+it. A plain tuple: the DP's inner loop unpacks it."""
+
+
+_ALIVE = 1 << 62
+"""A :class:`_Slot`'s ``dead`` while no suffix has ended it at its first row."""
 
 
 class _Slot:
     """What the DP keeps per (stage start, replica count) at one stage end (see :func:`search_pair`):
-    the candidate stages computed so far and what they all read."""
+    the candidate stages' rows by stage start index and what computing one reads."""
 
-    __slots__ = (
-        "act_state", "bucket_key", "fb_i", "fwd_i", "held_i", "left", "r", "rows", "share", "start",
-        "stash_i", "sums", "tab", "top", "top0", "version",
-    )  # fmt: skip
+    __slots__ = ("base", "bucket_key", "dead", "left", "r", "share", "start", "sums", "tab", "top", "version")
 
-    def __init__(self, start: int, r: int, left: int, tab: ShareTable, share: int, i: int) -> None:
+    def __init__(self, start: int, r: int, left: int, tab: ShareTable, share: int, base: int) -> None:
         self.start = start
         self.r = r
         self.left = left  # devices left after the stage
         self.tab = tab  # the share table at the stage's share
         self.share = share
-        self.fwd_i, self.fb_i = tab.fwd[i], tab.bwd[i]
-        self.stash_i, self.held_i = tab.stashed[i], tab.held[i]
         self.bucket_key = (start + r, r)
         self.sums: tuple[tuple[float, ...], tuple[float, ...]] | None = None
         self.top = -1  # the highest stage start index the floors allow, at `version`
         self.version = -1
-        self.top0 = -1  # the start index of `rows[0]`
-        self.rows: list[_RowT] | None = None
-        self.act_state = [-1.0, 0.0]  # the largest working set so far, the layer it reaches
+        self.dead = 0  # at `version`, the least `k_min` at which the row at `top` ends the slot
+        self.base = base  # its rows' key, less the stage start index
+
+
+def _suffix_max(acts: Sequence[float], i: int) -> list[float]:
+    """``[max(acts[first:i]) for first in range(i)]`` in one pass (exact: a maximum of floats)."""
+    out = [0.0] * i
+    best = -math.inf
+    for layer in range(i - 1, -1, -1):
+        if acts[layer] > best:
+            best = acts[layer]
+        out[layer] = best
+    return out
 
 
 def search_pair(
@@ -279,12 +222,12 @@ def search_pair(
     cands = replica_candidates(b, num_dev, g, unit, full=full_space)
     if not cands:
         return None
-    floors = _prefix_floors(model, b, cands, positions, memory_limit_bytes)
+    floors = prefix_floors(model, b, cands, positions, memory_limit_bytes)
     tables = floors.tables
     full_fwd, floor_work, sums_left = floors.full.fwd, floors.work, floors.sums
     if m * floor_work[-1] / num_dev >= threshold:
         return None  # some stage is at least that slow (the bound of the loop below, at the root)
-    stage_floor = _neck_floors(model, floors, positions, memory_limit_bytes)
+    stage_floor = neck_floors(model, floors, positions, memory_limit_bytes)
     if m * stage_floor[num_dev][-1] >= threshold:
         return None  # the least slowest stage of any cut is that slow
     held_mode = model.recompute is Recompute.FULL  # the stage's saved bytes re-materialised at once
@@ -305,9 +248,13 @@ def search_pair(
     # (start, r)): no `m` in them
     ar_times: dict[int, float]
     ar_times = model.memo.setdefault(("dapple-allreduce-step-s", policy), {})  # type: ignore[assignment]
-    # the largest per-layer working set over layers lo..i-1 at a share, bytes, per (share, lo, i)
-    act_max: dict[tuple[int, int, int], float]
+    # the largest per-layer working set over layers lo..i-1 at a share, bytes, per (share, i), by lo
+    act_max: dict[tuple[int, int], list[float]]
     act_max = model.memo.setdefault(("dapple-act-max",), {})  # type: ignore[assignment]
+    # stage rows and transfer seconds, shared by the searches of this micro-batch size and policy
+    row_cache: dict[int, _RowT] = floors.rows.setdefault(policy, {})
+    sends: dict[int, tuple[float, float]] = floors.sends.setdefault(policy, {})
+    span = num_dev + 1
 
     def devices(start: int, r: int) -> tuple[int, ...]:
         key = (start, r)
@@ -319,6 +266,14 @@ def search_pair(
     def transfer(start: int, r: int, q: int, rf: int, i: int) -> tuple[float, float]:
         """Forward and backward transfer times across the cut before layer ``i``, seconds, from a
         stage of ``r`` replicas at ``start`` to the suffix's first stage (``rf`` replicas)."""
+        key = (((start * span + r) * span + q - rf) * span + rf) * (n + 1) + i
+        found = sends.get(key)
+        if found is None:
+            found = sends[key] = send_times(start, r, q, rf, i)
+        return found
+
+    def send_times(start: int, r: int, q: int, rf: int, i: int) -> tuple[float, float]:
+        """:func:`transfer`'s answer, computed."""
         if b % r == 0 and b % rf == 0:
             key = (start, r, q - rf, rf)
             lines = xfer.get(key)
@@ -379,25 +334,16 @@ def search_pair(
         """The row of the stage of layers ``ends[pj]..i-1`` on ``slot``'s replicas at its start."""
         tab = slot.tab
         first = ends[pj]
-        state = slot.act_state  # the largest working set so far, and the last layer it covers
-        max_act = state[0]
-        if max_act < 0.0:
-            # the stage's largest per-layer working set over layers first..i-1
-            mkey = (slot.share, first, i)
-            max_act = act_max.get(mkey, -1.0)
-            if max_act < 0.0:
-                max_act = act_max[mkey] = max(tab.acts[first:i], default=0.0)
-        else:
-            acts = tab.acts
-            for layer in range(first, int(state[1])):
-                if acts[layer] > max_act:
-                    max_act = acts[layer]
-        state[0], state[1] = max_act, float(first)
-        fwd = slot.fwd_i - tab.fwd[first]
-        bwd = slot.fb_i - tab.bwd[first]
+        mkey = (slot.share, i)
+        suffix = act_max.get(mkey)
+        if suffix is None:
+            suffix = act_max[mkey] = _suffix_max(tab.acts, i)
+        max_act = suffix[first]  # the stage's largest per-layer working set over layers first..i-1
+        fwd = tab.fwd[i] - tab.fwd[first]
+        bwd = tab.bwd[i] - tab.bwd[first]
         pbytes = params[i] - params[first]
-        kept = slot.stash_i - tab.stashed[first]  # per recompute mode (stage_activations)
-        held = slot.held_i - tab.held[first] if held_mode else 0.0
+        kept = tab.stashed[i] - tab.stashed[first]  # per recompute mode (stage_activations)
+        held = tab.held[i] - tab.held[first] if held_mode else 0.0
         if first > 0:
             inputs = cut[first - 1] * slot.share
             # the prefix's stages run their forwards (backwards) one after another for the first
@@ -430,26 +376,10 @@ def search_pair(
             ar = 0.0 if curves is None else curves.time_s(own * model.grad_bytes, algo)
             ar = ar_times[tkey] = ar + model.optimizer_step_s(own)
         step = model.optimizer_step_s(pbytes + (copies_of(first) if i == n else 0)) if tied else 0.0
-        head = fwd + mm1 * (fwd + bwd) + bwd
         return (
-            first,
-            pbytes * mult,
-            kept,
-            inputs + kept,
-            held + max_act,
-            head,
-            head + fb_extra,
-            head + ar,
-            fwd,
-            fwd + bwd,
-            bwd + ar,
-            lb_extra,
-            fb_extra,
-            buckets[first],
-            slot.bucket_key,
-            ar - step,
-            step,
-        )
+            first, pbytes * mult, kept, inputs + kept, held + max_act, fwd, fwd + bwd, bwd, ar, bwd + ar,
+            lb_extra, fb_extra, ar - step, step,
+        )  # fmt: skip
 
     def top_start(left: int, pi: int) -> int:
         """The highest stage start index the prefix floors allow (``-1``: none) under ``bound``,
@@ -465,9 +395,13 @@ def search_pair(
         neck = bisect.bisect_left(stage_floor[left], bound / m) - 1  # the slowest stage's floor
         return neck if neck < top else top
 
+    tops: dict[int, int] = {}  # top_start per devices left, at the current end and `version`
+    row_get = row_cache.get
     for pi in range(len(ends) - 1, 0, -1):
         i = ends[pi]
         slots_of.clear()
+        tops.clear()
+        tops_version = version
         for (q, rf), entries in sorted(buckets[i].items()):
             if not entries:
                 continue
@@ -476,41 +410,54 @@ def search_pair(
             k_min = min(min_k + 1, m)
             slots = slots_of.get(start)
             if slots is None:
+                base = (i * span + start) * span
                 slots = slots_of[start] = [
-                    _Slot(start, r, num_dev - start - r, tables[r], -(-b // r), i)
+                    _Slot(start, r, num_dev - start - r, tables[r], -(-b // r), (base + r) * n)
                     for r in cands
                     if start + r <= num_dev
                 ]
+            last: list[tuple[float, float, int, _Entry]] | None = None
+            if i == n:
+                last = [(e.w, e.z, min(e.k + 1, m), e) for e in entries]
             for slot in slots:
                 r = slot.r
-                shifted: list[tuple[float, float, int, _Entry]] | None = None
-                if i == n:
-                    shifted = [(e.w, e.z, min(e.k + 1, m), e) for e in entries]
-                # Stage starts the prefix floors rule out are skipped; the bound only falls, so
-                # the highest start allowed never rises above the one its rows began at.
+                shifted = last
+                # Stage starts the prefix floors rule out are skipped (the bound only falls)
                 if slot.version != version:
-                    slot.top = top_start(slot.left, pi)
+                    if tops_version != version:
+                        tops.clear()
+                        tops_version = version
+                    top_pj = tops.get(slot.left, -2)
+                    if top_pj == -2:
+                        top_pj = tops[slot.left] = top_start(slot.left, pi)
+                    slot.top = top_pj
                     slot.version = version
-                    if slot.rows is None:
-                        slot.top0, slot.rows = slot.top, []
-                top_pj, rows = slot.top, slot.rows
-                assert rows is not None
-                j = slot.top0 - top_pj
+                    slot.dead = 0 if top_pj < 0 else _ALIVE
+                elif k_min >= slot.dead:
+                    continue  # its first row ends it at this `k_min` (or one below), as before
+                else:
+                    top_pj = slot.top
+                if top_pj < 0:
+                    continue
+                base = slot.base
                 for pj in range(top_pj, -1, -1):
-                    if j < len(rows):
-                        row = rows[j]
-                    else:
-                        row = extend(slot, i, pj)
-                        rows.append(row)
-                    j += 1
-                    (first, static, kept, stash, work, head, head_fb, head_ar, fwd, fb, bar, lb_extra,
-                     fb_extra, bucket_of, bucket_key, dp_s, step_s) = row  # fmt: skip
+                    row = row_get(base + pj)
+                    if row is None:
+                        row = row_cache[base + pj] = extend(slot, i, pj)
+                    (first, static, kept, stash, work, fwd, fb, bwd, ar, bar, lb_extra, fb_extra, dp_s,
+                     step_s) = row  # fmt: skip
                     if static + k_min * kept + work > memory_limit_bytes:
+                        if pj == top_pj and kept >= 0.0:
+                            slot.dead = k_min  # more in flight needs no less memory
                         break  # a longer stage only needs more memory
+                    head = fwd + mm1 * fb + bwd  # M (F + B), as prepend computes it
                     if head >= bound:
+                        if pj == top_pj:
+                            slot.dead = 0  # whatever the suffix, until the bound moves
                         break  # as `not any_alive` below would: longer stages are slower still
-                    if head_fb >= bound:
+                    if head + fb_extra >= bound:
                         continue  # every entry's W is at least `head`, and Z at least the final W
+                    head_ar = head + ar
                     if shifted is None:
                         # the transfer pseudo-stage is built only for a stage that may be fast
                         # enough: with free transfers every entry is no slower, a lower bound
@@ -564,7 +511,7 @@ def search_pair(
                         if w2 + fb_extra >= bound:
                             continue  # the layers left run forward and backward before W's path
                         if bucket is None:
-                            bucket = bucket_of.setdefault(bucket_key, [])
+                            bucket = buckets[first].setdefault(slot.bucket_key, [])
                         if tied:  # (W, Z, k, lead) among the suffixes ending at the same last stage
                             keep_pareto(bucket, _Entry(w2, z2, k2, e, first, i - 1, r, start, lead, tail))
                             continue

@@ -522,6 +522,17 @@ class CostModel:
             rule = "must be 2 (a V)" if kind == "two" else "must be 1 for this schedule"
             raise invalid("chunks", plan.chunks, rule)
 
+    def peak_memory_bytes(self, plan: Plan) -> float:
+        """The estimate's ``peak_memory_bytes`` of ``plan`` without timing it, bytes: a planner
+        that drops the plans over a memory limit asks it first.
+
+        Raises:
+            InputError, Infeasible: as :meth:`estimate`.
+        """
+        self._check_schedule(plan)
+        plan.check_against(self.profile.num_layers, self.cluster.num_devices)
+        return max(device_peak_bytes(self, plan).values())
+
     def estimate(self, plan: Plan, *, decomposable: bool = False) -> Estimate:
         """The analytic estimate of a plan: iteration time, throughput and peak memory per device.
 

@@ -464,8 +464,11 @@ def shared_walk_time_s(model: WalkModel, plan: Plan, costs: Sequence[StageCosts]
             if step == inf and nxt == inf:
                 break
             later = now + step
-            if nxt < later:
-                step, later = max(0.0, nxt - now), max(nxt, now)
+            if nxt < later:  # step = max(0, nxt - now), later = max(nxt, now), without calls
+                step = nxt - now
+                if not step > 0.0:
+                    step = 0.0
+                later = now if now > nxt else nxt
             now = later
             if flows:
                 finished: list[list[Any]] = []

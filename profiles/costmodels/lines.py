@@ -39,10 +39,12 @@ def prune_lines(lines: Sequence[tuple[float, float]]) -> Lines:
     """Drop the lines another one beats everywhere on ``x >= 0`` (the maximum is unchanged)."""
     uniq = sorted(set(lines), key=lambda ab: (-ab[1], -ab[0]))
     kept: list[tuple[float, float]] = []
+    top = -math.inf  # the largest intercept kept: every kept slope is at least the next line's
     for a, b in uniq:
-        if any(a2 >= a and b2 >= b for a2, b2 in kept):
-            continue
+        if a <= top:
+            continue  # a kept line is no lower at 0 and no flatter: it beats this one everywhere
         kept.append((a, b))
+        top = a
     return tuple(kept)
 
 
