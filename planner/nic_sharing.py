@@ -439,8 +439,7 @@ def shared_ends_s(
     running collectives all move at ``1 / sum(load)`` of their pace alone; each moves at the
     slowest of its links' paces, never faster than alone (a collective of four rings beside one
     whose two cross its NIC: both at 2/3). None: all on one link, each ``1/k``."""
-    if loads is not None:
-        return _weighted_ends_s(starts_s, works_s, loads)
+    rows = [[1.0] * len(works_s)] if loads is None else loads  # (one link: each running one 1/k)
     left = [max(0.0, w) for w in works_s]
     ends = [math.inf] * len(left)
     pending = sorted(range(len(left)), key=lambda i: starts_s[i])
@@ -452,40 +451,14 @@ def shared_ends_s(
         if not running:
             now = starts_s[pending[0]]
             continue
-        k = len(running)
-        done_at = now + min(left[i] for i in running) * k  # the first running one to finish
+        # each running one at 1 / slow of its pace alone: the most loaded of its links, never
+        # faster than alone (one link: k, so the arithmetic is the one-link form's)
+        held = [sum(x[j] for j in running) for x in rows]
+        slow = {i: max([1.0, *(h for x, h in zip(rows, held, strict=True) if x[i] > 0)]) for i in running}
+        done_at = min(now + left[i] * slow[i] for i in running)  # the first running one to finish
         until = min(done_at, starts_s[pending[0]]) if pending else done_at
         for i in running:
-            left[i] -= (until - now) / k
-        now = until
-        for i in [i for i in running if left[i] <= 1e-12]:  # (1 ps: rounding)
-            running.remove(i)
-            ends[i] = now
-    return ends
-
-
-def _weighted_ends_s(
-    starts_s: Sequence[float], works_s: Sequence[float], loads: Sequence[Sequence[float]]
-) -> list[float]:
-    """:func:`shared_ends_s` with per-link ``loads``."""
-    left = [max(0.0, w) for w in works_s]
-    ends = [math.inf] * len(left)
-    pending = sorted(range(len(left)), key=lambda i: starts_s[i])
-    running: list[int] = []
-    now = starts_s[pending[0]] if pending else 0.0
-    while pending or running:
-        while pending and starts_s[pending[0]] <= now:
-            running.append(pending.pop(0))
-        if not running:
-            now = starts_s[pending[0]]
-            continue
-        held = [sum(x[j] for j in running) for x in loads]
-        pace = {i: min([1.0, *(1.0 / h for x, h in zip(loads, held, strict=True) if x[i] > 0)])
-                for i in running}
-        done_at = min(now + left[i] / pace[i] for i in running)  # the first running one to finish
-        until = min(done_at, starts_s[pending[0]]) if pending else done_at
-        for i in running:
-            left[i] -= (until - now) * pace[i]
+            left[i] -= (until - now) / slow[i]
         now = until
         for i in [i for i in running if left[i] <= 1e-12]:  # (1 ps: rounding)
             running.remove(i)

@@ -440,18 +440,7 @@ def dp_weights(loads: LinkLoads, p: int) -> list[list[float]] | None:
     :func:`~pipesim.planner.nic_sharing.shared_ends_s` ``loads``); None where on every such link
     the ranks on it carry equal shares (each rank's collective one flow of ``1/k``, the
     one-link form)."""
-    out: list[list[float]] = []
-    uneven = False
-    for ranks, dp, _ in loads:
-        on = [a for a in dp if a > 0]
-        if len(on) < 2:
-            continue
-        row = [0.0] * p
-        for q, a in zip(ranks, dp, strict=True):
-            row[q] = a
-        out.append(row)
-        uneven = uneven or len(set(on)) > 1
-    return out if uneven else None
+    return _link_weights(loads, p, with_tp=False)
 
 
 def stream_weights(loads: LinkLoads, p: int) -> list[list[float]] | None:
@@ -460,17 +449,24 @@ def stream_weights(loads: LinkLoads, p: int) -> list[list[float]] | None:
     per rank its share of its transfers' time there, then per rank its TP rings' (their bytes
     share the link with the streams in every micro-batch), ``2 p`` each; None where the ranks
     carry equal shares and no TP ring crosses such a link."""
+    return _link_weights(loads, p, with_tp=True)
+
+
+def _link_weights(loads: LinkLoads, p: int, *, with_tp: bool) -> list[list[float]] | None:
+    """:func:`dp_weights`, and with ``with_tp`` :func:`stream_weights`."""
     out: list[list[float]] = []
     uneven = False
     for ranks, dp, tp in loads:
         on = [a for a in dp if a > 0]
         if len(on) < 2:
             continue
-        row = [0.0] * (2 * p)
+        row = [0.0] * (2 * p if with_tp else p)
         for q, a, b in zip(ranks, dp, tp, strict=True):
-            row[q], row[p + q] = a, b
+            row[q] = a
+            if with_tp:
+                row[p + q] = b
         out.append(row)
-        uneven = uneven or len(set(on)) > 1 or any(tp)
+        uneven = uneven or len(set(on)) > 1 or (with_tp and any(tp))
     return out if uneven else None
 
 
