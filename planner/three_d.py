@@ -483,7 +483,7 @@ def prepare_config(
     else:  # ZeRO-2/3: a rank's links carry its m micro-batches' per-unit transfers, its update
         # after them (ZeroStages.link_bound_s, which finish's estimate is at least)
         assert dp_curves is not None
-        group = (d, c) if auto else placed.dp_group
+        group = ("auto", d, c) if auto else placed.dp_group  # (tagged: no placed group can equal it)
         links_key = ("links", cid, p, v, layout, t, group, sh, zero3_runtime, full, g, allreduce)
         links: list[float] | None = memo.get(links_key)
         if links is None:  # per rank its chunks' transfers per micro-batch, alone on its links
