@@ -55,9 +55,10 @@ from __future__ import annotations
 
 from functools import cache
 
+from experiments.validation._plans import block_stages
 from experiments.validation.record import Record
 from pipesim.api import simulate
-from pipesim.plan import Plan, Recompute, StagePlan, block_stage_ranges
+from pipesim.plan import Plan, Recompute, StagePlan
 from pipesim.profiles.costmodels.collective import AllReduceOverlap
 from pipesim.profiles.costmodels.compute import compute_model
 from pipesim.profiles.costmodels.grad_accumulation import (
@@ -94,12 +95,10 @@ def simulate_bloom(global_batch: int, microbatch: int) -> SimulationResult:
     # BF16_Optimizer's fp32 grads, the last stage's tied copy of the word embeddings (Layer.tied_to) too
     profile = with_grad_accumulation(profile, bf16, GradAccumulation.DEEPSPEED_BF16,
                                      tied_copies=tied_copy_parameters(profile))
-    ranges = block_stage_ranges(_BLOCKS, profile.num_layers)
     plan = Plan(
-        stages=tuple(
-            StagePlan(first_layer=a, last_layer=b, replicas=_DP, tensor_parallel=_TP, sharding=Sharding.ZERO1)
-            for a, b in ranges
-        ),
+        stages=block_stages(_BLOCKS, profile.num_layers,
+                            StagePlan(first_layer=0, last_layer=0, replicas=_DP, tensor_parallel=_TP,
+                                      sharding=Sharding.ZERO1)),
         global_batch_size=global_batch,
         num_microbatches=global_batch // (_DP * microbatch),
         schedule="1f1b",

@@ -58,9 +58,10 @@ from __future__ import annotations
 
 from functools import cache
 
+from experiments.validation._plans import block_stages
 from experiments.validation.bloom_2022 import DEEPSPEED_RUNTIME_AUDIT
 from experiments.validation.record import Record
-from pipesim.plan import Plan, Recompute, StagePlan, block_stage_ranges
+from pipesim.plan import Plan, Recompute, StagePlan
 from pipesim.planner.megatron import estimate_3d
 from pipesim.profiles.costmodels.compute import compute_model
 from pipesim.profiles.costmodels.grad_accumulation import (
@@ -94,13 +95,10 @@ def iteration_time_s() -> float:
     profile = with_grad_accumulation(profile, compute_model(cluster.device_spec(0), "float16"),
                                      GradAccumulation.AUTOGRAD, microbatches=m,
                                      tied_copies=tied_copy_parameters(profile))
-    ranges = block_stage_ranges(_BLOCKS, profile.num_layers)
     plan = Plan(
-        stages=tuple(
-            StagePlan(first_layer=a, last_layer=b, replicas=_D, tensor_parallel=_T, sharding=Sharding.ZERO1,
-                      tp_dgrad_overlap=False)
-            for a, b in ranges
-        ),
+        stages=block_stages(_BLOCKS, profile.num_layers,
+                            StagePlan(first_layer=0, last_layer=0, replicas=_D, tensor_parallel=_T,
+                                      sharding=Sharding.ZERO1, tp_dgrad_overlap=False)),
         global_batch_size=_BATCH,
         num_microbatches=m,
         schedule="1f1b",

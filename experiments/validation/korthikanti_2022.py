@@ -50,9 +50,10 @@ from __future__ import annotations
 
 from functools import cache, partial
 
+from experiments.validation._plans import block_stages
 from experiments.validation.record import Record
 from pipesim.api import simulate
-from pipesim.plan import Plan, StagePlan, block_stage_ranges
+from pipesim.plan import Plan, StagePlan
 from pipesim.planner.megatron import estimate_3d
 from pipesim.profiles.inputs import resolve_inputs
 from pipesim.simulator import SimOptions
@@ -100,12 +101,10 @@ _CONFIGS: dict[str, tuple[int, int, int, int, int, int, int, int, int]] = {
 
 def _plan(layers: int, num_layers: int, t: int, p: int, d: int, batch: int, m: int, chunks: int,
           sp: bool, recompute: str) -> Plan:
-    ranges = block_stage_ranges([layers // (p * chunks)] * (p * chunks), num_layers)
     return Plan(
-        stages=tuple(
-            StagePlan(first_layer=a, last_layer=b, replicas=d, tensor_parallel=t, sequence_parallel=sp)
-            for a, b in ranges
-        ),
+        stages=block_stages([layers // (p * chunks)] * (p * chunks), num_layers,
+                            StagePlan(first_layer=0, last_layer=0, replicas=d, tensor_parallel=t,
+                                      sequence_parallel=sp)),
         global_batch_size=batch,
         num_microbatches=m,
         schedule="1f1b" if chunks == 1 else "interleaved",

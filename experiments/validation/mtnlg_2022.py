@@ -57,9 +57,10 @@ from __future__ import annotations
 
 from functools import cache, partial
 
+from experiments.validation._plans import block_stages
 from experiments.validation.bloom_2022 import DEEPSPEED_RUNTIME_AUDIT
 from experiments.validation.record import Record
-from pipesim.plan import Plan, Recompute, StagePlan, block_stage_ranges
+from pipesim.plan import Plan, Recompute, StagePlan
 from pipesim.planner.megatron import estimate_3d
 from pipesim.profiles.costmodels.compute import compute_model
 from pipesim.profiles.costmodels.grad_accumulation import (
@@ -95,12 +96,10 @@ def iteration_time_s(servers: int) -> float:
     profile = with_grad_accumulation(profile, compute_model(cluster.device_spec(0), "bfloat16"),
                                      GradAccumulation.AUTOGRAD, microbatches=m,
                                      tied_copies=tied_copy_parameters(profile))
-    ranges = block_stage_ranges([_LAYERS // _P] * _P, profile.num_layers)
     plan = Plan(
-        stages=tuple(
-            StagePlan(first_layer=a, last_layer=b, replicas=d, tensor_parallel=_T, tp_dgrad_overlap=False)
-            for a, b in ranges
-        ),
+        stages=block_stages([_LAYERS // _P] * _P, profile.num_layers,
+                            StagePlan(first_layer=0, last_layer=0, replicas=d, tensor_parallel=_T,
+                                      tp_dgrad_overlap=False)),
         global_batch_size=_BATCH,
         num_microbatches=m,
         schedule="1f1b",

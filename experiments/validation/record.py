@@ -58,6 +58,9 @@ def relative_error(predicted: float, published: float) -> float:
 def all_records() -> list[Record]:
     """The records of every topic module of :mod:`experiments.validation`, by module name then order.
 
+    Topic modules are the package's modules other than ``record``, ``__main__`` and the shared
+    helpers whose names start with an underscore.
+
     Raises:
         ValueError: two records share a name.
     """
@@ -65,7 +68,7 @@ def all_records() -> list[Record]:
 
     out: list[Record] = []
     for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda i: i.name):
-        if info.name in ("record", "__main__"):
+        if info.name in ("record", "__main__") or info.name.startswith("_"):
             continue
         module = importlib.import_module(f"experiments.validation.{info.name}")
         out.extend(module.records())
