@@ -136,6 +136,10 @@ GEMM_EFFICIENCY: dict[tuple[str, str], float] = {
     # DeepLearningExamples ResNet-50 v1.5 fp32 on one V100 16GB (367 img/s, ~24.6 GFLOP per image:
     # 0.58 of peak for the whole network, memory-bound batch norms included) and a BERT-large
     # layer in fp32 (the DAPPLE authors' bert-24-pbs-6 profile: 8.07 ms fwd for 61.6 GFLOP).
+    # Pascal fp32 cross-check: DeepBench's large SGEMMs (the 27 with A not transposed and >= 5e10
+    # multiply-adds; github.com/baidu-research/DeepBench at da81ba7, results/train/; CUDA 8.0.88 on Pascal)
+    # run 1.094x faster than this model on a P100 SXM2 (median 8.9 TFLOP/s), as on the V100 sheet
+    # (1.096x), and 1.092x on a Titan Xp at its rated 1582 MHz boost (GP102, the P40's chip).
     ("pascal", "float32"): 0.8,
     ("pascal", "float16"): 0.8,  # P100 fp16 runs on the same CUDA cores at twice the rate
     ("volta", "float32"): 0.8,

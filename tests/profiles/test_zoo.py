@@ -19,7 +19,13 @@ from pipesim.profiles.costmodels.compute import (
 from pipesim.profiles.models.profile import ModelProfile
 from pipesim.profiles.models.zoo import GptSpec, parse_gpt_spec, zoo_descriptions, zoo_model, zoo_names
 from pipesim.profiles.models.zoo import _build as zoo_cache
-from pipesim.profiles.models.zoo.roofline import WINOGRAD_FUSED_SPEEDUP, LayerCost, Roofline, roofline_for
+from pipesim.profiles.models.zoo.roofline import (
+    CUDNN_FP32_RATE,
+    WINOGRAD_FUSED_SPEEDUP,
+    LayerCost,
+    Roofline,
+    roofline_for,
+)
 from pipesim.profiles.models.zoo.transformers import bert48, xlnet36
 
 FIXED_MODELS = ("amoebanet36", "bert48", "gnmt16", "resnet50", "vgg19", "xlnet36")
@@ -276,7 +282,7 @@ def test_cudnn_fp32_volta_forward_and_data_gradient_have_no_split_k() -> None:
     wgrad = lc.bwd.wgrad_time_s
     assert lc.bwd.time_s - wgrad == pytest.approx(model.op_time_s(dgrad))
     # other generations and tensor-core precisions keep the GEMM rules
-    for device, dtype in (("P40", "float32"), ("A100-80GB", "float32"), ("V100-SXM2-16GB", "float16")):
+    for device, dtype in (("A100-80GB", "float32"), ("V100-SXM2-16GB", "float16")):
         other = roofline_for(dtype, device)
         oc = LayerCost("o", other)
         oc.conv(8, 2048, 512, 1, 1, 7, 7, 7, 7)
@@ -295,12 +301,39 @@ def test_cudnn_fp32_volta_filter_gradient_restarts_per_image(batch: int) -> None
     timed = GemmShape(m=2048, n=512, k=batch * (49 + int(K_OVERHEAD)) - int(K_OVERHEAD))
     assert lc.bwd.wgrad_time_s == pytest.approx(model.op_time_s(model.gemm_time_s(timed, moved)))
     assert lc.bwd.flop == pytest.approx(2 * 2 * batch * 49 * 2048 * 512)  # FLOP stay the GEMMs' own
-    # on Pascal the filter gradient is one GEMM over all the pixels
+    # on Ampere the filter gradient is one GEMM over all the pixels
+    ampere = roofline_for("float32", "A100-80GB")
+    ac = LayerCost("a", ampere)
+    ac.conv(batch, 2048, 512, 1, 1, 7, 7, 7, 7)
+    plain = ampere.model.gemm_time_s(GemmShape(m=2048, n=512, k=batch * 49), moved)
+    assert ac.bwd.wgrad_time_s == pytest.approx(ampere.model.op_time_s(plain))
+
+
+@pytest.mark.parametrize("batch", [1, 8, 64])
+def test_cudnn_fp32_pascal_takes_volta_rules_at_its_rates(batch: int) -> None:
+    # DeepBench's GP102 sheets: cuDNN's fp32 kernels at 0.81 / 0.64 / 0.62 of the model's rate
+    assert CUDNN_FP32_RATE["pascal"] == (0.81, 0.64, 0.62)
+    assert "volta" not in CUDNN_FP32_RATE
     pascal = roofline_for("float32", "P40")
-    pc = LayerCost("p", pascal)
-    pc.conv(batch, 2048, 512, 1, 1, 7, 7, 7, 7)
-    plain = pascal.model.gemm_time_s(GemmShape(m=2048, n=512, k=batch * 49), moved)
-    assert pc.bwd.wgrad_time_s == pytest.approx(pascal.model.op_time_s(plain))
+    assert pascal.cudnn_fp32
+    model = pascal.model
+    lc = LayerCost("p", pascal)
+    lc.conv(batch, 2048, 512, 1, 1, 7, 7, 7, 7)
+    moved = 4 * (batch * 49 * (2048 + 512) + 2048 * 512)
+    pixels = batch * 49
+    fwd = model.gemm_time_s(GemmShape(m=pixels, n=512, k=2048), moved, tiles=CONV_TILES_FP32, max_split_k=1)
+    dgrad = model.gemm_time_s(GemmShape(m=pixels, n=2048, k=512), moved, tiles=CONV_TILES_FP32, max_split_k=1)
+    restarts = int(K_OVERHEAD) * (batch - 1)  # the k-loop's prologue once per image
+    wgrad = model.gemm_time_s(GemmShape(m=2048, n=512, k=pixels + restarts), moved)
+    assert lc.fwd.time_s == pytest.approx(model.op_time_s(fwd / 0.81))
+    assert lc.bwd.wgrad_time_s == pytest.approx(model.op_time_s(wgrad / 0.62))
+    assert lc.bwd.time_s - lc.bwd.wgrad_time_s == pytest.approx(model.op_time_s(dgrad / 0.64))
+    assert lc.fwd.flop == pytest.approx(2 * batch * 49 * 2048 * 512)  # FLOP stay the convolution's own
+    # fp32 GEMMs (not convolutions) on Pascal keep the plain model
+    gc = LayerCost("g", pascal)
+    gc.gemm(pixels, 512, 2048)
+    plain = model.gemm_time_s(GemmShape(m=pixels, n=512, k=2048), 4 * (pixels * 2560 + 2048 * 512))
+    assert gc.fwd.time_s == pytest.approx(model.op_time_s(plain))
 
 
 def test_gemm_max_split_k() -> None:

@@ -44,11 +44,16 @@ FP32", section "Convolution": forward, data-gradient and filter-gradient times p
   of the measured time (geometric mean; rms log error 0.42) to 0.95 (0.27); over all 55
   implicit-GEMM ones (C >= 16) the rms log error went from 0.52 to 0.47.
 
-Both apply to fp32 on Volta only, where they were measured. Tensor-core (fp16, bf16, tf32)
-convolutions keep the GEMM rules (their kernels run NHWC, whose pixels are contiguous across
-images; DeepBench's figures above are fp32); on Pascal DeepBench's P100 sheet (cuDNN 6.0.21,
-``DeepBench_NV_P100.xlsx``) does not support the image-by-image filter gradient (the zoo's
-filter gradients there are already 1.2x slow on average, 1.35x with the rule).
+Both apply to fp32 on Volta and Pascal, whose cuDNN runs the same NCHW CUDA-core kernel family
+(``maxwell_scudnn_128x128_relu_*_nn`` on Pascal, no split-K in their names either). On DeepBench's
+GP102 sheets (the P40's chip: ``DeepBench_NV_1080Ti.xlsx`` and ``DeepBench_NV_TitanXp.xlsx``,
+cuDNN 6.0.21; the 84 shapes with C >= 16, clock from each sheet's own GEMMs, see
+:data:`CUDNN_FP32_RATE`) they lower the rms log error in every direction: forward 0.40 / 0.38 to
+0.34 / 0.32, data gradient 0.66 / 0.65 to 0.62 / 0.62, filter gradient 0.69 / 0.70 to 0.62 / 0.64
+(1080 Ti / Titan Xp; the P100 sheet 0.50, 0.70, 0.58 to 0.40, 0.64, 0.51). cuDNN's fp32 kernels
+run slower on Pascal against the model than on Volta: :data:`CUDNN_FP32_RATE` scales them.
+Tensor-core (fp16, bf16, tf32) convolutions keep the GEMM rules (their kernels run NHWC, whose
+pixels are contiguous across images; DeepBench's figures above are fp32).
 """
 
 from __future__ import annotations
@@ -70,6 +75,7 @@ from pipesim.profiles.models.profile import DTYPE_BYTES, Layer, ModelProfile
 from pipesim.profiles.models.zoo.tf1_ops import OpSequence
 
 __all__ = [
+    "CUDNN_FP32_RATE",
     "FLASH_BACKWARD_RATE",
     "FLASH_CAUSAL_SPEEDUP",
     "REFERENCE_DEVICE",
@@ -107,6 +113,34 @@ against 609 without, a time ratio of 2 x 518 / 609 = 1.70; FlashAttention-2 2 x 
 Shorter sequences gain less (cuDNN: 1.57 at 2048, 1.43 at 1024), longer ones more (1.81 at
 16384): 1.7 is the figure at 4096 and taken at every length. The backward, for which the paper
 gives no causal figure, is taken to gain the same."""
+
+CUDNN_FP32_RATE: dict[str, tuple[float, float, float]] = {"pascal": (0.81, 0.64, 0.62)}
+"""Rate of cuDNN's fp32 convolution kernels (forward, data gradient, filter gradient) relative to
+the zoo's kernel model, per GPU architecture (absent: 1.0); each kernel's time is divided by it.
+
+Pascal, from DeepBench's training sheets of the P40's chip, GP102 (github.com/baidu-research/
+DeepBench at da81ba7, ``results/train/DeepBench_NV_1080Ti.xlsx`` and ``DeepBench_NV_TitanXp.xlsx``,
+sheet 'Results - FP32' / 'FP32', section 'Convolution'; cuDNN 6.0.21, CUDA 8.0.88; cuDNN's fastest
+algorithm per shape, ``cudnnFind*``): the geometric mean of the model's over the measured time on
+the 84 shapes with C >= 16 of each sheet, with the NCHW rules of the module doc, is 0.80 / 0.82
+forward, 0.63 / 0.65 data gradient and 0.63 / 0.62 filter gradient (1080 Ti / Titan Xp), so the
+rates 0.81, 0.64, 0.62 are the two sheets' means. Each GeForce card's clock is taken from the same
+sheet's large GEMMs (its 27 SGEMMs of >= 5e10 multiply-adds with A not transposed): GPU Boost may
+run them above the rated boost clock (1080 Ti 10.6-11.7 TFLOP/s against 11.3 rated), so the
+model's peak is scaled until it times those GEMMs as measured (x 1.244 and x 1.092; the P100 SXM2
+sheet x 1.094, the V100 sheet x 1.096: the model's large GEMMs are ~9% slow at rated clocks), and
+the rates compare convolutions with GEMMs on the same chip at the same clock. With the rates the
+rms log error over those shapes goes from 0.34 / 0.32 to 0.26 / 0.26 forward, 0.62 / 0.62 to
+0.42 / 0.44 data gradient and 0.62 / 0.64 to 0.40 / 0.43 filter gradient. The P100 sheet (GP100,
+cuDNN 6.0.21, ``DeepBench_NV_P100.xlsx``, clock likewise from its GEMMs) agrees: its rms log
+errors fall from 0.40, 0.64, 0.51 to 0.29, 0.41, 0.47 (model over measured 0.92, 0.96, 1.22
+after). On the V100 sheet (cuDNN 7.6.2) the same comparison gives 1.02 forward, 0.85 data
+gradient and 0.93 filter gradient (rms 0.31, 0.39, 0.44): Volta takes no rate. The data
+gradients of strided 1 x 1 convolutions and the filter gradients over large maps are the slowest
+against the model on GP102 (model over measured 0.22-0.5 before the rates); the rates are
+geometric means, not per-shape rules. Not covered: cuDNN 7.6 (the P40 records' PyTorch 1.3 ships
+it) against DeepBench's 6.0.21, and cuDNN's heuristic algorithm choice (DeepBench times the
+fastest)."""
 
 _WINOGRAD_TILE = 4
 """Output tile side of the non-fused Winograd F(4x4, 3x3): (4 + 3 - 1)^2 = 36 multiplications per
@@ -150,10 +184,10 @@ class Roofline:
 
     @property
     def cudnn_fp32(self) -> bool:
-        """Whether convolutions run cuDNN's fp32 NCHW kernels on Volta's CUDA cores, with the
-        rules measured there (module doc: no split-K in the forward and the data gradient, filter
-        gradients image by image)."""
-        return self.model.precision == "float32" and self.model.architecture == "volta"
+        """Whether convolutions run cuDNN's fp32 NCHW kernels on Volta's or Pascal's CUDA cores,
+        with the rules measured there (module doc: no split-K in the forward and the data
+        gradient, filter gradients image by image; Pascal's kernels at :data:`CUDNN_FP32_RATE`)."""
+        return self.model.precision == "float32" and self.model.architecture in ("volta", "pascal")
 
     @property
     def conv_tiles(self) -> tuple[tuple[int, int], ...]:
@@ -307,7 +341,8 @@ class LayerCost:
         Forward and data gradient tile the output pixels with :attr:`Roofline.conv_tiles`;
         the filter gradient, a GEMM reducing over the pixels, with the GEMM tiles. With cuDNN's
         fp32 kernels (:attr:`Roofline.cudnn_fp32`) the forward and the data gradient have no
-        split-K and the filter gradient's reduction restarts at every image (module doc)."""
+        split-K and the filter gradient's reduction restarts at every image (module doc), and the
+        kernel's time is divided by its architecture's :data:`CUDNN_FP32_RATE`."""
         d = self.rl.elem_bytes
         model = self.rl.model
         fp32 = self.rl.cudnn_fp32
@@ -337,6 +372,8 @@ class LayerCost:
                 + model.memory_time_s(d * (tout + out_elems))  # output transform
             )
             best = min(best, nonfused)
+        if fp32 and model.architecture in CUDNN_FP32_RATE:
+            best /= CUDNN_FP32_RATE[model.architecture][2 if wgrad else (0 if direction == "fwd" else 1)]
         target = self.fwd if direction == "fwd" else self.bwd
         target.add(model.op_time_s(best), shape.flop, moved, wgrad=wgrad)
 
