@@ -34,6 +34,7 @@ cycle (:meth:`ZeroStages.steady_extra_s`).
 from __future__ import annotations
 
 import functools
+import math
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -222,8 +223,10 @@ def zero_units(
     fields (``replicas`` the group's size ``d c``, ``grad`` gradient bytes per parameter byte;
     ``copies`` per stage its tied copy's ``(copy_at, copy_bytes)``, none: no copies)."""
     servers = 1  # the servers the DP group spans: DeepSpeed's (2021) per-call ring latency
+    memory = math.inf  # and its device's memory bandwidth: the passes around each call
     if sh is Sharding.ZERO3 and runtime is Zero3Runtime.DEEPSPEED_2021:
         servers = len({cluster.server_of(x) for x in dp_group})
+        memory = cluster.device_spec(dp_group[0]).achievable_memory_bandwidth_bytes_per_s
     units: list[ZeroUnit] = []
     for r in range(len(stages_of)):
         shares = shared(r)
@@ -237,6 +240,7 @@ def zero_units(
             unit = ZeroOp(first=first, last=last, mbs=mbs, t=t, sp=sp, c=c, ring=rings[r], times=op_times,
                           replay=replay, sharding=sh, runtime=runtime, full=full, replicas=replicas,
                           grad=grad, allreduce=allreduce, shared=shares, servers=servers,
+                          memory_bytes_per_s=memory,
                           copy_at=copies[k][0] if copies else -1, copy_bytes=copies[k][1] if copies else 0.0)
             units.append(ZeroUnit(r, k, unit, f_op, b_op, w_stage[k]))
     return units

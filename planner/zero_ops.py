@@ -10,6 +10,7 @@ last unit it runs (unit 0), so a prefetched gather of the next op can hide behin
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -19,13 +20,12 @@ from pipesim.planner.nic_sharing import dp_left_s, fair_share, shared_op_s, zero
 from pipesim.profiles.costmodels.collective import AllReduceCurves
 from pipesim.profiles.costmodels.sharding import Sharding, half_time_s
 from pipesim.profiles.costmodels.tensor_parallel import TpStageTimes
+from pipesim.profiles.costmodels.zero3_exposure import ring_call_latency_s, unit_exposure_s
 from pipesim.profiles.costmodels.zero3_runtime import (
     SCATTER_OPS_PER_MEMBER,
     UnitCalls,
     Zero3Runtime,
     call_issue_s,
-    ring_call_latency_s,
-    unit_exposure_s,
     unit_gathers,
     unit_issue_s,
 )
@@ -76,11 +76,14 @@ class ZeroOp:
         shared: whether the TP ring's bottleneck link carries the DP ring too
             (:func:`~pipesim.planner.nic_sharing.shares_ring_link`).
         servers: the servers the data-parallel group spans (DeepSpeed's per-call ring latency,
-            :func:`~pipesim.profiles.costmodels.zero3_runtime.ring_call_latency_s`).
+            :func:`~pipesim.profiles.costmodels.zero3_exposure.ring_call_latency_s`).
         copy_at: the position in the chunk of the layer using a tied copy the chunk holds
             (:func:`~pipesim.profiles.costmodels.tied_embeddings.stage_copies`), -1 for none:
             the copy is a parameter of that layer's unit, as the simulator's.
         copy_bytes: that copy's bytes on one device (1/t: vocabulary-parallel).
+        memory_bytes_per_s: the device's achievable memory bandwidth, bytes/s: DeepSpeed's (2021)
+            memory passes around each call
+            (:func:`~pipesim.profiles.costmodels.zero3_exposure.call_pass_s`); unbounded: none.
     """
 
     first: int
@@ -102,6 +105,7 @@ class ZeroOp:
     servers: int = 1
     copy_at: int = -1
     copy_bytes: float = 0.0
+    memory_bytes_per_s: float = math.inf
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -163,7 +167,7 @@ def zero_unit_ops(model: UnitCosts, op: ZeroOp, dp_curves: AllReduceCurves) -> Z
         bwd_units = [x + y for x, y in zip(bwd_units, unit_issue_s(
             op.runtime, "B", [u.backward_calls for u in ug], [u.scatter_calls for u in ug], bwd_units,
             op.replicas), strict=True)]
-        # DeepSpeed's per-tensor prefetch behind one module each (zero3_runtime.unit_exposure_s)
+        # DeepSpeed's per-tensor prefetch behind one module each (zero3_exposure.unit_exposure_s)
         lat = ring_call_latency_s(op.replicas, op.servers) if op.replicas > 1 else 0.0
         issue = call_issue_s(op.replicas, SCATTER_OPS_PER_MEMBER)
 
@@ -172,10 +176,12 @@ def zero_unit_ops(model: UnitCosts, op: ZeroOp, dp_curves: AllReduceCurves) -> Z
 
         for u, x in enumerate(calls):
             fwd_units[u] += unit_exposure_s(op.runtime, "F", x, fwd_start * fshare[u], 0.0, gather, lat,
-                                            model.elem, op.grad, replayed=op.full)
+                                            model.elem, op.grad, replayed=op.full,
+                                            memory_bytes_per_s=op.memory_bytes_per_s)
             rep = replay * fshare[u]
             bwd_units[u] += unit_exposure_s(op.runtime, "B", x, rep, bwd_compute[u] - rep, gather, lat,
-                                            model.elem, op.grad, replayed=op.full, scatter_issue_s=issue)
+                                            model.elem, op.grad, replayed=op.full, scatter_issue_s=issue,
+                                            memory_bytes_per_s=op.memory_bytes_per_s)
         fwd_gathers, bwd_gathers = [x[0] for x in times_s], [x[2] for x in times_s]
         f_op, b_op, first_extra, last_tail, spill, settle, idle, lead, _ = zero3_times_s(
             fwd_units, bwd_units, fwd_gathers, scatters, bwd_gather_s=bwd_gathers,

@@ -67,15 +67,14 @@ from pipesim.profiles.costmodels.sharding import (
     half_time_s,
     zero_units,
 )
+from pipesim.profiles.costmodels.zero3_exposure import ring_call_latency_s, unit_exposure_s
 from pipesim.profiles.costmodels.zero3_runtime import (
     SCATTER_OPS_PER_MEMBER,
     UnitCalls,
     UnitGathers,
     Zero3Runtime,
     call_issue_s,
-    ring_call_latency_s,
     unit_calls,
-    unit_exposure_s,
     unit_gathers,
     unit_issue_s,
 )
@@ -109,7 +108,7 @@ class ZeroLowering:
             device of the stage (its TP shard).
         depth: units gathered ahead (>= 1).
         cluster: the cluster (``deepspeed-2021``'s per-tensor prefetch is costed on the DP
-            group's collective curves, :func:`~pipesim.profiles.costmodels.zero3_runtime.unit_exposure_s`);
+            group's collective curves, :func:`~pipesim.profiles.costmodels.zero3_exposure.unit_exposure_s`);
             ``None``: not costed.
         dp_groups: per stage, the devices its collectives run among where wider than its devices
             (context parallelism).
@@ -142,8 +141,9 @@ class ZeroLowering:
         self._elem = elem
         self._replayed = plan.recompute is Recompute.FULL
         # stage -> (one gather's seconds of its bytes, one call's ring latency s, one
-        # reduce-scatter's issue s): deepspeed-2021's per-tensor prefetch (unit_exposure_s)
-        self._per_tensor: dict[int, tuple[Callable[[float], float], float, float]] = {}
+        # reduce-scatter's issue s, the device's memory bytes/s): deepspeed-2021's per-tensor
+        # prefetch (unit_exposure_s)
+        self._per_tensor: dict[int, tuple[Callable[[float], float], float, float, float]] = {}
         self._exposed: dict[tuple[str, int, float, float, float, float], list[float]] = {}
         for s, mode in self.sharding.items():
             if mode not in (Sharding.ZERO2, Sharding.ZERO3):
@@ -172,8 +172,9 @@ class ZeroLowering:
                                           server_of=cluster.server_of)
                 gather = partial(half_time_s, curves, algorithm=plan.allreduce)
                 servers = len({cluster.server_of(x) for x in group})
+                memory = cluster.device_spec(group[0]).achievable_memory_bandwidth_bytes_per_s
                 self._per_tensor[s] = (gather, ring_call_latency_s(len(group), servers),
-                                       call_issue_s(len(group), SCATTER_OPS_PER_MEMBER))
+                                       call_issue_s(len(group), SCATTER_OPS_PER_MEMBER), memory)
         # (op, stage, micro-batch) -> collectives per unit, in unit order (0 = the stage's first)
         self._gathers: dict[tuple[str, int, int], list[int]] = {}
         self._scatters: dict[tuple[str, int, int], list[int]] = {}
@@ -274,7 +275,7 @@ class ZeroLowering:
 
     def _exposure(self, op: str, s: int, fwd: float, bwd: float, rec: float, wf: float) -> list[float]:
         """Per unit (in the op's order) what deepspeed-2021's per-tensor prefetch exposes beyond
-        the unit's gating, seconds (:func:`~pipesim.profiles.costmodels.zero3_runtime.unit_exposure_s`;
+        the unit's gating, seconds (:func:`~pipesim.profiles.costmodels.zero3_exposure.unit_exposure_s`;
         0 for other runtimes and for ``I`` and ``W``), cached per op and times."""
         n = len(self.units[s][1])
         per_tensor = self._per_tensor.get(s)
@@ -283,13 +284,14 @@ class ZeroLowering:
         key = (op, s, fwd, bwd, rec, wf)
         found = self._exposed.get(key)
         if found is None:
-            gather, latency, scatter_issue = per_tensor
+            gather, latency, scatter_issue, memory = per_tensor
             _, fshare, bshare = self.units[s]
             order = range(n) if op == "F" else range(n - 1, -1, -1)
             found = self._exposed[key] = [
                 unit_exposure_s(self.runtime, op, self.calls[s][u], (fwd if op == "F" else rec) * fshare[u],
                                 0.0 if op == "F" else bwd * bshare[u], gather, latency, self._elem, self.grad,
-                                replayed=self._replayed, scatter_issue_s=scatter_issue)
+                                replayed=self._replayed, scatter_issue_s=scatter_issue,
+                                memory_bytes_per_s=memory)
                 for u in order
             ]
         return found

@@ -1,5 +1,8 @@
 """How the runtime issues ZeRO-3's per-unit collectives: FSDP's flat calls or DeepSpeed's (2021).
 
+The per-tensor timing (ring latency, memory passes, prefetch exposure) is
+:mod:`pipesim.profiles.costmodels.zero3_exposure`'s.
+
 pipesim lowers ZeRO-3 as a parameter all-gather per unit of layers before each forward and
 backward and a gradient reduce-scatter after each backward
 (:mod:`pipesim.simulator.zero_lowering`); this module adds what the runtime spends issuing them,
@@ -58,7 +61,7 @@ which at hundreds of data-parallel ranks dominates. Two runtimes (:class:`Zero3R
     below zero by their elements every iteration and the bound stops binding after tens of
     iterations (28M elements an iteration on the 530B model).
 
-  - **per-tensor prefetch** (:func:`unit_exposure_s`): each gather is prefetched at the start
+  - **per-tensor prefetch** (``zero3_exposure.unit_exposure_s``): each gather is prefetched at the start
     of the module before its own (the fetch having synchronized the device) and waited for at
     its module, so it hides behind that one module's compute, not behind the unit's: a GPT
     block's first MLP weight (``4 h^2``) behind the projection's GEMM (``h^2``); in a backward
@@ -66,42 +69,63 @@ which at hundreds of data-parallel ranks dominates. Two runtimes (:class:`Zero3R
     its host issue) follows the prefetched gather on the process group's one NCCL stream
     (PyTorch's ``ProcessGroupNCCL`` runs all of a group's collectives on one stream per device,
     whatever stream DeepSpeed issues them from). Each call pays **NCCL's ring latency over all
-    ``n`` ranks** (:func:`ring_call_latency_s`: NCCL 2.8.4's tuner, ``8.4 + 3.4 (n - k) +
+    ``n`` ranks** (``zero3_exposure.ring_call_latency_s``: NCCL 2.8.4's tuner, ``8.4 + 3.4 (n - k) +
     9.6 (k - 1)`` us on ``k`` servers, 1.6 to 9.4 ms per call at 384 to 2240 GPUs), in place of
     the one latency the unit's collective carries; on-demand calls pay it too, all waited for.
     The unit keeps its gating and bytes: what the per-tensor pairs expose beyond the unit-level
     charge is added to the unit's op like the issue time.
 
-  Read and not modelled (stage3.py, v0.3.15): ``overlap_comm`` defaults to true for stage 3
-  (``ZERO3_OPTIMIZATION_OVERLAP_COMM_DEFAULT``), so the fetches and the reductions run on their
-  own streams (as modelled); ``contiguous_gradients`` defaults to false for stage 3, where
-  ``reduce_ipg_grads`` would all-reduce flattened buckets of ``reduce_bucket_size`` (5e8)
-  elements (``buffered_reduce_fallback``) instead of the per-tensor reduce-scatters modelled
-  here (DeepSpeed's own Megatron ZeRO-3 example, DeepSpeedExamples ``bdf8e59a``
-  ``Megatron-LM-v1.1.5-ZeRO3/examples/ds_zero_stage_3_config.json``, sets it to true; the paper
-  does not give its configuration). Nor charged: the persistent tensors' own reduce-scatter
-  calls (``_reduce_scatter_gradients`` loops over every tensor of the bucket, the biases and
-  layer norms too: 12 calls per GPT block, not 4), their gather after each step
-  (``_post_step``: ``_allgather_params``, a Python loop of 4 operators per tensor and rank,
-  770 tensors for GPT-3), and the ``torch.zeros`` and ``param.norm()`` of every fetch (the
-  latter evaluated in a log f-string). At :data:`~pipesim.profiles.costmodels.compute.OP_DISPATCH_S`
-  per operator the first two grow with ``n`` far beyond what Narayanan et al. measured (the
-  same iteration time on 768 and 1536 GPUs): the per-rank host cost of a call is likely lower
-  than this module's operator counts at 10 us each.
+  - **memory passes around each call** (``zero3_exposure.call_pass_s``, v0.3.13 to v0.4.0 alike): a
+    gather zeroes its flat buffer (``torch.zeros(aligned_param_size)`` in ``_allgather_param``)
+    and then calls ``torch.cuda.synchronize()``, the device otherwise idle (the fetch having
+    synchronized it, the module's compute not yet queued): the fill is exposed whole, 1 byte
+    written per gathered byte (``zero3_exposure.GATHER_FILL_BYTES_PER_BYTE``); PyTorch then copies the
+    result out of its flat NCCL buffer into the per-rank views on the NCCL stream, serially
+    after the call: 2 bytes moved per byte (``zero3_exposure.GATHER_PASS_BYTES_PER_BYTE``). A
+    reduce-scatter is preceded on the reduction stream by DeepSpeed's ``tensor.div_(world_size)``
+    over the whole gradient (``average_tensor``) and PyTorch's copy of the per-rank views into
+    its flat NCCL buffer: 4 bytes per gradient byte (``zero3_exposure.SCATTER_PASS_BYTES_PER_BYTE``). At
+    the device's achievable memory bandwidth (``DeviceSpec.achievable_memory_bandwidth_bytes_per_s``)
+    the passes lengthen each per-tensor call in ``zero3_exposure.unit_exposure_s`` (not the unit-level
+    transfer on the links) and the fills add to the op.
+
+  The gradient path, read at v0.3.13 to v0.4.0 (stage3.py; the same at each tag but for
+  offload code): with ``contiguous_gradients`` true (DeepSpeed's own Megatron ZeRO-3 example,
+  DeepSpeedExamples ``bdf8e59a`` ``Megatron-LM-v1.1.5-ZeRO3/examples/ds_zero_stage_3_config.json``:
+  ``reduce_bucket_size`` 1e7, so every weight is an ``extra_large_param_to_reduce``; modelled
+  here, the paper giving no configuration) the gradient hook of the tensor after a weight calls
+  ``reduce_ipg_grads``, which blocks the host on ``reduction_stream.synchronize()`` (the
+  previous reduction), copies the previous bucket's owned slices into ``grads_in_partition``
+  (``partition_previous_reduced_grads``, ``1/n`` of the bytes: not charged) and issues
+  ``average_tensor`` on the reduction stream without waiting for the compute stream (no
+  ``wait_stream``): the reduction runs beside the next module's backward and the next fetch's
+  ``torch.cuda.synchronize()`` waits for it, which is the per-module pairing modelled above.
+  The fp32 copy of the owned gradients happens once per step (``_prepare_fp32_grad_for_sub_group``:
+  flatten and ``.to(fp32)`` of ``1/n`` of the model; not charged). With the version's default
+  (``ZERO3_OPTIMIZATION_CONTIGUOUS_GRADIENTS_DEFAULT`` false, ``reduce_bucket_size`` 5e8)
+  ``buffered_reduce_fallback`` all-reduces the flattened bucket instead (twice the wire bytes,
+  one call with no per-rank views, a flatten and an unflatten copy); not modelled. Nor
+  charged: the persistent tensors' own reduce-scatter calls (``_reduce_scatter_gradients``
+  loops over every tensor of the bucket, the biases and layer norms too: 12 calls per GPT
+  block, not 4), their gather after each step (``_post_step``: a Python loop of 4 operators
+  per tensor and rank), and the ``param.norm()`` of every fetch (in a log f-string). At
+  :data:`~pipesim.profiles.costmodels.compute.OP_DISPATCH_S` per operator the first two grow
+  with ``n`` far beyond what Narayanan et al. measured (the same iteration time on 768 and 1536
+  GPUs): the per-rank host cost of a call is likely lower than these operator counts at 10 us.
 
 Per unit of ``g`` gather and ``r`` reduce-scatter calls among ``n`` ranks, with ``G = g n x 2 x
 OP_DISPATCH_S``, ``R = r n x 3 x OP_DISPATCH_S`` and ``t`` the unit's compute in the op
 (forward, or replay + backward), the op spends (:func:`unit_issue_s`): forward ``G``; backward
 ``G + max(0, R - t)`` (its gathers, then its reduce-scatters' issue beyond the compute it
 overlaps); a split backward's ``I`` ``G`` and ``W`` ``max(0, R - t)``; ``F`` and ``B`` also the
-per-tensor prefetch's exposure (:func:`unit_exposure_s`; the split ops keep the unit model). The
+per-tensor prefetch's exposure (``zero3_exposure.unit_exposure_s``; the split ops keep the unit model). The
 3D estimate (:func:`pipesim.planner.megatron.estimate_3d`) and the simulator charge it the same
 way, on the data-parallel group's collective curves.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 
@@ -114,9 +138,6 @@ __all__ = [
     "GATHER_OPS_PER_MEMBER",
     "MAX_LIVE_PARAMETERS_ELEMENTS",
     "MAX_REUSE_DISTANCE_ELEMENTS",
-    "NCCL_2021_RING_BASE_S",
-    "NCCL_2021_RING_NET_STEP_S",
-    "NCCL_2021_RING_NVLINK_STEP_S",
     "PERSISTENCE_THRESHOLD_ELEMENTS",
     "SCATTER_OPS_PER_MEMBER",
     "ZERO3_RUNTIMES",
@@ -124,9 +145,7 @@ __all__ = [
     "UnitGathers",
     "Zero3Runtime",
     "call_issue_s",
-    "ring_call_latency_s",
     "unit_calls",
-    "unit_exposure_s",
     "unit_gathers",
     "unit_issue_s",
     "weight_tensor_elements",
@@ -278,7 +297,7 @@ class UnitCalls:
         on_demand_replayed: likewise in a backward that replays the forward, re-gathers included.
         tensors: the unit's gathered tensors' elements in forward order (the blocks' tensors of
             at least the persistence threshold; a layer without a block shape counts as one
-            tensor, prefetched), for :func:`unit_exposure_s`.
+            tensor, prefetched), for ``zero3_exposure.unit_exposure_s``.
         again: per tensor, whether it is gathered again after a replay.
         late_forward, late_backward, late_replay, late_regather: per tensor, whether it is
             gathered on demand in a forward, a backward without a replay, a replay, and as a
@@ -447,140 +466,3 @@ def unit_issue_s(
     gather = [k * one_gather if op in ("F", "B", "I") else 0.0 for k in gathers]
     scatter = [k * one_scatter if op in ("B", "W") else 0.0 for k in scatters]
     return [g + max(0.0, r - t) for g, r, t in zip(gather, scatter, compute_s, strict=True)]
-
-
-NCCL_2021_RING_BASE_S = 8.4e-6
-"""NCCL 2.8.4's base latency of a ring call with the Simple protocol, seconds (``baseLat``,
-``src/graph/tuning.cc`` at tag v2.8.4-1, commit 911d61f214d4; the NCCL of spring 2021)."""
-
-NCCL_2021_RING_NVLINK_STEP_S = 3.4e-6
-"""NCCL 2.8.4's per-step latency of a Simple ring step inside a server (``hwLat`` NVLink ring
-Simple, same file), seconds."""
-
-NCCL_2021_RING_NET_STEP_S = 9.6e-6
-"""NCCL 2.8.4's per-step latency of a Simple ring step between servers (``hwLat`` NET ring
-Simple, same file), seconds."""
-
-
-def ring_call_latency_s(members: int, servers: int) -> float:
-    """NCCL 2.8.4's latency of one ring all-gather or reduce-scatter among ``members`` ranks on
-    ``servers`` servers, seconds: its tuner's ``baseLat + (nsteps - nInterSteps) x intraLat +
-    nInterSteps x interLat`` with ``nsteps = members - 1`` and ``nInterSteps = servers - 1``
-    (``ncclTopoTuneModel``; 0 for one member).
-
-    Raises:
-        InputError: ``members`` or ``servers`` below 1, or more servers than members.
-    """
-    n = check_count("members", members)
-    k = check_count("servers", servers)
-    if k > n:
-        raise invalid("servers", servers, f"must be at most the {n} members")
-    if n == 1:
-        return 0.0
-    inter = k - 1
-    intra = n - 1 - inter
-    return NCCL_2021_RING_BASE_S + intra * NCCL_2021_RING_NVLINK_STEP_S + inter * NCCL_2021_RING_NET_STEP_S
-
-
-def _overhang(pairs: Iterable[tuple[float, float]]) -> float:
-    """Sum over ``(compute, comm)`` pairs of what the comm outlasts its compute, seconds."""
-    return sum(max(0.0, comm - compute) for compute, comm in pairs)
-
-
-def unit_exposure_s(
-    runtime: Zero3Runtime | str,
-    op: str,
-    calls: UnitCalls,
-    forward_s: float,
-    backward_s: float,
-    gather_s: Callable[[float], float],
-    latency_s: float,
-    elem_bytes: int,
-    grad: float,
-    *,
-    replayed: bool,
-    scatter_issue_s: float = 0.0,
-) -> float:
-    """What DeepSpeed's (2021) per-tensor prefetching exposes in one unit beyond the unit-level
-    gating that pipesim charges (one prefetched gather per unit, the unit's compute hiding it),
-    seconds (module docstring, "per-tensor prefetch").
-
-    Each gathered tensor's call is prefetched at the start of the module before it (the device
-    being synchronized at every fetch) and waited for at its own module, so it hides behind that
-    one module's compute only; in a backward the module's gradient reduce-scatter, issued when
-    the module before it in the backward ends, follows the prefetched gather on the process
-    group's one NCCL stream (PyTorch's ``ProcessGroupNCCL`` runs a group's collectives on one
-    stream per device) behind the same compute. A call takes ``gather_s`` of its bytes with the
-    cost model's per-call latency ``gather_s(0)`` replaced by ``latency_s`` (NCCL's ring over
-    all ranks, :func:`ring_call_latency_s`). A unit's compute is split over its tensors by their
-    elements (the GEMMs' share). The result is the per-tensor overhang less what the unit's
-    gating already charges (``max(0, unit comm - unit compute)``), at least 0; ``fsdp``, the split
-    ops ``I`` and ``W`` and units without gathered tensors spend nothing.
-
-    Args:
-        runtime: the :class:`Zero3Runtime`.
-        op: ``F``, ``B``, ``I`` or ``W``.
-        calls: the unit's calls (:func:`unit_calls`).
-        forward_s: the unit's forward compute in this op (a forward's, or a backward's replay), s.
-        backward_s: the unit's backward compute (0 in a forward), s.
-        gather_s: seconds of one all-gather of that many bytes per member (the DP group's cost).
-        latency_s: one call's latency, seconds.
-        elem_bytes: bytes per element.
-        grad: gradient bytes per parameter byte.
-        replayed: the backward replays the forward (full recomputation).
-        scatter_issue_s: the host time to issue one reduce-scatter (:func:`call_issue_s`), which
-            the unit-level charge counts as ``max(0, calls x issue - compute)``
-            (:func:`unit_issue_s`); per tensor it delays its reduce-scatter behind one module.
-
-    Raises:
-        UnknownNameError: an unknown runtime.
-        InputError: an unknown op; ``elem_bytes`` below 1; a negative time, ``grad`` or issue.
-    """
-    mode = Zero3Runtime.parse(runtime)
-    if op not in ("F", "B", "I", "W"):
-        raise invalid("op", op, "must be F, B, I or W")
-    elem = check_count("elem_bytes", elem_bytes)
-    fwd, bwd = check_nonneg("forward_s", forward_s), check_nonneg("backward_s", backward_s)
-    lat, g = check_nonneg("latency_s", latency_s), check_nonneg("grad", grad)
-    e = calls.tensors
-    total = sum(e)
-    if mode is Zero3Runtime.FSDP or op in ("I", "W") or total <= 0:
-        return 0.0
-    base = gather_s(0.0)
-
-    def call(elements: float) -> float:
-        return gather_s(elements * elem) - base + lat if elements > 0 else 0.0
-
-    n = len(e)
-    share = [x / total for x in e]
-    # forward order: tensor j's module hides the gather of tensor j + 1 (the next unit's first
-    # tensor after the last: blocks are alike); a tensor gathered on demand hides behind nothing
-    def forward_pairs(time_s: float, late: Sequence[bool]) -> list[tuple[float, float]]:
-        return [(time_s * share[j], 0.0 if late[(j + 1) % n] else call(e[(j + 1) % n])) for j in range(n)]
-
-    def late_latency(late: int) -> float:  # on-demand calls beyond the unit's one, all waited for
-        return max(0, late - 1) * max(0.0, lat - base)
-
-    if op == "F":
-        prefetched = sum(x for x, f in zip(e, calls.late_forward, strict=True) if not f)
-        over = _overhang(forward_pairs(fwd, calls.late_forward)) + late_latency(sum(calls.late_forward))
-        unit_comm = gather_s(prefetched * elem) if prefetched > 0 else 0.0
-        return max(0.0, over - max(0.0, unit_comm - fwd))
-    over = _overhang(forward_pairs(fwd, calls.late_replay)) if replayed else 0.0
-    wanted = [a and not r for a, r in zip(calls.again, calls.late_regather, strict=True)] if replayed else [
-        not f for f in calls.late_backward]
-    late = sum(calls.late_replay) + sum(calls.late_regather) if replayed else sum(calls.late_backward)
-    over += late_latency(late)
-    # backward order: module k hides the gather of module k - 1 and the reduce-scatter of k + 1,
-    # which starts once the host has issued it (scatter_issue_s, from the hook during module k)
-    r = check_nonneg("scatter_issue_s", scatter_issue_s)
-    pairs = [(bwd * share[k], max(call(e[k - 1]) if wanted[k - 1] else 0.0, r) + call(e[(k + 1) % n] * g))
-             for k in range(n - 1, -1, -1)]
-    over += _overhang(pairs)
-    gathered = sum(x for x, w in zip(e, wanted, strict=True) if w)
-    if replayed:
-        gathered += sum(x for x, f in zip(e, calls.late_replay, strict=True) if not f)
-    unit_comm = (gather_s(gathered * elem) if gathered > 0 else 0.0) + gather_s(total * elem * g)
-    # the unit-level charge: issue beyond the compute (unit_issue_s) and the gating's comm
-    charged = max(unit_comm, r * calls.calls) - fwd - bwd
-    return max(0.0, over - max(0.0, charged))

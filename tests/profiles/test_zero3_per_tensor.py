@@ -1,5 +1,5 @@
 """DeepSpeed's (2021) per-tensor prefetch and NCCL 2.8.4's per-call ring latency
-(profiles/costmodels/zero3_runtime.py: ring_call_latency_s, unit_exposure_s)."""
+(profiles/costmodels/zero3_exposure.py: ring_call_latency_s, unit_exposure_s)."""
 
 from __future__ import annotations
 
@@ -8,12 +8,8 @@ from collections.abc import Callable
 import pytest
 
 from pipesim.errors import InputError
-from pipesim.profiles.costmodels.zero3_runtime import (
-    UnitCalls,
-    ring_call_latency_s,
-    unit_calls,
-    unit_exposure_s,
-)
+from pipesim.profiles.costmodels.zero3_exposure import ring_call_latency_s, unit_exposure_s
+from pipesim.profiles.costmodels.zero3_runtime import UnitCalls, unit_calls
 from pipesim.profiles.inputs import resolve_inputs
 
 US = 1e-6

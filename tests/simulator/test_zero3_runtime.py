@@ -147,7 +147,7 @@ def test_per_tensor_prefetch_moves_the_simulation_and_the_estimate_alike(
     recompute: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """DeepSpeed's per-tensor prefetch and per-call ring latency
-    (:func:`~pipesim.profiles.costmodels.zero3_runtime.unit_exposure_s`) lengthen 16 ranks'
+    (:func:`~pipesim.profiles.costmodels.zero3_exposure.unit_exposure_s`) lengthen 16 ranks'
     ops: the simulator and the 3D estimate add the same time (within 3% of the iteration)."""
     import pipesim.planner.zero_ops as zero_ops
     import pipesim.simulator.zero_lowering as zero_lowering
