@@ -15,14 +15,14 @@ phases' links in the simulation (intra-server steps on NVSwitch, inter-server on
 they slow each other less than half and half: +1.3% to +2.2% without recomputation, +5.6% (FSDP)
 and +8.6% (DeepSpeed) with full recomputation's larger backward gathers; DeepSpeed's 2021 runtime
 on hidden 20480 (on-demand gathers) +15% to +20%. Those are not held here. Since DeepSpeed's memory
-passes around each call (``zero3_exposure.call_pass_s``) the DeepSpeed case without recomputation
-is held on the ring only: with ``auto`` the estimate is +15.7% (full recomputation +4.6%), the two
-charging the same per-unit exposure (within 0.5%) but the simulator running a gather and a
-reduce-scatter that meet slower together than one after the other (24 ms each alone; a pair
-started 11.6 ms apart ends 57.5 ms after the first starts, not 48), so that ops lengthened by the
-passes, which delay the reduce-scatters until the gathers are nearly done, end the simulated
-iteration sooner (0.292 s without the reduce-scatters' passes, 0.256 s with them); not traced
-further.
+passes around each call (``zero3_exposure.call_pass_s``) the DeepSpeed case without recomputation is
+held on the ring; with ``auto`` (a strict xfail, so it fails once mended) the estimate is +15.7%
+(full recomputation +4.6%), the two charging the same per-unit exposure (within 0.5%) but the
+simulator running a gather and a reduce-scatter that meet slower together than one after the other
+(24 ms each alone; a pair started 11.6 ms apart ends 57.5 ms after the first starts, not 48), so
+that ops lengthened by the passes, which delay the reduce-scatters until the gathers are nearly
+done, end the simulated iteration sooner (0.292 s without the reduce-scatters' passes, 0.256 s with
+them); not traced further.
 """
 
 from __future__ import annotations
@@ -61,6 +61,9 @@ def test_gather_and_reduce_scatter_streams_share_the_links() -> None:
 @pytest.mark.parametrize(("runtime", "allreduce", "recompute"), [
     ("fsdp", "auto", "none"), ("fsdp", "ring", "none"), ("deepspeed-2021", "ring", "none"),
     ("deepspeed-2021", "ring", "full"),
+    pytest.param("deepspeed-2021", "auto", "none", marks=pytest.mark.xfail(strict=True, reason=(
+        "estimate +15.7%: the simulator's hierarchical gather and reduce-scatter end later "
+        "together than one after the other (module docstring); the estimate does not model it"))),
 ])
 def test_wide_blocks_on_two_servers_within_tolerance(runtime: str, allreduce: str, recompute: str) -> None:
     profile, cluster = resolve_inputs(WIDE, "dgx-a100-x2", dtype="fp16")
