@@ -180,46 +180,53 @@ class Program:
         zero = self.zero
         gather_waits = self._gather_waits
         gathered: set[int] = set()  # stages whose first forward has waited for its parameter gathers
+        # stages whose units wait or mark beyond their template: ZeRO's per-unit collectives, the
+        # overlapped parameter gathers
+        waited = {s for s in range(len(self.stages)) if zero is not None and zero.per_unit(s)}
+        waited.update(gather_waits)
         overlap = sched.fb_overlap
 
         def one(
             block: LoweredBlock, recv_step: int, compute_step: int
         ) -> Block:
             recv_op, op, s, mb, send_op, reduced = block
-            key = (op, s, samples[mb])
-            template = templates.get(key) if cached else None
+            template = templates.get((op, s, samples[mb])) if cached else None
             if template is None:
                 template = self._template(recv_op, op, s, mb, send_op, replica)
                 if cached:
-                    templates[key] = template
+                    templates[op, s, samples[mb]] = template
             kind, pieces, name, duration, alloc, free, parts, tp_comm = template
-            recvs = no_recvs
-            if kind is not None:
-                recvs = (new(Recv, ((kind, s, mb, replica), pieces, recv_step)),)
-            marks = self._marks.get(s, _NO_MARKS) if reduced else _NO_MARKS
-            if marks and name == "B" and self._costs.recompute is not Recompute.NONE:
-                marks = self._after_replay(marks, s, mb, replica)
-            waits = _NO_MARKS
-            if zero is not None and zero.per_unit(s):
-                fwd, bwd, rec = self._zero_times(s, mb, replica)
-                marks, waits = zero.events(name, s, mb, fwd, bwd, rec, self.stages[s].wgrad_fraction)
-            elif name == "F" and s in gather_waits and s not in gathered:  # the stage's first forward
-                waits = gather_waits[s]
-                gathered.add(s)
+            recvs = no_recvs if kind is None else (new(Recv, ((kind, s, mb, replica), pieces, recv_step)),)
+            marks = waits = _NO_MARKS
+            post = None
+            if reduced:  # the stage's last backward: its bucket marks and its post
+                marks = self._marks.get(s, _NO_MARKS)
+                if marks and name == "B" and self._costs.recompute is not Recompute.NONE:
+                    marks = self._after_replay(marks, s, mb, replica)
+                cid = self._posts.get(s)
+                if cid is not None:
+                    post = Post(cid)
+            if s in waited:  # ZeRO's per-unit collectives, or the parameter gathers
+                if zero is not None and zero.per_unit(s):
+                    fwd, bwd, rec = self._zero_times(s, mb, replica)
+                    marks, waits = zero.events(name, s, mb, fwd, bwd, rec, self.stages[s].wgrad_fraction)
+                elif name == "F" and s not in gathered:  # the stage's first forward
+                    waits = gather_waits[s]
+                    gathered.add(s)
             compute = new(Compute, (name, s, mb, duration, alloc, free, marks, compute_step, waits, tp_comm))
-            out = no_sends
-            if send_op is not None:
+            if not parts:
+                return (recvs, (compute,), no_sends, post)
+            out: tuple[Send, ...]
+            if len(parts) == 1:  # (most sends: one piece, without a list to build)
+                kind_out, dst, k, dst_device, nbytes, route = parts[0]
+                out = (new(Send, ((kind_out, dst, mb, k), s, mb, dst_device, nbytes, route)),)
+            else:
                 out = tuple(
                     [
                         new(Send, ((kind_out, dst, mb, k), s, mb, dst_device, nbytes, route))
                         for kind_out, dst, k, dst_device, nbytes, route in parts
                     ]
                 )
-            post = None
-            if reduced:
-                cid = self._posts.get(s)
-                if cid is not None:
-                    post = Post(cid)
             return (recvs, (compute,), out, post)
 
         step = 0
