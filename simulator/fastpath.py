@@ -289,6 +289,7 @@ def execute_fast(
 
     memory_now, memory_peak = tally.memory_now, tally.memory_peak
     finished = 0
+    computes = 0  # compute ops run without a trace (the tally's count of them)
     over = [False] * n  # streams that ran their last instruction
     runnable = list(range(n - 1, -1, -1))
     if gated:
@@ -307,7 +308,6 @@ def execute_fast(
         now = memory_now[device]
         peak_t, peak = memory_peak[device]
         last_backward = 0.0
-        computes = 0
         block = pending[i]
         pending[i] = None
         if block is None:
@@ -326,8 +326,11 @@ def execute_fast(
                     if got is not None and got[0] >= recv.pieces:
                         if rdv is not None:
                             rdv.posted.pop(key, None)
-                        if got[1] > t:
-                            wait_i += max(0.0, got[1] - max(t, got[2]))
+                        if got[1] > t:  # the data's time on the wire after it was produced or we were free
+                            produced = got[2]
+                            waited = got[1] - (produced if produced > t else t)
+                            if waited > 0.0:
+                                wait_i += waited
                             t = got[1]
                     elif recv.pieces:  # (a replica that receives nothing never waits)
                         missing = recv
@@ -483,12 +486,12 @@ def execute_fast(
         if not record_trace:
             memory_now[device] = now
             memory_peak[device] = (peak_t, peak)
-            tally.num_ops += computes
             if last_backward > tally.last_backward_end:
                 tally.last_backward_end = last_backward
         if block is None:
             over[i] = True
             finished += 1
+    tally.num_ops += computes
     if finished < n:
         lowered = program.lowered_schedule()
         stuck: dict[int, tuple[int, int, str | None]] = {}
