@@ -116,6 +116,7 @@ def lowered_blocks(
     backward = [(Op.RECV_B if cross_next[s] else None, Op.SEND_B if cross_prev[s] else None)
                 for s in range(num_stages)]
     reduce = allreduce_after or {}
+    reducing = bool(reduce)
     op_f, op_fb, op_b, op_i, op_w = Op.F, Op.FB, Op.B, Op.I, Op.W
     pair: tuple[int, int] | None = None  # (stage, micro-batch) of an FB: its B must come next
     for i, (op, s, mb) in enumerate(steps):
@@ -137,7 +138,7 @@ def lowered_blocks(
             text = f"{s}{op.value}{'' if mb is None else mb}"
             raise InputError(f"lowering takes compute actions only; {text} is communication")
         assert mb is not None
-        yield (recv, op, s, mb, send, bool(reduce) and reduce.get(s) == i)
+        yield (recv, op, s, mb, send, reducing and reduce.get(s) == i)
     if pair is not None:
         raise InputError(f"{pair[0]}FB{pair[1]} {PAIR_RULE}")
 

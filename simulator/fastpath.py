@@ -218,7 +218,6 @@ def execute_fast(
     busy = [0.0] * n
     wait = [0.0] * n
     pending: list[Block | None] = [None] * n  # a block whose receive has not arrived yet
-    step_at = [0] * n
     # arrival key -> [pieces arrived, last arrival time, last production time, the stream that
     # waits for it (-1: none yet), the pieces it waits for]: made by its first send or by its
     # receiver, if that comes first; the receive that takes it removes it
@@ -344,7 +343,6 @@ def execute_fast(
                     if missing is not recvs[0]:
                         block = (recvs[recvs.index(missing):], ops, sends, post)
                     pending[i] = block
-                    step_at[i] = missing.step
                     break
             for ins in ops:
                 duration = ins.duration_s
@@ -380,7 +378,6 @@ def execute_fast(
                         op_state[i] = [points, k, start, elapsed, stalled, cur, launch]
                         blocked.setdefault(points[k][3], []).append(i)
                         pending[i] = ((), ops[ops.index(ins):], sends, post)  # resumes this op
-                        step_at[i] = ins.step
                         break
                     op_state[i] = None
                     t = cur + (duration - elapsed if duration > elapsed else 0.0)
@@ -496,8 +493,10 @@ def execute_fast(
         lowered = program.lowered_schedule()
         stuck: dict[int, tuple[int, int, str | None]] = {}
         for i, (rank, _, _) in enumerate(program.streams):
-            if pending[i] is not None and rank not in stuck:
-                stuck[rank] = (rank, step_at[i], None)
+            unit = pending[i]
+            if unit is not None and rank not in stuck:  # its step: the receive or the op it waits at
+                step = unit[0][0].step if unit[0] else unit[1][0].step
+                stuck[rank] = (rank, step, None)
         held_for: dict[int, list[_Key]] = {}
         if rdv is not None:
             rank_of = {device: rank for rank, _, device in program.streams}

@@ -172,8 +172,10 @@ class Program:
         after = last_backwards(sched.row(rank), reduce) if reduce else None
         samples = self._costs.samples
         cached = self._costs.uniform  # costs depend on the micro-batch's size only: reuse them
-        # (op, stage, samples) -> (receive kind or None, pieces, op name, duration, alloc, free, send parts)
-        templates: dict[tuple[Op, int, int], _Template] = {}
+        # per stage, (op, samples) -> (receive kind or None, pieces, op name, duration, alloc, free,
+        # send parts); keyed by the op alone where every micro-batch has the same size
+        same_size = len(set(samples)) == 1
+        templates: list[dict[Op | tuple[Op, int], _Template]] = [{} for _ in self.stages]
         new = tuple.__new__  # namedtuples made without their Python-level __new__ (the same tuples)
         no_sends: tuple[Send, ...] = ()
         no_recvs: tuple[Recv, ...] = ()
@@ -190,11 +192,12 @@ class Program:
             block: LoweredBlock, recv_step: int, compute_step: int
         ) -> Block:
             recv_op, op, s, mb, send_op, reduced = block
-            template = templates.get((op, s, samples[mb])) if cached else None
+            key = op if same_size else (op, samples[mb])
+            template = templates[s].get(key) if cached else None
             if template is None:
                 template = self._template(recv_op, op, s, mb, send_op, replica)
                 if cached:
-                    templates[op, s, samples[mb]] = template
+                    templates[s][key] = template
             kind, pieces, name, duration, alloc, free, parts, tp_comm = template
             recvs = no_recvs if kind is None else (new(Recv, ((kind, s, mb, replica), pieces, recv_step)),)
             marks = waits = _NO_MARKS
