@@ -110,31 +110,35 @@ def lowered_blocks(
     # whether stage s exchanges with s - 1 (cross_prev) / s + 1 (cross_next) over a link
     cross_prev = [not starts[s] and where[s - 1] != where[s] for s in range(num_stages)]
     cross_next = [not ends[s] and where[s + 1] != where[s] for s in range(num_stages)]
+    # per stage, the receive before and the send after a forward / a backward (None: none)
+    forward = [(Op.RECV_F if cross_prev[s] else None, Op.SEND_F if cross_next[s] else None)
+               for s in range(num_stages)]
+    backward = [(Op.RECV_B if cross_next[s] else None, Op.SEND_B if cross_prev[s] else None)
+                for s in range(num_stages)]
     reduce = allreduce_after or {}
+    reducing = bool(reduce)
     op_f, op_fb, op_b, op_i, op_w = Op.F, Op.FB, Op.B, Op.I, Op.W
-    recv_f, send_f, recv_b, send_b = Op.RECV_F, Op.SEND_F, Op.RECV_B, Op.SEND_B
     pair: tuple[int, int] | None = None  # (stage, micro-batch) of an FB: its B must come next
     for i, (op, s, mb) in enumerate(steps):
         if pair is not None:  # the pairing rule (pipesim.schedules.pairs)
             if op is not op_b:
                 raise InputError(f"{pair[0]}FB{pair[1]} {PAIR_RULE}")
             pair = None
-        if op is op_f or op is op_fb:
-            recv = recv_f if cross_prev[s] else None
-            send = send_f if cross_next[s] else None
-            if op is op_fb:
-                assert mb is not None
-                pair = (s, mb)
+        if op is op_f:
+            recv, send = forward[s]
         elif op is op_b or op is op_i:
-            recv = recv_b if cross_next[s] else None
-            send = send_b if cross_prev[s] else None
+            recv, send = backward[s]
+        elif op is op_fb:
+            recv, send = forward[s]
+            assert mb is not None
+            pair = (s, mb)
         elif op is op_w:
             recv = send = None
         else:
             text = f"{s}{op.value}{'' if mb is None else mb}"
             raise InputError(f"lowering takes compute actions only; {text} is communication")
         assert mb is not None
-        yield (recv, op, s, mb, send, bool(reduce) and reduce.get(s) == i)
+        yield (recv, op, s, mb, send, reducing and reduce.get(s) == i)
     if pair is not None:
         raise InputError(f"{pair[0]}FB{pair[1]} {PAIR_RULE}")
 

@@ -61,6 +61,8 @@ from pipesim.simulator.trace import SimulationResult
 __all__ = ["LinksShared", "execute_fast", "held_by_rendezvous"]
 
 _Key = tuple[str, int, int, int]
+_BACKWARDS = ("B", "W")
+"""Ops whose end may be the last backward's (:attr:`Tally.last_backward_end`)."""
 
 
 class _Rendezvous:
@@ -216,10 +218,10 @@ def execute_fast(
     busy = [0.0] * n
     wait = [0.0] * n
     pending: list[Block | None] = [None] * n  # a block whose receive has not arrived yet
-    step_at = [0] * n
-    # arrival key -> [pieces arrived, last arrival time, last production time]
-    arrivals: dict[tuple[str, int, int, int], list[float]] = {}
-    waiting: dict[tuple[str, int, int, int], tuple[int, int]] = {}  # key -> (stream, pieces)
+    # arrival key -> [pieces arrived, last arrival time, last production time, the stream that
+    # waits for it (-1: none yet), the pieces it waits for]: made by its first send or by its
+    # receiver, if that comes first; the receive that takes it removes it
+    arrivals: dict[_Key, list[Any]] = {}
     ready_at = [0.0] * len(program.collectives)
     wire_free: dict[tuple[int, int], float] = {}  # p2p stream (src, dst) -> its last arrival
     rdv = _Rendezvous(links, eager_bytes, holds) if eager_bytes is not None else None
@@ -234,10 +236,9 @@ def execute_fast(
         got[0] += 1
         if end > got[1]:
             got[1] = end
-        woken = waiting.get(key)
-        if woken is not None and got[0] == woken[1]:
-            del waiting[key]
-            runnable.append(woken[0])
+        if got[3] >= 0 and got[0] == got[4]:
+            runnable.append(got[3])
+            got[3] = -1
 
     # ZeRO-3's gathers gate the compute: a collective's end is resolved as soon as every member
     # is ready for it and the one before it has ended, and the streams waiting for it resume
@@ -287,6 +288,7 @@ def execute_fast(
 
     memory_now, memory_peak = tally.memory_now, tally.memory_peak
     finished = 0
+    computes = 0  # compute ops run without a trace (the tally's count of them)
     over = [False] * n  # streams that ran their last instruction
     runnable = list(range(n - 1, -1, -1))
     if gated:
@@ -305,7 +307,6 @@ def execute_fast(
         now = memory_now[device]
         peak_t, peak = memory_peak[device]
         last_backward = 0.0
-        computes = 0
         block = pending[i]
         pending[i] = None
         if block is None:
@@ -319,24 +320,29 @@ def execute_fast(
                             arrive(*resolved)
                 missing: Recv | None = None
                 for recv in recvs:  # in order, as the engine waits for them
-                    got = arrivals.get(recv.key)
-                    if got is None or got[0] < recv.pieces:
-                        if recv.pieces:  # (a replica that receives nothing never waits)
-                            missing = recv
-                            break
-                    else:
-                        del arrivals[recv.key]
+                    key = recv.key
+                    got = arrivals.pop(key, None)  # (put back below while pieces are missing)
+                    if got is not None and got[0] >= recv.pieces:
                         if rdv is not None:
-                            rdv.posted.pop(recv.key, None)
-                        if got[1] > t:
-                            wait_i += max(0.0, got[1] - max(t, got[2]))
+                            rdv.posted.pop(key, None)
+                        if got[1] > t:  # the data's time on the wire after it was produced or we were free
+                            produced = got[2]
+                            waited = got[1] - (produced if produced > t else t)
+                            if waited > 0.0:
+                                wait_i += waited
                             t = got[1]
+                    elif recv.pieces:  # (a replica that receives nothing never waits)
+                        missing = recv
+                        break
                 if missing is not None:  # wait for it (a pair: with the receives before it taken)
-                    waiting[missing.key] = (i, missing.pieces)
+                    if got is None:
+                        arrivals[key] = [0, 0.0, 0.0, i, missing.pieces]
+                    else:
+                        arrivals[key] = got
+                        got[3], got[4] = i, missing.pieces
                     if missing is not recvs[0]:
                         block = (recvs[recvs.index(missing):], ops, sends, post)
                     pending[i] = block
-                    step_at[i] = missing.step
                     break
             for ins in ops:
                 duration = ins.duration_s
@@ -372,7 +378,6 @@ def execute_fast(
                         op_state[i] = [points, k, start, elapsed, stalled, cur, launch]
                         blocked.setdefault(points[k][3], []).append(i)
                         pending[i] = ((), ops[ops.index(ins):], sends, post)  # resumes this op
-                        step_at[i] = ins.step
                         break
                     op_state[i] = None
                     t = cur + (duration - elapsed if duration > elapsed else 0.0)
@@ -415,7 +420,7 @@ def execute_fast(
                             peak_t, peak = start, now
                     for nbytes in ins.free_bytes:
                         now -= nbytes
-                    if ins.op == "B" or ins.op == "W":
+                    if ins.op in _BACKWARDS:
                         last_backward = t
             else:
                 ins = None
@@ -425,10 +430,13 @@ def execute_fast(
                 key = send.key
                 got = arrivals.get(key)
                 if got is None:
-                    got = arrivals[key] = [0, 0.0, 0.0]
+                    got = arrivals[key] = [0, 0.0, 0.0, -1, 0]
                 if t > got[2]:
                     got[2] = t
-                if send.route and rdv is not None:
+                route = send.route
+                if not route:  # (same device, or free links: at once)
+                    end = t
+                elif rdv is not None:
                     tally.num_ops += 1
                     for resolved in rdv.send(send, t, device):
                         arrive(*resolved)
@@ -437,7 +445,7 @@ def execute_fast(
                         running = min(t_free[j] for j in range(n) if not over[j])
                         holds.prune(min(running, rdv.oldest_issue_s()))
                     continue
-                if send.route:
+                else:
                     tally.num_ops += 1
                     # FIFO per (src, dst) stream, pipelined: its latency may begin as the previous
                     # send's last byte leaves, so it arrives at max(t + latency, previous arrival)
@@ -446,12 +454,12 @@ def execute_fast(
                     begin = t
                     prev = wire_free.get(pair)
                     if prev is not None:
-                        prev -= links.latency_s(send.route)
+                        prev -= links.latency_s(route)
                         if prev > begin:
                             begin = prev
-                    end = wire_free[pair] = begin + links.time_s(send.route, send.nbytes)
+                    end = wire_free[pair] = begin + links.time_s(route, send.nbytes)
                     if holds is not None:
-                        latency, held = links.flow(send.route, send.nbytes)
+                        latency, held = links.flow(route, send.nbytes)
                         if held:
                             holds.hold(held, begin + latency, end)
                             if holds.added % 1024 == 0:
@@ -460,15 +468,12 @@ def execute_fast(
                         tally.send(
                             device, key[0], send.stage, key[2], send.nbytes, send.dst_device, begin, end
                         )
-                else:
-                    end = t
                 got[0] += 1
                 if end > got[1]:
                     got[1] = end
-                woken = waiting.get(key)
-                if woken is not None and got[0] == woken[1]:
-                    del waiting[key]
-                    runnable.append(woken[0])
+                if got[3] >= 0 and got[0] == got[4]:  # its receiver waits for this piece: wake it
+                    runnable.append(got[3])
+                    got[3] = -1
             if post is not None:
                 mark(post.collective, t)
             block = next(it, None)
@@ -478,18 +483,20 @@ def execute_fast(
         if not record_trace:
             memory_now[device] = now
             memory_peak[device] = (peak_t, peak)
-            tally.num_ops += computes
             if last_backward > tally.last_backward_end:
                 tally.last_backward_end = last_backward
         if block is None:
             over[i] = True
             finished += 1
+    tally.num_ops += computes
     if finished < n:
         lowered = program.lowered_schedule()
         stuck: dict[int, tuple[int, int, str | None]] = {}
         for i, (rank, _, _) in enumerate(program.streams):
-            if pending[i] is not None and rank not in stuck:
-                stuck[rank] = (rank, step_at[i], None)
+            unit = pending[i]
+            if unit is not None and rank not in stuck:  # its step: the receive or the op it waits at
+                step = unit[0][0].step if unit[0] else unit[1][0].step
+                stuck[rank] = (rank, step, None)
         held_for: dict[int, list[_Key]] = {}
         if rdv is not None:
             rank_of = {device: rank for rank, _, device in program.streams}

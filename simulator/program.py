@@ -32,7 +32,6 @@ from pipesim.profiles.costmodels.sharding import CollectiveKind
 from pipesim.profiles.hardware.cluster import Cluster
 from pipesim.schedules import Schedule
 from pipesim.schedules.action import Op
-from pipesim.schedules.lowering import Block as LoweredBlock
 from pipesim.schedules.lowering import last_backwards, lowered_blocks
 from pipesim.schedules.lowering import lower as lower_schedule
 from pipesim.schedules.pairs import pair_parts
@@ -172,83 +171,94 @@ class Program:
         after = last_backwards(sched.row(rank), reduce) if reduce else None
         samples = self._costs.samples
         cached = self._costs.uniform  # costs depend on the micro-batch's size only: reuse them
-        # (op, stage, samples) -> (receive kind or None, pieces, op name, duration, alloc, free, send parts)
-        templates: dict[tuple[Op, int, int], _Template] = {}
+        # per stage, (op, samples) -> (receive kind or None, pieces, op name, duration, alloc, free,
+        # send parts); keyed by the op alone where every micro-batch has the same size
+        same_size = len(set(samples)) == 1
+        templates: list[dict[Op | tuple[Op, int], _Template]] = [{} for _ in self.stages]
         new = tuple.__new__  # namedtuples made without their Python-level __new__ (the same tuples)
         no_sends: tuple[Send, ...] = ()
         no_recvs: tuple[Recv, ...] = ()
         zero = self.zero
         gather_waits = self._gather_waits
         gathered: set[int] = set()  # stages whose first forward has waited for its parameter gathers
+        # stages whose units wait or mark beyond their template: ZeRO's per-unit collectives, the
+        # overlapped parameter gathers
+        waited = {s for s in range(len(self.stages)) if zero is not None and zero.per_unit(s)}
+        waited.update(gather_waits)
         overlap = sched.fb_overlap
-
-        def one(
-            block: LoweredBlock, recv_step: int, compute_step: int
-        ) -> Block:
-            recv_op, op, s, mb, send_op, reduced = block
-            key = (op, s, samples[mb])
-            template = templates.get(key) if cached else None
-            if template is None:
-                template = self._template(recv_op, op, s, mb, send_op, replica)
-                if cached:
-                    templates[key] = template
-            kind, pieces, name, duration, alloc, free, parts, tp_comm = template
-            recvs = no_recvs
-            if kind is not None:
-                recvs = (new(Recv, ((kind, s, mb, replica), pieces, recv_step)),)
-            marks = self._marks.get(s, _NO_MARKS) if reduced else _NO_MARKS
-            if marks and name == "B" and self._costs.recompute is not Recompute.NONE:
-                marks = self._after_replay(marks, s, mb, replica)
-            waits = _NO_MARKS
-            if zero is not None and zero.per_unit(s):
-                fwd, bwd, rec = self._zero_times(s, mb, replica)
-                marks, waits = zero.events(name, s, mb, fwd, bwd, rec, self.stages[s].wgrad_fraction)
-            elif name == "F" and s in gather_waits and s not in gathered:  # the stage's first forward
-                waits = gather_waits[s]
-                gathered.add(s)
-            compute = new(Compute, (name, s, mb, duration, alloc, free, marks, compute_step, waits, tp_comm))
-            out = no_sends
-            if send_op is not None:
-                out = tuple(
-                    [
-                        new(Send, ((kind_out, dst, mb, k), s, mb, dst_device, nbytes, route))
-                        for kind_out, dst, k, dst_device, nbytes, route in parts
-                    ]
-                )
-            post = None
-            if reduced:
-                cid = self._posts.get(s)
-                if cid is not None:
-                    post = Post(cid)
-            return (recvs, (compute,), out, post)
-
-        step = 0
         op_fb = Op.FB
-        blocks = lowered_blocks(
+        # an overlapped pair's FB (lowered_blocks checks that the next block is its B), held until
+        # that B: its receives, its compute, its sends and whether it sends
+        fb: tuple[tuple[Recv, ...], Compute, tuple[Send, ...], bool] | None = None
+        step = 0  # index of the next lowered step in the rank's row (Recv.step, Compute.step)
+        lowered = lowered_blocks(
             sched.row(rank),
             num_ranks=sched.num_ranks,
             num_stages=sched.num_stages,
             allreduce_after=after,
             placement=sched.placement,
         )
-        for block in blocks:
-            if block[1] is not op_fb:
-                got = block[0] is not None
-                yield one(block, step, step + got)
-                step += got + 1 + (block[4] is not None) + block[5]
+        for recv_op, op, s, mb, send_op, reduced in lowered:
+            key = op if same_size else (op, samples[mb])
+            template = templates[s].get(key) if cached else None
+            if template is None:
+                template = self._template(recv_op, op, s, mb, send_op, replica)
+                if cached:
+                    templates[s][key] = template
+            kind, pieces, name, duration, alloc, free, parts, tp_comm = template
+            recvs = no_recvs
+            if kind is not None:
+                recvs = (new(Recv, ((kind, s, mb, replica), pieces, step)),)
+                step += 1
+            marks = waits = _NO_MARKS
+            post = None
+            if reduced:  # the stage's last backward: its bucket marks and its post
+                marks = self._marks.get(s, _NO_MARKS)
+                if marks and name == "B" and self._costs.recompute is not Recompute.NONE:
+                    marks = self._after_replay(marks, s, mb, replica)
+                cid = self._posts.get(s)
+                if cid is not None:
+                    post = Post(cid)
+            if s in waited:  # ZeRO's per-unit collectives, or the parameter gathers
+                if zero is not None and zero.per_unit(s):
+                    fwd, bwd, rec = self._zero_times(s, mb, replica)
+                    marks, waits = zero.events(name, s, mb, fwd, bwd, rec, self.stages[s].wgrad_fraction)
+                elif name == "F" and s not in gathered:  # the stage's first forward
+                    waits = gather_waits[s]
+                    gathered.add(s)
+            compute = new(Compute, (name, s, mb, duration, alloc, free, marks, step, waits, tp_comm))
+            out: tuple[Send, ...] = no_sends
+            if len(parts) == 1:  # (most sends: one piece, without a list to build)
+                kind_out, dst, k, dst_device, nbytes, route = parts[0]
+                out = (new(Send, ((kind_out, dst, mb, k), s, mb, dst_device, nbytes, route)),)
+            elif parts:
+                out = tuple(
+                    [
+                        new(Send, ((kind_out, dst, mb, k), s, mb, dst_device, nbytes, route))
+                        for kind_out, dst, k, dst_device, nbytes, route in parts
+                    ]
+                )
+            if fb is None:
+                if op is op_fb:
+                    fb = (recvs, compute, out, send_op is not None)
+                    continue
+                yield (recvs, (compute,), out, post)
+                step += 1 + (send_op is not None) + reduced
                 continue
-            # an overlapped pair, as lowered_units groups it (lowered_blocks checks that the next
-            # block is the FB's B): both receives, then both computations as one unit, then both sends
-            first, second = block, next(blocks)
-            got_f, got_b = first[0] is not None, second[0] is not None
-            at = step + got_f + got_b
-            recv_f, (fwd,), out_f, _ = one(first, step, at)  # (FB is never a stage's last backward)
-            recv_b, (bwd,), out_b, post = one(second, step + got_f, at + 1)
+            # the pair's B: both receives, then both computations as one unit (the FB's step, then
+            # the B's), then both sends (as lowered_units groups them)
+            recv_f, fwd_op, out_f, sent_f = fb
+            fb = None
+            front_s, back_s = fwd_op.duration_s, duration
             if overlap:
-                front, back = pair_parts(fwd.duration_s, bwd.duration_s, overlap)
-                fwd, bwd = fwd._replace(duration_s=float(front)), bwd._replace(duration_s=float(back))
-            step = at + 2 + (first[4] is not None) + (second[4] is not None) + second[5]
-            yield (recv_f + recv_b, (fwd, bwd), out_f + out_b, post)
+                front, back = pair_parts(front_s, back_s, overlap)
+                front_s, back_s = float(front), float(back)
+            pair = (
+                fwd_op._replace(step=step, duration_s=front_s),
+                compute._replace(step=step + 1, duration_s=back_s),
+            )
+            yield (recv_f + recvs, pair, out_f + out, post)
+            step += 2 + sent_f + (send_op is not None) + reduced
 
     def _template(
         self, recv_op: Op | None, op: Op, s: int, mb: int, send_op: Op | None, replica: int

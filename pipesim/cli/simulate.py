@@ -26,11 +26,14 @@ from pipesim.cli._common import (
 )
 from pipesim.cli._parallel import add_parallel_args, apply_parallel, parallel_text
 from pipesim.cli.progress import Status
+from pipesim.cli.schedule import default_chunks, schedule_arg
 from pipesim.errors import invalid, vocabulary
 from pipesim.fileio import parse_ascii_int
 from pipesim.limits import MAX_COUNT, MAX_JITTER_CV
 from pipesim.plan import AllReduceAlgorithm, Optimizer, Recompute
+from pipesim.plan_file import load_plan
 from pipesim.profiles.costmodels.collective import AllReduceOverlap
+from pipesim.reports.figsize import parse_figsize
 from pipesim.units import GIB, MS
 
 __all__ = ["DEFAULTS", "register", "result_json"]
@@ -222,7 +225,6 @@ def _run(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
     from pipesim.api import make_plan, simulate
-    from pipesim.plan_file import load_plan
     from pipesim.simulator import SimOptions
 
     if all(getattr(args, key) is None for key in _CASE_KEYS):
@@ -232,8 +234,6 @@ def _run(args: argparse.Namespace) -> int:
         raise invalid("--model", None, "is required (a zoo name or a profile file)")
     if args.cluster is None:
         raise invalid("--cluster", None, "is required (a preset name or a cluster TOML file)")
-    from pipesim.cli.schedule import default_chunks, schedule_arg
-
     name, explicit = schedule_arg(args.schedule)
     if explicit is not None:
         if args.stages is None and args.split is None and args.plan is None:
@@ -285,8 +285,6 @@ def _run(args: argparse.Namespace) -> int:
         from pipesim.reports.montecarlo import parse_speed
 
         speeds = parse_speed(args.speed)
-    from pipesim.reports.figsize import parse_figsize
-
     figsize = parse_figsize(args.figsize)
     if args.distribution and not args.runs:
         raise invalid("--distribution", args.distribution, "needs --runs")
