@@ -483,6 +483,7 @@ def stage_tp_times(
     whole = float(samples).is_integer()
     f0 = f1 = b0 = b1 = 0.0
     comm_f = comm_b = comm_split = 0.0
+    held: dict[LayerShape, float] = {}  # a block shape's userbuffers collective time
     for i in range(first_layer, last_layer + 1):
         layer = profile.layers[i]
         shape = layer.shape
@@ -491,8 +492,10 @@ def stage_tp_times(
         elif compute is not None and whole and t > 1 and shape.kind is LayerKind.BLOCK:
             ub_s = None
             if overlap and sequence_parallel:  # Transformer Engine's userbuffers take SMs
-                act = samples * shape.seq * shape.hidden * elem
-                ub_s = collective_time_s(curves, TpCollective("F", "reduce-scatter", act))
+                ub_s = held.get(shape)
+                if ub_s is None:
+                    act = samples * shape.seq * shape.hidden * elem
+                    ub_s = held[shape] = collective_time_s(curves, TpCollective("F", "reduce-scatter", act))
             ff, fb = block_tp_time_factors(layer, int(samples), t, sequence_parallel, compute,
                                            f_all[i], b_all[i], elem, userbuffers_comm_s=ub_s)
         else:
