@@ -52,7 +52,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from pipesim.errors import check_count, check_nonneg, invalid
@@ -342,6 +342,24 @@ class ComputeModel:
         """Time of a framework operator whose kernel takes ``kernel_s`` on the GPU (launch gap
         included): ``max(kernel_s, op_dispatch_s)``, seconds."""
         return max(kernel_s, self.op_dispatch_s)
+
+    def on_sms(self, sm_count: int) -> ComputeModel:
+        """This model with only ``sm_count`` of the device's SMs free for its kernels (the others
+        held by a concurrent kernel, e.g. a communication kernel): the same rate per SM, so the
+        peak scales by ``sm_count / self.sm_count``, and the tile and wave quantisation of
+        :meth:`gemm_compute_s` runs its waves over ``sm_count`` SMs. Memory bandwidth, launch and
+        dispatch costs are unchanged. ``self`` when ``sm_count`` is all of them.
+
+        Raises:
+            InputError: the model has no SM count, or ``sm_count`` is not in ``1..self.sm_count``.
+        """
+        if self.sm_count is None:
+            raise invalid("sm_count", sm_count, f"{self.device} has no SM count to take SMs from")
+        check_count("sm_count", sm_count, maximum=self.sm_count)
+        if sm_count == self.sm_count:
+            return self
+        peak = self.peak_flop_per_s * sm_count / self.sm_count
+        return replace(self, sm_count=sm_count, peak_flop_per_s=peak)
 
     def memory_time_s(self, bytes_moved: float) -> float:
         """Time of a memory-bound kernel moving ``bytes_moved`` bytes, launch cost included, seconds."""

@@ -20,7 +20,10 @@ parallelism keeps whole
 dropouts and adds without sequence parallelism; with it they are divided too) and the rest
 (softmax, attention dropout, GeLU), divided by ``t``. Other layers, and blocks without a device
 model (a profile file measured on another device), use the time division alone
-(:func:`tp_time_factors`).
+(:func:`tp_time_factors`). With Megatron-LM's ``--tp-comm-overlap`` (Transformer Engine's
+userbuffers) the GEMMs beside its SM-driven communication kernels run on the SMs those leave
+while the kernels run (:func:`block_tp_time_factors`' ``userbuffers_comm_s``;
+:data:`~pipesim.profiles.costmodels.tp_comm.UB_COMM_SMS`).
 
 The embedding and the LM head are vocabulary-parallel: the embedding's table is split by
 vocabulary, each device looks up every token (masked); the head's logits GEMM is column-parallel.
@@ -52,9 +55,12 @@ from pipesim.profiles.costmodels.memory import (
 )
 from pipesim.profiles.costmodels.tp_comm import (
     CE_BYTES_PER_TOKEN,
+    UB_COMM_SMS,
+    UB_PIPELINE_SPLITS,
     TpCollective,
     block_wgrad_shares,
     collective_time_s,
+    comm_held_gemm_s,
     layer_collective_times_s,
     layer_collectives,
     stage_collectives,
@@ -185,10 +191,11 @@ def _split(gemm: GemmShape, how: str, t: int) -> GemmShape:
     return GemmShape(m=gemm.m, n=gemm.n, k=gemm.k, count=gemm.count // t)
 
 
-def _gemm_op_times_s(model: ComputeModel, fwd: GemmShape, elem_bytes: int) -> tuple[float, float]:
-    """``(forward, backward)`` operator time of a forward GEMM ``fwd`` and its two backward GEMMs
-    (input gradient ``(m, k, n)``, weight or second input gradient ``(k, n, m)``), seconds, costed
-    as the zoo costs them (bytes of A, B and C in the storage dtype; host dispatch floor)."""
+def _gemm_ops_s(model: ComputeModel, fwd: GemmShape, elem_bytes: int) -> tuple[float, float, float]:
+    """``(forward, input gradient, weight gradient)`` operator times of a forward GEMM ``fwd`` and
+    its two backward GEMMs (input gradient ``(m, k, n)``, weight or second input gradient
+    ``(k, n, m)``), seconds, costed as the zoo costs them (bytes of A, B and C in the storage
+    dtype; host dispatch floor)."""
 
     def op(g: GemmShape) -> float:
         moved = elem_bytes * (g.m * g.k + g.k * g.n + g.m * g.n) * g.count
@@ -196,7 +203,52 @@ def _gemm_op_times_s(model: ComputeModel, fwd: GemmShape, elem_bytes: int) -> tu
 
     dgrad = GemmShape(m=fwd.m, n=fwd.k, k=fwd.n, count=fwd.count)
     wgrad = GemmShape(m=fwd.k, n=fwd.n, k=fwd.m, count=fwd.count)
-    return op(fwd), op(dgrad) + op(wgrad)
+    return op(fwd), op(dgrad), op(wgrad)
+
+
+def _gemm_op_times_s(model: ComputeModel, fwd: GemmShape, elem_bytes: int) -> tuple[float, float]:
+    """``(forward, backward)`` operator time of a forward GEMM ``fwd`` and its two backward GEMMs
+    (:func:`_gemm_ops_s`), seconds."""
+    f, d, w = _gemm_ops_s(model, fwd, elem_bytes)
+    return f, d + w
+
+
+@lru_cache(maxsize=4096)
+def _userbuffers_extra_s(
+    model: ComputeModel, shape: LayerShape, samples: int, t: int, flash: bool, elem_bytes: int, comm_s: float
+) -> tuple[float, float]:
+    """``(forward, backward)`` seconds a block's GEMMs under ``t``-way TP lose to Transformer
+    Engine's SM-driven userbuffers kernels (:data:`~pipesim.profiles.costmodels.tp_comm.UB_COMM_SMS`
+    held by each; ``comm_s`` the time of one of the block's sequence-parallel all-gathers or
+    reduce-scatters, :func:`collective_time_s`): the projection and FC2 forward GEMMs beside
+    their ``"pipeline"`` reduce-scatters (held for ``(splits - 1) / splits`` of ``comm_s``), the
+    QKV and FC1 input-gradient GEMMs beside their ``"bulk"`` all-gathers and their weight-gradient
+    GEMMs beside their ``"bulk"`` reduce-scatters (held for ``comm_s``). Each is
+    :func:`~pipesim.profiles.costmodels.tp_comm.comm_held_gemm_s` of its time on all SMs and on
+    the rest (:meth:`ComputeModel.on_sms`: the tile and wave model over fewer SMs), minus its
+    time on all SMs; the QKV projection's three GEMMs (one fused GEMM in Transformer Engine)
+    share one hold. Zero without an SM count, or with no more SMs than the kernels hold."""
+    if model.sm_count is None or model.sm_count <= UB_COMM_SMS:
+        return 0.0, 0.0
+    rest = model.on_sms(model.sm_count - UB_COMM_SMS)
+    gemms = _split_gemms(samples, shape, flash)
+    # Q, K, V first, then (without flash) the two attention GEMMs, the projection, FC1 and FC2
+    qkv, proj, fc1, fc2 = gemms[:3], gemms[-3:-2], gemms[-2:-1], gemms[-1:]
+
+    def times(group: tuple[tuple[GemmShape, str], ...], on: ComputeModel) -> tuple[float, float, float]:
+        ops = [_gemm_ops_s(on, _split(gemm, how, t), elem_bytes) for gemm, how in group]
+        return sum(o[0] for o in ops), sum(o[1] for o in ops), sum(o[2] for o in ops)
+
+    pipeline_s = comm_s * (UB_PIPELINE_SPLITS - 1) / UB_PIPELINE_SPLITS
+    fwd = bwd = 0.0
+    for group in (proj, fc2):
+        full, few = times(group, model), times(group, rest)
+        fwd += comm_held_gemm_s(full[0], few[0], pipeline_s) - full[0]
+    for group in (qkv, fc1):
+        full, few = times(group, model), times(group, rest)
+        bwd += comm_held_gemm_s(full[1], few[1], comm_s) - full[1]
+        bwd += comm_held_gemm_s(full[2], few[2], comm_s) - full[2]
+    return fwd, bwd
 
 
 @lru_cache(maxsize=4096)
@@ -224,6 +276,8 @@ def block_tp_time_factors(
     fwd_s: float,
     bwd_s: float,
     elem_bytes: int,
+    *,
+    userbuffers_comm_s: float | None = None,
 ) -> tuple[float, float]:
     """``(forward, backward)`` time of a transformer block under ``t``-way TP relative to one
     device, from its GEMM shapes (module docstring).
@@ -236,7 +290,10 @@ def block_tp_time_factors(
     block (one that saves no attention core, ``attention_core_saved_bytes == 0``) has no
     attention GEMMs: its fused kernel is in the rest, divided by ``t`` (heads). Falls back to
     :func:`tp_time_factors` in a direction where ``G + R`` exceeds ``T`` (the model does not
-    describe the layer's time).
+    describe the layer's time). With ``userbuffers_comm_s`` (Megatron-LM's ``--tp-comm-overlap``
+    by Transformer Engine's userbuffers; the time of one of the block's sequence-parallel
+    all-gathers or reduce-scatters, seconds) ``G_t`` adds what the communication kernels' SMs
+    take from the GEMMs they run beside (:func:`_userbuffers_extra_s`).
 
     Raises:
         InputError: ``samples`` is not an integer >= 1.
@@ -249,6 +306,9 @@ def block_tp_time_factors(
         return fallback
     flash = layer.attention_core_saved_bytes == 0
     g_f, g_b, gt_f, gt_b, r_f, r_b = _block_model_times_s(model, shape, samples, t, flash, elem_bytes)
+    if userbuffers_comm_s is not None:
+        ub_f, ub_b = _userbuffers_extra_s(model, shape, samples, t, flash, elem_bytes, userbuffers_comm_s)
+        gt_f, gt_b = gt_f + ub_f, gt_b + ub_b
     rep = 1.0 / t if sequence_parallel else 1.0
     out = []
     directions = ((fwd_s, g_f, gt_f, r_f, fallback[0]), (bwd_s, g_b, gt_b, r_b, fallback[1]))
@@ -414,21 +474,30 @@ def stage_tp_times(
     ``weight_grad_fraction`` times the share) does not hide, :func:`wgrad_hidden_comm_s`, where
     ``dgrad_overlap`` (the framework's asynchronous input-gradient collectives; without it every
     collective is exposed whole); with ``overlap`` only the exposed part of the rest,
-    :func:`tp_exposed_comm_s`). The one derivation both the planner's estimate and the
-    simulator's lowering use."""
+    :func:`tp_exposed_comm_s`, and, with sequence parallelism, the blocks' GEMMs slowed where
+    Transformer Engine's userbuffers kernels hold SMs beside them (``userbuffers_comm_s`` of
+    :func:`block_tp_time_factors`: Megatron-LM's ``--tp-comm-overlap`` runs on them). The one
+    derivation both the planner's estimate and the simulator's lowering use."""
     f_all, b_all = profile.fwd_times_s(samples), profile.bwd_times_s(samples)
     elem = DTYPE_BYTES[profile.dtype]
     whole = float(samples).is_integer()
     f0 = f1 = b0 = b1 = 0.0
     comm_f = comm_b = comm_split = 0.0
+    held: dict[LayerShape, float] = {}  # a block shape's userbuffers collective time
     for i in range(first_layer, last_layer + 1):
         layer = profile.layers[i]
         shape = layer.shape
         if shape is None:
             ff, fb = 1.0, 1.0
         elif compute is not None and whole and t > 1 and shape.kind is LayerKind.BLOCK:
+            ub_s = None
+            if overlap and sequence_parallel:  # Transformer Engine's userbuffers take SMs
+                ub_s = held.get(shape)
+                if ub_s is None:
+                    act = samples * shape.seq * shape.hidden * elem
+                    ub_s = held[shape] = collective_time_s(curves, TpCollective("F", "reduce-scatter", act))
             ff, fb = block_tp_time_factors(layer, int(samples), t, sequence_parallel, compute,
-                                           f_all[i], b_all[i], elem)
+                                           f_all[i], b_all[i], elem, userbuffers_comm_s=ub_s)
         else:
             ff, fb = tp_time_factors(shape, t, sequence_parallel)
         f0, f1 = f0 + f_all[i], f1 + f_all[i] * ff

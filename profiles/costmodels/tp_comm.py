@@ -34,9 +34,12 @@ from pipesim.profiles.models.shape import LayerKind, LayerShape
 
 __all__ = [
     "CE_BYTES_PER_TOKEN",
+    "UB_COMM_SMS",
+    "UB_PIPELINE_SPLITS",
     "TpCollective",
     "block_wgrad_shares",
     "collective_time_s",
+    "comm_held_gemm_s",
     "layer_collective_times_s",
     "layer_collectives",
     "stage_collectives",
@@ -172,6 +175,67 @@ def tp_exposed_comm_s(comm_s: float, compute_s: float, t: int, overlap: bool) ->
     if not overlap or t <= 1:
         return comm_s
     return comm_s / t + max(0.0, comm_s - compute_s) * (t - 1) / t
+
+
+UB_COMM_SMS = 16
+"""SMs each of Transformer Engine's SM-driven userbuffers communication kernels holds while it
+runs, under Megatron-LM's ``--tp-comm-overlap``.
+
+Megatron-LM core_r0.8.0 (baf94af3c6; ``megatron/training/initialize.py``,
+``_initialize_tp_communicators``)
+calls Transformer Engine's ``initialize_ub`` with ``ub_cfgs = {}`` unless
+``--tp-comm-overlap-cfg`` names a file, so every GEMM takes TE's defaults; TE v1.7 (tag at
+4e7caa1c35; ``transformer_engine/pytorch/module/base.py``, ``initialize_ub``) sets them:
+
+* ``"ring_exchange"`` for ``qkv_fprop``, ``fc1_fprop``, ``proj_dgrad``, ``fc2_dgrad`` (the
+  all-gathers before the column-parallel forward GEMMs and of the row-parallel linears' output
+  gradients): ``UbufP2PCommOverlap``, which sets ``use_ce = 1``
+  (``transformer_engine/pytorch/csrc/comm_gemm_overlap.h``), so ``userbuffers_send`` moves the
+  chunks with ``cudaMemcpyAsync`` on the copy engines and launches a one-block signal kernel
+  (``csrc/userbuffers/userbuffers.cu``): no SMs taken from the GEMMs;
+* ``"pipeline"`` for ``proj_fprop`` and ``fc2_fprop`` (the reduce-scatters after the
+  row-parallel forward GEMMs, :data:`UB_PIPELINE_SPLITS` chunks) and ``"bulk"`` for
+  ``qkv_dgrad``, ``fc1_dgrad`` (the all-gather of the layer-norm output for the weight gradient,
+  beside the input-gradient GEMM) and ``qkv_wgrad``, ``fc1_wgrad`` (the input gradient's
+  reduce-scatter beside the weight-gradient GEMM; ``layernorm_linear.py``'s backward runs the
+  input-gradient GEMM with ``BULK_OVERLAP_AG`` and the weight-gradient GEMM with
+  ``BULK_OVERLAP_RS``; Megatron-LM's ``tp_comm_bulk_dgrad`` and ``tp_comm_bulk_wgrad`` default
+  to true, ``megatron/core/model_parallel_config.py`` at core_r0.8.0): ``UbufCommOverlap``,
+  ``use_ce = 0`` and ``comm_sms = num_sm``, ``add_ub``'s default ``num_sm = 16``; its
+  reduce-scatter and
+  all-gather kernels launch ``comm->sms`` blocks of ``comm->threads`` threads (``userbuffers.cu``,
+  ``SETUP_LAUNCH_CONFIG``; 1024 threads set in ``userbuffers-host.cpp``) on a communication
+  stream beside the GEMM.
+
+``add_ub``'s default ``set_sm_margin = 0`` makes ``_math_sms`` the device's whole
+``multiProcessorCount`` (``comm_gemm_overlap.h``): cuBLAS is not told of the communication
+kernel, which simply holds its 16 SMs while it runs, and the GEMM's blocks run on the others
+(:func:`comm_held_gemm_s`). That a communication block leaves no room for a GEMM block on its
+SM (register file and shared memory) is an assumption, not traced."""
+
+UB_PIPELINE_SPLITS = 4
+"""Chunks of Transformer Engine's ``"pipeline"`` GEMM-then-reduce-scatter overlap:
+``initialize_ub``'s ``num_splits = 4 if method == "pipeline"`` (TE v1.7,
+``transformer_engine/pytorch/module/base.py``). ``split_overlap_rs``
+(``csrc/comm_gemm_overlap.h``) reduce-scatters chunk ``i`` while the GEMM computes chunk
+``i + 1``, so ``(splits - 1) / splits`` of the reduce-scatter runs beside the GEMM and the last
+chunk's after it."""
+
+
+def comm_held_gemm_s(full_s: float, reduced_s: float, held_s: float) -> float:
+    """Time of a GEMM that takes ``full_s`` on all of the device's SMs and ``reduced_s`` on the
+    SMs a concurrent communication kernel leaves (:data:`UB_COMM_SMS`), while that kernel holds
+    its SMs for ``held_s`` of the GEMM's run, seconds.
+
+    Fluid: the GEMM does ``held_s / reduced_s`` of its work while the SMs are held and the rest
+    at the full rate: ``held_s + (1 - held_s / reduced_s) full_s``, or ``reduced_s`` when the
+    communication outlasts it. ``full_s`` for ``held_s = 0``.
+    """
+    if held_s <= 0.0:
+        return full_s
+    if held_s >= reduced_s:
+        return reduced_s
+    return held_s + (1.0 - held_s / reduced_s) * full_s
 
 
 def layer_collective_times_s(
