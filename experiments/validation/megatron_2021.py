@@ -80,9 +80,10 @@ from __future__ import annotations
 
 from functools import cache, partial
 
+from experiments.validation._plans import block_stages
 from experiments.validation.record import Record
 from pipesim.api import simulate
-from pipesim.plan import Plan, Recompute, StagePlan, block_stage_ranges
+from pipesim.plan import Plan, Recompute, StagePlan
 from pipesim.planner.megatron import estimate_3d
 from pipesim.profiles.costmodels.collective import AllReduceOverlap
 from pipesim.profiles.costmodels.compute import compute_model
@@ -138,12 +139,10 @@ def achieved_tflops_per_gpu(
     profile = with_grad_accumulation(profile, compute_model(cluster.device_spec(0), "float16"),
                                      GradAccumulation.AUTOGRAD, microbatches=m, tied_copies=tied)
     virtual = p * chunks
-    ranges = block_stage_ranges([layers // virtual] * virtual, profile.num_layers)
     plan = Plan(
-        stages=tuple(
-            StagePlan(first_layer=a, last_layer=b, replicas=d, tensor_parallel=t, tp_dgrad_overlap=False)
-            for a, b in ranges
-        ),
+        stages=block_stages([layers // virtual] * virtual, profile.num_layers,
+                            StagePlan(first_layer=0, last_layer=0, replicas=d, tensor_parallel=t,
+                                      tp_dgrad_overlap=False)),
         global_batch_size=batch,
         num_microbatches=m,
         schedule="interleaved" if chunks > 1 else "1f1b",

@@ -106,9 +106,10 @@ from __future__ import annotations
 
 from functools import cache, partial
 
+from experiments.validation._plans import block_stages
 from experiments.validation.record import Record
 from pipesim.api import simulate
-from pipesim.plan import Plan, Recompute, StagePlan, block_stage_ranges
+from pipesim.plan import Plan, Recompute, StagePlan
 from pipesim.planner.megatron import estimate_3d
 from pipesim.profiles.costmodels.collective import AllReduceOverlap
 from pipesim.profiles.costmodels.sharding import Sharding
@@ -254,14 +255,12 @@ def model_flop(hidden: int, layers: int, batch: int) -> float:
 
 def _plan(num_layers: int, layers: int, t: int, p: int, d: int, batch: int) -> Plan:
     v = layers // p if p > 1 else 1
-    ranges = block_stage_ranges([layers // (p * v)] * (p * v), num_layers)
     sp = t > 1
     return Plan(
-        stages=tuple(
-            StagePlan(first_layer=a, last_layer=b, replicas=d, tensor_parallel=t, sequence_parallel=sp,
-                      tp_comm_overlap=sp, sharding=Sharding.DISTRIBUTED)
-            for a, b in ranges
-        ),
+        stages=block_stages([layers // (p * v)] * (p * v), num_layers,
+                            StagePlan(first_layer=0, last_layer=0, replicas=d, tensor_parallel=t,
+                                      sequence_parallel=sp, tp_comm_overlap=sp,
+                                      sharding=Sharding.DISTRIBUTED)),
         global_batch_size=batch,
         num_microbatches=batch // d,
         schedule="1f1b" if v == 1 else "interleaved",
