@@ -7,7 +7,8 @@ has arrived; a call first waits its NCCL protocol's launch
 (:mod:`pipesim.profiles.costmodels.nccl_protocol`) and each step its hand-off. Here are those
 steps on one or several rings, per server, the rings a ring collective runs on (several over a
 DGX-1's direct NVLinks, :func:`~pipesim.profiles.costmodels.ring_topology.ring_set`) and the
-hierarchical form's intra- and inter-server rings.
+hierarchical form's intra- and inter-server rings (one ring per NIC across even servers: the
+ring form there).
 
 Every function takes plain callables for routing, so nothing here depends on the cluster type:
 ``route(src_device, dst_device) -> tuple[int, ...]`` and ``server_of(device) -> int``.
@@ -113,12 +114,16 @@ def is_even(groups: list[list[int]]) -> bool:
     return len({len(g) for g in groups}) == 1
 
 
-def ring_routes(network: Network, order: list[int], route: Route) -> list[list[tuple[int, ...]]]:
-    """Each ring's hop routes among ``order`` (two members or more)."""
+def ring_routes(
+    network: Network, order: list[int], route: Route, server_of: ServerOf | None = None
+) -> list[list[tuple[int, ...]]]:
+    """Each ring's hop routes among ``order`` (two members or more): the rings of
+    :func:`~pipesim.profiles.costmodels.ring_topology.ring_set` (one per NIC across even
+    servers by ``server_of``, several over a DGX-1's NVLinks), as the cost curves run them."""
     n = len(order)
-    # several rings over disjoint direct links (a DGX-1) only where links are shared: without
-    # contention every flow has its route's full rate and extra rings would be free bandwidth
-    rings = ring_set(order, route, network.bandwidth_bytes_per_s) if network.contention else ()
+    # several rings only where links are shared: without contention every flow has its route's
+    # full rate and extra rings would be free bandwidth
+    rings = ring_set(order, route, network.bandwidth_bytes_per_s, server_of) if network.contention else ()
     if len(rings) <= 1:
         rings = (tuple(order),)
     return [[route(r[i], r[(i + 1) % n]) for i in range(n)] for r in rings]

@@ -103,8 +103,10 @@ def ring_allreduce(
     *,
     tag: object = None,
     protocol: Protocol | None = None,
+    server_of: ServerOf | None = None,
 ) -> Process:
-    """Ring all-reduce of ``nbytes`` among ``members`` (device ids, ring in the given order).
+    """Ring all-reduce of ``nbytes`` among ``members`` (device ids, ring in the given order, or
+    NCCL's ring per NIC across even servers by ``server_of``).
 
     Inputs are checked now; the returned generator is the SimPy process body (wrap it in
     ``env.process`` or ``yield from`` it); it waits the protocol's launch, then runs the steps,
@@ -120,6 +122,8 @@ def ring_allreduce(
         protocol: the NCCL protocol it runs with (launch, hand-off per step, wire bytes); by
             default the one of least time (:meth:`AllReduceCurves.protocol_for
             <pipesim.profiles.costmodels.collective.AllReduceCurves.protocol_for>`).
+        server_of: ``server_of(device)``: across even servers of two members or more, one ring
+            per NIC (:func:`~pipesim.profiles.costmodels.ring_topology.ring_set`).
 
     Raises:
         InputError: no members, duplicate members, or bad ``nbytes``.
@@ -130,8 +134,8 @@ def ring_allreduce(
     if n <= 1:
         return ring_steps(env, network, [[]], 0.0, 0, tag)
     if protocol is None:
-        protocol = call_protocol(network, order, route, None, nbytes, AllReduceAlgorithm.RING)
-    routes = ring_routes(network, order, route)
+        protocol = call_protocol(network, order, route, server_of, nbytes, AllReduceAlgorithm.RING)
+    routes = ring_routes(network, order, route, server_of)
     chunk = protocol.wire_factor * nbytes / n / len(routes)
     step_s = step_handoff_s(network, protocol, [r for ring in routes for r in ring])
     body = ring_steps(env, network, routes, chunk, 2 * (n - 1), tag, step_s, classed=True)
@@ -246,7 +250,8 @@ def nvls_allreduce(
     check_nonneg("nbytes", nbytes)
     ports = nvls_ports(order, route, server_of)
     if ports is None:
-        return ring_allreduce(env, network, order, nbytes, route, tag=tag, protocol=protocol)
+        return ring_allreduce(env, network, order, nbytes, route, tag=tag, protocol=protocol,
+                              server_of=server_of)
     if protocol is None:
         protocol = call_protocol(network, order, route, server_of, nbytes, AllReduceAlgorithm.NVLS)
     size = (1.0 + 1.0 / len(order)) * nbytes / collective_cost.NVLS_FRACTION
@@ -301,7 +306,7 @@ def allreduce(
         return nvls_allreduce(
             env, network, order, nbytes, route, server_of=server_of, tag=tag, protocol=protocol
         )
-    return ring_allreduce(env, network, order, nbytes, route, tag=tag, protocol=protocol)
+    return ring_allreduce(env, network, order, nbytes, route, tag=tag, protocol=protocol, server_of=server_of)
 
 
 def _hierarchical_body(

@@ -7,8 +7,8 @@ flows as in :mod:`pipesim.simulator.collectives` (each ring's steps one lock-ste
 :func:`~pipesim.simulator.collective_steps.ring_flow`; its set-up memoized per network and call
 shape, :func:`~pipesim.simulator.collective_steps.memoized`):
 
-* **ring**: ``n - 1`` steps of ``S / n`` bytes (several rings over a direct-link mesh, each
-  carrying its share);
+* **ring**: ``n - 1`` steps of ``S / n`` bytes (several rings over a direct-link mesh, or one
+  per NIC across even servers, NCCL's rings there; each carrying its share);
 * **hierarchical**: the reduce-scatter's ``g - 1`` intra-server ring steps of ``S / g``, then
   ``k - 1`` inter-server steps of ``S / (g k)`` on the ``g`` rings (one per local rank); the
   all-gather the same in reverse order. Uneven servers: the ring ordered by server.
@@ -225,7 +225,7 @@ def _half_setup(
             inter_s = step_handoff_s(network, protocol, [r for ring in inter for r in ring])
             return launch, (intra, inter, wire, k, g, (intra_s, inter_s)), None
         order = [m for group in groups for m in group]
-    routes = ring_routes(network, order, route)
+    routes = ring_routes(network, order, route, server_of)
     step_s = step_handoff_s(network, protocol, [r for ring in routes for r in ring])
     return launch, None, (routes, wire / n / len(routes), step_s)
 

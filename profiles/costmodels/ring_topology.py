@@ -18,6 +18,7 @@ __all__ = [
     "group_by_server",
     "nvls_ports",
     "ring_set",
+    "server_rings",
 ]
 
 RouteFn = Callable[[int, int], tuple[int, ...]]
@@ -37,10 +38,18 @@ def group_by_server(members: Sequence[int], server_of: Callable[[int], int]) -> 
     return list(groups.values())
 
 
-def ring_set(members: Sequence[int], route: RouteFn, bandwidth: LinkValue) -> tuple[tuple[int, ...], ...]:
+def ring_set(
+    members: Sequence[int],
+    route: RouteFn,
+    bandwidth: LinkValue,
+    server_of: Callable[[int], int] | None = None,
+) -> tuple[tuple[int, ...], ...]:
     """The rings a ring all-reduce among ``members`` runs at once, each carrying an equal share.
 
-    Where 3 to :data:`MAX_RING_SEARCH_MEMBERS` members are joined by direct links (one-hop routes
+    Where ``server_of`` puts the members on several servers of ``g > 1`` members each, the ``g``
+    rings of :func:`server_rings` (NCCL's rings across servers, one per NIC). Otherwise (one
+    server, uneven servers, one member per server, no ``server_of``), where 3 to
+    :data:`MAX_RING_SEARCH_MEMBERS` members are joined by direct links (one-hop routes
     both ways), the most edge-disjoint Hamiltonian cycles over those links (a pair's capacity in
     units of the slowest direct link, so a doubled NVLink counts twice), each in both
     directions; otherwise (or where no cycle exists) the one ring in the given order. The search
@@ -52,6 +61,10 @@ def ring_set(members: Sequence[int], route: RouteFn, bandwidth: LinkValue) -> tu
     order = list(members)
     if not order or len(set(order)) != len(order):
         raise invalid("members", order, "must be distinct device ids, at least one")
+    if server_of is not None:
+        groups = group_by_server(order, server_of)
+        if len(groups) > 1 and len({len(x) for x in groups}) == 1 and len(groups[0]) > 1:
+            return server_rings(groups)
     n = len(order)
     plain = (tuple(order),)
     if n < 3 or n > MAX_RING_SEARCH_MEMBERS:
@@ -77,6 +90,28 @@ def ring_set(members: Sequence[int], route: RouteFn, bandwidth: LinkValue) -> tu
         rings.append(forward)
         rings.append((forward[0], *reversed(forward[1:])))
     return tuple(rings)
+
+
+def server_rings(groups: Sequence[Sequence[int]]) -> tuple[tuple[int, ...], ...]:
+    """NCCL's rings across ``k`` servers of ``g`` members each (``groups``, servers in ring
+    order): ``g`` rings, ring ``r`` visiting every server's members in their order rotated by
+    ``r`` (``x[r], x[r + 1], ..., x[r - 1]``), so it enters each server at local rank ``r`` and
+    leaves it from local rank ``r - 1``: every member's network port (NIC, or its rail through
+    PXN) carries one ring in each direction, and each ring carries ``S / g``.
+
+    NCCL builds its rings across servers so: each ring channel runs "NET n -> GPU a -> GPU b ->
+    .. -> GPU x -> NET n" (NVIDIA/nccl ``src/graph/search.cc`` at v2.8.4-1, the comment on
+    ``ncclTopoSearchParams``), and ``ncclTopoSearchRecNet`` starts each successive channel from
+    a NIC that still has bandwidth left (taking the channel's speed off it), at the GPU nearest
+    that NIC, so the channels spread over the NICs; all-gather and reduce-scatter run only as
+    such rings (``src/graph/tuning.cc``, same tag: ``if (coll != ncclFuncAllReduce && a !=
+    NCCL_ALGO_RING) continue;``). Here ring ``r``'s last member ``x[r - 1]`` sends to the next
+    server's ``x[r]``, a route that (with PXN on a rail fabric) leaves through ``x[r]``'s NIC,
+    the one the ring entered by. One ring through the servers in order would cross each boundary
+    on one NIC: ``g`` times too slow where each GPU has its own.
+    """
+    g = len(groups[0])
+    return tuple(tuple(x[(r + i) % g] for x in groups for i in range(g)) for r in range(g))
 
 
 @functools.lru_cache(maxsize=64)

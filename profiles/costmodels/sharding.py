@@ -79,6 +79,7 @@ __all__ = [
     "grad_bytes_factor",
     "grad_reduce_dtype",
     "half_algorithm",
+    "half_latency_s",
     "half_time_s",
     "parse_grad_reduce_dtype",
     "sharded_memory_multiplier",
@@ -237,6 +238,16 @@ def half_time_s(curves: AllReduceCurves, nbytes: float, algorithm: str | AllRedu
         UnknownNameError: unknown algorithm.
     """
     return curves.time_s(nbytes, half_algorithm(curves, nbytes, algorithm)) / 2.0
+
+
+def half_latency_s(curves: AllReduceCurves, nbytes: float, algorithm: str | AllReduceAlgorithm) -> float:
+    """The per-call latency in :func:`half_time_s` of a call of ``nbytes`` per member, seconds:
+    the zero-byte time of the algorithm that call runs (:func:`half_algorithm` at ``nbytes``).
+
+    Raises:
+        UnknownNameError: unknown algorithm.
+    """
+    return curves.time_s(0.0, half_algorithm(curves, nbytes, algorithm)) / 2.0
 
 
 def zero_units(parameter_bytes: Sequence[float], max_units: int = MAX_ZERO_UNITS) -> tuple[range, ...]:
