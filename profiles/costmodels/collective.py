@@ -31,14 +31,10 @@ evaluation at many sizes.
   DGX-1 (6 NVLinks per V100, four peers, two doubled) that is 3 cycles and 6 rings, every NVLink
   busy in both directions, as NCCL's several rings over the cube-mesh ("three interwoven rings of
   single NVLink connections", NVIDIA DGX-1 with V100 system architecture whitepaper
-  WP-08437-002). Across ``k`` servers of ``g > 1`` members each (by ``server_of``), NCCL's ``g``
-  rings (:func:`~pipesim.profiles.costmodels.ring_topology.server_rings`): ring ``r`` visits
-  every server's members rotated by ``r``, so each enters and leaves a server through a
-  different NIC and every NIC carries one ring each way, each ring ``S / g`` (NVIDIA/nccl
-  ``src/graph/search.cc``, v2.8.4-1). A step of ``S / n`` then costs about
-  ``max(S / (n B_port), S / (g n B_nic))`` where each GPU has its NIC, against the one ring's
-  ``S / (n B_nic)``. Elsewhere (one server on switches or PCIe, uneven servers, one member per
-  server) one ring over the given order. The hierarchical form's intra-server phases run each
+  WP-08437-002). Across ``k`` servers of ``g > 1`` members each, NCCL's ``g`` rotated rings,
+  one per NIC (:func:`~pipesim.profiles.costmodels.ring_topology.server_rings`, its sources).
+  Elsewhere (one server on switches or PCIe, uneven servers, one member per server) one ring
+  over the given order. The hierarchical form's intra-server phases run each
   server's ring set likewise.
 * **nvls** (NVLink SHARP, NCCL >= 2.17 on NVSwitch-3 servers, H100 and later): the switch
   reduces. Every member sends its ``S`` bytes once (the switch pulls them for every shard's
