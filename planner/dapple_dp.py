@@ -155,28 +155,14 @@ and the search adds ``head = M (F + B)`` as :func:`~pipesim.planner.estimate.pre
 it. A plain tuple: the DP's inner loop unpacks it."""
 
 
+_SlotT = tuple[int, int, ShareTable, int, tuple[int, int]]
+"""A *slot*: the candidate stages of one replica count at one device start (whatever their
+layers): ``r``, the devices left after them, the share table at their share, that share
+(samples) and the key of the bucket their suffixes go to. It depends only on the micro-batch size
+and the start: kept per start in the search's :class:`~pipesim.planner.dapple_bounds.Floors`."""
+
 _ALIVE = 1 << 62
-"""A :class:`_Slot`'s ``dead`` while no suffix has ended it at its first row."""
-
-
-class _Slot:
-    """What the DP keeps per (stage start, replica count) at one stage end (see :func:`search_pair`):
-    the candidate stages' rows by stage start index and what computing one reads."""
-
-    __slots__ = ("base", "bucket_key", "dead", "left", "r", "share", "start", "sums", "tab", "top", "version")
-
-    def __init__(self, start: int, r: int, left: int, tab: ShareTable, share: int, base: int) -> None:
-        self.start = start
-        self.r = r
-        self.left = left  # devices left after the stage
-        self.tab = tab  # the share table at the stage's share
-        self.share = share
-        self.bucket_key = (start + r, r)
-        self.sums: tuple[tuple[float, ...], tuple[float, ...]] | None = None
-        self.top = -1  # the highest stage start index the floors allow, at `version`
-        self.version = -1
-        self.dead = 0  # at `version`, the least `k_min` at which the row at `top` ends the slot
-        self.base = base  # its rows' key, less the stage start index
+"""A slot's ``dead`` mark while no suffix has ended it at its first row."""
 
 
 def _suffix_max(acts: Sequence[float], i: int) -> list[float]:
@@ -321,20 +307,22 @@ def search_pair(
     empty = _Entry(NEG_INF, NEG_INF, 0, None, n, n, 0, 0)
     buckets[n][(0, 0)] = [empty]
     ends = list(positions)
-    # Per stage start at the current end `i`, per replica count: a slot holding the candidate
-    # stages (one row per stage start `pj`, from the highest the prefix floors allowed when first
-    # asked, down, computed as far as some suffix state asked: the suffix states of one start
-    # share them) and the highest `pj` the floors allow under the current bound.
-    slots_of: dict[int, list[_Slot]] = {}
-    version = 0  # counts the changes of `bound`: a slot's `top` is recomputed after one
+    # Per device start, its slots (one per replica count; their rows, one per stage start index
+    # `pj` at the current end `i`, in `row_cache`, computed as far as some suffix state asked:
+    # the suffix states of one start share them); per device start at the current end and
+    # `version`, each slot's `dead` mark: the least `k_min` at which its first row (at the
+    # highest `pj` the floors allow) ends it, 0 for every `k_min`.
+    starts: dict[int, tuple[_SlotT, ...]] = floors.starts
+    deads_of: dict[int, list[int]] = {}
+    version = 0  # counts the changes of `bound`: the dead marks are reset after one
 
     ar_span = (n + 1) * (n + 1)  # `ar_times` keys: ((start, r), first, i) as one integer
 
-    def extend(slot: _Slot, i: int, pj: int) -> _RowT:
-        """The row of the stage of layers ``ends[pj]..i-1`` on ``slot``'s replicas at its start."""
-        tab = slot.tab
+    def extend(start: int, r: int, left: int, tab: ShareTable, share: int, i: int, pj: int) -> _RowT:
+        """The row of the stage of layers ``ends[pj]..i-1`` on ``r`` replicas at ``start`` (``left``
+        devices left after it, at ``share`` samples of table ``tab``)."""
         first = ends[pj]
-        mkey = (slot.share, i)
+        mkey = (share, i)
         suffix = act_max.get(mkey)
         if suffix is None:
             suffix = act_max[mkey] = _suffix_max(tab.acts, i)
@@ -345,14 +333,11 @@ def search_pair(
         kept = tab.stashed[i] - tab.stashed[first]  # per recompute mode (stage_activations)
         held = tab.held[i] - tab.held[first] if held_mode else 0.0
         if first > 0:
-            inputs = cut[first - 1] * slot.share
+            inputs = cut[first - 1] * share
             # the prefix's stages run their forwards (backwards) one after another for the first
             # (last) micro-batch: Z grows by the sum of their forwards, W by the sum of their
             # forward-plus-backward times
-            left = slot.left
-            sums = slot.sums
-            if sums is None:
-                sums = slot.sums = sums_left[left]
+            sums = sums_left[left]
             lb_extra = full_fwd[first] / left
             if sums[0][pj] > lb_extra:
                 lb_extra = sums[0][pj]
@@ -361,7 +346,6 @@ def search_pair(
                 fb_extra = sums[1][pj]
         else:
             inputs = lb_extra = fb_extra = 0.0
-        start, r = slot.start, slot.r
         tkey = (start * (num_dev + 1) + r) * ar_span + first * (n + 1) + i
         ar = ar_times.get(tkey, -1.0)
         if ar < 0.0:
@@ -381,79 +365,85 @@ def search_pair(
             lb_extra, fb_extra, ar - step, step,
         )  # fmt: skip
 
-    def top_start(left: int, pi: int) -> int:
+    def top_cap(left: int) -> int:
         """The highest stage start index the prefix floors allow (``-1``: none) under ``bound``,
-        for a stage ending at ``ends[pi]`` with ``left`` devices left after it."""
-        if left <= 0:
-            return 0  # with no device left only layer 0 can start the stage
-        # the work floor grows with the start; the binary search, then the exact test
-        top = min(pi - 1, bisect.bisect_left(floor_work, bound * left / m))
+        for a stage with ``left`` devices left after it, whatever its end: a stage ending at
+        ``ends[pi]`` starts at most at ``min(pi - 1, top_cap(left))`` (or at 0 when
+        ``left <= 0``)."""
+        # the work floor grows with the start (and is 0 at the first): the last start below the
+        # bound by a binary search, then the exact test
+        top = min(len(floor_work) - 1, bisect.bisect_left(floor_work, bound * left / m))
         while top > 0 and m * floor_work[top] / left >= bound:
             top -= 1
-        while top < pi - 1 and m * floor_work[top + 1] / left < bound:
+        while top < len(floor_work) - 1 and m * floor_work[top + 1] / left < bound:
             top += 1
         neck = bisect.bisect_left(stage_floor[left], bound / m) - 1  # the slowest stage's floor
         return neck if neck < top else top
 
-    tops: dict[int, int] = {}  # top_start per devices left, at the current end and `version`
+    caps: dict[int, int] = {}  # top_cap per devices left, at `caps_version`
+    caps_version = version
     row_get = row_cache.get
     for pi in range(len(ends) - 1, 0, -1):
         i = ends[pi]
-        slots_of.clear()
-        tops.clear()
-        tops_version = version
+        deads_of.clear()
+        deads_version = version
         for (q, rf), entries in sorted(buckets[i].items()):
             if not entries:
                 continue
             start = stage_start(q, policy, grid)
             min_k = min(e.k for e in entries)
             k_min = min(min_k + 1, m)
-            slots = slots_of.get(start)
+            slots = starts.get(start)
             if slots is None:
-                base = (i * span + start) * span
-                slots = slots_of[start] = [
-                    _Slot(start, r, num_dev - start - r, tables[r], -(-b // r), (base + r) * n)
+                slots = starts[start] = tuple(
+                    (r, num_dev - start - r, tables[r], -(-b // r), (start + r, r))
                     for r in cands
                     if start + r <= num_dev
-                ]
+                )
+            if deads_version != version:
+                deads_of.clear()
+                deads_version = version
+            deads = deads_of.get(start)
+            if deads is None:
+                deads = deads_of[start] = [_ALIVE] * len(slots)
+            ibase = (i * span + start) * span
             last: list[tuple[float, float, int, _Entry]] | None = None
             if i == n:
                 last = [(e.w, e.z, min(e.k + 1, m), e) for e in entries]
-            for slot in slots:
-                r = slot.r
+            for idx, (r, left, tab, share, bucket_key) in enumerate(slots):
+                if k_min >= deads[idx]:
+                    continue  # its first row ends it at this `k_min` (or one below), as before
                 shifted = last
                 # Stage starts the prefix floors rule out are skipped (the bound only falls)
-                if slot.version != version:
-                    if tops_version != version:
-                        tops.clear()
-                        tops_version = version
-                    top_pj = tops.get(slot.left, -2)
-                    if top_pj == -2:
-                        top_pj = tops[slot.left] = top_start(slot.left, pi)
-                    slot.top = top_pj
-                    slot.version = version
-                    slot.dead = 0 if top_pj < 0 else _ALIVE
-                elif k_min >= slot.dead:
-                    continue  # its first row ends it at this `k_min` (or one below), as before
+                if left <= 0:
+                    top_pj = 0  # with no device left only layer 0 can start the stage
                 else:
-                    top_pj = slot.top
-                if top_pj < 0:
-                    continue
-                base = slot.base
+                    if caps_version != version:
+                        caps.clear()
+                        caps_version = version
+                    top_pj = caps.get(left, -2)
+                    if top_pj == -2:
+                        top_pj = caps[left] = top_cap(left)
+                    if top_pj >= pi:
+                        top_pj = pi - 1
+                    if top_pj < 0:
+                        deads[idx] = 0
+                        continue
+                base = (ibase + r) * n
                 for pj in range(top_pj, -1, -1):
                     row = row_get(base + pj)
                     if row is None:
-                        row = row_cache[base + pj] = extend(slot, i, pj)
+                        row = row_cache[base + pj] = extend(start, r, left, tab, share, i, pj)
                     (first, static, kept, stash, work, fwd, fb, bwd, ar, bar, lb_extra, fb_extra, dp_s,
                      step_s) = row  # fmt: skip
                     if static + k_min * kept + work > memory_limit_bytes:
                         if pj == top_pj and kept >= 0.0:
-                            slot.dead = k_min  # more in flight needs no less memory
+                            deads[idx] = k_min  # more in flight needs no less memory
                         break  # a longer stage only needs more memory
                     head = fwd + mm1 * fb + bwd  # M (F + B), as prepend computes it
                     if head >= bound:
                         if pj == top_pj:
-                            slot.dead = 0  # whatever the suffix, until the bound moves
+                            deads[idx] = 0  # whatever the suffix, until the bound moves
                         break  # as `not any_alive` below would: longer stages are slower still
                     if head + fb_extra >= bound:
                         continue  # every entry's W is at least `head`, and Z at least the final W
@@ -511,7 +501,7 @@ def search_pair(
                         if w2 + fb_extra >= bound:
                             continue  # the layers left run forward and backward before W's path
                         if bucket is None:
-                            bucket = buckets[first].setdefault(slot.bucket_key, [])
+                            bucket = buckets[first].setdefault(bucket_key, [])
                         if tied:  # (W, Z, k, lead) among the suffixes ending at the same last stage
                             keep_pareto(bucket, _Entry(w2, z2, k2, e, first, i - 1, r, start, lead, tail))
                             continue
