@@ -40,9 +40,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from pipesim.plan import resplit, split_samples
-from pipesim.planner.cost_tables import ShareTable, canonical_groups
+from pipesim.planner.cost_tables import ShareTable
 from pipesim.planner.dapple_bounds import neck_floors, prefix_floors
+from pipesim.planner.dapple_sends import uneven_lines
 from pipesim.planner.estimate import NEG_INF, CostModel, eval_lines
 from pipesim.planner.placement import Placement, device_order, placement_grid, placement_unit, stage_start
 from pipesim.planner.search_space import replica_candidates
@@ -88,40 +88,6 @@ class SearchResult:
     stages: tuple[tuple[int, int, tuple[int, ...]], ...]
     num_microbatches: int
     placement: Placement
-
-
-def _uneven_lines(
-    model: CostModel, src: tuple[int, ...], dst: tuple[int, ...], samples: int
-) -> tuple[Lines, Lines]:
-    """:meth:`CostModel.transfer_s` of a micro-batch of ``samples`` split unevenly, forward (``src``
-    to ``dst``) and back, as lines of the bytes per sample (the same pieces: the time is linear
-    in every piece's bytes). Cached in ``model.memo`` per placement up to renumbering the servers."""
-    cache: dict[tuple[object, ...], tuple[Lines, Lines]]
-    cache = model.memo.setdefault(("dapple-uneven",), {})  # type: ignore[assignment]
-    cluster = model.cluster
-    groups = canonical_groups(src, dst, g=placement_unit(cluster), renumber=cluster.servers_interchangeable)
-    key = (groups, samples)
-    found = cache.get(key)
-    if found is None:
-        if cluster.servers_interchangeable:
-            src, dst = groups  # the renumbered devices cost the same (see CostModel.transfer_lines)
-        route = model.cluster.route
-        # the pieces back are the same overlaps, in the same (sample) order, each the other way
-        pieces = resplit(split_samples(samples, len(src)), split_samples(samples, len(dst)))
-        facts, stride = model._pair_facts, cluster.num_devices  # per device pair, as transfer_lines
-        fwd: list[tuple[tuple[float, float, tuple[int, ...]], float]] = []
-        bwd: list[tuple[tuple[float, float, tuple[int, ...]], float]] = []
-        for i, k, n in pieces:
-            a, z = src[i], dst[k]
-            if a == z:
-                continue
-            for x, y, out in ((a, z, fwd), (z, a, bwd)):
-                fact = facts.get(x * stride + y)
-                if fact is None:
-                    fact = facts[x * stride + y] = model._facts(route(x, y))
-                out.append((fact, float(n)))
-        found = cache[key] = (model._fact_lines(fwd), model._fact_lines(bwd))
-    return found
 
 
 def _shifted(
@@ -249,17 +215,14 @@ def search_pair(
             found = devs_cache[key] = order[num_dev - start - r : num_dev - start]
         return found
 
-    def transfer(start: int, r: int, q: int, rf: int, i: int) -> tuple[float, float]:
-        """Forward and backward transfer times across the cut before layer ``i``, seconds, from a
-        stage of ``r`` replicas at ``start`` to the suffix's first stage (``rf`` replicas)."""
-        key = (((start * span + r) * span + q - rf) * span + rf) * (n + 1) + i
-        found = sends.get(key)
-        if found is None:
-            found = sends[key] = send_times(start, r, q, rf, i)
-        return found
+    # `sends` keys: (stage start, r, the suffix's first stage's start and replicas, the cut) as
+    # one integer, `(start * span + r) * send_stride + ((q - rf) * span + rf) * (n + 1) + i`
+    send_stride = span * span * (n + 1)
 
     def send_times(start: int, r: int, q: int, rf: int, i: int) -> tuple[float, float]:
-        """:func:`transfer`'s answer, computed."""
+        """Forward and backward transfer times across the cut before layer ``i``, seconds, from a
+        stage of ``r`` replicas at ``start`` to the suffix's first stage (``rf`` replicas), which
+        ends the suffix's ``q`` devices."""
         if b % r == 0 and b % rf == 0:
             key = (start, r, q - rf, rf)
             lines = xfer.get(key)
@@ -273,7 +236,7 @@ def search_pair(
         ukey = (start, r, q - rf, rf, b)
         ulines = uneven.get(ukey)
         if ulines is None:
-            ulines = uneven[ukey] = _uneven_lines(model, devices(start, r), devices(q - rf, rf), b)
+            ulines = uneven[ukey] = uneven_lines(model, devices(start, r), devices(q - rf, rf), b)
         return eval_lines(ulines[0], cut[i - 1]), eval_lines(ulines[1], cut[i - 1])
 
     # a tied matrix of the first and the last stage: its pair all-reduce once both have drained
@@ -391,8 +354,10 @@ def search_pair(
             if not entries:
                 continue
             start = stage_start(q, policy, grid)
-            min_k = min(e.k for e in entries)
-            k_min = min(min_k + 1, m)
+            k_min = (entries[0].k if len(entries) == 1 else min([e.k for e in entries])) + 1
+            if k_min > m:
+                k_min = m
+            send_cut = ((q - rf) * span + rf) * (n + 1) + i
             slots = starts.get(start)
             if slots is None:
                 slots = starts[start] = tuple(
@@ -464,7 +429,11 @@ def search_pair(
                             lb = head_ar
                         if lb >= bound:
                             break  # as `not any_alive` below would
-                        t_fb = transfer(start, r, q, rf, i)
+                        skey = (start * span + r) * send_stride + send_cut
+                        sent = sends.get(skey)
+                        if sent is None:
+                            sent = sends[skey] = send_times(start, r, q, rf, i)
+                        t_fb = sent
                         shifted = _shifted(entries, *t_fb, m)
                     bucket = None
                     any_alive = False
