@@ -42,7 +42,7 @@ from typing import NamedTuple
 
 from pipesim.planner.cost_tables import ShareTable
 from pipesim.planner.dapple_bounds import neck_floors, prefix_floors
-from pipesim.planner.dapple_sends import uneven_lines
+from pipesim.planner.dapple_sends import TransferClasses, transfer_classes, uneven_lines
 from pipesim.planner.estimate import NEG_INF, CostModel, eval_lines
 from pipesim.planner.placement import Placement, device_order, placement_grid, placement_unit, stage_start
 from pipesim.planner.search_space import replica_candidates
@@ -192,6 +192,8 @@ def search_pair(
     xfer = model.memo.setdefault(("dapple-xfer", policy), {})  # type: ignore[assignment]
     uneven: dict[tuple[int, int, int, int, int], tuple[Lines, Lines]]
     uneven = model.memo.setdefault(("dapple-xfer-uneven", policy), {})  # type: ignore[assignment]
+    uneven_classes: dict[tuple[int, int, int, int], TransferClasses]  # per placement (start, r, q, rf)
+    uneven_classes = model.memo.setdefault(("dapple-xfer-classes", policy), {})  # type: ignore[assignment]
     devs_cache: dict[tuple[int, int], tuple[int, ...]]
     devs_cache = model.memo.setdefault(("dapple-devices", policy), {})  # type: ignore[assignment]
     ar_cache: dict[tuple[int, int], AllReduceCurves | None]
@@ -236,7 +238,12 @@ def search_pair(
         ukey = (start, r, q - rf, rf, b)
         ulines = uneven.get(ukey)
         if ulines is None:
-            ulines = uneven[ukey] = uneven_lines(model, devices(start, r), devices(q - rf, rf), b)
+            ckey = (start, r, q - rf, rf)
+            classes = uneven_classes.get(ckey)
+            if classes is None:
+                classes = transfer_classes(model, devices(start, r), devices(q - rf, rf))
+                uneven_classes[ckey] = classes
+            ulines = uneven[ukey] = uneven_lines(model, classes, b)
         return eval_lines(ulines[0], cut[i - 1]), eval_lines(ulines[1], cut[i - 1])
 
     # a tied matrix of the first and the last stage: its pair all-reduce once both have drained

@@ -13,7 +13,7 @@ from pipesim.planner.estimate import CostModel
 from pipesim.planner.placement import placement_unit
 from pipesim.profiles.costmodels.lines import Lines, prune_lines
 
-__all__ = ["uneven_lines"]
+__all__ = ["TransferClasses", "transfer_classes", "uneven_lines"]
 
 
 class _Classes(NamedTuple):
@@ -27,6 +27,14 @@ class _Classes(NamedTuple):
 
     pairs: tuple[tuple[float, bool, tuple[int, ...]] | None, ...]
     bandwidth: tuple[float, ...]
+    replicas: tuple[int, int]  # of the source and of the destination
+
+
+TransferClasses = tuple[_Classes, _Classes]
+"""The link classes of a placement's transfer forward and of the one back (:func:`transfer_classes`)."""
+
+_Pieces = tuple[tuple[int, int, int], ...]
+"""``(source replica, destination replica, samples)`` per piece of a re-split micro-batch."""
 
 
 def _classes(model: CostModel, src: tuple[int, ...], dst: tuple[int, ...]) -> _Classes:
@@ -63,10 +71,10 @@ def _classes(model: CostModel, src: tuple[int, ...], dst: tuple[int, ...]) -> _C
         else:
             latency, slowest, finite = fact
             out.append((latency, slowest == math.inf, tuple(dict.fromkeys(of_link[link] for link in finite))))
-    return _Classes(pairs=tuple(out), bandwidth=tuple(bandwidth))
+    return _Classes(pairs=tuple(out), bandwidth=tuple(bandwidth), replicas=(len(src), len(dst)))
 
 
-def _lines(classes: _Classes, pieces: tuple[tuple[int, int, int], ...], width: int) -> Lines:
+def _lines(classes: _Classes, pieces: _Pieces, width: int) -> Lines:
     """:meth:`CostModel._fact_lines` of ``pieces`` ``(source, destination, samples)`` over
     ``classes`` (``width``: the destination replicas), as lines of the bytes per sample.
 
@@ -95,15 +103,11 @@ def _lines(classes: _Classes, pieces: tuple[tuple[int, int, int], ...], width: i
     return prune_lines(lines)
 
 
-def uneven_lines(
-    model: CostModel, src: tuple[int, ...], dst: tuple[int, ...], samples: int
-) -> tuple[Lines, Lines]:
-    """:meth:`CostModel.transfer_s` of a micro-batch of ``samples`` split unevenly, forward (``src``
-    to ``dst``) and back, as lines of the bytes per sample (the same pieces: the time is linear
-    in every piece's bytes; the pieces back are the same overlaps, each the other way). Costed on
-    the devices renumbered as :meth:`CostModel.transfer_lines` costs them; the links' classes
-    (:class:`_Classes`) are kept in ``model.memo`` per placement up to that renumbering."""
-    cache: dict[tuple[tuple[int, ...], ...], tuple[_Classes, _Classes]]
+def transfer_classes(model: CostModel, src: tuple[int, ...], dst: tuple[int, ...]) -> TransferClasses:
+    """The link classes (:class:`_Classes`) of a transfer from ``src`` to ``dst`` replicas and of
+    the one back, costed on the devices renumbered as :meth:`CostModel.transfer_lines` costs
+    them; kept in ``model.memo`` per placement up to that renumbering."""
+    cache: dict[tuple[tuple[int, ...], ...], TransferClasses]
     cache = model.memo.setdefault(("dapple-uneven-classes",), {})  # type: ignore[assignment]
     cluster = model.cluster
     groups = canonical_groups(src, dst, g=placement_unit(cluster), renumber=cluster.servers_interchangeable)
@@ -112,7 +116,21 @@ def uneven_lines(
         if cluster.servers_interchangeable:
             src, dst = groups  # the renumbered devices cost the same (see CostModel.transfer_lines)
         found = cache[groups] = (_classes(model, src, dst), _classes(model, dst, src))
-    fwd, bwd = found
-    pieces = resplit(split_samples(samples, len(src)), split_samples(samples, len(dst)))
-    back = tuple((k, i, n) for i, k, n in pieces)
-    return _lines(fwd, pieces, len(dst)), _lines(bwd, back, len(src))
+    return found
+
+
+def uneven_lines(model: CostModel, classes: TransferClasses, samples: int) -> tuple[Lines, Lines]:
+    """:meth:`CostModel.transfer_s` of a micro-batch of ``samples`` split unevenly, forward and
+    back, over a placement's :func:`transfer_classes`, as lines of the bytes per sample (the
+    same pieces: the time is linear in every piece's bytes; the pieces back are the same
+    overlaps, each the other way). The pieces are kept in ``model.memo`` per replica counts."""
+    fwd, bwd = classes
+    ra, rb = fwd.replicas
+    cache: dict[tuple[int, int, int], tuple[_Pieces, _Pieces]]
+    cache = model.memo.setdefault(("dapple-uneven-pieces",), {})  # type: ignore[assignment]
+    key = (samples, ra, rb)
+    pieces = cache.get(key)
+    if pieces is None:
+        there = resplit(split_samples(samples, ra), split_samples(samples, rb))
+        pieces = cache[key] = (there, tuple((k, i, n) for i, k, n in there))
+    return _lines(fwd, pieces[0], rb), _lines(bwd, pieces[1], ra)
