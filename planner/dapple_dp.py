@@ -373,6 +373,8 @@ def search_pair(
                     if start + r <= num_dev
                 )
             if deads_version != version:
+                # marks made under a higher bound are dropped here (those the later slots of a
+                # state whose row lowered the bound still read hold: a lower bound ends no less)
                 deads_of.clear()
                 deads_version = version
             deads = deads_of.get(start)
