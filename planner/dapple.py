@@ -74,6 +74,31 @@ def _memory_floor(model: CostModel, b: int, stages: Sequence[tuple[int, int, int
     return peak * _FLOOR_SCALE
 
 
+def _uniform_shapes(
+    model: CostModel, positions: Sequence[int]
+) -> dict[int, tuple[int, list[int], list[tuple[int, int, int]]]]:
+    """Per replica count ``r`` dividing the devices into at most as many stages as blocks: the
+    uniform shape of :func:`_uniform_bounds`, ``(stages, block bounds, spans)`` (spans: ``(first
+    layer, end layer, r)`` per stage), cut by the profile's own layer times. Cached in
+    ``model.memo`` per ``positions``: it depends on neither the batch nor the policy."""
+    cache: dict[int, tuple[int, list[int], list[tuple[int, int, int]]]] | None
+    cache = model.memo.get(("dapple-uniform-shapes", tuple(positions)))  # type: ignore[assignment]
+    if cache is None:
+        num_dev = model.cluster.num_devices
+        layer_times = [lay.fwd_time_s + lay.bwd_time_s for lay in model.profile.layers]
+        block_times = [sum(layer_times[positions[k] : positions[k + 1]]) for k in range(len(positions) - 1)]
+        cache = {}
+        for r in range(1, num_dev + 1):
+            stages = num_dev // r
+            if stages > len(block_times) or stages * r != num_dev:
+                continue
+            bounds = even_split(block_times, stages)
+            spans = [(positions[bounds[k]], positions[bounds[k + 1]], r) for k in range(stages)]
+            cache[r] = (stages, bounds, spans)
+        model.memo[("dapple-uniform-shapes", tuple(positions))] = cache
+    return cache
+
+
 def _uniform_bounds(
     model: CostModel,
     global_batch_size: int,
@@ -98,32 +123,32 @@ def _uniform_bounds(
     num_dev = cluster.num_devices
     b = global_batch_size // m
     cands = set(replica_candidates(b, num_dev, placement_unit(cluster), unit, full=full_space))
-    layer_times = [lay.fwd_time_s + lay.bwd_time_s for lay in model.profile.layers]
-    block_times = [sum(layer_times[positions[k] : positions[k + 1]]) for k in range(len(positions) - 1)]
     # Each shape's estimate is at least its compute floor (`_pipeline_floor`): shapes are
     # estimated in the order of that floor, and once it reaches a policy's best safe cost no later
     # shape can lower either of its figures; a shape whose memory floor (`_memory_floor`) exceeds
     # the limit is not estimated (it counts for neither).
+    uniform = _uniform_shapes(model, positions)
     shapes = []
     for r in sorted(cands, reverse=True):
-        stages = num_dev // r
-        if stages > len(block_times) or stages * r != num_dev:
-            continue
-        bounds = even_split(block_times, stages)
-        spans = [(positions[bounds[k]], positions[bounds[k + 1]], r) for k in range(stages)]
-        shapes.append((_pipeline_floor(model, b, m, spans), r, stages, bounds, spans))
+        found_shape = uniform.get(r)
+        if found_shape is not None:
+            stages, bounds, spans = found_shape
+            shapes.append((_pipeline_floor(model, b, m, spans), r, stages, bounds, spans))
     shapes.sort(key=lambda shape: shape[0])  # stable: ties keep the order of `r`, largest first
     estimated: dict[tuple[object, ...], tuple[float, float]] = {}  # (r, devices) -> time, peak bytes
-    fits: dict[int, bool] = {}  # per shape (its r), whether its memory floor is within the limit
+    # per shape (its r), whether its memory floor is within the limit: no micro-batch count in it
+    fits: dict[tuple[int, int, float], bool]
+    fits = model.memo.setdefault(("dapple-uniform-fits", tuple(positions)), {})  # type: ignore[assignment]
     out = {}
     for policy in policies:
         best = safe = math.inf
         for floor, r, stages, bounds, spans in shapes:
             if floor >= safe:
                 break
-            if r not in fits:  # asked only of the shapes a policy reaches
-                fits[r] = _memory_floor(model, b, spans) <= memory_limit_bytes
-            if not fits[r]:
+            fit = fits.get((b, r, memory_limit_bytes))
+            if fit is None:  # asked only of the shapes a policy reaches
+                fit = fits[b, r, memory_limit_bytes] = _memory_floor(model, b, spans) <= memory_limit_bytes
+            if not fit:
                 continue
             devs = _placed(
                 num_dev, placement_grid(cluster), device_order(cluster, policy), policy, [r] * stages

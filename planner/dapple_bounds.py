@@ -63,17 +63,20 @@ def bottleneck_floors(
     mem = weights + (kept[:, None, 1:] - kept[:, :-1, None]) + largest
     time_s = fb[:, None, 1:] - fb[:, :-1, None]
     fits = tri[None] & ~(mem * FLOOR_MARGIN > memory_limit_bytes)
-    stage = np.full((npos, npos, len(counts)), inf)
-    stage[:-1, 1:] = np.where(fits, time_s, inf).transpose(1, 2, 0)
-    # before[k', ri, d] = best[k', d - counts[ri]] (inf where d < counts[ri]): one gather
-    shift = np.arange(devices + 1)[None, :] - np.array(counts)[:, None] + 1  # (R, D + 1)
+    # stage[k, ri, k']: the stage of layers positions[k'] .. positions[k] - 1 on counts[ri]
+    # replicas, its forward-plus-backward time, or inf where one replica does not fit (or k <= k')
+    stage = np.full((npos, len(counts), npos), inf)
+    stage[1:, :, :-1] = np.where(fits, time_s, inf).transpose(2, 0, 1)
+    # before[d, ri, k'] = best[d - counts[ri] + 1, k'] (row 0: inf, where d < counts[ri]): one
+    # gather; the device count first, so that each minimum reduces one contiguous block
+    shift = np.arange(devices + 1)[:, None] - np.array(counts)[None, :] + 1  # (D + 1, R)
     shift[shift < 0] = 0
-    best = np.full((npos, devices + 2), inf)  # column 0: inf, column d + 1: d devices
-    best[0, 1:] = 0.0
+    best = np.full((devices + 2, npos), inf)  # row 0: inf, row d + 1: d devices
+    best[1:, 0] = 0.0
     for k in range(1, npos):
-        before = best[:k][:, shift]  # (k, R, D + 1)
-        best[k, 1:] = np.maximum(before, stage[:k, k, :, None]).min(axis=(0, 1))
-    scaled = best[:, 1:].T * FLOOR_MARGIN
+        before = best[:, :k][shift]  # (D + 1, R, k)
+        best[1:, k] = np.maximum(before, stage[k, :, :k]).min(axis=(1, 2))
+    scaled = best[1:] * FLOOR_MARGIN
     return tuple(tuple(row) for row in scaled.tolist())
 
 
@@ -91,6 +94,9 @@ class Floors(NamedTuple):
     # replicas and stage start index) and the transfer seconds (search_pair's transfer)
     rows: dict[Placement, dict[int, Any]]
     sends: dict[Placement, dict[int, tuple[float, float]]]
+    # per device start, the search's slots there (pipesim.planner.dapple_dp's, one per replica
+    # count; whatever the policy)
+    starts: dict[int, tuple[Any, ...]]
 
 
 def prefix_floors(
@@ -121,6 +127,7 @@ def prefix_floors(
             necks=[],
             rows={},
             sends={},
+            starts={},
         )
     return found
 

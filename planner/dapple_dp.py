@@ -40,9 +40,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from pipesim.plan import resplit, split_samples
-from pipesim.planner.cost_tables import ShareTable, canonical_groups
+from pipesim.planner.cost_tables import ShareTable
 from pipesim.planner.dapple_bounds import neck_floors, prefix_floors
+from pipesim.planner.dapple_sends import TransferClasses, transfer_classes, uneven_lines
 from pipesim.planner.estimate import NEG_INF, CostModel, eval_lines
 from pipesim.planner.placement import Placement, device_order, placement_grid, placement_unit, stage_start
 from pipesim.planner.search_space import replica_candidates
@@ -90,40 +90,6 @@ class SearchResult:
     placement: Placement
 
 
-def _uneven_lines(
-    model: CostModel, src: tuple[int, ...], dst: tuple[int, ...], samples: int
-) -> tuple[Lines, Lines]:
-    """:meth:`CostModel.transfer_s` of a micro-batch of ``samples`` split unevenly, forward (``src``
-    to ``dst``) and back, as lines of the bytes per sample (the same pieces: the time is linear
-    in every piece's bytes). Cached in ``model.memo`` per placement up to renumbering the servers."""
-    cache: dict[tuple[object, ...], tuple[Lines, Lines]]
-    cache = model.memo.setdefault(("dapple-uneven",), {})  # type: ignore[assignment]
-    cluster = model.cluster
-    groups = canonical_groups(src, dst, g=placement_unit(cluster), renumber=cluster.servers_interchangeable)
-    key = (groups, samples)
-    found = cache.get(key)
-    if found is None:
-        if cluster.servers_interchangeable:
-            src, dst = groups  # the renumbered devices cost the same (see CostModel.transfer_lines)
-        route = model.cluster.route
-        # the pieces back are the same overlaps, in the same (sample) order, each the other way
-        pieces = resplit(split_samples(samples, len(src)), split_samples(samples, len(dst)))
-        facts, stride = model._pair_facts, cluster.num_devices  # per device pair, as transfer_lines
-        fwd: list[tuple[tuple[float, float, tuple[int, ...]], float]] = []
-        bwd: list[tuple[tuple[float, float, tuple[int, ...]], float]] = []
-        for i, k, n in pieces:
-            a, z = src[i], dst[k]
-            if a == z:
-                continue
-            for x, y, out in ((a, z, fwd), (z, a, bwd)):
-                fact = facts.get(x * stride + y)
-                if fact is None:
-                    fact = facts[x * stride + y] = model._facts(route(x, y))
-                out.append((fact, float(n)))
-        found = cache[key] = (model._fact_lines(fwd), model._fact_lines(bwd))
-    return found
-
-
 def _shifted(
     entries: Sequence[_Entry], t_f: float, t_b: float, m: int
 ) -> list[tuple[float, float, int, _Entry]]:
@@ -155,28 +121,14 @@ and the search adds ``head = M (F + B)`` as :func:`~pipesim.planner.estimate.pre
 it. A plain tuple: the DP's inner loop unpacks it."""
 
 
+_SlotT = tuple[int, int, ShareTable, int, tuple[int, int]]
+"""A *slot*: the candidate stages of one replica count at one device start (whatever their
+layers): ``r``, the devices left after them, the share table at their share, that share
+(samples) and the key of the bucket their suffixes go to. It depends only on the micro-batch size
+and the start: kept per start in the search's :class:`~pipesim.planner.dapple_bounds.Floors`."""
+
 _ALIVE = 1 << 62
-"""A :class:`_Slot`'s ``dead`` while no suffix has ended it at its first row."""
-
-
-class _Slot:
-    """What the DP keeps per (stage start, replica count) at one stage end (see :func:`search_pair`):
-    the candidate stages' rows by stage start index and what computing one reads."""
-
-    __slots__ = ("base", "bucket_key", "dead", "left", "r", "share", "start", "sums", "tab", "top", "version")
-
-    def __init__(self, start: int, r: int, left: int, tab: ShareTable, share: int, base: int) -> None:
-        self.start = start
-        self.r = r
-        self.left = left  # devices left after the stage
-        self.tab = tab  # the share table at the stage's share
-        self.share = share
-        self.bucket_key = (start + r, r)
-        self.sums: tuple[tuple[float, ...], tuple[float, ...]] | None = None
-        self.top = -1  # the highest stage start index the floors allow, at `version`
-        self.version = -1
-        self.dead = 0  # at `version`, the least `k_min` at which the row at `top` ends the slot
-        self.base = base  # its rows' key, less the stage start index
+"""A slot's ``dead`` mark while no suffix has ended it at its first row."""
 
 
 def _suffix_max(acts: Sequence[float], i: int) -> list[float]:
@@ -240,6 +192,8 @@ def search_pair(
     xfer = model.memo.setdefault(("dapple-xfer", policy), {})  # type: ignore[assignment]
     uneven: dict[tuple[int, int, int, int, int], tuple[Lines, Lines]]
     uneven = model.memo.setdefault(("dapple-xfer-uneven", policy), {})  # type: ignore[assignment]
+    uneven_classes: dict[tuple[int, int, int, int], TransferClasses]  # per placement (start, r, q, rf)
+    uneven_classes = model.memo.setdefault(("dapple-xfer-classes", policy), {})  # type: ignore[assignment]
     devs_cache: dict[tuple[int, int], tuple[int, ...]]
     devs_cache = model.memo.setdefault(("dapple-devices", policy), {})  # type: ignore[assignment]
     ar_cache: dict[tuple[int, int], AllReduceCurves | None]
@@ -263,17 +217,14 @@ def search_pair(
             found = devs_cache[key] = order[num_dev - start - r : num_dev - start]
         return found
 
-    def transfer(start: int, r: int, q: int, rf: int, i: int) -> tuple[float, float]:
-        """Forward and backward transfer times across the cut before layer ``i``, seconds, from a
-        stage of ``r`` replicas at ``start`` to the suffix's first stage (``rf`` replicas)."""
-        key = (((start * span + r) * span + q - rf) * span + rf) * (n + 1) + i
-        found = sends.get(key)
-        if found is None:
-            found = sends[key] = send_times(start, r, q, rf, i)
-        return found
+    # `sends` keys: (stage start, r, the suffix's first stage's start and replicas, the cut) as
+    # one integer, `(start * span + r) * send_stride + ((q - rf) * span + rf) * (n + 1) + i`
+    send_stride = span * span * (n + 1)
 
     def send_times(start: int, r: int, q: int, rf: int, i: int) -> tuple[float, float]:
-        """:func:`transfer`'s answer, computed."""
+        """Forward and backward transfer times across the cut before layer ``i``, seconds, from a
+        stage of ``r`` replicas at ``start`` to the suffix's first stage (``rf`` replicas), which
+        ends the suffix's ``q`` devices."""
         if b % r == 0 and b % rf == 0:
             key = (start, r, q - rf, rf)
             lines = xfer.get(key)
@@ -287,7 +238,12 @@ def search_pair(
         ukey = (start, r, q - rf, rf, b)
         ulines = uneven.get(ukey)
         if ulines is None:
-            ulines = uneven[ukey] = _uneven_lines(model, devices(start, r), devices(q - rf, rf), b)
+            ckey = (start, r, q - rf, rf)
+            classes = uneven_classes.get(ckey)
+            if classes is None:
+                classes = transfer_classes(model, devices(start, r), devices(q - rf, rf))
+                uneven_classes[ckey] = classes
+            ulines = uneven[ukey] = uneven_lines(model, classes, b)
         return eval_lines(ulines[0], cut[i - 1]), eval_lines(ulines[1], cut[i - 1])
 
     # a tied matrix of the first and the last stage: its pair all-reduce once both have drained
@@ -321,20 +277,22 @@ def search_pair(
     empty = _Entry(NEG_INF, NEG_INF, 0, None, n, n, 0, 0)
     buckets[n][(0, 0)] = [empty]
     ends = list(positions)
-    # Per stage start at the current end `i`, per replica count: a slot holding the candidate
-    # stages (one row per stage start `pj`, from the highest the prefix floors allowed when first
-    # asked, down, computed as far as some suffix state asked: the suffix states of one start
-    # share them) and the highest `pj` the floors allow under the current bound.
-    slots_of: dict[int, list[_Slot]] = {}
-    version = 0  # counts the changes of `bound`: a slot's `top` is recomputed after one
+    # Per device start, its slots (one per replica count; their rows, one per stage start index
+    # `pj` at the current end `i`, in `row_cache`, computed as far as some suffix state asked:
+    # the suffix states of one start share them); per device start at the current end and
+    # `version`, each slot's `dead` mark: the least `k_min` at which its first row (at the
+    # highest `pj` the floors allow) ends it, 0 for every `k_min`.
+    starts: dict[int, tuple[_SlotT, ...]] = floors.starts
+    deads_of: dict[int, list[int]] = {}
+    version = 0  # counts the changes of `bound`: the dead marks are reset after one
 
     ar_span = (n + 1) * (n + 1)  # `ar_times` keys: ((start, r), first, i) as one integer
 
-    def extend(slot: _Slot, i: int, pj: int) -> _RowT:
-        """The row of the stage of layers ``ends[pj]..i-1`` on ``slot``'s replicas at its start."""
-        tab = slot.tab
+    def extend(start: int, r: int, left: int, tab: ShareTable, share: int, i: int, pj: int) -> _RowT:
+        """The row of the stage of layers ``ends[pj]..i-1`` on ``r`` replicas at ``start`` (``left``
+        devices left after it, at ``share`` samples of table ``tab``)."""
         first = ends[pj]
-        mkey = (slot.share, i)
+        mkey = (share, i)
         suffix = act_max.get(mkey)
         if suffix is None:
             suffix = act_max[mkey] = _suffix_max(tab.acts, i)
@@ -345,14 +303,11 @@ def search_pair(
         kept = tab.stashed[i] - tab.stashed[first]  # per recompute mode (stage_activations)
         held = tab.held[i] - tab.held[first] if held_mode else 0.0
         if first > 0:
-            inputs = cut[first - 1] * slot.share
+            inputs = cut[first - 1] * share
             # the prefix's stages run their forwards (backwards) one after another for the first
             # (last) micro-batch: Z grows by the sum of their forwards, W by the sum of their
             # forward-plus-backward times
-            left = slot.left
-            sums = slot.sums
-            if sums is None:
-                sums = slot.sums = sums_left[left]
+            sums = sums_left[left]
             lb_extra = full_fwd[first] / left
             if sums[0][pj] > lb_extra:
                 lb_extra = sums[0][pj]
@@ -361,7 +316,6 @@ def search_pair(
                 fb_extra = sums[1][pj]
         else:
             inputs = lb_extra = fb_extra = 0.0
-        start, r = slot.start, slot.r
         tkey = (start * (num_dev + 1) + r) * ar_span + first * (n + 1) + i
         ar = ar_times.get(tkey, -1.0)
         if ar < 0.0:
@@ -381,79 +335,89 @@ def search_pair(
             lb_extra, fb_extra, ar - step, step,
         )  # fmt: skip
 
-    def top_start(left: int, pi: int) -> int:
+    def top_cap(left: int) -> int:
         """The highest stage start index the prefix floors allow (``-1``: none) under ``bound``,
-        for a stage ending at ``ends[pi]`` with ``left`` devices left after it."""
-        if left <= 0:
-            return 0  # with no device left only layer 0 can start the stage
-        # the work floor grows with the start; the binary search, then the exact test
-        top = min(pi - 1, bisect.bisect_left(floor_work, bound * left / m))
+        for a stage with ``left`` devices left after it, whatever its end: a stage ending at
+        ``ends[pi]`` starts at most at ``min(pi - 1, top_cap(left))`` (or at 0 when
+        ``left <= 0``)."""
+        # the work floor grows with the start (and is 0 at the first): the last start below the
+        # bound by a binary search, then the exact test
+        top = min(len(floor_work) - 1, bisect.bisect_left(floor_work, bound * left / m))
         while top > 0 and m * floor_work[top] / left >= bound:
             top -= 1
-        while top < pi - 1 and m * floor_work[top + 1] / left < bound:
+        while top < len(floor_work) - 1 and m * floor_work[top + 1] / left < bound:
             top += 1
         neck = bisect.bisect_left(stage_floor[left], bound / m) - 1  # the slowest stage's floor
         return neck if neck < top else top
 
-    tops: dict[int, int] = {}  # top_start per devices left, at the current end and `version`
+    caps: dict[int, int] = {}  # top_cap per devices left, at `caps_version`
+    caps_version = version
     row_get = row_cache.get
     for pi in range(len(ends) - 1, 0, -1):
         i = ends[pi]
-        slots_of.clear()
-        tops.clear()
-        tops_version = version
+        deads_of.clear()
+        deads_version = version
         for (q, rf), entries in sorted(buckets[i].items()):
             if not entries:
                 continue
             start = stage_start(q, policy, grid)
-            min_k = min(e.k for e in entries)
-            k_min = min(min_k + 1, m)
-            slots = slots_of.get(start)
+            k_min = (entries[0].k if len(entries) == 1 else min([e.k for e in entries])) + 1
+            if k_min > m:
+                k_min = m
+            send_cut = ((q - rf) * span + rf) * (n + 1) + i
+            slots = starts.get(start)
             if slots is None:
-                base = (i * span + start) * span
-                slots = slots_of[start] = [
-                    _Slot(start, r, num_dev - start - r, tables[r], -(-b // r), (base + r) * n)
+                slots = starts[start] = tuple(
+                    (r, num_dev - start - r, tables[r], -(-b // r), (start + r, r))
                     for r in cands
                     if start + r <= num_dev
-                ]
+                )
+            if deads_version != version:
+                # marks made under a higher bound are dropped here (those the later slots of a
+                # state whose row lowered the bound still read hold: a lower bound ends no less)
+                deads_of.clear()
+                deads_version = version
+            deads = deads_of.get(start)
+            if deads is None:
+                deads = deads_of[start] = [_ALIVE] * len(slots)
+            ibase = (i * span + start) * span
             last: list[tuple[float, float, int, _Entry]] | None = None
             if i == n:
                 last = [(e.w, e.z, min(e.k + 1, m), e) for e in entries]
-            for slot in slots:
-                r = slot.r
+            for idx, (r, left, tab, share, bucket_key) in enumerate(slots):
+                if k_min >= deads[idx]:
+                    continue  # its first row ends it at this `k_min` (or one below), as before
                 shifted = last
                 # Stage starts the prefix floors rule out are skipped (the bound only falls)
-                if slot.version != version:
-                    if tops_version != version:
-                        tops.clear()
-                        tops_version = version
-                    top_pj = tops.get(slot.left, -2)
-                    if top_pj == -2:
-                        top_pj = tops[slot.left] = top_start(slot.left, pi)
-                    slot.top = top_pj
-                    slot.version = version
-                    slot.dead = 0 if top_pj < 0 else _ALIVE
-                elif k_min >= slot.dead:
-                    continue  # its first row ends it at this `k_min` (or one below), as before
+                if left <= 0:
+                    top_pj = 0  # with no device left only layer 0 can start the stage
                 else:
-                    top_pj = slot.top
-                if top_pj < 0:
-                    continue
-                base = slot.base
+                    if caps_version != version:
+                        caps.clear()
+                        caps_version = version
+                    top_pj = caps.get(left, -2)
+                    if top_pj == -2:
+                        top_pj = caps[left] = top_cap(left)
+                    if top_pj >= pi:
+                        top_pj = pi - 1
+                    if top_pj < 0:
+                        deads[idx] = 0
+                        continue
+                base = (ibase + r) * n
                 for pj in range(top_pj, -1, -1):
                     row = row_get(base + pj)
                     if row is None:
-                        row = row_cache[base + pj] = extend(slot, i, pj)
+                        row = row_cache[base + pj] = extend(start, r, left, tab, share, i, pj)
                     (first, static, kept, stash, work, fwd, fb, bwd, ar, bar, lb_extra, fb_extra, dp_s,
                      step_s) = row  # fmt: skip
                     if static + k_min * kept + work > memory_limit_bytes:
                         if pj == top_pj and kept >= 0.0:
-                            slot.dead = k_min  # more in flight needs no less memory
+                            deads[idx] = k_min  # more in flight needs no less memory
                         break  # a longer stage only needs more memory
                     head = fwd + mm1 * fb + bwd  # M (F + B), as prepend computes it
                     if head >= bound:
                         if pj == top_pj:
-                            slot.dead = 0  # whatever the suffix, until the bound moves
+                            deads[idx] = 0  # whatever the suffix, until the bound moves
                         break  # as `not any_alive` below would: longer stages are slower still
                     if head + fb_extra >= bound:
                         continue  # every entry's W is at least `head`, and Z at least the final W
@@ -474,7 +438,11 @@ def search_pair(
                             lb = head_ar
                         if lb >= bound:
                             break  # as `not any_alive` below would
-                        t_fb = transfer(start, r, q, rf, i)
+                        skey = (start * span + r) * send_stride + send_cut
+                        sent = sends.get(skey)
+                        if sent is None:
+                            sent = sends[skey] = send_times(start, r, q, rf, i)
+                        t_fb = sent
                         shifted = _shifted(entries, *t_fb, m)
                     bucket = None
                     any_alive = False
@@ -511,7 +479,7 @@ def search_pair(
                         if w2 + fb_extra >= bound:
                             continue  # the layers left run forward and backward before W's path
                         if bucket is None:
-                            bucket = buckets[first].setdefault(slot.bucket_key, [])
+                            bucket = buckets[first].setdefault(bucket_key, [])
                         if tied:  # (W, Z, k, lead) among the suffixes ending at the same last stage
                             keep_pareto(bucket, _Entry(w2, z2, k2, e, first, i - 1, r, start, lead, tail))
                             continue

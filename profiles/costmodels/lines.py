@@ -37,10 +37,11 @@ def eval_lines(lines: Lines, x: float) -> float:
 
 def prune_lines(lines: Sequence[tuple[float, float]]) -> Lines:
     """Drop the lines another one beats everywhere on ``x >= 0`` (the maximum is unchanged)."""
-    uniq = sorted(set(lines), key=lambda ab: (-ab[1], -ab[0]))
+    # steepest first, then highest (the lines as (slope, intercept), in reverse order)
+    uniq = sorted({(b, a) for a, b in lines}, reverse=True)
     kept: list[tuple[float, float]] = []
     top = -math.inf  # the largest intercept kept: every kept slope is at least the next line's
-    for a, b in uniq:
+    for b, a in uniq:
         if a <= top:
             continue  # a kept line is no lower at 0 and no flatter: it beats this one everywhere
         kept.append((a, b))
