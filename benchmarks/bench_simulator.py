@@ -128,6 +128,10 @@ def run_dynapipe(path: str) -> float:
     return wall
 
 
+CASES = ("a", "b", "c", "d", "d10k")
+"""The cases, in the order a run without arguments takes them."""
+
+
 def run_case(case: str) -> dict[str, float | str]:
     if case == "c":
         return run_cli_case()
@@ -205,7 +209,15 @@ def main() -> int:
         at = args.index("--dynapipe")
         dynapipe = args[at + 1]
         del args[at : at + 2]
-    cases = args or ["a", "b", "c", "d", "d10k"]
+    if any(a in ("-h", "--help") for a in args):
+        print(__doc__)
+        return 0
+    unknown = [a for a in args if a not in CASES]
+    if unknown:
+        print(f"bench_simulator: unknown case {unknown[0]!r}: choose from {', '.join(CASES)} "
+              "(and --dynapipe PATH)", file=sys.stderr)
+        return 2
+    cases = args or list(CASES)
     failed = False
     for case in cases:
         out = subprocess.run(
