@@ -290,6 +290,7 @@ def zero_stages(
     ordered = _ordered(model, units, dp_curves, periods, loads, stages_of, split=split, full=full, sh=sh)
     for r, k, unit, f_plain, b_plain, w_plain in units:
         ops = _unit_ops(model, unit, dp_curves, split, w_plain)  # type: ignore[arg-type]
+        z = ops.times
         if k in ordered:  # several chunks timed in the rank's steady order (the spill charged
             f_k, b_k, _ = ordered[k]  # to the B that leaves it)
             fwd[k] += f_k - f_plain
@@ -297,16 +298,16 @@ def zero_stages(
             held[r] = max(held[r], ops.held_bytes)
             link[r] += ops.link_s
             if k == r:  # the drain's Bs: no forward after them to delay
-                tails[r] = ops.last_tail_s - sum(ordered[x][2] for x in periods[r].drain)
+                tails[r] = z.last_tail_s - sum(ordered[x][2] for x in periods[r].drain)
             if k == 0:  # the first forward: its gathers unhidden
-                head += ops.fwd_s + ops.first_extra_s - f_k
-            stage_tails[k], stage_scatters[k] = ops.last_tail_s, ops.scatter_s
+                head += z.fwd_s + z.first_extra_s - f_k
+            stage_tails[k], stage_scatters[k] = z.last_tail_s, ops.scatter_s
             continue
         if split and full and sh is Sharding.ZERO3:  # (ZeRO-2's reduce stream is the order's)
             whole = _unit_ops(model, unit, dp_curves, False, w_plain)  # type: ignore[arg-type]
             x = unit.times
-            i_op = ops.quiet_bwd_s - b_plain  # (several chunks per rank: no spill charged)
-            full_extra[k] = whole.bwd_s - (x.bwd_tp_s + x.bwd_comm_s + unit.replay) - i_op
+            i_op = z.quiet_bwd_s - b_plain  # (several chunks per rank: no spill charged)
+            full_extra[k] = whole.times.bwd_s - (x.bwd_tp_s + x.bwd_comm_s + unit.replay) - i_op
             held[r] = max(held[r], whole.held_bytes)
         if loads:
             u = unit
@@ -314,28 +315,28 @@ def zero_stages(
             tp_wire[r] += wire[0] * (1 + u.full) + wire[1]  # (full recomputation replays the forward)
             fwd_wire[r] += wire[0]
         link[r] += ops.link_s
-        # what the reduce-scatters a B (W) leaves queued delay the op after it (ZeroOps.spill_s,
+        # what the reduce-scatters a B (W) leaves queued delay the op after it (Zero3Times.spill_s,
         # as far as the links sit idle in the cycle: the rest is their pace, link_bound_s):
         # charged to that B (W) where the rank's links are its own and the gating paces its
         # cycle; not with several chunks per rank (one chunk's ops timed in turn), nor where the
         # links carry other ranks' rings or TP rings (steady_extra_s, nic_sharing) or no idle time
-        charged = not looped and ops.idle_s > 0.0 and not any(r in x[0] for x in loads)
+        charged = not looped and z.idle_s > 0.0 and not any(r in x[0] for x in loads)
         uncharged[r] = not charged
-        spill = min(ops.spill_s, ops.idle_s) if charged else 0.0
-        after = 0.0 if charged else ops.lead_s  # the forward after a B, beyond one after a F
-        fwd[k] += ops.fwd_s - f_plain + after
-        inp[k] += (ops.bwd_s if charged else ops.quiet_bwd_s) - b_plain + (0.0 if split else spill)
+        spill = min(z.spill_s, z.idle_s) if charged else 0.0
+        after = 0.0 if charged else z.lead_s  # the forward after a B, beyond one after a F
+        fwd[k] += z.fwd_s - f_plain + after
+        inp[k] += (z.bwd_s if charged else z.quiet_bwd_s) - b_plain + (0.0 if split else spill)
         wgrad[k] += spill if split else 0.0
         held[r] = max(held[r], ops.held_bytes)
         if k == r:  # the rank's first stage: its last backward
-            tails[r] = ops.last_tail_s - spill
+            tails[r] = z.last_tail_s - spill
         if k == 0:
-            head += ops.first_extra_s - after
+            head += z.first_extra_s - after
         elif k == r and not split:  # a later rank's last B in the drain has no op after it to
             head -= spill  # delay (rank 0's: its tail)
         if k == p - 1 and charged:  # the last rank's first B follows its first forward at once
-            head += ops.settle_s
-        stage_tails[k], stage_scatters[k] = ops.last_tail_s, ops.scatter_s
+            head += z.settle_s
+        stage_tails[k], stage_scatters[k] = z.last_tail_s, ops.scatter_s
     if units and dp_curves is not None and sh is Sharding.ZERO3:  # the stream slows the gathers
         for r in range(p):
             if not uncharged[r]:  # (the spill charged: the cycle ran the stream)

@@ -31,6 +31,7 @@ from pipesim.profiles.costmodels.zero3_runtime import (
 )
 from pipesim.profiles.costmodels.zero3_timing import (
     Zero3Pass,
+    Zero3Times,
     reduce_tail_s,
     zero3_chunk_passes,
     zero3_times_s,
@@ -110,31 +111,23 @@ class ZeroOp:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ZeroOps:
-    """A chunk's steady-state forward and backward, seconds, the first forward's extra and the
-    last backward's reduce tail, seconds (what the last backward and its reduce-scatters take
-    beyond the steady backward: below 0 where a TP block that shares its link was delayed in the
-    steady state by the next forward's first gather, which the last backward does not meet),
-    the bytes its gathered units and gradients hold, and its units' reduce-scatters per
-    micro-batch, seconds alone; ``link_s``: every data-parallel transfer of one micro-batch's
-    forward and backward (ZeRO-3's gathers, on-demand ones too, and the reduce-scatters),
-    seconds alone on the curves the ops were costed on (what the link carries per micro-batch).
-    ZeRO-3: ``spill_s``, ``settle_s``, ``idle_s``, ``lead_s`` and ``quiet_bwd_s`` as
-    :class:`~pipesim.profiles.costmodels.sharding.Zero3Times`' (``fwd_s`` the forward after a
-    forward, ``bwd_s`` without the spill; :func:`~pipesim.planner.three_d_zero.zero_stages`
-    charges the spill); ``quiet_bwd_s`` is ``bwd_s`` otherwise."""
+    """A chunk's ops with ZeRO's per-unit collectives: ``times``, its steady-state forward and
+    backward and what the first forward, the last backward's reduce tail and the queued
+    reduce-scatters add (:class:`~pipesim.profiles.costmodels.zero3_timing.Zero3Times`, seconds;
+    ``last_tail_s`` below 0 where a TP block that shares its link was delayed in the steady state
+    by the next forward's first gather, which the last backward does not meet; ZeRO-3's
+    ``bwd_s`` without the spill, :func:`~pipesim.planner.three_d_zero.zero_stages` charges it;
+    other shardings: no spill, ``quiet_bwd_s`` is ``bwd_s``); the bytes its gathered units and
+    gradients hold; its units' reduce-scatters per micro-batch, seconds alone; ``link_s``: every
+    data-parallel transfer of one micro-batch's forward and backward (ZeRO-3's gathers, on-demand
+    ones too, and the reduce-scatters), seconds alone on the curves the ops were costed on (what
+    the link carries per micro-batch); ``passes``: the chunk's ZeRO-3 passes for a rank's order of
+    several chunks (``None`` where not timed so)."""
 
-    fwd_s: float
-    bwd_s: float
-    first_extra_s: float
-    last_tail_s: float
+    times: Zero3Times
     held_bytes: float
     scatter_s: float = 0.0
     link_s: float = 0.0
-    spill_s: float = 0.0
-    settle_s: float = 0.0
-    idle_s: float = 0.0
-    lead_s: float = 0.0
-    quiet_bwd_s: float = 0.0
     passes: tuple[Zero3Pass, Zero3Pass] | None = None
 
 
@@ -223,10 +216,10 @@ def zero_unit_ops(model: UnitCosts, op: ZeroOp, dp_curves: AllReduceCurves) -> Z
             bwd_dp = zero_transfers(bwd_compute, None, scatters, True)
             b_op = max(b_op, shared_op_s(bwd_start, times.bwd_split_comm_s, wire("B"), bwd_dp))
         held = max(sizes) * op.grad
-    return ZeroOps(fwd_s=f_op, bwd_s=b_op, first_extra_s=first_extra, last_tail_s=last_tail, held_bytes=held,
-                   scatter_s=sum(scatters), link_s=link_time_s(scatters, times_s), spill_s=spill,
-                   settle_s=settle, idle_s=idle, lead_s=lead, quiet_bwd_s=b_op,
-                   passes=None if op.shared else passes)
+    steady = Zero3Times(fwd_s=f_op, bwd_s=b_op, first_extra_s=first_extra, last_tail_s=last_tail,
+                        spill_s=spill, settle_s=settle, idle_s=idle, lead_s=lead, quiet_bwd_s=b_op)
+    return ZeroOps(times=steady, held_bytes=held, scatter_s=sum(scatters),
+                   link_s=link_time_s(scatters, times_s), passes=None if op.shared else passes)
 
 
 def zero_split_ops(model: UnitCosts, op: ZeroOp, dp_curves: AllReduceCurves, wgrad_s: float) -> ZeroOps:
@@ -256,10 +249,10 @@ def zero_split_ops(model: UnitCosts, op: ZeroOp, dp_curves: AllReduceCurves, wgr
     wgrad_units = [wgrad_s * b for b in bshare]
     last_tail = reduce_tail_s(wgrad_units[::-1], scatters[::-1])  # W runs the units in reverse
     if op.sharding is not Sharding.ZERO3:
-        return ZeroOps(fwd_s=f_op, bwd_s=i_op, first_extra_s=0.0, last_tail_s=last_tail,
-                       held_bytes=max(sizes) * op.grad, scatter_s=sum(scatters),
-                       link_s=link_time_s(scatters, times_s),
-                       quiet_bwd_s=i_op)
+        steady = Zero3Times(fwd_s=f_op, bwd_s=i_op, first_extra_s=0.0, last_tail_s=last_tail, spill_s=0.0,
+                            quiet_bwd_s=i_op)
+        return ZeroOps(times=steady, held_bytes=max(sizes) * op.grad, scatter_s=sum(scatters),
+                       link_s=link_time_s(scatters, times_s))
     fwd_units = [(f_op - times.fwd_comm_s) * x for x in fshare]
     fwd_units[-1] += times.fwd_comm_s
     split = times.bwd_split_comm_s
@@ -269,10 +262,7 @@ def zero_split_ops(model: UnitCosts, op: ZeroOp, dp_curves: AllReduceCurves, wgr
     x = zero3_times_s(fwd_units, inp_units, gathers, scatters, wgrad_units_s=wgrad_units)
     # 1 + depth gathered units in F and I; one unit's gradients in W (zero_lowering.held_bytes)
     held = max(min(len(sizes), 2), op.grad) * max(sizes)
-    return ZeroOps(fwd_s=x.fwd_s, bwd_s=x.bwd_s, first_extra_s=x.first_extra_s, last_tail_s=x.last_tail_s,
-                   held_bytes=held, scatter_s=sum(scatters), link_s=link_time_s(scatters, times_s),
-                   spill_s=x.spill_s, settle_s=x.settle_s, idle_s=x.idle_s, lead_s=x.lead_s,
-                   quiet_bwd_s=x.quiet_bwd_s)
+    return ZeroOps(times=x, held_bytes=held, scatter_s=sum(scatters), link_s=link_time_s(scatters, times_s))
 
 
 def unit_transfers_s(
