@@ -81,9 +81,10 @@ element-wise work of sequence 512; T5 is not modelled here), where the model's A
   (+59.5%) and ratios 0.449 and 0.429 (GPT-2, BERT): its 5% less bandwidth is not the 2.17x; its
   300 W cap would slow the GEMMs, which run faster than modelled, not slower;
 * the README's VectorMul row (A100 0.202 TFLOP/s, 1616 GB/s for ``a * 1.2`` on 4M fp32) does not
-  bound the run's HBM rate: its 16 MiB input and 16 MiB output fit in the A100's 40 MB L2 (A100
-  architecture whitepaper, 2020); the same row gives 3868 GB/s on an RTX 4090 (72 MB L2, 1008 GB/s
-  DRAM) in the repository's issue #4 (2023-04-13);
+  bound the run's HBM rate: its working set, 16 MiB in and 16 MiB out, is within the A100's 40 MB
+  L2 (A100 architecture whitepaper, 2020), so the row need not measure HBM at all; the same row
+  gives 3868 GB/s on an RTX 4090 (72 MB L2, 1008 GB/s DRAM) in the repository's issue #4
+  (2023-04-13);
 * HuggingFace's attention options: the upcast path (``_upcast_and_reordered_attn``: fp32 scores
   and softmax) runs only with ``reorder_and_upcast_attn``, False by default in ``GPT2Config``
   (huggingface/transformers ``configuration_gpt2.py``; the notebook sets no option); ``_attn`` runs
@@ -280,7 +281,7 @@ _SPLIT_NOTE = (
     "BERT but 1.43 for GPT-2 and 1.40 and 1.38 for the T5 encoder and decoder (score-sized "
     "element-wise work), the model's 2.36 and 2.30 for BERT and GPT-2. Ruled out: the A100 80GB PCIe "
     "variant (1935 GB/s: GPT-2 84.5 TFLOP/s, +59.5%; ratios 0.449 and 0.429); the README's VectorMul "
-    "row as a bound on the HBM rate (its 32 MiB working set fits in the A100's 40 MB L2; the same row "
+    "row as a bound on the HBM rate (its 32 MiB working set is within the A100's 40 MB L2; the same row "
     "reads 3868 GB/s on an RTX 4090 with 1008 GB/s DRAM, the repository's issue #4); HuggingFace's "
     "fp32 upcast path (reorder_and_upcast_attn, False by default); the once-a-forward blocking copy "
     "of mask_value (tens of microseconds); Conv1D's addmm layouts (the GEMM side is not slow). The "
