@@ -228,9 +228,12 @@ tile model unchanged: no shape dependence beyond the tile/wave model is called f
 at 0.93-0.98 of the share's rate in it), but the F passes fall to -15.5..-21.1% and the B passes
 to -8.1..-12.1%: a Megatron-LM block then lacks 0.7-1.3 ms of forward and 0.45-0.65 ms of backward
 time that is neither GEMM nor host dispatch (:data:`OP_DISPATCH_S`), larger with the attention
-score tensor, and 67 records cross their tolerance (all Megatron-LM 2021 Table 1 rows +11..+18%,
-Korthikanti's 22B-530B iterations -10..-17%, BLOOM batch 2048 -13%). The 0.7 stays until that
-per-block time is traced (records zb-2024-t6-*-w-pass and -1.5b-m32-f-pass carry the numbers).
+score tensor, and 67 records cross their tolerance (eight of Megatron-LM 2021's ten Table 1 rows
++11..+18%, Korthikanti's 22B-530B rows -10..-17%, BLOOM batch 2048 -13%). Not one per-block term
+either: Korthikanti et al.'s 22B layer (their Table 4, TP 8) moves +6.8 -> -2.5% forward and -2.6 ->
+-14.5% backward at 0.832, its missing time in the backward where the zero-bubble layers' (TP 1) is
+mostly in the forward. The 0.7 stays until that per-block time is traced (records
+zb-2024-t6-*-w-pass and -1.5b-m32-f-pass carry the numbers).
 
 **Volta fp16 (0.72).** Kernel benchmarks put a V100's fp16 GEMMs at or above the A100's share of
 peak: mli/transformers-benchmarks (README at 04df81d, one notebook on both GPUs) 95 of 125 TFLOP/s
