@@ -61,7 +61,9 @@ overlapped point-to-point (+2% over the free-link cost), its blocking non-interl
 counterpart (``batch_p2p_comm`` with ``torch.cuda.synchronize()``: 1F1B within 0.2% of Table 5's
 cost), the per-micro-batch host synchronisations on the first and last rank (``get_batch``'s
 ``broadcast_data`` copies sizes to the host; ``loss_func`` checks ``loss.isnan()``: under 1%),
-cross-node hops (they would need 2.6 GB/s), and ``SimOptions.rendezvous`` (-2.5 to -3.9 points on
+cross-node hops (they would need 2.6 GB/s), the host's dispatch (about 50 framework calls a
+layer forward, 0.07-0.2 of its GPU time: the host runs ahead; :data:`_ILV_GAP`), and
+``SimOptions.rendezvous`` (-2.5 to -3.9 points on
 the 14.6B rows, and on for every row it moves zb-2024-t4-28.3b-m96-zb2p-vs-1f1b from -9.5% to
 -10.5%).
 """
@@ -127,9 +129,23 @@ _ILV_GAP = (
     "issue order, a send completing once its receive is posted, the compute stream waiting on "
     "the handles) with Table 6's T_comm per hop gives Table 5's cost within 2%; cross-node hops "
     "would need about 4 ms per 10.5 MB activation (2.6 GB/s) to close the gap, and the one-node "
-    "1.5B and 6.2B runs show the same per-pass excess. A cost added to every pipeline pass "
-    "would push passing records out (zb-2024-t4-1.5b-m24-zb2p is at -4.8%, the 1.5B 1F1B-I rows "
-    "at +5.4 to +6.4%)"
+    "1.5B and 6.2B runs show the same per-pass excess. Not the host's dispatch either: "
+    "ParallelTransformerLayer.forward at the tag (TP 1, Megatron's fused layer norm, softmax, "
+    "bias-GeLU and bias-dropout-add, no flash attention) makes about 50 framework calls (16 of "
+    "them kernels, 8 Python autograd Functions), ~0.5-0.7 ms at compute.OP_DISPATCH_S (10 us, He "
+    "2022) per call, against 3.6 ms of modelled GPU time per 14.6B block forward (0.07-0.2 of it on "
+    "the four models; the backward's C++ autograd and the W pass's four closures issue fewer calls "
+    "per GPU second). The interleaved schedule does not synchronise the host per pass on a middle "
+    "rank (it waits on its isend/irecv handles, a stream wait; batch_p2p_comm and its "
+    "torch.cuda.synchronize() are off), so its host runs ahead; the non-interleaved one does "
+    "(arguments.py turns overlap_p2p_comm off without virtual stages, so batch_p2p_sync's "
+    "synchronize follows every exchange), and there the GPU waits for the lead-in to the next "
+    "pass's first kernel (one call's time: Table 6's drained-queue timings include it). "
+    "pipesim's per-operator max(GPU time, OP_DISPATCH_S) binds on none of a block's forward "
+    "kernels and adds 0-3 us to a block's backward at these sizes; a cumulative host queue gives "
+    "the same pass times within 10 us a block, so neither model of the host moves these records. "
+    "A cost added to every pipeline pass would push passing records out "
+    "(zb-2024-t4-1.5b-m24-zb2p is at -4.8%, the 1.5B 1F1B-I rows at +5.4 to +6.4%)"
 )
 _MISSES: dict[str, str] = {f"zb-2024-t4-14.6b-m{m}-1f1b-i": _ILV_GAP for m in (48, 64, 128)}
 

@@ -126,7 +126,22 @@ GPU, so an operator costs ``max(GPU time, dispatch)``: long kernels hide it, a s
 ones (batch 1, narrow layers) runs at the host's pace. He, "Making Deep Learning Go Brrrr From
 First Principles" (2022), puts PyTorch eager overhead at about 10 us per operator; kernels a
 library launches internally (cuDNN's per-step LSTM kernels, Winograd transforms) pay only
-:data:`KERNEL_OVERHEAD_S`."""
+:data:`KERNEL_OVERHEAD_S`.
+
+Per operator, not cumulative: a host queue that runs ahead (the host issues one call per
+``OP_DISPATCH_S``, each kernel starts at the later of its issue and the previous kernel's end)
+banks the host's slack during long kernels, so short kernels after a long one cost only their GPU
+time, where the per-operator floor charges each of them the dispatch time. The two differ only
+where kernels shorter than the dispatch time follow long ones. Checked on the zero-bubble
+records (Qi et al. 2024, Table 6; Megatron-LM's GPT layer at sail-sg/zero-bubble-pipeline-
+parallelism tag zero-bubble-v0.1.0, 93af65c6): ``ParallelTransformerLayer.forward`` there (TP 1,
+fused layer norm, causal softmax, bias-GeLU and bias-dropout-add, no flash attention) makes about
+50 framework calls (16 kernels, 8 Python autograd Functions), ~0.5-0.7 ms of host time against
+3.6-7.2 ms of modelled GPU time per block forward at those micro-batches (1-6 samples of 1024
+tokens, hidden 2304-6144): the floor binds on no forward kernel and adds 0-3 us to a block's
+backward, and the cumulative queue gives the same pass times within one dispatch (10 us) a block.
+Neither moves those records; the host's time shows only after a host synchronisation (the lead-in
+to the next kernel), ``experiments/validation/zero_bubble_2024.py``'s ``_ILV_GAP``."""
 
 # (architecture, precision) -> share of the dense peak that large, full-wave GEMMs reach in training.
 GEMM_EFFICIENCY: dict[tuple[str, str], float] = {
@@ -207,6 +222,18 @@ from +11.3/+8.4% to +5.6/+2.7% (its 22B present-method row from -7.2% to -10.5%)
 14.6B throughputs from +7% to +12% (1F1B-I +22%), Megatron-LM 2021's 76B row to +10.9% and BLOOM's
 batch-2048 row to -13%: those runs pay a per-pass cost (about 1 ms per pass in the zero-bubble runs:
 their Table 4 against the paper's own calculation from Table 6) that must be modelled with it.
+At He's 258 TFLOP/s for cuBLAS fp16 8192^3 on an A100 (docstring below; 0.832 with this model's
+0.994 at that shape) the four zero-bubble W passes land within 2.5% (-0.6, +0.4, -1.5, -2.5%,
+tile model unchanged: no shape dependence beyond the tile/wave model is called for; those GEMMs run
+at 0.93-0.98 of the share's rate in it), but the F passes fall to -15.5..-21.1% and the B passes
+to -8.1..-12.1%: a Megatron-LM block then lacks 0.7-1.3 ms of forward and 0.45-0.65 ms of backward
+time that is neither GEMM nor host dispatch (:data:`OP_DISPATCH_S`), larger with the attention
+score tensor, and 67 records cross their tolerance (eight of Megatron-LM 2021's ten Table 1 rows
++11..+18%, Korthikanti's 22B-530B rows -10..-17%, BLOOM batch 2048 -13%). Not one per-block term
+either: Korthikanti et al.'s 22B layer (their Table 4, TP 8) moves +6.8 -> -2.5% forward and -2.6 ->
+-14.5% backward at 0.832, its missing time in the backward where the zero-bubble layers' (TP 1) is
+mostly in the forward. The 0.7 stays until that per-block time is traced (records
+zb-2024-t6-*-w-pass and -1.5b-m32-f-pass carry the numbers).
 
 **Volta fp16 (0.72).** Kernel benchmarks put a V100's fp16 GEMMs at or above the A100's share of
 peak: mli/transformers-benchmarks (README at 04df81d, one notebook on both GPUs) 95 of 125 TFLOP/s
