@@ -128,16 +128,19 @@ through the schedule's order; the interleaved bubble with the fill and drain sen
 the interleaved weak rows' predictions (4.7% on 4608 GPUs); the pipeline sends in the steady state
 have one forward or backward of slack (r0.8.0 ``schedules.py`` posts each receive right after the
 compute that precedes it and waits for it before the next), and 0.25 ms a 177B send against a 3.5
-ms forward; no context parallelism; the FLOP count is r0.8.0's for both sides. Traced in r0.8.0
-and not costed (small): ``pretrain_gpt.py``'s ``loss_func`` on the last stage checks the loss for
-NaN (a host synchronisation, ``--check-for-nan-in-loss-and-grad`` on by default) and all-reduces
-it over the data-parallel group every micro-batch, and ``schedules.py``'s ``num_tokens.item()``
-synchronises again: a 48-replica barrier and a refill of the GPU's queue per micro-batch on the
-last rank, tenths of a millisecond each against a rank's 0.1 to 0.23 s of work per micro-batch.
-With the hopper bf16 GEMM share at 0.55 instead of 0.6 (``compute.py``, not this module's) the
-rows run at +5.2%, -0.4%, -13.8%, -29.9%, +1.6%, +7.2%, +5.7%, -2.0%, -1.4% (1.7B to 462B), the
-177B MFU +2.1% and +6.1%, the ratio +3.9%; at 0.53 +2.1%, -3.6%, -15.7%, -31.1%, -0.7%, +3.7%,
-+2.2%, -5.4%, -4.8%, -1.4%, +2.6%, +4.1%.
+ms forward; no context parallelism; the FLOP count is r0.8.0's for both sides. Nor is it the 3D
+estimate standing in for the simulation: simulated (bucketed, 6 to 54 s each), the interleaved
+weak rows take 2.060, 3.183, 4.634, 7.952, 11.938 s, 0.4-1.5% above the estimate (+5.7%, +14.6%,
++13.5%, +5.6%, +6.5%). Traced in r0.8.0 and not costed (small): ``pretrain_gpt.py``'s
+``loss_func`` on the last stage checks the loss for NaN (a host synchronisation,
+``--check-for-nan-in-loss-and-grad`` on by default) and all-reduces it over the data-parallel
+group every micro-batch, and ``schedules.py``'s ``num_tokens.item()`` synchronises again: a
+48-replica barrier and a refill of the GPU's queue per micro-batch on the last rank, tenths of a
+millisecond each against a rank's 0.1 to 0.23 s of work per micro-batch. With the hopper bf16 GEMM
+share at 0.55 instead of 0.6 (``compute.py``, not this module's) the rows run at +5.2%, -0.4%,
+-13.8%, -29.9%, +1.6%, +7.2%, +5.7%, -2.0%, -1.4% (1.7B to 462B), the 177B MFU +2.1% and +6.1%,
+the ratio +3.9%; at 0.53 +2.1%, -3.6%, -15.7%, -31.1%, -0.7%, +3.7%, +2.2%, -5.4%, -4.8%, -1.4%,
++2.6%, +4.1%.
 """
 
 from __future__ import annotations
