@@ -34,15 +34,14 @@ ZeRO-1 stage all-reduces its gradients instead of reduce-scattering them with
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from pipesim.plan import Plan
 from pipesim.profiles.costmodels.buckets import Bucket, bucket_layers, megatron_bucketed
-from pipesim.profiles.costmodels.collective import AllReduceAlgorithm, AllReduceCurves, allreduce_curves
 from pipesim.profiles.costmodels.grad_dtype import grad_bytes_factor
-from pipesim.profiles.costmodels.nccl_protocol import link_classes
 from pipesim.profiles.costmodels.sharding import CollectiveKind, GradCollective, Sharding, half_algorithm
 from pipesim.profiles.costmodels.tied_embeddings import stage_copies
 from pipesim.profiles.hardware.cluster import Cluster
@@ -56,6 +55,8 @@ from pipesim.simulator.tp_lowering import TpLowering
 from pipesim.simulator.zero_lowering import ZeroLowering
 
 __all__ = ["Collective", "data_parallel_collectives", "tied_copy_bytes"]
+
+logger = logging.getLogger(__name__)
 
 
 def tied_copy_bytes(
@@ -92,7 +93,8 @@ class Collective:
         bucket: the bucket index within the stage (0 when not bucketed).
         nbytes: bytes each member contributes.
         members: the devices, in ring order, whose streams post readiness.
-        algorithm: ``ring``, ``hierarchical`` or ``auto``.
+        algorithm: ``ring``, ``hierarchical``, ``tree``, ``nvls`` or ``auto`` for an all-reduce;
+            ``ring`` for a reduce-scatter or all-gather (NCCL's only algorithm for them).
         after: the collective that must end first (the stage's previous bucket), or ``None``.
         after_drain: wait until every compute stream has finished.
         kind: ``all-reduce``, ``reduce-scatter`` or ``all-gather``
@@ -170,9 +172,7 @@ def data_parallel_collectives(
         stream: the schedule (ZeRO's per-unit collectives follow each rank's compute order).
         tp: the TP and sharding pass (``None`` without TP or sharding).
         opts: the lowering's options (all-reduce overlap, bucket size, free links).
-        cluster: the cluster (a reduce-scatter's or all-gather's algorithm is resolved here, by
-            :func:`~pipesim.profiles.costmodels.sharding.half_algorithm` on its routes, as the
-            simulator's ``auto`` would, once per group instead of once per collective).
+        cluster: the cluster.
         zero_prefetch: ZeRO-3's gather look-ahead, units.
     """
     collectives: list[Collective] = []
@@ -305,41 +305,15 @@ def data_parallel_collectives(
                                   after=zero.last_scatter.get(stage.index), group=groups[stage.index])
     if tp is not None:  # the other TP ranks' groups where their rings share links (Collective.rings)
         collectives = _with_rings(collectives, tp)
-    if any(c.kind != CollectiveKind.ALL_REDUCE.value for c in collectives):
-        resolve = _HalfAlgorithms(cluster, free_links=opts.free_links)
-        collectives = [
-            c if c.kind == CollectiveKind.ALL_REDUCE.value
-            else replace(c, algorithm=resolve(c.group or c.members, c.nbytes, c.algorithm))
-            for c in collectives
-        ]
+    # reduce-scatters and all-gathers run on NCCL's rings whatever the plan names
+    # (sharding.half_algorithm): ``hierarchical``, ``tree`` and ``nvls`` name all-reduce forms
+    halves = [c.kind != CollectiveKind.ALL_REDUCE.value for c in collectives]
+    if any(halves) and _name(plan.allreduce) not in ("ring", "auto"):
+        logger.info("allreduce = %s applies to the all-reduces; the reduce-scatters and all-gathers "
+                    "run on NCCL's rings, the only algorithm NCCL runs them on", _name(plan.allreduce))
+    collectives = [replace(c, algorithm=half_algorithm(c.algorithm).value) if half else c
+                   for c, half in zip(collectives, halves, strict=True)]
     return collectives, marks, zero, waits
-
-
-class _HalfAlgorithms:
-    """The algorithm a reduce-scatter or all-gather runs (``ring`` or ``hierarchical``),
-    from all-reduce curves cached per group."""
-
-    def __init__(self, cluster: Cluster, *, free_links: bool) -> None:
-        self._cluster = cluster
-        self._free = free_links
-        self._bw = cluster.links.bandwidths_bytes_per_s()
-        self._lat = cluster.links.latencies_s()
-        self._cls = link_classes(cluster.links)
-        self._curves: dict[tuple[int, ...], AllReduceCurves] = {}
-
-    def __call__(self, members: tuple[int, ...], nbytes: float, algorithm: str) -> str:
-        algo = AllReduceAlgorithm.parse(algorithm)
-        chosen = algo in (AllReduceAlgorithm.AUTO, AllReduceAlgorithm.HIERARCHICAL)
-        if self._free or len(members) <= 1 or not chosen:
-            return AllReduceAlgorithm.RING.value
-        curves = self._curves.get(members)
-        if curves is None:
-            c = self._cluster
-            curves = self._curves[members] = allreduce_curves(
-                members, c.route, self._bw.__getitem__, self._lat.__getitem__, server_of=c.server_of,
-                link_class=self._cls.__getitem__,
-            )
-        return half_algorithm(curves, nbytes, algo).value
 
 
 def _name(value: object) -> str:

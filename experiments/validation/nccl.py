@@ -363,22 +363,17 @@ def records() -> list[Record]:
             published=192.0,
             predict=lambda: _busbw("dgx-a100-x2", 16, 8 * _GIB, "ring"),
             tolerance=0.10,
-            known_miss=(
-                "the ring is NIC-bound as measured (8 NICs' worth: one ring over the servers in "
-                "order gave 21.2 GB/s, one NIC's; the hierarchical form 142.2), but at the catalog's "
-                "HDR achievable fraction, 0.85 of 25 GB/s (links.toml IB-HDR, from 4-NIC A100 "
-                "servers at 86 of 100 GB/s, nccl-tests issues 175 and 119), 8 x 21.25 = 170 GB/s; "
-                "this DGX A100 figure is 0.96 of its 8 x 25 GB/s, as the NCCL maintainer's '24GB/s "
-                "inter-node' per HDR NIC (NVIDIA/nccl issue 412, sjeaugey, 2023-04-24). Not "
-                "traced: why the 4-NIC servers (dual-port NICs, two GPUs per NIC) reach less of "
-                "their NICs' rate; the fraction is not refitted to either"
-            ),
             note=(
                 "devices 0-15 of dgx-a100-x2 (two servers, one HDR NIC per GPU), algorithm ring, 8 "
                 "GiB per rank (chosen before the prediction: the thread's ring at scale, nccl-tests' "
                 "usual largest size); NCCL's ring channels across servers, one per NIC "
                 "(ring_topology.server_rings): every step's chunk crosses a NIC at 1/8 of the "
-                "NVSwitch port's load, so the bus bandwidth is the 8 NICs' achievable rate"
+                "NVSwitch port's load, so the bus bandwidth is the 8 NICs' achievable rate "
+                "(one ring over the servers in order: one NIC's 24 GB/s; the hierarchical form "
+                "150). Missed (-11.9%) at the catalog's former HDR fraction 0.85, which took 4-NIC "
+                "servers' 86 of 100 GB/s (nccl-tests issue 175, whose single NIC reached 24 GB/s "
+                "alone) for the NIC's; at 0.96, the NCCL maintainer's 24 of 25 GB/s per HDR NIC "
+                "(links.toml IB-HDR), it is held"
             ),
         ),
         Record(

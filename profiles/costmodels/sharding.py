@@ -65,7 +65,6 @@ from pipesim.profiles.costmodels.grad_dtype import (
     grad_reduce_dtype,
     parse_grad_reduce_dtype,
 )
-from pipesim.profiles.costmodels.lines import eval_lines
 from pipesim.profiles.costmodels.memory import OPTIMIZER_STATE_MULTIPLIER, Optimizer
 from pipesim.profiles.models.profile import DTYPE_BYTES
 
@@ -205,49 +204,44 @@ class CollectiveKind(str, Enum):
         return self.value
 
 
-def half_algorithm(
-    curves: AllReduceCurves, nbytes: float, algorithm: str | AllReduceAlgorithm
-) -> AllReduceAlgorithm:
-    """The algorithm a reduce-scatter or all-gather of ``nbytes`` runs when ``algorithm`` is
-    asked for: ``ring`` or ``hierarchical`` (its intra-server and inter-server halves); NCCL
-    runs these collectives on rings (no tree), so ``tree`` and ``nvls`` mean ``ring``;
-    ``auto`` takes the faster of ring and hierarchical (even servers only), ties to ring.
+def half_algorithm(algorithm: str | AllReduceAlgorithm) -> AllReduceAlgorithm:
+    """The algorithm a reduce-scatter or all-gather runs when ``algorithm`` is asked for: always
+    ``ring``. NCCL runs these collectives only on rings: its tuner skips every other algorithm
+    for any collective but the all-reduce (NVIDIA/nccl ``src/graph/tuning.cc`` at v2.8.4-1,
+    ``if (coll != ncclFuncAllReduce && a != NCCL_ALGO_RING) continue;``), and a ring's chunks move
+    on through every step as they arrive, so a call loads its NVLink and NIC hops together for its
+    whole length. ``tree``, ``nvls`` and ``hierarchical`` name all-reduce forms: a phase-serial
+    hierarchical gather (inter-server phase to its end, then the intra-server one) is no form
+    NCCL runs, and two of them that met would keep whatever offset the compute gave them, each
+    kind of link idle half the time, which no NCCL call shows.
 
     Raises:
         UnknownNameError: unknown algorithm.
     """
-    algo = AllReduceAlgorithm.parse(algorithm)
-    if algo is AllReduceAlgorithm.HIERARCHICAL:
-        return curves.algorithm_for(nbytes, algo)
-    if (
-        algo is AllReduceAlgorithm.AUTO
-        and curves.hierarchical is not None
-        and curves.even
-        and eval_lines(curves.hierarchical, nbytes) < eval_lines(curves.ring, nbytes)
-    ):
-        return AllReduceAlgorithm.HIERARCHICAL
+    AllReduceAlgorithm.parse(algorithm)
     return AllReduceAlgorithm.RING
 
 
 def half_time_s(curves: AllReduceCurves, nbytes: float, algorithm: str | AllReduceAlgorithm) -> float:
     """Time of a reduce-scatter or an all-gather of a buffer of ``nbytes`` per member, seconds:
-    half the all-reduce of :func:`half_algorithm` (``n - 1`` of the ring's ``2 (n - 1)`` steps;
-    hierarchical: ``g - 1`` intra-server and ``k - 1`` inter-server steps).
+    half the ring all-reduce's (``n - 1`` of its ``2 (n - 1)`` steps; :func:`half_algorithm`).
 
     Raises:
         UnknownNameError: unknown algorithm.
     """
-    return curves.time_s(nbytes, half_algorithm(curves, nbytes, algorithm)) / 2.0
+    return curves.time_s(nbytes, half_algorithm(algorithm)) / 2.0
 
 
 def half_latency_s(curves: AllReduceCurves, nbytes: float, algorithm: str | AllReduceAlgorithm) -> float:
     """The per-call latency in :func:`half_time_s` of a call of ``nbytes`` per member, seconds:
-    the zero-byte time of the algorithm that call runs (:func:`half_algorithm` at ``nbytes``).
+    the zero-byte time of the ring (:func:`half_algorithm`); ``nbytes`` is accepted for the
+    callers' one signature of time and latency.
 
     Raises:
         UnknownNameError: unknown algorithm.
     """
-    return curves.time_s(0.0, half_algorithm(curves, nbytes, algorithm)) / 2.0
+    del nbytes
+    return curves.time_s(0.0, half_algorithm(algorithm)) / 2.0
 
 
 def zero_units(parameter_bytes: Sequence[float], max_units: int = MAX_ZERO_UNITS) -> tuple[range, ...]:

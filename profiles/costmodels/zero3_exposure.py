@@ -152,8 +152,9 @@ def unit_exposure_s(
             result (default unbounded: none).
         gather_latency_s: the cost model's per-call latency in ``gather_s`` of a call of that
             many bytes per member, seconds: the zero-byte time of the algorithm that call runs
-            (``auto`` may run the hierarchical form for small calls and the ring for large
-            ones, whose latencies differ); by default ``gather_s(0)`` for every call.
+            (since all-gathers and reduce-scatters run only on NCCL's rings,
+            ``sharding.half_algorithm``, the ring's for every call); by default ``gather_s(0)``
+            for every call.
 
     Raises:
         UnknownNameError: an unknown runtime.

@@ -32,7 +32,9 @@ def test_replicas_share_costs_only_where_their_groups_are_laid_out_alike() -> No
             assert alone.exposed_comm_s(op, 0, 1, r) == shared.exposed_comm_s(op, 0, 1, r)
     assert costs[0] == costs[2] == costs[3] == costs[5]
     assert costs[1] == costs[4]
-    assert costs[1][3] > costs[0][3] * 1.2  # the straddling ring's backward collectives: slower
+    # the straddling ring's backward collectives: slower, by its NIC hops' latency (31.8 against
+    # 10.2 us a call; at 24 GB/s an HDR NIC is no slower than one NVLink2's 22.5)
+    assert costs[1][3] > costs[0][3] * 1.1
     assert shared.curves(groups[0]) is shared.curves(groups[5])
     assert shared.curves(groups[1]) is not shared.curves(groups[0])
     assert shared.curves(groups[1]).time_s(1e6) == pytest.approx(

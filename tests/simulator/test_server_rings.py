@@ -26,10 +26,11 @@ import simpy
 from pipesim.profiles.costmodels.collective import AllReduceAlgorithm, allreduce_curves, allreduce_time_s
 from pipesim.profiles.costmodels.nccl_protocol import LinkClass, link_classes
 from pipesim.profiles.costmodels.ring_topology import ring_set, server_rings
+from pipesim.profiles.costmodels.sharding import half_algorithm, half_time_s
 from pipesim.profiles.hardware.cluster import get_cluster
 from pipesim.simulator.collectives import allreduce
 from pipesim.simulator.network import Network
-from pipesim.simulator.scatter_gather import all_gather, choose_half_algorithm, reduce_scatter
+from pipesim.simulator.scatter_gather import all_gather, reduce_scatter
 
 S = 32e9  # bytes per member: chunk c = S / 32 = 1e9
 MEMBERS = list(range(8))
@@ -98,15 +99,20 @@ def test_simulated_ring_steps_closed_form(port: float, nic: float) -> None:
     assert _run(port, nic, "reduce") == pytest.approx(14 * step, rel=1e-12)
 
 
-def test_auto_gathers_on_the_rings_where_faster_than_the_hierarchical_phases() -> None:
-    # NIC-bound: ring 7 s; hierarchical 3 intra steps of S / 4 on the ports (2 s each) then one
-    # inter step of S / 8 on a NIC (4 s): 10 s
-    env = simpy.Environment()
-    net = Network(env, _bandwidths(4e9, 1e9), [0.0] * 32)
-    algo = choose_half_algorithm(net, MEMBERS, S, _route, server_of=_server)
-    assert algo is AllReduceAlgorithm.RING
-    assert _run(4e9, 1e9, "gather", "hierarchical") == pytest.approx(10.0, rel=1e-12)
-    assert _run(4e9, 1e9, "gather", "auto") == pytest.approx(7.0, rel=1e-12)
+@pytest.mark.parametrize("algorithm", ["auto", "ring", "hierarchical", "tree", "nvls"])
+@pytest.mark.parametrize(("port", "nic"), [(4e9, 1e9), (4e9, 8e9)])
+def test_gathers_and_scatters_run_on_the_rings_whatever_is_named(
+    algorithm: str, port: float, nic: float,
+) -> None:
+    # NCCL runs them only on rings (sharding.half_algorithm): 7 ring steps, planner and simulator.
+    # The phase-serial hierarchical form this replaces took 3 intra steps of S / 4 on the ports
+    # then one inter step of S / 8 on a NIC: 10 s where NIC-bound (4e9, 1e9), against 7 s
+    assert half_algorithm(algorithm) is AllReduceAlgorithm.RING
+    assert _run(port, nic, "gather", algorithm) == pytest.approx(7 * _step_s(port, nic), rel=1e-12)
+    assert _run(port, nic, "scatter", algorithm) == pytest.approx(7 * _step_s(port, nic), rel=1e-12)
+    bw = _bandwidths(port, nic)
+    curves = allreduce_curves(MEMBERS, _route, bw.__getitem__, lambda link: 0.0, server_of=_server)
+    assert half_time_s(curves, S, algorithm) == pytest.approx(7 * _step_s(port, nic), rel=1e-12)
 
 
 def test_uneven_servers_and_one_member_per_server_keep_the_one_ring() -> None:

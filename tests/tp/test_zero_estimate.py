@@ -35,7 +35,7 @@ def test_zero1_estimate_is_the_allreduce_halves() -> None:
     for sharding in ("zero1", "distributed"):
         plan = _plan(sharding, 16, 2, profile.num_layers)
         est = estimate_3d(plan, profile, cluster, optimizer_step=False).iteration_time_s
-        assert est == pytest.approx(none.iteration_time_s, rel=1e-9)  # auto: hierarchical for both
+        assert est == pytest.approx(none.iteration_time_s, rel=1e-9)  # auto: the rings for both
 
 
 def test_gated_time_closed_forms() -> None:
