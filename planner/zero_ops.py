@@ -18,7 +18,7 @@ from typing import Protocol
 from pipesim.errors import invalid
 from pipesim.planner.nic_sharing import dp_left_s, fair_share, shared_op_s, zero_transfers
 from pipesim.profiles.costmodels.collective import AllReduceCurves
-from pipesim.profiles.costmodels.sharding import Sharding, half_latency_s, half_time_s
+from pipesim.profiles.costmodels.sharding import Sharding, half_time_s
 from pipesim.profiles.costmodels.tensor_parallel import TpStageTimes
 from pipesim.profiles.costmodels.zero3_exposure import ring_call_latency_s, unit_exposure_s
 from pipesim.profiles.costmodels.zero3_runtime import (
@@ -167,19 +167,14 @@ def zero_unit_ops(model: UnitCosts, op: ZeroOp, dp_curves: AllReduceCurves) -> Z
         def gather(nbytes: float) -> float:
             return half_time_s(dp_curves, nbytes, allreduce)
 
-        def call_latency(nbytes: float) -> float:
-            return half_latency_s(dp_curves, nbytes, allreduce)
-
         for u, x in enumerate(calls):
             fwd_units[u] += unit_exposure_s(op.runtime, "F", x, fwd_start * fshare[u], 0.0, gather, lat,
                                             model.elem, op.grad, replayed=op.full,
-                                            memory_bytes_per_s=op.memory_bytes_per_s,
-                                            gather_latency_s=call_latency)
+                                            memory_bytes_per_s=op.memory_bytes_per_s)
             rep = replay * fshare[u]
             bwd_units[u] += unit_exposure_s(op.runtime, "B", x, rep, bwd_compute[u] - rep, gather, lat,
                                             model.elem, op.grad, replayed=op.full, scatter_issue_s=issue,
-                                            memory_bytes_per_s=op.memory_bytes_per_s,
-                                            gather_latency_s=call_latency)
+                                            memory_bytes_per_s=op.memory_bytes_per_s)
         fwd_gathers, bwd_gathers = [x[0] for x in times_s], [x[2] for x in times_s]
         f_op, b_op, first_extra, last_tail, spill, settle, idle, lead, _ = zero3_times_s(
             fwd_units, bwd_units, fwd_gathers, scatters, bwd_gather_s=bwd_gathers,

@@ -65,7 +65,6 @@ from pipesim.profiles.costmodels.sharding import (
     CollectiveKind,
     Sharding,
     grad_bytes_factor,
-    half_latency_s,
     half_time_s,
     zero_units,
 )
@@ -142,13 +141,10 @@ class ZeroLowering:
         elem = DTYPE_BYTES[profile.dtype]
         self._elem = elem
         self._replayed = plan.recompute is Recompute.FULL
-        # stage -> (one gather's seconds of its bytes, the cost model's latency in it, one call's
-        # ring latency s, one reduce-scatter's issue s, the device's memory bytes/s):
-        # deepspeed-2021's per-tensor prefetch (unit_exposure_s), on the planner's curves (with
-        # NCCL's link classes)
-        self._per_tensor: dict[
-            int, tuple[Callable[[float], float], Callable[[float], float], float, float, float]
-        ] = {}
+        # stage -> (one gather's seconds of its bytes, one call's ring latency s, one reduce-scatter's
+        # issue s, the device's memory bytes/s): deepspeed-2021's per-tensor prefetch
+        # (unit_exposure_s), on the planner's curves (with NCCL's link classes)
+        self._per_tensor: dict[int, tuple[Callable[[float], float], float, float, float]] = {}
         self._exposed: dict[tuple[str, int, float, float, float, float], list[float]] = {}
         for s, mode in self.sharding.items():
             if mode not in (Sharding.ZERO2, Sharding.ZERO3):
@@ -177,10 +173,9 @@ class ZeroLowering:
                                           server_of=cluster.server_of,
                                           link_class=link_classes(cluster.links).__getitem__)
                 gather = partial(half_time_s, curves, algorithm=plan.allreduce)
-                call_latency = partial(half_latency_s, curves, algorithm=plan.allreduce)
                 servers = len({cluster.server_of(x) for x in group})
                 memory = cluster.device_spec(group[0]).achievable_memory_bandwidth_bytes_per_s
-                self._per_tensor[s] = (gather, call_latency, ring_call_latency_s(len(group), servers),
+                self._per_tensor[s] = (gather, ring_call_latency_s(len(group), servers),
                                        call_issue_s(len(group), SCATTER_OPS_PER_MEMBER), memory)
         # (op, stage, micro-batch) -> collectives per unit, in unit order (0 = the stage's first)
         self._gathers: dict[tuple[str, int, int], list[int]] = {}
@@ -291,14 +286,14 @@ class ZeroLowering:
         key = (op, s, fwd, bwd, rec, wf)
         found = self._exposed.get(key)
         if found is None:
-            gather, call_latency, latency, scatter_issue, memory = per_tensor
+            gather, latency, scatter_issue, memory = per_tensor
             _, fshare, bshare = self.units[s]
             order = range(n) if op == "F" else range(n - 1, -1, -1)
             found = self._exposed[key] = [
                 unit_exposure_s(self.runtime, op, self.calls[s][u], (fwd if op == "F" else rec) * fshare[u],
                                 0.0 if op == "F" else bwd * bshare[u], gather, latency, self._elem, self.grad,
                                 replayed=self._replayed, scatter_issue_s=scatter_issue,
-                                memory_bytes_per_s=memory, gather_latency_s=call_latency)
+                                memory_bytes_per_s=memory)
                 for u in order
             ]
         return found

@@ -78,7 +78,6 @@ __all__ = [
     "grad_bytes_factor",
     "grad_reduce_dtype",
     "half_algorithm",
-    "half_latency_s",
     "half_time_s",
     "parse_grad_reduce_dtype",
     "sharded_memory_multiplier",
@@ -230,18 +229,6 @@ def half_time_s(curves: AllReduceCurves, nbytes: float, algorithm: str | AllRedu
         UnknownNameError: unknown algorithm.
     """
     return curves.time_s(nbytes, half_algorithm(algorithm)) / 2.0
-
-
-def half_latency_s(curves: AllReduceCurves, nbytes: float, algorithm: str | AllReduceAlgorithm) -> float:
-    """The per-call latency in :func:`half_time_s` of a call of ``nbytes`` per member, seconds:
-    the zero-byte time of the ring (:func:`half_algorithm`); ``nbytes`` is accepted for the
-    callers' one signature of time and latency.
-
-    Raises:
-        UnknownNameError: unknown algorithm.
-    """
-    del nbytes
-    return curves.time_s(0.0, half_algorithm(algorithm)) / 2.0
 
 
 def zero_units(parameter_bytes: Sequence[float], max_units: int = MAX_ZERO_UNITS) -> tuple[range, ...]:

@@ -112,7 +112,6 @@ def unit_exposure_s(
     replayed: bool,
     scatter_issue_s: float = 0.0,
     memory_bytes_per_s: float = math.inf,
-    gather_latency_s: Callable[[float], float] | None = None,
 ) -> float:
     """What DeepSpeed's (2021) per-tensor prefetching exposes in one unit beyond the unit-level
     gating that pipesim charges (one prefetched gather per unit, the unit's compute hiding it),
@@ -150,11 +149,6 @@ def unit_exposure_s(
         memory_bytes_per_s: the device's achievable memory bandwidth, bytes/s: each call's memory
             passes (:func:`call_pass_s`) lengthen it, and the gathers' exposed fills add to the
             result (default unbounded: none).
-        gather_latency_s: the cost model's per-call latency in ``gather_s`` of a call of that
-            many bytes per member, seconds: the zero-byte time of the algorithm that call runs
-            (since all-gathers and reduce-scatters run only on NCCL's rings,
-            ``sharding.half_algorithm``, the ring's for every call); by default ``gather_s(0)``
-            for every call.
 
     Raises:
         UnknownNameError: an unknown runtime.
@@ -171,7 +165,6 @@ def unit_exposure_s(
     if mode is Zero3Runtime.FSDP or op in ("I", "W") or total <= 0:
         return 0.0
     base = gather_s(0.0)
-    base_of = gather_latency_s if gather_latency_s is not None else (lambda _nbytes: base)
     bw = memory_bytes_per_s
     if not bw > 0:
         raise invalid("memory_bytes_per_s", bw, "must be above 0")
@@ -180,13 +173,13 @@ def unit_exposure_s(
         if elements <= 0:
             return 0.0
         nbytes = elements * elem
-        return gather_s(nbytes) - base_of(nbytes) + lat + call_pass_s(nbytes, GATHER_PASS_BYTES_PER_BYTE, bw)
+        return gather_s(nbytes) - base + lat + call_pass_s(nbytes, GATHER_PASS_BYTES_PER_BYTE, bw)
 
     def scatter(elements: float) -> float:  # a reduce-scatter: the division and copy in, then the call
         if elements * g <= 0:
             return 0.0
         nbytes = elements * g * elem
-        return gather_s(nbytes) - base_of(nbytes) + lat + call_pass_s(nbytes, SCATTER_PASS_BYTES_PER_BYTE, bw)
+        return gather_s(nbytes) - base + lat + call_pass_s(nbytes, SCATTER_PASS_BYTES_PER_BYTE, bw)
 
     def passes(late: Sequence[bool]) -> float:  # on-demand gathers' copies out, waited for
         waited = sum(x for x, f in zip(e, late, strict=True) if f)

@@ -52,27 +52,6 @@ def test_forward_exposure_closed_form() -> None:
                                replayed=False) == 0.0
 
 
-def test_each_call_sheds_the_latency_of_the_algorithm_it_runs() -> None:
-    """``auto`` runs small calls on one algorithm and large ones on another (the hierarchical form,
-    0.1 s latency, below 2 bytes; NCCL's rings across servers, 0.4 s, from 2 bytes): each call
-    pays its bytes and NCCL's ring latency L = 0.5 s, never the cost model's latency on top. The
-    forward of test_forward_exposure_closed_form: tensor 1's gather 3 + 0.5 s behind 1 s, tensor
-    0's 1 + 0.5 s behind 3 s: overhang 2.5 s, less the gating's max(0, 4.4 - 4) = 0.4 s. Taking
-    every call's latency as the zero-byte call's (0.1 s) would charge tensor 1's 0.3 s more."""
-
-    def gather(nbytes: float) -> float:
-        return (0.1 if nbytes < 2 else 0.4) + nbytes
-
-    def latency(nbytes: float) -> float:
-        return 0.1 if nbytes < 2 else 0.4
-
-    got = unit_exposure_s("deepspeed-2021", "F", _two(1, 3), 4.0, 0.0, gather, 0.5, 1, 1.0, replayed=False,
-                          gather_latency_s=latency)
-    assert got == pytest.approx(2.5 - 0.4)
-    old = unit_exposure_s("deepspeed-2021", "F", _two(1, 3), 4.0, 0.0, gather, 0.5, 1, 1.0, replayed=False)
-    assert old == pytest.approx(2.5 + 0.3 - 0.4)
-
-
 def test_backward_exposure_closed_form() -> None:
     """Backward without a replay, same unit, backward compute 8 s (2 : 6): tensor 1 runs first and
     hides tensor 0's gather (1.5 s) and the previous unit's tensor 0 reduce-scatter (1.5 s) behind
