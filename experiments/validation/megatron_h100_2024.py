@@ -99,7 +99,10 @@ a benchmark held for 60 s, not the short runs) the estimate gives 1.998, 3.088, 
 userbuffers kernels charged the 16 SMs they hold beside the overlapped GEMMs (``--tp-comm-overlap``,
 :data:`pipesim.profiles.costmodels.tp_comm.UB_COMM_SMS`) the rows run at +6.8%, -10.5% (now named),
 -27.1%, +7.2%, +15.9%, +14.5%, +6.3%, +7.0% (7.1B to 462B); on free links nothing moves (no
-collective holds the SMs).
+collective holds the SMs). With NDR InfiniBand at 0.96 of its rate (NVIDIA's 46-49 GB/s per NIC;
+0.85 before, session 13) the 16B row goes -9.2 -> -5.8%, 32B -27.1 -> -23.0%, 70B +7.2 -> +11.2%
+(named: its pass was the slower NICs' exposed data-parallel traffic offsetting the compute gap),
+119B +15.9 -> +16.3%, 177B +14.5 -> +14.8%, the 177B MFU on 4608 GPUs +14.6 -> +15.3%.
 
 Issue 14 (what the missed rows share): nothing the held rows lack. Cut into compute, exposed TP
 collectives, pipeline, data-parallel traffic and step
@@ -237,7 +240,8 @@ _PARAM_GATHER = (
     "with the hopper GEMM share at 0.7; at the H100's sustained rate, 0.6, compute alone takes "
     "0.753 s, a forward about 0.063 s and a backward 0.125 s, and the run 1.205 s, -26.0%; with "
     "Transformer Engine's userbuffers kernels holding 16 SMs beside the overlapped GEMMs, 1.223 s, "
-    "-27.1%). "
+    "-27.1%; with NDR InfiniBand at NVIDIA's 46-49 GB/s per NIC (0.96 of its rate, session 13) "
+    "-23.0%). "
     "Checked against "
     "Megatron-Core r0.8.0 (baf94af3c6): with p = 1 the one chunk is bucketed "
     "(distributed_data_parallel.py; buckets of max(4e7, 1e6 d) = 4.8e7 elements of the rank's TP "
@@ -279,6 +283,11 @@ _DP_EXPOSED_16B = (
 _MISSES: dict[str, str] = {
     "1.7b": _H100_COMPUTE,
     "32b": _PARAM_GATHER,
+    "70b": "the H100 compute rate (_H100_COMPUTE; experiments/megatron_h100_breakdown.py: this row "
+           "needs its compute x 1.085 like its sister rows' 1.07-1.17): it held at +7.2% while NDR "
+           "InfiniBand ran at 0.85 of its rate and exposed 0.216 s of its data-parallel traffic; at "
+           "NVIDIA's own 46-49 GB/s per NDR NIC (0.96, profiles/hardware/data/links.toml, session 13) "
+           "that offset shrinks and the compute gap shows, +11.2%",
     "119b": _H100_COMPUTE,
     "177b": _H100_COMPUTE,
     "strong-96": _H100_COMPUTE,
