@@ -54,3 +54,28 @@ def test_record_is_discovered() -> None:
     assert record.tolerance == 0.10
     assert "arXiv:2204.06745" in record.source
     assert "c560814b" in record.source
+
+
+def _iteration_time_s(monkeypatch: pytest.MonkeyPatch, microbatches: int) -> float:
+    monkeypatch.setattr(neox, "_ACCUMULATION", microbatches)
+    monkeypatch.setattr(neox, "_BATCH", neox._MICROBATCH * microbatches * neox._D)
+    return neox.simulate_neox20b().iteration_time_s
+
+
+def test_iteration_time_is_linear_in_the_microbatches(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A 1F1B iteration of 4 equal stages is m + 3 pipeline slots and a fixed data-parallel step:
+    # 32 -> 16 micro-batches removes 16 slots, 16 -> 8 removes 8 (the autograd accumulation pass,
+    # (m - 1) / m of a memory pass per backward, bends it by well under 0.5%).
+    t32, t16, t8 = (_iteration_time_s(monkeypatch, m) for m in (32, 16, 8))
+    assert (t32 - t16) / (t16 - t8) == pytest.approx(2.0, rel=0.005)
+
+
+def test_iteration_time_is_above_the_compute_bound() -> None:
+    # Megatron-LM's count with recomputation, 96 B s l h^2 (1 + s/(6h) + V/(16 l h)) = 5.35e17 FLOP,
+    # at the A100's dense fp16 peak (312 TFLOP/s) on 96 GPUs is 17.9 s; the 1F1B bubble (3 of 35
+    # slots) is on top of it.
+    b, s, layers, h, v = 1536, 2048, 44, 6144, 50432
+    flop = 96 * b * s * layers * h * h * (1 + s / (6 * h) + v / (16 * layers * h))
+    floor_s = flop / (96 * 312e12)
+    assert floor_s == pytest.approx(17.87, abs=0.01)
+    assert neox.iteration_time_s() > floor_s * 35 / 32
