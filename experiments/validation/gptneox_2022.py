@@ -67,7 +67,9 @@ final norm count once per TP rank): 20,556,201,984 (:func:`neox_parameter_count`
 first "Num. parameters", as quoted by stored public material; the de-duplicated count is
 20,554,567,680, the card's later ``nparameters``). Its parameter term counts no recomputation
 (6 N); its attention term is 5x the 12 s h l of the forward and backward score and context GEMMs.
-117 teraFLOP/s so stand for a 43.85 s iteration (150,000 such iterations are 1,827 hours).
+117 teraFLOP/s so stand for a 43.85 s iteration: 150,000 such iterations (``train-iters``) are
+1,827 hours, where a stored summary of the paper (nl2code.github.io/posts/GPT-NeoX) gives a
+training time of 1,830 hours (at Megatron-LM's count below they would be 1,986 hours).
 Megatron-LM's count with recomputation (``96 B s l h^2 (1 + s/(6h) + V/(16 l h))``) would give
 47.7 s at 117: the choice of count is a stated assumption, made before the prediction.
 
