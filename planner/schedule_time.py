@@ -253,7 +253,9 @@ def order_time_s(
     growth = max(t2.makespan_s - t1.makespan_s, period * max(busy) * share)
     return OrderTime(
         makespan_s=t2.makespan_s + steps * growth,
-        rank_end_s=tuple(b + steps * (b - a) for a, b in zip(t1.rank_end_s, t2.rank_end_s, strict=True)),
+        # (each rank's end grows at least by its own compute per period, as the makespan does)
+        rank_end_s=tuple(b + steps * max(b - a, period * x * share)
+                         for a, b, x in zip(t1.rank_end_s, t2.rank_end_s, busy, strict=True)),
         stage_end_s=tuple(b + steps * (b - a) for a, b in zip(t1.stage_end_s, t2.stage_end_s, strict=True)),
         stream_end_s=tuple(b + steps * (b - a)
                            for a, b in zip(t1.stream_end_s, t2.stream_end_s, strict=True)),

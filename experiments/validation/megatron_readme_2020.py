@@ -37,7 +37,10 @@ micro-batch loop or option), so one micro-batch of 8 (DGX-2), 16 (DGX-A100) and 
 ranks (``--model-parallel-size``, Shoeybi et al. 2019's intra-layer split; no pipeline);
 fp16 with activation checkpointing, as the repository's ``examples/pretrain_gpt2_distributed.sh``
 runs (``--checkpoint-activations --fp16``) and as the teraFLOP/s column's recomputation factor
-says: ``recompute = full``; the default ``--DDP-impl local`` all-reduces the fp16 gradients after
+says: ``recompute = full``, which replays the transformer layers only, as
+``ParallelTransformer._checkpointed_forward`` does (``megatron/model/transformer.py``: the
+embedding, final layer norm, logits and loss run once; ``memory.full_replays``); the default
+``--DDP-impl local`` all-reduces the fp16 gradients after
 the backward (``megatron/training.py`` ``backward_step``): ``allreduce_overlap = end``; the
 tensor-parallel all-reduces are all synchronous (``megatron/mpu/mappings.py``:
 ``_CopyToModelParallelRegion.backward`` all-reduces the input gradient with a blocking
@@ -106,50 +109,76 @@ _TABLE: dict[tuple[str, str], tuple[int, float, float]] = {
     ("dgx-a100-dp128", "4b"): (512, 1242, 0.790),
     ("dgx-a100-dp128", "8b"): (1024, 1380, 0.727),
 }
-_FP32_LOSS = (
-    "the loss's fp32 kernels (megatron/mpu/cross_entropy.py at this commit, on output.float() without "
-    "--fp16-lm-cross-entropy: the cast, max, in-place subtraction, exp, sum and division forward, the "
-    "multiplication and the cast back backward, each a pass over the 8 x 1024 x 51,200 logits: "
-    "roofline.LayerCost.cross_entropy) made the single-GPU 1B runs 3.8 (DGX-2) and 4.7 (DGX A100) "
-    "points slower when they were costed (a fused 3 + 2 passes in fp16 before): the DGX-2 1B "
-    "iteration from +7.4% to +11.2%. It was already the slowest of the V100 rows; what else the "
-    "model charges this V100 run too much is not traced (the V100's fp16 GEMM share 0.72 and its "
-    "achievable bandwidth, 0.8 of 900 GB/s, are the candidates)"
-)
-_MISSES: dict[tuple[str, str, str], str] = {
-    ("dgx2-v100", "1b", "iteration"): _FP32_LOSS,
-    ("dgx2-v100", "8b", "scaling"): (
-        "the single-GPU 1B baseline's time (+11.2%, dgx2-v100-1b-iteration) carried into the ratio: "
-        "the 8B run itself holds (-0.1%), and its scaling, relative to the 1B run, went +8.1% -> +11.5% "
-        "when the loss's fp32 kernels were costed (they weigh on the one-GPU 1B run's whole "
-        "vocabulary and on the 8B run's one-eighth share); see the 1B iteration record and the "
-        "module's TP note"),
-}
-"""Records pipesim misses today, and why (the text each record's ``known_miss`` carries). The TP rows
-hold since the backward's TP all-reduces are exposed whole, as the code of 2020 ran them
-(``tp_dgrad_overlap = False``; with them hidden behind the weight-gradient GEMMs, as Megatron-LM
-does since 2021-09, the DGX-2 4B and 8B and the DGX A100 8B scaling came 10.3%, 14.5% and 11.9%
-high). What tensor parallelism costs (the run minus the same run on free links) is now 60, 144,
-264 ms for 2B, 4B, 8B on the DGX A100 against 77, 168, 314 ms measured (the published time minus
-pipesim's free-link time scaled by the 1B ratio 1076/1089), 54, 129, 236 ms on the DGX-2 against
-72, 192, 323 ms (scaled by 1121/1204): 0.67-0.86 of it. Not traced: the all-reduce rate of the
-NCCL of mid-2020 on NVSwitch (no all-reduce measurement of a DGX-2 found: the catalog's
-``NVLink2-x6`` takes the DGX-1's 0.90 NVLink2 efficiency, 135 GB/s busbw), and the work every TP
-rank repeats on the full ``b s h`` activations beyond the layer norms, dropouts and residual adds
-costed: the row-parallel linears' bias adds, which ``RowParallelLinear`` makes after the
-all-reduce (``output_ + self.bias``, ``megatron/mpu/layers.py`` at 5281919420) as a kernel of
-its own (PyTorch's ``F.linear`` of that time fused the bias only for 2-D inputs), and whose
-bias gradient is a reduction over ``b s h``, while the zoo folds every bias into its GEMM's
-epilogue: about 1.3 GB of memory traffic a block with recomputation, ~1 ms, ~40 ms over the 8B
-model's 42 blocks on the DGX A100 (an estimate, not simulated). The data-parallel table's 8B
-row, which the added TP time took to
-+9.6% (+10.1% with the loss's fp32 kernels, a miss): it runs 207 ms longer than the single-server
-8B run in pipesim, 37 ms between the published times, less than the ~172 ms the 128-way ring
-all-reduce of each rank's 2.17 GB of fp16 gradients needs on its own 200 Gb/s HDR NIC
-(``2 (127/128) 2.17 GB / 25 GB/s``). It holds (+8.4%) since the catalog's HDR NIC reaches 0.96
-of its rate, not 0.85 (links.toml IB-HDR, issue 14); the published runs still hid more of the
-all-reduce than pipesim does (torch DDP's bucketed all-reduce during the backward is the
-candidate; the README does not give --DDP-impl)."""
+_MISSES: dict[tuple[str, str, str], str] = {}
+"""Records pipesim misses today, and why (the text each record's ``known_miss`` carries): none.
+
+Since full recomputation replays the transformer blocks alone (Megatron-LM's checkpointing:
+``memory.full_replays``), not the 51,200-entry LM head's logits GEMM and fp32 loss nor the
+embedding, the single-GPU 1B runs lost 41 ms (DGX-2) and 41 ms (DGX A100) of replay and the
+8B runs 10 ms (the head is split 8 ways there): dgx2-v100-1b-iteration +11.2% -> +7.6% and
+dgx2-v100-8b-scaling +11.5% -> +8.6% (both named before), dgx-a100-dp128-8b-iteration +10.1% ->
++9.4% (named before); the model-parallel table's other scaling records 1.3-3.1 points lower, the
+data-parallel table's 0.1-2.9 (its 8B row -3.6% -> -6.5%).
+
+What is left is the same pattern, smaller: every weak-scaling figure of the model-parallel table
+comes out high (DGX-2 +2.6, +7.0, +8.6%; DGX A100 +2.5, +3.4, +5.5% for 2B, 4B, 8B), so what
+tensor parallelism costs grows too little with ``t``. That cost (the run minus the same run on
+free links) is 60, 144, 264 ms for 2B, 4B, 8B on the DGX A100 against 83, 178, 326 ms measured
+(the published time minus pipesim's free-link time scaled by the 1B ratio 1076/1098), 54, 129,
+236 ms on the DGX-2 against 76, 198, 329 ms (scaled by 1121/1206): 0.72-0.81 and 0.65-0.72 of
+it. The collectives are modelled as the 2020 code runs them: two all-reduces of the ``b s h``
+fp16 activations per block forward, two more in the recomputed forward and two in the backward,
+each blocking (``megatron/mpu/mappings.py``: ``torch.distributed.all_reduce`` with no overlap,
+``tp_dgrad_overlap = False``), the vocabulary-parallel embedding's forward all-reduce, the
+head's backward all-reduce and the cross-entropy's three ``b s`` fp32 all-reduces (max, target
+logit, sum of exponentials: ``megatron/mpu/cross_entropy.py``): 255 all-reduces of 134 MB a
+DGX A100 8B iteration (6 a block, the embedding's twice: pipesim's replay carries the stage's
+forward collectives, the head's once) at a 221-226 GB/s bus bandwidth for 75-134 MB on 2-8
+GPUs (pipesim's NVLink3 ring), and of 67 MB a DGX-2 8B iteration at 123-126 GB/s for 38-67 MB
+(``NVLink2-x6``: the DGX-1's 0.90 NVLink2 efficiency of 150 GB/s). Matching the measured cost
+would take about 180 GB/s and 90 GB/s at those sizes from the NCCL of mid-2020 (2.7, NGC
+PyTorch 20.0x containers); no all-reduce measurement of that NCCL on a DGX-2's NVSwitch or on
+a DGX A100 at 38-134 MB was found (not traced).
+
+Read in the 2020 code and costed as prototypes, not modelled (each makes every run slower, the
+1B runs most, so each moves the scaling figures the wrong way or not at all and takes the DGX-2
+1B run past 10%):
+
+* the fp16 optimizer (``megatron/fp16/fp16.py`` and ``loss_scaler.py``, ``mpu/grads.py`` at
+  5281919420): before Apex's ``FusedAdam`` step (28 bytes a parameter, what
+  ``optimizer.py`` charges) it checks every fp16 gradient for overflow one tensor at a time
+  (``float(x.float().sum())``: a cast, a sum and a host synchronisation per tensor, 10 bytes a
+  parameter), copies the fp16 gradients to the fp32 master gradients (6 bytes,
+  ``multi_tensor_scale``), unscales them (8 bytes), takes the clipping norm one tensor at a time
+  (``p.grad.data.norm(2)`` and ``.item()``, 4 bytes and a synchronisation per tensor) and copies
+  the master weights back tensor by tensor (``model.data.copy_(master.data)``, 6 bytes): about
+  34 bytes a parameter more, 55 ms (DGX-2) and 32 ms (DGX A100) for the 1B run; prototype (the
+  bytes alone, without the per-tensor synchronisations):
+  dgx2-v100-1b-iteration +12.5%, -8b +2.9%, scaling +2.9/+7.6/+9.5%; dgx-a100 1B +5.0%, 8B
+  -0.8%, scaling +2.6/+3.8/+6.1%;
+* the bias adds: PyTorch's ``F.linear`` of 2020 fuses the bias only for 2-D inputs (``addmm``),
+  so on Megatron-LM's ``[b, s, h]`` activations each column-parallel linear adds its bias in a
+  kernel of its own (``output += bias``) and each row-parallel one after its all-reduce
+  (``output_ + self.bias``, ``megatron/mpu/layers.py``), with a reduction per bias gradient,
+  while the zoo folds biases into the GEMM epilogue: prototype (2 passes forward, 1 backward,
+  of each linear's output): dgx2-v100-1b-iteration +11.9%, -8b +0.8%, scaling +3.4/+8.8/+11.2%;
+  dgx-a100 1B +7.2%, 8B -1.1%, scaling +3.4/+5.6/+8.6%.
+
+So the 1B runs, with no tensor parallelism, already take pipesim a little longer than measured
+(DGX-2 +7.6%, DGX A100 +2.1%: 71.9 and 149.8 teraFLOP/s of model work per GPU published, 0.575
+of a V100's 125 and 0.48 of an A100's 312, with recomputation counted): with the costs above
+added, the V100's GEMMs would have to run well above ``compute.GEMM_EFFICIENCY``'s Volta share
+(0.72) to hold the 1B time. A candidate not traced: the DGX-2H, the DGX-2 with higher-power
+V100s (up to 12 kW a system against 10 kW: training.continuumlabs.ai's DGX-2 page), on which
+Shoeybi et al. 2019 (Sec. 5) ran the first Megatron-LM experiments; the README does not say
+which DGX-2 it timed, and no GEMM rate of the DGX-2H's V100s was read.
+
+The data-parallel table's 8B row (+7.7% with the HDR NIC at 0.96 of its rate, links.toml;
++9.4% at 0.85, where pipesim ran it 207 ms longer than the single-server
+8B run, the published times differ by 37 ms, less than the ~172 ms a 128-way ring all-reduce of
+each rank's 2.17 GB of fp16 gradients needs on its own 200 Gb/s HDR NIC
+(``2 (127/128) 2.17 GB / 25 GB/s``), so the published runs hid most of it (torch DDP's bucketed
+all-reduce during the backward is the candidate; the README does not give ``--DDP-impl``)."""
 
 _BASELINE = {"dgx2-v100": "dgx2-v100", "dgx-a100": "dgx-a100", "dgx-a100-dp128": "dgx-a100"}
 """The single-GPU 1B run each system's scaling is relative to (the README's text)."""

@@ -18,9 +18,11 @@ Activations: each in-flight micro-batch keeps, on a stage, the bytes its layers 
 (``Layer.saved_activation_bytes``, the PipeDream/DAPPLE convention being the layer outputs) plus
 the stage's received input. Recomputation (:class:`Recompute`) trades that memory for time:
 
-* ``full``: only the stage's received input is kept; the backward first replays the stage's whole
+* ``full``: only the stage's received input is kept; the backward first replays the stage's
   forward, so one micro-batch's saved bytes are re-materialised at once (transient), and the
-  replay costs the stage's forward time again.
+  replay costs the stage's forward time again. Of a shaped transformer profile only the blocks
+  are replayed (:func:`full_replays`): Megatron-LM checkpoints its transformer layers, and the
+  embedding and the LM head keep their saved bytes from their forward to their backward.
 * ``selective``: the attention core of every transformer layer (``Q K^T``, softmax, dropout,
   attention over ``V``) is not kept and is replayed layer by layer in the backward, Korthikanti
   et al., "Reducing Activation Recomputation in Large Transformer Models" (MLSys 2023,
@@ -63,6 +65,7 @@ __all__ = [
     "StageActivations",
     "backward_working_set_bytes",
     "check_recompute",
+    "full_replays",
     "held_until_w",
     "held_until_w_fewest",
     "in_flight_microbatches",
@@ -105,7 +108,8 @@ OPTIMIZERS: tuple[str, ...] = tuple(o.value for o in Optimizer)
 class Recompute(str, Enum):
     """Activation recomputation: ``none`` stashes every saved activation of an in-flight
     micro-batch; ``full`` keeps only each stage's input and replays the stage's forward before
-    its backward; ``selective`` drops and replays only the transformer layers' attention core
+    its backward (of a shaped transformer profile, its blocks': :func:`full_replays`);
+    ``selective`` drops and replays only the transformer layers' attention core
     (Korthikanti et al. 2022, see the module docstring)."""
 
     NONE = "none"
@@ -183,6 +187,24 @@ def check_recompute(profile: ModelProfile, recompute: Recompute | str | bool) ->
     return mode
 
 
+def full_replays(profile: ModelProfile) -> list[bool]:
+    """Per layer, whether ``full`` recomputation replays its forward before its backward (and
+    so keeps none of its saved bytes): every layer but a shaped embedding or LM head.
+
+    Megatron-LM's ``--checkpoint-activations`` checkpoints the transformer layers only:
+    ``ParallelTransformer._checkpointed_forward`` wraps ``self.layers`` in ``mpu.checkpoint``,
+    ``checkpoint_num_layers`` at a time, while the embedding before them and the final layer norm,
+    logits and loss after them run once (``megatron/model/transformer.py`` and
+    ``megatron/model/gpt2_model.py`` at NVIDIA/Megatron-LM commit 5281919420, 2020-09-11; the
+    same split in ``megatron/core/transformer/transformer_block.py``'s ``_checkpointed_forward``
+    of ``--recompute-granularity full`` since), and Megatron-DeepSpeed inherits it. A layer
+    without a shape is replayed: nothing says what it is, and GPipe's re-materialisation (Huang
+    et al. 2019, Sec. 2.3) replays a partition's whole forward."""
+    return [
+        layer.shape is None or layer.shape.kind is LayerKind.BLOCK for layer in profile.layers
+    ]
+
+
 def _core_shares(profile: ModelProfile) -> list[tuple[float, float]]:
     """Per layer ``(share of its saved bytes, share of its forward time)`` in its attention core."""
     out = []
@@ -197,8 +219,9 @@ def _core_shares(profile: ModelProfile) -> list[tuple[float, float]]:
 def layer_kept_bytes(profile: ModelProfile, samples: float, recompute: Recompute | str | bool) -> list[float]:
     """Bytes each layer keeps from its forward until its backward for ``samples`` samples.
 
-    ``none``: the layer's saved bytes; ``full``: nothing (the stage's input, kept instead, is
-    added by :func:`stage_activations`); ``selective``: the saved bytes less the attention core's
+    ``none``: the layer's saved bytes; ``full``: nothing for a layer it replays (the stage's
+    input, kept instead, is added by :func:`stage_activations`), the saved bytes of one it does
+    not (:func:`full_replays`); ``selective``: the saved bytes less the attention core's
     (the core's share of the saved bytes at the profile batch, applied at every batch size).
 
     Raises:
@@ -210,7 +233,7 @@ def layer_kept_bytes(profile: ModelProfile, samples: float, recompute: Recompute
     if mode is Recompute.NONE:
         return saved
     if mode is Recompute.FULL:
-        return [0.0] * len(saved)
+        return [b if not replayed else 0.0 for b, replayed in zip(saved, full_replays(profile), strict=True)]
     return [b * (1.0 - share) for b, (share, _) in zip(saved, _core_shares(profile), strict=True)]
 
 
@@ -331,8 +354,9 @@ def layer_recompute_times_s(
 ) -> list[float]:
     """Forward time each layer replays during its backward for ``samples`` samples, seconds.
 
-    ``none``: 0; ``full``: the layer's whole forward; ``selective``: the attention core's share
-    of its forward (``Layer.attention_core_fwd_share``; 0 for a layer without one).
+    ``none``: 0; ``full``: the whole forward of a layer it replays (:func:`full_replays`), else
+    0; ``selective``: the attention core's share of its forward
+    (``Layer.attention_core_fwd_share``; 0 for a layer without one).
 
     Raises:
         InputError: as :func:`layer_kept_bytes`.
@@ -342,7 +366,7 @@ def layer_recompute_times_s(
         return [0.0] * profile.num_layers
     fwd = profile.fwd_times_s(samples)
     if mode is Recompute.FULL:
-        return fwd
+        return [f if replayed else 0.0 for f, replayed in zip(fwd, full_replays(profile), strict=True)]
     return [f * share for f, (_, share) in zip(fwd, _core_shares(profile), strict=True)]
 
 
@@ -410,7 +434,8 @@ def stage_activations(
     pool = kept
     if mode is Recompute.FULL:
         pool = profile.stashed_bytes(samples)
-        remat = sum(pool[i] for i in layers)
+        replays = full_replays(profile)
+        remat = sum(pool[i] for i in layers if replays[i])
     stash = inputs + sum(kept[i] for i in layers)
     work = remat + max(transient[i] for i in layers)
     held = sum(wgrad_kept_bytes(profile, i, samples, pool[i]) for i in layers)

@@ -49,6 +49,7 @@ from pipesim.profiles.costmodels.memory import (
     Recompute,
     StageActivations,
     check_recompute,
+    full_replays,
     layer_kept_bytes,
     layer_transient_bytes,
     wgrad_kept_bytes,
@@ -413,7 +414,8 @@ def tp_stage_activations(
     if mode is Recompute.FULL:
         saved = profile.stashed_bytes(samples)
         pool = {i: saved[i] * factor(i, False) for i in layers}
-        remat = sum(pool[i] for i in layers)
+        replays = full_replays(profile)  # the embedding and head keep theirs (in the stash)
+        remat = sum(pool[i] for i in layers if replays[i])
     work = remat + max(transient[i] for i in layers) / t
     sp = sequence_parallel
     held = sum(wgrad_kept_bytes(profile, i, samples, pool[i], t=t, sequence_parallel=sp) for i in layers)

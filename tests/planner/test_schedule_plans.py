@@ -284,3 +284,18 @@ def test_estimate_of_a_v_plan_uses_its_placement() -> None:
     assert estimate_plan(found, profile, CLUSTER).iteration_time_s == pytest.approx(
         found.estimate.iteration_time_s if found.estimate else 0.0
     )
+
+
+def test_an_extrapolated_rank_end_is_at_least_its_compute() -> None:
+    """Past the evaluated window a rank's end grows by at least its own compute per period, as
+    the makespan does: a ZB-V order of 64 micro-batches whose transient grew rank 0's end by less
+    than its ops (0.6865 s against 0.6876 s of forwards and backwards; the stages' times of a
+    CP x 8 GPT search, where the last stage holds the LM head, not replayed by full
+    recomputation) ends no earlier than its ops take."""
+    f = [1.4071902e-3, 1.4034402e-3, 1.4034402e-3, 1.5856016e-3]
+    w = [0.9244997e-3, 0.9237559e-3, 0.9237559e-3, 1.0126910e-3]
+    b = [x + y for x, y in zip([2.9976766e-3, 3.0035715e-3, 3.0035715e-3, 2.8153864e-3], w, strict=True)]
+    order = order_time_s("zbv", num_ranks=2, num_microbatches=64, chunks=2, fwd_s=f, bwd_s=b, wgrad_s=w,
+                         send_fwd_s=[0.0] * 3, send_bwd_s=[0.0] * 3)
+    assert float(order.rank_end_s[0]) >= 64 * (f[0] + f[3] + b[0] + b[3])
+    assert float(order.rank_end_s[1]) >= 64 * (f[1] + f[2] + b[1] + b[2])

@@ -10,8 +10,10 @@ from pipesim.errors import InputError
 from pipesim.profiles.costmodels.memory import (
     Recompute,
     check_recompute,
+    full_replays,
     layer_kept_bytes,
     layer_recompute_times_s,
+    layer_transient_bytes,
     stage_activations,
 )
 from pipesim.profiles.models.fileformat import profile_from_dict, profile_to_dict, save_profile
@@ -77,7 +79,10 @@ def test_replayed_time_per_mode() -> None:
     fwd = profile.fwd_times_s(6)
     full = layer_recompute_times_s(profile, 6, "full")
     sel = layer_recompute_times_s(profile, 6, "selective")
-    assert full == fwd
+    # full: the blocks' whole forward; the embeddings and the head are not checkpointed
+    assert full == [0.0, *fwd[1:-1], 0.0]
+    assert fwd[0] > 0.0
+    assert fwd[-1] > 0.0
     assert sel[0] == 0.0  # the embeddings have no attention core
     assert sel[-1] == 0.0  # nor has the head
     share = profile.layers[1].attention_core_fwd_share
@@ -116,3 +121,27 @@ def test_profile_files_keep_the_attention_core(tmp_path: Path) -> None:
     data["layers"][1]["attention_core_fwd_share"] = 2.0
     with pytest.raises(InputError, match=r"attention_core_fwd_share=2\.0: must be <= 1"):
         profile_from_dict(data)
+
+
+def test_full_recomputation_checkpoints_the_blocks_only() -> None:
+    """Megatron-LM's --checkpoint-activations wraps the transformer layers alone
+    (memory.full_replays): the embedding and the LM head keep their saved bytes, the blocks keep
+    nothing and are re-materialised in the backward; an unshaped profile replays every layer."""
+    profile = zoo_model("gpt:layers=3,hidden=256,heads=4,seq=128,vocab=1000", dtype="fp16", batch_size=2)
+    saved = profile.stashed_bytes(2)
+    assert full_replays(profile) == [False, True, True, True, False]
+    assert layer_kept_bytes(profile, 2, "full") == [saved[0], 0.0, 0.0, 0.0, saved[-1]]
+    assert saved[0] > 0.0
+    assert saved[-1] > 0.0
+    acts = stage_activations(profile, 0, 4, 2, "full")
+    transient = layer_transient_bytes(profile, 2, "full")
+    assert acts.stash_bytes == pytest.approx(saved[0] + saved[-1], rel=1e-12)  # first stage: no input
+    assert acts.work_bytes == pytest.approx(sum(saved[1:4]) + max(transient), rel=1e-12)
+    # a middle stage of blocks: as before, its input kept, all of it replayed
+    middle = stage_activations(profile, 1, 3, 2, "full")
+    inputs = profile.cuts()[0].crossing_bytes / profile.profile_batch_size * 2
+    assert middle.stash_bytes == pytest.approx(inputs, rel=1e-12)
+    assert middle.work_bytes == pytest.approx(sum(saved[1:4]) + max(transient[1:4]), rel=1e-12)
+    vgg = zoo_model("vgg19")
+    assert all(full_replays(vgg))
+    assert layer_recompute_times_s(vgg, 1, "full") == vgg.fwd_times_s(1)
