@@ -174,11 +174,11 @@ Shoeybi et al. 2019 (Sec. 5) ran the first Megatron-LM experiments; the README d
 which DGX-2 it timed, and no GEMM rate of the DGX-2H's V100s was read.
 
 The data-parallel table's 8B row (+7.7% with the HDR NIC at 0.96 of its rate, links.toml;
-+9.4% at 0.85, where pipesim ran it 207 ms longer than the single-server
-8B run, the published times differ by 37 ms, less than the ~172 ms a 128-way ring all-reduce of
-each rank's 2.17 GB of fp16 gradients needs on its own 200 Gb/s HDR NIC
-(``2 (127/128) 2.17 GB / 25 GB/s``), so the published runs hid most of it (torch DDP's bucketed
-all-reduce during the backward is the candidate; the README does not give ``--DDP-impl``)."""
++9.4% at 0.85, where pipesim ran it 207 ms longer than the single-server 8B run): the published
+times differ by 37 ms, less than the ~180 ms a 128-way ring all-reduce of each rank's 2.17 GB of
+fp16 gradients needs on its own 200 Gb/s HDR NIC (``2 (127/128) 2.17 GB / 24 GB/s``), so the
+published runs hid most of it (torch DDP's bucketed all-reduce during the backward is the
+candidate; the README does not give ``--DDP-impl``)."""
 
 _BASELINE = {"dgx2-v100": "dgx2-v100", "dgx-a100": "dgx-a100", "dgx-a100-dp128": "dgx-a100"}
 """The single-GPU 1B run each system's scaling is relative to (the README's text)."""
