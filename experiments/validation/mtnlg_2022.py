@@ -109,14 +109,14 @@ def iteration_time_s(servers: int) -> float:
 
 
 _FIXED_COST = (
-    "pipesim is 12.6-15.9% fast, by a per-iteration constant: a line through the three published "
+    "pipesim is 13.9-17.2% fast, by a per-iteration constant: a line through the three published "
     "times against the pipeline's slots (m + p - 1 = 274, 226, 194 at micro-batch 1) gives 0.197 s a "
-    "slot and 5.98 s besides, pipesim's predictions 0.190 s a slot (3.6% less) and 0.46 s besides, "
+    "slot and 5.98 s besides, pipesim's predictions 0.187 s a slot (5.0% less) and 0.45 s besides, "
     "so the per-micro-batch stage time and the bubble are reproduced and ~5.5 s an iteration is not. "
     "The same run's stack on the same machine is ~20% slower than Megatron-LM's own: the Megatron-LM "
     "paper's 530B row on 2240 GPUs (t 8, p 35, micro-batch 1, batch 2240) measured 159 TFLOP/s "
-    "(about 156 at batch 1920's larger bubble) against this run's 126, and pipesim predicts 147 "
-    "there (megatron-2021-t2-529.6b-2240gpu-tflops, -7%). BLOOM-176B, also DeepSpeed's pipeline "
+    "(about 156 at batch 1920's larger bubble) against this run's 126, and pipesim predicts 150 "
+    "there (megatron-2021-t2-529.6b-2240gpu-tflops, -6%). BLOOM-176B, also DeepSpeed's pipeline "
     "engine, shows a fixed per-iteration cost of the same size (6 s, bloom_2022). Not traced: which "
     "part of the 2021 DeepSpeed/Megatron stack costs it (the paper names no component). Alternative "
     "reading, not taken because the paper does not state it: at micro-batch 2 (m = 120, 96, 80) the "
