@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import heapq
 import logging
 import math
 from collections import deque
@@ -17,6 +18,7 @@ from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
 import simpy
+from simpy.events import Event, Timeout
 
 from pipesim.errors import invalid
 from pipesim.plan import Plan
@@ -237,7 +239,7 @@ class _Engine:
                     if target.arrived < recv.pieces:
                         free_at = env.now
                         target.expected = recv.pieces
-                        target.event = env.event()
+                        target.event = Event(env)
                         self.position[index] = recv.step
                         yield target.event
                         # Time the data spent on the wire after it was produced (or after we were free).
@@ -257,7 +259,7 @@ class _Engine:
                     if ins.marks:
                         env.process(self._marks(ins.marks, duration))
                     if duration > 0:
-                        yield env.timeout(duration)
+                        yield Timeout(env, duration)
                 busy += duration
                 tally.compute(device, ins, start, env.now, compute_end)
             for out in sends:
@@ -280,7 +282,7 @@ class _Engine:
                 if not self.done[cid].processed:
                     yield self.done[cid]
             start = env.now
-            yield env.timeout(update.compute.duration_s)
+            yield Timeout(env, update.compute.duration_s)
             busy += update.compute.duration_s
             tally.compute(device, update.compute, start, env.now)
             self.stepped[device].succeed()
@@ -293,7 +295,7 @@ class _Engine:
         elapsed = 0.0
         for fraction, collective in marks:
             if fraction * duration > elapsed:
-                yield self.env.timeout(fraction * duration - elapsed)
+                yield Timeout(self.env, fraction * duration - elapsed)
                 elapsed = fraction * duration
             self._ready(collective)
 
@@ -316,11 +318,11 @@ class _Engine:
             at = fraction * duration
             if tp is not None and tp_done is None and launch_at <= at:
                 if launch_at > elapsed:
-                    yield env.timeout(launch_at - elapsed)
+                    yield Timeout(env, launch_at - elapsed)
                     elapsed = launch_at
                 tp_done = self._tp_collective(tp, ins, device)
             if at > elapsed:
-                yield env.timeout(at - elapsed)
+                yield Timeout(env, at - elapsed)
                 elapsed = at
             if not wait:
                 self._ready(cid)
@@ -330,11 +332,11 @@ class _Engine:
                 stalled += env.now - before
         if tp is not None and tp_done is None:
             if launch_at > elapsed:
-                yield env.timeout(launch_at - elapsed)
+                yield Timeout(env, launch_at - elapsed)
                 elapsed = launch_at
             tp_done = self._tp_collective(tp, ins, device)
         if duration > elapsed:
-            yield env.timeout(duration - elapsed)
+            yield Timeout(env, duration - elapsed)
         compute_end = env.now
         tp_stalled = 0.0
         if tp_done is not None and not tp_done.processed:
@@ -412,7 +414,7 @@ class _Engine:
         for spec in self.program.collectives:
             if not spec.posted:  # starts once the collective before it has ended
                 self.env.process(self._collective(spec))
-        self.env.run()
+        _run_events(self.env)
         if self.running:
             lowered = self.program.lowered_schedule()
             stuck: dict[int, tuple[int, int, str | None]] = {}
@@ -427,6 +429,28 @@ class _Engine:
             blocked = held_by_rendezvous([stuck[r] for r in sorted(stuck)], held)
             raise deadlock_error(lowered.ranks, blocked)
         return self.tally.result(self.cluster, self.link_names, self.link_stretches)
+
+
+def _run_events(env: simpy.Environment) -> None:
+    """``env.run()``: process every scheduled event, in SimPy's order, until none is left.
+
+    SimPy's ``Environment.step`` inlined in one loop (the engine never stops a run early, so
+    ``StopSimulation`` needs no handling); a failed event nobody defused raises as ``step``
+    raises it.
+    """
+    queue = env._queue
+    pop = heapq.heappop
+    while queue:
+        env._now, _, _, event = pop(queue)
+        callbacks = event.callbacks
+        event.callbacks = None  # type: ignore[assignment]
+        for callback in callbacks:
+            callback(event)
+        if not event._ok and not hasattr(event, "_defused"):
+            failure = event._value
+            exc = type(failure)(*failure.args)
+            exc.__cause__ = failure
+            raise exc
 
 
 def simulate(

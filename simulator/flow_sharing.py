@@ -193,8 +193,8 @@ class FlowSharing:
         flow.finish = now + flow.remaining / rate
         self._n_lone += 1
         heapq.heappush(self._heap, (flow.finish, fid, flow.version, flow))
-        if self._on_link is not None:
-            self._record_links(set(links), [], now)
+        if self._on_link is not None:  # (a route's links are distinct: Network._route_info)
+            self._record_totals(sorted(links), rate, now)
         self._arm()
 
     def _schedule_flush(self) -> None:
@@ -336,6 +336,26 @@ class FlowSharing:
         if closed:
             emit(closed)
 
+    def _record_totals(self, links: list[int], total: float, now: float) -> None:
+        """:meth:`_record_links` for sorted ``links`` whose total rate is now ``total``
+        (the links a lone flow starts on, each carrying it alone; the links left empty)."""
+        emit = self._on_link
+        assert emit is not None
+        link_rate = self._link_rate
+        link_since = self._link_since
+        closed: list[float] = []
+        for link in links:
+            old = link_rate[link]
+            if total != old:
+                if old > 0.0:
+                    since = link_since[link]
+                    if now > since:
+                        closed += (link, since, now, old)
+                link_rate[link] = total
+                link_since[link] = now
+        if closed:
+            emit(closed)
+
     def _compact_heap(self) -> None:
         self._heap = [e for e in self._heap if not e[3].done and e[3].version == e[2]]
         heapq.heapify(self._heap)
@@ -387,15 +407,19 @@ class FlowSharing:
         # only the links that still carry flows need a re-fill (an empty link rates nothing)
         emptied = {link for link in left if not link_flows[link]}
         dirty.update(left - emptied)
-        if self._on_link is not None and emptied:
-            self._record_links(emptied - dirty, [], now)  # (dirty ones: at the re-fill)
+        if self._on_link is not None and emptied:  # (dirty ones: at the re-fill)
+            self._record_totals(sorted(emptied - dirty), 0.0, now)
         if dirty:
             self._schedule_flush()
         else:
             self._arm()
         if self._on_transfer is None:
-            for f in finished:
-                f.event.succeed()
+            schedule = self._env.schedule
+            for f in finished:  # (Event.succeed(None), inlined: one per flow)
+                event = f.event
+                event._ok = True
+                event._value = None
+                schedule(event)
         else:
             for f in finished:
                 self._deliver_now(f.event, f.id, f.route, f.nbytes, f.start_s, f.tag)

@@ -86,16 +86,19 @@ def progressive_fill(
     # it is that flow's first of least capacity: its share stays its capacity until the flow
     # freezes, so that one freezes the flow (if no other link did before) and every other such
     # link of the flow would be popped with nothing left to freeze.
+    # Links are marked once their count and capacity left are set: the region's links that more
+    # than one flow is on here, the others as the flows' links are walked (a link one flow is on
+    # is never marked: it is looked at as a candidate for that flow's own link).
     flows: list[Flow] = []
     queue: list[tuple[float, int]] = []
     for link in region:
-        link_mark[link] = gen
         on = link_flows[link]
         n = len(on)
         cnt[link] = n
         if n:
             rem[link] = cap[link]
             if n > 1:
+                link_mark[link] = gen
                 queue.append((cap[link] / n, link))
             for f in on:
                 if f.mark != gen:
@@ -106,6 +109,8 @@ def progressive_fill(
         own = -1
         own_cap = math.inf
         for link in f.links:
+            if link_mark[link] == gen:
+                continue  # (its count and capacity left are set)
             on = link_flows[link]
             if len(on) == 1:
                 c = cap[link]
@@ -113,7 +118,7 @@ def progressive_fill(
                     own, own_cap = link, c
                 cnt[link] = 1
                 rem[link] = c
-            elif link_mark[link] != gen:
+            else:
                 link_mark[link] = gen
                 left = cap[link]
                 n = 0

@@ -129,6 +129,9 @@ class Program:
         self._updates = dict(updates or {})
         # stage -> its first forward's waits for the overlapped parameter all-gathers
         self._gather_waits = dict(gather_waits or {})
+        # rank -> the index in its row of each reducing stage's last backward (the same for
+        # every replica of the rank: found once, by the first to ask)
+        self._last_backwards: dict[int, dict[int, int] | None] = {}
 
     def update(self, rank: int, replica: int) -> Update | None:
         """The optimizer step of the device running ``replica`` of ``rank`` (``None``: off, or
@@ -166,9 +169,12 @@ class Program:
         :func:`~pipesim.schedules.lowering.lowered_units` groups them: an ``FB`` block and the
         next one, which ``lowered_blocks`` checks is its ``B``)."""
         sched = self.schedule
-        where = sched.stage_ranks
-        reduce = {s for s in self._posts.keys() | self._marks.keys() if where[s] == rank}
-        after = last_backwards(sched.row(rank), reduce) if reduce else None
+        if rank in self._last_backwards:
+            after = self._last_backwards[rank]
+        else:
+            where = sched.stage_ranks
+            reduce = {s for s in self._posts.keys() | self._marks.keys() if where[s] == rank}
+            after = self._last_backwards[rank] = last_backwards(sched.row(rank), reduce) if reduce else None
         samples = self._costs.samples
         cached = self._costs.uniform  # costs depend on the micro-batch's size only: reuse them
         # per stage, (op, samples) -> (receive kind or None, pieces, op name, duration, alloc, free,

@@ -83,6 +83,7 @@ class EagerRecorder:
         """Wrap the tally's and the network's recording entry points."""
         compute, send, collective = Tally.compute, Tally.send, Tally.collective
         record_links = Network._record_links
+        record_totals = Network._record_totals
 
         def on_compute(
             tally: Tally, device: int, ins: Compute, start: float, end: float,
@@ -126,7 +127,12 @@ class EagerRecorder:
         monkeypatch.setattr(Tally, "compute", on_compute)
         monkeypatch.setattr(Tally, "send", on_send)
         monkeypatch.setattr(Tally, "collective", on_collective)
+        def on_record_totals(network: Network, links: list[int], total: float, now: float) -> None:
+            self.links(network, set(links), [], now)
+            record_totals(network, links, total, now)
+
         monkeypatch.setattr(Network, "_record_links", on_record_links)
+        monkeypatch.setattr(Network, "_record_totals", on_record_totals)
 
     def compute(self, tally: Tally, device: int, ins: Compute, start: float, end: float) -> None:
         """The compute event and the memory log, as main's ``Tally.compute`` made them."""
