@@ -438,12 +438,15 @@ def _run_events(env: simpy.Environment) -> None:
     ``StopSimulation`` needs no handling); a failed event nobody defused raises as ``step``
     raises it.
     """
-    queue = env._queue
+    queue = getattr(env, "_queue", None)
+    if not isinstance(queue, list):  # another SimPy's internals: its own loop, the same order
+        env.run()
+        return
     pop = heapq.heappop
     while queue:
         env._now, _, _, event = pop(queue)
         callbacks = event.callbacks
-        event.callbacks = None  # type: ignore[assignment]
+        event.callbacks = None
         for callback in callbacks:
             callback(event)
         if not event._ok and not hasattr(event, "_defused"):
