@@ -56,7 +56,7 @@ class ShareTable:
     wgrad: tuple[float, ...]  # weight-gradient part of bwd (zero-bubble schedules' W)
     stashed: tuple[float, ...]  # bytes kept per in-flight micro-batch (layer_kept_bytes, by mode)
     acts: tuple[float, ...]  # per layer (not a prefix): its backward working set (layer_transient_bytes)
-    held: tuple[float, ...]  # saved bytes a full recomputation re-materialises (0 for other modes)
+    held: tuple[float, ...]  # bytes a full recomputation re-materialises a stage at once (stage_remat_bytes)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -49,7 +49,7 @@ from pipesim.planner.search_space import replica_candidates
 from pipesim.planner.tied_grads import keep_pareto, last_layer_ties, pair_allreduce_s
 from pipesim.profiles.costmodels.collective import AllReduceCurves
 from pipesim.profiles.costmodels.lines import Lines
-from pipesim.profiles.costmodels.memory import Recompute
+from pipesim.profiles.costmodels.memory import Recompute, layerwise_replays
 from pipesim.profiles.costmodels.tied_embeddings import tied_grad_bytes
 
 __all__ = ["SearchResult", "search_pair"]
@@ -111,8 +111,10 @@ def _shifted(
 _RowT = tuple[int, float, float, float, float, float, float, float, float, float, float, float, float, float]
 """A candidate stage (layers ``first..i-1`` on ``r`` replicas at one start) and what the DP
 checks of it before looking at the suffixes it would extend, seconds and bytes: ``first``; the
-weights, gradients and optimizer state; the bytes kept per in-flight micro-batch; those plus the
-stage's input; the working set (plus what a full recomputation holds); ``F``; ``F + B``; ``B``;
+weights, gradients and optimizer state; the layers' bytes kept per in-flight micro-batch; those
+plus the stage's input (once where a full recomputation's first block checkpoints it); the
+working set (a full recomputation's block with its re-materialised bytes, plus the unshaped
+layers' re-materialised at once); ``F``; ``F + B``; ``B``;
 the all-reduce and optimizer step; ``B`` plus them; the floors of the prefix's forwards and of
 its ``F + B``; the all-reduce alone and the step alone. None of it depends on the micro-batch
 count: a row serves every search of its micro-batch size and policy (kept in its
@@ -182,7 +184,10 @@ def search_pair(
     stage_floor = neck_floors(model, floors, positions, memory_limit_bytes)
     if m * stage_floor[num_dev][-1] >= threshold:
         return None  # the least slowest stage of any cut is that slow
-    held_mode = model.recompute is Recompute.FULL  # the stage's saved bytes re-materialised at once
+    held_mode = model.recompute is Recompute.FULL  # the unshaped layers' saved bytes re-materialised at once
+    # with full recomputation a stage whose first layer is a shaped block: its checkpointed input
+    # is the received input, counted once (stage_activations)
+    own_input = layerwise_replays(model.profile) if held_mode else [False] * n
     cut = model.cut_bytes_per_sample
     params = model._params
     mult = model._multiplier
@@ -316,6 +321,10 @@ def search_pair(
                 fb_extra = sums[1][pj]
         else:
             inputs = lb_extra = fb_extra = 0.0
+        stash = inputs + kept
+        if first > 0 and own_input[first]:
+            both = tab.stashed[first + 1] - tab.stashed[first]
+            stash -= both if both < inputs else inputs
         tkey = (start * (num_dev + 1) + r) * ar_span + first * (n + 1) + i
         ar = ar_times.get(tkey, -1.0)
         if ar < 0.0:
@@ -331,7 +340,7 @@ def search_pair(
             ar = ar_times[tkey] = ar + model.optimizer_step_s(own)
         step = model.optimizer_step_s(pbytes + (copies_of(first) if i == n else 0)) if tied else 0.0
         return (
-            first, pbytes * mult, kept, inputs + kept, held + max_act, fwd, fwd + bwd, bwd, ar, bwd + ar,
+            first, pbytes * mult, kept, stash, held + max_act, fwd, fwd + bwd, bwd, ar, bwd + ar,
             lb_extra, fb_extra, ar - step, step,
         )  # fmt: skip
 

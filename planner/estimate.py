@@ -74,11 +74,11 @@ from pipesim.profiles.costmodels.memory import (
     Recompute,
     StageActivations,
     check_recompute,
-    full_replays,
     layer_kept_bytes,
     layer_recompute_times_s,
     layer_transient_bytes,
     stage_activations,
+    stage_remat_bytes,
     static_memory_multiplier,
 )
 from pipesim.profiles.costmodels.nccl_protocol import link_classes
@@ -204,9 +204,7 @@ class CostModel:
                 stashed=prefix_sums(layer_kept_bytes(p, samples, mode)),
                 acts=tuple(layer_transient_bytes(p, samples, mode)),
                 held=prefix_sums(
-                    [b if replayed else 0.0 for b, replayed in zip(p.stashed_bytes(samples), full_replays(p),
-                                                                    strict=True)]
-                    if mode is Recompute.FULL else [0.0] * p.num_layers
+                    stage_remat_bytes(p, samples) if mode is Recompute.FULL else [0.0] * p.num_layers
                 ),
             )
             self._shares[samples] = table

@@ -18,11 +18,15 @@ Activations: each in-flight micro-batch keeps, on a stage, the bytes its layers 
 (``Layer.saved_activation_bytes``, the PipeDream/DAPPLE convention being the layer outputs) plus
 the stage's received input. Recomputation (:class:`Recompute`) trades that memory for time:
 
-* ``full``: only the stage's received input is kept; the backward first replays the stage's
-  forward, so one micro-batch's saved bytes are re-materialised at once (transient), and the
-  replay costs the stage's forward time again. Of a shaped transformer profile only the blocks
-  are replayed (:func:`full_replays`): Megatron-LM checkpoints its transformer layers, and the
-  embedding and the LM head keep their saved bytes from their forward to their backward.
+* ``full``: the replay costs the replayed layers' forward time again. Of a shaped transformer
+  profile only the blocks are replayed (:func:`full_replays`), each on its own
+  (:func:`layerwise_replays`): Megatron-LM, DeepSpeed's pipeline engine and GPT-NeoX checkpoint
+  every transformer layer, so a block keeps its input (``s b h`` elements,
+  :func:`checkpoint_input_bytes`) from its forward to its backward, and its backward replays its
+  forward and re-materialises only its own saved bytes (transient); the embedding and the LM
+  head keep their saved bytes. A layer without a shape (a CNN, a file profile) is re-materialised
+  with the rest of the stage's unshaped layers at once, as GPipe re-materialises a partition
+  (Huang et al. 2019, Sec. 2.3): the stage keeps only its received input for them.
 * ``selective``: the attention core of every transformer layer (``Q K^T``, softmax, dropout,
   attention over ``V``) is not kept and is replayed layer by layer in the backward, Korthikanti
   et al., "Reducing Activation Recomputation in Large Transformer Models" (MLSys 2023,
@@ -65,6 +69,7 @@ __all__ = [
     "StageActivations",
     "backward_working_set_bytes",
     "check_recompute",
+    "checkpoint_input_bytes",
     "full_replays",
     "held_until_w",
     "held_until_w_fewest",
@@ -72,8 +77,10 @@ __all__ = [
     "layer_kept_bytes",
     "layer_recompute_times_s",
     "layer_transient_bytes",
+    "layerwise_replays",
     "stage_activation_bytes",
     "stage_activations",
+    "stage_remat_bytes",
     "static_memory_bytes",
     "static_memory_multiplier",
     "weight_versions",
@@ -107,8 +114,9 @@ OPTIMIZERS: tuple[str, ...] = tuple(o.value for o in Optimizer)
 
 class Recompute(str, Enum):
     """Activation recomputation: ``none`` stashes every saved activation of an in-flight
-    micro-batch; ``full`` keeps only each stage's input and replays the stage's forward before
-    its backward (of a shaped transformer profile, its blocks': :func:`full_replays`);
+    micro-batch; ``full`` replays the forward before the backward: a shaped transformer block's
+    on its own, keeping its input (:func:`layerwise_replays`), the unshaped layers of a stage all
+    at once, keeping the stage's input (:func:`full_replays`);
     ``selective`` drops and replays only the transformer layers' attention core
     (Korthikanti et al. 2022, see the module docstring)."""
 
@@ -205,6 +213,56 @@ def full_replays(profile: ModelProfile) -> list[bool]:
     ]
 
 
+def layerwise_replays(profile: ModelProfile) -> list[bool]:
+    """Per layer, whether ``full`` recomputation checkpoints it on its own: a shaped transformer
+    block. It keeps its input from its forward until its backward
+    (:func:`checkpoint_input_bytes`), and its backward replays its forward and re-materialises
+    only its own saved bytes.
+
+    Megatron-LM checkpoints ``checkpoint_num_layers`` transformer layers at a time, 1 by default
+    (``--checkpoint-num-layers``, ``megatron/arguments.py`` at NVIDIA/Megatron-LM commit
+    5281919420; Megatron-Core's ``--recompute-method uniform --recompute-num-layers 1``), each
+    ``mpu.checkpoint`` call saving only its input tensor; DeepSpeed's pipeline engine checkpoints
+    every ``activation_checkpoint_interval`` layers (``runtime/pipe/module.py``) and GPT-NeoX sets
+    it from ``checkpoint-num-layers: 1`` (``configs/20B.yml``). The other replayed layers (those
+    without a shape) are re-materialised a stage at a time, as GPipe does
+    (:func:`stage_remat_bytes`)."""
+    return [layer.shape is not None and layer.shape.kind is LayerKind.BLOCK for layer in profile.layers]
+
+
+def checkpoint_input_bytes(profile: ModelProfile, index: int, samples: float) -> float:
+    """The input that ``full`` recomputation keeps of shaped block ``index`` for ``samples``
+    samples, bytes: ``s b h`` elements in the training dtype (``2 s b h`` bytes in fp16: the
+    hidden states a checkpointed transformer layer receives). One device, no tensor parallelism
+    (:func:`~pipesim.profiles.costmodels.tensor_parallel.tp_stage_activations` divides it by
+    ``t`` with sequence parallelism).
+
+    Raises:
+        InputError: layer ``index`` has no shape.
+    """
+    shape = profile.layers[index].shape
+    if shape is None:
+        raise invalid("layer", index, "has no shape: only a shaped block keeps a checkpointed input")
+    tokens, d = _tokens_and_elem(profile, samples, shape)
+    return d * tokens * shape.hidden
+
+
+def stage_remat_bytes(profile: ModelProfile, samples: float) -> list[float]:
+    """Per layer, the saved bytes that ``full`` recomputation re-materialises with the rest of its
+    stage at once, for ``samples`` samples (GPipe's re-materialisation of a partition): a
+    replayed layer without a shape (:func:`full_replays` but not :func:`layerwise_replays`), 0
+    for every other layer. A stage's backward holds their sum.
+
+    Raises:
+        InputError: ``samples`` is not > 0.
+    """
+    saved = profile.stashed_bytes(samples)
+    return [
+        b if replayed and not own else 0.0
+        for b, replayed, own in zip(saved, full_replays(profile), layerwise_replays(profile), strict=True)
+    ]
+
+
 def _core_shares(profile: ModelProfile) -> list[tuple[float, float]]:
     """Per layer ``(share of its saved bytes, share of its forward time)`` in its attention core."""
     out = []
@@ -219,10 +277,11 @@ def _core_shares(profile: ModelProfile) -> list[tuple[float, float]]:
 def layer_kept_bytes(profile: ModelProfile, samples: float, recompute: Recompute | str | bool) -> list[float]:
     """Bytes each layer keeps from its forward until its backward for ``samples`` samples.
 
-    ``none``: the layer's saved bytes; ``full``: nothing for a layer it replays (the stage's
-    input, kept instead, is added by :func:`stage_activations`), the saved bytes of one it does
-    not (:func:`full_replays`); ``selective``: the saved bytes less the attention core's
-    (the core's share of the saved bytes at the profile batch, applied at every batch size).
+    ``none``: the layer's saved bytes; ``full``: a shaped block its checkpointed input
+    (:func:`checkpoint_input_bytes`), another layer it replays nothing (the stage's input, kept
+    instead, is added by :func:`stage_activations`), one it does not replay its saved bytes
+    (:func:`full_replays`); ``selective``: the saved bytes less the attention core's (the core's
+    share of the saved bytes at the profile batch, applied at every batch size).
 
     Raises:
         InputError: ``samples`` is not > 0, or ``selective`` for a profile without attention
@@ -233,7 +292,11 @@ def layer_kept_bytes(profile: ModelProfile, samples: float, recompute: Recompute
     if mode is Recompute.NONE:
         return saved
     if mode is Recompute.FULL:
-        return [b if not replayed else 0.0 for b, replayed in zip(saved, full_replays(profile), strict=True)]
+        own = layerwise_replays(profile)
+        return [
+            checkpoint_input_bytes(profile, i, samples) if own[i] else 0.0 if replayed else b
+            for i, (b, replayed) in enumerate(zip(saved, full_replays(profile), strict=True))
+        ]
     return [b * (1.0 - share) for b, (share, _) in zip(saved, _core_shares(profile), strict=True)]
 
 
@@ -276,7 +339,8 @@ def layer_transient_bytes(
 ) -> list[float]:
     """Each layer's transient working set during its backward for ``samples`` samples, bytes:
     :func:`backward_working_set_bytes`, plus with ``selective`` its re-materialised attention
-    core.
+    core and with ``full`` a shaped block's re-materialised saved bytes
+    (:func:`layerwise_replays`: one block's at a time).
 
     Raises:
         InputError: as :func:`layer_kept_bytes`.
@@ -288,9 +352,12 @@ def layer_transient_bytes(
         else backward_working_set_bytes(profile, i, samples)
         for i, layer in enumerate(profile.layers)
     ]
-    if mode is not Recompute.SELECTIVE:
+    if mode is Recompute.NONE:
         return work
     saved = profile.stashed_bytes(samples)
+    if mode is Recompute.FULL:
+        own = layerwise_replays(profile)
+        return [a + b if own[i] else a for i, (a, b) in enumerate(zip(work, saved, strict=True))]
     return [
         a + b * share for a, b, (share, _) in zip(work, saved, _core_shares(profile), strict=True)
     ]
@@ -379,10 +446,12 @@ class StageActivations:
     Attributes:
         stash_bytes: kept from the micro-batch's forward until its backward ends: the stage's
             received input (the cut's crossing bytes) plus every layer's kept bytes
-            (:func:`layer_kept_bytes`).
+            (:func:`layer_kept_bytes`); with ``full`` recomputation a first layer that is a
+            shaped block checkpoints the received input itself, counted once (the larger).
         work_bytes: transient during the micro-batch's backward: the largest layer working set
-            (:func:`layer_transient_bytes`), plus with ``full`` recomputation the whole stage's
-            re-materialised saved bytes.
+            (:func:`layer_transient_bytes`, with ``full`` a block's own re-materialised saved
+            bytes), plus with ``full`` the stage's unshaped layers' saved bytes, re-materialised
+            at once (:func:`stage_remat_bytes`).
         held_bytes: what the weight-gradient pass still holds when a schedule splits the
             backward into ``I`` and ``W`` (zero-bubble), from the end of ``I`` to the end of
             ``W``: each layer's :func:`wgrad_kept_bytes` (a selective attention core has no
@@ -432,11 +501,12 @@ def stage_activations(
         kept, transient = per_layer
     remat = 0.0
     pool = kept
+    stash = inputs + sum(kept[i] for i in layers)
     if mode is Recompute.FULL:
         pool = profile.stashed_bytes(samples)
-        replays = full_replays(profile)
-        remat = sum(pool[i] for i in layers if replays[i])
-    stash = inputs + sum(kept[i] for i in layers)
+        remat = sum(stage_remat_bytes(profile, samples)[i] for i in layers)
+        if first_layer > 0 and layerwise_replays(profile)[first_layer]:
+            stash -= min(inputs, kept[first_layer])  # the first block's checkpoint: the received input
     work = remat + max(transient[i] for i in layers)
     held = sum(wgrad_kept_bytes(profile, i, samples, pool[i]) for i in layers)
     if profile.layers[first_layer].shape is None:

@@ -52,6 +52,7 @@ from pipesim.profiles.costmodels.memory import (
     full_replays,
     layer_kept_bytes,
     layer_transient_bytes,
+    layerwise_replays,
     wgrad_kept_bytes,
 )
 from pipesim.profiles.costmodels.tp_comm import (
@@ -384,7 +385,10 @@ def tp_stage_activations(
     attention core's ``5 a s / h`` is dropped and the rest divided as their Table 2 says), the
     received input divided by ``t`` with sequence parallelism, the largest layer working set
     (with ``selective`` its re-materialised attention core, split by heads) divided by ``t``,
-    and with ``full`` the stage's re-materialised saved bytes scaled as without recomputation;
+    and with ``full`` the re-materialised saved bytes scaled as without recomputation (a block's
+    one at a time, on top of its working set; the unshaped layers' at once) and a block's
+    checkpointed input whole on every rank, divided by ``t`` with sequence parallelism (Megatron
+    checkpoints the hidden states a layer receives, ``[s/t, b, h]`` with sequence parallelism);
     what a split backward's ``W`` holds is each layer's TP shard of it
     (:func:`~pipesim.profiles.costmodels.memory.wgrad_kept_bytes` with ``t`` and sequence
     parallelism). Equal to ``stage_activations`` for ``t = 1``.
@@ -401,22 +405,32 @@ def tp_stage_activations(
         inputs = profile.cuts()[first_layer - 1].crossing_bytes / profile.profile_batch_size * samples
         if sequence_parallel:
             inputs /= t
+    full = mode is Recompute.FULL
     kept = layer_kept_bytes(profile, samples, mode)
-    transient = layer_transient_bytes(profile, samples, mode)
+    # with full, a block's re-materialised saved bytes are added below, scaled as kept bytes
+    transient = layer_transient_bytes(profile, samples, Recompute.NONE if full else mode)
+    own = layerwise_replays(profile) if full else [False] * profile.num_layers
+    checkpoint = 1.0 / t if sequence_parallel else 1.0  # a block's input: whole, or its sequence shard
 
     def factor(i: int, sel: bool) -> float:
         shape = profile.layers[i].shape
         return 1.0 if shape is None else tp_activation_factor(shape, t, sequence_parallel, selective=sel)
 
     remat = 0.0
-    pool = {i: kept[i] * factor(i, selective) for i in layers}
+    pool = {i: kept[i] * (checkpoint if own[i] else factor(i, selective)) for i in layers}
     stash = inputs + sum(pool[i] for i in layers)
-    if mode is Recompute.FULL:
+    work_of = {i: transient[i] / t for i in layers}
+    if full:
+        if first_layer > 0 and own[first_layer]:
+            stash -= min(inputs, pool[first_layer])  # the first block's checkpoint: the received input
         saved = profile.stashed_bytes(samples)
         pool = {i: saved[i] * factor(i, False) for i in layers}
         replays = full_replays(profile)  # the embedding and head keep theirs (in the stash)
-        remat = sum(pool[i] for i in layers if replays[i])
-    work = remat + max(transient[i] for i in layers) / t
+        remat = sum(pool[i] for i in layers if replays[i] and not own[i])  # at once (unshaped)
+        for i in layers:
+            if own[i]:
+                work_of[i] += pool[i]  # one block re-materialised at a time
+    work = remat + max(work_of.values())
     sp = sequence_parallel
     held = sum(wgrad_kept_bytes(profile, i, samples, pool[i], t=t, sequence_parallel=sp) for i in layers)
     if profile.layers[first_layer].shape is None:

@@ -14,7 +14,9 @@ from pipesim.profiles.costmodels.memory import (
     layer_kept_bytes,
     layer_recompute_times_s,
     layer_transient_bytes,
+    layerwise_replays,
     stage_activations,
+    stage_remat_bytes,
 )
 from pipesim.profiles.models.fileformat import profile_from_dict, profile_to_dict, save_profile
 from pipesim.profiles.models.loader import load_model
@@ -29,8 +31,8 @@ TORCHGRAPH = "/work/shared/data/torchgraph/vgg-19-pbs-32.txt"
 @pytest.mark.parametrize(("s", "h", "a", "b"), [(2048, 12288, 96, 1), (512, 1024, 16, 2)])
 def test_selective_keeps_34_sbh_per_block_in_fp16(s: int, h: int, a: int, b: int) -> None:
     # Korthikanti et al. Eq. 1 / Table 2 (no tensor parallelism): sbh(34 + 5as/h) bytes per
-    # layer without recomputation, 34 sbh with selective recomputation, 0 kept with full (the
-    # layer input, 2 sbh, is kept by the stage as its received activation instead).
+    # layer without recomputation, 34 sbh with selective recomputation, its input (2 sbh) with
+    # full (Megatron-LM checkpoints each transformer layer's input).
     profile = zoo_model(
         f"gpt:layers=2,hidden={h},heads={a},seq={s},vocab=1000", dtype="float16", batch_size=b
     )
@@ -40,11 +42,12 @@ def test_selective_keeps_34_sbh_per_block_in_fp16(s: int, h: int, a: int, b: int
     assert layer_kept_bytes(profile, b, "none")[1] == s * b * h * 34 + 5 * a * s * s * b
     assert layer_kept_bytes(profile, b, "selective")[1] == pytest.approx(s * b * h * 34, rel=1e-12)
     assert layer_kept_bytes(profile, 2 * b, "selective")[1] == pytest.approx(2 * s * b * h * 34, rel=1e-12)
-    assert layer_kept_bytes(profile, b, "full")[1] == 0
+    assert layer_kept_bytes(profile, b, "full")[1] == 2 * s * b * h  # its checkpointed input
     # per stage: the received input (2 sbh) plus the kept bytes of both blocks
     stages = {mode: stage_activations(profile, 1, 2, b, mode) for mode in Recompute}
     assert stages[Recompute.SELECTIVE].stash_bytes == pytest.approx(2 * s * b * h + 2 * 34 * s * b * h)
-    assert stages[Recompute.FULL].stash_bytes == 2 * s * b * h
+    # full: the received input is the first block's checkpoint, the second block keeps its own
+    assert stages[Recompute.FULL].stash_bytes == 2 * 2 * s * b * h
     # a split backward's W keeps each block's weight-GEMM inputs and output gradients, 32 sbh in
     # fp16 (Qi et al., ICLR 2024, Table 1), in every mode (full: of the re-materialised bytes)
     for mode in Recompute:
@@ -53,7 +56,8 @@ def test_selective_keeps_34_sbh_per_block_in_fp16(s: int, h: int, a: int, b: int
     # elements) or the GeLU's two gradients (8 sbh), whichever is larger
     work = 2 * (s * b * h + max(2 * a * s * s * b, 8 * s * b * h))
     assert stages[Recompute.NONE].work_bytes == pytest.approx(work, rel=1e-12)
-    assert stages[Recompute.FULL].work_bytes == pytest.approx(work + 2 * block.stashed_bytes, rel=1e-12)
+    # full: one block's saved bytes re-materialised at a time (not both: per layer, as Megatron-LM)
+    assert stages[Recompute.FULL].work_bytes == pytest.approx(work + block.stashed_bytes, rel=1e-12)
 
 
 def test_attention_core_flop_share_is_the_papers() -> None:
@@ -124,24 +128,35 @@ def test_profile_files_keep_the_attention_core(tmp_path: Path) -> None:
 
 
 def test_full_recomputation_checkpoints_the_blocks_only() -> None:
-    """Megatron-LM's --checkpoint-activations wraps the transformer layers alone
-    (memory.full_replays): the embedding and the LM head keep their saved bytes, the blocks keep
-    nothing and are re-materialised in the backward; an unshaped profile replays every layer."""
-    profile = zoo_model("gpt:layers=3,hidden=256,heads=4,seq=128,vocab=1000", dtype="fp16", batch_size=2)
-    saved = profile.stashed_bytes(2)
+    """Megatron-LM's --checkpoint-activations wraps the transformer layers alone, one at a time
+    (memory.full_replays, memory.layerwise_replays): the embedding and the LM head keep their
+    saved bytes, each block keeps its input (2 s b h bytes in fp16) and re-materialises its own
+    saved bytes in its backward; an unshaped profile replays every layer, a stage at once."""
+    s, b, h, a, ffn = 128, 2, 256, 4, 1024
+    profile = zoo_model("gpt:layers=3,hidden=256,heads=4,seq=128,vocab=1000", dtype="fp16", batch_size=b)
+    saved = profile.stashed_bytes(b)
     assert full_replays(profile) == [False, True, True, True, False]
-    assert layer_kept_bytes(profile, 2, "full") == [saved[0], 0.0, 0.0, 0.0, saved[-1]]
-    assert saved[0] > 0.0
+    assert layerwise_replays(profile) == [False, True, True, True, False]
+    checkpoint = 2 * s * b * h  # 131072 bytes
+    assert layer_kept_bytes(profile, b, "full") == [saved[0], checkpoint, checkpoint, checkpoint, saved[-1]]
+    assert stage_remat_bytes(profile, b) == [0.0] * 5  # nothing re-materialised a stage at once
+    assert saved[0] == s * b * h  # the embedding dropout's 1-byte mask
     assert saved[-1] > 0.0
-    acts = stage_activations(profile, 0, 4, 2, "full")
-    transient = layer_transient_bytes(profile, 2, "full")
-    assert acts.stash_bytes == pytest.approx(saved[0] + saved[-1], rel=1e-12)  # first stage: no input
-    assert acts.work_bytes == pytest.approx(sum(saved[1:4]) + max(transient), rel=1e-12)
-    # a middle stage of blocks: as before, its input kept, all of it replayed
-    middle = stage_activations(profile, 1, 3, 2, "full")
-    inputs = profile.cuts()[0].crossing_bytes / profile.profile_batch_size * 2
-    assert middle.stash_bytes == pytest.approx(inputs, rel=1e-12)
-    assert middle.work_bytes == pytest.approx(sum(saved[1:4]) + max(transient[1:4]), rel=1e-12)
+    block_saved = 34 * s * b * h + 5 * a * s * s * b  # Korthikanti Eq. 1: 2883584 bytes
+    tokens = s * b  # unfused attention: dP and its dropout gradient (2 a s t) < the MLP's 2 ffn t
+    work = 2 * (tokens * h + max(2 * a * s * tokens, 2 * ffn * tokens))  # 1179648 bytes
+    assert saved[1:4] == [block_saved] * 3
+    transient = layer_transient_bytes(profile, b, "full")
+    assert transient[1:4] == [work + block_saved] * 3  # one block re-materialised at a time
+    acts = stage_activations(profile, 0, 4, b, "full")
+    assert acts.stash_bytes == pytest.approx(saved[0] + 3 * checkpoint + saved[-1], rel=1e-12)  # no input
+    assert acts.work_bytes == pytest.approx(max(transient), rel=1e-12)
+    # a middle stage of blocks: its received input is the first block's checkpoint, kept once
+    middle = stage_activations(profile, 1, 3, b, "full")
+    inputs = profile.cuts()[0].crossing_bytes / profile.profile_batch_size * b
+    assert inputs == checkpoint
+    assert middle.stash_bytes == pytest.approx(3 * checkpoint, rel=1e-12)
+    assert middle.work_bytes == pytest.approx(block_saved + work, rel=1e-12)
     vgg = zoo_model("vgg19")
     assert all(full_replays(vgg))
     assert layer_recompute_times_s(vgg, 1, "full") == vgg.fwd_times_s(1)
