@@ -32,7 +32,8 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from itertools import repeat
 from operator import attrgetter
 from typing import Any
 
@@ -304,47 +305,39 @@ class FlowSharing:
         left-to-right sum of the link's flow rates, re-summed (not updated by differences, which
         would round differently).
         """
-        emit = self._on_link
-        assert emit is not None
         if flows:
             region.update(*map(_LINKS, flows))
         link_flows = self._link_flows
-        link_rate = self._link_rate
-        link_since = self._link_since
-        closed: list[float] = []
-        for link in sorted(region):
+        links = sorted(region)
+        totals: list[float] = []
+        for link in links:
             on = link_flows[link]
             n = len(on)
             if n == 0:
-                total = 0.0
+                totals.append(0.0)
             elif n == 1:  # (the sum of one or two rates, as sum() adds them)
-                (f,) = on
-                total = f.rate
+                totals.append(on[0].rate)
             elif n == 2:
-                f, g = on
-                total = f.rate + g.rate
+                totals.append(on[0].rate + on[1].rate)
             else:
-                total = sum(map(_RATE, on))
-            old = link_rate[link]
-            if total != old:
-                if old > 0.0:
-                    since = link_since[link]
-                    if now > since:
-                        closed += (link, since, now, old)
-                link_rate[link] = total
-                link_since[link] = now
-        if closed:
-            emit(closed)
+                totals.append(sum(map(_RATE, on)))
+        self._set_totals(links, totals, now)
 
     def _record_totals(self, links: list[int], total: float, now: float) -> None:
         """:meth:`_record_links` for sorted ``links`` whose total rate is now ``total``
         (the links a lone flow starts on, each carrying it alone; the links left empty)."""
+        self._set_totals(links, repeat(total), now)
+
+    def _set_totals(self, links: list[int], totals: Iterable[float], now: float) -> None:
+        """Give each of ``links`` its new total rate (``totals`` in the same order) at ``now``,
+        closing the busy stretch of every link whose total changed (one call of the link hook
+        with the closed stretches, if any)."""
         emit = self._on_link
         assert emit is not None
         link_rate = self._link_rate
         link_since = self._link_since
         closed: list[float] = []
-        for link in links:
+        for link, total in zip(links, totals, strict=False):  # totals may be endless (repeat)
             old = link_rate[link]
             if total != old:
                 if old > 0.0:
