@@ -207,11 +207,10 @@ class Plan:
         schedule_options: extra options for the schedule generator (e.g. ``warmup``).
         chunks: model chunks per device for interleaved schedules (1 otherwise).
         optimizer: an :class:`Optimizer` or its name (sets optimizer-state memory).
-        recompute: :class:`Recompute` mode: ``full`` keeps only each transformer block's input
-            (of unshaped layers the stage's input) per in-flight micro-batch and replays the
-            forward before each backward, a block at a time; ``selective`` drops and
-            replays only the transformer layers' attention core; ``none`` (default) keeps
-            everything (see ``docs/recompute.md``). A boolean is accepted (``True`` is ``full``).
+        recompute: :class:`Recompute` mode: ``full`` keeps each transformer block's input (of
+            unshaped layers the stage's) and replays the forward before each backward, a block at
+            a time; ``selective`` replays only the attention cores; ``none`` (default) keeps
+            everything (``docs/recompute.md``). ``True`` is ``full``.
         allreduce: gradient all-reduce algorithm among a stage's replicas
             (:class:`AllReduceAlgorithm` or its name).
         microbatch_sizes: per-micro-batch sample counts for variable-size micro-batches (they must
