@@ -132,7 +132,11 @@ def _tflops_per_gpu(global_batch: int, microbatch: int) -> float:
 
 _FIXED_COST = (
     "a fixed per-iteration cost pipesim does not reproduce: 6.0 s at batch 16 (15.23 s against 9.23) "
-    "and 5.9 s at batch 192 (20.1 s from 73 TFLOP/s against 14.3). Modelled from DeepSpeed's code "
+    "and 5.9 s at batch 192 (20.1 s from 73 TFLOP/s against 14.3) when first traced; 5.0 s at batch "
+    "16 (against 10.27 s) and 5.1 s at batch 192 (against 15.0 s, 97.9 TFLOP/s) in session 13, the "
+    "figures below being those of the step that modelled each part (since then: the NICs at 0.96 of "
+    "their rate, and full recomputation replaying the blocks only, not the embedding and head, "
+    "took 0.2 s and 0.6 s off the predictions this session). Modelled from DeepSpeed's code "
     "(module docstring): the bf16 all-reduce of the fp32 gradient buffer and the bf16 all-gather "
     "after the flush (0.91 s exposed), the per-micro-batch fp32 accumulation (41-44 ms per stage and "
     "micro-batch), Adam on each rank's partition (0.01 s), and every TP rank's data-parallel ring, "
