@@ -49,7 +49,7 @@ from pipesim.planner.search_space import replica_candidates
 from pipesim.planner.tied_grads import keep_pareto, last_layer_ties, pair_allreduce_s
 from pipesim.profiles.costmodels.collective import AllReduceCurves
 from pipesim.profiles.costmodels.lines import Lines
-from pipesim.profiles.costmodels.memory import Recompute, layerwise_replays
+from pipesim.profiles.costmodels.memory import Recompute, received_checkpoint_bytes
 from pipesim.profiles.costmodels.tied_embeddings import tied_grad_bytes
 
 __all__ = ["SearchResult", "search_pair"]
@@ -185,9 +185,6 @@ def search_pair(
     if m * stage_floor[num_dev][-1] >= threshold:
         return None  # the least slowest stage of any cut is that slow
     held_mode = model.recompute is Recompute.FULL  # the unshaped layers' saved bytes re-materialised at once
-    # with full recomputation a stage whose first layer is a shaped block: its checkpointed input
-    # is the received input, counted once (stage_activations)
-    own_input = layerwise_replays(model.profile) if held_mode else [False] * n
     cut = model.cut_bytes_per_sample
     params = model._params
     mult = model._multiplier
@@ -321,10 +318,9 @@ def search_pair(
                 fb_extra = sums[1][pj]
         else:
             inputs = lb_extra = fb_extra = 0.0
-        stash = inputs + kept
-        if first > 0 and own_input[first]:
-            both = tab.stashed[first + 1] - tab.stashed[first]
-            stash -= both if both < inputs else inputs
+        stash = inputs + kept - received_checkpoint_bytes(
+            model.profile, first, model.recompute, inputs, tab.stashed[first + 1] - tab.stashed[first]
+        )
         tkey = (start * (num_dev + 1) + r) * ar_span + first * (n + 1) + i
         ar = ar_times.get(tkey, -1.0)
         if ar < 0.0:

@@ -78,6 +78,7 @@ __all__ = [
     "layer_recompute_times_s",
     "layer_transient_bytes",
     "layerwise_replays",
+    "received_checkpoint_bytes",
     "stage_activation_bytes",
     "stage_activations",
     "stage_remat_bytes",
@@ -245,6 +246,23 @@ def checkpoint_input_bytes(profile: ModelProfile, index: int, samples: float) ->
         raise invalid("layer", index, "has no shape: only a shaped block keeps a checkpointed input")
     tokens, d = _tokens_and_elem(profile, samples, shape)
     return d * tokens * shape.hidden
+
+
+def received_checkpoint_bytes(
+    profile: ModelProfile, first_layer: int, recompute: Recompute, inputs: float, first_kept: float
+) -> float:
+    """Bytes that a stage's received input (``inputs``) and its first layer's kept bytes
+    (``first_kept``) both count, to be subtracted once: with ``full`` recomputation a stage whose
+    first layer is a shaped block (:func:`layerwise_replays`) checkpoints the received input
+    itself, ``min(inputs, first_kept)``; 0 otherwise (and for the first stage, which receives
+    nothing). Every activation estimate (:func:`stage_activations`, the TP one, the DAPPLE
+    search's stage rows) takes it from here."""
+    if recompute is not Recompute.FULL or first_layer <= 0:
+        return 0.0
+    shape = profile.layers[first_layer].shape
+    if shape is None or shape.kind is not LayerKind.BLOCK:
+        return 0.0
+    return first_kept if first_kept < inputs else inputs
 
 
 def stage_remat_bytes(profile: ModelProfile, samples: float) -> list[float]:
@@ -505,8 +523,7 @@ def stage_activations(
     if mode is Recompute.FULL:
         pool = profile.stashed_bytes(samples)
         remat = sum(stage_remat_bytes(profile, samples)[i] for i in layers)
-        if first_layer > 0 and layerwise_replays(profile)[first_layer]:
-            stash -= min(inputs, kept[first_layer])  # the first block's checkpoint: the received input
+        stash -= received_checkpoint_bytes(profile, first_layer, mode, inputs, kept[first_layer])
     work = remat + max(transient[i] for i in layers)
     held = sum(wgrad_kept_bytes(profile, i, samples, pool[i]) for i in layers)
     if profile.layers[first_layer].shape is None:

@@ -53,6 +53,7 @@ from pipesim.profiles.costmodels.memory import (
     layer_kept_bytes,
     layer_transient_bytes,
     layerwise_replays,
+    received_checkpoint_bytes,
     wgrad_kept_bytes,
 )
 from pipesim.profiles.costmodels.tp_comm import (
@@ -421,8 +422,7 @@ def tp_stage_activations(
     stash = inputs + sum(pool[i] for i in layers)
     work_of = {i: transient[i] / t for i in layers}
     if full:
-        if first_layer > 0 and own[first_layer]:
-            stash -= min(inputs, pool[first_layer])  # the first block's checkpoint: the received input
+        stash -= received_checkpoint_bytes(profile, first_layer, mode, inputs, pool[first_layer])
         saved = profile.stashed_bytes(samples)
         pool = {i: saved[i] * factor(i, False) for i in layers}
         replays = full_replays(profile)  # the embedding and head keep theirs (in the stash)
